@@ -1,0 +1,62 @@
+// Operations on a CQ ring (layout and index contract in shm_layout.h). Header-only: used by
+// libugni (consumer, local and same-host producers) and the daemon (producer of errors).
+#pragma once
+#include "nicemu/abi/futex.h"
+#include "nicemu/abi/shm_layout.h"
+
+namespace nicemu::abi {
+
+struct CqRingView {
+  CqRingCtl* ctl = nullptr;
+  std::atomic<uint64_t>* entries = nullptr;
+  uint64_t mask = 0;  // capacity - 1, taken from the daemon-written CqDesc, never from ctl
+
+  bool valid() const { return ctl != nullptr; }
+
+  // Producer side. Returns false (and flags overrun) when the ring is full.
+  bool push(uint64_t entry) const {
+    uint64_t t = ctl->tail.load(std::memory_order_relaxed);
+    for (;;) {
+      uint64_t h = ctl->head.load(std::memory_order_acquire);
+      if (t - h > mask) {
+        ctl->overrun.store(1, std::memory_order_release);
+        wake();
+        return false;
+      }
+      if (ctl->tail.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel, std::memory_order_relaxed))
+        break;
+    }
+    entries[t & mask].store(entry, std::memory_order_release);
+    wake();
+    return true;
+  }
+
+  void wake() const {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (ctl->waiters.load(std::memory_order_relaxed) != 0) {
+      ctl->futex.fetch_add(1, std::memory_order_release);
+      futex_wake_all(&ctl->futex);
+    }
+  }
+
+  // Consumer side (single consumer). 0 = empty.
+  uint64_t peek() const {
+    uint64_t h = ctl->head.load(std::memory_order_relaxed);
+    return entries[h & mask].load(std::memory_order_acquire);
+  }
+  uint64_t pop() const {
+    uint64_t h = ctl->head.load(std::memory_order_relaxed);
+    uint64_t e = entries[h & mask].load(std::memory_order_acquire);
+    if (e == 0) return 0;
+    entries[h & mask].store(0, std::memory_order_relaxed);
+    ctl->head.store(h + 1, std::memory_order_release);
+    return e;
+  }
+  bool take_overrun() const {
+    if (ctl->overrun.load(std::memory_order_acquire) == 0) return false;
+    return ctl->overrun.exchange(0, std::memory_order_acq_rel) != 0;
+  }
+  bool has_overrun() const { return ctl->overrun.load(std::memory_order_acquire) != 0; }
+};
+
+}  // namespace nicemu::abi

@@ -1,0 +1,192 @@
+// Control protocol between client libraries / tools and the nicemu daemon: one fixed-size
+// binary message per SOCK_SEQPACKET packet on a Unix socket, request then reply. File
+// descriptors (the region memfd) travel as SCM_RIGHTS with the reply. The attach
+// connection of a CDM lives as long as the CDM: its closure is how the daemon learns that
+// a client died. Other connections (peer lookups, tools) are short-lived or cached.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace nicemu::abi::ctl {
+
+inline constexpr uint32_t kMagic = 0x4E43544C;  // "NCTL"
+inline constexpr uint16_t kVersion = 1;
+inline constexpr size_t kMaxMessage = 1024;     // every message but a status reply
+inline constexpr size_t kMaxStatusReply = 1u << 20;
+
+enum class Op : uint16_t {
+  kHello = 1,         // -> HelloReply
+  kAttach = 2,        // -> AttachReply + region memfd
+  kMemRegister = 3,   // -> MemRegisterReply
+  kMemDeregister = 4, // -> Reply
+  kCqCreate = 5,      // -> CqCreateReply
+  kCqDestroy = 6,     // -> Reply
+  kPeerLookup = 7,    // -> PeerLookupReply + peer region memfd
+  kMboxOpen = 8,      // -> MboxOpenReply
+  kCredIssue = 9,     // -> CredReply
+  kCredGrant = 10,    // -> CredReply
+  kStatus = 11,       // -> StatusReply (JSON text follows the struct)
+  kShutdown = 12,     // -> Reply, then the daemon stops
+  kCredRevoke = 13,   // -> Reply
+};
+
+// Reply codes are gni_return_t values, so libugni can return them unchanged.
+struct Header {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t op;        // Op
+  uint32_t seq;       // echoed in the reply
+  uint32_t length;    // bytes of the whole message
+};
+static_assert(sizeof(Header) == 16);
+
+struct Reply {
+  Header h;
+  int32_t rc;         // gni_return_t
+  uint32_t reserved;
+};
+
+struct Hello {
+  Header h;
+};
+struct HelloReply {
+  Reply r;
+  uint32_t nic_addr;
+  uint32_t device_type;
+  uint32_t daemon_pid;
+  uint16_t abi_version;
+  uint16_t reserved;
+};
+
+struct Attach {
+  Header h;
+  uint32_t inst_id;
+  uint32_t ptag;
+  uint32_t cookie;
+  uint32_t modes;
+  uint32_t pid;
+  uint16_t abi_version;
+  uint16_t reserved;
+};
+struct AttachReply {
+  Reply r;
+  uint32_t nic_addr;
+  uint32_t device_type;
+  uint64_t attach_id;
+  uint64_t region_size;
+  uint64_t ro_size;
+};
+
+struct MemRegister {
+  Header h;
+  uint64_t address;
+  uint64_t length;
+  uint32_t flags;
+  uint32_t dst_cq;    // CQ slot or kNoCq
+};
+struct MemRegisterReply {
+  Reply r;
+  uint64_t qword1;
+  uint64_t qword2;
+};
+
+struct MemDeregister {
+  Header h;
+  uint64_t qword1;
+  uint64_t qword2;
+};
+
+struct CqCreate {
+  Header h;
+  uint32_t entry_count;
+  uint32_t mode;
+};
+struct CqCreateReply {
+  Reply r;
+  uint32_t cq_index;
+  uint32_t capacity;
+  uint64_t ctl_offset;
+  uint64_t entries_offset;
+};
+
+struct CqDestroy {
+  Header h;
+  uint32_t cq_index;
+  uint32_t reserved;
+};
+
+// Sent to the daemon of the target NIC (which may be another emulated node on this host).
+struct PeerLookup {
+  Header h;
+  uint32_t nic_addr;
+  uint32_t inst_id;
+  uint32_t ptag;
+  uint32_t cookie;
+};
+struct PeerLookupReply {
+  Reply r;
+  uint32_t pid;
+  uint32_t reserved;
+  uint64_t attach_id;
+  uint64_t region_size;
+  uint64_t ro_size;
+};
+
+// Finds or creates the mailbox of a channel in the receiver's region. Sent by the receiver
+// (for its local attr) and by the sender (for its remote attr); both get the same mailbox.
+struct MboxOpen {
+  Header h;
+  uint32_t inst_id;   // receiver instance
+  uint32_t ptag;
+  uint32_t cookie;
+  uint32_t mbox_offset;
+  uint64_t qword1;    // receiver's registration of the mailbox area
+  uint64_t qword2;
+  uint64_t msg_buffer;  // receiver's VA of the area
+  uint32_t buff_size;
+  uint32_t credits;
+  uint32_t max_size;
+  uint32_t reserved;
+};
+struct MboxOpenReply {
+  Reply r;
+  uint64_t ctl_offset;   // MboxCtl in the receiver's heap; slots follow it
+  uint64_t bytes;        // mbox_bytes(credits, max_size)
+  uint32_t dst_cq;       // receiver's CQ slot for remote SMSG events, or kNoCq
+  uint32_t reserved;
+};
+
+// Job credentials (ptag/cookie): issued by a daemon to a Unix user, granted on the other
+// daemons of a job. ptag/cookie 0 in a request means "choose".
+struct Cred {
+  Header h;
+  uint32_t uid;
+  uint32_t ptag;
+  uint32_t cookie;
+  uint32_t reserved;
+};
+struct CredReply {
+  Reply r;
+  uint32_t ptag;
+  uint32_t cookie;
+};
+
+struct Status {
+  Header h;
+};
+struct StatusReply {
+  Reply r;
+  uint32_t json_length;  // bytes of JSON following this struct
+  uint32_t reserved;
+};
+
+static_assert(sizeof(Attach) <= kMaxMessage && sizeof(MboxOpen) <= kMaxMessage);
+static_assert(offsetof(Reply, rc) == 16);
+static_assert(sizeof(MboxOpen) == 80);
+
+template <typename T>
+constexpr Header make_header(Op op, uint32_t seq) {
+  return Header{kMagic, kVersion, static_cast<uint16_t>(op), seq, static_cast<uint32_t>(sizeof(T))};
+}
+
+}  // namespace nicemu::abi::ctl

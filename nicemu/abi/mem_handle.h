@@ -1,0 +1,68 @@
+// Memory-handle encoding (gni_mem_handle_t, 16 bytes) — the "format v1" bit layout of the
+// fact sheet, with the registration slot of the owning CDM in the otherwise unused bits:
+//   qword1  51..0  VA >> 12            63..52  MDH = slot generation (12 bits)
+//   qword2  27..0  pages               33..28  page shift (12)
+//           41..34 flags               55..42  registration slot (14 bits)
+//           63..56 CRC-8 (reflected Dallas/Maxim) of the 15 low bytes
+// A handle names a registration of the CDM the EP is bound to; the target validates slot,
+// generation, CRC, flags and bounds against its daemon-written registration table.
+#pragma once
+#include <cstdint>
+#include <optional>
+
+namespace nicemu::abi::mdh {
+
+inline constexpr uint32_t kSlotBits = 14;
+inline constexpr uint32_t kMaxSlots = 1u << kSlotBits;
+inline constexpr uint32_t kGenMask = 0xFFF;
+inline constexpr uint32_t kPageShift = 12;
+
+inline constexpr uint32_t kFlagReadOnly = 0x01;
+inline constexpr uint32_t kFlagVmdh = 0x02;
+inline constexpr uint32_t kFlagNewFormat = 0x80;
+
+struct Fields {
+  uint64_t va = 0;        // registered start address (page-truncated in the handle)
+  uint64_t npages = 0;    // pages covered
+  uint32_t gen = 0;       // 12-bit generation
+  uint32_t slot = 0;      // 14-bit registration slot
+  uint32_t flags = 0;     // kFlag*
+};
+
+constexpr uint8_t crc8_table_entry(uint8_t x) {
+  constexpr uint8_t k[8] = {0x5e, 0xbc, 0x61, 0xc2, 0x9d, 0x23, 0x46, 0x8c};
+  uint8_t r = 0;
+  for (int b = 0; b < 8; ++b)
+    if (x & (1u << b)) r ^= k[b];
+  return r;
+}
+
+constexpr uint8_t crc8(uint64_t q1, uint64_t q2) {
+  uint8_t crc = 0;
+  for (int i = 0; i < 8; ++i) crc = crc8_table_entry(static_cast<uint8_t>(crc ^ ((q1 >> (8 * i)) & 0xFF)));
+  for (int i = 0; i < 7; ++i) crc = crc8_table_entry(static_cast<uint8_t>(crc ^ ((q2 >> (8 * i)) & 0xFF)));
+  return crc;
+}
+
+constexpr void encode(const Fields& f, uint64_t& q1, uint64_t& q2) {
+  q1 = ((f.va >> kPageShift) & ((uint64_t{1} << 52) - 1)) | (uint64_t{f.gen & kGenMask} << 52);
+  q2 = (f.npages & 0xFFFFFFF) | (uint64_t{kPageShift} << 28) | (uint64_t{f.flags & 0xFF} << 34) |
+       (uint64_t{f.slot & (kMaxSlots - 1)} << 42);
+  q2 |= uint64_t{crc8(q1, q2)} << 56;
+}
+
+// Decodes and checks the CRC; nullopt for a handle that was never produced by encode().
+constexpr std::optional<Fields> decode(uint64_t q1, uint64_t q2) {
+  if (q1 == 0 && q2 == 0) return std::nullopt;
+  if (static_cast<uint8_t>(q2 >> 56) != crc8(q1, q2 & ((uint64_t{1} << 56) - 1))) return std::nullopt;
+  if (((q2 >> 28) & 0x3F) != kPageShift) return std::nullopt;
+  Fields f;
+  f.va = (q1 & ((uint64_t{1} << 52) - 1)) << kPageShift;
+  f.gen = static_cast<uint32_t>(q1 >> 52) & kGenMask;
+  f.npages = q2 & 0xFFFFFFF;
+  f.flags = static_cast<uint32_t>(q2 >> 34) & 0xFF;
+  f.slot = static_cast<uint32_t>(q2 >> 42) & (kMaxSlots - 1);
+  return f;
+}
+
+}  // namespace nicemu::abi::mdh

@@ -1,0 +1,158 @@
+// Layout of the shared-memory region the daemon hands every attached CDM (a memfd passed
+// over the control socket), and of the structures peers on the same host write into it.
+// Defined once here for the daemon and all client libraries; fixed-width fields, offsets
+// instead of pointers, sizes pinned with static_assert, a version checked at attach.
+//
+//   0            RegionHeader                    \  read-only section: written by the daemon,
+//   4096         RegEntry[kRegSlots]              |  mapped PROT_READ by the owner and peers
+//   ...          CqDesc[kCqSlots]                /   (validation data must not be forgeable)
+//   ro_size      heap: CQ rings, SMSG mailboxes     read-write section, allocated by the daemon
+//   region_size
+//
+// Everything in the read-write heap is untrusted input for everybody but its writer: a
+// reader copies what it needs and bounds-checks against values from the read-only section.
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace nicemu::abi {
+
+inline constexpr uint32_t kRegionMagic = 0x4E494345;  // "NICE"
+inline constexpr uint16_t kAbiVersion = 1;
+inline constexpr uint32_t kRegSlots = 16384;          // = mdh::kMaxSlots
+inline constexpr uint32_t kCqSlots = 1024;
+inline constexpr uint32_t kNoCq = 0xFFFFFFFF;
+inline constexpr uint64_t kPageSize = 4096;
+
+enum RegionState : uint32_t {
+  kRegionAlive = 1,
+  kRegionDead = 2,     // owner process died or detached; reclaimed by the daemon
+  kRegionNicDown = 3,  // daemon shut down
+};
+
+struct RegionHeader {
+  uint32_t magic;
+  uint16_t abi_version;
+  uint16_t header_size;
+  std::atomic<uint32_t> state;   // RegionState; the only field that changes after attach
+  uint32_t nic_addr;
+  uint32_t inst_id;
+  uint32_t ptag;
+  uint32_t cookie;
+  uint32_t owner_pid;
+  uint32_t device_type;          // gni_nic_device_t
+  uint32_t modes;                // CDM modes
+  uint64_t attach_id;            // unique per attachment; peers key their mappings on it
+  uint64_t region_size;
+  uint64_t ro_size;
+  uint64_t reg_table_offset;
+  uint64_t cq_table_offset;
+  uint32_t reg_slots;
+  uint32_t cq_slots;
+  std::atomic<uint32_t> down_futex;  // bumped and woken when the region dies
+  uint32_t xmem_ok;              // 1 if the daemon verified cross-memory attach to the owner
+};
+static_assert(sizeof(RegionHeader) <= kPageSize);
+static_assert(offsetof(RegionHeader, state) == 8);
+static_assert(offsetof(RegionHeader, attach_id) == 40);
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+
+enum RegState : uint32_t { kRegFree = 0, kRegLive = 1 };
+
+// One registration (GNI_MemRegister). Written by the daemon under a seqlock: `seq` is odd
+// while the entry changes; readers copy the entry and retry if seq moved.
+struct RegEntry {
+  std::atomic<uint32_t> seq;
+  uint32_t state;      // RegState
+  uint32_t gen;        // 12-bit generation, part of the handle
+  uint32_t flags;      // GNI_MEM_* flags given at registration
+  uint64_t address;    // owner's virtual address
+  uint64_t length;
+  uint32_t dst_cq;     // CQ slot for remote events, or kNoCq
+  uint32_t reserved0;
+  uint64_t reserved[3];
+};
+static_assert(sizeof(RegEntry) == 64);
+static_assert(offsetof(RegEntry, address) == 16);
+static_assert(offsetof(RegEntry, dst_cq) == 32);
+
+enum CqState : uint32_t { kCqFree = 0, kCqLive = 1 };
+
+struct CqDesc {
+  std::atomic<uint32_t> state;  // CqState
+  uint32_t mode;                // gni_cq_mode_t
+  uint32_t capacity;            // power of two
+  uint32_t reserved0;
+  uint64_t ctl_offset;          // CqRingCtl in the heap
+  uint64_t entries_offset;      // uint64_t[capacity] in the heap
+  uint64_t reserved[4];
+};
+static_assert(sizeof(CqDesc) == 64);
+
+inline constexpr uint64_t kRegTableOffset = kPageSize;
+inline constexpr uint64_t kCqTableOffset = kRegTableOffset + uint64_t{kRegSlots} * sizeof(RegEntry);
+inline constexpr uint64_t kRoSize =
+    (kCqTableOffset + uint64_t{kCqSlots} * sizeof(CqDesc) + kPageSize - 1) / kPageSize * kPageSize;
+static_assert(kRoSize % kPageSize == 0);
+inline constexpr uint64_t kDefaultRegionSize = uint64_t{256} << 20;
+
+// Completion-queue ring: multi-producer (owner, same-host peers, daemon), single consumer
+// (the owner, serialised by the client's own lock as uGNI requires).
+//  - producers claim an index by CAS on `tail` only while tail - head < capacity, then
+//    store the entry with release; an entry is never 0 (source bits are non-zero), so a
+//    zero slot means "claimed but not yet written";
+//  - the consumer reads slot[head & mask] with acquire, zeroes it, then publishes
+//    head + 1 with release, which hands the slot back to producers;
+//  - a full ring sets `overrun` (the entry is lost, as on hardware) and wakes the waiter;
+//  - blocking waits: the consumer increments `waiters` (seq_cst), re-checks, then
+//    futex-waits on `futex`; producers store, fence seq_cst, and only if `waiters` is
+//    non-zero bump `futex` and wake it, so the non-blocking path makes no system call.
+struct CqRingCtl {
+  alignas(64) std::atomic<uint64_t> tail;
+  alignas(64) std::atomic<uint64_t> head;
+  alignas(64) std::atomic<uint32_t> overrun;
+  std::atomic<uint32_t> waiters;
+  std::atomic<uint32_t> futex;
+  uint32_t reserved;
+};
+static_assert(sizeof(CqRingCtl) == 192);
+static_assert(offsetof(CqRingCtl, head) == 64);
+
+// SMSG mailbox: one per (receiver registration, mbox_offset), i.e. per directed channel.
+// Lives in the receiver's heap; the sender writes slots, the receiver releases them.
+//  - sender: slot (sent % credits) is free while sent - released < credits (acquire on
+//    `released`); it writes length, tag and payload, then stores slot.seq = sent + 1
+//    (release) and publishes sent + 1;
+//  - receiver: the message `next` is present when slot(next).seq == next + 1 (acquire);
+//    after GNI_SmsgRelease it stores released = next + 1 (release), returning the credit.
+// `sent` and `released` live in shared memory so a re-initialised endpoint resumes the
+// channel where it was.
+struct MboxCtl {
+  alignas(64) std::atomic<uint32_t> sent;      // written by the sender only
+  alignas(64) std::atomic<uint32_t> released;  // written by the receiver only
+  alignas(64) uint32_t magic;
+  uint32_t credits;
+  uint32_t slot_size;
+  uint32_t max_size;
+};
+static_assert(sizeof(MboxCtl) == 192);
+inline constexpr uint32_t kMboxMagic = 0x4D424F58;  // "MBOX"
+
+struct MboxSlotHeader {
+  std::atomic<uint32_t> seq;
+  uint32_t length;   // header + data bytes
+  uint8_t tag;
+  uint8_t reserved[7];
+};
+static_assert(sizeof(MboxSlotHeader) == 16);
+
+constexpr uint32_t mbox_slot_size(uint32_t msg_maxsize) {
+  return (static_cast<uint32_t>(sizeof(MboxSlotHeader)) + msg_maxsize + 63u) & ~63u;
+}
+constexpr uint64_t mbox_bytes(uint32_t credits, uint32_t msg_maxsize) {
+  return sizeof(MboxCtl) + uint64_t{credits} * mbox_slot_size(msg_maxsize);
+}
+
+}  // namespace nicemu::abi

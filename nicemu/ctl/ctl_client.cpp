@@ -1,0 +1,136 @@
+#include "nicemu/ctl/ctl_client.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+namespace nicemu::ctl {
+
+std::string default_rundir() {
+  if (const char* d = std::getenv("NICEMU_RUNDIR"); d && *d) return d;
+  if (geteuid() == 0) return "/run/nicemu";
+  return "/tmp/nicemu-" + std::to_string(geteuid());
+}
+
+std::string socket_path(const std::string& rundir, uint32_t nic_addr) {
+  return rundir + "/nic-" + std::to_string(nic_addr) + ".sock";
+}
+
+std::vector<uint32_t> list_nodes(const std::string& rundir) {
+  std::vector<uint32_t> out;
+  DIR* d = opendir(rundir.c_str());
+  if (!d) return out;
+  while (dirent* e = readdir(d)) {
+    unsigned long v;
+    char tail[8];
+    if (std::sscanf(e->d_name, "nic-%lu.soc%1s", &v, tail) == 2 && v <= 0xFFFFFFFFul)
+      out.push_back(static_cast<uint32_t>(v));
+  }
+  closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Connection::~Connection() { close(); }
+
+Connection::Connection(Connection&& o) noexcept : fd_(o.fd_), seq_(o.seq_) { o.fd_ = -1; }
+
+Connection& Connection::operator=(Connection&& o) noexcept {
+  if (this != &o) {
+    close();
+    fd_ = o.fd_;
+    seq_ = o.seq_;
+    o.fd_ = -1;
+  }
+  return *this;
+}
+
+void Connection::close() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+bool Connection::connect(const std::string& path) {
+  close();
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(sa.sun_path)) {
+    errno = ENAMETOOLONG;
+    return false;
+  }
+  std::memcpy(sa.sun_path, path.c_str(), path.size() + 1);
+  int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+    int e = errno;
+    ::close(fd);
+    errno = e;
+    return false;
+  }
+  fd_ = fd;
+  return true;
+}
+
+long Connection::call(void* req, size_t req_size, void* reply, size_t reply_size, int* fd_out) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (fd_out) *fd_out = -1;
+  if (fd_ < 0) return -1;
+  auto* h = static_cast<abi::ctl::Header*>(req);
+  h->magic = abi::ctl::kMagic;
+  h->version = abi::ctl::kVersion;
+  h->seq = ++seq_;
+  h->length = static_cast<uint32_t>(req_size);
+  ssize_t s;
+  do {
+    s = ::send(fd_, req, req_size, MSG_NOSIGNAL);
+  } while (s < 0 && errno == EINTR);
+  if (s != static_cast<ssize_t>(req_size)) return -1;
+
+  iovec iov{reply, reply_size};
+  alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))];
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = cbuf;
+  msg.msg_controllen = sizeof(cbuf);
+  ssize_t n;
+  do {
+    n = ::recvmsg(fd_, &msg, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  if (n <= 0) return -1;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+      int passed;
+      std::memcpy(&passed, CMSG_DATA(c), sizeof(int));
+      if (fd_out)
+        *fd_out = passed;
+      else
+        ::close(passed);
+    }
+  }
+  if (static_cast<size_t>(n) < sizeof(abi::ctl::Reply)) return -1;
+  auto* rh = static_cast<abi::ctl::Header*>(reply);
+  if (rh->magic != abi::ctl::kMagic || rh->seq != h->seq) return -1;
+  return n;
+}
+
+std::optional<std::string> Connection::status_json() {
+  abi::ctl::Status req{};
+  req.h.op = static_cast<uint16_t>(abi::ctl::Op::kStatus);
+  std::vector<char> buf(abi::ctl::kMaxStatusReply);
+  long n = call(&req, sizeof(req), buf.data(), buf.size());
+  if (n < static_cast<long>(sizeof(abi::ctl::StatusReply))) return std::nullopt;
+  abi::ctl::StatusReply rep;
+  std::memcpy(&rep, buf.data(), sizeof(rep));
+  size_t len = std::min<size_t>(rep.json_length, static_cast<size_t>(n) - sizeof(rep));
+  return std::string(buf.data() + sizeof(rep), len);
+}
+
+}  // namespace nicemu::ctl

@@ -1,0 +1,58 @@
+// Client side of the control protocol (nicemu/abi/ctl_protocol.h): used by libugni, the
+// launcher and nicemuctl. Synchronous request/reply on a SOCK_SEQPACKET Unix socket.
+#pragma once
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "nicemu/abi/ctl_protocol.h"
+
+namespace nicemu::ctl {
+
+// Where daemons put their sockets: $NICEMU_RUNDIR, else /run/nicemu for root, else
+// /tmp/nicemu-<uid>.
+std::string default_rundir();
+// Socket of the daemon emulating NIC address `nic_addr` in `rundir`.
+std::string socket_path(const std::string& rundir, uint32_t nic_addr);
+// NIC addresses of all daemon sockets present in `rundir`, ascending.
+std::vector<uint32_t> list_nodes(const std::string& rundir);
+
+class Connection {
+ public:
+  Connection() = default;
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+  Connection(Connection&& o) noexcept;
+  Connection& operator=(Connection&& o) noexcept;
+
+  // Connects to a daemon socket; false (with errno set) if nothing listens there.
+  bool connect(const std::string& path);
+  bool connected() const { return fd_ >= 0; }
+  int fd() const { return fd_; }
+  void close();
+
+  // Sends `req` (a message struct starting with abi::ctl::Header, whose seq is filled in)
+  // and receives the reply into `reply` (at most reply_size bytes). If `fd_out` is given, a
+  // passed file descriptor is stored there (-1 if none). Returns bytes received, or -1 on
+  // a broken connection (the daemon went away).
+  long call(void* req, size_t req_size, void* reply, size_t reply_size, int* fd_out = nullptr);
+
+  template <typename Req, typename Rep>
+  bool call(Req& req, Rep& rep, int* fd_out = nullptr) {
+    long n = call(&req, sizeof(Req), &rep, sizeof(Rep), fd_out);
+    return n >= static_cast<long>(sizeof(abi::ctl::Reply));
+  }
+
+  // Status request: returns the JSON text, nullopt if the daemon is unreachable.
+  std::optional<std::string> status_json();
+
+ private:
+  int fd_ = -1;
+  uint32_t seq_ = 0;
+  std::mutex mu_;
+};
+
+}  // namespace nicemu::ctl

@@ -1,0 +1,45 @@
+// The launcher's view of the emulated nodes of a job: finds running daemons or starts them
+// (the embedded default), and obtains the job credential (ptag/cookie) from them.
+#pragma once
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace nicemu::run {
+
+struct JobCredential {
+  uint8_t ptag = 0;
+  uint32_t cookie = 0;
+};
+
+struct Node {
+  uint32_t nic_addr = 0;
+  std::string socket;
+};
+
+class DaemonSet {
+ public:
+  // Uses the daemons already listening in `rundir` if there are at least `nodes` of them;
+  // otherwise starts the missing ones with the `nicemu` binary found next to the running
+  // executable (or in PATH). Throws std::runtime_error with context on failure.
+  static std::unique_ptr<DaemonSet> start_or_find(int nodes, const std::string& rundir,
+                                                  const std::string& log_level);
+  ~DaemonSet();  // stops (SIGTERM, then waits) the daemons this set started
+
+  const std::vector<Node>& nodes() const { return nodes_; }
+  const std::string& rundir() const { return rundir_; }
+
+  // Issues one credential on the first node for `uid` and grants it on the others.
+  JobCredential issue_credential(uid_t uid);
+  void revoke_credential(const JobCredential& cred);
+
+ private:
+  std::string rundir_;
+  std::vector<Node> nodes_;
+  std::vector<pid_t> started_;
+};
+
+}  // namespace nicemu::run
