@@ -182,7 +182,7 @@ struct StatusReply {
 
 static_assert(sizeof(Attach) <= kMaxMessage && sizeof(MboxOpen) <= kMaxMessage);
 static_assert(offsetof(Reply, rc) == 16);
-static_assert(sizeof(MboxOpen) == 80);
+static_assert(sizeof(MboxOpen) == 72);
 
 template <typename T>
 constexpr Header make_header(Op op, uint32_t seq) {

@@ -51,7 +51,7 @@ struct RegionHeader {
   uint32_t reg_slots;
   uint32_t cq_slots;
   std::atomic<uint32_t> down_futex;  // bumped and woken when the region dies
-  uint32_t xmem_ok;              // 1 if the daemon verified cross-memory attach to the owner
+  uint32_t reserved0;
 };
 static_assert(sizeof(RegionHeader) <= kPageSize);
 static_assert(offsetof(RegionHeader, state) == 8);
@@ -155,4 +155,12 @@ constexpr uint64_t mbox_bytes(uint32_t credits, uint32_t msg_maxsize) {
   return sizeof(MboxCtl) + uint64_t{credits} * mbox_slot_size(msg_maxsize);
 }
 
+}  // namespace nicemu::abi
+
+namespace nicemu::abi {
+// GNI_SmsgBufferSizeNeeded: bytes of registered memory one mailbox needs. Deterministic in
+// (credits, msg_maxsize), so both peers compute the same value.
+constexpr uint64_t smsg_buffer_size(uint32_t credits, uint32_t msg_maxsize) {
+  return (mbox_bytes(credits, msg_maxsize) + 63) & ~uint64_t{63};
+}
 }  // namespace nicemu::abi

@@ -1,0 +1,150 @@
+#include "nicemu/daemon/control_server.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+#include "nicemu/abi/ctl_protocol.h"
+
+namespace nicemu::daemon {
+
+using seqpacket = asio::generic::seq_packet_protocol;
+
+class ControlServer::Session : public std::enable_shared_from_this<ControlServer::Session> {
+ public:
+  Session(seqpacket::socket sock, Node& node, uint64_t id) : sock_(std::move(sock)), node_(node) {
+    peer_.id = id;
+    ucred cr{};
+    socklen_t len = sizeof(cr);
+    if (getsockopt(sock_.native_handle(), SOL_SOCKET, SO_PEERCRED, &cr, &len) == 0) {
+      peer_.pid = cr.pid;
+      peer_.uid = cr.uid;
+      peer_.gid = cr.gid;
+    }
+    buf_.resize(abi::ctl::kMaxMessage + 1);
+  }
+
+  void start() { wait_readable(); }
+
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+    node_.connection_closed(peer_);
+    asio::error_code ec;
+    sock_.close(ec);
+  }
+
+ private:
+  void wait_readable() {
+    auto self = shared_from_this();
+    sock_.async_wait(seqpacket::socket::wait_read, [self](const asio::error_code& ec) {
+      if (ec || self->closed_) return self->close();
+      self->on_readable();
+    });
+  }
+
+  void on_readable() {
+    ssize_t n = ::recv(sock_.native_handle(), buf_.data(), buf_.size(), MSG_DONTWAIT | MSG_TRUNC);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return wait_readable();
+    if (n <= 0) return close();  // EOF: the client closed or died
+    if (static_cast<size_t>(n) > abi::ctl::kMaxMessage) {
+      ++node_.counters().malformed_messages;
+      spdlog::warn("oversized control message ({} bytes) from pid {} dropped", n, peer_.pid);
+      return wait_readable();
+    }
+    int pass_fd = -1;
+    node_.handle(peer_, buf_.data(), static_cast<size_t>(n), reply_, pass_fd);
+    if (!reply_.empty() && !send_reply(pass_fd)) return close();
+    if (node_.shutdown_requested()) raise(SIGTERM);
+    wait_readable();
+  }
+
+  bool send_reply(int pass_fd) {
+    iovec iov{reply_.data(), reply_.size()};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))];
+    if (pass_fd >= 0) {
+      msg.msg_control = cbuf;
+      msg.msg_controllen = sizeof(cbuf);
+      cmsghdr* c = CMSG_FIRSTHDR(&msg);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+    }
+    ssize_t s;
+    do {
+      s = ::sendmsg(sock_.native_handle(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    } while (s < 0 && errno == EINTR);
+    if (s != static_cast<ssize_t>(reply_.size())) {
+      spdlog::warn("reply to pid {} failed ({}), closing its connection", peer_.pid, strerror(errno));
+      return false;
+    }
+    return true;
+  }
+
+  seqpacket::socket sock_;
+  Node& node_;
+  Peer peer_;
+  std::vector<char> buf_;
+  std::vector<char> reply_;
+  bool closed_ = false;
+};
+
+ControlServer::ControlServer(asio::io_context& io, Node& node, const std::string& path)
+    : io_(io), node_(node), path_(path), acceptor_(io) {
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(sa.sun_path)) throw std::runtime_error("socket path too long: " + path);
+  std::memcpy(sa.sun_path, path.c_str(), path.size() + 1);
+  seqpacket::endpoint ep(&sa, sizeof(sa));
+  acceptor_.open(seqpacket(AF_UNIX, 0));
+  acceptor_.bind(ep);
+  // Any local user may connect; what each may do is decided per request from its
+  // peer credentials.
+  chmod(path.c_str(), 0666);
+  acceptor_.listen(128);
+}
+
+ControlServer::~ControlServer() { stop(); }
+
+void ControlServer::start() { accept_next(); }
+
+void ControlServer::accept_next() {
+  acceptor_.async_accept([this](const asio::error_code& ec, seqpacket::socket sock) {
+    if (ec) {
+      if (ec != asio::error::operation_aborted) spdlog::warn("accept: {}", ec.message());
+      if (acceptor_.is_open()) accept_next();
+      return;
+    }
+    int big = 2 << 20;
+    setsockopt(sock.native_handle(), SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
+    auto s = std::make_shared<Session>(std::move(sock), node_, next_id_++);
+    ++node_.counters().connections;
+    std::erase_if(sessions_, [](const std::weak_ptr<Session>& w) { return w.expired(); });
+    sessions_.push_back(s);
+    s->start();
+    accept_next();
+  });
+}
+
+void ControlServer::stop() {
+  if (acceptor_.is_open()) {
+    asio::error_code ec;
+    acceptor_.close(ec);
+    ::unlink(path_.c_str());
+  }
+  for (auto& w : sessions_)
+    if (auto s = w.lock()) s->close();
+  sessions_.clear();
+}
+
+}  // namespace nicemu::daemon

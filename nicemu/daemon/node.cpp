@@ -1,0 +1,354 @@
+#include "nicemu/daemon/node.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+#include "nicemu/abi/gni_values.h"
+
+namespace nicemu::daemon {
+
+using namespace nicemu::abi;
+namespace rc = nicemu::abi::gni;
+using ctl::Op;
+
+namespace {
+template <typename Rep>
+Rep& init_reply(std::vector<char>& buf, const ctl::Header& req) {
+  buf.assign(sizeof(Rep), 0);
+  auto* r = reinterpret_cast<Rep*>(buf.data());
+  r->r.h = ctl::Header{ctl::kMagic, ctl::kVersion, req.op, req.seq, static_cast<uint32_t>(sizeof(Rep))};
+  return *r;
+}
+struct PlainReply {
+  ctl::Reply r;
+};
+
+uint64_t random_seed() {
+  std::random_device rd;
+  return (uint64_t{rd()} << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
+}
+}  // namespace
+
+Node::Node(NodeConfig cfg) : cfg_(std::move(cfg)), rng_(random_seed()) {}
+
+template <typename Req>
+bool Node::parse(const char* msg, size_t len, Req& out) {
+  if (len != sizeof(Req)) return false;
+  std::memcpy(&out, msg, sizeof(Req));  // copy out of the socket buffer before validating
+  return out.h.length == sizeof(Req);
+}
+
+bool Node::may_use(const Peer& peer, const Credential& c) const {
+  auto it = credentials_.find(c);
+  if (it == credentials_.end()) return false;
+  return peer.uid == 0 || it->second == peer.uid;
+}
+
+CdmRegion* Node::owned_cdm(const Peer& peer) {
+  auto it = cdms_.find(peer.attach_id);
+  return it == cdms_.end() ? nullptr : it->second.get();
+}
+
+CdmRegion* Node::find_cdm(const Credential& c, uint32_t inst_id) {
+  for (auto& [id, r] : cdms_)
+    if (r->credential() == c && r->inst_id() == inst_id && r->alive()) return r.get();
+  return nullptr;
+}
+
+void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& reply, int& pass_fd) {
+  pass_fd = -1;
+  reply.clear();
+  ctl::Header h;
+  if (len < sizeof(h)) {
+    ++ctr_.malformed_messages;
+    return;
+  }
+  std::memcpy(&h, msg, sizeof(h));
+  if (h.magic != ctl::kMagic || h.version != ctl::kVersion || h.length != len) {
+    ++ctr_.malformed_messages;
+    spdlog::warn("nic {}: malformed control message from pid {} (op {}, {} bytes) dropped", cfg_.nic_addr,
+                 peer.pid, h.op, len);
+    return;
+  }
+  auto bad = [&] {
+    ++ctr_.malformed_messages;
+    init_reply<PlainReply>(reply, h).r.rc = rc::kInvalidParam;
+  };
+
+  switch (static_cast<Op>(h.op)) {
+    case Op::kHello: {
+      auto& r = init_reply<ctl::HelloReply>(reply, h);
+      r.nic_addr = cfg_.nic_addr;
+      r.device_type = cfg_.device_type;
+      r.daemon_pid = static_cast<uint32_t>(getpid());
+      r.abi_version = kAbiVersion;
+      r.r.rc = rc::kSuccess;
+      return;
+    }
+    case Op::kAttach: {
+      ctl::Attach req;
+      if (!parse(msg, len, req)) return bad();
+      auto& r = init_reply<ctl::AttachReply>(reply, h);
+      r.r.rc = attach(peer, req, r, pass_fd);
+      return;
+    }
+    case Op::kMemRegister: {
+      ctl::MemRegister req;
+      if (!parse(msg, len, req)) return bad();
+      auto& r = init_reply<ctl::MemRegisterReply>(reply, h);
+      CdmRegion* cdm = owned_cdm(peer);
+      r.r.rc = cdm ? cdm->mem_register(req, r) : rc::kInvalidState;
+      if (r.r.rc == rc::kSuccess) ++ctr_.registrations;
+      return;
+    }
+    case Op::kMemDeregister: {
+      ctl::MemDeregister req;
+      if (!parse(msg, len, req)) return bad();
+      auto& r = init_reply<PlainReply>(reply, h);
+      CdmRegion* cdm = owned_cdm(peer);
+      r.r.rc = cdm ? cdm->mem_deregister(req) : rc::kInvalidState;
+      if (r.r.rc == rc::kSuccess) ++ctr_.deregistrations;
+      return;
+    }
+    case Op::kCqCreate: {
+      ctl::CqCreate req;
+      if (!parse(msg, len, req)) return bad();
+      auto& r = init_reply<ctl::CqCreateReply>(reply, h);
+      CdmRegion* cdm = owned_cdm(peer);
+      r.r.rc = cdm ? cdm->cq_create(req, r) : rc::kInvalidState;
+      if (r.r.rc == rc::kSuccess) ++ctr_.cq_creates;
+      return;
+    }
+    case Op::kCqDestroy: {
+      ctl::CqDestroy req;
+      if (!parse(msg, len, req)) return bad();
+      auto& r = init_reply<PlainReply>(reply, h);
+      CdmRegion* cdm = owned_cdm(peer);
+      r.r.rc = cdm ? cdm->cq_destroy(req) : rc::kInvalidState;
+      if (r.r.rc == rc::kSuccess) ++ctr_.cq_destroys;
+      return;
+    }
+    case Op::kPeerLookup: {
+      ctl::PeerLookup req;
+      if (!parse(msg, len, req)) return bad();
+      auto& r = init_reply<ctl::PeerLookupReply>(reply, h);
+      ++ctr_.peer_lookups;
+      Credential c{req.ptag, req.cookie};
+      CdmRegion* t = nullptr;
+      if (req.nic_addr != cfg_.nic_addr) {
+        r.r.rc = rc::kNoMatch;
+      } else if (!may_use(peer, c)) {
+        r.r.rc = rc::kPermissionError;
+      } else if (!(t = find_cdm(c, req.inst_id))) {
+        r.r.rc = rc::kNoMatch;
+      } else {
+        r.r.rc = rc::kSuccess;
+        r.pid = static_cast<uint32_t>(t->pid());
+        r.attach_id = t->attach_id();
+        r.region_size = t->region_size();
+        r.ro_size = kRoSize;
+        pass_fd = t->memfd();
+      }
+      if (r.r.rc != rc::kSuccess) {
+        ++ctr_.peer_lookup_failures;
+        spdlog::debug("nic {}: peer lookup of inst {} (ptag {}) by pid {} failed: rc {}", cfg_.nic_addr,
+                      req.inst_id, req.ptag, peer.pid, r.r.rc);
+      }
+      return;
+    }
+    case Op::kMboxOpen: {
+      ctl::MboxOpen req;
+      if (!parse(msg, len, req)) return bad();
+      auto& r = init_reply<ctl::MboxOpenReply>(reply, h);
+      Credential c{req.ptag, req.cookie};
+      CdmRegion* t = nullptr;
+      if (!may_use(peer, c))
+        r.r.rc = rc::kPermissionError;
+      else if (!(t = find_cdm(c, req.inst_id)))
+        r.r.rc = rc::kNoMatch;
+      else
+        r.r.rc = t->mbox_open(req, r);
+      if (r.r.rc == rc::kSuccess) ++ctr_.mbox_opens;
+      return;
+    }
+    case Op::kCredIssue:
+    case Op::kCredGrant:
+    case Op::kCredRevoke: {
+      ctl::Cred req;
+      if (!parse(msg, len, req)) return bad();
+      auto& r = init_reply<ctl::CredReply>(reply, h);
+      if (peer.uid != 0 && req.uid != peer.uid) {
+        r.r.rc = rc::kPermissionError;
+        return;
+      }
+      Op op = static_cast<Op>(h.op);
+      if (op == Op::kCredRevoke) {
+        auto it = credentials_.find(Credential{req.ptag, req.cookie});
+        if (it == credentials_.end() || (peer.uid != 0 && it->second != peer.uid)) {
+          r.r.rc = rc::kNoMatch;
+          return;
+        }
+        credentials_.erase(it);
+        r.r.rc = rc::kSuccess;
+        spdlog::info("nic {}: credential ptag {} revoked", cfg_.nic_addr, req.ptag);
+        return;
+      }
+      Credential c{req.ptag, req.cookie};
+      if (op == Op::kCredIssue) {
+        // ptag from the user range, cookie with a random pkey (bits 31..16) and random
+        // low bits: unpredictable, and unique on this node.
+        for (int tries = 0; tries < 1000; ++tries) {
+          Credential cand{req.ptag ? req.ptag : static_cast<uint32_t>(3 + rng_() % 251),
+                          req.cookie ? req.cookie
+                                     : static_cast<uint32_t>(((128 + rng_() % (65407 - 128)) << 16) |
+                                                             (rng_() & 0xFFFF))};
+          if (!credentials_.contains(cand)) {
+            c = cand;
+            break;
+          }
+        }
+      } else if (c.ptag == 0 || c.ptag > 255) {
+        r.r.rc = rc::kInvalidParam;
+        return;
+      }
+      if (auto it = credentials_.find(c); it != credentials_.end() && it->second != req.uid) {
+        r.r.rc = rc::kPermissionError;
+        return;
+      }
+      credentials_[c] = req.uid;
+      ++ctr_.credentials_issued;
+      r.ptag = c.ptag;
+      r.cookie = c.cookie;
+      r.r.rc = rc::kSuccess;
+      spdlog::info("nic {}: credential ptag {} cookie {:#x} {} for uid {}", cfg_.nic_addr, c.ptag, c.cookie,
+                   op == Op::kCredIssue ? "issued" : "granted", req.uid);
+      return;
+    }
+    case Op::kStatus: {
+      std::string js = status().dump();
+      reply.assign(sizeof(ctl::StatusReply) + js.size(), 0);
+      ctl::StatusReply r{};
+      r.r.h = ctl::Header{ctl::kMagic, ctl::kVersion, h.op, h.seq, static_cast<uint32_t>(reply.size())};
+      r.r.rc = rc::kSuccess;
+      r.json_length = static_cast<uint32_t>(js.size());
+      std::memcpy(reply.data(), &r, sizeof(r));
+      std::memcpy(reply.data() + sizeof(r), js.data(), js.size());
+      return;
+    }
+    case Op::kShutdown: {
+      auto& r = init_reply<PlainReply>(reply, h);
+      if (peer.uid != 0 && peer.uid != geteuid()) {
+        r.r.rc = rc::kPermissionError;
+        return;
+      }
+      r.r.rc = rc::kSuccess;
+      shutdown_requested_ = true;
+      return;
+    }
+  }
+  bad();
+}
+
+int Node::attach(Peer& peer, const ctl::Attach& req, ctl::AttachReply& rep, int& pass_fd) {
+  auto refuse = [&](int code, const char* why) {
+    ++ctr_.attach_refused;
+    spdlog::warn("nic {}: attach of inst {} ptag {} by pid {} uid {} refused: {}", cfg_.nic_addr, req.inst_id,
+                 req.ptag, peer.pid, peer.uid, why);
+    return code;
+  };
+  if (peer.attach_id != 0) return refuse(rc::kInvalidState, "connection already attached");
+  if (req.abi_version != kAbiVersion) return refuse(rc::kInvalidState, "ABI version mismatch");
+  if (static_cast<pid_t>(req.pid) != peer.pid) return refuse(rc::kPermissionError, "pid does not match peer credentials");
+  if (req.ptag == 0 || req.ptag > 255) return refuse(rc::kInvalidParam, "invalid ptag");
+  Credential c{req.ptag, req.cookie};
+  if (!credentials_.contains(c) && cfg_.allow_any_credential) credentials_[c] = peer.uid;
+  if (!may_use(peer, c)) return refuse(rc::kPermissionError, "credential not issued to this user");
+  if (find_cdm(c, req.inst_id)) return refuse(rc::kInvalidParam, "inst_id already in use in this domain");
+  std::unique_ptr<CdmRegion> region;
+  try {
+    region = std::make_unique<CdmRegion>(cfg_.nic_addr, cfg_.device_type, req, peer.pid, next_attach_++,
+                                         cfg_.region_size);
+  } catch (const std::exception& e) {
+    return refuse(rc::kErrorNomem, e.what());
+  }
+  rep.nic_addr = cfg_.nic_addr;
+  rep.device_type = cfg_.device_type;
+  rep.attach_id = region->attach_id();
+  rep.region_size = region->region_size();
+  rep.ro_size = kRoSize;
+  pass_fd = region->memfd();
+  peer.attach_id = region->attach_id();
+  spdlog::info("nic {}: pid {} attached inst {} ptag {} (attach {})", cfg_.nic_addr, peer.pid, req.inst_id, req.ptag,
+               peer.attach_id);
+  cdms_[peer.attach_id] = std::move(region);
+  ++ctr_.attaches;
+  return rc::kSuccess;
+}
+
+void Node::connection_closed(Peer& peer) {
+  auto it = cdms_.find(peer.attach_id);
+  if (it == cdms_.end()) return;
+  bool died = kill(peer.pid, 0) != 0 && errno == ESRCH;
+  it->second->kill(kRegionDead);
+  spdlog::info("nic {}: inst {} of pid {} {}; its registrations, CQs and mailboxes are reclaimed", cfg_.nic_addr,
+               it->second->inst_id(), peer.pid, died ? "died" : "detached");
+  if (died)
+    ++ctr_.clients_reaped;
+  else
+    ++ctr_.detaches;
+  cdms_.erase(it);
+  peer.attach_id = 0;
+}
+
+void Node::shutdown() {
+  for (auto& [id, r] : cdms_) r->kill(kRegionNicDown);
+  cdms_.clear();
+}
+
+nlohmann::json Node::status() const {
+  using nlohmann::json;
+  json cdms = json::array();
+  for (const auto& [id, r] : cdms_) {
+    cdms.push_back({{"attach_id", id},
+                    {"pid", r->pid()},
+                    {"inst_id", r->inst_id()},
+                    {"ptag", r->credential().ptag},
+                    {"cookie", r->credential().cookie},
+                    {"alive", r->alive()},
+                    {"registrations", r->live_registrations()},
+                    {"cqs", r->live_cqs()},
+                    {"mailboxes", r->mailboxes()},
+                    {"heap_bytes", r->heap_in_use()}});
+  }
+  json creds = json::array();
+  for (const auto& [c, uid] : credentials_) creds.push_back({{"ptag", c.ptag}, {"cookie", c.cookie}, {"uid", uid}});
+  auto up = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  return json{{"nic_addr", cfg_.nic_addr},
+              {"device_type", cfg_.device_type == rc::kDeviceAries ? "aries" : "gemini"},
+              {"pid", getpid()},
+              {"socket", cfg_.socket_path},
+              {"uptime_s", up},
+              {"credentials", creds},
+              {"cdms", cdms},
+              {"counters",
+               {{"connections", ctr_.connections},
+                {"attaches", ctr_.attaches},
+                {"attach_refused", ctr_.attach_refused},
+                {"detaches", ctr_.detaches},
+                {"clients_reaped", ctr_.clients_reaped},
+                {"registrations", ctr_.registrations},
+                {"deregistrations", ctr_.deregistrations},
+                {"cq_creates", ctr_.cq_creates},
+                {"cq_destroys", ctr_.cq_destroys},
+                {"peer_lookups", ctr_.peer_lookups},
+                {"peer_lookup_failures", ctr_.peer_lookup_failures},
+                {"mbox_opens", ctr_.mbox_opens},
+                {"malformed_messages", ctr_.malformed_messages},
+                {"credentials_issued", ctr_.credentials_issued}}}};
+}
+
+}  // namespace nicemu::daemon

@@ -1,0 +1,80 @@
+// The emulated NIC of one node: protection domains (job credentials), the attached CDMs
+// and their regions, and the dispatch of control requests. Single-threaded: every call
+// comes from the daemon's Asio loop.
+#pragma once
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "nicemu/daemon/cdm_region.h"
+
+namespace nicemu::daemon {
+
+struct NodeConfig {
+  uint32_t nic_addr = 0;
+  uint32_t device_type = 1;  // GNI_DEVICE_ARIES
+  uint64_t region_size = abi::kDefaultRegionSize;
+  bool allow_any_credential = false;
+  std::string socket_path;
+};
+
+// Identity of a control connection (SO_PEERCRED) and the CDM it attached, if any.
+struct Peer {
+  uint64_t id = 0;
+  pid_t pid = 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  uint64_t attach_id = 0;  // 0 = this connection attached nothing
+};
+
+struct Counters {
+  uint64_t connections = 0, attaches = 0, attach_refused = 0, detaches = 0, clients_reaped = 0;
+  uint64_t registrations = 0, deregistrations = 0, cq_creates = 0, cq_destroys = 0;
+  uint64_t peer_lookups = 0, peer_lookup_failures = 0, mbox_opens = 0;
+  uint64_t malformed_messages = 0, credentials_issued = 0;
+};
+
+class Node {
+ public:
+  explicit Node(NodeConfig cfg);
+
+  // Handles one request from `peer`; fills `reply` and may set `pass_fd` to a descriptor
+  // the caller sends along (still owned by the node).
+  void handle(Peer& peer, const char* msg, size_t len, std::vector<char>& reply, int& pass_fd);
+  // The connection closed: a CDM attached through it is reclaimed.
+  void connection_closed(Peer& peer);
+  // SIGTERM: every region goes NIC-down so clients see errors, not hangs.
+  void shutdown();
+  bool shutdown_requested() const { return shutdown_requested_; }
+
+  nlohmann::json status() const;
+  const NodeConfig& config() const { return cfg_; }
+  Counters& counters() { return ctr_; }
+
+ private:
+  template <typename Req>
+  bool parse(const char* msg, size_t len, Req& out);
+  int attach(Peer& peer, const abi::ctl::Attach& req, abi::ctl::AttachReply& rep, int& pass_fd);
+  bool may_use(const Peer& peer, const Credential& c) const;
+  CdmRegion* owned_cdm(const Peer& peer);
+  CdmRegion* find_cdm(const Credential& c, uint32_t inst_id);
+
+  NodeConfig cfg_;
+  std::map<Credential, uid_t> credentials_;
+  std::map<uint64_t, std::unique_ptr<CdmRegion>> cdms_;  // attach_id -> region
+  uint64_t next_attach_ = 1;
+  std::mt19937_64 rng_;
+  Counters ctr_;
+  bool shutdown_requested_ = false;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace nicemu::daemon
