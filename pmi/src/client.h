@@ -5,9 +5,11 @@
 #pragma once
 #include <map>
 #include <mutex>
+#include <new>
 #include <string>
 #include <string_view>
 
+#include "pmi.h"
 #include "wire.h"
 
 namespace nicemu::pmi {
@@ -92,9 +94,9 @@ int guarded(F&& body) noexcept {
   try {
     return body();
   } catch (const std::bad_alloc&) {
-    return 2;  // PMI_ERR_NOMEM
+    return PMI_ERR_NOMEM;
   } catch (...) {
-    return -1;  // PMI_FAIL
+    return PMI_FAIL;
   }
 }
 

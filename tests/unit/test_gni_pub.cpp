@@ -240,7 +240,10 @@ TEST_CASE("gni_statistic_str: unique identifier-like names") {
     const std::string s = gni_statistic_str[i];
     CHECK_FALSE(s.empty());
     CHECK(s.rfind("GNI_STAT_", 0) == std::string::npos);
-    for (char c : s) CHECK((std::isupper(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '_'));
+    for (char ch : s) {
+      const auto c = static_cast<unsigned char>(ch);
+      CHECK((std::isupper(c) || std::isdigit(c) || c == '_'));
+    }
     CHECK(seen.insert(s).second);
   }
   CHECK(std::string(gni_statistic_str[GNI_STAT_SMSG_BUFF_CREDITS_STALL]) ==

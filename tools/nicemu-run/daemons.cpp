@@ -1,0 +1,145 @@
+#include "daemons.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+#include <thread>
+
+#include "nicemu/abi/ctl_protocol.h"
+#include "nicemu/abi/gni_values.h"
+#include "nicemu/ctl/ctl_client.h"
+
+namespace nicemu::run {
+
+namespace {
+
+std::string nicemu_binary() {
+  if (const char* e = std::getenv("NICEMU_DAEMON"); e && *e) return e;
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    // Build tree (tools/nicemu-run/ next to nicemu/daemon/) or an installed bin/.
+    for (auto cand : {self.parent_path() / "nicemu", self.parent_path() / "../../nicemu/daemon/nicemu"}) {
+      if (std::filesystem::exists(cand, ec)) return std::filesystem::weakly_canonical(cand, ec).string();
+    }
+  }
+  return "nicemu";  // from PATH
+}
+
+bool answers(const std::string& socket) {
+  ctl::Connection c;
+  if (!c.connect(socket)) return false;
+  abi::ctl::Hello req{};
+  req.h.op = static_cast<uint16_t>(abi::ctl::Op::kHello);
+  abi::ctl::HelloReply rep{};
+  return c.call(req, rep) && rep.r.rc == abi::gni::kSuccess;
+}
+
+abi::ctl::CredReply cred_call(const std::string& socket, abi::ctl::Op op, uid_t uid, uint32_t ptag, uint32_t cookie) {
+  ctl::Connection c;
+  if (!c.connect(socket)) throw std::runtime_error("cannot reach the daemon at " + socket);
+  abi::ctl::Cred req{};
+  req.h.op = static_cast<uint16_t>(op);
+  req.uid = uid;
+  req.ptag = ptag;
+  req.cookie = cookie;
+  abi::ctl::CredReply rep{};
+  if (!c.call(req, rep)) throw std::runtime_error("no answer from the daemon at " + socket);
+  return rep;
+}
+
+}  // namespace
+
+std::unique_ptr<DaemonSet> DaemonSet::start_or_find(int nodes, const std::string& rundir,
+                                                    const std::string& log_level) {
+  if (nodes < 1) throw std::runtime_error("--nodes must be at least 1");
+  auto set = std::unique_ptr<DaemonSet>(new DaemonSet);
+  set->rundir_ = rundir;
+  std::error_code ec;
+  std::filesystem::create_directories(rundir, ec);
+
+  std::vector<uint32_t> running;
+  for (uint32_t a : ctl::list_nodes(rundir))
+    if (answers(ctl::socket_path(rundir, a))) running.push_back(a);
+
+  // Running daemons are used as they are; missing nodes get addresses 0, 1, 2, ...
+  std::string bin = nicemu_binary();
+  uint32_t next = 0;
+  for (uint32_t a : running) {
+    if (static_cast<int>(set->nodes_.size()) == nodes) break;
+    set->nodes_.push_back(Node{a, ctl::socket_path(rundir, a)});
+  }
+  while (static_cast<int>(set->nodes_.size()) < nodes) {
+    while (std::find(running.begin(), running.end(), next) != running.end()) ++next;
+    uint32_t addr = next++;
+    std::string sock = ctl::socket_path(rundir, addr);
+    pid_t pid = fork();
+    if (pid < 0) throw std::runtime_error("fork failed starting nicemu");
+    if (pid == 0) {
+      std::string node = std::to_string(addr);
+      execlp(bin.c_str(), bin.c_str(), "--node", node.c_str(), "--rundir", rundir.c_str(), "--log-level",
+             log_level.c_str(), static_cast<char*>(nullptr));
+      std::fprintf(stderr, "nicemu-run: cannot execute %s: %s\n", bin.c_str(), strerror(errno));
+      _exit(127);
+    }
+    set->started_.push_back(pid);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!answers(sock)) {
+      int st;
+      if (waitpid(pid, &st, WNOHANG) == pid) {
+        std::erase(set->started_, pid);
+        throw std::runtime_error("nicemu for NIC address " + std::to_string(addr) + " exited at start-up");
+      }
+      if (std::chrono::steady_clock::now() > deadline)
+        throw std::runtime_error("nicemu for NIC address " + std::to_string(addr) + " did not come up on " + sock);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    set->nodes_.push_back(Node{addr, sock});
+  }
+  return set;
+}
+
+DaemonSet::~DaemonSet() {
+  for (pid_t p : started_) kill(p, SIGTERM);
+  for (pid_t p : started_) {
+    int st;
+    for (int i = 0; i < 200; ++i) {
+      if (waitpid(p, &st, WNOHANG) == p) goto next;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    kill(p, SIGKILL);
+    waitpid(p, &st, 0);
+  next:;
+  }
+}
+
+JobCredential DaemonSet::issue_credential(uid_t uid) {
+  auto rep = cred_call(nodes_.front().socket, abi::ctl::Op::kCredIssue, uid, 0, 0);
+  if (rep.r.rc != abi::gni::kSuccess)
+    throw std::runtime_error("daemon at " + nodes_.front().socket + " refused to issue a credential");
+  JobCredential c{static_cast<uint8_t>(rep.ptag), rep.cookie};
+  for (size_t i = 1; i < nodes_.size(); ++i) {
+    auto g = cred_call(nodes_[i].socket, abi::ctl::Op::kCredGrant, uid, c.ptag, c.cookie);
+    if (g.r.rc != abi::gni::kSuccess)
+      throw std::runtime_error("daemon at " + nodes_[i].socket + " refused the job credential");
+  }
+  return c;
+}
+
+void DaemonSet::revoke_credential(const JobCredential& cred) {
+  for (auto& n : nodes_) {
+    try {
+      cred_call(n.socket, abi::ctl::Op::kCredRevoke, getuid(), cred.ptag, cred.cookie);
+    } catch (const std::exception&) {
+      // A daemon that is gone has nothing left to revoke.
+    }
+  }
+}
+
+}  // namespace nicemu::run

@@ -1,0 +1,128 @@
+// nicemu-run: the single-host launcher and PMI server (design decision 8). Starts or finds
+// the emulated nodes' daemons, obtains the job credential, runs N ranks under a PMI-1
+// server with the Cray environment (PMI_GNI_*, ALPS_APP_PE), and cleans up.
+#include <fcntl.h>
+#include <spdlog/sinks/stderr_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/core.h>
+
+#include "daemons.h"
+#include "job.h"
+#include "nicemu/ctl/ctl_client.h"
+#include "signal_pipe.h"
+
+namespace {
+
+// Descriptors 0-2 must be open, or pipes and sockets made later would land on them.
+void ensure_stdio_open() {
+  for (int fd = 0; fd <= 2; ++fd)
+    if (::fcntl(fd, F_GETFD) < 0) ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace nicemu::run;
+  ensure_stdio_open();
+
+  CLI::App app{
+      "nicemu-run: run N ranks on emulated Cray nodes under a PMI-1 server.\n"
+      "Exit status: 0 when every rank exits 0; else the first failing rank's status\n"
+      "(128+N for signal N), the PMI_Abort code, 124 on --timeout, 127 if the program\n"
+      "cannot be run, 1 on launcher errors.",
+      "nicemu-run"};
+  JobConfig cfg;
+  std::string rundir = nicemu::ctl::default_rundir();
+  std::string log_level = "warn";
+  bool no_nic = false;
+  app.add_option("-n,--np", cfg.np, "number of ranks")->required()->check(CLI::Range(1, 1 << 20));
+  app.add_option("--nodes", cfg.nodes, "number of emulated nodes; ranks are placed in blocks")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app.add_option("--rundir", rundir, "directory of the daemons' sockets")->capture_default_str();
+  app.add_option("--log-level", log_level, "launcher and daemon log level")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
+      ->capture_default_str();
+  app.add_flag("--no-nic", no_nic,
+               "PMI only: start no daemons and set no PMI_GNI_* variables");
+  app.add_option("--timeout", cfg.timeout_s, "kill the job after SECONDS (exit status 124)")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--tag-output,!--no-tag-output", cfg.tag_output,
+               "prefix each output line with \"[rank] \" (default on)");
+  app.add_flag("--pmi-port", cfg.pmi_over_tcp,
+               "ranks reach the PMI server over TCP (PMI_PORT/PMI_ID) instead of PMI_FD");
+  app.add_option("command", cfg.command, "program and its arguments")->required();
+  app.prefix_command();  // everything from the program on belongs to the program
+  try {
+    app.parse(argc, argv);
+    // prefix_command() leaves the program's own arguments in remaining().
+    for (std::string& a : app.remaining()) cfg.command.push_back(std::move(a));
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  auto logger = spdlog::stderr_color_mt("nicemu-run");
+  logger->set_pattern("nicemu-run: %^%l%$: %v");
+  logger->set_level(spdlog::level::from_str(log_level));
+  spdlog::set_default_logger(logger);
+
+  // Handlers first: a Ctrl-C while daemons start still ends in an orderly cleanup.
+  std::optional<SignalPipe> signals;
+  try {
+    signals.emplace();
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "nicemu-run: {}\n", e.what());
+    return kExitLaunchFailure;
+  }
+
+  std::unique_ptr<DaemonSet> daemons;
+  std::optional<JobCredential> cred;
+  int status = kExitLaunchFailure;
+  try {
+    if (!no_nic) {
+      daemons = DaemonSet::start_or_find(cfg.nodes, rundir, log_level);
+      if (static_cast<int>(daemons->nodes().size()) < cfg.nodes)
+        throw std::runtime_error(fmt::format("{} node(s) requested, {} available",
+                                             cfg.nodes, daemons->nodes().size()));
+      cred = daemons->issue_credential(::getuid());
+      NicEnv nic;
+      nic.ptag = cred->ptag;
+      nic.cookie = cred->cookie;
+      nic.rundir = daemons->rundir();
+      for (int n = 0; n < cfg.nodes; ++n) nic.node_addrs.push_back(daemons->nodes()[n].nic_addr);
+      cfg.nic = std::move(nic);
+      spdlog::info("credential ptag {} cookie {:#x} on {} node(s)", cred->ptag, cred->cookie,
+                   cfg.nodes);
+    }
+    status = run_job(cfg, *signals);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "nicemu-run: {}\n", e.what());
+    if (!no_nic && !daemons)
+      fmt::print(stderr, "nicemu-run: (use --no-nic to run a PMI-only job without daemons)\n");
+    status = kExitLaunchFailure;
+  }
+
+  // Always: give the credential back and stop the daemons this run started.
+  if (cred) {
+    try {
+      daemons->revoke_credential(*cred);
+    } catch (const std::exception& e) {
+      spdlog::warn("revoking the job credential: {}", e.what());
+    }
+  }
+  try {
+    daemons.reset();
+  } catch (const std::exception& e) {
+    spdlog::warn("stopping the daemons: {}", e.what());
+  }
+  return status;
+}

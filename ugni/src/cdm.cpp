@@ -1,0 +1,211 @@
+// Communication domains, attach to the emulated NIC, and device/version/job queries.
+#include <sched.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "internal.h"
+
+using namespace nicemu;
+using namespace nicemu::ugni;
+
+namespace {
+std::mutex g_cdms_mu;
+std::vector<Cdm*> g_cdms;  // for GNI_GetPtag
+}  // namespace
+
+extern "C" {
+
+gni_return_t GNI_CdmCreate(uint32_t inst_id, uint8_t ptag, uint32_t cookie, uint32_t modes,
+                           gni_cdm_handle_t* cdm_hndl) {
+  if (!cdm_hndl || ptag == 0 || ptag == GNI_PTAG_LB || (modes & GNI_CDM_MODE_PRIV_MASK)) return GNI_RC_INVALID_PARAM;
+  auto* c = new (std::nothrow) Cdm;
+  if (!c) return GNI_RC_ERROR_NOMEM;
+  c->inst_id = inst_id;
+  c->ptag = ptag;
+  c->cookie = cookie;
+  c->modes = modes;
+  {
+    std::lock_guard<std::mutex> lk(g_cdms_mu);
+    g_cdms.push_back(c);
+  }
+  *cdm_hndl = reinterpret_cast<gni_cdm_handle_t>(c);
+  return GNI_RC_SUCCESS;
+}
+
+gni_return_t GNI_CdmDestroy(gni_cdm_handle_t cdm_hndl) {
+  Cdm* c = as_cdm(cdm_hndl);
+  if (!c) return GNI_RC_INVALID_PARAM;
+  {
+    std::lock_guard<std::mutex> lk(g_cdms_mu);
+    std::erase(g_cdms, c);
+  }
+  if (c->nic) {
+    c->nic->magic = 0;
+    delete c->nic;  // closes the attach connection: the daemon reclaims everything
+  }
+  c->magic = 0;
+  delete c;
+  return GNI_RC_SUCCESS;
+}
+
+gni_return_t GNI_CdmAttach(gni_cdm_handle_t cdm_hndl, uint32_t device_id, uint32_t* local_addr,
+                           gni_nic_handle_t* nic_hndl) {
+  Cdm* c = as_cdm(cdm_hndl);
+  if (!c || !local_addr || !nic_hndl) return GNI_RC_INVALID_PARAM;
+  if (device_id != 0) return GNI_RC_NO_MATCH;
+  if (c->nic) return GNI_RC_INVALID_STATE;
+  std::string path = daemon_socket();
+  auto nic = std::make_unique<Nic>();
+  if (path.empty() || !nic->conn.connect(path)) return GNI_RC_ERROR_RESOURCE;  // no NIC on this node
+  // Same-host peers access our registered memory with process_vm_readv/writev.
+  prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+  abi::ctl::Attach req{};
+  req.h.op = static_cast<uint16_t>(abi::ctl::Op::kAttach);
+  req.inst_id = c->inst_id;
+  req.ptag = c->ptag;
+  req.cookie = c->cookie;
+  req.modes = c->modes;
+  req.pid = static_cast<uint32_t>(getpid());
+  req.abi_version = abi::kAbiVersion;
+  abi::ctl::AttachReply rep{};
+  int fd = -1;
+  if (!nic->conn.call(req, rep, &fd)) return GNI_RC_ERROR_RESOURCE;
+  if (rep.r.rc != GNI_RC_SUCCESS) {
+    if (fd >= 0) close(fd);
+    return static_cast<gni_return_t>(rep.r.rc);
+  }
+  if (fd < 0) return GNI_RC_ERROR_RESOURCE;
+  nic->self = Region::map(fd, rep.region_size, rep.ro_size);
+  close(fd);
+  if (!nic->self) return GNI_RC_ERROR_NOMEM;
+  nic->cdm = c;
+  nic->nic_addr = rep.nic_addr;
+  nic->device_type = rep.device_type;
+  nic->rundir = nicemu::ctl::default_rundir();
+  nic->peers[std::make_pair(rep.nic_addr, c->inst_id)] = nic->self;
+  c->nic = nic.release();
+  *local_addr = c->nic->nic_addr;
+  *nic_hndl = reinterpret_cast<gni_nic_handle_t>(c->nic);
+  return GNI_RC_SUCCESS;
+}
+
+gni_return_t GNI_CdmGetNicAddress(uint32_t device_id, uint32_t* address, uint32_t* cpu_id) {
+  if (device_id != 0) return GNI_RC_NO_MATCH;
+  abi::ctl::HelloReply h;
+  if (!daemon_hello(h)) return GNI_RC_NO_MATCH;
+  if (address) *address = h.nic_addr;
+  if (cpu_id) {
+    int cpu = sched_getcpu();
+    *cpu_id = cpu < 0 ? 0 : static_cast<uint32_t>(cpu);
+  }
+  return GNI_RC_SUCCESS;
+}
+
+gni_return_t GNI_GetDeviceType(gni_nic_device_t* dev_type) {
+  abi::ctl::HelloReply h;
+  if (!daemon_hello(h)) return GNI_RC_ERROR_RESOURCE;
+  if (dev_type) *dev_type = static_cast<gni_nic_device_t>(h.device_type);
+  return GNI_RC_SUCCESS;
+}
+
+gni_return_t GNI_GetNumLocalDevices(int* num_devices) {
+  if (!num_devices) return GNI_RC_INVALID_PARAM;
+  abi::ctl::HelloReply h;
+  *num_devices = daemon_hello(h) ? 1 : 0;
+  return *num_devices ? GNI_RC_SUCCESS : GNI_RC_ERROR_RESOURCE;
+}
+
+gni_return_t GNI_GetLocalDeviceIds(int len, int* device_ids) {
+  if (len <= 0 || !device_ids) return GNI_RC_INVALID_PARAM;
+  abi::ctl::HelloReply h;
+  if (!daemon_hello(h)) return GNI_RC_ERROR_RESOURCE;
+  device_ids[0] = 0;
+  return GNI_RC_SUCCESS;
+}
+
+gni_return_t GNI_GetVersion(uint32_t* version) {
+  if (!version) return GNI_RC_INVALID_PARAM;
+  *version = GNI_VERSION;
+  return GNI_RC_SUCCESS;
+}
+
+gni_return_t GNI_GetVersionInformation(gni_version_info_t* version_info) {
+  if (!version_info) return GNI_RC_INVALID_PARAM;
+  std::memset(version_info, 0, sizeof(*version_info));
+  version_info->ugni_version = GNI_VERSION;
+  version_info->ugni_svn_revision = 0;
+  std::snprintf(version_info->ugni_build_string, sizeof(version_info->ugni_build_string),
+                "nicemu libugni (emulated NIC), ABI %u", unsigned{abi::kAbiVersion});
+  version_info->kgni_version = GNI_VERSION;
+  std::snprintf(version_info->kgni_build_string, sizeof(version_info->kgni_build_string),
+                "nicemu daemon (no kernel driver)");
+  return GNI_RC_SUCCESS;
+}
+
+gni_return_t GNI_GetJobResInfo(uint32_t device_id, uint8_t ptag, gni_job_res_t res_type,
+                               gni_job_res_desc_t* res_desc) {
+  if (device_id != 0 || !res_desc || !gni_job_res_valid(res_type)) return GNI_RC_INVALID_PARAM;
+  uint64_t used = 0;
+  bool known = false;
+  {
+    std::lock_guard<std::mutex> lk(g_cdms_mu);
+    for (Cdm* c : g_cdms) {
+      if (c->ptag != ptag) continue;
+      known = true;
+      if (!c->nic) continue;
+      used += res_type == GNI_JOB_RES_MDD ? c->nic->live_regs.load() : c->nic->live_cqs.load();
+    }
+  }
+  (void)known;
+  switch (res_type) {
+    case GNI_JOB_RES_MDD:
+      res_desc->used = used;
+      res_desc->limit = abi::kRegSlots;
+      return GNI_RC_SUCCESS;
+    case GNI_JOB_RES_CQ:
+      res_desc->used = used;
+      res_desc->limit = abi::kCqSlots;
+      return GNI_RC_SUCCESS;
+    default:
+      return GNI_RC_ILLEGAL_OP;
+  }
+}
+
+gni_return_t GNI_GetNicStat(gni_nic_handle_t nic_hndl, gni_statistic_t stat, uint32_t* value) {
+  Nic* n = as_nic(nic_hndl);
+  if (!n || !value || static_cast<unsigned>(stat) >= GNI_NUM_STATS) return GNI_RC_INVALID_PARAM;
+  *value = n->stats[stat].load(std::memory_order_relaxed);
+  return GNI_RC_SUCCESS;
+}
+
+gni_return_t GNI_ResetNicStat(gni_nic_handle_t nic_hndl, gni_statistic_t stat) {
+  Nic* n = as_nic(nic_hndl);
+  if (!n || static_cast<unsigned>(stat) >= GNI_NUM_STATS) return GNI_RC_INVALID_PARAM;
+  n->stats[stat].store(0, std::memory_order_relaxed);
+  return GNI_RC_SUCCESS;
+}
+
+gni_return_t GNI_GetPtag(uint32_t device_id, uint32_t cookie, uint8_t* ptag) {
+  if (device_id != 0 || !ptag) return GNI_RC_INVALID_PARAM;
+  {
+    std::lock_guard<std::mutex> lk(g_cdms_mu);
+    for (Cdm* c : g_cdms)
+      if (c->cookie == cookie) {
+        *ptag = c->ptag;
+        return GNI_RC_SUCCESS;
+      }
+  }
+  // The launcher's credential (first entries of the PMI_GNI_* lists).
+  const char* pt = std::getenv("PMI_GNI_PTAG");
+  const char* ck = std::getenv("PMI_GNI_COOKIE");
+  if (pt && ck && std::strtoul(ck, nullptr, 10) == cookie) {
+    *ptag = static_cast<uint8_t>(std::strtoul(pt, nullptr, 10));
+    return GNI_RC_SUCCESS;
+  }
+  return GNI_RC_NO_MATCH;
+}
+
+}  // extern "C"

@@ -1,0 +1,177 @@
+// Completion queues: rings in our shared-memory region (allocated by the daemon), consumed
+// here; GNI_GetCompleted hands back the exact descriptor that was posted.
+#include <time.h>
+
+#include <chrono>
+
+#include "internal.h"
+
+using namespace nicemu;
+using namespace nicemu::ugni;
+namespace cqe = nicemu::abi::cqe;
+
+namespace {
+
+// The entry reported once the NIC is gone: clients see a non-recoverable error, not silence.
+constexpr uint64_t kNicDownEntry = cqe::make(cqe::kSrcLocalRequest, cqe::kTypePost, cqe::kErrNicDown, 0, 0xFFFF, 0);
+
+gni_return_t take_event(Cq* cq, gni_cq_entry_t* event_data) {
+  if (cq->ring.take_overrun()) {
+    *event_data = cqe::overrun_entry();
+    return GNI_RC_ERROR_RESOURCE;
+  }
+  uint64_t e = cq->ring.pop();
+  if (e == 0) {
+    // Poll the daemon's health only now and then: the empty path must stay syscall-free.
+    if ((++cq->nic->empty_polls & 0x3FF) == 0 && !cq->nic->daemon_alive()) {
+      *event_data = kNicDownEntry;
+      return GNI_RC_TRANSACTION_ERROR;
+    }
+    if (cq->nic->nic_down.load(std::memory_order_relaxed)) {
+      *event_data = kNicDownEntry;
+      return GNI_RC_TRANSACTION_ERROR;
+    }
+    return GNI_RC_NOT_DONE;
+  }
+  if (cq->handler) cq->handler(&e, cq->context);
+  *event_data = e;
+  return cqe::status_of(e) ? GNI_RC_TRANSACTION_ERROR : GNI_RC_SUCCESS;
+}
+
+uint64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+}  // namespace
+
+extern "C" {
+
+gni_return_t GNI_CqCreate(gni_nic_handle_t nic_hndl, uint32_t entry_count, uint32_t delay_count,
+                          gni_cq_mode_t mode, void (*handler)(gni_cq_entry_t*, void*), void* context,
+                          gni_cq_handle_t* cq_hndl) {
+  (void)delay_count;  // interrupt coalescing: there are no interrupts to coalesce
+  Nic* n = as_nic(nic_hndl);
+  if (!n || !cq_hndl || entry_count == 0 || GNI_CQ_IS_INVALID_EMULATED(mode)) return GNI_RC_INVALID_PARAM;
+  abi::ctl::CqCreate req{};
+  req.h.op = static_cast<uint16_t>(abi::ctl::Op::kCqCreate);
+  req.entry_count = entry_count;
+  req.mode = mode;
+  abi::ctl::CqCreateReply rep{};
+  if (!n->conn.call(req, rep)) return GNI_RC_ERROR_RESOURCE;
+  if (rep.r.rc != GNI_RC_SUCCESS) return static_cast<gni_return_t>(rep.r.rc);
+  auto* cq = new (std::nothrow) Cq;
+  if (!cq) return GNI_RC_ERROR_NOMEM;
+  cq->nic = n;
+  cq->slot = rep.cq_index;
+  cq->mode = mode;
+  cq->ring = n->self->cq_view(rep.cq_index);
+  cq->handler = handler;
+  cq->context = context;
+  if (!cq->ring.valid()) {
+    delete cq;
+    return GNI_RC_ERROR_RESOURCE;
+  }
+  n->live_cqs.fetch_add(1, std::memory_order_relaxed);
+  *cq_hndl = reinterpret_cast<gni_cq_handle_t>(cq);
+  return GNI_RC_SUCCESS;
+}
+
+gni_return_t GNI_CqDestroy(gni_cq_handle_t cq_hndl) {
+  Cq* cq = as_cq(cq_hndl);
+  if (!cq) return GNI_RC_INVALID_PARAM;
+  if (cq->users.load() != 0) return GNI_RC_ERROR_RESOURCE;
+  abi::ctl::CqDestroy req{};
+  req.h.op = static_cast<uint16_t>(abi::ctl::Op::kCqDestroy);
+  req.cq_index = cq->slot;
+  abi::ctl::Reply rep{};
+  // With the daemon gone there is nothing to release remotely; free our side regardless.
+  if (cq->nic->conn.call(req, rep) && rep.rc != GNI_RC_SUCCESS) return static_cast<gni_return_t>(rep.rc);
+  cq->nic->live_cqs.fetch_sub(1, std::memory_order_relaxed);
+  cq->magic = 0;
+  delete cq;
+  return GNI_RC_SUCCESS;
+}
+
+gni_return_t GNI_CqGetEvent(gni_cq_handle_t cq_hndl, gni_cq_entry_t* event_data) {
+  Cq* cq = as_cq(cq_hndl);
+  if (!cq || !event_data) return GNI_RC_INVALID_PARAM;
+  return take_event(cq, event_data);
+}
+
+gni_return_t GNI_CqTestEvent(gni_cq_handle_t cq_hndl) {
+  Cq* cq = as_cq(cq_hndl);
+  if (!cq) return GNI_RC_INVALID_PARAM;
+  if (cq->ring.has_overrun()) return GNI_RC_ERROR_RESOURCE;
+  return cq->ring.peek() ? GNI_RC_SUCCESS : GNI_RC_NOT_DONE;
+}
+
+gni_return_t GNI_CqWaitEvent(gni_cq_handle_t cq_hndl, uint64_t timeout, gni_cq_entry_t* event_data) {
+  Cq* cq = as_cq(cq_hndl);
+  if (!cq || !event_data) return GNI_RC_INVALID_PARAM;
+  if (!GNI_CQ_IS_BLOCKING(cq->mode)) return GNI_RC_ERROR_RESOURCE;
+  const bool forever = timeout == UINT64_MAX;
+  const uint64_t start = now_ns();
+  const uint64_t deadline = forever ? UINT64_MAX : start + timeout * 1000000ull;
+  // Spin briefly first: a futex wake across cores costs tens of microseconds here.
+  const uint64_t spin_until = start + spin_ns();
+  for (;;) {
+    gni_return_t rc = take_event(cq, event_data);
+    if (rc != GNI_RC_NOT_DONE) return rc;
+    uint64_t t = now_ns();
+    if (t >= deadline) return GNI_RC_TIMEOUT;
+    if (t < spin_until) {
+      __builtin_ia32_pause();
+      continue;
+    }
+    auto* ctl = cq->ring.ctl;
+    uint32_t seq = ctl->futex.load(std::memory_order_acquire);
+    ctl->waiters.fetch_add(1, std::memory_order_seq_cst);
+    if (cq->ring.peek() == 0 && !cq->ring.has_overrun()) {
+      // Sleep in slices so a daemon killed outright is still noticed.
+      uint64_t slice = 200000000ull;
+      if (!forever) slice = std::min<uint64_t>(slice, deadline - t);
+      abi::futex_wait(&ctl->futex, seq, static_cast<int64_t>(slice));
+    }
+    ctl->waiters.fetch_sub(1, std::memory_order_seq_cst);
+    if (!cq->nic->daemon_alive()) {
+      gni_return_t rc2 = take_event(cq, event_data);
+      if (rc2 != GNI_RC_NOT_DONE) return rc2;
+      *event_data = kNicDownEntry;
+      return GNI_RC_TRANSACTION_ERROR;
+    }
+  }
+}
+
+gni_return_t GNI_GetCompleted(gni_cq_handle_t cq_hndl, gni_cq_entry_t event_data,
+                              gni_post_descriptor_t** post_descr) {
+  Cq* cq = as_cq(cq_hndl);
+  if (!cq || !post_descr) return GNI_RC_INVALID_PARAM;
+  if (cqe::type_of(event_data) != cqe::kTypePost) return GNI_RC_INVALID_PARAM;
+  uint64_t tid = cqe::tid_of(event_data);
+  Nic* n = cq->nic;
+  gni_post_descriptor_t* d = nullptr;
+  {
+    std::lock_guard<std::mutex> lk(n->inflight_mu);
+    if (tid >= n->inflight.size() || n->inflight[tid].desc == nullptr) {
+      *post_descr = nullptr;
+      return GNI_RC_DESCRIPTOR_ERROR;
+    }
+    Inflight& f = n->inflight[tid];
+    d = f.desc;
+    if (--f.remaining == 0) {
+      f.desc = nullptr;
+      n->free_tids.push_back(static_cast<uint16_t>(tid));
+    }
+  }
+  uint64_t info = cqe::info_of(event_data);
+  if (info & cqe::kInfoLocal) d->cq_mode_complete |= GNI_CQMODE_LOCAL_EVENT;
+  if (info & cqe::kInfoGlobal) d->cq_mode_complete |= GNI_CQMODE_GLOBAL_EVENT;
+  uint64_t st = cqe::status_of(event_data);
+  if (st) d->status = st;
+  *post_descr = d;
+  return st ? GNI_RC_TRANSACTION_ERROR : GNI_RC_SUCCESS;
+}
+
+}  // extern "C"

@@ -1,0 +1,189 @@
+// libugni internals: the objects behind the opaque gni_*_handle_t pointers. The library is
+// the processor of design decision 1: same-host FMA and SMSG run here, directly on shared
+// memory (CQ rings, mailboxes) and on peers' memory (cross-memory attach), validated
+// against the target's daemon-written registration table.
+#pragma once
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "gni_pub.h"
+#include "nicemu/abi/cq_entry.h"
+#include "nicemu/abi/cq_ring.h"
+#include "nicemu/abi/ctl_protocol.h"
+#include "nicemu/abi/gni_values.h"
+#include "nicemu/abi/mem_handle.h"
+#include "nicemu/abi/shm_layout.h"
+#include "nicemu/ctl/ctl_client.h"
+
+static_assert(int{GNI_RC_SUCCESS} == int{nicemu::abi::gni::kSuccess} &&
+              int{GNI_RC_ERROR_NOMEM} == int{nicemu::abi::gni::kErrorNomem});
+static_assert(int{GNI_RC_ILLEGAL_OP} == int{nicemu::abi::gni::kIllegalOp} &&
+              int{GNI_RC_NO_MATCH} == int{nicemu::abi::gni::kNoMatch});
+static_assert(GNI_MEM_READ_ONLY == nicemu::abi::gni::kMemReadOnly);
+static_assert(GNI_DEVICE_ARIES == nicemu::abi::gni::kDeviceAries);
+static_assert(GNI_CQ_EVENT_TYPE_SMSG == nicemu::abi::cqe::kTypeSmsg);
+
+namespace nicemu::ugni {
+
+inline constexpr uint32_t kCdmMagic = 0x43444d31, kNicMagic = 0x4e494331, kEpMagic = 0x45503031,
+                          kCqMagic = 0x43513031;
+
+// A CDM region mapped into this process: our own, or a peer's (same host). The read-only
+// section is mapped PROT_READ, the heap read-write.
+struct Region {
+  char* base = nullptr;
+  uint64_t size = 0;
+  pid_t pid = 0;
+  uint64_t attach_id = 0;
+  uint32_t nic_addr = 0;
+  uint32_t inst_id = 0;
+
+  static std::shared_ptr<Region> map(int fd, uint64_t size, uint64_t ro_size);
+  ~Region();
+
+  const abi::RegionHeader* header() const { return reinterpret_cast<const abi::RegionHeader*>(base); }
+  uint32_t state() const { return header()->state.load(std::memory_order_acquire); }
+  bool alive() const { return state() == abi::kRegionAlive; }
+  // Copies registration `slot` out under its seqlock; false if it kept changing.
+  bool read_reg(uint32_t slot, abi::RegEntry& out) const;
+  // A ring view of CQ `slot`, bounds-checked against the region; invalid view if not live.
+  abi::CqRingView cq_view(uint32_t slot) const;
+  bool in_heap(uint64_t offset, uint64_t bytes) const {
+    return offset >= abi::kRoSize && bytes <= size && offset <= size - bytes;
+  }
+};
+
+struct Cdm;
+struct Nic;
+struct Cq;
+struct Ep;
+
+struct Cdm {
+  uint32_t magic = kCdmMagic;
+  uint32_t inst_id = 0;
+  uint8_t ptag = 0;
+  uint32_t cookie = 0;
+  uint32_t modes = 0;
+  Nic* nic = nullptr;
+};
+
+// A posted descriptor waiting for GNI_GetCompleted.
+struct Inflight {
+  gni_post_descriptor_t* desc = nullptr;
+  uint16_t remaining = 0;  // events still to be consumed (2 with DUAL_EVENTS)
+};
+
+struct Nic {
+  uint32_t magic = kNicMagic;
+  Cdm* cdm = nullptr;
+  uint32_t nic_addr = 0;
+  uint32_t device_type = GNI_DEVICE_ARIES;
+  std::string rundir;
+  nicemu::ctl::Connection conn;            // the attach connection: its closure detaches us
+  std::shared_ptr<Region> self;    // our own region
+  std::atomic<bool> nic_down{false};
+  uint32_t empty_polls = 0;        // paces liveness checks of the daemon
+
+  std::mutex inflight_mu;
+  std::vector<Inflight> inflight;  // indexed by CQE tid
+  std::vector<uint16_t> free_tids;
+
+  std::mutex peers_mu;
+  std::map<std::pair<uint32_t, uint32_t>, std::shared_ptr<Region>> peers;  // (addr, inst) -> region
+  std::map<uint32_t, std::unique_ptr<nicemu::ctl::Connection>> daemons;           // other nodes' daemons
+
+  std::atomic<uint32_t> stats[GNI_NUM_STATS] = {};
+  uint16_t smsg_max_retrans = FMA_SMSG_MAX_RETRANS_DEFAULT;
+  std::atomic<uint32_t> live_cqs{0};
+  std::atomic<uint32_t> live_regs{0};
+
+  // Returns the region of (addr, inst) in this domain, looking it up at its daemon if not
+  // mapped yet or if the mapped one is dead. nullptr with `status` set on failure.
+  std::shared_ptr<Region> resolve(uint32_t addr, uint32_t inst, uint64_t& status);
+  // Checks (cheaply, every so often) that the daemon is still there.
+  bool daemon_alive();
+  int32_t alloc_tid(gni_post_descriptor_t* d, uint16_t events);
+};
+
+struct Cq {
+  uint32_t magic = kCqMagic;
+  Nic* nic = nullptr;
+  uint32_t slot = 0;
+  gni_cq_mode_t mode = 0;
+  abi::CqRingView ring;
+  void (*handler)(gni_cq_entry_t*, void*) = nullptr;
+  void* context = nullptr;
+  std::atomic<uint32_t> users{0};  // EPs using it as src CQ
+};
+
+// One direction of an SMSG channel, i.e. one mailbox (layout in shm_layout.h).
+struct Mailbox {
+  std::shared_ptr<Region> region;  // receiver's region (ours for the receive side)
+  abi::MboxCtl* ctl = nullptr;
+  char* slots = nullptr;
+  uint32_t credits = 0;
+  uint32_t slot_size = 0;
+  uint32_t max_size = 0;
+  uint32_t dst_cq = abi::kNoCq;    // receiver's CQ for remote SMSG events
+  bool valid() const { return ctl != nullptr; }
+};
+
+struct Ep {
+  uint32_t magic = kEpMagic;
+  Nic* nic = nullptr;
+  Cq* src_cq = nullptr;
+  bool bound = false;
+  uint32_t remote_addr = 0;
+  uint32_t remote_id = 0;
+  uint32_t local_event = 0;
+  uint32_t remote_event = 0;
+  std::shared_ptr<Region> peer;   // resolved lazily
+  Mailbox tx;                     // peer's mailbox we send into
+  Mailbox rx;                     // our mailbox the peer sends into
+  bool rx_holding = false;        // a message returned by GetNext awaits SmsgRelease
+};
+
+// Process-wide helpers.
+std::string daemon_socket();                       // the socket of this process's node
+bool daemon_hello(abi::ctl::HelloReply& out);      // cached HELLO to that daemon
+uint32_t spin_ns();                                // spin budget before blocking
+
+inline Nic* as_nic(gni_nic_handle_t h) {
+  auto* n = reinterpret_cast<Nic*>(h);
+  return n && n->magic == kNicMagic ? n : nullptr;
+}
+inline Cdm* as_cdm(gni_cdm_handle_t h) {
+  auto* c = reinterpret_cast<Cdm*>(h);
+  return c && c->magic == kCdmMagic ? c : nullptr;
+}
+inline Ep* as_ep(gni_ep_handle_t h) {
+  auto* e = reinterpret_cast<Ep*>(h);
+  return e && e->magic == kEpMagic ? e : nullptr;
+}
+inline Cq* as_cq(gni_cq_handle_t h) {
+  auto* c = reinterpret_cast<Cq*>(h);
+  return c && c->magic == kCqMagic ? c : nullptr;
+}
+
+// Cross-memory access to another process (or memcpy for our own pid). Returns a CQE status.
+uint64_t xmem_write(pid_t pid, uint64_t remote, const void* local, uint64_t len);
+uint64_t xmem_read(pid_t pid, uint64_t remote, void* local, uint64_t len);
+
+// Validates an access of [addr, addr+len) through handle `h` against `r`'s table.
+// Returns a CQE status (0 = allowed) and the entry's dst CQ.
+uint64_t validate_access(const Region& r, const gni_mem_handle_t& h, uint64_t addr, uint64_t len, bool write,
+                         uint32_t* dst_cq);
+
+// Pushes a CQE into `cq` (may be null: nothing to report to).
+inline void post_event(Cq* cq, uint64_t entry) {
+  if (cq) cq->ring.push(entry);
+}
+
+}  // namespace nicemu::ugni

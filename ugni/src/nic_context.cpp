@@ -1,0 +1,190 @@
+// Process-wide context: which daemon this process belongs to, region mappings, and the
+// primitives the requester uses on peers' memory.
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "internal.h"
+
+namespace nicemu::ugni {
+
+using namespace nicemu::abi;
+
+std::shared_ptr<Region> Region::map(int fd, uint64_t size, uint64_t ro_size) {
+  if (size < ro_size || ro_size != kRoSize) return nullptr;
+  void* base = mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (base == MAP_FAILED) return nullptr;
+  char* b = static_cast<char*>(base);
+  if (mmap(b, ro_size, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED ||
+      mmap(b + ro_size, size - ro_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
+           static_cast<off_t>(ro_size)) == MAP_FAILED) {
+    munmap(base, size);
+    return nullptr;
+  }
+  auto r = std::make_shared<Region>();
+  r->base = b;
+  r->size = size;
+  const RegionHeader* h = r->header();
+  if (h->magic != kRegionMagic || h->abi_version != kAbiVersion || h->region_size != size) return nullptr;
+  r->pid = static_cast<pid_t>(h->owner_pid);
+  r->attach_id = h->attach_id;
+  r->nic_addr = h->nic_addr;
+  r->inst_id = h->inst_id;
+  return r;
+}
+
+Region::~Region() {
+  if (base) munmap(base, size);
+}
+
+bool Region::read_reg(uint32_t slot, RegEntry& out) const {
+  if (slot >= kRegSlots) return false;
+  const auto* e = reinterpret_cast<const RegEntry*>(base + kRegTableOffset) + slot;
+  for (int tries = 0; tries < 64; ++tries) {
+    uint32_t s1 = e->seq.load(std::memory_order_acquire);
+    if (s1 & 1) continue;
+    out.state = e->state;
+    out.gen = e->gen;
+    out.flags = e->flags;
+    out.address = e->address;
+    out.length = e->length;
+    out.dst_cq = e->dst_cq;
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (e->seq.load(std::memory_order_relaxed) == s1) return true;
+  }
+  return false;
+}
+
+CqRingView Region::cq_view(uint32_t slot) const {
+  CqRingView v;
+  if (slot >= kCqSlots) return v;
+  const auto* d = reinterpret_cast<const CqDesc*>(base + kCqTableOffset) + slot;
+  if (d->state.load(std::memory_order_acquire) != kCqLive) return v;
+  uint32_t cap = d->capacity;
+  if (cap == 0 || (cap & (cap - 1)) != 0) return v;
+  if (!in_heap(d->ctl_offset, sizeof(CqRingCtl)) || !in_heap(d->entries_offset, uint64_t{cap} * 8)) return v;
+  v.ctl = reinterpret_cast<CqRingCtl*>(base + d->ctl_offset);
+  v.entries = reinterpret_cast<std::atomic<uint64_t>*>(base + d->entries_offset);
+  v.mask = cap - 1;
+  return v;
+}
+
+namespace {
+// First entry of a colon-separated list in the environment. Read once: clients strtok
+// these variables in place (see the PMI fact sheet).
+long first_env_number(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return -1;
+  char* end;
+  unsigned long x = std::strtoul(v, &end, 10);
+  return end == v ? -1 : static_cast<long>(x);
+}
+}  // namespace
+
+std::string daemon_socket() {
+  static const std::string path = [] {
+    if (const char* s = std::getenv("NICEMU_SOCKET"); s && *s) return std::string(s);
+    std::string rundir = nicemu::ctl::default_rundir();
+    long node = first_env_number("NICEMU_NODE");
+    if (node < 0) node = first_env_number("PMI_GNI_LOC_ADDR");
+    if (node >= 0) return nicemu::ctl::socket_path(rundir, static_cast<uint32_t>(node));
+    auto nodes = nicemu::ctl::list_nodes(rundir);
+    return nodes.empty() ? std::string() : nicemu::ctl::socket_path(rundir, nodes.front());
+  }();
+  return path;
+}
+
+bool daemon_hello(abi::ctl::HelloReply& out) {
+  static std::mutex mu;
+  static bool have = false;
+  static abi::ctl::HelloReply cached{};
+  std::lock_guard<std::mutex> lk(mu);
+  if (!have) {
+    nicemu::ctl::Connection c;
+    std::string path = daemon_socket();
+    if (path.empty() || !c.connect(path)) return false;
+    abi::ctl::Hello req{};
+    req.h.op = static_cast<uint16_t>(abi::ctl::Op::kHello);
+    abi::ctl::HelloReply rep{};
+    if (!c.call(req, rep) || rep.r.rc != GNI_RC_SUCCESS) return false;
+    cached = rep;
+    have = true;
+  }
+  out = cached;
+  return true;
+}
+
+uint32_t spin_ns() {
+  static const uint32_t ns = [] {
+    long us = -1;
+    if (const char* v = std::getenv("NICEMU_SPIN_US")) us = std::strtol(v, nullptr, 10);
+    return static_cast<uint32_t>((us >= 0 && us < 1000000 ? us : 100) * 1000);
+  }();
+  return ns;
+}
+
+uint64_t xmem_write(pid_t pid, uint64_t remote, const void* local, uint64_t len) {
+  if (len == 0) return cqe::kOk;
+  if (pid == getpid()) {
+    std::memmove(reinterpret_cast<void*>(remote), local, len);
+    return cqe::kOk;
+  }
+  uint64_t done = 0;
+  while (done < len) {
+    iovec l{const_cast<char*>(static_cast<const char*>(local)) + done, len - done};
+    iovec r{reinterpret_cast<void*>(remote + done), len - done};
+    ssize_t n = process_vm_writev(pid, &l, 1, &r, 1, 0);
+    if (n <= 0) {
+      if (errno == ESRCH) return cqe::kErrPeerGone;
+      if (errno == EPERM) {
+        static std::once_flag once;
+        std::call_once(once, [] {
+          std::fprintf(stderr,
+                       "libugni(nicemu): cross-memory attach to a peer was refused (EPERM); check "
+                       "kernel.yama.ptrace_scope and container seccomp settings (docs/architecture.md)\n");
+        });
+      }
+      return cqe::kErrMemAccess;
+    }
+    done += static_cast<uint64_t>(n);
+  }
+  return cqe::kOk;
+}
+
+uint64_t xmem_read(pid_t pid, uint64_t remote, void* local, uint64_t len) {
+  if (len == 0) return cqe::kOk;
+  if (pid == getpid()) {
+    std::memmove(local, reinterpret_cast<const void*>(remote), len);
+    return cqe::kOk;
+  }
+  uint64_t done = 0;
+  while (done < len) {
+    iovec l{static_cast<char*>(local) + done, len - done};
+    iovec r{reinterpret_cast<void*>(remote + done), len - done};
+    ssize_t n = process_vm_readv(pid, &l, 1, &r, 1, 0);
+    if (n <= 0) return errno == ESRCH ? cqe::kErrPeerGone : cqe::kErrMemAccess;
+    done += static_cast<uint64_t>(n);
+  }
+  return cqe::kOk;
+}
+
+uint64_t validate_access(const Region& r, const gni_mem_handle_t& h, uint64_t addr, uint64_t len, bool write,
+                         uint32_t* dst_cq) {
+  auto f = mdh::decode(h.qword1, h.qword2);
+  if (!f) return cqe::kErrProtection;
+  RegEntry e;
+  if (!r.read_reg(f->slot, e) || e.state != kRegLive || e.gen != f->gen ||
+      (e.address & ~(kPageSize - 1)) != f->va)
+    return cqe::kErrProtection;
+  if (addr < e.address || len > e.length || addr - e.address > e.length - len) return cqe::kErrBounds;
+  if (write && (e.flags & GNI_MEM_READ_ONLY)) return cqe::kErrReadOnly;
+  if (dst_cq) *dst_cq = e.dst_cq;
+  return cqe::kOk;
+}
+
+}  // namespace nicemu::ugni

@@ -1,0 +1,92 @@
+// Peers on this host: finding a peer CDM's region through the daemon of its node, and the
+// library's view of its own daemon's health.
+#include <poll.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+namespace nicemu::ugni {
+
+using namespace nicemu::abi;
+
+std::shared_ptr<Region> Nic::resolve(uint32_t addr, uint32_t inst, uint64_t& status) {
+  std::lock_guard<std::mutex> lk(peers_mu);
+  auto key = std::make_pair(addr, inst);
+  if (auto it = peers.find(key); it != peers.end()) {
+    if (it->second->alive()) return it->second;
+    peers.erase(it);  // the peer died; a new process may have attached with its inst_id
+  }
+  nicemu::ctl::Connection* c = nullptr;
+  if (addr == nic_addr) {
+    c = &conn;
+  } else {
+    auto& d = daemons[addr];
+    if (!d || !d->connected()) {
+      d = std::make_unique<nicemu::ctl::Connection>();
+      if (!d->connect(nicemu::ctl::socket_path(rundir, addr))) {
+        // Not on this host; other hosts come with the fabric (UDP) transport.
+        status = cqe::kErrNoPeer;
+        return nullptr;
+      }
+    }
+    c = d.get();
+  }
+  abi::ctl::PeerLookup req{};
+  req.h.op = static_cast<uint16_t>(abi::ctl::Op::kPeerLookup);
+  req.nic_addr = addr;
+  req.inst_id = inst;
+  req.ptag = cdm->ptag;
+  req.cookie = cdm->cookie;
+  abi::ctl::PeerLookupReply rep{};
+  int fd = -1;
+  if (!c->call(req, rep, &fd)) {
+    if (addr != nic_addr) daemons.erase(addr);
+    status = cqe::kErrNicDown;
+    return nullptr;
+  }
+  if (rep.r.rc != GNI_RC_SUCCESS || fd < 0) {
+    if (fd >= 0) close(fd);
+    status = rep.r.rc == GNI_RC_PERMISSION_ERROR ? cqe::kErrProtection : cqe::kErrNoPeer;
+    return nullptr;
+  }
+  auto r = Region::map(fd, rep.region_size, rep.ro_size);
+  close(fd);
+  if (!r || !r->alive()) {
+    status = cqe::kErrPeerGone;
+    return nullptr;
+  }
+  peers[key] = r;
+  return r;
+}
+
+bool Nic::daemon_alive() {
+  if (nic_down.load(std::memory_order_relaxed)) return false;
+  if (self->state() == kRegionNicDown) {
+    nic_down = true;
+    return false;
+  }
+  // The daemon never writes unsolicited: a readable or hung-up attach socket means it died.
+  pollfd p{conn.fd(), POLLIN, 0};
+  if (poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR))) {
+    nic_down = true;
+    return false;
+  }
+  return true;
+}
+
+int32_t Nic::alloc_tid(gni_post_descriptor_t* d, uint16_t events) {
+  std::lock_guard<std::mutex> lk(inflight_mu);
+  uint16_t tid;
+  if (!free_tids.empty()) {
+    tid = free_tids.back();
+    free_tids.pop_back();
+  } else {
+    if (inflight.size() >= 0xFFFF) return -1;  // 0xFFFF is reserved for "no descriptor"
+    tid = static_cast<uint16_t>(inflight.size());
+    inflight.emplace_back();
+  }
+  inflight[tid] = Inflight{d, events};
+  return tid;
+}
+
+}  // namespace nicemu::ugni

@@ -1,0 +1,190 @@
+// SMSG channel: per-peer mailboxes with credits, in-order delivery and 8-bit tags. The
+// sender writes straight into the receiver's mailbox in the receiver's region and posts
+// the remote event into the receiver's CQ; no daemon on the message path.
+#include <cstring>
+
+#include "internal.h"
+
+using namespace nicemu;
+using namespace nicemu::ugni;
+namespace cqe = nicemu::abi::cqe;
+
+namespace {
+
+bool attr_ok(const gni_smsg_attr_t* a) {
+  return a && (a->msg_type == GNI_SMSG_TYPE_MBOX || a->msg_type == GNI_SMSG_TYPE_MBOX_AUTO_RETRANSMIT) &&
+         a->mbox_maxcredit > 0 && a->msg_maxsize > 0 && a->msg_maxsize <= GNI_SMSG_MAX_SIZE;
+}
+
+// Opens the mailbox described by `a`, owned by (addr, inst), through that node's daemon.
+gni_return_t open_mailbox(Ep* ep, uint32_t addr, uint32_t inst, const gni_smsg_attr_t* a, Mailbox& out) {
+  Nic* n = ep->nic;
+  uint64_t st = 0;
+  std::shared_ptr<Region> r = n->resolve(addr, inst, st);
+  if (!r) return st == cqe::kErrProtection ? GNI_RC_PERMISSION_ERROR : GNI_RC_INVALID_STATE;
+  abi::ctl::MboxOpen req{};
+  req.h.op = static_cast<uint16_t>(abi::ctl::Op::kMboxOpen);
+  req.inst_id = inst;
+  req.ptag = n->cdm->ptag;
+  req.cookie = n->cdm->cookie;
+  req.mbox_offset = a->mbox_offset;
+  req.qword1 = a->mem_hndl.qword1;
+  req.qword2 = a->mem_hndl.qword2;
+  req.msg_buffer = reinterpret_cast<uint64_t>(a->msg_buffer);
+  req.buff_size = a->buff_size;
+  req.credits = a->mbox_maxcredit;
+  req.max_size = a->msg_maxsize;
+  abi::ctl::MboxOpenReply rep{};
+  nicemu::ctl::Connection* c = addr == n->nic_addr ? &n->conn : nullptr;
+  if (!c) {
+    std::lock_guard<std::mutex> lk(n->peers_mu);
+    auto it = n->daemons.find(addr);
+    if (it == n->daemons.end() || !it->second->connected()) return GNI_RC_INVALID_STATE;
+    c = it->second.get();
+  }
+  if (!c->call(req, rep)) return GNI_RC_INVALID_STATE;
+  if (rep.r.rc != GNI_RC_SUCCESS) return static_cast<gni_return_t>(rep.r.rc);
+  if (!r->in_heap(rep.ctl_offset, rep.bytes) ||
+      rep.bytes != abi::mbox_bytes(a->mbox_maxcredit, a->msg_maxsize))
+    return GNI_RC_INVALID_STATE;
+  out.region = r;
+  out.ctl = reinterpret_cast<abi::MboxCtl*>(r->base + rep.ctl_offset);
+  out.slots = r->base + rep.ctl_offset + sizeof(abi::MboxCtl);
+  out.credits = a->mbox_maxcredit;
+  out.slot_size = abi::mbox_slot_size(a->msg_maxsize);
+  out.max_size = a->msg_maxsize;
+  out.dst_cq = rep.dst_cq;
+  return GNI_RC_SUCCESS;
+}
+
+abi::MboxSlotHeader* slot_at(const Mailbox& m, uint32_t index) {
+  return reinterpret_cast<abi::MboxSlotHeader*>(m.slots + uint64_t{index % m.credits} * m.slot_size);
+}
+
+gni_return_t send(Ep* ep, const void* header, uint32_t header_length, const void* data, uint32_t data_length,
+                  uint32_t msg_id, uint8_t tag) {
+  Mailbox& m = ep->tx;
+  if (!m.valid()) return GNI_RC_INVALID_PARAM;
+  if ((header_length && !header) || (data_length && !data)) return GNI_RC_INVALID_PARAM;
+  uint64_t total = uint64_t{header_length} + data_length;
+  if (total > m.max_size) return GNI_RC_ERROR_RESOURCE;
+  if (!m.region->alive() || ep->nic->nic_down.load(std::memory_order_relaxed)) {
+    // The receiver is gone: as a retransmit-exhausted send, an error event in our CQ.
+    uint64_t st = ep->nic->nic_down ? cqe::kErrNicDown : cqe::kErrPeerGone;
+    if (!ep->src_cq) return GNI_RC_TRANSACTION_ERROR;
+    ep->src_cq->ring.push(cqe::make(cqe::kSrcLocalRequest, cqe::kTypeSmsg, st, cqe::kInfoGlobal, 0, msg_id));
+    return GNI_RC_SUCCESS;
+  }
+  uint32_t s = m.ctl->sent.load(std::memory_order_relaxed);
+  uint32_t r = m.ctl->released.load(std::memory_order_acquire);
+  if (s - r >= m.credits) {
+    ep->nic->stats[GNI_STAT_SMSG_MBOX_CREDITS_STALL].fetch_add(1, std::memory_order_relaxed);
+    return GNI_RC_NOT_DONE;
+  }
+  abi::MboxSlotHeader* slot = slot_at(m, s);
+  char* payload = reinterpret_cast<char*>(slot + 1);
+  if (header_length) std::memcpy(payload, header, header_length);
+  if (data_length) std::memcpy(payload + header_length, data, data_length);
+  slot->length = static_cast<uint32_t>(total);
+  slot->tag = tag;
+  slot->seq.store(s + 1, std::memory_order_release);
+  m.ctl->sent.store(s + 1, std::memory_order_release);
+  if (m.dst_cq != abi::kNoCq)
+    m.region->cq_view(m.dst_cq).push(cqe::make(cqe::kSrcRemoteRequest, cqe::kTypeSmsg, cqe::kOk, 0, 0,
+                                               ep->remote_event));
+  if (ep->src_cq)
+    ep->src_cq->ring.push(cqe::make(cqe::kSrcLocalResponse, cqe::kTypeSmsg, cqe::kOk, cqe::kInfoGlobal, 0, msg_id));
+  return GNI_RC_SUCCESS;
+}
+
+gni_return_t get_next(Ep* ep, void** header, uint8_t* tag) {
+  Mailbox& m = ep->rx;
+  if (!m.valid()) return GNI_RC_INVALID_PARAM;
+  uint32_t next = m.ctl->released.load(std::memory_order_relaxed);
+  abi::MboxSlotHeader* slot = slot_at(m, next);
+  if (slot->seq.load(std::memory_order_acquire) != next + 1) {
+    // Nothing more will come from a peer that died: say the connection is broken.
+    if (ep->tx.valid() && !ep->tx.region->alive()) return GNI_RC_INVALID_STATE;
+    return GNI_RC_NOT_DONE;
+  }
+  uint8_t t = slot->tag;
+  if (tag && *tag != GNI_SMSG_ANY_TAG && *tag != t) return GNI_RC_NO_MATCH;
+  if (tag) *tag = t;
+  *header = slot + 1;
+  ep->rx_holding = true;
+  return GNI_RC_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+gni_return_t GNI_SmsgBufferSizeNeeded(gni_smsg_attr_t* smsg_attr, unsigned int* size) {
+  if (!attr_ok(smsg_attr) || !size) return GNI_RC_INVALID_PARAM;
+  *size = static_cast<unsigned>(abi::smsg_buffer_size(smsg_attr->mbox_maxcredit, smsg_attr->msg_maxsize));
+  return GNI_RC_SUCCESS;
+}
+
+gni_return_t GNI_SmsgInit(gni_ep_handle_t ep_hndl, gni_smsg_attr_t* local_smsg_attr,
+                          gni_smsg_attr_t* remote_smsg_attr) {
+  Ep* ep = as_ep(ep_hndl);
+  if (!ep || !attr_ok(local_smsg_attr) || !attr_ok(remote_smsg_attr)) return GNI_RC_INVALID_PARAM;
+  if (!ep->bound) return GNI_RC_INVALID_STATE;
+  Mailbox rx, tx;
+  Nic* n = ep->nic;
+  gni_return_t rc = open_mailbox(ep, n->nic_addr, n->cdm->inst_id, local_smsg_attr, rx);
+  if (rc != GNI_RC_SUCCESS) return rc;
+  rc = open_mailbox(ep, ep->remote_addr, ep->remote_id, remote_smsg_attr, tx);
+  if (rc != GNI_RC_SUCCESS) return rc;
+  ep->rx = std::move(rx);
+  ep->tx = std::move(tx);
+  ep->peer = ep->tx.region;
+  ep->rx_holding = false;
+  return GNI_RC_SUCCESS;
+}
+
+gni_return_t GNI_SmsgSetMaxRetrans(gni_nic_handle_t nic_handle, uint16_t max_retrans) {
+  Nic* n = as_nic(nic_handle);
+  if (!n || max_retrans == 0) return GNI_RC_INVALID_PARAM;
+  n->smsg_max_retrans = max_retrans;
+  return GNI_RC_SUCCESS;
+}
+
+gni_return_t GNI_SmsgSend(gni_ep_handle_t ep_hndl, void* header, uint32_t header_length, void* data,
+                          uint32_t data_length, uint32_t msg_id) {
+  Ep* ep = as_ep(ep_hndl);
+  if (!ep) return GNI_RC_INVALID_PARAM;
+  return send(ep, header, header_length, data, data_length, msg_id, 0);
+}
+
+gni_return_t GNI_SmsgSendWTag(gni_ep_handle_t ep_hndl, void* header, uint32_t header_length, void* data,
+                              uint32_t data_length, uint32_t msg_id, uint8_t tag) {
+  Ep* ep = as_ep(ep_hndl);
+  if (!ep) return GNI_RC_INVALID_PARAM;
+  return send(ep, header, header_length, data, data_length, msg_id, tag);
+}
+
+gni_return_t GNI_SmsgGetNext(gni_ep_handle_t ep_hndl, void** header) {
+  Ep* ep = as_ep(ep_hndl);
+  if (!ep || !header) return GNI_RC_INVALID_PARAM;
+  return get_next(ep, header, nullptr);
+}
+
+gni_return_t GNI_SmsgGetNextWTag(gni_ep_handle_t ep_hndl, void** header, uint8_t* tag) {
+  Ep* ep = as_ep(ep_hndl);
+  if (!ep || !header || !tag) return GNI_RC_INVALID_PARAM;
+  return get_next(ep, header, tag);
+}
+
+gni_return_t GNI_SmsgRelease(gni_ep_handle_t ep_hndl) {
+  Ep* ep = as_ep(ep_hndl);
+  if (!ep || !ep->rx.valid()) return GNI_RC_INVALID_PARAM;
+  if (!ep->rx_holding) return GNI_RC_NOT_DONE;
+  Mailbox& m = ep->rx;
+  uint32_t next = m.ctl->released.load(std::memory_order_relaxed);
+  m.ctl->released.store(next + 1, std::memory_order_release);
+  ep->rx_holding = false;
+  return GNI_RC_SUCCESS;
+}
+
+}  // extern "C"
