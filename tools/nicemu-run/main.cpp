@@ -2,7 +2,7 @@
 // the emulated nodes' daemons, obtains the job credential, runs N ranks under a PMI-1
 // server with the Cray environment (PMI_GNI_*, ALPS_APP_PE), and cleans up.
 #include <fcntl.h>
-#include <spdlog/sinks/stderr_color_sinks.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -60,12 +60,17 @@ int main(int argc, char** argv) {
                "prefix each output line with \"[rank] \" (default on)");
   app.add_flag("--pmi-port", cfg.pmi_over_tcp,
                "ranks reach the PMI server over TCP (PMI_PORT/PMI_ID) instead of PMI_FD");
-  app.add_option("command", cfg.command, "program and its arguments")->required();
-  app.prefix_command();  // everything from the program on belongs to the program
+  app.footer("Usage: nicemu-run [options] -n N [--] program [arguments...]");
+  // Everything from the program on belongs to the program (its own -n, --help, ...):
+  // prefix_command() leaves it in remaining().
+  app.prefix_command();
   try {
     app.parse(argc, argv);
-    // prefix_command() leaves the program's own arguments in remaining().
-    for (std::string& a : app.remaining()) cfg.command.push_back(std::move(a));
+    cfg.command = app.remaining();
+    if (!cfg.command.empty() && cfg.command.front() == "--") cfg.command.erase(cfg.command.begin());
+    if (cfg.command.empty()) throw CLI::RequiredError("program");
+    if (cfg.command.front().size() > 1 && cfg.command.front()[0] == '-')
+      throw CLI::ExtrasError({cfg.command.front()});
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
@@ -119,10 +124,6 @@ int main(int argc, char** argv) {
       spdlog::warn("revoking the job credential: {}", e.what());
     }
   }
-  try {
-    daemons.reset();
-  } catch (const std::exception& e) {
-    spdlog::warn("stopping the daemons: {}", e.what());
-  }
+  daemons.reset();
   return status;
 }

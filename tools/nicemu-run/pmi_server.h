@@ -16,6 +16,8 @@
 
 namespace nicemu::run {
 
+namespace wire = nicemu::pmi::wire;
+
 class PmiServer {
  public:
   // Events the launcher acts on.

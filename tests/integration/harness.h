@@ -1,0 +1,223 @@
+// Integration-test harness: real nicemu daemons in a private run directory, real child
+// processes, and a socketpair for the out-of-band exchange that PMI does in applications.
+// Every daemon and child is killed when the fixture goes away, on failure too.
+#pragma once
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gni_pub.h"
+#include "nicemu/abi/ctl_protocol.h"
+#include "nicemu/ctl/ctl_client.h"
+
+namespace harness {
+
+inline std::string daemon_binary() {
+  const char* e = std::getenv("NICEMU_DAEMON");
+  if (!e) throw std::runtime_error("NICEMU_DAEMON is not set (run through meson test)");
+  return e;
+}
+
+inline bool daemon_answers(const std::string& sock) {
+  nicemu::ctl::Connection c;
+  return c.connect(sock) && c.status_json().has_value();
+}
+
+struct Cred {
+  uint8_t ptag = 0;
+  uint32_t cookie = 0;
+};
+
+class Cluster {
+ public:
+  explicit Cluster(int nodes, std::vector<std::string> extra_args = {}) {
+    char tmpl[] = "/tmp/nicemu-test-XXXXXX";
+    if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
+    rundir_ = tmpl;
+    setenv("NICEMU_RUNDIR", rundir_.c_str(), 1);
+    setenv("NICEMU_SPIN_US", "20", 1);
+    for (int i = 0; i < nodes; ++i) start_daemon(uint32_t(10 + i), extra_args);
+  }
+  ~Cluster() {
+    for (pid_t c : children_) {
+      kill(c, SIGKILL);
+      waitpid(c, nullptr, 0);
+    }
+    for (pid_t d : daemons_) {
+      if (d <= 0) continue;
+      kill(d, SIGKILL);
+      waitpid(d, nullptr, 0);
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(rundir_, ec);
+  }
+
+  uint32_t addr(int node) const { return uint32_t(10 + node); }
+  std::string socket(int node) const { return nicemu::ctl::socket_path(rundir_, addr(node)); }
+  pid_t daemon_pid(int node) const { return daemons_.at(size_t(node)); }
+
+  void start_daemon(uint32_t addr, const std::vector<std::string>& extra) {
+    std::string bin = daemon_binary();
+    pid_t p = fork();
+    if (p == 0) {
+      std::vector<std::string> args = {bin, "--node", std::to_string(addr), "--rundir", rundir_, "--log-level", "warn"};
+      args.insert(args.end(), extra.begin(), extra.end());
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(bin.c_str(), argv.data());
+      _exit(127);
+    }
+    daemons_.push_back(p);
+    std::string sock = nicemu::ctl::socket_path(rundir_, addr);
+    for (int i = 0; i < 2000 && !daemon_answers(sock); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (!daemon_answers(sock)) throw std::runtime_error("daemon did not start on " + sock);
+  }
+
+  // SIGTERM a daemon and wait for it (clean shutdown).
+  int stop_daemon(int node) {
+    pid_t d = daemons_.at(size_t(node));
+    kill(d, SIGTERM);
+    int st = 0;
+    waitpid(d, &st, 0);
+    daemons_[size_t(node)] = -1;
+    return st;
+  }
+
+  // A credential issued on node 0 and granted on the others, for this user.
+  Cred credential() {
+    nicemu::abi::ctl::Cred req{};
+    req.h.op = uint16_t(nicemu::abi::ctl::Op::kCredIssue);
+    req.uid = getuid();
+    nicemu::abi::ctl::CredReply rep{};
+    nicemu::ctl::Connection c;
+    if (!c.connect(socket(0)) || !c.call(req, rep) || rep.r.rc != 0) throw std::runtime_error("cred issue failed");
+    for (size_t n = 1; n < daemons_.size(); ++n) {
+      nicemu::abi::ctl::Cred g = req;
+      g.h.op = uint16_t(nicemu::abi::ctl::Op::kCredGrant);
+      g.ptag = rep.ptag;
+      g.cookie = rep.cookie;
+      nicemu::ctl::Connection cn;
+      nicemu::abi::ctl::CredReply r2{};
+      if (!cn.connect(socket(int(n))) || !cn.call(g, r2) || r2.r.rc != 0) throw std::runtime_error("grant failed");
+    }
+    return Cred{uint8_t(rep.ptag), rep.cookie};
+  }
+
+  nlohmann::json status(int node) {
+    nicemu::ctl::Connection c;
+    if (!c.connect(socket(node))) return {};
+    auto s = c.status_json();
+    return s ? nlohmann::json::parse(*s) : nlohmann::json{};
+  }
+
+  // Runs `fn` in a child process attached to `node`; its return value is the exit code.
+  pid_t spawn(int node, std::function<int()> fn) {
+    pid_t p = fork();
+    if (p == 0) {
+      setenv("NICEMU_NODE", std::to_string(addr(node)).c_str(), 1);
+      int rc = 1;
+      try {
+        rc = fn();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "child: %s\n", e.what());
+      }
+      _exit(rc);
+    }
+    children_.push_back(p);
+    return p;
+  }
+
+  // Waits for a child; returns its exit code (or 128+signal).
+  int wait(pid_t p, int timeout_s = 30) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+    int st = 0;
+    while (waitpid(p, &st, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        kill(p, SIGKILL);
+        waitpid(p, &st, 0);
+        std::erase(children_, p);
+        return 255;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    std::erase(children_, p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  }
+
+ private:
+  std::string rundir_;
+  std::vector<pid_t> daemons_;
+  std::vector<pid_t> children_;
+};
+
+// Out-of-band channel between two processes (what PMI/KVS is in applications).
+class Oob {
+ public:
+  Oob() {
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET, 0, fds_) != 0) throw std::runtime_error("socketpair");
+  }
+  ~Oob() {
+    ::close(fds_[0]);
+    ::close(fds_[1]);
+  }
+  // Side 0 is the parent's first child, side 1 the second.
+  template <typename T>
+  void send(int side, const T& v) {
+    if (::send(fds_[side], &v, sizeof(T), 0) != sizeof(T)) throw std::runtime_error("oob send");
+  }
+  template <typename T>
+  T recv(int side) {
+    T v{};
+    if (::recv(fds_[side], &v, sizeof(T), 0) != sizeof(T)) throw std::runtime_error("oob recv");
+    return v;
+  }
+
+ private:
+  int fds_[2];
+};
+
+// Child-side check: prints the failed condition and exits the child with 1.
+#define CHILD_CHECK(cond)                                                                      \
+  do {                                                                                         \
+    if (!(cond)) {                                                                             \
+      std::fprintf(stderr, "%s:%d: child check failed: %s\n", __FILE__, __LINE__, #cond);     \
+      _exit(1);                                                                                \
+    }                                                                                          \
+  } while (0)
+
+// Attached CDM with a CQ, the usual first steps of every client.
+struct Gni {
+  gni_cdm_handle_t cdm = nullptr;
+  gni_nic_handle_t nic = nullptr;
+  gni_cq_handle_t cq = nullptr;      // local events
+  gni_cq_handle_t rcq = nullptr;     // remote events
+  uint32_t addr = 0;
+  uint32_t inst = 0;
+
+  gni_return_t open(uint32_t inst_id, Cred c, uint32_t modes = GNI_CDM_MODE_ERR_NO_KILL) {
+    inst = inst_id;
+    gni_return_t rc = GNI_CdmCreate(inst_id, c.ptag, c.cookie, modes, &cdm);
+    if (rc != GNI_RC_SUCCESS) return rc;
+    rc = GNI_CdmAttach(cdm, 0, &addr, &nic);
+    if (rc != GNI_RC_SUCCESS) return rc;
+    rc = GNI_CqCreate(nic, 256, 0, GNI_CQ_BLOCKING, nullptr, nullptr, &cq);
+    if (rc != GNI_RC_SUCCESS) return rc;
+    return GNI_CqCreate(nic, 256, 0, GNI_CQ_BLOCKING, nullptr, nullptr, &rcq);
+  }
+};
+
+}  // namespace harness
