@@ -52,7 +52,7 @@ int copy_out(std::string_view s, char* buf, int len) {
 
 void Client::report(std::string_view msg) const {
   std::string line = "libpmi: ";
-  if (known_) line += "rank " + std::to_string(rank_) + ": ";
+  if (rank_known_) line += "rank " + std::to_string(rank_) + ": ";
   line += msg;
   line += '\n';
   // One write so lines of concurrent ranks do not interleave.
@@ -197,6 +197,7 @@ int Client::handshake_initack(int id) {
   }
   size_ = static_cast<int>(*size);
   rank_ = static_cast<int>(*rank);
+  rank_known_ = true;
   return PMI_SUCCESS;
 }
 
@@ -221,6 +222,7 @@ int Client::connect() {
     connected_ = true;
     rank_ = 0;
     size_ = 1;
+    rank_known_ = true;
     kvsname_ = "kvs_" + std::to_string(::getpid()) + "_0";
     local_kvs_["PMI_process_mapping"] = wire::format_process_mapping({0});
     return PMI_SUCCESS;
@@ -235,6 +237,7 @@ int Client::connect() {
   }
   rank_ = static_cast<int>(*rank);
   size_ = static_cast<int>(*size);
+  rank_known_ = true;
   return PMI_SUCCESS;
 }
 
@@ -283,7 +286,10 @@ int Client::init(int* spawned) {
   }
   if (broken_) return PMI_FAIL;
   if (!connected_) {
-    if (int rc = connect(); rc != PMI_SUCCESS) return rc;
+    if (int rc = connect(); rc != PMI_SUCCESS) {
+      broken_ = true;  // the environment will not change: fail fast, say it once
+      return rc;
+    }
     spawned_ = env_long("PMI_SPAWNED").value_or(0) != 0;
   }
   if (!singleton_) {
@@ -380,7 +386,8 @@ int Client::universe_size(int* size) {
     return rc;
   auto v = reply.get_int("size");
   if (!v) return PMI_FAIL;
-  *size = static_cast<int>(*v);
+  // Hydra answers -1 when no universe size was given; Cray PMI reports the job size.
+  *size = *v >= 1 ? static_cast<int>(*v) : size_;
   return PMI_SUCCESS;
 }
 

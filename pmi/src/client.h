@@ -72,6 +72,7 @@ class Client {
   std::recursive_mutex mu_;
   int refcount_ = 0;
   bool known_ = false;     // rank/size/kvsname fetched
+  bool rank_known_ = false;  // rank parsed (messages can name it)
   bool connected_ = false; // fd_ valid (or singleton)
   bool broken_ = false;    // the connection failed; every exchange now fails
   bool singleton_ = false;

@@ -1,10 +1,12 @@
 // The PMI-2 API (shared/spec/pmi-api.md §4) carried over the same PMI-1 wire connection
 // as PMI-1 (one process-wide client, shared init reference count). Fence is a barrier;
-// node attributes are KVS keys scoped by node id.
+// node attributes are KVS keys scoped by node id (portable use: put, fence, then get).
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -60,10 +62,25 @@ int node_key(const std::string& name, std::string& key) {
   return PMI_SUCCESS;
 }
 
-// Node attribute text; PMI_ERR_INVALID_KEY when absent. `wait`: poll until it appears
-// (another rank of this node puts it; puts are visible at once on simple-PMI servers).
+// This process's own node attributes: visible to itself at once. Other ranks see a put
+// when the server publishes it — at once on nicemu-run, only after the next fence on
+// Hydra, whose proxies hold puts back until the barrier.
+std::map<std::string, std::string>& own_node_attrs() {
+  static auto* attrs = new std::map<std::string, std::string>();
+  return *attrs;
+}
+
+// Node attribute text; PMI_ERR_INVALID_KEY when absent. `wait`: poll until it appears.
 int node_attr(const std::string& name, bool wait, std::string& value) {
   Client& c = Client::get();
+  {
+    std::lock_guard lock(c.mutex());
+    auto it = own_node_attrs().find(name);
+    if (it != own_node_attrs().end()) {
+      value = it->second;
+      return PMI_SUCCESS;
+    }
+  }
   std::string key;
   if (int rc = node_key(name, key); rc != PMI_SUCCESS) return rc;
   auto delay = std::chrono::microseconds(100);
@@ -263,7 +280,10 @@ int PMI2_Info_PutNodeAttr(const char name[], const char value[]) {
     if (int rc = c.check_init(); rc != PMI_SUCCESS) return rc;
     std::string key;
     if (int rc = node_key(name, key); rc != PMI_SUCCESS) return rc;
-    return c.kvs_put(c.kvsname(), key, value);
+    std::lock_guard lock(c.mutex());
+    int rc = c.kvs_put(c.kvsname(), key, value);
+    if (rc == PMI_SUCCESS) own_node_attrs()[name] = value;
+    return rc;
   });
 }
 

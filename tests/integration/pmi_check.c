@@ -1,6 +1,7 @@
 /*
  * Conformance check of libpmi under a PMI-1 server, run by every rank of a job:
  *   pmi_check [size nodes]   full check; size/nodes are what the launcher was asked for
+ *                            (runs under nicemu-run and under MPICH's Hydra mpiexec)
  *   pmi_check abort          rank 1 calls PMI_Abort(5), the others wait in a barrier
  *   pmi_check skip-barrier   rank 0 exits at once, the others wait in a barrier
  * Uses only the public headers (pmi.h, pmi2.h). Prints "pmi_check: rank R: OK" on success,
@@ -233,7 +234,8 @@ static void check_pmi2(const char *kvs, int rank, int size) {
   CHECK(PMI2_Info_GetJobAttr("no-such-attr", value, sizeof value, &found) == PMI2_SUCCESS);
   CHECK(found == 0);
 
-  /* Node attributes: the lowest rank of each node publishes, the others wait for it. */
+  /* Node attributes: the lowest rank of each node publishes, the others wait for it.
+   * Over the PMI-1 wire a put may stay invisible until a fence (Hydra), so fence first. */
   int cranks[256] = {0}, clique = 0;
   CHECK_RC(PMI_Get_clique_size(&clique));
   CHECK_RC(PMI_Get_clique_ranks(cranks, 256));
@@ -242,6 +244,7 @@ static void check_pmi2(const char *kvs, int rank, int size) {
   CHECK_RC(PMI_Get_nid(rank, &nid));
   snprintf(node_value, sizeof node_value, "node %d leader %d", nid, cranks[0]);
   if (rank == cranks[0]) CHECK(PMI2_Info_PutNodeAttr("leader", node_value) == PMI2_SUCCESS);
+  CHECK(PMI2_KVS_Fence() == PMI2_SUCCESS);
   CHECK(PMI2_Info_GetNodeAttr("leader", value, sizeof value, &found, 1) == PMI2_SUCCESS);
   CHECK(found == 1 && strcmp(value, node_value) == 0);
   CHECK(PMI2_Info_GetNodeAttr("absent", value, sizeof value, &found, 0) == PMI2_SUCCESS);
@@ -329,10 +332,13 @@ int main(int argc, char **argv) {
   CHECK_RC(PMI_Finalize());
   CHECK(PMI_Barrier() == PMI_ERR_INIT);
 
-  /* A library initializing PMI after another finalized it still works. */
-  CHECK_RC(PMI_Init(&spawned));
-  CHECK_RC(PMI_Barrier());
-  CHECK_RC(PMI_Finalize());
+  /* A library initializing PMI after another finalized it still works under nicemu-run
+   * (recognised by ALPS_APP_PE); Hydra closes the connection at finalize. */
+  if (pe) {
+    CHECK_RC(PMI_Init(&spawned));
+    CHECK_RC(PMI_Barrier());
+    CHECK_RC(PMI_Finalize());
+  }
 
   free(kvs);
   if (g_failures) {

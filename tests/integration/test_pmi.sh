@@ -168,6 +168,19 @@ expect_rc missing 127 && pass "missing program: 127"
 job usage --no-nic "$CHECK"
 [[ $RC -ne 0 ]] && pass "missing -n is an error" || fail "usage: accepted a job without -n"
 
+# 15. Interoperability: pmi_check under MPICH's Hydra, a PMI-1 server we did not write.
+if command -v mpiexec.hydra >/dev/null 2>&1; then
+  timeout -k 5 90 mpiexec.hydra -n 3 "$CHECK" 3 1 >"$TMP/hydra.out" 2>"$TMP/hydra.err" </dev/null
+  RC=$?
+  if expect_rc hydra 0 && [[ $(grep -c 'pmi_check: rank [0-2]: OK' "$TMP/hydra.out") -eq 3 ]]; then
+    pass "pmi_check under Hydra (mpiexec.hydra)"
+  else
+    fail "hydra"; show hydra
+  fi
+else
+  echo "skip: mpiexec.hydra not installed (Hydra interoperability)"
+fi
+
 if [[ $FAILS -ne 0 ]]; then
   echo "test_pmi: $FAILS failure(s)" >&2
   exit 1

@@ -1,0 +1,500 @@
+// gni_bench: uGNI micro-benchmarks between two ranks on one emulated node.
+//
+//   smsg_lat     SMSG one-way latency: ping-pong, half the round-trip time. The receiver
+//                polls its remote-event CQ (GNI_CqGetEvent) and then takes the message
+//                with GNI_SmsgGetNextWTag / GNI_SmsgRelease, the way uGNI clients
+//                (Open MPI btl/ugni, UCX uct/ugni) poll.
+//   smsg_bw      SMSG message rate: rank 0 streams messages into a mailbox of --window
+//                credits, rank 1 takes and releases them; messages/s at the sender, from
+//                the first send to the receiver's final acknowledgement.
+//   fma_put_lat  FMA PUT / GET latency, 8 B .. 4 KiB: post one descriptor with
+//   fma_get_lat  GNI_CQMODE_GLOBAL_EVENT, poll the local CQ with GNI_CqGetEvent, hand the
+//                event to GNI_GetCompleted; time per operation. The target buffer is
+//                ordinary heap memory of rank 1 (the common case for clients).
+//
+// The program forks the two ranks itself; they exchange addresses, SMSG attributes and
+// memory handles over a socketpair (what PMI does in applications). Each rank pins itself
+// to its own CPU (--cpus, sched_setaffinity) and busy-polls only on that CPU; the parent
+// sleeps in sigtimedwait and the daemon is idle (same-host SMSG/FMA run in the library),
+// so no third process competes for the two cores of a small machine.
+//
+// The job credential comes from the daemon (control op kCredIssue), as from ALPS on a
+// Cray; the daemon is --socket, else $NICEMU_SOCKET, else node $NICEMU_NODE in
+// $NICEMU_RUNDIR (else the first daemon found there).
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "gni_pub.h"
+#include "nicemu/abi/ctl_protocol.h"
+#include "nicemu/ctl/ctl_client.h"
+
+namespace {
+
+struct Options {
+  std::string test = "all";
+  uint64_t iters = 0;   // 0: per-test default
+  int64_t warmup = -1;  // -1: per-test default
+  uint32_t size = 8;
+  bool size_given = false;
+  uint32_t window = 64;
+  bool csv = false;
+  std::string socket;
+  std::string cpus = "0,1";
+  int cpu[2] = {0, 1};
+  unsigned timeout_s = 600;
+};
+
+Options opt;
+
+[[noreturn]] void die(const char* what) {
+  std::fprintf(stderr, "gni_bench: %s\n", what);
+  std::fflush(stderr);
+  _exit(2);
+}
+
+#define CHECK_GNI(call)                                                                    \
+  do {                                                                                     \
+    gni_return_t rc_ = (call);                                                             \
+    if (rc_ != GNI_RC_SUCCESS) {                                                           \
+      std::fprintf(stderr, "gni_bench: %s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, \
+                   gni_err_str[rc_]);                                                      \
+      std::fflush(stderr);                                                                 \
+      _exit(2);                                                                            \
+    }                                                                                      \
+  } while (0)
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// ---- out-of-band exchange between the two ranks ------------------------------------------
+
+int oob_fd[2] = {-1, -1};
+
+template <typename T>
+void oob_send(int rank, const T& v) {
+  if (::send(oob_fd[rank], &v, sizeof(T), MSG_NOSIGNAL) != ssize_t(sizeof(T))) die("oob send failed (peer gone?)");
+}
+template <typename T>
+T oob_recv(int rank) {
+  T v{};
+  if (::recv(oob_fd[rank], &v, sizeof(T), 0) != ssize_t(sizeof(T))) die("oob recv failed (peer gone?)");
+  return v;
+}
+// Blocking barrier: the waiting rank sleeps in recv(), it does not spin.
+void barrier(int rank) {
+  oob_send(rank, int{1});
+  (void)oob_recv<int>(rank);
+}
+
+// ---- results -----------------------------------------------------------------------------
+
+void report(const char* test, uint64_t size, double value, const char* unit) {
+  if (opt.csv)
+    std::printf("%s,%llu,%.6g,%s\n", test, static_cast<unsigned long long>(size), value, unit);
+  else if (std::strcmp(unit, "msg/s") == 0)
+    std::printf("%-12s %8llu %14.0f  %s\n", test, static_cast<unsigned long long>(size), value, unit);
+  else
+    std::printf("%-12s %8llu %14.3f  %s\n", test, static_cast<unsigned long long>(size), value, unit);
+  std::fflush(stdout);
+}
+
+// ---- one rank ----------------------------------------------------------------------------
+
+constexpr uint32_t kFmaMax = 4096;
+constexpr uint8_t kTagData = 1, kTagAck = 2;
+
+struct Info {
+  uint32_t addr;
+  uint32_t inst;
+  gni_smsg_attr_t smsg;
+  uint64_t buf;
+  gni_mem_handle_t buf_h;
+};
+
+struct Rank {
+  int id = 0;
+  gni_cdm_handle_t cdm = nullptr;
+  gni_nic_handle_t nic = nullptr;
+  gni_cq_handle_t cq = nullptr;   // local completions (SMSG sends, FMA posts)
+  gni_cq_handle_t rcq = nullptr;  // remote events (SMSG arrivals)
+  gni_ep_handle_t ep = nullptr;
+  char* mbox = nullptr;
+  char* buf = nullptr;  // FMA: target buffer (rank 1), GET destination (rank 0)
+  char* src = nullptr;  // FMA PUT source / SMSG payload
+  gni_mem_handle_t buf_h{};
+  Info peer{};
+  uint64_t local_events = 0;
+
+  // Local SMSG completions: a progress engine consumes them as they come.
+  void drain_local() {
+    gni_cq_entry_t e;
+    gni_return_t rc;
+    while ((rc = GNI_CqGetEvent(cq, &e)) == GNI_RC_SUCCESS) ++local_events;
+    if (rc != GNI_RC_NOT_DONE) die("local CQ error (overrun or transaction error)");
+  }
+
+  // Waits for one message: remote-event CQ first, then the mailbox. Returns its tag.
+  uint8_t recv_one() {
+    gni_cq_entry_t e;
+    for (;;) {
+      gni_return_t rc = GNI_CqGetEvent(rcq, &e);
+      if (rc == GNI_RC_SUCCESS) break;
+      if (rc != GNI_RC_NOT_DONE) die("remote-event CQ error (overrun or transaction error)");
+      drain_local();
+    }
+    if (GNI_CQ_GET_TYPE(e) != GNI_CQ_EVENT_TYPE_SMSG) die("unexpected remote event type");
+    void* msg = nullptr;
+    uint8_t tag = GNI_SMSG_ANY_TAG;
+    CHECK_GNI(GNI_SmsgGetNextWTag(ep, &msg, &tag));
+    CHECK_GNI(GNI_SmsgRelease(ep));
+    return tag;
+  }
+
+  void send_one(uint32_t len, uint8_t tag, uint32_t msg_id) {
+    gni_return_t rc;
+    while ((rc = GNI_SmsgSendWTag(ep, src, len, nullptr, 0, msg_id, tag)) == GNI_RC_NOT_DONE) drain_local();
+    if (rc != GNI_RC_SUCCESS) die("GNI_SmsgSendWTag failed");
+  }
+
+  void setup(uint8_t ptag, uint32_t cookie) {
+    CHECK_GNI(GNI_CdmCreate(uint32_t(id), ptag, cookie, GNI_CDM_MODE_ERR_NO_KILL, &cdm));
+    uint32_t addr = 0;
+    CHECK_GNI(GNI_CdmAttach(cdm, 0, &addr, &nic));
+    CHECK_GNI(GNI_CqCreate(nic, 4096, 0, GNI_CQ_NOBLOCK, nullptr, nullptr, &cq));
+    CHECK_GNI(GNI_CqCreate(nic, 4096, 0, GNI_CQ_NOBLOCK, nullptr, nullptr, &rcq));
+
+    gni_smsg_attr_t local{};
+    local.msg_type = GNI_SMSG_TYPE_MBOX_AUTO_RETRANSMIT;
+    local.mbox_maxcredit = opt.window;
+    local.msg_maxsize = std::max<uint32_t>(opt.size, 64);
+    unsigned need = 0;
+    CHECK_GNI(GNI_SmsgBufferSizeNeeded(&local, &need));
+    size_t mbox_bytes = (size_t(need) + 4095) & ~size_t{4095};
+    mbox = static_cast<char*>(std::aligned_alloc(4096, mbox_bytes));
+    buf = static_cast<char*>(std::aligned_alloc(4096, 2 * kFmaMax));
+    src = static_cast<char*>(std::aligned_alloc(4096, std::max<size_t>(2 * kFmaMax, (opt.size + 4095) & ~4095u)));
+    if (!mbox || !buf || !src) die("out of memory");
+    std::memset(mbox, 0, mbox_bytes);
+    std::memset(buf, id, 2 * kFmaMax);
+    std::memset(src, 'a' + id, std::max<size_t>(2 * kFmaMax, opt.size));
+    local.msg_buffer = mbox;
+    local.buff_size = unsigned(mbox_bytes);
+    local.mbox_offset = 0;
+    CHECK_GNI(GNI_MemRegister(nic, uint64_t(mbox), mbox_bytes, rcq, GNI_MEM_READWRITE, uint32_t(-1), &local.mem_hndl));
+    CHECK_GNI(GNI_MemRegister(nic, uint64_t(buf), 2 * kFmaMax, nullptr, GNI_MEM_READWRITE, uint32_t(-1), &buf_h));
+
+    Info mine{};
+    mine.addr = addr;
+    mine.inst = uint32_t(id);
+    mine.smsg = local;
+    mine.buf = uint64_t(buf);
+    mine.buf_h = buf_h;
+    oob_send(id, mine);
+    peer = oob_recv<Info>(id);
+    CHECK_GNI(GNI_EpCreate(nic, cq, &ep));
+    CHECK_GNI(GNI_EpBind(ep, peer.addr, peer.inst));
+    CHECK_GNI(GNI_SmsgInit(ep, &local, &peer.smsg));
+    barrier(id);  // both mailboxes are initialised before anyone sends
+  }
+
+  // (a) ping-pong; rank 0 reports half the round-trip time.
+  void smsg_lat() {
+    const uint64_t iters = opt.iters ? opt.iters : 200000;
+    const uint64_t warm = opt.warmup >= 0 ? uint64_t(opt.warmup) : 20000;
+    barrier(id);
+    double t0 = 0;
+    for (uint64_t i = 0; i < warm + iters; ++i) {
+      if (id == 0) {
+        if (i == warm) t0 = now_s();
+        send_one(opt.size, kTagData, uint32_t(i));
+        (void)recv_one();
+      } else {
+        (void)recv_one();
+        send_one(opt.size, kTagData, uint32_t(i));
+      }
+    }
+    if (id == 0) report("smsg_lat", opt.size, (now_s() - t0) / double(iters) / 2 * 1e6, "us");
+    drain_local();
+  }
+
+  // (b) uni-directional stream; rank 0 reports messages per second.
+  void smsg_bw() {
+    const uint64_t iters = opt.iters ? opt.iters : 2000000;
+    const uint64_t warm = opt.warmup >= 0 ? uint64_t(opt.warmup) : 100000;
+    barrier(id);
+    auto phase = [&](uint64_t n) {
+      if (id == 0) {
+        for (uint64_t i = 0; i < n; ++i) {
+          send_one(opt.size, kTagData, uint32_t(i));
+          if ((i & 63) == 63) drain_local();
+        }
+        if (recv_one() != kTagAck) die("smsg_bw: expected the acknowledgement");
+      } else {
+        for (uint64_t i = 0; i < n; ++i)
+          if (recv_one() != kTagData) die("smsg_bw: unexpected tag");
+        send_one(8, kTagAck, 0);
+      }
+    };
+    if (warm) phase(warm);
+    double t0 = now_s();
+    phase(iters);
+    double t = now_s() - t0;
+    if (id == 0) report("smsg_bw", opt.size, double(iters) / t, "msg/s");
+    drain_local();
+  }
+
+  // (c) FMA PUT or GET latency per size; rank 1 sleeps in the barrier meanwhile.
+  void fma_lat(bool put) {
+    const uint64_t iters = opt.iters ? opt.iters : 50000;
+    const uint64_t warm = opt.warmup >= 0 ? uint64_t(opt.warmup) : 2000;
+    barrier(id);
+    if (id == 0) {
+      drain_local();
+      std::vector<uint32_t> sizes;
+      if (opt.size_given) {
+        if (opt.size > kFmaMax || (!put && (opt.size & 3))) die("FMA size must be <= 4096 (GET: a multiple of 4)");
+        sizes.push_back(opt.size);
+      } else {
+        for (uint32_t s = 8; s <= kFmaMax; s *= 2) sizes.push_back(s);
+      }
+      for (uint32_t len : sizes) {
+        gni_post_descriptor_t d{};
+        d.type = put ? GNI_POST_FMA_PUT : GNI_POST_FMA_GET;
+        d.cq_mode = GNI_CQMODE_GLOBAL_EVENT;
+        d.dlvr_mode = GNI_DLVMODE_PERFORMANCE;
+        d.local_addr = put ? uint64_t(src) : uint64_t(buf);
+        d.local_mem_hndl = buf_h;
+        d.remote_addr = peer.buf;
+        d.remote_mem_hndl = peer.buf_h;
+        d.length = len;
+        double t0 = 0;
+        for (uint64_t i = 0; i < warm + iters; ++i) {
+          if (i == warm) t0 = now_s();
+          CHECK_GNI(GNI_PostFma(ep, &d));
+          gni_cq_entry_t e;
+          gni_return_t rc;
+          while ((rc = GNI_CqGetEvent(cq, &e)) == GNI_RC_NOT_DONE) {
+          }
+          if (rc != GNI_RC_SUCCESS) die("FMA completion error");
+          gni_post_descriptor_t* out = nullptr;
+          CHECK_GNI(GNI_GetCompleted(cq, e, &out));
+          if (out != &d) die("GNI_GetCompleted returned another descriptor");
+        }
+        report(put ? "fma_put_lat" : "fma_get_lat", len, (now_s() - t0) / double(iters) * 1e6, "us");
+      }
+    }
+    barrier(id);
+  }
+};
+
+int run_rank(int id, uint8_t ptag, uint32_t cookie) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(opt.cpu[id], &set);
+  if (sched_setaffinity(0, sizeof set, &set) != 0) {
+    std::fprintf(stderr, "gni_bench: rank %d: cannot pin to CPU %d: %s\n", id, opt.cpu[id], std::strerror(errno));
+    return 2;
+  }
+  Rank r;
+  r.id = id;
+  r.setup(ptag, cookie);
+  auto want = [](const char* t) { return opt.test == "all" || opt.test == t; };
+  if (want("smsg_lat")) r.smsg_lat();
+  if (want("smsg_bw")) r.smsg_bw();
+  if (want("fma_put_lat")) r.fma_lat(true);
+  if (want("fma_get_lat")) r.fma_lat(false);
+  barrier(id);
+  // Leave the domain cleanly: endpoints, registrations, CQs, CDM.
+  GNI_EpUnbind(r.ep);
+  GNI_EpDestroy(r.ep);
+  GNI_MemDeregister(r.nic, &r.buf_h);
+  GNI_CqDestroy(r.cq);
+  GNI_CqDestroy(r.rcq);
+  GNI_CdmDestroy(r.cdm);
+  std::fflush(stdout);
+  return 0;
+}
+
+// ---- parent ------------------------------------------------------------------------------
+
+std::string resolve_socket() {
+  if (!opt.socket.empty()) return opt.socket;
+  if (const char* s = std::getenv("NICEMU_SOCKET"); s && *s) return s;
+  std::string rundir = nicemu::ctl::default_rundir();
+  if (const char* n = std::getenv("NICEMU_NODE"); n && *n)
+    return nicemu::ctl::socket_path(rundir, uint32_t(std::strtoul(n, nullptr, 10)));
+  auto nodes = nicemu::ctl::list_nodes(rundir);
+  if (nodes.empty()) return {};
+  return nicemu::ctl::socket_path(rundir, nodes.front());
+}
+
+bool issue_credential(const std::string& sock, uint8_t& ptag, uint32_t& cookie) {
+  nicemu::abi::ctl::Cred req{};
+  req.h.op = uint16_t(nicemu::abi::ctl::Op::kCredIssue);
+  req.uid = getuid();
+  nicemu::abi::ctl::CredReply rep{};
+  nicemu::ctl::Connection c;
+  if (!c.connect(sock) || !c.call(req, rep) || rep.r.rc != 0) return false;
+  ptag = uint8_t(rep.ptag);
+  cookie = rep.cookie;
+  return true;
+}
+
+bool parse_cpus(const std::string& s) {
+  int a = -1, b = -1;
+  char tail;
+  if (std::sscanf(s.c_str(), "%d,%d%c", &a, &b, &tail) != 2 || a < 0 || b < 0 || a >= CPU_SETSIZE ||
+      b >= CPU_SETSIZE)
+    return false;
+  opt.cpu[0] = a;
+  opt.cpu[1] = b;
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"gni_bench: uGNI SMSG latency / message rate and FMA PUT/GET latency between two ranks "
+               "on one nicemu node, each pinned to its own CPU"};
+  app.add_option("--test", opt.test, "smsg_lat | smsg_bw | fma_put_lat | fma_get_lat | all")
+      ->check(CLI::IsMember({"smsg_lat", "smsg_bw", "fma_put_lat", "fma_get_lat", "all"}));
+  app.add_option("--iters", opt.iters,
+                 "timed iterations (default: smsg_lat 200000, smsg_bw 2000000, fma 50000 per size)");
+  app.add_option("--warmup", opt.warmup, "untimed iterations first (default: 10% of smsg, 2000 for fma)");
+  auto* size_opt = app.add_option("--size", opt.size,
+                                  "SMSG payload bytes (default 8); if given, also the only FMA size "
+                                  "(default: 8, 16, ... 4096)");
+  app.add_option("--window", opt.window, "SMSG mailbox credits, i.e. the smsg_bw window (default 64)")
+      ->check(CLI::Range(1u, 65535u));
+  app.add_flag("--csv", opt.csv, "one line per result: test,size,value,unit");
+  app.add_option("--socket", opt.socket,
+                 "control socket of the nicemu daemon (default: $NICEMU_SOCKET, else node $NICEMU_NODE in "
+                 "$NICEMU_RUNDIR)");
+  app.add_option("--cpus", opt.cpus, "CPUs of rank 0 and rank 1, e.g. 0,1 (sched_setaffinity)");
+  app.add_option("--timeout", opt.timeout_s, "seconds before the run is abandoned (default 600)");
+  CLI11_PARSE(app, argc, argv);
+  opt.size_given = size_opt->count() > 0;
+  if (!parse_cpus(opt.cpus)) {
+    std::fprintf(stderr, "gni_bench: --cpus wants two CPU numbers, e.g. 0,1\n");
+    return 2;
+  }
+  if (opt.size == 0 || opt.size > GNI_SMSG_MAX_SIZE) {
+    std::fprintf(stderr, "gni_bench: --size must be 1..%d\n", GNI_SMSG_MAX_SIZE);
+    return 2;
+  }
+
+  std::string sock = resolve_socket();
+  if (sock.empty()) {
+    std::fprintf(stderr, "gni_bench: no nicemu daemon: give --socket or set NICEMU_RUNDIR/NICEMU_NODE\n");
+    return 2;
+  }
+  uint8_t ptag = 0;
+  uint32_t cookie = 0;
+  if (!issue_credential(sock, ptag, cookie)) {
+    std::fprintf(stderr, "gni_bench: cannot obtain a credential from %s\n", sock.c_str());
+    return 2;
+  }
+  setenv("NICEMU_SOCKET", sock.c_str(), 1);  // libugni in the ranks attaches to this daemon
+
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET, 0, oob_fd) != 0) {
+    std::perror("gni_bench: socketpair");
+    return 2;
+  }
+  if (!opt.csv) {
+    std::printf("# gni_bench: daemon %s, ranks pinned to CPUs %d and %d, SMSG window %u\n", sock.c_str(),
+                opt.cpu[0], opt.cpu[1], opt.window);
+    std::printf("%-12s %8s %14s  %s\n", "test", "size", "value", "unit");
+  }
+  std::fflush(stdout);
+
+  // The parent sleeps in sigtimedwait: SIGCHLD, or a signal to stop, or the timeout.
+  sigset_t set, old;
+  sigemptyset(&set);
+  sigaddset(&set, SIGCHLD);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  sigprocmask(SIG_BLOCK, &set, &old);
+
+  pid_t parent = getpid();
+  pid_t kids[2] = {-1, -1};
+  for (int id = 0; id < 2; ++id) {
+    pid_t p = fork();
+    if (p < 0) {
+      std::perror("gni_bench: fork");
+      if (kids[0] > 0) kill(kids[0], SIGKILL);
+      return 2;
+    }
+    if (p == 0) {
+      sigprocmask(SIG_SETMASK, &old, nullptr);
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(2);
+      ::close(oob_fd[1 - id]);
+      int rc = 2;
+      try {
+        rc = run_rank(id, ptag, cookie);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "gni_bench: rank %d: %s\n", id, e.what());
+      }
+      std::fflush(stdout);
+      _exit(rc);
+    }
+    kids[id] = p;
+  }
+  ::close(oob_fd[0]);
+  ::close(oob_fd[1]);
+
+  auto kill_all = [&] {
+    for (pid_t& k : kids)
+      if (k > 0) {
+        kill(k, SIGKILL);
+        waitpid(k, nullptr, 0);
+        k = -1;
+      }
+  };
+  int result = 0;
+  const double deadline = now_s() + opt.timeout_s;
+  while (kids[0] > 0 || kids[1] > 0) {
+    double left = deadline - now_s();
+    if (left <= 0) {
+      std::fprintf(stderr, "gni_bench: timeout after %u s\n", opt.timeout_s);
+      kill_all();
+      return 3;
+    }
+    timespec ts{time_t(left), long((left - double(time_t(left))) * 1e9)};
+    int sig = sigtimedwait(&set, nullptr, &ts);
+    if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
+      kill_all();
+      return 128 + sig;
+    }
+    for (int id = 0; id < 2; ++id) {
+      if (kids[id] <= 0) continue;
+      int st = 0;
+      if (waitpid(kids[id], &st, WNOHANG) != kids[id]) continue;
+      kids[id] = -1;
+      int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      if (code != 0) {
+        std::fprintf(stderr, "gni_bench: rank %d failed (%d)\n", id, code);
+        result = code;
+        kill_all();  // the other rank would wait for its peer forever
+      }
+    }
+  }
+  return result;
+}
