@@ -1,5 +1,6 @@
 #include "daemon_link.h"
 
+#include <fmt/core.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -9,8 +10,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-
-#include <fmt/core.h>
 
 #include "nicemu/abi/gni_values.h"
 
@@ -22,11 +21,10 @@ using abi::ctl::Op;
 std::string rc_name(int32_t rc) {
   // Indexed by gni_return_t (nicemu/abi/gni_values.h).
   static constexpr std::array<const char*, 14> kNames = {
-      "GNI_RC_SUCCESS",          "GNI_RC_NOT_DONE",         "GNI_RC_INVALID_PARAM",
-      "GNI_RC_ERROR_RESOURCE",   "GNI_RC_TIMEOUT",          "GNI_RC_PERMISSION_ERROR",
-      "GNI_RC_DESCRIPTOR_ERROR", "GNI_RC_ALIGNMENT_ERROR",  "GNI_RC_INVALID_STATE",
-      "GNI_RC_NO_MATCH",         "GNI_RC_SIZE_ERROR",       "GNI_RC_TRANSACTION_ERROR",
-      "GNI_RC_ILLEGAL_OP",       "GNI_RC_ERROR_NOMEM",
+      "GNI_RC_SUCCESS",       "GNI_RC_NOT_DONE",         "GNI_RC_INVALID_PARAM",    "GNI_RC_ERROR_RESOURCE",
+      "GNI_RC_TIMEOUT",       "GNI_RC_PERMISSION_ERROR", "GNI_RC_DESCRIPTOR_ERROR", "GNI_RC_ALIGNMENT_ERROR",
+      "GNI_RC_INVALID_STATE", "GNI_RC_NO_MATCH",         "GNI_RC_SIZE_ERROR",       "GNI_RC_TRANSACTION_ERROR",
+      "GNI_RC_ILLEGAL_OP",    "GNI_RC_ERROR_NOMEM",
   };
   static_assert(gni::kErrorNomem == kNames.size() - 1);
   if (rc >= 0 && static_cast<size_t>(rc) < kNames.size()) return kNames[static_cast<size_t>(rc)];
@@ -73,9 +71,10 @@ Link::Link(Target t, std::chrono::milliseconds timeout) : t_(std::move(t)), time
 void Link::no_reply(const char* what) const {
   if (errno == EAGAIN || errno == EWOULDBLOCK)
     throw CtlError(fmt::format("{}: no reply to {} within {} ms", t_.label(), what, timeout_.count()));
-  throw CtlError(fmt::format("{}: no valid reply to {} (daemon closed the connection or speaks another "
-                             "protocol version)",
-                             t_.label(), what));
+  throw CtlError(
+      fmt::format("{}: no valid reply to {} (daemon closed the connection or speaks another "
+                  "protocol version)",
+                  t_.label(), what));
 }
 
 nlohmann::json Link::status() {

@@ -6,12 +6,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "nicemu/abi/ctl_protocol.h"
 #include "nicemu/ctl/ctl_client.h"

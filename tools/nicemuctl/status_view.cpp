@@ -1,11 +1,11 @@
 #include "status_view.h"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <iterator>
 #include <utility>
-
-#include <fmt/core.h>
 
 namespace nicemu::tools {
 
@@ -78,7 +78,7 @@ class Table {
   std::vector<std::vector<std::string>> rows_;
 };
 
-constexpr int kLabelWidth = 12;
+constexpr int kLabelWidth = 13;
 
 void field(std::FILE* out, const char* label, const std::string& value) {
   fmt::print(out, "  {:<{}}{}\n", label, kLabelWidth, value);

@@ -21,6 +21,7 @@
 #include "nicemu/abi/mem_handle.h"
 #include "nicemu/abi/shm_layout.h"
 #include "nicemu/ctl/ctl_client.h"
+#include "smsg_channel.h"
 
 static_assert(int{GNI_RC_SUCCESS} == int{nicemu::abi::gni::kSuccess} &&
               int{GNI_RC_ERROR_NOMEM} == int{nicemu::abi::gni::kErrorNomem});
@@ -126,13 +127,9 @@ struct Cq {
 // One direction of an SMSG channel, i.e. one mailbox (layout in shm_layout.h).
 struct Mailbox {
   std::shared_ptr<Region> region;  // receiver's region (ours for the receive side)
-  abi::MboxCtl* ctl = nullptr;
-  char* slots = nullptr;
-  uint32_t credits = 0;
-  uint32_t slot_size = 0;
-  uint32_t max_size = 0;
+  MailboxView view;
   uint32_t dst_cq = abi::kNoCq;    // receiver's CQ for remote SMSG events
-  bool valid() const { return ctl != nullptr; }
+  bool valid() const { return view.ctl != nullptr; }
 };
 
 struct Ep {

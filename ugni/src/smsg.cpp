@@ -48,17 +48,13 @@ gni_return_t open_mailbox(Ep* ep, uint32_t addr, uint32_t inst, const gni_smsg_a
       rep.bytes != abi::mbox_bytes(a->mbox_maxcredit, a->msg_maxsize))
     return GNI_RC_INVALID_STATE;
   out.region = r;
-  out.ctl = reinterpret_cast<abi::MboxCtl*>(r->base + rep.ctl_offset);
-  out.slots = r->base + rep.ctl_offset + sizeof(abi::MboxCtl);
-  out.credits = a->mbox_maxcredit;
-  out.slot_size = abi::mbox_slot_size(a->msg_maxsize);
-  out.max_size = a->msg_maxsize;
+  out.view.ctl = reinterpret_cast<abi::MboxCtl*>(r->base + rep.ctl_offset);
+  out.view.slots = r->base + rep.ctl_offset + sizeof(abi::MboxCtl);
+  out.view.credits = a->mbox_maxcredit;
+  out.view.slot_size = abi::mbox_slot_size(a->msg_maxsize);
+  out.view.max_size = a->msg_maxsize;
   out.dst_cq = rep.dst_cq;
   return GNI_RC_SUCCESS;
-}
-
-abi::MboxSlotHeader* slot_at(const Mailbox& m, uint32_t index) {
-  return reinterpret_cast<abi::MboxSlotHeader*>(m.slots + uint64_t{index % m.credits} * m.slot_size);
 }
 
 gni_return_t send(Ep* ep, const void* header, uint32_t header_length, const void* data, uint32_t data_length,
@@ -66,8 +62,7 @@ gni_return_t send(Ep* ep, const void* header, uint32_t header_length, const void
   Mailbox& m = ep->tx;
   if (!m.valid()) return GNI_RC_INVALID_PARAM;
   if ((header_length && !header) || (data_length && !data)) return GNI_RC_INVALID_PARAM;
-  uint64_t total = uint64_t{header_length} + data_length;
-  if (total > m.max_size) return GNI_RC_ERROR_RESOURCE;
+  if (uint64_t{header_length} + data_length > m.view.max_size) return GNI_RC_ERROR_RESOURCE;
   if (!m.region->alive() || ep->nic->nic_down.load(std::memory_order_relaxed)) {
     // The receiver is gone: as a retransmit-exhausted send, an error event in our CQ.
     uint64_t st = ep->nic->nic_down ? cqe::kErrNicDown : cqe::kErrPeerGone;
@@ -75,20 +70,10 @@ gni_return_t send(Ep* ep, const void* header, uint32_t header_length, const void
     ep->src_cq->ring.push(cqe::make(cqe::kSrcLocalRequest, cqe::kTypeSmsg, st, cqe::kInfoGlobal, 0, msg_id));
     return GNI_RC_SUCCESS;
   }
-  uint32_t s = m.ctl->sent.load(std::memory_order_relaxed);
-  uint32_t r = m.ctl->released.load(std::memory_order_acquire);
-  if (s - r >= m.credits) {
+  if (smsg_send(m.view, header, header_length, data, data_length, tag) == SendResult::kNoCredit) {
     ep->nic->stats[GNI_STAT_SMSG_MBOX_CREDITS_STALL].fetch_add(1, std::memory_order_relaxed);
     return GNI_RC_NOT_DONE;
   }
-  abi::MboxSlotHeader* slot = slot_at(m, s);
-  char* payload = reinterpret_cast<char*>(slot + 1);
-  if (header_length) std::memcpy(payload, header, header_length);
-  if (data_length) std::memcpy(payload + header_length, data, data_length);
-  slot->length = static_cast<uint32_t>(total);
-  slot->tag = tag;
-  slot->seq.store(s + 1, std::memory_order_release);
-  m.ctl->sent.store(s + 1, std::memory_order_release);
   if (m.dst_cq != abi::kNoCq)
     m.region->cq_view(m.dst_cq).push(cqe::make(cqe::kSrcRemoteRequest, cqe::kTypeSmsg, cqe::kOk, 0, 0,
                                                ep->remote_event));
@@ -100,9 +85,8 @@ gni_return_t send(Ep* ep, const void* header, uint32_t header_length, const void
 gni_return_t get_next(Ep* ep, void** header, uint8_t* tag) {
   Mailbox& m = ep->rx;
   if (!m.valid()) return GNI_RC_INVALID_PARAM;
-  uint32_t next = m.ctl->released.load(std::memory_order_relaxed);
-  abi::MboxSlotHeader* slot = slot_at(m, next);
-  if (slot->seq.load(std::memory_order_acquire) != next + 1) {
+  abi::MboxSlotHeader* slot = smsg_peek(m.view);
+  if (!slot) {
     // Nothing more will come from a peer that died: say the connection is broken.
     if (ep->tx.valid() && !ep->tx.region->alive()) return GNI_RC_INVALID_STATE;
     return GNI_RC_NOT_DONE;
@@ -180,9 +164,7 @@ gni_return_t GNI_SmsgRelease(gni_ep_handle_t ep_hndl) {
   Ep* ep = as_ep(ep_hndl);
   if (!ep || !ep->rx.valid()) return GNI_RC_INVALID_PARAM;
   if (!ep->rx_holding) return GNI_RC_NOT_DONE;
-  Mailbox& m = ep->rx;
-  uint32_t next = m.ctl->released.load(std::memory_order_relaxed);
-  m.ctl->released.store(next + 1, std::memory_order_release);
+  smsg_release(ep->rx.view);
   ep->rx_holding = false;
   return GNI_RC_SUCCESS;
 }

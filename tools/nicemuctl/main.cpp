@@ -1,0 +1,353 @@
+// nicemuctl: inspect and control running nicemu daemons through their control sockets —
+// status and counters (text or JSON), job credentials (issue/grant/revoke/list), shutdown.
+// Exit status: 0 success, 1 a daemon was unreachable or refused, 2 bad usage.
+#include <fmt/core.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon_link.h"
+#include "nicemu/abi/gni_values.h"
+#include "status_view.h"
+
+namespace {
+
+using nicemu::abi::ctl::Op;
+using nicemu::tools::CtlError;
+using nicemu::tools::Link;
+using nlohmann::json;
+namespace gni = nicemu::abi::gni;
+
+struct Globals {
+  nicemu::tools::Selection sel;
+  double timeout_s = 5.0;
+
+  std::chrono::milliseconds timeout() const {
+    return std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  }
+  std::vector<Link> connect(std::vector<std::string>* failures = nullptr) const {
+    return nicemu::tools::connect_all(nicemu::tools::select_targets(sel), timeout(), failures);
+  }
+};
+
+// Numbers in decimal or 0x-hex (cookies are usually written in hex). No octal: a cookie
+// with a leading zero must not silently change value.
+bool parse_u32(const std::string& s, uint32_t& out) {
+  if (s.empty()) return false;
+  bool hex = s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
+  size_t pos = 0;
+  unsigned long long v;
+  try {
+    v = std::stoull(s, &pos, hex ? 16 : 10);
+  } catch (const std::exception&) {
+    return false;
+  }
+  if (pos != s.size() || s[0] == '-' || s[0] == '+' || v > 0xFFFFFFFFull) return false;
+  out = static_cast<uint32_t>(v);
+  return true;
+}
+
+CLI::Validator u32_validator(uint32_t lo, uint32_t hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& s) -> std::string {
+        uint32_t v;
+        if (!parse_u32(s, v)) return "'" + s + "' is not a decimal or 0x-hex 32-bit number";
+        if (v < lo || v > hi) return fmt::format("{} is outside {}..{}", s, lo, hi);
+        return {};
+      },
+      fmt::format("{}..{}", lo, hi));
+}
+
+uint32_t as_u32(const std::string& s) {
+  uint32_t v = 0;
+  parse_u32(s, v);  // already checked by the option's validator
+  return v;
+}
+
+std::string cred_text(uint32_t ptag, uint32_t cookie) {
+  return fmt::format("ptag {} cookie {:#010x} ({})", ptag, cookie, cookie);
+}
+
+// The refusal of a credential request, with the likely reason.
+CtlError cred_refused(const Link& l, const char* what, int32_t rc) {
+  const char* hint = "";
+  switch (rc) {
+    case gni::kPermissionError:
+      hint = ": the credential belongs to another uid, or --uid is not yours (only root may act for others)";
+      break;
+    case gni::kInvalidParam:
+      hint = ": ptag must be 1..255";
+      break;
+    case gni::kNoMatch:
+      hint = ": no such credential on this node";
+      break;
+    default:
+      break;
+  }
+  return CtlError(fmt::format("{}: {} refused: {}{}", l.target().label(), what, nicemu::tools::rc_name(rc), hint));
+}
+
+void warn(const std::string& msg) { fmt::print(stderr, "nicemuctl: {}\n", msg); }
+
+// ---- status ----
+
+int cmd_status(const Globals& g, bool as_json) {
+  std::vector<std::string> failures;
+  std::vector<Link> links = g.connect(&failures);
+  json nodes = json::array();
+  for (Link& l : links) {
+    try {
+      nodes.push_back(l.status());
+    } catch (const CtlError& e) {
+      warn(std::string("warning: ") + e.what());
+      failures.push_back(e.what());
+    }
+  }
+  if (nodes.empty()) throw CtlError("no nicemu daemon answered the status request");
+  if (as_json) {
+    json doc{{"nodes", nodes}};
+    if (!failures.empty()) doc["unreachable"] = failures;
+    fmt::print("{}\n", doc.dump(2));
+    return 0;
+  }
+  bool first = true;
+  for (const auto& n : nodes) {
+    if (!std::exchange(first, false)) fmt::print("\n");
+    nicemu::tools::print_status(stdout, n);
+  }
+  return 0;
+}
+
+// ---- cred ----
+
+struct CredOptions {
+  uint32_t uid = static_cast<uint32_t>(getuid());
+  std::string ptag, cookie;
+  bool as_json = false;
+  bool export_vars = false;
+};
+
+int cmd_cred_issue(const Globals& g, const CredOptions& o) {
+  std::vector<Link> links = g.connect();
+  uint32_t want_ptag = o.ptag.empty() ? 0 : as_u32(o.ptag);  // 0: the daemon chooses
+  uint32_t want_cookie = o.cookie.empty() ? 0 : as_u32(o.cookie);
+  auto rep = links[0].cred(Op::kCredIssue, o.uid, want_ptag, want_cookie);
+  if (rep.r.rc != gni::kSuccess) throw cred_refused(links[0], "cred issue", rep.r.rc);
+  for (size_t i = 1; i < links.size(); ++i) {
+    auto gr = links[i].cred(Op::kCredGrant, o.uid, rep.ptag, rep.cookie);
+    if (gr.r.rc == gni::kSuccess) continue;
+    CtlError err = cred_refused(links[i], "cred grant", gr.r.rc);
+    // A credential the daemons chose is new everywhere: take it back so no node is left
+    // holding half a job's credential. One given explicitly may have existed before.
+    if (want_ptag == 0 && want_cookie == 0) {
+      for (size_t k = 0; k < i; ++k) links[k].cred(Op::kCredRevoke, o.uid, rep.ptag, rep.cookie);
+      throw CtlError(fmt::format("{} (the new credential was revoked again)", err.what()));
+    }
+    throw CtlError(
+        fmt::format("{} ({} is left on the {} node(s) before it)", err.what(), cred_text(rep.ptag, rep.cookie), i));
+  }
+  const char* prefix = o.export_vars ? "export " : "";
+  fmt::print("{}PMI_GNI_PTAG={}\n{}PMI_GNI_COOKIE={}\n", prefix, rep.ptag, prefix, rep.cookie);
+  return 0;
+}
+
+int cmd_cred_grant(const Globals& g, const CredOptions& o) {
+  std::vector<Link> links = g.connect();
+  uint32_t ptag = as_u32(o.ptag), cookie = as_u32(o.cookie);
+  int status = 0;
+  for (Link& l : links) {
+    try {
+      auto rep = l.cred(Op::kCredGrant, o.uid, ptag, cookie);
+      if (rep.r.rc != gni::kSuccess) throw cred_refused(l, "cred grant", rep.r.rc);
+      fmt::print("{}: granted {} to uid {}\n", l.target().label(), cred_text(ptag, cookie), o.uid);
+    } catch (const CtlError& e) {
+      warn(e.what());
+      status = 1;
+    }
+  }
+  return status;
+}
+
+int cmd_cred_revoke(const Globals& g, const CredOptions& o) {
+  std::vector<Link> links = g.connect();
+  uint32_t ptag = as_u32(o.ptag), cookie = as_u32(o.cookie);
+  int status = 0;
+  size_t revoked = 0;
+  for (Link& l : links) {
+    try {
+      // The daemon checks the requester's own uid (SO_PEERCRED); root may revoke any.
+      auto rep = l.cred(Op::kCredRevoke, static_cast<uint32_t>(getuid()), ptag, cookie);
+      if (rep.r.rc == gni::kNoMatch) {
+        fmt::print("{}: {} not present\n", l.target().label(), cred_text(ptag, cookie));
+        continue;
+      }
+      if (rep.r.rc != gni::kSuccess) throw cred_refused(l, "cred revoke", rep.r.rc);
+      fmt::print("{}: revoked {}\n", l.target().label(), cred_text(ptag, cookie));
+      ++revoked;
+    } catch (const CtlError& e) {
+      warn(e.what());
+      status = 1;
+    }
+  }
+  if (revoked == 0 && status == 0) {
+    warn(fmt::format("{} is not held by you on any selected node", cred_text(ptag, cookie)));
+    status = 1;
+  }
+  return status;
+}
+
+int cmd_cred_list(const Globals& g, const CredOptions& o) {
+  std::vector<Link> links = g.connect();
+  std::vector<json> nodes;
+  for (Link& l : links) {
+    try {
+      nodes.push_back(l.status());
+    } catch (const CtlError& e) {
+      warn(std::string("warning: ") + e.what());
+    }
+  }
+  if (nodes.empty()) throw CtlError("no nicemu daemon answered the status request");
+  if (o.as_json) {
+    json creds = json::array();
+    for (const auto& n : nodes)
+      for (const auto& c : n.value("credentials", json::array()))
+        creds.push_back({{"nic_addr", n.value("nic_addr", 0u)},
+                         {"ptag", c.value("ptag", 0u)},
+                         {"cookie", c.value("cookie", 0u)},
+                         {"uid", c.value("uid", 0u)}});
+    fmt::print("{}\n", json{{"credentials", creds}}.dump(2));
+    return 0;
+  }
+  nicemu::tools::print_credentials(stdout, nodes);
+  return 0;
+}
+
+// ---- shutdown ----
+
+// The daemon unlinks its socket as it stops; a socket that still answers after the
+// timeout belongs to a daemon that did not stop.
+bool wait_gone(const std::string& socket, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (::access(socket.c_str(), F_OK) != 0 && errno == ENOENT) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+int cmd_shutdown(const Globals& g, bool no_wait) {
+  std::vector<Link> links = g.connect();
+  int status = 0;
+  for (Link& l : links) {
+    try {
+      l.shutdown();
+      if (!no_wait && !wait_gone(l.target().socket, g.timeout()))
+        throw CtlError(fmt::format("{}: accepted the shutdown but still runs after {} ms", l.target().label(),
+                                   g.timeout().count()));
+      fmt::print("{}: {}\n", l.target().label(), no_wait ? "shutdown requested" : "stopped");
+    } catch (const CtlError& e) {
+      warn(e.what());
+      status = 1;
+    }
+  }
+  return status;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "nicemuctl: inspect and control the nicemu daemons (emulated Cray NICs) of this host.\n"
+      "By default every daemon in the run dir is addressed; --node or --socket pick one.\n"
+      "Exit status: 0 success, 1 no daemon reachable or a daemon refused, 2 bad usage.",
+      "nicemuctl"};
+  app.require_subcommand(1);
+  app.fallthrough();  // global options may also follow the subcommand
+
+  Globals g;
+  app.add_option("--rundir", g.sel.rundir,
+                 "directory of the daemons' sockets (default: $NICEMU_RUNDIR, /run/nicemu as root, "
+                 "else /tmp/nicemu-UID)")
+      ->type_name("DIR");
+  auto* socket_opt =
+      app.add_option("--socket", g.sel.socket, "talk to the daemon at this socket only")->type_name("PATH");
+  auto* node_opt = app.add_option("--node", g.sel.nodes, "talk to the daemon of this NIC address (repeatable)")
+                       ->type_name("ADDR")
+                       ->type_size(1)
+                       ->expected(1)
+                       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  socket_opt->excludes(node_opt);
+  app.add_option("--timeout", g.timeout_s, "seconds to wait for a daemon's reply (and for shutdown)")
+      ->type_name("SEC")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+
+  bool status_json = false;
+  auto* status = app.add_subcommand("status", "node, credentials, attached CDMs and counters of each daemon");
+  status->add_flag("--json", status_json, "print {\"nodes\":[...]}, the daemons' status objects, as one JSON document");
+
+  CredOptions co;
+  auto* cred = app.add_subcommand("cred", "job credentials (ptag/cookie)");
+  cred->require_subcommand(1);
+  auto* issue =
+      cred->add_subcommand("issue",
+                           "issue a credential on the first selected daemon and grant it on the others; prints\n"
+                           "PMI_GNI_PTAG=... and PMI_GNI_COOKIE=... lines (use: export $(nicemuctl cred issue))");
+  issue->add_option("--uid", co.uid, "user the credential is for (default: yours)")->type_name("UID");
+  issue->add_option("--ptag", co.ptag, "ptag to use (default: chosen by the daemon)")
+      ->type_name("N")
+      ->check(u32_validator(1, 255));
+  issue->add_option("--cookie", co.cookie, "cookie to use (default: chosen by the daemon)")
+      ->type_name("N")
+      ->check(u32_validator(1, 0xFFFFFFFF));
+  issue->add_flag("--export", co.export_vars, "prefix the lines with 'export ' (for eval)");
+
+  auto* grant = cred->add_subcommand("grant", "grant an existing credential on the selected daemons");
+  grant->add_option("--ptag", co.ptag, "ptag")->required()->type_name("N")->check(u32_validator(1, 255));
+  grant->add_option("--cookie", co.cookie, "cookie (decimal or 0x-hex)")
+      ->required()
+      ->type_name("N")
+      ->check(u32_validator(0, 0xFFFFFFFF));
+  grant->add_option("--uid", co.uid, "user the credential is for (default: yours)")->type_name("UID");
+
+  auto* revoke = cred->add_subcommand("revoke", "revoke a credential on the selected daemons");
+  revoke->add_option("--ptag", co.ptag, "ptag")->required()->type_name("N")->check(u32_validator(1, 255));
+  revoke->add_option("--cookie", co.cookie, "cookie (decimal or 0x-hex)")
+      ->required()
+      ->type_name("N")
+      ->check(u32_validator(0, 0xFFFFFFFF));
+
+  auto* list = cred->add_subcommand("list", "credentials held by each daemon");
+  list->add_flag("--json", co.as_json, "print {\"credentials\":[...]} as JSON");
+
+  bool no_wait = false;
+  auto* shutdown = app.add_subcommand("shutdown", "stop the selected daemons (attached clients see the NIC go down)");
+  shutdown->add_flag("--no-wait", no_wait, "return once the daemons accepted, without waiting for them to exit");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+
+  try {
+    if (status->parsed()) return cmd_status(g, status_json);
+    if (issue->parsed()) return cmd_cred_issue(g, co);
+    if (grant->parsed()) return cmd_cred_grant(g, co);
+    if (revoke->parsed()) return cmd_cred_revoke(g, co);
+    if (list->parsed()) return cmd_cred_list(g, co);
+    if (shutdown->parsed()) return cmd_shutdown(g, no_wait);
+  } catch (const CtlError& e) {
+    warn(e.what());
+    return 1;
+  }
+  return 2;
+}

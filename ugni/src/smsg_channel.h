@@ -1,0 +1,59 @@
+// The SMSG channel state machine over one mailbox (layout and index contract in
+// nicemu/abi/shm_layout.h): sender side (credits, slot write, publish) and receiver side
+// (peek in order, release = credit back). Free of I/O and of the daemon, so units test it
+// on plain memory; smsg.cpp adds endpoints, events and error handling around it.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#include "nicemu/abi/shm_layout.h"
+
+namespace nicemu::ugni {
+
+struct MailboxView {
+  abi::MboxCtl* ctl = nullptr;
+  char* slots = nullptr;
+  uint32_t credits = 0;    // from our own attrs, never from shared memory
+  uint32_t slot_size = 0;
+  uint32_t max_size = 0;
+
+  abi::MboxSlotHeader* slot(uint32_t index) const {
+    return reinterpret_cast<abi::MboxSlotHeader*>(slots + uint64_t{index % credits} * slot_size);
+  }
+};
+
+enum class SendResult { kSent, kNoCredit, kTooBig };
+
+// Copies header then data into the next free slot and publishes it.
+inline SendResult smsg_send(const MailboxView& m, const void* header, uint32_t header_length, const void* data,
+                            uint32_t data_length, uint8_t tag) {
+  uint64_t total = uint64_t{header_length} + data_length;
+  if (total > m.max_size) return SendResult::kTooBig;
+  uint32_t s = m.ctl->sent.load(std::memory_order_relaxed);
+  uint32_t r = m.ctl->released.load(std::memory_order_acquire);
+  if (s - r >= m.credits) return SendResult::kNoCredit;
+  abi::MboxSlotHeader* slot = m.slot(s);
+  char* payload = reinterpret_cast<char*>(slot + 1);
+  if (header_length) std::memcpy(payload, header, header_length);
+  if (data_length) std::memcpy(payload + header_length, data, data_length);
+  slot->length = static_cast<uint32_t>(total);
+  slot->tag = tag;
+  slot->seq.store(s + 1, std::memory_order_release);
+  m.ctl->sent.store(s + 1, std::memory_order_release);
+  return SendResult::kSent;
+}
+
+// The next message in order, or nullptr. Does not consume it.
+inline abi::MboxSlotHeader* smsg_peek(const MailboxView& m) {
+  uint32_t next = m.ctl->released.load(std::memory_order_relaxed);
+  abi::MboxSlotHeader* slot = m.slot(next);
+  return slot->seq.load(std::memory_order_acquire) == next + 1 ? slot : nullptr;
+}
+
+// Frees the current slot and returns its credit to the sender.
+inline void smsg_release(const MailboxView& m) {
+  uint32_t next = m.ctl->released.load(std::memory_order_relaxed);
+  m.ctl->released.store(next + 1, std::memory_order_release);
+}
+
+}  // namespace nicemu::ugni
