@@ -1,12 +1,14 @@
 #include "nicemu/daemon/control_server.h"
 
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <optional>
 
 #include <spdlog/spdlog.h>
 
@@ -38,6 +40,7 @@ class ControlServer::Session : public std::enable_shared_from_this<ControlServer
     node_.connection_closed(peer_);
     asio::error_code ec;
     sock_.close(ec);
+    if (pidfd_) pidfd_->close(ec);
   }
 
  private:
@@ -59,10 +62,26 @@ class ControlServer::Session : public std::enable_shared_from_this<ControlServer
       return wait_readable();
     }
     int pass_fd = -1;
+    uint64_t attached_before = peer_.attach_id;
     node_.handle(peer_, buf_.data(), static_cast<size_t>(n), reply_, pass_fd);
     if (!reply_.empty() && !send_reply(pass_fd)) return close();
+    if (attached_before == 0 && peer_.attach_id != 0) watch_process();
     if (node_.shutdown_requested()) raise(SIGTERM);
     wait_readable();
+  }
+
+  // The attach connection closing is the usual sign of death, but a forked child may keep
+  // it open; a pidfd turns readable when the process itself exits.
+  void watch_process() {
+    int fd = static_cast<int>(syscall(SYS_pidfd_open, peer_.pid, 0));
+    if (fd < 0) return;  // pre-5.3 kernel: the socket alone tells
+    pidfd_.emplace(sock_.get_executor(), fd);
+    auto self = shared_from_this();
+    pidfd_->async_wait(asio::posix::stream_descriptor::wait_read, [self](const asio::error_code& ec) {
+      if (ec || self->closed_) return;
+      spdlog::debug("pid {} exited", self->peer_.pid);
+      self->close();
+    });
   }
 
   bool send_reply(int pass_fd) {
@@ -96,6 +115,7 @@ class ControlServer::Session : public std::enable_shared_from_this<ControlServer
   Peer peer_;
   std::vector<char> buf_;
   std::vector<char> reply_;
+  std::optional<asio::posix::stream_descriptor> pidfd_;
   bool closed_ = false;
 };
 

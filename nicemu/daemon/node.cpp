@@ -1,6 +1,5 @@
 #include "nicemu/daemon/node.h"
 
-#include <signal.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -292,14 +291,10 @@ int Node::attach(Peer& peer, const ctl::Attach& req, ctl::AttachReply& rep, int&
 void Node::connection_closed(Peer& peer) {
   auto it = cdms_.find(peer.attach_id);
   if (it == cdms_.end()) return;
-  bool died = kill(peer.pid, 0) != 0 && errno == ESRCH;
   it->second->kill(kRegionDead);
-  spdlog::info("nic {}: inst {} of pid {} {}; its registrations, CQs and mailboxes are reclaimed", cfg_.nic_addr,
-               it->second->inst_id(), peer.pid, died ? "died" : "detached");
-  if (died)
-    ++ctr_.clients_reaped;
-  else
-    ++ctr_.detaches;
+  spdlog::info("nic {}: inst {} of pid {} is gone; its registrations, CQs and mailboxes are reclaimed",
+               cfg_.nic_addr, it->second->inst_id(), peer.pid);
+  ++ctr_.detaches;
   cdms_.erase(it);
   peer.attach_id = 0;
 }
@@ -339,7 +334,6 @@ nlohmann::json Node::status() const {
                 {"attaches", ctr_.attaches},
                 {"attach_refused", ctr_.attach_refused},
                 {"detaches", ctr_.detaches},
-                {"clients_reaped", ctr_.clients_reaped},
                 {"registrations", ctr_.registrations},
                 {"deregistrations", ctr_.deregistrations},
                 {"cq_creates", ctr_.cq_creates},

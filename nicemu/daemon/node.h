@@ -36,7 +36,7 @@ struct Peer {
 };
 
 struct Counters {
-  uint64_t connections = 0, attaches = 0, attach_refused = 0, detaches = 0, clients_reaped = 0;
+  uint64_t connections = 0, attaches = 0, attach_refused = 0, detaches = 0;
   uint64_t registrations = 0, deregistrations = 0, cq_creates = 0, cq_destroys = 0;
   uint64_t peer_lookups = 0, peer_lookup_failures = 0, mbox_opens = 0;
   uint64_t malformed_messages = 0, credentials_issued = 0;

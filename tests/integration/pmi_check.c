@@ -79,11 +79,11 @@ static void check_collectives(int rank, int size) {
   int *lens = calloc((size_t)size, sizeof(int));
   int total = 0;
   for (int r = 0; r < size; r++) total += lens[r] = r + 1;
-  unsigned char vin[64], *vout = malloc((size_t)total);
-  memset(vin, rank, sizeof vin);
+  unsigned char *vin = malloc((size_t)rank + 1), *vout = malloc((size_t)total);
+  memset(vin, rank, (size_t)rank + 1);
   CHECK_RC(PMI_Allgatherv(vin, rank + 1, vout, lens));
   for (int r = 0, off = 0; r < size; off += lens[r], r++)
-    for (int i = 0; i < lens[r]; i++) CHECK(vout[off + i] == r);
+    for (int i = 0; i < lens[r]; i++) CHECK(vout[off + i] == (unsigned char)r);
 
   /* Bcast from rank 0, binary and larger than a value. */
   unsigned char *buf = malloc(3000);
@@ -101,6 +101,7 @@ static void check_collectives(int rank, int size) {
   free(mine);
   free(all);
   free(lens);
+  free(vin);
   free(vout);
   free(buf);
 }

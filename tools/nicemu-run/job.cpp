@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -120,6 +121,7 @@ class Job final : public PmiServer::Listener {
 
   const JobConfig& cfg_;
   SignalPipe& signals_;
+  rlimit nofile_{};  // the limit ranks get: the launcher's own, before raising it
   std::unique_ptr<PmiServer> server_;
   std::vector<Rank> ranks_;
   int devnull_ = -1;
@@ -214,6 +216,7 @@ void Job::spawn(int rank, const std::string& path, const std::vector<std::string
     ::setpgid(0, 0);  // teardown kills the rank's whole group, its children included
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a launcher killed with -9 takes its ranks along
     if (::getppid() != parent) ::_exit(kExitLaunchFailure);
+    ::setrlimit(RLIMIT_NOFILE, &nofile_);
     if (stdin_fd >= 0) ::dup2(stdin_fd, STDIN_FILENO);
     if (out[1] >= 0) ::dup2(out[1], STDOUT_FILENO);
     if (err[1] >= 0) ::dup2(err[1], STDERR_FILENO);
@@ -314,6 +317,14 @@ int Job::run() {
     return kExitNotFound;
   }
   devnull_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  // Three descriptors per rank (PMI socket, stdout, stderr): use the whole hard limit
+  // here, and give the ranks the limit they would have had without us.
+  ::getrlimit(RLIMIT_NOFILE, &nofile_);
+  if (nofile_.rlim_cur < nofile_.rlim_max) {
+    rlimit raised = nofile_;
+    raised.rlim_cur = nofile_.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &raised);
+  }
 
   // The job's KVS starts with where ranks run and, with a NIC, each node's NIC address.
   std::vector<int> nodes(static_cast<size_t>(cfg_.np));

@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
                "prefix each output line with \"[rank] \" (default on)");
   app.add_flag("--pmi-port", cfg.pmi_over_tcp,
                "ranks reach the PMI server over TCP (PMI_PORT/PMI_ID) instead of PMI_FD");
-  app.footer("Usage: nicemu-run [options] -n N [--] program [arguments...]");
+  app.footer("Usage: nicemu-run [options] -n N [--] program [arguments...]\n");
   // Everything from the program on belongs to the program (its own -n, --help, ...):
   // prefix_command() leaves it in remaining().
   app.prefix_command();

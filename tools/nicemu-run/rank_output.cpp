@@ -26,7 +26,7 @@ void write_all(int fd, const std::string& s) {
 }  // namespace
 
 RankOutput::RankOutput(int rank, int fd, int dest_fd)
-    : rank_(rank), fd_(fd), dest_fd_(dest_fd), prefix_("[" + std::to_string(rank) + "] ") {
+    : fd_(fd), dest_fd_(dest_fd), prefix_("[" + std::to_string(rank) + "] ") {
   ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) | O_NONBLOCK);
 }
 

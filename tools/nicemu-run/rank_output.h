@@ -26,7 +26,6 @@ class RankOutput {
   void emit_lines(bool flush_partial);
   void close_fd();
 
-  int rank_;
   int fd_;
   int dest_fd_;
   std::string prefix_;
