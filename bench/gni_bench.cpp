@@ -138,6 +138,7 @@ struct Rank {
   char* buf = nullptr;  // FMA: target buffer (rank 1), GET destination (rank 0)
   char* src = nullptr;  // FMA PUT source / SMSG payload
   gni_mem_handle_t buf_h{};
+  gni_mem_handle_t mbox_h{};
   Info peer{};
   uint64_t local_events = 0;
 
@@ -210,6 +211,7 @@ struct Rank {
     CHECK_GNI(GNI_EpCreate(nic, cq, &ep));
     CHECK_GNI(GNI_EpBind(ep, peer.addr, peer.inst));
     CHECK_GNI(GNI_SmsgInit(ep, &local, &peer.smsg));
+    mbox_h = local.mem_hndl;
     barrier(id);  // both mailboxes are initialised before anyone sends
   }
 
@@ -324,6 +326,7 @@ int run_rank(int id, uint8_t ptag, uint32_t cookie) {
   GNI_EpUnbind(r.ep);
   GNI_EpDestroy(r.ep);
   GNI_MemDeregister(r.nic, &r.buf_h);
+  GNI_MemDeregister(r.nic, &r.mbox_h);
   GNI_CqDestroy(r.cq);
   GNI_CqDestroy(r.rcq);
   GNI_CdmDestroy(r.cdm);
@@ -376,7 +379,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"smsg_lat", "smsg_bw", "fma_put_lat", "fma_get_lat", "all"}));
   app.add_option("--iters", opt.iters,
                  "timed iterations (default: smsg_lat 200000, smsg_bw 2000000, fma 50000 per size)");
-  app.add_option("--warmup", opt.warmup, "untimed iterations first (default: 10% of smsg, 2000 for fma)");
+  app.add_option("--warmup", opt.warmup, "untimed iterations first (default: smsg_lat 20000, smsg_bw 100000, fma 2000 per size)");
   auto* size_opt = app.add_option("--size", opt.size,
                                   "SMSG payload bytes (default 8); if given, also the only FMA size "
                                   "(default: 8, 16, ... 4096)");

@@ -256,5 +256,12 @@ int main(int argc, char **argv) {
   GNI_CqDestroy(rcq);
   GNI_CdmDestroy(cdm);
   PMI_Finalize();
+  free(results);
+  free(src);
+  free(by_rank);
+  free(all);
+  free(back);
+  free(buf);
+  free(mboxes);
   return failed;
 }

@@ -13,15 +13,22 @@ struct CqRingView {
 
   bool valid() const { return ctl != nullptr; }
 
-  // Producer side. Returns false (and flags overrun) when the ring is full.
-  bool push(uint64_t entry) const {
+  // Producer side. Returns false (and flags overrun) when the ring is full. A producer
+  // that pushes often passes `head_cache`, its private copy of the consumer's head: head
+  // only grows, so a stale copy can only make the ring look fuller, and the shared line
+  // is read again only then (it is otherwise a cross-core miss on every push).
+  bool push(uint64_t entry, uint64_t* head_cache = nullptr) const {
     uint64_t t = ctl->tail.load(std::memory_order_relaxed);
+    uint64_t h = head_cache ? *head_cache : 0;
     for (;;) {
-      uint64_t h = ctl->head.load(std::memory_order_acquire);
       if (t - h > mask) {
-        ctl->overrun.store(1, std::memory_order_release);
-        wake();
-        return false;
+        h = ctl->head.load(std::memory_order_acquire);
+        if (head_cache) *head_cache = h;
+        if (t - h > mask) {
+          ctl->overrun.store(1, std::memory_order_release);
+          wake();
+          return false;
+        }
       }
       if (ctl->tail.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel, std::memory_order_relaxed))
         break;

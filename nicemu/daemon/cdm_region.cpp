@@ -219,6 +219,9 @@ int CdmRegion::mbox_open(const ctl::MboxOpen& req, ctl::MboxOpenReply& rep) {
 void CdmRegion::kill(RegionState why) {
   RegionHeader* h = header();
   if (h->state.load() != kRegionAlive) return;
+  // State first: a peer that then finds a registration gone knows why (peer gone, not a
+  // protection error).
+  h->state.store(why, std::memory_order_seq_cst);
   for (uint32_t s = 0; s < kRegSlots; ++s) {
     RegEntry* e = reg(s);
     if (e->state != kRegLive) continue;
@@ -229,7 +232,6 @@ void CdmRegion::kill(RegionState why) {
     e->seq.store(seq + 2, std::memory_order_release);
   }
   live_regs_ = 0;
-  h->state.store(why, std::memory_order_seq_cst);
   h->down_futex.fetch_add(1);
   futex_wake_all(&h->down_futex);
   for (auto& [slot, off] : cqs_) {

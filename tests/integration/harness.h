@@ -169,6 +169,9 @@ class Oob {
  public:
   Oob() {
     if (socketpair(AF_UNIX, SOCK_SEQPACKET, 0, fds_) != 0) throw std::runtime_error("socketpair");
+    // A peer that died must fail the waiting side, not hang it.
+    timeval tv{30, 0};
+    for (int fd : fds_) setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   }
   ~Oob() {
     ::close(fds_[0]);

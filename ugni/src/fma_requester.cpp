@@ -2,6 +2,8 @@
 // transfer: the target is validated against its registration table, the data moves by
 // cross-memory attach (or memcpy within one process), and the completer below posts the
 // local/global events and the target's remote event. Errors become error CQEs, never writes.
+#include <cstring>
+
 #include "internal.h"
 
 using namespace nicemu;
@@ -9,6 +11,14 @@ using namespace nicemu::ugni;
 namespace cqe = nicemu::abi::cqe;
 
 namespace {
+
+// The post type as the integer the caller stored: a descriptor is untrusted input, and a
+// value outside the enum must be refused, not loaded as an enum.
+int post_type(const gni_post_descriptor_t* d) {
+  int t;
+  std::memcpy(&t, &d->type, sizeof t);
+  return t;
+}
 
 // Completer: the events the descriptor asked for, with the transaction's status.
 void complete(Ep* ep, gni_post_descriptor_t* d, uint64_t status, int32_t tid) {
@@ -32,19 +42,18 @@ uint64_t execute(Ep* ep, gni_post_descriptor_t* d, uint32_t* dst_cq) {
     if (!ep->peer) return st;
   }
   const Region& target = *ep->peer;
-  switch (d->type) {
+  switch (post_type(d)) {
     case GNI_POST_FMA_PUT:
     case GNI_POST_FMA_PUT_W_SYNCFLAG: {
       st = validate_access(target, d->remote_mem_hndl, d->remote_addr, d->length, true, dst_cq);
-      if (st) return st;
-      if (d->type == GNI_POST_FMA_PUT_W_SYNCFLAG) {
+      if (st) break;
+      if (post_type(d) == GNI_POST_FMA_PUT_W_SYNCFLAG) {
         st = validate_access(target, d->remote_mem_hndl, d->sync_flag_addr, sizeof(uint64_t), true, nullptr);
-        if (st) return st;
+        if (st) break;
       }
       // FMA PUT sources need not be registered (clients pass unregistered buffers).
       st = xmem_write(target.pid, d->remote_addr, reinterpret_cast<const void*>(d->local_addr), d->length);
-      if (st) return st;
-      if (d->type == GNI_POST_FMA_PUT_W_SYNCFLAG)
+      if (!st && post_type(d) == GNI_POST_FMA_PUT_W_SYNCFLAG)
         st = xmem_write(target.pid, d->sync_flag_addr, &d->sync_flag_value, sizeof(uint64_t));
       break;
     }
@@ -52,15 +61,14 @@ uint64_t execute(Ep* ep, gni_post_descriptor_t* d, uint32_t* dst_cq) {
       if (validate_access(*n->self, d->local_mem_hndl, d->local_addr, d->length, false, nullptr))
         return cqe::kErrLocalProtection;
       st = validate_access(target, d->remote_mem_hndl, d->remote_addr, d->length, false, dst_cq);
-      if (st) return st;
-      st = xmem_read(target.pid, d->remote_addr, reinterpret_cast<void*>(d->local_addr), d->length);
+      if (!st) st = xmem_read(target.pid, d->remote_addr, reinterpret_cast<void*>(d->local_addr), d->length);
       break;
     }
     default:
       return cqe::kErrProtection;
   }
-  // The target may have died while we worked on its memory.
-  if (st == cqe::kOk && !target.alive()) st = cqe::kErrPeerGone;
+  // The target may have died while we worked on its memory; a failure then is its death.
+  if (!target.alive()) st = cqe::kErrPeerGone;
   return st;
 }
 
@@ -72,7 +80,7 @@ gni_return_t GNI_PostFma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
   Ep* ep = as_ep(ep_hndl);
   if (!ep || !d) return GNI_RC_INVALID_PARAM;
   if (!ep->bound) return GNI_RC_INVALID_PARAM;
-  switch (d->type) {
+  switch (post_type(d)) {
     case GNI_POST_FMA_PUT:
     case GNI_POST_FMA_PUT_W_SYNCFLAG:
       break;
@@ -89,7 +97,7 @@ gni_return_t GNI_PostFma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
     default:
       return GNI_RC_INVALID_PARAM;
   }
-  if (d->type == GNI_POST_FMA_PUT_W_SYNCFLAG && (d->sync_flag_addr & 7)) return GNI_RC_ALIGNMENT_ERROR;
+  if (post_type(d) == GNI_POST_FMA_PUT_W_SYNCFLAG && (d->sync_flag_addr & 7)) return GNI_RC_ALIGNMENT_ERROR;
   const uint16_t local = d->cq_mode & (GNI_CQMODE_LOCAL_EVENT | GNI_CQMODE_GLOBAL_EVENT);
   if (local == GNI_CQMODE_DUAL_EVENTS && !(ep->nic->cdm->modes & GNI_CDM_MODE_DUAL_EVENTS))
     return GNI_RC_INVALID_PARAM;
@@ -105,8 +113,7 @@ gni_return_t GNI_PostFma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
   uint32_t dst_cq = abi::kNoCq;
   uint64_t st = execute(ep, d, &dst_cq);
   if (st == cqe::kOk && (d->cq_mode & GNI_CQMODE_REMOTE_EVENT) && dst_cq != abi::kNoCq)
-    ep->peer->cq_view(dst_cq).push(
-        cqe::make(cqe::kSrcRemoteRequest, cqe::kTypePost, cqe::kOk, 0, 0, ep->remote_event));
+    push_remote_event(*ep->peer, dst_cq, cqe::make(cqe::kSrcRemoteRequest, cqe::kTypePost, cqe::kOk, 0, 0, ep->remote_event));
   complete(ep, d, st, tid);
   return GNI_RC_SUCCESS;
 }

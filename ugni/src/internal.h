@@ -129,6 +129,8 @@ struct Mailbox {
   std::shared_ptr<Region> region;  // receiver's region (ours for the receive side)
   MailboxView view;
   uint32_t dst_cq = abi::kNoCq;    // receiver's CQ for remote SMSG events
+  const abi::CqRingCtl* dst_ctl = nullptr;  // the ring `dst_head_seen` belongs to
+  uint64_t dst_head_seen = 0;      // our private copy of that ring's head
   bool valid() const { return view.ctl != nullptr; }
 };
 
@@ -178,9 +180,20 @@ uint64_t xmem_read(pid_t pid, uint64_t remote, void* local, uint64_t len);
 uint64_t validate_access(const Region& r, const gni_mem_handle_t& h, uint64_t addr, uint64_t len, bool write,
                          uint32_t* dst_cq);
 
-// Pushes a CQE into `cq` (may be null: nothing to report to).
-inline void post_event(Cq* cq, uint64_t entry) {
-  if (cq) cq->ring.push(entry);
+// Pushes a CQE into CQ `slot` of a peer's region. The view is rebuilt from the read-only
+// descriptor every time, so a CQ destroyed meanwhile is skipped, never written.
+inline void push_remote_event(const Region& r, uint32_t slot, uint64_t entry, const abi::CqRingCtl** seen_ctl = nullptr,
+                              uint64_t* head_seen = nullptr) {
+  abi::CqRingView v = r.cq_view(slot);
+  if (!v.valid()) return;
+  if (seen_ctl && *seen_ctl != v.ctl) {
+    *seen_ctl = v.ctl;
+    *head_seen = 0;
+  }
+  v.push(entry, seen_ctl ? head_seen : nullptr);
 }
+
+// Our pid, kept current across fork (getpid() is a system call on every FMA otherwise).
+pid_t self_pid();
 
 }  // namespace nicemu::ugni

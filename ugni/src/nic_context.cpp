@@ -1,6 +1,7 @@
 // Process-wide context: which daemon this process belongs to, region mappings, and the
 // primitives the requester uses on peers' memory.
 #include <poll.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -128,9 +129,17 @@ uint32_t spin_ns() {
   return ns;
 }
 
+namespace {
+pid_t g_pid = getpid();
+void refresh_pid() { g_pid = getpid(); }
+[[maybe_unused]] const int g_atfork = pthread_atfork(nullptr, nullptr, refresh_pid);
+}  // namespace
+
+pid_t self_pid() { return g_pid; }
+
 uint64_t xmem_write(pid_t pid, uint64_t remote, const void* local, uint64_t len) {
   if (len == 0) return cqe::kOk;
-  if (pid == getpid()) {
+  if (pid == g_pid) {
     std::memmove(reinterpret_cast<void*>(remote), local, len);
     return cqe::kOk;
   }
@@ -158,7 +167,7 @@ uint64_t xmem_write(pid_t pid, uint64_t remote, const void* local, uint64_t len)
 
 uint64_t xmem_read(pid_t pid, uint64_t remote, void* local, uint64_t len) {
   if (len == 0) return cqe::kOk;
-  if (pid == getpid()) {
+  if (pid == g_pid) {
     std::memmove(local, reinterpret_cast<const void*>(remote), len);
     return cqe::kOk;
   }

@@ -75,8 +75,8 @@ gni_return_t send(Ep* ep, const void* header, uint32_t header_length, const void
     return GNI_RC_NOT_DONE;
   }
   if (m.dst_cq != abi::kNoCq)
-    m.region->cq_view(m.dst_cq).push(cqe::make(cqe::kSrcRemoteRequest, cqe::kTypeSmsg, cqe::kOk, 0, 0,
-                                               ep->remote_event));
+    push_remote_event(*m.region, m.dst_cq, cqe::make(cqe::kSrcRemoteRequest, cqe::kTypeSmsg, cqe::kOk, 0, 0, ep->remote_event),
+                      &m.dst_ctl, &m.dst_head_seen);
   if (ep->src_cq)
     ep->src_cq->ring.push(cqe::make(cqe::kSrcLocalResponse, cqe::kTypeSmsg, cqe::kOk, cqe::kInfoGlobal, 0, msg_id));
   return GNI_RC_SUCCESS;

@@ -16,6 +16,7 @@ struct MailboxView {
   uint32_t credits = 0;    // from our own attrs, never from shared memory
   uint32_t slot_size = 0;
   uint32_t max_size = 0;
+  uint32_t released_seen = 0;  // sender's private copy of ctl->released (it only grows)
 
   abi::MboxSlotHeader* slot(uint32_t index) const {
     return reinterpret_cast<abi::MboxSlotHeader*>(slots + uint64_t{index % credits} * slot_size);
@@ -25,13 +26,16 @@ struct MailboxView {
 enum class SendResult { kSent, kNoCredit, kTooBig };
 
 // Copies header then data into the next free slot and publishes it.
-inline SendResult smsg_send(const MailboxView& m, const void* header, uint32_t header_length, const void* data,
+inline SendResult smsg_send(MailboxView& m, const void* header, uint32_t header_length, const void* data,
                             uint32_t data_length, uint8_t tag) {
   uint64_t total = uint64_t{header_length} + data_length;
   if (total > m.max_size) return SendResult::kTooBig;
   uint32_t s = m.ctl->sent.load(std::memory_order_relaxed);
-  uint32_t r = m.ctl->released.load(std::memory_order_acquire);
-  if (s - r >= m.credits) return SendResult::kNoCredit;
+  if (s - m.released_seen >= m.credits) {
+    // Only now read the receiver's line: credits may have come back.
+    m.released_seen = m.ctl->released.load(std::memory_order_acquire);
+    if (s - m.released_seen >= m.credits) return SendResult::kNoCredit;
+  }
   abi::MboxSlotHeader* slot = m.slot(s);
   char* payload = reinterpret_cast<char*>(slot + 1);
   if (header_length) std::memcpy(payload, header, header_length);
