@@ -11,6 +11,11 @@
 //   fma_get_lat  GNI_CQMODE_GLOBAL_EVENT, poll the local CQ with GNI_CqGetEvent, hand the
 //                event to GNI_GetCompleted; time per operation. The target buffer is
 //                ordinary heap memory of rank 1 (the common case for clients).
+//   rdma_put_bw  RDMA (BTE) PUT bandwidth, 4 MiB messages: rank 0 keeps 16 GNI_PostRdma
+//                outstanding on one EP and sleeps in GNI_CqWaitEvent (the daemon's BTE
+//                engine moves the data); GB/s from the first post to the last completion.
+//                Followed by xmem_put_bw: the same messages written by rank 0 itself with
+//                one process_vm_writev each, the single-copy reference.
 //
 // The program forks the two ranks itself; they exchange addresses, SMSG attributes and
 // memory handles over a socketpair (what PMI does in applications). Each rank pins itself
@@ -22,6 +27,7 @@
 // Cray; the daemon is --socket, else $NICEMU_SOCKET, else node $NICEMU_NODE in
 // $NICEMU_RUNDIR (else the first daemon found there).
 #include <sched.h>
+#include <sys/uio.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -117,6 +123,8 @@ void report(const char* test, uint64_t size, double value, const char* unit) {
 // ---- one rank ----------------------------------------------------------------------------
 
 constexpr uint32_t kFmaMax = 4096;
+constexpr uint64_t kRdmaSize = 4 << 20;
+constexpr uint32_t kRdmaWindow = 16;
 constexpr uint8_t kTagData = 1, kTagAck = 2;
 
 struct Info {
@@ -125,6 +133,9 @@ struct Info {
   gni_smsg_attr_t smsg;
   uint64_t buf;
   gni_mem_handle_t buf_h;
+  uint64_t big;  // RDMA target (kRdmaSize)
+  gni_mem_handle_t big_h;
+  int32_t pid;
 };
 
 struct Rank {
@@ -139,6 +150,8 @@ struct Rank {
   char* src = nullptr;  // FMA PUT source / SMSG payload
   gni_mem_handle_t buf_h{};
   gni_mem_handle_t mbox_h{};
+  char* big = nullptr;  // RDMA source (rank 0) / target (rank 1)
+  gni_mem_handle_t big_h{};
   Info peer{};
   uint64_t local_events = 0;
 
@@ -199,6 +212,10 @@ struct Rank {
     local.mbox_offset = 0;
     CHECK_GNI(GNI_MemRegister(nic, uint64_t(mbox), mbox_bytes, rcq, GNI_MEM_READWRITE, uint32_t(-1), &local.mem_hndl));
     CHECK_GNI(GNI_MemRegister(nic, uint64_t(buf), 2 * kFmaMax, nullptr, GNI_MEM_READWRITE, uint32_t(-1), &buf_h));
+    big = static_cast<char*>(std::aligned_alloc(4096, kRdmaSize));
+    if (!big) die("out of memory");
+    std::memset(big, 'A' + id, kRdmaSize);
+    CHECK_GNI(GNI_MemRegister(nic, uint64_t(big), kRdmaSize, nullptr, GNI_MEM_READWRITE, uint32_t(-1), &big_h));
 
     Info mine{};
     mine.addr = addr;
@@ -206,6 +223,9 @@ struct Rank {
     mine.smsg = local;
     mine.buf = uint64_t(buf);
     mine.buf_h = buf_h;
+    mine.big = uint64_t(big);
+    mine.big_h = big_h;
+    mine.pid = int32_t(getpid());
     oob_send(id, mine);
     peer = oob_recv<Info>(id);
     CHECK_GNI(GNI_EpCreate(nic, cq, &ep));
@@ -303,6 +323,61 @@ struct Rank {
     }
     barrier(id);
   }
+
+  // (d) RDMA PUT bandwidth with a window of posts, then the process_vm_writev reference.
+  void rdma_put_bw() {
+    const uint64_t iters = opt.iters ? opt.iters : 200;
+    const uint64_t warm = opt.warmup >= 0 ? uint64_t(opt.warmup) : 10;
+    barrier(id);
+    if (id == 0) {
+      // Completions to a blocking CQ (the descriptor's src_cq_hndl): rank 0 sleeps, and the
+      // BTE channels of the daemon get both CPUs, as they would get the NIC on a Cray.
+      gni_cq_handle_t bcq;
+      CHECK_GNI(GNI_CqCreate(nic, 1024, 0, GNI_CQ_BLOCKING, nullptr, nullptr, &bcq));
+      std::vector<gni_post_descriptor_t> ds(kRdmaWindow);
+      auto post = [&](gni_post_descriptor_t& d) {
+        d = gni_post_descriptor_t{};
+        d.type = GNI_POST_RDMA_PUT;
+        d.cq_mode = GNI_CQMODE_GLOBAL_EVENT;
+        d.dlvr_mode = GNI_DLVMODE_PERFORMANCE;
+        d.local_addr = uint64_t(big);
+        d.local_mem_hndl = big_h;
+        d.remote_addr = peer.big;
+        d.remote_mem_hndl = peer.big_h;
+        d.length = kRdmaSize;
+        d.src_cq_hndl = bcq;
+        CHECK_GNI(GNI_PostRdma(ep, &d));
+      };
+      auto run = [&](uint64_t n) {
+        uint64_t posted = 0, done = 0;
+        while (posted < n && posted < kRdmaWindow) post(ds[posted++]);
+        while (done < n) {
+          gni_cq_entry_t e;
+          if (GNI_CqWaitEvent(bcq, 10000, &e) != GNI_RC_SUCCESS) die("RDMA completion error or timeout");
+          gni_post_descriptor_t* out = nullptr;
+          CHECK_GNI(GNI_GetCompleted(bcq, e, &out));
+          ++done;
+          if (posted < n) {
+            post(*out);
+            ++posted;
+          }
+        }
+      };
+      if (warm) run(warm);
+      double t0 = now_s();
+      run(iters);
+      double t = now_s() - t0;
+      report("rdma_put_bw", kRdmaSize, double(iters) * double(kRdmaSize) / t / 1e9, "GB/s");
+      for (uint64_t i = 0; i < warm + iters; ++i) {
+        if (i == warm) t0 = now_s();
+        iovec l{big, kRdmaSize}, r{reinterpret_cast<void*>(peer.big), kRdmaSize};
+        if (process_vm_writev(pid_t(peer.pid), &l, 1, &r, 1, 0) != ssize_t(kRdmaSize)) die("process_vm_writev failed");
+      }
+      report("xmem_put_bw", kRdmaSize, double(iters) * double(kRdmaSize) / (now_s() - t0) / 1e9, "GB/s");
+      CHECK_GNI(GNI_CqDestroy(bcq));
+    }
+    barrier(id);
+  }
 };
 
 int run_rank(int id, uint8_t ptag, uint32_t cookie) {
@@ -321,11 +396,13 @@ int run_rank(int id, uint8_t ptag, uint32_t cookie) {
   if (want("smsg_bw")) r.smsg_bw();
   if (want("fma_put_lat")) r.fma_lat(true);
   if (want("fma_get_lat")) r.fma_lat(false);
+  if (want("rdma_put_bw")) r.rdma_put_bw();
   barrier(id);
   // Leave the domain cleanly: endpoints, registrations, CQs, CDM.
   GNI_EpUnbind(r.ep);
   GNI_EpDestroy(r.ep);
   GNI_MemDeregister(r.nic, &r.buf_h);
+  GNI_MemDeregister(r.nic, &r.big_h);
   GNI_MemDeregister(r.nic, &r.mbox_h);
   GNI_CqDestroy(r.cq);
   GNI_CqDestroy(r.rcq);
@@ -373,10 +450,10 @@ bool parse_cpus(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"gni_bench: uGNI SMSG latency / message rate and FMA PUT/GET latency between two ranks "
+  CLI::App app{"gni_bench: uGNI SMSG latency / message rate, FMA PUT/GET latency and RDMA PUT bandwidth between two ranks "
                "on one nicemu node, each pinned to its own CPU"};
-  app.add_option("--test", opt.test, "smsg_lat | smsg_bw | fma_put_lat | fma_get_lat | all")
-      ->check(CLI::IsMember({"smsg_lat", "smsg_bw", "fma_put_lat", "fma_get_lat", "all"}));
+  app.add_option("--test", opt.test, "smsg_lat | smsg_bw | fma_put_lat | fma_get_lat | rdma_put_bw | all")
+      ->check(CLI::IsMember({"smsg_lat", "smsg_bw", "fma_put_lat", "fma_get_lat", "rdma_put_bw", "all"}));
   app.add_option("--iters", opt.iters,
                  "timed iterations (default: smsg_lat 200000, smsg_bw 2000000, fma 50000 per size)");
   app.add_option("--warmup", opt.warmup, "untimed iterations first (default: smsg_lat 20000, smsg_bw 100000, fma 2000 per size)");

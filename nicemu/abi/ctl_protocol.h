@@ -28,6 +28,16 @@ enum class Op : uint16_t {
   kStatus = 11,       // -> StatusReply (JSON text follows the struct)
   kShutdown = 12,     // -> Reply, then the daemon stops
   kCredRevoke = 13,   // -> Reply
+  // Datagrams (session management): matching is done by the daemons.
+  kDgramPost = 20,      // -> Reply              a CDM posts a datagram on one of its EPs
+  kDgramTest = 21,      // -> DgramTestReply     state of an EP's datagram (consumes a finished one)
+  kDgramProbe = 22,     // -> DgramProbeReply    first finished datagram of the CDM
+  kDgramCancel = 23,    // -> Reply              cancel an EP's pending datagram
+  kDgramIncoming = 24,  // daemon -> daemon, no reply: a directed post aimed at one of your CDMs
+  kDgramMatched = 25,   // daemon -> daemon, no reply: your post matched; here is the peer's data
+  kDgramRetract = 26,   // daemon -> daemon, no reply: a post forwarded earlier was cancelled
+  // BTE (GNI_PostRdma): requests travel through a ring in shared memory (bte_ring.h).
+  kBteOpen = 40,        // -> BteOpenReply + the node's BTE doorbell eventfd
 };
 
 // Reply codes are gni_return_t values, so libugni can return them unchanged.
@@ -180,7 +190,107 @@ struct StatusReply {
   uint32_t reserved;
 };
 
+inline constexpr uint32_t kDgramMaxSize = 128;  // GNI_DATAGRAM_MAXSIZE
+
+// GNI_EpPostData[WId] on the attach connection. `ep` is the library's name for the
+// endpoint (only one datagram per EP may be outstanding).
+struct DgramPost {
+  Header h;
+  uint64_t ep;
+  uint64_t id;          // datagram_id, valid if has_id
+  uint32_t has_id;
+  uint32_t wildcard;    // 1: unbound EP, matches directed posts aimed at this CDM
+  uint32_t peer_addr;   // directed: the bound peer
+  uint32_t peer_inst;
+  uint16_t data_len;
+  uint16_t buf_size;
+  uint32_t reserved;
+  uint8_t data[kDgramMaxSize];
+};
+
+// State values are gni_post_state_t.
+struct DgramTest {
+  Header h;
+  uint64_t ep;
+  uint64_t id;
+  uint32_t by_id;
+  uint32_t reserved;
+};
+struct DgramTestReply {
+  Reply r;              // NO_MATCH: nothing posted on that EP / with that id
+  uint32_t state;
+  uint32_t peer_addr;
+  uint32_t peer_inst;
+  uint16_t data_len;    // bytes the peer sent (may exceed the poster's buf_size: SIZE_ERROR)
+  uint16_t reserved;
+  uint8_t data[kDgramMaxSize];
+};
+
+struct DgramProbe {
+  Header h;
+  uint32_t by_id;       // 1: only posts made with an id
+  uint32_t reserved;
+};
+struct DgramProbeReply {
+  Reply r;              // NO_MATCH: no finished datagram
+  uint64_t id;
+  uint32_t peer_addr;
+  uint32_t peer_inst;
+};
+
+struct DgramCancel {
+  Header h;
+  uint64_t ep;
+  uint64_t id;
+  uint32_t by_id;
+  uint32_t reserved;
+};
+
+// Between daemons. `origin_key` names the post at the origin daemon.
+struct DgramIncoming {
+  Header h;
+  uint64_t origin_key;
+  uint32_t origin_node;
+  uint32_t from_inst;   // poster (on origin_node)
+  uint32_t to_inst;     // target CDM on the receiving daemon
+  uint32_t ptag;
+  uint32_t cookie;
+  uint16_t data_len;
+  uint16_t buf_size;
+  uint8_t data[kDgramMaxSize];
+};
+struct DgramMatched {
+  Header h;
+  uint64_t origin_key;  // the post being completed (at the receiving daemon)
+  uint64_t peer_key;    // the post it matched (at the sender), so a forwarded copy of it is dropped
+  uint32_t peer_node;
+  uint32_t peer_inst;
+  uint16_t data_len;
+  uint16_t reserved[3];
+  uint8_t data[kDgramMaxSize];
+};
+struct DgramRetract {
+  Header h;
+  uint64_t origin_key;
+  uint32_t origin_node;
+  uint32_t reserved;
+};
+
+// Sent on the attach connection: finds or creates the CDM's BTE submission ring in its
+// heap. Every reply of a node passes the same doorbell (an eventfd the BTE engine sleeps on).
+struct BteOpen {
+  Header h;
+};
+struct BteOpenReply {
+  Reply r;
+  uint64_t ctl_offset;      // BteRingCtl in the CDM's heap; the slots follow it
+  uint32_t capacity;        // slots, a power of two
+  uint32_t reserved;
+};
+
 static_assert(sizeof(Attach) <= kMaxMessage && sizeof(MboxOpen) <= kMaxMessage);
+static_assert(sizeof(DgramPost) <= kMaxMessage && sizeof(DgramIncoming) <= kMaxMessage &&
+              sizeof(DgramTestReply) <= kMaxMessage && sizeof(DgramMatched) <= kMaxMessage);
 static_assert(offsetof(Reply, rc) == 16);
 static_assert(sizeof(MboxOpen) == 72);
 

@@ -24,6 +24,13 @@ enum Rc : int32_t {
 };
 
 inline constexpr uint32_t kMemReadOnly = 0x1;
+
+// gni_post_state_t
+inline constexpr uint32_t kPostPending = 0;
+inline constexpr uint32_t kPostCompleted = 1;
+inline constexpr uint32_t kPostError = 2;
+inline constexpr uint32_t kPostTimeout = 3;
+inline constexpr uint32_t kPostTerminated = 4;
 inline constexpr uint32_t kDeviceGemini = 0;
 inline constexpr uint32_t kDeviceAries = 1;
 

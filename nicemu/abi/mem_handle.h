@@ -51,6 +51,20 @@ constexpr void encode(const Fields& f, uint64_t& q1, uint64_t& q2) {
   q2 |= uint64_t{crc8(q1, q2)} << 56;
 }
 
+// The handle of registration `slot` covering [address, address + length): what the daemon
+// returns from GNI_MemRegister and what GNI_MemQueryHndls rebuilds from the table, so the
+// two are always the same 16 bytes. `read_only` is GNI_MEM_READ_ONLY of the registration.
+constexpr Fields registration_fields(uint64_t address, uint64_t length, uint32_t gen, uint32_t slot,
+                                     bool read_only) {
+  Fields f;
+  f.va = address & ~((uint64_t{1} << kPageShift) - 1);
+  f.npages = (address + length - f.va + (uint64_t{1} << kPageShift) - 1) >> kPageShift;
+  f.gen = gen;
+  f.slot = slot;
+  f.flags = read_only ? kFlagReadOnly : 0;
+  return f;
+}
+
 // Decodes and checks the CRC; nullopt for a handle that was never produced by encode().
 constexpr std::optional<Fields> decode(uint64_t q1, uint64_t q2) {
   if (q1 == 0 && q2 == 0) return std::nullopt;

@@ -51,11 +51,14 @@ struct RegionHeader {
   uint32_t reg_slots;
   uint32_t cq_slots;
   std::atomic<uint32_t> down_futex;  // bumped and woken when the region dies
-  uint32_t reserved0;
+  uint32_t amo_lock_count;           // AmoLock entries in the heap (power of two; 0 = none)
+  std::atomic<uint32_t> dgram_seq;   // bumped and woken when a datagram of this CDM changes state
+  uint32_t amo_lock_offset;          // AmoLock[amo_lock_count]: the first heap block, so < 4 GiB
 };
 static_assert(sizeof(RegionHeader) <= kPageSize);
 static_assert(offsetof(RegionHeader, state) == 8);
 static_assert(offsetof(RegionHeader, attach_id) == 40);
+static_assert(offsetof(RegionHeader, amo_lock_count) == 92 && offsetof(RegionHeader, amo_lock_offset) == 100);
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
@@ -98,6 +101,27 @@ inline constexpr uint64_t kRoSize =
 static_assert(kRoSize % kPageSize == 0);
 inline constexpr uint64_t kDefaultRegionSize = uint64_t{256} << 20;
 
+// AMO lock table: every AMO on memory of the region's owner process holds the lock that the
+// target address selects (hash of address / 8, so a 4-byte AMO and the 8-byte AMO around
+// it share one), whichever process initiates it — process_vm_readv/writev is no atomic
+// read-modify-write, so this is what makes NIC AMOs atomic with respect to each other.
+// Reserved by the daemon as the first heap block when it creates the region.
+//  - `owner` is 0 when free, else the holder's (start-time tag << 32 | pid): taking the lock
+//    is CAS 0 -> self (acquire), releasing is a store of 0 (release). The start-time tag
+//    tells a holder that died from a later process that reuses its pid, so a waiter can
+//    break the lock of a dead holder by CAS of exactly that owner value to itself.
+//  - waiters increment `waiters` (seq_cst), re-check `owner`, then futex-wait on `wake`;
+//    the releaser stores owner = 0, fences seq_cst, and only if `waiters` is non-zero bumps
+//    `wake` and wakes, so the uncontended path makes no system call.
+struct AmoLock {
+  std::atomic<uint64_t> owner;
+  std::atomic<uint32_t> wake;
+  std::atomic<uint32_t> waiters;
+  uint64_t reserved[6];
+};
+static_assert(sizeof(AmoLock) == 64);
+inline constexpr uint32_t kAmoLocks = 1024;
+
 // Completion-queue ring: multi-producer (owner, same-host peers, daemon), single consumer
 // (the owner, serialised by the client's own lock as uGNI requires).
 //  - producers claim an index by CAS on `tail` only while tail - head < capacity, then
@@ -106,9 +130,16 @@ inline constexpr uint64_t kDefaultRegionSize = uint64_t{256} << 20;
 //  - the consumer reads slot[head & mask] with acquire, zeroes it, then publishes
 //    head + 1 with release, which hands the slot back to producers;
 //  - a full ring sets `overrun` (the entry is lost, as on hardware) and wakes the waiter;
-//  - blocking waits: the consumer increments `waiters` (seq_cst), re-checks, then
-//    futex-waits on `futex`; producers store, fence seq_cst, and only if `waiters` is
-//    non-zero bump `futex` and wake it, so the non-blocking path makes no system call.
+//  - blocking waits: the consumer reads `futex`, increments `waiters` (seq_cst), re-checks,
+//    then futex-waits on `futex` for the value it read; producers store, fence seq_cst,
+//    and only if `waiters` is non-zero bump `futex` and wake it, so the non-blocking path
+//    makes no system call. Either the producer sees the waiter, and its bump makes the
+//    wait return, or the waiter's re-check sees the entry: no wake-up is lost;
+//  - `waiters` counts sleepers, not consumers: a thread waiting on several CQs at once
+//    (GNI_CqVectorWaitEvent / GNI_CqVectorMonitor, which only looks) registers on every
+//    ring of its vector, re-checks them all, and sleeps on all their `futex` words with
+//    one futex_waitv; the owner also bumps `futex` to wake waiters for its own reasons
+//    (an interrupt mask taken), so a waiter must re-check after every wake.
 struct CqRingCtl {
   alignas(64) std::atomic<uint64_t> tail;
   alignas(64) std::atomic<uint64_t> head;

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "nicemu/abi/bte_ring.h"
 #include "nicemu/abi/futex.h"
 #include "nicemu/abi/gni_values.h"
 #include "nicemu/abi/mem_handle.h"
@@ -60,6 +61,13 @@ CdmRegion::CdmRegion(uint32_t nic_addr, uint32_t device_type, const ctl::Attach&
   h->cq_table_offset = kCqTableOffset;
   h->reg_slots = kRegSlots;
   h->cq_slots = kCqSlots;
+  // The AMO lock table first, so its offset is the start of the heap (it must fit the
+  // header's 32-bit field); the fresh memfd is zero, i.e. every lock free.
+  static_assert(kRoSize + uint64_t{kAmoLocks} * sizeof(AmoLock) <= UINT32_MAX);
+  if (auto off = heap_.allocate(uint64_t{kAmoLocks} * sizeof(AmoLock)); off && *off <= UINT32_MAX) {
+    h->amo_lock_offset = static_cast<uint32_t>(*off);
+    h->amo_lock_count = kAmoLocks;
+  }
   h->state.store(kRegionAlive, std::memory_order_release);
 }
 
@@ -101,12 +109,7 @@ int CdmRegion::mem_register(const ctl::MemRegister& req, ctl::MemRegisterReply& 
   e->seq.store(seq + 2, std::memory_order_release);
   ++live_regs_;
 
-  mdh::Fields f;
-  f.va = first_page;
-  f.npages = npages;
-  f.gen = e->gen;
-  f.slot = slot;
-  f.flags = (req.flags & rc::kMemReadOnly) ? mdh::kFlagReadOnly : 0;
+  mdh::Fields f = mdh::registration_fields(req.address, req.length, e->gen, slot, req.flags & rc::kMemReadOnly);
   mdh::encode(f, rep.qword1, rep.qword2);
   return rc::kSuccess;
 }
@@ -216,6 +219,24 @@ int CdmRegion::mbox_open(const ctl::MboxOpen& req, ctl::MboxOpenReply& rep) {
   return rc::kSuccess;
 }
 
+int CdmRegion::bte_ring(uint64_t& ctl_offset) {
+  if (!alive()) return rc::kInvalidState;
+  if (bte_ring_offset_ == 0) {
+    uint64_t bytes = bte_ring_bytes(kBteRingCapacity);
+    auto off = heap_.allocate(bytes);
+    if (!off) return rc::kErrorNomem;
+    std::memset(base_ + *off, 0, bytes);  // every slot unpublished (seq 0)
+    bte_ring_offset_ = *off;
+  }
+  ctl_offset = bte_ring_offset_;
+  return rc::kSuccess;
+}
+
+void CdmRegion::notify_datagram() {
+  header()->dgram_seq.fetch_add(1, std::memory_order_release);
+  futex_wake_all(&header()->dgram_seq);
+}
+
 void CdmRegion::kill(RegionState why) {
   RegionHeader* h = header();
   if (h->state.load() != kRegionAlive) return;
@@ -234,6 +255,8 @@ void CdmRegion::kill(RegionState why) {
   live_regs_ = 0;
   h->down_futex.fetch_add(1);
   futex_wake_all(&h->down_futex);
+  h->dgram_seq.fetch_add(1);
+  futex_wake_all(&h->dgram_seq);
   for (auto& [slot, off] : cqs_) {
     auto* ctl = reinterpret_cast<CqRingCtl*>(base_ + off);
     ctl->futex.fetch_add(1);

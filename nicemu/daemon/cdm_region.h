@@ -45,6 +45,12 @@ class CdmRegion {
   int cq_create(const abi::ctl::CqCreate& req, abi::ctl::CqCreateReply& rep);
   int cq_destroy(const abi::ctl::CqDestroy& req);
   int mbox_open(const abi::ctl::MboxOpen& req, abi::ctl::MboxOpenReply& rep);
+  // The CDM's BTE submission ring (abi/bte_ring.h): allocated in the heap on first use,
+  // the same one afterwards. Returns a gni_return_t value.
+  int bte_ring(uint64_t& ctl_offset);
+
+  // A datagram of this CDM changed state: wake its waiters (EpPostDataWait, probes).
+  void notify_datagram();
 
   // Marks the region dead (owner gone) or NIC down, invalidates every registration and
   // wakes every waiter so nobody sleeps on a region that will never change again.
@@ -85,6 +91,7 @@ class CdmRegion {
     uint32_t credits, max_size;
   };
   std::map<MboxKey, Mbox> mboxes_;
+  uint64_t bte_ring_offset_ = 0;  // 0 = not allocated yet
 };
 
 }  // namespace nicemu::daemon

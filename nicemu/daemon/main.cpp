@@ -29,6 +29,7 @@ struct Options {
   std::string device = "aries";
   uint64_t region_mb = nicemu::abi::kDefaultRegionSize >> 20;
   bool allow_any_credential = false;
+  uint32_t bte_channels = 2;
 };
 
 // Settings from a toml file; command-line flags given explicitly take precedence.
@@ -46,6 +47,7 @@ void apply_config(const std::string& path, Options& o, const CLI::App& app) {
   set("device", "--device", o.device);
   set("region_size_mb", "--region-size-mb", o.region_mb);
   set("allow_any_credential", "--allow-any-credential", o.allow_any_credential);
+  set("bte_channels", "--bte-channels", o.bte_channels);
 }
 
 }  // namespace
@@ -62,6 +64,8 @@ int main(int argc, char** argv) {
   app.add_option("--region-size-mb", o.region_mb, "shared-memory region per attached CDM, MiB (CQ rings and mailboxes)");
   app.add_flag("--allow-any-credential", o.allow_any_credential,
                "accept attaches with credentials that were never issued (single-user test setups)");
+  app.add_option("--bte-channels", o.bte_channels,
+                 "BTE (RDMA) engine channels: worker threads that move GNI_PostRdma data (default 2)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -89,6 +93,10 @@ int main(int argc, char** argv) {
     std::cerr << "nicemu: --region-size-mb must be between 16 and 65536\n";
     return 2;
   }
+  if (o.bte_channels < 1 || o.bte_channels > 64) {
+    std::cerr << "nicemu: --bte-channels must be between 1 and 64\n";
+    return 2;
+  }
   if (o.rundir.empty()) o.rundir = nicemu::ctl::default_rundir();
   if (o.socket.empty()) o.socket = nicemu::ctl::socket_path(o.rundir, o.node);
   std::error_code ec;
@@ -110,6 +118,8 @@ int main(int argc, char** argv) {
   cfg.region_size = o.region_mb << 20;
   cfg.allow_any_credential = o.allow_any_credential;
   cfg.socket_path = o.socket;
+  cfg.rundir = o.rundir;
+  cfg.bte_channels = o.bte_channels;
 
   try {
     asio::io_context io(1);

@@ -32,7 +32,17 @@ uint64_t random_seed() {
 }
 }  // namespace
 
-Node::Node(NodeConfig cfg) : cfg_(std::move(cfg)), rng_(random_seed()) {}
+Node::Node(NodeConfig cfg)
+    : cfg_(std::move(cfg)),
+      rng_(random_seed()),
+      links_(cfg_.rundir),
+      dgrams_(
+          cfg_.nic_addr, [this](uint32_t node, const void* m, size_t n) { return links_.send(node, m, n); },
+          [this](uint64_t id) -> CdmRegion* {
+            auto it = cdms_.find(id);
+            return it == cdms_.end() ? nullptr : it->second.get();
+          },
+          [this](const Credential& c, uint32_t inst) { return find_cdm(c, inst); }) {}
 
 template <typename Req>
 bool Node::parse(const char* msg, size_t len, Req& out) {
@@ -238,6 +248,28 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
       std::memcpy(reply.data() + sizeof(r), js.data(), js.size());
       return;
     }
+    case Op::kDgramPost:
+    case Op::kDgramTest:
+    case Op::kDgramProbe:
+    case Op::kDgramCancel:
+    case Op::kDgramIncoming:
+    case Op::kDgramMatched:
+    case Op::kDgramRetract:
+      return handle_datagram(peer, h, msg, len, reply);
+    case Op::kBteOpen: {
+      ctl::BteOpen req;
+      if (!parse(msg, len, req)) return bad();
+      auto& r = init_reply<ctl::BteOpenReply>(reply, h);
+      CdmRegion* cdm = owned_cdm(peer);
+      uint64_t off = 0;
+      r.r.rc = cdm ? cdm->bte_ring(off) : rc::kInvalidState;
+      if (r.r.rc == rc::kSuccess) r.r.rc = bte_.open_ring(cdm->attach_id(), off, kBteRingCapacity, pass_fd);
+      if (r.r.rc == rc::kSuccess) {
+        r.ctl_offset = off;
+        r.capacity = kBteRingCapacity;
+      }
+      return;
+    }
     case Op::kShutdown: {
       auto& r = init_reply<PlainReply>(reply, h);
       if (peer.uid != 0 && peer.uid != geteuid()) {
@@ -250,6 +282,68 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
     }
   }
   bad();
+}
+
+void Node::handle_datagram(Peer& peer, const ctl::Header& h, const char* msg, size_t len, std::vector<char>& reply) {
+  auto bad = [&] {
+    ++ctr_.malformed_messages;
+    if (h.op <= static_cast<uint16_t>(Op::kDgramCancel)) init_reply<PlainReply>(reply, h).r.rc = rc::kInvalidParam;
+  };
+  // Messages between daemons: from a daemon of this host (root or the daemon's own user).
+  const bool from_daemon = peer.uid == 0 || peer.uid == geteuid();
+  switch (static_cast<Op>(h.op)) {
+    case Op::kDgramPost: {
+      ctl::DgramPost req;
+      if (!parse(msg, len, req)) return bad();
+      auto& r = init_reply<PlainReply>(reply, h);
+      CdmRegion* cdm = owned_cdm(peer);
+      r.r.rc = cdm ? dgrams_.post(*cdm, req) : rc::kInvalidState;
+      if (r.r.rc == rc::kSuccess) ++ctr_.datagrams_posted;
+      return;
+    }
+    case Op::kDgramTest: {
+      ctl::DgramTest req;
+      if (!parse(msg, len, req)) return bad();
+      auto& r = init_reply<ctl::DgramTestReply>(reply, h);
+      CdmRegion* cdm = owned_cdm(peer);
+      r.r.rc = cdm ? dgrams_.test(*cdm, req, r) : rc::kInvalidState;
+      return;
+    }
+    case Op::kDgramProbe: {
+      ctl::DgramProbe req;
+      if (!parse(msg, len, req)) return bad();
+      auto& r = init_reply<ctl::DgramProbeReply>(reply, h);
+      CdmRegion* cdm = owned_cdm(peer);
+      r.r.rc = cdm ? dgrams_.probe(*cdm, req, r) : rc::kInvalidState;
+      return;
+    }
+    case Op::kDgramCancel: {
+      ctl::DgramCancel req;
+      if (!parse(msg, len, req)) return bad();
+      auto& r = init_reply<PlainReply>(reply, h);
+      CdmRegion* cdm = owned_cdm(peer);
+      r.r.rc = cdm ? dgrams_.cancel(*cdm, req) : rc::kInvalidState;
+      if (r.r.rc == rc::kSuccess) ++ctr_.datagrams_cancelled;
+      return;
+    }
+    case Op::kDgramIncoming: {
+      ctl::DgramIncoming m;
+      if (!parse(msg, len, m) || !from_daemon) return bad();
+      return dgrams_.incoming(m);
+    }
+    case Op::kDgramMatched: {
+      ctl::DgramMatched m;
+      if (!parse(msg, len, m) || !from_daemon) return bad();
+      return dgrams_.matched(m);
+    }
+    case Op::kDgramRetract: {
+      ctl::DgramRetract m;
+      if (!parse(msg, len, m) || !from_daemon) return bad();
+      return dgrams_.retract(m);
+    }
+    default:
+      return bad();
+  }
 }
 
 int Node::attach(Peer& peer, const ctl::Attach& req, ctl::AttachReply& rep, int& pass_fd) {
@@ -283,6 +377,7 @@ int Node::attach(Peer& peer, const ctl::Attach& req, ctl::AttachReply& rep, int&
   peer.attach_id = region->attach_id();
   spdlog::info("nic {}: pid {} attached inst {} ptag {} (attach {})", cfg_.nic_addr, peer.pid, req.inst_id, req.ptag,
                peer.attach_id);
+  bte_.region_attached(region->memfd(), region->region_size(), peer.pid);
   cdms_[peer.attach_id] = std::move(region);
   ++ctr_.attaches;
   return rc::kSuccess;
@@ -291,7 +386,9 @@ int Node::attach(Peer& peer, const ctl::Attach& req, ctl::AttachReply& rep, int&
 void Node::connection_closed(Peer& peer) {
   auto it = cdms_.find(peer.attach_id);
   if (it == cdms_.end()) return;
+  dgrams_.cdm_gone(peer.attach_id);
   it->second->kill(kRegionDead);
+  bte_.region_gone(peer.attach_id);
   spdlog::info("nic {}: inst {} of pid {} is gone; its registrations, CQs and mailboxes are reclaimed",
                cfg_.nic_addr, it->second->inst_id(), peer.pid);
   ++ctr_.detaches;
@@ -300,8 +397,12 @@ void Node::connection_closed(Peer& peer) {
 }
 
 void Node::shutdown() {
-  for (auto& [id, r] : cdms_) r->kill(kRegionNicDown);
+  for (auto& [id, r] : cdms_) {
+    r->kill(kRegionNicDown);
+    bte_.region_gone(id);
+  }
   cdms_.clear();
+  bte_.stop();
 }
 
 nlohmann::json Node::status() const {
@@ -329,6 +430,7 @@ nlohmann::json Node::status() const {
               {"uptime_s", up},
               {"credentials", creds},
               {"cdms", cdms},
+              {"bte", bte_.status()},
               {"counters",
                {{"connections", ctr_.connections},
                 {"attaches", ctr_.attaches},
@@ -342,7 +444,11 @@ nlohmann::json Node::status() const {
                 {"peer_lookup_failures", ctr_.peer_lookup_failures},
                 {"mbox_opens", ctr_.mbox_opens},
                 {"malformed_messages", ctr_.malformed_messages},
-                {"credentials_issued", ctr_.credentials_issued}}}};
+                {"credentials_issued", ctr_.credentials_issued},
+                {"datagrams_posted", ctr_.datagrams_posted},
+                {"datagrams_cancelled", ctr_.datagrams_cancelled},
+                {"datagrams_pending", dgrams_.pending_posts()},
+                {"datagrams_incoming", dgrams_.incoming_count()}}}};
 }
 
 }  // namespace nicemu::daemon

@@ -14,9 +14,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "nicemu/daemon/bte_engine.h"
 #include "nicemu/daemon/cdm_region.h"
+#include "nicemu/daemon/daemon_links.h"
+#include "nicemu/daemon/datagram_matcher.h"
 
 namespace nicemu::daemon {
+
+namespace ctl = nicemu::abi::ctl;
 
 struct NodeConfig {
   uint32_t nic_addr = 0;
@@ -24,6 +29,8 @@ struct NodeConfig {
   uint64_t region_size = abi::kDefaultRegionSize;
   bool allow_any_credential = false;
   std::string socket_path;
+  std::string rundir;  // where the other daemons of this host have their sockets
+  uint32_t bte_channels = 2;  // BTE engine worker threads (--bte-channels)
 };
 
 // Identity of a control connection (SO_PEERCRED) and the CDM it attached, if any.
@@ -40,6 +47,7 @@ struct Counters {
   uint64_t registrations = 0, deregistrations = 0, cq_creates = 0, cq_destroys = 0;
   uint64_t peer_lookups = 0, peer_lookup_failures = 0, mbox_opens = 0;
   uint64_t malformed_messages = 0, credentials_issued = 0;
+  uint64_t datagrams_posted = 0, datagrams_cancelled = 0;
 };
 
 class Node {
@@ -66,6 +74,7 @@ class Node {
   bool may_use(const Peer& peer, const Credential& c) const;
   CdmRegion* owned_cdm(const Peer& peer);
   CdmRegion* find_cdm(const Credential& c, uint32_t inst_id);
+  void handle_datagram(Peer& peer, const ctl::Header& h, const char* msg, size_t len, std::vector<char>& reply);
 
   NodeConfig cfg_;
   std::map<Credential, uid_t> credentials_;
@@ -73,6 +82,10 @@ class Node {
   uint64_t next_attach_ = 1;
   std::mt19937_64 rng_;
   Counters ctr_;
+  DaemonLinks links_;
+  DatagramMatcher dgrams_;
+  // Its threads only touch their own mappings of the regions, so it may outlive cdms_.
+  BteEngine bte_{BteConfig{cfg_.nic_addr, cfg_.rundir, cfg_.bte_channels}};
   bool shutdown_requested_ = false;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };

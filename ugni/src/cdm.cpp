@@ -3,6 +3,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -172,6 +173,42 @@ gni_return_t GNI_GetJobResInfo(uint32_t device_id, uint8_t ptag, gni_job_res_t r
     default:
       return GNI_RC_ILLEGAL_OP;
   }
+}
+
+// Device-wide resources as this process sees them: every attached CDM has its own region
+// with a table of kRegSlots registrations (MDD) and kCqSlots CQs, so `total` is that limit
+// times the CDMs attached here (one CDM's worth before the first attach) and `held` what
+// they use. Other processes' usage would need the daemon and is not counted. Resources
+// nicemu has no equivalent for (FMA windows, DLA, CE, ...) return GNI_RC_ILLEGAL_OP.
+gni_return_t GNI_GetDevResInfo(uint32_t device_id, gni_dev_res_t res_type, gni_dev_res_desc_t* res_desc) {
+  if (device_id != 0 || !res_desc || !gni_dev_res_valid(res_type)) return GNI_RC_INVALID_PARAM;
+  uint64_t per_cdm;
+  switch (res_type) {
+    case GNI_DEV_RES_MDD:
+      per_cdm = abi::kRegSlots;
+      break;
+    case GNI_DEV_RES_CQ:
+      per_cdm = abi::kCqSlots;
+      break;
+    default:
+      return GNI_RC_ILLEGAL_OP;
+  }
+  abi::ctl::HelloReply h;
+  if (!daemon_hello(h)) return GNI_RC_ERROR_RESOURCE;  // no NIC on this node
+  uint64_t cdms = 0, held = 0;
+  {
+    std::lock_guard<std::mutex> lk(g_cdms_mu);
+    for (Cdm* c : g_cdms) {
+      if (!c->nic) continue;
+      ++cdms;
+      held += res_type == GNI_DEV_RES_MDD ? c->nic->live_regs.load() : c->nic->live_cqs.load();
+    }
+  }
+  res_desc->total = per_cdm * std::max<uint64_t>(cdms, 1);
+  res_desc->held = held;
+  res_desc->reserved = 0;
+  res_desc->available = res_desc->total > held ? res_desc->total - held : 0;
+  return GNI_RC_SUCCESS;
 }
 
 gni_return_t GNI_GetNicStat(gni_nic_handle_t nic_hndl, gni_statistic_t stat, uint32_t* value) {

@@ -15,7 +15,9 @@ namespace {
 // The entry reported once the NIC is gone: clients see a non-recoverable error, not silence.
 constexpr uint64_t kNicDownEntry = cqe::make(cqe::kSrcLocalRequest, cqe::kTypePost, cqe::kErrNicDown, 0, 0xFFFF, 0);
 
-gni_return_t take_event(Cq* cq, gni_cq_entry_t* event_data) {
+}  // namespace
+
+gni_return_t nicemu::ugni::take_event(Cq* cq, gni_cq_entry_t* event_data) {
   if (cq->ring.take_overrun()) {
     *event_data = cqe::overrun_entry();
     return GNI_RC_ERROR_RESOURCE;
@@ -37,6 +39,8 @@ gni_return_t take_event(Cq* cq, gni_cq_entry_t* event_data) {
   *event_data = e;
   return cqe::status_of(e) ? GNI_RC_TRANSACTION_ERROR : GNI_RC_SUCCESS;
 }
+
+namespace {
 
 uint64_t now_ns() {
   timespec ts;

@@ -18,6 +18,7 @@ gni_return_t GNI_EpCreate(gni_nic_handle_t nic_hndl, gni_cq_handle_t src_cq_hndl
   if (!ep) return GNI_RC_ERROR_NOMEM;
   ep->nic = n;
   ep->src_cq = cq;
+  ep->dgram_key = n->ep_serial.fetch_add(1) + 1;
   if (cq) cq->users.fetch_add(1);
   *ep_hndl = reinterpret_cast<gni_ep_handle_t>(ep);
   return GNI_RC_SUCCESS;
@@ -58,6 +59,7 @@ gni_return_t GNI_EpDestroy(gni_ep_handle_t ep_hndl) {
   Ep* ep = as_ep(ep_hndl);
   if (!ep) return GNI_RC_INVALID_PARAM;
   if (ep->src_cq) ep->src_cq->users.fetch_sub(1);
+  cancel_datagram_of(ep);  // a pending datagram is cancelled; probes then report it
   ep->magic = 0;
   delete ep;
   return GNI_RC_SUCCESS;

@@ -2,8 +2,12 @@
 // transfer: the target is validated against its registration table, the data moves by
 // cross-memory attach (or memcpy within one process), and the completer below posts the
 // local/global events and the target's remote event. Errors become error CQEs, never writes.
+// AMOs run under the target's AMO lock (amo_lock.h) with the arithmetic of amo_alu.h.
+#include <bit>
 #include <cstring>
 
+#include "amo_alu.h"
+#include "amo_lock.h"
 #include "internal.h"
 
 using namespace nicemu;
@@ -20,6 +24,13 @@ int post_type(const gni_post_descriptor_t* d) {
   return t;
 }
 
+// The AMO opcode as stored, for the same reason.
+uint32_t amo_command(const gni_post_descriptor_t* d) {
+  uint32_t c;
+  std::memcpy(&c, &d->amo_cmd, sizeof c);
+  return c;
+}
+
 // Completer: the events the descriptor asked for, with the transaction's status.
 void complete(Ep* ep, gni_post_descriptor_t* d, uint64_t status, int32_t tid) {
   Cq* cq = ep->src_cq;
@@ -30,6 +41,33 @@ void complete(Ep* ep, gni_post_descriptor_t* d, uint64_t status, int32_t tid) {
   if (d->cq_mode & GNI_CQMODE_GLOBAL_EVENT)
     cq->ring.push(cqe::make(cqe::kSrcLocalResponse, cqe::kTypePost, status, cqe::kInfoGlobal,
                             static_cast<uint64_t>(tid), ep->local_event));
+}
+
+// The target side of an AMO: under the lock of the target word (shared by every initiator),
+// read it, compute, write it back if it changed; fetching forms then store the old value
+// in the registered local buffer. A READ_ONLY target is refused even when the operation
+// would not change it (a failed compare-and-swap), as a write request.
+uint64_t execute_amo(Nic& n, const Region& target, const gni_post_descriptor_t* d, uint32_t* dst_cq) {
+  static_assert(std::endian::native == std::endian::little);  // a 4-byte operand is the low half
+  const amo::Command c = *amo::decode(amo_command(d));       // checked when posted
+  if (c.fetching && validate_access(*n.self, d->local_mem_hndl, d->local_addr, c.size, false, nullptr))
+    return cqe::kErrLocalProtection;
+  uint64_t st = validate_access(target, d->remote_mem_hndl, d->remote_addr, c.size, true, dst_cq);
+  if (st) return st;
+  abi::AmoLock* lock = amo_lock_for(target, d->remote_addr);
+  if (!lock) return cqe::kErrMemAccess;  // a region without a lock table cannot serve AMOs
+  // A holder that neither releases nor dies: not executed, the client may repost.
+  if (amo_lock_acquire(lock) == AmoLockResult::kTimeout) return cqe::kErrTransient;
+  uint64_t old = 0;
+  amo::Outcome out;
+  st = xmem_read(target.pid, d->remote_addr, &old, c.size);
+  if (!st) {
+    out = amo::apply(c, old, d->first_operand, d->second_operand);
+    if (out.store) st = xmem_write(target.pid, d->remote_addr, &out.new_value, c.size);
+  }
+  amo_lock_release(lock);
+  if (!st && c.fetching) std::memcpy(reinterpret_cast<void*>(d->local_addr), &out.fetched, c.size);
+  return st;
 }
 
 // The target side of one transaction, executed by the initiator on the target's behalf.
@@ -64,6 +102,9 @@ uint64_t execute(Ep* ep, gni_post_descriptor_t* d, uint32_t* dst_cq) {
       if (!st) st = xmem_read(target.pid, d->remote_addr, reinterpret_cast<void*>(d->local_addr), d->length);
       break;
     }
+    case GNI_POST_AMO:
+      st = execute_amo(*n, target, d, dst_cq);
+      break;
     default:
       return cqe::kErrProtection;
   }
@@ -89,11 +130,17 @@ gni_return_t GNI_PostFma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
       if ((d->remote_addr | d->length) & 3) return GNI_RC_ALIGNMENT_ERROR;
       if (ep->nic->device_type == GNI_DEVICE_GEMINI && (d->local_addr & 3)) return GNI_RC_ALIGNMENT_ERROR;
       break;
-    case GNI_POST_AMO:
+    case GNI_POST_AMO: {
+      // §12.4/§13: a known opcode, length = operand size, target aligned to it.
+      auto c = amo::decode(amo_command(d));
+      if (!c || d->length != c->size) return GNI_RC_INVALID_PARAM;
+      if (d->remote_addr & (c->size - 1)) return GNI_RC_ALIGNMENT_ERROR;
+      break;
+    }
     case GNI_POST_FMA_GET_W_FLAG:
     case GNI_POST_AMO_W_FLAG:
     case GNI_POST_CE:
-      return GNI_RC_ILLEGAL_OP;  // not implemented yet (docs/compatibility.md)
+      return GNI_RC_ILLEGAL_OP;  // not implemented (docs/compatibility.md says why)
     default:
       return GNI_RC_INVALID_PARAM;
   }
@@ -110,6 +157,7 @@ gni_return_t GNI_PostFma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
   }
   d->status = 0;
   d->cq_mode_complete = 0;
+  ep->nic->stats[GNI_STAT_FMA_LAUNCH_COUNT].fetch_add(1, std::memory_order_relaxed);
   uint32_t dst_cq = abi::kNoCq;
   uint64_t st = execute(ep, d, &dst_cq);
   if (st == cqe::kOk && (d->cq_mode & GNI_CQMODE_REMOTE_EVENT) && dst_cq != abi::kNoCq)

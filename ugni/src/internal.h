@@ -4,6 +4,7 @@
 // against the target's daemon-written registration table.
 #pragma once
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "gni_pub.h"
+#include "nicemu/abi/bte_ring.h"
 #include "nicemu/abi/cq_entry.h"
 #include "nicemu/abi/cq_ring.h"
 #include "nicemu/abi/ctl_protocol.h"
@@ -81,6 +83,18 @@ struct Inflight {
   uint16_t remaining = 0;  // events still to be consumed (2 with DUAL_EVENTS)
 };
 
+// The CDM's BTE submission ring (bte_requester.cpp), mapped on the first GNI_PostRdma.
+struct BteQueue {
+  std::mutex mu;                    // serialises opening
+  std::atomic<bool> open{false};
+  abi::BteRingView view;
+  int doorbell = -1;                // eventfd the daemon's BTE dispatcher sleeps on
+  std::atomic<uint32_t> next_ep_id{1};
+  ~BteQueue() {
+    if (doorbell >= 0) ::close(doorbell);
+  }
+};
+
 struct Nic {
   uint32_t magic = kNicMagic;
   Cdm* cdm = nullptr;
@@ -102,8 +116,12 @@ struct Nic {
 
   std::atomic<uint32_t> stats[GNI_NUM_STATS] = {};
   uint16_t smsg_max_retrans = FMA_SMSG_MAX_RETRANS_DEFAULT;
+  uint16_t smsg_dlvr_mode = GNI_DLVMODE_PERFORMANCE;  // stored; same-host SMSG is in order anyway
+  uint32_t mdd_resources = 0;      // GNI_SetMddResources: recorded, VMDH is not supported
   std::atomic<uint32_t> live_cqs{0};
   std::atomic<uint32_t> live_regs{0};
+  BteQueue bte;
+  std::atomic<uint64_t> ep_serial{0};
 
   // Returns the region of (addr, inst) in this domain, looking it up at its daemon if not
   // mapped yet or if the mapped one is dead. nullptr with `status` set on failure.
@@ -122,6 +140,7 @@ struct Cq {
   void (*handler)(gni_cq_entry_t*, void*) = nullptr;
   void* context = nullptr;
   std::atomic<uint32_t> users{0};  // EPs using it as src CQ
+  std::atomic<uint32_t> interrupt_mask{0};  // GNI_CqInterruptMask count; vector waits refuse while > 0
 };
 
 // One direction of an SMSG channel, i.e. one mailbox (layout in shm_layout.h).
@@ -147,12 +166,20 @@ struct Ep {
   Mailbox tx;                     // peer's mailbox we send into
   Mailbox rx;                     // our mailbox the peer sends into
   bool rx_holding = false;        // a message returned by GetNext awaits SmsgRelease
+  uint32_t bte_id = 0;            // ordering domain of its RDMA posts (0 = none yet)
+  uint64_t dgram_key = 0;         // names this EP's datagrams at the daemon (never reused)
+  void* dgram_out = nullptr;      // out_buf of the datagram posted on this EP
+  uint16_t dgram_buf_size = 0;
 };
 
 // Process-wide helpers.
 std::string daemon_socket();                       // the socket of this process's node
 bool daemon_hello(abi::ctl::HelloReply& out);      // cached HELLO to that daemon
 uint32_t spin_ns();                                // spin budget before blocking
+
+// Dequeues one entry of `cq` as GNI_CqGetEvent does (overrun first, the handler, NIC-down
+// detection); shared by the single-CQ and the vector waits (cq.cpp).
+gni_return_t take_event(Cq* cq, gni_cq_entry_t* event_data);
 
 inline Nic* as_nic(gni_nic_handle_t h) {
   auto* n = reinterpret_cast<Nic*>(h);
@@ -192,6 +219,9 @@ inline void push_remote_event(const Region& r, uint32_t slot, uint64_t entry, co
   }
   v.push(entry, seen_ctl ? head_seen : nullptr);
 }
+
+// Cancels the datagram pending on `ep`, if any (GNI_EpDestroy).
+void cancel_datagram_of(Ep* ep);
 
 // Our pid, kept current across fork (getpid() is a system call on every FMA otherwise).
 pid_t self_pid();

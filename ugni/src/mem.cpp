@@ -50,4 +50,29 @@ gni_return_t GNI_MemDeregister(gni_nic_handle_t nic_hndl, gni_mem_handle_t* mem_
   return GNI_RC_SUCCESS;
 }
 
+// Several segments make one region that peers address by offset, not by virtual address
+// (the API's rule for multi-segment registrations). That needs an offset-to-address
+// translation at the target, which the registration table does not carry yet, so only the
+// single-segment form (plain GNI_MemRegister, addressed by VA) is accepted; more segments
+// return GNI_RC_ILLEGAL_OP (docs/compatibility.md).
+gni_return_t GNI_MemRegisterSegments(gni_nic_handle_t nic_hndl, gni_mem_segment_t* mem_segments, uint32_t segments_cnt,
+                                     gni_cq_handle_t dst_cq_hndl, uint32_t flags, uint32_t vmdh_index,
+                                     gni_mem_handle_t* mem_hndl) {
+  if (!as_nic(nic_hndl) || !mem_segments || segments_cnt == 0 || !mem_hndl) return GNI_RC_INVALID_PARAM;
+  for (uint32_t i = 0; i < segments_cnt; ++i)
+    if (mem_segments[i].length == 0 || mem_segments[i].address == 0) return GNI_RC_INVALID_PARAM;
+  if (segments_cnt > 1) return GNI_RC_ILLEGAL_OP;
+  return GNI_MemRegister(nic_hndl, mem_segments[0].address, mem_segments[0].length, dst_cq_hndl, flags, vmdh_index,
+                         mem_hndl);
+}
+
+// The size of the NIC's virtual-MDH block. Recorded; registrations with GNI_MEM_USE_VMDH
+// are refused anyway (GNI_MemRegister), so the block is never used.
+gni_return_t GNI_SetMddResources(gni_nic_handle_t nic_hndl, uint32_t num_entries) {
+  Nic* n = as_nic(nic_hndl);
+  if (!n) return GNI_RC_INVALID_PARAM;
+  n->mdd_resources = num_entries;
+  return GNI_RC_SUCCESS;
+}
+
 }  // extern "C"

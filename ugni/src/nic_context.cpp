@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "internal.h"
+#include "nicemu/abi/region_access.h"
 
 namespace nicemu::ugni {
 
@@ -43,37 +44,9 @@ Region::~Region() {
   if (base) munmap(base, size);
 }
 
-bool Region::read_reg(uint32_t slot, RegEntry& out) const {
-  if (slot >= kRegSlots) return false;
-  const auto* e = reinterpret_cast<const RegEntry*>(base + kRegTableOffset) + slot;
-  for (int tries = 0; tries < 64; ++tries) {
-    uint32_t s1 = e->seq.load(std::memory_order_acquire);
-    if (s1 & 1) continue;
-    out.state = e->state;
-    out.gen = e->gen;
-    out.flags = e->flags;
-    out.address = e->address;
-    out.length = e->length;
-    out.dst_cq = e->dst_cq;
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if (e->seq.load(std::memory_order_relaxed) == s1) return true;
-  }
-  return false;
-}
+bool Region::read_reg(uint32_t slot, RegEntry& out) const { return region_read_reg(base, slot, out); }
 
-CqRingView Region::cq_view(uint32_t slot) const {
-  CqRingView v;
-  if (slot >= kCqSlots) return v;
-  const auto* d = reinterpret_cast<const CqDesc*>(base + kCqTableOffset) + slot;
-  if (d->state.load(std::memory_order_acquire) != kCqLive) return v;
-  uint32_t cap = d->capacity;
-  if (cap == 0 || (cap & (cap - 1)) != 0) return v;
-  if (!in_heap(d->ctl_offset, sizeof(CqRingCtl)) || !in_heap(d->entries_offset, uint64_t{cap} * 8)) return v;
-  v.ctl = reinterpret_cast<CqRingCtl*>(base + d->ctl_offset);
-  v.entries = reinterpret_cast<std::atomic<uint64_t>*>(base + d->entries_offset);
-  v.mask = cap - 1;
-  return v;
-}
+CqRingView Region::cq_view(uint32_t slot) const { return region_cq_view(base, size, slot); }
 
 namespace {
 // First entry of a colon-separated list in the environment. Read once: clients strtok
@@ -184,16 +157,7 @@ uint64_t xmem_read(pid_t pid, uint64_t remote, void* local, uint64_t len) {
 
 uint64_t validate_access(const Region& r, const gni_mem_handle_t& h, uint64_t addr, uint64_t len, bool write,
                          uint32_t* dst_cq) {
-  auto f = mdh::decode(h.qword1, h.qword2);
-  if (!f) return cqe::kErrProtection;
-  RegEntry e;
-  if (!r.read_reg(f->slot, e) || e.state != kRegLive || e.gen != f->gen ||
-      (e.address & ~(kPageSize - 1)) != f->va)
-    return cqe::kErrProtection;
-  if (addr < e.address || len > e.length || addr - e.address > e.length - len) return cqe::kErrBounds;
-  if (write && (e.flags & GNI_MEM_READ_ONLY)) return cqe::kErrReadOnly;
-  if (dst_cq) *dst_cq = e.dst_cq;
-  return cqe::kOk;
+  return region_check_access(r.base, h.qword1, h.qword2, addr, len, write, dst_cq);
 }
 
 }  // namespace nicemu::ugni

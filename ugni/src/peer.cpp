@@ -65,9 +65,11 @@ bool Nic::daemon_alive() {
     nic_down = true;
     return false;
   }
-  // The daemon never writes unsolicited: a readable or hung-up attach socket means it died.
+  // A hung-up attach socket means the daemon died. POLLIN alone is no sign: another thread
+  // (a client's main thread while its progress thread waits on CQs) may be inside a
+  // control call whose reply has arrived but is not read yet.
   pollfd p{conn.fd(), POLLIN, 0};
-  if (poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR))) {
+  if (poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR))) {
     nic_down = true;
     return false;
   }

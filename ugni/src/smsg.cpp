@@ -74,6 +74,8 @@ gni_return_t send(Ep* ep, const void* header, uint32_t header_length, const void
     ep->nic->stats[GNI_STAT_SMSG_MBOX_CREDITS_STALL].fetch_add(1, std::memory_order_relaxed);
     return GNI_RC_NOT_DONE;
   }
+  // On the hardware every SMSG message is an FMA PUT into the peer's mailbox.
+  ep->nic->stats[GNI_STAT_FMA_LAUNCH_COUNT].fetch_add(1, std::memory_order_relaxed);
   if (m.dst_cq != abi::kNoCq)
     push_remote_event(*m.region, m.dst_cq, cqe::make(cqe::kSrcRemoteRequest, cqe::kTypeSmsg, cqe::kOk, 0, 0, ep->remote_event),
                       &m.dst_ctl, &m.dst_head_seen);
@@ -131,6 +133,18 @@ gni_return_t GNI_SmsgSetMaxRetrans(gni_nic_handle_t nic_handle, uint16_t max_ret
   Nic* n = as_nic(nic_handle);
   if (!n || max_retrans == 0) return GNI_RC_INVALID_PARAM;
   n->smsg_max_retrans = max_retrans;
+  return GNI_RC_SUCCESS;
+}
+
+// Routing modes only change the order in which a real network delivers; same-host SMSG is
+// always delivered in order, which every mode allows. Known bits are accepted and stored.
+gni_return_t GNI_SmsgSetDeliveryMode(gni_nic_handle_t nic_handle, uint16_t dlvr_mode) {
+  constexpr uint16_t kKnown = GNI_DLVMODE_NO_ADAPT | GNI_DLVMODE_NO_HASH | GNI_DLVMODE_NO_RADAPT |
+                              GNI_DLVMODE_NMIN_HASH | GNI_DLVMODE_MIN_HASH | GNI_DLVMODE_ADAPTIVE1 |
+                              GNI_DLVMODE_ADAPTIVE2 | GNI_DLVMODE_ADAPTIVE3 | GNI_DLVMODE_ORDERED_TAIL;
+  Nic* n = as_nic(nic_handle);
+  if (!n || (dlvr_mode & ~kKnown)) return GNI_RC_INVALID_PARAM;
+  n->smsg_dlvr_mode = dlvr_mode;
   return GNI_RC_SUCCESS;
 }
 

@@ -16,11 +16,8 @@ gni_return_t GNI_CdmCheckpoint(gni_cdm_handle_t) { return GNI_RC_ILLEGAL_OP; }
 gni_return_t GNI_CdmResume(gni_cdm_handle_t) { return GNI_RC_ILLEGAL_OP; }
 
 // --- Device and capability queries, §6.2 (P1/P2) -----------------------------------------
-// Issue: "Device resource and capability queries" — daemon-reported device-wide usage.
+// Issue: "Device resource and capability queries" — NTT granularity, capability words.
 
-gni_return_t GNI_GetDevResInfo(uint32_t, gni_dev_res_t, gni_dev_res_desc_t*) {
-  return GNI_RC_ILLEGAL_OP;
-}
 gni_return_t GNI_GetNttGran(uint32_t, uint32_t*) { return GNI_RC_ILLEGAL_OP; }
 gni_return_t GNI_GetCapabilities(gni_revision_info_t*) { return GNI_RC_ILLEGAL_OP; }
 gni_return_t GNI_ValidateCapabilities(gni_revision_info_t, gni_revision_info_t) {
@@ -56,8 +53,7 @@ gni_return_t GNI_ConfigureJobFd(uint32_t, uint64_t, uint8_t, uint32_t, gni_job_l
 }
 
 // --- Bandwidth injection, ORB and MDD resources, §7.2 (P1/P2) ----------------------------
-// Issue: "NIC tuning knobs" — accept-and-ignore BI settings (Charm++), SetMddResources
-// (libfabric) with VMDH registrations.
+// Issue: "NIC tuning knobs" — accept-and-ignore BI settings (Charm++), ORB registers.
 
 gni_return_t GNI_SetDeviceOrbMMR(gni_nic_handle_t, gni_dev_orb_mmr_t, uint64_t, uint64_t*) {
   return GNI_RC_ILLEGAL_OP;
@@ -67,74 +63,14 @@ gni_return_t GNI_SetBIConfig(uint32_t, uint16_t, uint16_t, uint16_t) {
 }
 gni_return_t GNI_GetBIConfig(uint32_t, gni_bi_desc_t*) { return GNI_RC_ILLEGAL_OP; }
 gni_return_t GNI_BISyncWait(uint32_t, uint32_t) { return GNI_RC_ILLEGAL_OP; }
-gni_return_t GNI_SetMddResources(gni_nic_handle_t, uint32_t) { return GNI_RC_ILLEGAL_OP; }
-
-// --- Datagrams, §9 (P0/P1) -----------------------------------------------------------------
-// Issue: "Datagram exchange" — daemon-side matching of directed and wildcard posts.
-
-gni_return_t GNI_EpPostData(gni_ep_handle_t, void*, uint16_t, void*, uint16_t) {
-  return GNI_RC_ILLEGAL_OP;
-}
-gni_return_t GNI_EpPostDataWId(gni_ep_handle_t, void*, uint16_t, void*, uint16_t, uint64_t) {
-  return GNI_RC_ILLEGAL_OP;
-}
-gni_return_t GNI_EpPostDataTest(gni_ep_handle_t, gni_post_state_t*, uint32_t*, uint32_t*) {
-  return GNI_RC_ILLEGAL_OP;
-}
-gni_return_t GNI_EpPostDataTestById(gni_ep_handle_t, uint64_t, gni_post_state_t*, uint32_t*,
-                                    uint32_t*) {
-  return GNI_RC_ILLEGAL_OP;
-}
-gni_return_t GNI_EpPostDataWait(gni_ep_handle_t, uint32_t, gni_post_state_t*, uint32_t*,
-                                uint32_t*) {
-  return GNI_RC_ILLEGAL_OP;
-}
-gni_return_t GNI_EpPostDataWaitById(gni_ep_handle_t, uint64_t, uint32_t, gni_post_state_t*,
-                                    uint32_t*, uint32_t*) {
-  return GNI_RC_ILLEGAL_OP;
-}
-gni_return_t GNI_PostDataProbe(gni_nic_handle_t, uint32_t*, uint32_t*) {
-  return GNI_RC_ILLEGAL_OP;
-}
-gni_return_t GNI_PostDataProbeById(gni_nic_handle_t, uint64_t*) { return GNI_RC_ILLEGAL_OP; }
-gni_return_t GNI_PostdataProbeWaitById(gni_nic_handle_t, uint32_t, uint64_t*) {
-  return GNI_RC_ILLEGAL_OP;
-}
-gni_return_t GNI_EpPostDataCancel(gni_ep_handle_t) { return GNI_RC_ILLEGAL_OP; }
-gni_return_t GNI_EpPostDataCancelById(gni_ep_handle_t, uint64_t) { return GNI_RC_ILLEGAL_OP; }
 
 // --- Memory registration extras, §10.2 (P1/P2) -------------------------------------------
-// Issue: "Segmented registrations and handle queries" — offset-addressed regions,
-// attribute queries, VMDH rebuild, iteration over a NIC's registrations.
+// Issue: "VMDH registrations" — rebuilding a handle for another VMDH index needs
+// GNI_MEM_USE_VMDH, which GNI_MemRegister refuses.
 
-gni_return_t GNI_MemRegisterSegments(gni_nic_handle_t, gni_mem_segment_t*, uint32_t,
-                                     gni_cq_handle_t, uint32_t, uint32_t, gni_mem_handle_t*) {
-  return GNI_RC_ILLEGAL_OP;
-}
-gni_return_t GNI_MemHndlQueryAttr(gni_mem_handle_t*, gni_mem_handle_attr_t, int*) {
-  return GNI_RC_ILLEGAL_OP;
-}
 gni_return_t GNI_RebuildMemHndl(gni_mem_handle_t*, uint32_t, gni_mem_handle_t*) {
   return GNI_RC_ILLEGAL_OP;
 }
-gni_return_t GNI_MemQueryHndls(gni_nic_handle_t, int, gni_mem_handle_t*, uint64_t*,
-                               uint64_t*) {
-  return GNI_RC_ILLEGAL_OP;
-}
-
-// --- Blocking CQ vectors and interrupt masks, §11.2 (P0/P1/P2) ---------------------------
-// Issue: "Blocking CQ waits over several CQs" — futex waits across rings (Open MPI's
-// progress thread needs GNI_CqVectorMonitor).
-
-gni_return_t GNI_CqVectorWaitEvent(gni_cq_handle_t*, uint32_t, uint64_t, gni_cq_entry_t*,
-                                   uint32_t*) {
-  return GNI_RC_ILLEGAL_OP;
-}
-gni_return_t GNI_CqVectorMonitor(gni_cq_handle_t*, uint32_t, uint64_t, uint32_t*) {
-  return GNI_RC_ILLEGAL_OP;
-}
-gni_return_t GNI_CqInterruptMask(gni_cq_handle_t) { return GNI_RC_ILLEGAL_OP; }
-gni_return_t GNI_CqInterruptUnmask(gni_cq_handle_t) { return GNI_RC_ILLEGAL_OP; }
 
 // --- Completion channels, §11.2 (P2) -------------------------------------------------------
 // Issue: "Completion channels" — eventfd-backed notification for blocking CQs.
@@ -152,25 +88,16 @@ gni_return_t GNI_CqAttachCompChan(gni_cq_handle_t, gni_comp_chan_handle_t) {
 }
 gni_return_t GNI_CqArmCompChan(gni_cq_handle_t*, uint32_t) { return GNI_RC_ILLEGAL_OP; }
 
-// --- RDMA (BTE), CQ writes and chained posts, §12.4 (P0/P1/P2) ---------------------------
-// Issue: "BTE engine and CQ writes" — daemon-run RDMA PUT/GET, remote CQ writes, then
-// chained FMA/CQ-write transactions.
+// --- Chained posts, §12.4 (P1/P2) -----------------------------------------------------------
+// Issue: "BTE engine and CQ writes" — chained FMA/CQ-write transactions (RDMA is in
+// bte_requester.cpp).
 
-gni_return_t GNI_PostRdma(gni_ep_handle_t, gni_post_descriptor_t*) { return GNI_RC_ILLEGAL_OP; }
-gni_return_t GNI_PostCqWrite(gni_ep_handle_t, gni_post_descriptor_t*) {
-  return GNI_RC_ILLEGAL_OP;
-}
 gni_return_t GNI_CtPostFma(gni_ep_handle_t, gni_post_descriptor_t*) {
   return GNI_RC_ILLEGAL_OP;
 }
 gni_return_t GNI_CtPostCqWrite(gni_ep_handle_t, gni_post_descriptor_t*) {
   return GNI_RC_ILLEGAL_OP;
 }
-
-// --- SMSG delivery mode, §14.2 (P2) --------------------------------------------------------
-// Issue: "Ordering and delivery modes" — per-NIC routing mode for SMSG traffic.
-
-gni_return_t GNI_SmsgSetDeliveryMode(gni_nic_handle_t, uint16_t) { return GNI_RC_ILLEGAL_OP; }
 
 // --- Message queues, §15 (P1/P2) -----------------------------------------------------------
 // Issue: "MSGQ" — per-node shared receive queues.
@@ -227,27 +154,5 @@ gni_return_t GNI_DqueuePut(gni_dqueue_handle_t, void*, uint32_t, uint32_t, uint3
   return GNI_RC_ILLEGAL_OP;
 }
 gni_return_t GNI_DqueueProgress(gni_dqueue_handle_t) { return GNI_RC_ILLEGAL_OP; }
-
-// --- Error-event subscription, §18.2 (P2) -------------------------------------------------
-// Issue: "NIC error events" — surface daemon-detected errors (link down, injected faults)
-// as gni_error_event_t. GNI_SetErrorPtag is privileged.
-
-gni_return_t GNI_SubscribeErrors(gni_nic_handle_t, uint32_t, gni_error_mask_t, uint32_t,
-                                 gni_err_handle_t*) {
-  return GNI_RC_ILLEGAL_OP;
-}
-gni_return_t GNI_ReleaseErrors(gni_err_handle_t) { return GNI_RC_ILLEGAL_OP; }
-gni_return_t GNI_GetErrorMask(gni_err_handle_t, gni_error_mask_t*) { return GNI_RC_ILLEGAL_OP; }
-gni_return_t GNI_SetErrorMask(gni_err_handle_t, gni_error_mask_t, gni_error_mask_t*) {
-  return GNI_RC_ILLEGAL_OP;
-}
-gni_return_t GNI_GetErrorEvent(gni_err_handle_t, gni_error_event_t*) {
-  return GNI_RC_ILLEGAL_OP;
-}
-gni_return_t GNI_WaitErrorEvents(gni_err_handle_t, gni_error_event_t*, uint32_t, uint32_t,
-                                 uint32_t*) {
-  return GNI_RC_ILLEGAL_OP;
-}
-gni_return_t GNI_SetErrorPtag(gni_err_handle_t, uint8_t) { return GNI_RC_PERMISSION_ERROR; }
 
 }  // extern "C"

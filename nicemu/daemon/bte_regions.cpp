@@ -1,0 +1,169 @@
+#include "nicemu/daemon/bte_regions.h"
+
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+#include "nicemu/abi/cq_entry.h"
+#include "nicemu/abi/ctl_protocol.h"
+#include "nicemu/abi/gni_values.h"
+#include "nicemu/abi/region_access.h"
+#include "nicemu/ctl/ctl_client.h"
+
+namespace nicemu::daemon {
+
+using namespace nicemu::abi;
+namespace cqe = nicemu::abi::cqe;
+
+std::shared_ptr<MappedRegion> MappedRegion::map(int memfd, uint64_t size, pid_t owner) {
+  if (size < kRoSize) return nullptr;
+  void* base = mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (base == MAP_FAILED) return nullptr;
+  char* b = static_cast<char*>(base);
+  if (mmap(b, kRoSize, PROT_READ, MAP_SHARED | MAP_FIXED, memfd, 0) == MAP_FAILED ||
+      mmap(b + kRoSize, size - kRoSize, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, memfd,
+           static_cast<off_t>(kRoSize)) == MAP_FAILED) {
+    munmap(base, size);
+    return nullptr;
+  }
+  std::shared_ptr<MappedRegion> r(new MappedRegion);
+  r->base_ = b;
+  r->size_ = size;
+  const RegionHeader& h = r->header();
+  if (h.magic != kRegionMagic || h.abi_version != kAbiVersion || h.region_size != size ||
+      static_cast<pid_t>(h.owner_pid) != owner)
+    return nullptr;
+  r->pid_ = owner;
+  r->attach_id_ = h.attach_id;
+  // A pidfd names this very process: once it exits, a later process with the same pid is
+  // not mistaken for it (the region state alone changes only when its daemon notices).
+  r->pidfd_ = static_cast<int>(syscall(SYS_pidfd_open, owner, 0));
+  if (r->pidfd_ < 0) {
+    if (errno == ESRCH) return nullptr;  // already gone
+    spdlog::debug("pidfd_open({}) failed ({}): liveness from the region state only", owner, strerror(errno));
+  }
+  return r;
+}
+
+MappedRegion::~MappedRegion() {
+  if (base_) munmap(base_, size_);
+  if (pidfd_ >= 0) ::close(pidfd_);
+}
+
+bool MappedRegion::alive() const {
+  if (header().state.load(std::memory_order_acquire) != kRegionAlive) return false;
+  if (pidfd_ < 0) return true;  // no pidfd (old kernel): the state decides
+  pollfd p{pidfd_, POLLIN, 0};
+  return poll(&p, 1, 0) == 0;  // readable = the process exited
+}
+
+uint64_t MappedRegion::gone_status() const {
+  return header().state.load(std::memory_order_acquire) == kRegionNicDown ? cqe::kErrNicDown : cqe::kErrPeerGone;
+}
+
+uint64_t MappedRegion::check_access(uint64_t q1, uint64_t q2, uint64_t addr, uint64_t len, bool write,
+                                    uint32_t* dst_cq) const {
+  return region_check_access(base_, q1, q2, addr, len, write, dst_cq);
+}
+
+CqRingView MappedRegion::cq_view(uint32_t slot) const { return region_cq_view(base_, size_, slot); }
+
+RegionDirectory::RegionDirectory(uint32_t nic_addr, std::string rundir)
+    : nic_addr_(nic_addr), rundir_(std::move(rundir)) {}
+
+RegionDirectory::~RegionDirectory() = default;
+
+std::shared_ptr<MappedRegion> RegionDirectory::add_local(int memfd, uint64_t size, pid_t owner) {
+  auto r = MappedRegion::map(memfd, size, owner);
+  if (!r) return nullptr;
+  std::lock_guard<std::mutex> lk(mu_);
+  local_[r->attach_id()] = r;
+  return r;
+}
+
+void RegionDirectory::remove_local(uint64_t attach_id) {
+  std::lock_guard<std::mutex> lk(mu_);
+  local_.erase(attach_id);
+}
+
+std::shared_ptr<MappedRegion> RegionDirectory::local(uint64_t attach_id) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = local_.find(attach_id);
+  return it == local_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<MappedRegion> RegionDirectory::resolve(const RegionKey& key, uint64_t& status) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (key.nic_addr == nic_addr_) {
+      for (auto& [id, r] : local_) {
+        const RegionHeader& h = r->header();
+        if (h.inst_id == key.inst && h.ptag == key.ptag && h.cookie == key.cookie && r->alive()) return r;
+      }
+      status = cqe::kErrNoPeer;
+      return nullptr;
+    }
+    if (auto it = remote_.find(key); it != remote_.end()) {
+      if (it->second->alive()) return it->second;
+      remote_.erase(it);  // died; a new process may have attached with its inst_id
+    }
+  }
+  auto r = lookup_remote(key, status);
+  if (r) {
+    std::lock_guard<std::mutex> lk(mu_);
+    remote_[key] = r;
+  }
+  return r;
+}
+
+// PeerLookup at the daemon of key.nic_addr with the initiator's credential: that daemon
+// does the domain check, exactly as for a library on this host.
+std::shared_ptr<MappedRegion> RegionDirectory::lookup_remote(const RegionKey& key, uint64_t& status) {
+  std::lock_guard<std::mutex> lk(links_mu_);
+  auto& c = links_[key.nic_addr];
+  if (!c || !c->connected()) {
+    c = std::make_unique<nicemu::ctl::Connection>();
+    if (!c->connect(nicemu::ctl::socket_path(rundir_, key.nic_addr))) {
+      status = cqe::kErrNoPeer;  // not on this host; other hosts come with the fabric
+      return nullptr;
+    }
+    // A daemon that stopped answering must not hold a BTE channel forever.
+    timeval tv{1, 0};
+    setsockopt(c->fd(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
+  abi::ctl::PeerLookup req{};
+  req.h.op = static_cast<uint16_t>(abi::ctl::Op::kPeerLookup);
+  req.nic_addr = key.nic_addr;
+  req.inst_id = key.inst;
+  req.ptag = key.ptag;
+  req.cookie = key.cookie;
+  abi::ctl::PeerLookupReply rep{};
+  int fd = -1;
+  if (!c->call(req, rep, &fd)) {
+    links_.erase(key.nic_addr);
+    status = cqe::kErrNoPeer;
+    return nullptr;
+  }
+  if (rep.r.rc != gni::kSuccess || fd < 0) {
+    if (fd >= 0) ::close(fd);
+    status = rep.r.rc == gni::kPermissionError ? cqe::kErrProtection : cqe::kErrNoPeer;
+    return nullptr;
+  }
+  auto r = MappedRegion::map(fd, rep.region_size, static_cast<pid_t>(rep.pid));
+  ::close(fd);
+  if (!r || !r->alive()) {
+    status = cqe::kErrPeerGone;
+    return nullptr;
+  }
+  return r;
+}
+
+}  // namespace nicemu::daemon

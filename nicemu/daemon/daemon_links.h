@@ -1,0 +1,25 @@
+// One-way messages to the other daemons on this host (datagram matching between emulated
+// nodes). Connections are opened on first use and reopened once if a send fails.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace nicemu::daemon {
+
+class DaemonLinks {
+ public:
+  explicit DaemonLinks(std::string rundir) : rundir_(std::move(rundir)) {}
+  ~DaemonLinks();
+  DaemonLinks(const DaemonLinks&) = delete;
+  DaemonLinks& operator=(const DaemonLinks&) = delete;
+
+  bool send(uint32_t node, const void* msg, size_t len);
+
+ private:
+  int connect_to(uint32_t node);
+  std::string rundir_;
+  std::map<uint32_t, int> fds_;
+};
+
+}  // namespace nicemu::daemon

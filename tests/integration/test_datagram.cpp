@@ -1,0 +1,230 @@
+// Session-management datagrams against real daemons: directed to wildcard and directed to
+// directed matching on one node and across two emulated nodes, ids, probes, blocking waits,
+// cancellation (also by GNI_EpDestroy, which must wake a blocked probe), and errors.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <thread>
+
+#include "harness.h"
+
+using namespace harness;
+
+namespace {
+
+struct Addr {
+  uint32_t addr, inst;
+};
+
+constexpr uint64_t kDirected = uint64_t{1} << 63;
+
+// The server side of a connection set-up the way Open MPI and UCX do it: a wildcard post
+// with id 0, a probe for the finished id, then a wait that consumes it.
+int wildcard_server(Oob& oob, int side, Cred c, uint32_t inst, int expected_clients) {
+  Gni g;
+  CHILD_CHECK(g.open(inst, c) == GNI_RC_SUCCESS);
+  oob.send(side, Addr{g.addr, inst});
+  for (int k = 0; k < expected_clients; ++k) {
+    gni_ep_handle_t any;
+    CHILD_CHECK(GNI_EpCreate(g.nic, nullptr, &any) == GNI_RC_SUCCESS);
+    char in[64], out[64] = {};
+    std::snprintf(in, sizeof in, "server %u", inst);
+    CHILD_CHECK(GNI_EpPostDataWId(any, in, sizeof in, out, sizeof out, 0) == GNI_RC_SUCCESS);
+    uint64_t id = 99;
+    CHILD_CHECK(GNI_PostdataProbeWaitById(g.nic, 5000, &id) == GNI_RC_SUCCESS);
+    CHILD_CHECK(id == 0);
+    gni_post_state_t st;
+    uint32_t ra = 0, ri = 0;
+    CHILD_CHECK(GNI_EpPostDataWaitById(any, 0, uint32_t(-1), &st, &ra, &ri) == GNI_RC_SUCCESS);
+    CHILD_CHECK(st == GNI_POST_COMPLETED);
+    char want[64];
+    std::snprintf(want, sizeof want, "client %u", ri);
+    CHILD_CHECK(std::strcmp(out, want) == 0);
+    // Consumed: nothing left to test on that EP.
+    CHILD_CHECK(GNI_EpPostDataTestById(any, 0, &st, &ra, &ri) == GNI_RC_NO_MATCH);
+    CHILD_CHECK(GNI_EpDestroy(any) == GNI_RC_SUCCESS);
+  }
+  return oob.recv<int>(side) == 1 ? 0 : 1;
+}
+
+int directed_client(Addr srv, Cred c, uint32_t inst) {
+  Gni g;
+  CHILD_CHECK(g.open(inst, c) == GNI_RC_SUCCESS);
+  gni_ep_handle_t ep;
+  CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
+  CHILD_CHECK(GNI_EpBind(ep, srv.addr, srv.inst) == GNI_RC_SUCCESS);
+  char in[64], out[64] = {};
+  std::snprintf(in, sizeof in, "client %u", inst);
+  CHILD_CHECK(GNI_EpPostDataWId(ep, in, sizeof in, out, sizeof out, kDirected | inst) == GNI_RC_SUCCESS);
+  gni_post_state_t st;
+  uint32_t ra = 0, ri = 0;
+  CHILD_CHECK(GNI_EpPostDataWaitById(ep, kDirected | inst, 5000, &st, &ra, &ri) == GNI_RC_SUCCESS);
+  CHILD_CHECK(st == GNI_POST_COMPLETED && ra == srv.addr && ri == srv.inst);
+  char want[64];
+  std::snprintf(want, sizeof want, "server %u", srv.inst);
+  CHILD_CHECK(std::strcmp(out, want) == 0);
+  return 0;
+}
+
+void wildcard_setup(int nodes, int clients) {
+  Cluster cl(nodes);
+  Cred c = cl.credential();
+  Oob oob;
+  pid_t s = cl.spawn(0, [&] { return wildcard_server(oob, 1, c, 1000, clients); });
+  Addr srv = oob.recv<Addr>(0);
+  std::vector<pid_t> cs;
+  for (int k = 0; k < clients; ++k)
+    cs.push_back(cl.spawn(k % nodes == 0 && nodes > 1 ? 1 : 0, [&, k] { return directed_client(srv, c, 2000 + k); }));
+  for (pid_t p : cs) CHECK(cl.wait(p) == 0);
+  oob.send(0, 1);
+  CHECK(cl.wait(s) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("directed posts meet a wildcard server on one node") { wildcard_setup(1, 3); }
+
+TEST_CASE("directed posts meet a wildcard server across emulated nodes") { wildcard_setup(2, 3); }
+
+TEST_CASE("two directed posts aimed at each other match, in either order and across nodes") {
+  for (int nodes : {1, 2}) {
+    for (int order = 0; order < 2; ++order) {
+      Cluster cl(nodes);
+      Cred c = cl.credential();
+      Oob oob;
+      auto side = [&](int me, uint32_t inst, uint32_t peer_inst) {
+        Gni g;
+        CHILD_CHECK(g.open(inst, c) == GNI_RC_SUCCESS);
+        oob.send(me, Addr{g.addr, inst});
+        Addr peer = oob.recv<Addr>(me);
+        CHILD_CHECK(peer.inst == peer_inst);
+        gni_ep_handle_t ep;
+        CHILD_CHECK(GNI_EpCreate(g.nic, nullptr, &ep) == GNI_RC_SUCCESS);
+        CHILD_CHECK(GNI_EpBind(ep, peer.addr, peer.inst) == GNI_RC_SUCCESS);
+        if (me != order) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        uint32_t in = inst * 10, out = 0;
+        CHILD_CHECK(GNI_EpPostData(ep, &in, sizeof in, &out, sizeof out) == GNI_RC_SUCCESS);
+        gni_post_state_t st;
+        uint32_t ra, ri;
+        CHILD_CHECK(GNI_EpPostDataWait(ep, 5000, &st, &ra, &ri) == GNI_RC_SUCCESS);
+        CHILD_CHECK(st == GNI_POST_COMPLETED && ri == peer_inst && ra == peer.addr);
+        CHILD_CHECK(out == peer_inst * 10);
+        // Exactly one match each: nothing else finished on this CDM.
+        uint32_t pa, pi;
+        CHILD_CHECK(GNI_PostDataProbe(g.nic, &pa, &pi) == GNI_RC_NO_MATCH);
+        return 0;
+      };
+      pid_t a = cl.spawn(0, [&] { return side(0, 5, 6); });
+      pid_t b = cl.spawn(nodes - 1, [&] { return side(1, 6, 5); });
+      CHECK(cl.wait(a) == 0);
+      CHECK(cl.wait(b) == 0);
+      auto st = cl.status(0);
+      CHECK(st["counters"]["datagrams_pending"].get<int>() == 0);
+      CHECK(st["counters"]["datagrams_incoming"].get<int>() == 0);
+    }
+  }
+}
+
+TEST_CASE("cancellation, EpDestroy waking a blocked probe, timeouts and errors") {
+  Cluster cl(1);
+  Cred c = cl.credential();
+  pid_t p = cl.spawn(0, [&] {
+    Gni g;
+    CHILD_CHECK(g.open(1, c) == GNI_RC_SUCCESS);
+    gni_ep_handle_t w1, w2, bound;
+    CHILD_CHECK(GNI_EpCreate(g.nic, nullptr, &w1) == GNI_RC_SUCCESS);
+    CHILD_CHECK(GNI_EpCreate(g.nic, nullptr, &w2) == GNI_RC_SUCCESS);
+    gni_post_state_t st;
+    uint32_t ra, ri;
+    uint64_t id;
+    // Nothing posted.
+    CHILD_CHECK(GNI_EpPostDataTest(w1, &st, &ra, &ri) == GNI_RC_NO_MATCH);
+    CHILD_CHECK(GNI_PostDataProbeById(g.nic, &id) == GNI_RC_NO_MATCH);
+    // Zero-length posts with NULL buffers are legal; one outstanding per EP.
+    CHILD_CHECK(GNI_EpPostDataWId(w1, nullptr, 0, nullptr, 0, 0) == GNI_RC_SUCCESS);
+    CHILD_CHECK(GNI_EpPostDataWId(w1, nullptr, 0, nullptr, 0, 7) == GNI_RC_ERROR_RESOURCE);
+    // Two wildcards never match.
+    CHILD_CHECK(GNI_EpPostDataWId(w2, nullptr, 0, nullptr, 0, 3) == GNI_RC_SUCCESS);
+    CHILD_CHECK(GNI_EpPostDataWaitById(w2, 3, 50, &st, &ra, &ri) == GNI_RC_TIMEOUT);
+    CHILD_CHECK(st == GNI_POST_PENDING);
+    CHILD_CHECK(GNI_EpPostDataWaitById(w2, 3, 0, &st, &ra, &ri) == GNI_RC_INVALID_PARAM);
+    // Cancel: TERMINATED, visible to probes until consumed; a second cancel finds nothing.
+    CHILD_CHECK(GNI_EpPostDataCancelById(w2, 3) == GNI_RC_SUCCESS);
+    CHILD_CHECK(GNI_EpPostDataCancelById(w2, 3) == GNI_RC_NO_MATCH);
+    CHILD_CHECK(GNI_PostDataProbeById(g.nic, &id) == GNI_RC_SUCCESS && id == 3);
+    CHILD_CHECK(GNI_EpPostDataWaitById(w2, 3, 100, &st, &ra, &ri) == GNI_RC_SUCCESS);
+    CHILD_CHECK(st == GNI_POST_TERMINATED);
+    CHILD_CHECK(GNI_PostDataProbeById(g.nic, &id) == GNI_RC_NO_MATCH);
+    // Bad arguments.
+    char big[GNI_DATAGRAM_MAXSIZE + 1] = {};
+    CHILD_CHECK(GNI_EpPostData(w2, big, sizeof big, nullptr, 0) == GNI_RC_SIZE_ERROR);
+    CHILD_CHECK(GNI_EpPostDataWId(w2, nullptr, 0, nullptr, 0, uint64_t(-1)) == GNI_RC_INVALID_PARAM);
+    CHILD_CHECK(GNI_EpPostData(w2, nullptr, 8, nullptr, 0) == GNI_RC_INVALID_PARAM);
+    CHILD_CHECK(GNI_PostdataProbeWaitById(nullptr, 1, &id) == GNI_RC_INVALID_PARAM);
+    // A blocked probe (UCX runs it in its own thread) is woken by GNI_EpDestroy of the EP
+    // whose datagram it was, and reports that id.
+    CHILD_CHECK(GNI_EpPostDataCancelById(w1, 0) == GNI_RC_SUCCESS);
+    CHILD_CHECK(GNI_EpPostDataWaitById(w1, 0, 100, &st, &ra, &ri) == GNI_RC_SUCCESS && st == GNI_POST_TERMINATED);
+    CHILD_CHECK(GNI_EpPostDataWId(w1, nullptr, 0, nullptr, 0, 1) == GNI_RC_SUCCESS);
+    std::atomic<int> probe_rc{-1};
+    uint64_t woke_id = 0;
+    std::thread prober([&] { probe_rc = GNI_PostdataProbeWaitById(g.nic, uint32_t(-1), &woke_id); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    CHILD_CHECK(probe_rc.load() == -1);  // still blocked
+    CHILD_CHECK(GNI_EpDestroy(w1) == GNI_RC_SUCCESS);
+    prober.join();
+    CHILD_CHECK(probe_rc.load() == GNI_RC_SUCCESS && woke_id == 1);
+    // A directed post to nobody times out in the wait, and SIZE_ERROR reports a reply
+    // larger than the buffer.
+    CHILD_CHECK(GNI_EpCreate(g.nic, nullptr, &bound) == GNI_RC_SUCCESS);
+    CHILD_CHECK(GNI_EpBind(bound, g.addr, 424242) == GNI_RC_SUCCESS);
+    CHILD_CHECK(GNI_EpPostData(bound, nullptr, 0, nullptr, 0) == GNI_RC_SUCCESS);
+    CHILD_CHECK(GNI_EpPostDataWait(bound, 30, &st, &ra, &ri) == GNI_RC_TIMEOUT);
+    CHILD_CHECK(GNI_EpPostDataCancel(bound) == GNI_RC_SUCCESS);
+    CHILD_CHECK(GNI_EpPostDataTest(bound, &st, &ra, &ri) == GNI_RC_SUCCESS && st == GNI_POST_TERMINATED);
+    gni_ep_handle_t self_ep;
+    CHILD_CHECK(GNI_EpCreate(g.nic, nullptr, &self_ep) == GNI_RC_SUCCESS);
+    CHILD_CHECK(GNI_EpBind(self_ep, g.addr, 1) == GNI_RC_SUCCESS);  // our own CDM
+    char lots[100], small[10];
+    std::memset(lots, 'x', sizeof lots);
+    CHILD_CHECK(GNI_EpPostDataWId(w2, lots, sizeof lots, small, sizeof small, 5) == GNI_RC_SUCCESS);
+    CHILD_CHECK(GNI_EpPostDataWId(self_ep, lots, sizeof lots, small, sizeof small, 6) == GNI_RC_SUCCESS);
+    CHILD_CHECK(GNI_EpPostDataWaitById(self_ep, 6, 2000, &st, &ra, &ri) == GNI_RC_SIZE_ERROR);
+    CHILD_CHECK(st == GNI_POST_COMPLETED && ri == 1 && small[9] == 'x');
+    GNI_EpDestroy(bound);
+    GNI_EpDestroy(self_ep);
+    GNI_EpDestroy(w2);
+    return 0;
+  });
+  CHECK(cl.wait(p) == 0);
+}
+
+TEST_CASE("a CDM that dies takes its posts with it") {
+  Cluster cl(2);
+  Cred c = cl.credential();
+  Oob oob;
+  pid_t dead = cl.spawn(1, [&] {
+    Gni g;
+    CHILD_CHECK(g.open(7, c) == GNI_RC_SUCCESS);
+    gni_ep_handle_t ep;
+    CHILD_CHECK(GNI_EpCreate(g.nic, nullptr, &ep) == GNI_RC_SUCCESS);
+    CHILD_CHECK(GNI_EpBind(ep, cl.addr(0), 8) == GNI_RC_SUCCESS);  // nobody there yet
+    CHILD_CHECK(GNI_EpPostData(ep, nullptr, 0, nullptr, 0) == GNI_RC_SUCCESS);
+    oob.send(1, 1);
+    pause();
+    return 0;
+  });
+  CHECK(oob.recv<int>(0) == 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(cl.status(0)["counters"]["datagrams_incoming"].get<int>() == 1);
+  kill(dead, SIGKILL);
+  cl.wait(dead);
+  bool gone = false;
+  for (int i = 0; i < 100 && !gone; ++i) {
+    gone = cl.status(0)["counters"]["datagrams_incoming"].get<int>() == 0 &&
+           cl.status(1)["counters"]["datagrams_pending"].get<int>() == 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(gone);
+}

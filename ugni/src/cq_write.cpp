@@ -1,0 +1,101 @@
+// GNI_PostCqWrite (fact sheet §12.4, §11.4): one CQ entry carrying the low 48 bits of the
+// descriptor's cqwrite_value, delivered into the target CQ that a registration names (the
+// dst CQ given to GNI_MemRegister). Like an FMA PUT it is executed by the initiator on the
+// target's behalf: the handle is checked against the target's registration table, and a
+// handle that does not name a live registration with a CQ is an error completion at the
+// initiator, never an entry in anybody's CQ. Open MPI wakes its own progress thread this
+// way (a CQ write to itself), GASNet and Charm++ send small control words with it.
+#include <cstring>
+
+#include "internal.h"
+
+using namespace nicemu;
+using namespace nicemu::ugni;
+namespace cqe = nicemu::abi::cqe;
+
+namespace {
+
+// The post type as the integer the caller stored (a descriptor is untrusted input).
+int post_type(const gni_post_descriptor_t* d) {
+  int t;
+  std::memcpy(&t, &d->type, sizeof t);
+  return t;
+}
+
+// Target-side check: the handle decodes, its slot is live with the same generation and
+// page, and the registration has a CQ for remote events. Returns a CQE status.
+uint64_t validate_cq_target(const Region& r, const gni_mem_handle_t& h, uint32_t* dst_cq) {
+  auto f = abi::mdh::decode(h.qword1, h.qword2);
+  if (!f) return cqe::kErrProtection;
+  abi::RegEntry e;
+  if (!r.read_reg(f->slot, e) || e.state != abi::kRegLive || e.gen != f->gen ||
+      (e.address & ~(abi::kPageSize - 1)) != f->va)
+    return cqe::kErrProtection;
+  if (e.dst_cq == abi::kNoCq) return cqe::kErrProtection;  // nowhere to write: as a bad handle
+  *dst_cq = e.dst_cq;
+  return cqe::kOk;
+}
+
+// Executes the write on the target: resolve, validate, push. Returns a CQE status.
+uint64_t execute(Ep* ep, const gni_post_descriptor_t* d) {
+  Nic* n = ep->nic;
+  if (n->nic_down.load(std::memory_order_relaxed)) return cqe::kErrNicDown;
+  uint64_t st = cqe::kOk;
+  if (!ep->peer || !ep->peer->alive()) {
+    ep->peer = n->resolve(ep->remote_addr, ep->remote_id, st);
+    if (!ep->peer) return st;
+  }
+  const Region& target = *ep->peer;
+  uint32_t dst_cq = abi::kNoCq;
+  st = validate_cq_target(target, d->remote_mem_hndl, &dst_cq);
+  if (st == cqe::kOk) {
+    // A full target CQ loses the entry and flags its overrun, as the hardware does; the
+    // initiator is not told (the target learns it from GNI_CQ_OVERRUN).
+    push_remote_event(target, dst_cq, cqe::make_cqwrite(d->cqwrite_value));
+  }
+  // A target that died meanwhile: a failure (or a write into a reclaimed CQ) is its death.
+  if (!target.alive()) st = cqe::kErrPeerGone;
+  return st;
+}
+
+}  // namespace
+
+extern "C" {
+
+gni_return_t GNI_PostCqWrite(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
+  Ep* ep = as_ep(ep_hndl);
+  if (!ep || !d || !ep->bound) return GNI_RC_INVALID_PARAM;
+  if (post_type(d) != GNI_POST_CQWRITE) return GNI_RC_INVALID_PARAM;
+  // Open MPI names the CQ for the local event in the descriptor (src_cq_hndl, as for RDMA
+  // posts); NULL means the EP's CQ.
+  Cq* cq = ep->src_cq;
+  if (d->src_cq_hndl) {
+    cq = as_cq(d->src_cq_hndl);
+    if (!cq || cq->nic != ep->nic) return GNI_RC_INVALID_PARAM;
+  }
+  const uint16_t local = d->cq_mode & (GNI_CQMODE_LOCAL_EVENT | GNI_CQMODE_GLOBAL_EVENT);
+  if (local == GNI_CQMODE_DUAL_EVENTS && !(ep->nic->cdm->modes & GNI_CDM_MODE_DUAL_EVENTS))
+    return GNI_RC_INVALID_PARAM;
+  if (local && !cq) return GNI_RC_INVALID_PARAM;
+
+  int32_t tid = -1;
+  if (local) {
+    tid = ep->nic->alloc_tid(d, local == GNI_CQMODE_DUAL_EVENTS ? 2 : 1);
+    if (tid < 0) return GNI_RC_ERROR_RESOURCE;
+  }
+  d->status = 0;
+  d->cq_mode_complete = 0;
+  // A CQ write is an FMA transaction on the hardware.
+  ep->nic->stats[GNI_STAT_FMA_LAUNCH_COUNT].fetch_add(1, std::memory_order_relaxed);
+  const uint64_t st = execute(ep, d);
+  // Local events as for FMA posts: the tid finds the descriptor in GNI_GetCompleted.
+  if (d->cq_mode & GNI_CQMODE_LOCAL_EVENT)
+    cq->ring.push(cqe::make(cqe::kSrcLocalRequest, cqe::kTypePost, st, cqe::kInfoLocal, static_cast<uint64_t>(tid),
+                            ep->local_event));
+  if (d->cq_mode & GNI_CQMODE_GLOBAL_EVENT)
+    cq->ring.push(cqe::make(cqe::kSrcLocalResponse, cqe::kTypePost, st, cqe::kInfoGlobal, static_cast<uint64_t>(tid),
+                            ep->local_event));
+  return GNI_RC_SUCCESS;
+}
+
+}  // extern "C"
