@@ -119,6 +119,8 @@ std::shared_ptr<MappedRegion> RegionDirectory::resolve(const RegionKey& key, uin
   auto r = lookup_remote(key, status);
   if (r) {
     std::lock_guard<std::mutex> lk(mu_);
+    // Drop mappings of regions that died meanwhile: each one keeps its memfd's pages alive.
+    std::erase_if(remote_, [](const auto& kv) { return !kv.second->alive(); });
     remote_[key] = r;
   }
   return r;

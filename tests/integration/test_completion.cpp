@@ -371,7 +371,7 @@ TEST_CASE("a progress thread monitors while other threads use the CQs; a CQ writ
     std::mutex lock;  // the client's device lock
     std::atomic<bool> stop{false};
     std::atomic<int> cq_writes{0}, remote_puts{0}, local_done{0}, wakeups{0};
-    std::atomic<bool> bad{false};
+    std::atomic<bool> bad{false}, running{false};
     auto progress = [&] {  // drain both CQs; the caller holds `lock`
       gni_cq_entry_t e;
       while (GNI_CqGetEvent(g.rcq, &e) == GNI_RC_SUCCESS) {
@@ -392,6 +392,7 @@ TEST_CASE("a progress thread monitors while other threads use the CQs; a CQ writ
     };
     std::thread th([&] {
       gni_cq_handle_t vec[2] = {g.rcq, g.cq};
+      running = true;
       while (!stop) {
         uint32_t which;
         gni_return_t rc = GNI_CqVectorMonitor(vec, 2, uint64_t(-1), &which);
@@ -403,6 +404,8 @@ TEST_CASE("a progress thread monitors while other threads use the CQs; a CQ writ
         }
       }
     });
+    while (!running) sleep_ms(1);
+    // Both threads progress while the main thread posts PUTs and CQ writes to itself.
     constexpr int kRounds = 200;
     for (int i = 0; i < kRounds; ++i) {
       std::lock_guard<std::mutex> lk(lock);
@@ -414,17 +417,26 @@ TEST_CASE("a progress thread monitors while other threads use the CQs; a CQ writ
       CHILD_CHECK(GNI_PostCqWrite(ep, w) == GNI_RC_SUCCESS);
       if (i % 8 == 0) progress();  // the main thread progresses too
     }
+    // What is left is the progress thread's: the monitor sees it without being told.
     uint64_t t0 = now_ms();
-    while ((cq_writes < kRounds || remote_puts < kRounds || local_done < 2 * kRounds) && now_ms() - t0 < 5000) {
+    while ((cq_writes < kRounds || remote_puts < kRounds || local_done < 2 * kRounds) && now_ms() - t0 < 5000)
+      sleep_ms(1);
+    CHILD_CHECK(cq_writes == kRounds && remote_puts == kRounds && local_done == 2 * kRounds);
+    // One write at a time: each one wakes the sleeping monitor.
+    for (int i = 0; i < 10; ++i) {
+      const int seen = cq_writes;
+      const int woken = wakeups;
+      sleep_ms(2);  // the monitor is asleep by now
       {
         std::lock_guard<std::mutex> lk(lock);
-        progress();
+        auto* w = new gni_post_descriptor_t(cqw_desc(irq_h, 1500 + uint64_t(i)));
+        CHILD_CHECK(GNI_PostCqWrite(ep, w) == GNI_RC_SUCCESS);
       }
-      sleep_ms(1);
+      t0 = now_ms();
+      while ((cq_writes == seen || local_done < 2 * kRounds + i + 1) && now_ms() - t0 < 5000) sleep_ms(1);
+      CHILD_CHECK(cq_writes == seen + 1 && wakeups > woken);
     }
-    CHILD_CHECK(cq_writes == kRounds && remote_puts == kRounds && local_done == 2 * kRounds);
     CHILD_CHECK(!bad);
-    CHILD_CHECK(wakeups > 0);
     {
       std::lock_guard<std::mutex> lk(lock);
       stop = true;  // from here on the main thread owns the CQs again
@@ -447,6 +459,36 @@ TEST_CASE("a progress thread monitors while other threads use the CQs; a CQ writ
       while (last + 64 < kRounds) last += 64;
       CHILD_CHECK(back[64 * slot] == char('a' + last % 26) && back[64 * slot + 63] == char('a' + last % 26));
     }
+    return 0;
+  });
+  CHECK(cl.wait(p) == 0);
+}
+
+TEST_CASE("a vector of more CQs than one futex_waitv takes still wakes (the polling fallback)") {
+  Cluster cl(1);
+  Cred c = cl.credential();
+  pid_t p = cl.spawn(0, [&] {
+    Gni g;
+    CHILD_CHECK(g.open(1, c) == GNI_RC_SUCCESS);
+    constexpr uint32_t kCqs = 130;
+    std::vector<gni_cq_handle_t> v(kCqs);
+    for (auto& q : v) CHILD_CHECK(GNI_CqCreate(g.nic, 16, 0, GNI_CQ_BLOCKING, nullptr, nullptr, &q) == GNI_RC_SUCCESS);
+    static char buf[64];
+    gni_mem_handle_t h = reg(g, buf, sizeof buf, v[kCqs - 1]);
+    gni_ep_handle_t ep = bound_ep(g, g.addr, 1);
+    gni_cq_entry_t e;
+    uint32_t which = 0;
+    CHILD_CHECK(GNI_CqVectorWaitEvent(v.data(), kCqs, 20, &e, &which) == GNI_RC_TIMEOUT);
+    std::thread th([&] {
+      sleep_ms(50);
+      cqwrite_silent(ep, h, 0x130);
+    });
+    uint64_t t0 = now_ms();
+    CHILD_CHECK(GNI_CqVectorMonitor(v.data(), kCqs, 5000, &which) == GNI_RC_SUCCESS && which == kCqs - 1);
+    CHILD_CHECK(now_ms() - t0 < 1000);
+    th.join();
+    CHILD_CHECK(GNI_CqVectorWaitEvent(v.data(), kCqs, 1000, &e, &which) == GNI_RC_SUCCESS && which == kCqs - 1);
+    CHILD_CHECK(GNI_CQ_GET_DATA(e) == 0x130);
     return 0;
   });
   CHECK(cl.wait(p) == 0);

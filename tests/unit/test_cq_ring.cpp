@@ -1,6 +1,7 @@
 // CQ ring: order, overrun, wrap-around, and many producers against one consumer.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -65,4 +66,34 @@ TEST_CASE("four producers, one consumer: nothing lost, per-producer order kept")
   }
   for (auto& t : ts) t.join();
   CHECK(r.view.pop() == 0);
+}
+
+TEST_CASE("a waiter on several rings (futex_waitv) is woken by a push into any of them") {
+  Ring rings[3] = {Ring(16), Ring(16), Ring(16)};
+  // The waiter's protocol (shm_layout.h): futex values first, then `waiters`, then re-check.
+  FutexWaitv words[3];
+  for (int i = 0; i < 3; ++i) {
+    words[i] = futex_waitv_entry(&rings[i].ctl.futex, rings[i].ctl.futex.load());
+    rings[i].ctl.waiters.fetch_add(1);
+  }
+  // Nothing pushed: the wait times out.
+  int first = futex_wait_any(words, 3, 10'000'000);
+  if (first == ENOSYS || first == EPERM) {
+    MESSAGE("futex_waitv is not available here; libugni falls back to polling");
+    return;
+  }
+  CHECK(first == ETIMEDOUT);
+  std::thread producer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    rings[2].view.push(cqe::make(1, 0, 0, 0, 0, 5));
+  });
+  auto t0 = std::chrono::steady_clock::now();
+  int err = futex_wait_any(words, 3, 5'000'000'000);
+  auto waited = std::chrono::steady_clock::now() - t0;
+  producer.join();
+  CHECK(err == 0);
+  CHECK(waited < std::chrono::seconds(2));
+  CHECK(cqe::id_of(rings[2].view.pop()) == 5);
+  // A push made before the wait (the value moved): it returns at once.
+  CHECK(futex_wait_any(words, 3, 5'000'000'000) == 0);
 }

@@ -48,3 +48,21 @@ TEST_CASE("CRC-8 matches the reflected Dallas/Maxim polynomial") {
   for (uint64_t x : {0x0ull, 0x123456789abcdefull, ~0ull, 0x8000000000000001ull})
     CHECK(crc8(x, x >> 3) == ref(x, x >> 3));
 }
+
+TEST_CASE("registration handles: page-truncated VA, pages covered, read-only flag") {
+  // 100 bytes before a page boundary plus 5000 bytes spans three pages.
+  Fields f = registration_fields(0x10000 + 4096 - 100, 5000, 0x123, 77, true);
+  CHECK(f.va == 0x10000);
+  CHECK(f.npages == 3);
+  CHECK(f.gen == 0x123);
+  CHECK(f.slot == 77);
+  CHECK(f.flags == kFlagReadOnly);
+  CHECK(registration_fields(0x20000, 4096, 1, 2, false).npages == 1);
+  CHECK(registration_fields(0x20000, 4096, 1, 2, false).flags == 0);
+  uint64_t q1, q2;
+  encode(f, q1, q2);
+  auto d = decode(q1, q2);
+  REQUIRE(d);
+  CHECK(d->va == 0x10000);
+  CHECK(d->npages == 3);
+}

@@ -95,8 +95,10 @@ int sleep_once(const Vector& v, uint64_t slice_ns) {
   if (first_ready(v) < 0 && !any_masked(v)) {
     if (v.n <= abi::kFutexWaitvMax && !g_waitv_refused.load(std::memory_order_relaxed)) {
       err = abi::futex_wait_any(words, m, static_cast<int64_t>(slice_ns));
-      if (err == ENOSYS || err == EPERM) {
-        g_waitv_refused.store(true, std::memory_order_relaxed);  // the fallback from now on
+      if (err != 0 && err != ETIMEDOUT && err != EINTR) {
+        // ENOSYS or EPERM (no futex_waitv here), or anything else that would make this
+        // loop spin instead of sleep: the fallback from now on.
+        g_waitv_refused.store(true, std::memory_order_relaxed);
         err = 0;
       }
     } else {

@@ -1,0 +1,257 @@
+# tools/compat/lib.sh — shared helpers of the compatibility builds (sourced, not run).
+#
+# Work directory: $NICEMU_COMPAT_DIR, default /tmp/nicemu-compat. Everything third-party
+# (Debian source packages, their builds and installs) lives there, never in the repository.
+#   $COMPAT_DIR/prefix       installed nicemu (tools/compat/install-nicemu)
+#   $COMPAT_DIR/nicemu-build meson build directory of that install
+#   $COMPAT_DIR/ucx          UCX source, build and install   (tools/compat/ucx)
+#   $COMPAT_DIR/openmpi      Open MPI source, build, install (tools/compat/openmpi)
+# Stages leave stamp files (.stamp-*) so that a second run skips finished work.
+
+COMPAT_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+COMPAT_TOOLS="$COMPAT_ROOT/tools/compat"
+COMPAT_DIR=${NICEMU_COMPAT_DIR:-/tmp/nicemu-compat}
+NICEMU_PREFIX=${NICEMU_PREFIX:-$COMPAT_DIR/prefix}
+COMPAT_JOBS=${COMPAT_JOBS:-$(nproc 2>/dev/null || echo 2)}
+[ "$COMPAT_JOBS" -gt 2 ] 2>/dev/null || COMPAT_JOBS=2
+
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+
+# ---- messages and the summary ------------------------------------------------------------
+compat_name=${compat_name:-compat}
+summary_lines=()
+required_failed=0
+note()  { echo "[$compat_name] $*" >&2; }
+die()   { echo "[$compat_name] error: $*" >&2; exit 1; }
+# record STATUS NAME [DETAIL]: STATUS is ok, FAIL (required step), fail (expected/optional),
+# skip. A FAIL makes the script exit non-zero at the end.
+record() {
+  local st=$1 name=$2 detail=${3:-}
+  summary_lines+=("$(printf '%-5s %-44s %s' "$st" "$name" "$detail")")
+  [ "$st" = FAIL ] && required_failed=1
+  return 0
+}
+print_summary() {
+  echo
+  echo "==== $compat_name summary ===="
+  local l
+  for l in "${summary_lines[@]}"; do echo "$l"; done
+  if [ "$required_failed" = 1 ]; then
+    echo "==== result: FAILED (a required step failed) ===="
+  else
+    echo "==== result: OK ===="
+  fi
+}
+
+# Runs "$@" with output to log file $1 (appended), showing its tail on failure.
+run_logged() {
+  local log=$1 rc=0
+  shift
+  echo "+ $*" >>"$log"
+  "$@" >>"$log" 2>&1 || rc=$?
+  if [ $rc -ne 0 ]; then
+    note "failed (rc $rc): $*  — last lines of $log:"
+    tail -n 25 "$log" | sed 's/^/    /' >&2
+  fi
+  return $rc
+}
+
+# ---- Debian source packages -------------------------------------------------------------
+# Makes sure APT knows source packages of this machine's Debian suite: if no deb-src entry
+# is configured, writes /etc/apt/sources.list.d/nicemu-compat-src.sources with a
+# "Types: deb-src" copy of every enabled deb entry of the distribution's own suites
+# (same URIs, suites, components and keyring), then runs apt-get update.
+ensure_deb_src() {
+  local pkg=$1
+  if apt-cache showsrc "$pkg" 2>/dev/null | grep -q '^Package:'; then return 0; fi
+  local codename
+  codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+  [ -n "$codename" ] || die "cannot tell the Debian suite (/etc/os-release has no VERSION_CODENAME)"
+  local out=/etc/apt/sources.list.d/nicemu-compat-src.sources
+  if [ ! -f "$out" ]; then
+    note "adding deb-src entries for $codename ($out)"
+    local text
+    text=$(python3 - "$codename" <<'PY'
+import glob, re, sys
+code = sys.argv[1]
+def ours(suite):  # the distribution's own suites: bookworm, bookworm-updates, ...
+    return suite == code or suite.startswith(code + "-") or suite.startswith(code + "/")
+stanzas = []
+for path in sorted(glob.glob("/etc/apt/sources.list.d/*.sources")):
+    if path.endswith("nicemu-compat-src.sources"):
+        continue
+    for block in re.split(r"\n\s*\n", open(path).read()):
+        fields, key = {}, None
+        for line in block.splitlines():
+            if line.startswith("#") or not line.strip():
+                continue
+            if line[0] in " \t" and key:
+                fields[key] += "\n" + line
+                continue
+            key, _, val = line.partition(":")
+            key = key.strip()
+            fields[key] = val.strip()
+        if "deb" not in fields.get("Types", "").split():
+            continue
+        if fields.get("Enabled", "yes").lower() == "no":
+            continue
+        suites = [s for s in fields.get("Suites", "").split() if ours(s)]
+        if not suites:
+            continue
+        out = {"Types": "deb-src", "URIs": fields["URIs"], "Suites": " ".join(suites),
+               "Components": fields.get("Components", "main")}
+        if "Signed-By" in fields:
+            out["Signed-By"] = fields["Signed-By"]
+        stanzas.append("\n".join(f"{k}: {v}" for k, v in out.items()))
+lists = ["/etc/apt/sources.list"] + sorted(glob.glob("/etc/apt/sources.list.d/*.list"))
+for path in lists:
+    try:
+        lines = open(path).read().splitlines()
+    except OSError:
+        continue
+    for line in lines:
+        m = re.match(r"\s*deb\s+(\[[^\]]*\]\s+)?(\S+)\s+(\S+)\s+(.*)", line)
+        if not m or not ours(m.group(3)):
+            continue
+        opts = m.group(1) or ""
+        so = {}
+        for kv in opts.strip()[1:-1].split():
+            k, _, v = kv.partition("=")
+            so[k] = v
+        out = {"Types": "deb-src", "URIs": m.group(2), "Suites": m.group(3),
+               "Components": m.group(4).split("#")[0].strip()}
+        if "signed-by" in so:
+            out["Signed-By"] = so["signed-by"]
+        stanzas.append("\n".join(f"{k}: {v}" for k, v in out.items()))
+print("\n\n".join(stanzas))
+PY
+) || die "could not read the APT sources"
+    [ -n "$text" ] || die "no enabled deb entry for suite $codename in /etc/apt/sources.list*: add a deb-src line by hand"
+    printf '# Added by nicemu tools/compat: source packages of the same suite (apt-get source).\n%s\n' \
+      "$text" | $SUDO tee "$out" >/dev/null
+  fi
+  note "apt-get update"
+  $SUDO apt-get update -qq >/dev/null 2>&1 || $SUDO apt-get update || die "apt-get update failed"
+  apt-cache showsrc "$pkg" 2>/dev/null | grep -q '^Package:' ||
+    die "APT still knows no source package $pkg (check $out)"
+}
+
+# apt_install PKG...: installs the packages that are not installed yet.
+apt_install() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  note "installing ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# build_dep PKG: apt-get build-dep once (stamp in $COMPAT_DIR).
+build_dep() {
+  local pkg=$1 stamp="$COMPAT_DIR/.stamp-build-dep-$1"
+  [ -f "$stamp" ] && return 0
+  ensure_deb_src "$pkg"
+  note "apt-get build-dep $pkg"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get build-dep -y -qq "$pkg" >"$COMPAT_DIR/build-dep-$pkg.log" 2>&1 || {
+    tail -n 20 "$COMPAT_DIR/build-dep-$pkg.log" >&2; return 1; }
+  touch "$stamp"
+}
+
+# fetch_source PKG VERSION DEST: apt-get source into DEST (the unpacked tree is
+# DEST/PKG-UPSTREAMVERSION); sets $src_tree. Skipped when already unpacked.
+fetch_source() {
+  local pkg=$1 ver=$2 dest=$3
+  mkdir -p "$dest"
+  src_tree=$(find "$dest" -maxdepth 1 -mindepth 1 -type d -name "$pkg-$ver*" | head -1)
+  if [ -n "$src_tree" ] && [ -f "$dest/.stamp-source" ]; then return 0; fi
+  ensure_deb_src "$pkg"
+  local avail
+  avail=$(apt-cache showsrc "$pkg" | sed -n 's/^Version: //p' | head -1)
+  case "$avail" in
+    "$ver"*) ;;
+    *) note "warning: APT offers $pkg $avail, this script was written for $ver" ;;
+  esac
+  apt_install dpkg-dev
+  note "apt-get source $pkg ($avail) into $dest"
+  (cd "$dest" && apt-get source -qq "$pkg" >"$dest/source.log" 2>&1) || {
+    tail -n 20 "$dest/source.log" >&2; return 1; }
+  src_tree=$(find "$dest" -maxdepth 1 -mindepth 1 -type d -name "$pkg-*" | head -1)
+  [ -n "$src_tree" ] || return 1
+  touch "$dest/.stamp-source"
+}
+
+# ---- installed nicemu -------------------------------------------------------------------
+# Sets NICEMU_PKG_CONFIG_PATH and the tool paths of the installed tree at $NICEMU_PREFIX,
+# installing it first when it is missing (or --reinstall was given to the caller).
+nicemu_env() {
+  local d
+  NICEMU_PKG_CONFIG_PATH=""
+  for d in "$NICEMU_PREFIX"/lib/*/pkgconfig "$NICEMU_PREFIX"/lib/pkgconfig "$NICEMU_PREFIX"/lib64/pkgconfig; do
+    [ -f "$d/cray-ugni.pc" ] && NICEMU_PKG_CONFIG_PATH="$d"
+  done
+  NICEMU_BIN="$NICEMU_PREFIX/bin"
+  NICEMU_LIBDIR=""
+  [ -n "$NICEMU_PKG_CONFIG_PATH" ] && NICEMU_LIBDIR=$(dirname "$NICEMU_PKG_CONFIG_PATH")
+}
+ensure_nicemu_installed() {
+  nicemu_env
+  if [ "${1:-}" = force ] || [ -z "$NICEMU_PKG_CONFIG_PATH" ] || [ ! -x "$NICEMU_BIN/nicemu" ]; then
+    "$COMPAT_TOOLS/install-nicemu" "$NICEMU_PREFIX" || return 1
+    nicemu_env
+  fi
+  [ -n "$NICEMU_PKG_CONFIG_PATH" ]
+}
+
+# ---- emulated nodes ---------------------------------------------------------------------
+# start_nodes RUNDIR N...: one nicemu daemon per node address in a private run directory,
+# then a job credential for this user; exports NICEMU_RUNDIR, PMI_GNI_PTAG, PMI_GNI_COOKIE,
+# PMI_GNI_DEV_ID. Daemons are stopped by stop_nodes (called from the caller's EXIT trap).
+daemon_pids=()
+start_nodes() {
+  local rundir=$1 n
+  shift
+  mkdir -p "$rundir"
+  for n in "$@"; do
+    "$NICEMU_BIN/nicemu" --node "$n" --rundir "$rundir" --log-level "${NICEMU_LOG_LEVEL:-warn}" \
+      >"$rundir/nicemu-$n.log" 2>&1 &
+    daemon_pids+=($!)
+  done
+  for n in "$@"; do
+    local i
+    for i in $(seq 200); do
+      [ -S "$rundir/nic-$n.sock" ] && break
+      sleep 0.025
+    done
+    [ -S "$rundir/nic-$n.sock" ] || { cat "$rundir/nicemu-$n.log" >&2; return 1; }
+  done
+  export NICEMU_RUNDIR=$rundir
+  local cred
+  cred=$("$NICEMU_BIN/nicemuctl" --rundir "$rundir" cred issue) || return 1
+  # shellcheck disable=SC2046
+  export $(echo "$cred" | grep -E '^PMI_GNI_(PTAG|COOKIE)=[0-9]+$')
+  export PMI_GNI_DEV_ID=0
+  [ -n "${PMI_GNI_PTAG:-}" ] && [ -n "${PMI_GNI_COOKIE:-}" ]
+}
+stop_nodes() {
+  local p
+  for p in "${daemon_pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  for p in "${daemon_pids[@]}"; do
+    for _ in $(seq 60); do kill -0 "$p" 2>/dev/null || break; sleep 0.05; done
+    kill -KILL "$p" 2>/dev/null
+    wait "$p" 2>/dev/null
+  done
+  daemon_pids=()
+  return 0
+}
+
+# private_netns: sets netns=(unshare -n) when a private network namespace is available
+# (both clients open TCP listeners on all interfaces for their setup connections).
+netns=()
+private_netns() {
+  command -v unshare >/dev/null && command -v ip >/dev/null || return 1
+  if [ "$(id -u)" = 0 ] && unshare -n true 2>/dev/null; then netns=(unshare -n); return 0; fi
+  if unshare -rn true 2>/dev/null; then netns=(unshare -rn); return 0; fi
+  return 1
+}
