@@ -449,6 +449,10 @@ TEST_CASE("a killed peer: error completions within a second, resources reclaimed
   CHECK(ctlc.recv<int>(1) == 1);
   kill(victim, SIGKILL);
   CHECK(cl.wait(victim) == 128 + SIGKILL);
+  // The daemon reclaims the victim as soon as it runs (under load that can take a moment):
+  // the survivor's checks start once that has happened, and must then see errors at once.
+  for (int i = 0; i < 200 && cl.status(0)["cdms"].size() != 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   ctlc.send(1, 1);
   CHECK(ctlc.recv<int>(1) == 2);
   // The daemon reclaimed everything of the victim: only the survivor is listed.
