@@ -78,55 +78,49 @@ CdmRegion::~CdmRegion() {
 
 bool CdmRegion::alive() const { return header()->state.load(std::memory_order_acquire) == kRegionAlive; }
 
-int CdmRegion::mem_register(const ctl::MemRegister& req, ctl::MemRegisterReply& rep) {
+int CdmRegion::check_register(const ctl::MemRegister& req) const {
   if (!alive()) return rc::kInvalidState;
   if (req.length == 0 || req.address + req.length < req.address) return rc::kInvalidParam;
   uint64_t first_page = req.address & ~(kPageSize - 1);
   uint64_t npages = (req.address + req.length - first_page + kPageSize - 1) / kPageSize;
   if (npages > 0xFFFFFFF) return rc::kInvalidParam;
   if (req.dst_cq != kNoCq && !cqs_.contains(req.dst_cq)) return rc::kInvalidParam;
-  // Round-robin slot search, so a just-freed slot (and its generation) is reused last.
-  uint32_t slot = kRegSlots;
-  for (uint32_t i = 0; i < kRegSlots; ++i) {
-    uint32_t s = (next_reg_slot_ + i) % kRegSlots;
-    if (reg(s)->state == kRegFree) {
-      slot = s;
-      break;
-    }
-  }
-  if (slot == kRegSlots) return rc::kErrorResource;
-  next_reg_slot_ = (slot + 1) % kRegSlots;
-  RegEntry* e = reg(slot);
-  uint32_t seq = e->seq.load(std::memory_order_relaxed);
-  e->seq.store(seq + 1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-  e->gen = (e->gen + 1) & mdh::kGenMask;
-  e->flags = req.flags;
-  e->address = req.address;
-  e->length = req.length;
-  e->dst_cq = req.dst_cq;
-  e->state = kRegLive;
-  e->seq.store(seq + 2, std::memory_order_release);
-  ++live_regs_;
-
-  mdh::Fields f = mdh::registration_fields(req.address, req.length, e->gen, slot, req.flags & rc::kMemReadOnly);
-  mdh::encode(f, rep.qword1, rep.qword2);
   return rc::kSuccess;
 }
 
-int CdmRegion::mem_deregister(const ctl::MemDeregister& req) {
-  auto f = mdh::decode(req.qword1, req.qword2);
-  if (!f) return rc::kInvalidParam;
-  RegEntry* e = reg(f->slot);
-  if (e->state != kRegLive || e->gen != f->gen || (e->address & ~(kPageSize - 1)) != f->va)
-    return rc::kInvalidParam;
+void CdmRegion::reg_store(uint32_t slot, uint32_t gen, const ctl::MemRegister& req, uint32_t dst_cq,
+                          uint64_t origin) {
+  RegEntry* e = reg(slot);
+  if (e->state != kRegFree) return;
+  uint32_t seq = e->seq.load(std::memory_order_relaxed);
+  e->seq.store(seq + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  e->gen = gen & mdh::kGenMask;
+  e->flags = req.flags;
+  e->address = req.address;
+  e->length = req.length;
+  e->dst_cq = dst_cq;
+  e->state = kRegLive;
+  e->seq.store(seq + 2, std::memory_order_release);
+  origin_[slot] = origin;
+  ++live_regs_;
+}
+
+void CdmRegion::reg_clear(uint32_t slot) {
+  RegEntry* e = reg(slot);
+  if (e->state != kRegLive) return;
   uint32_t seq = e->seq.load(std::memory_order_relaxed);
   e->seq.store(seq + 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
   e->state = kRegFree;
   e->seq.store(seq + 2, std::memory_order_release);
+  origin_.erase(slot);
   --live_regs_;
-  return rc::kSuccess;
+}
+
+uint64_t CdmRegion::reg_origin(uint32_t slot) const {
+  auto it = origin_.find(slot);
+  return it == origin_.end() ? 0 : it->second;
 }
 
 int CdmRegion::cq_create(const ctl::CqCreate& req, ctl::CqCreateReply& rep) {
@@ -253,6 +247,7 @@ void CdmRegion::kill(RegionState why) {
     e->seq.store(seq + 2, std::memory_order_release);
   }
   live_regs_ = 0;
+  origin_.clear();
   h->down_futex.fetch_add(1);
   futex_wake_all(&h->down_futex);
   h->dgram_seq.fetch_add(1);

@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 
 #include "nicemu/abi/ctl_protocol.h"
 #include "nicemu/abi/shm_layout.h"
@@ -39,9 +40,21 @@ class CdmRegion {
   uint64_t region_size() const { return size_; }
   bool alive() const;
 
+  // Registration table. A registration belongs to the process, not to one CDM, so the
+  // daemon keeps the same entries in all the process's CDMs of one domain (process_mdd.h);
+  // these are the per-region primitives it uses.
+  int check_register(const abi::ctl::MemRegister& req) const;  // gni_return_t value
+  bool reg_free(uint32_t slot) const { return reg(slot)->state == abi::kRegFree; }
+  const abi::RegEntry& reg_entry(uint32_t slot) const { return *reg(slot); }
+  // The attach id of the CDM the process registered `slot` through (0 if free).
+  uint64_t reg_origin(uint32_t slot) const;
+  // Fills free `slot` under its seqlock; a live slot is left alone.
+  void reg_store(uint32_t slot, uint32_t gen, const abi::ctl::MemRegister& req, uint32_t dst_cq, uint64_t origin);
+  void reg_clear(uint32_t slot);
+  uint32_t reg_hint() const { return next_reg_slot_; }
+  void set_reg_hint(uint32_t slot) { next_reg_slot_ = slot % abi::kRegSlots; }
+
   // Each returns a gni_return_t value.
-  int mem_register(const abi::ctl::MemRegister& req, abi::ctl::MemRegisterReply& rep);
-  int mem_deregister(const abi::ctl::MemDeregister& req);
   int cq_create(const abi::ctl::CqCreate& req, abi::ctl::CqCreateReply& rep);
   int cq_destroy(const abi::ctl::CqDestroy& req);
   int mbox_open(const abi::ctl::MboxOpen& req, abi::ctl::MboxOpenReply& rep);
@@ -81,6 +94,7 @@ class CdmRegion {
   HeapAllocator heap_;
   size_t live_regs_ = 0;
   uint32_t next_reg_slot_ = 0;
+  std::unordered_map<uint32_t, uint64_t> origin_;  // live slot -> attach id it was registered through
   std::map<uint32_t, uint64_t> cqs_;  // slot -> ctl offset
   struct MboxKey {
     uint32_t slot, gen, offset;

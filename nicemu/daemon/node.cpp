@@ -1,4 +1,5 @@
 #include "nicemu/daemon/node.h"
+#include "nicemu/daemon/process_mdd.h"
 
 #include <unistd.h>
 
@@ -62,6 +63,13 @@ CdmRegion* Node::owned_cdm(const Peer& peer) {
   return it == cdms_.end() ? nullptr : it->second.get();
 }
 
+std::vector<CdmRegion*> Node::family(pid_t pid, const Credential& c) {
+  std::vector<CdmRegion*> out;
+  for (auto& [id, r] : cdms_)
+    if (r->pid() == pid && r->credential() == c && r->alive()) out.push_back(r.get());
+  return out;
+}
+
 CdmRegion* Node::find_cdm(const Credential& c, uint32_t inst_id) {
   for (auto& [id, r] : cdms_)
     if (r->credential() == c && r->inst_id() == inst_id && r->alive()) return r.get();
@@ -110,7 +118,7 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
       if (!parse(msg, len, req)) return bad();
       auto& r = init_reply<ctl::MemRegisterReply>(reply, h);
       CdmRegion* cdm = owned_cdm(peer);
-      r.r.rc = cdm ? cdm->mem_register(req, r) : rc::kInvalidState;
+      r.r.rc = cdm ? mdd_register(*cdm, family(cdm->pid(), cdm->credential()), req, r) : rc::kInvalidState;
       if (r.r.rc == rc::kSuccess) ++ctr_.registrations;
       return;
     }
@@ -119,7 +127,7 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
       if (!parse(msg, len, req)) return bad();
       auto& r = init_reply<PlainReply>(reply, h);
       CdmRegion* cdm = owned_cdm(peer);
-      r.r.rc = cdm ? cdm->mem_deregister(req) : rc::kInvalidState;
+      r.r.rc = cdm ? mdd_deregister(*cdm, family(cdm->pid(), cdm->credential()), req) : rc::kInvalidState;
       if (r.r.rc == rc::kSuccess) ++ctr_.deregistrations;
       return;
     }
@@ -378,6 +386,7 @@ int Node::attach(Peer& peer, const ctl::Attach& req, ctl::AttachReply& rep, int&
   spdlog::info("nic {}: pid {} attached inst {} ptag {} (attach {})", cfg_.nic_addr, peer.pid, req.inst_id, req.ptag,
                peer.attach_id);
   bte_.region_attached(region->memfd(), region->region_size(), peer.pid);
+  if (auto sib = family(peer.pid, c); !sib.empty()) mdd_copy_into(*region, *sib.front());
   cdms_[peer.attach_id] = std::move(region);
   ++ctr_.attaches;
   return rc::kSuccess;
@@ -392,7 +401,10 @@ void Node::connection_closed(Peer& peer) {
   spdlog::info("nic {}: inst {} of pid {} is gone; its registrations, CQs and mailboxes are reclaimed",
                cfg_.nic_addr, it->second->inst_id(), peer.pid);
   ++ctr_.detaches;
+  pid_t pid = it->second->pid();
+  Credential cred = it->second->credential();
   cdms_.erase(it);
+  mdd_drop_origin(peer.attach_id, family(pid, cred));
   peer.attach_id = 0;
 }
 

@@ -74,6 +74,8 @@ class Node {
   bool may_use(const Peer& peer, const Credential& c) const;
   CdmRegion* owned_cdm(const Peer& peer);
   CdmRegion* find_cdm(const Credential& c, uint32_t inst_id);
+  // The live CDMs of process `pid` in domain `c` (process_mdd.h).
+  std::vector<CdmRegion*> family(pid_t pid, const Credential& c);
   void handle_datagram(Peer& peer, const ctl::Header& h, const char* msg, size_t len, std::vector<char>& reply);
 
   NodeConfig cfg_;

@@ -1,6 +1,8 @@
 // Communication domains, attach to the emulated NIC, and device/version/job queries.
+#include <poll.h>
 #include <sched.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -45,7 +47,20 @@ gni_return_t GNI_CdmDestroy(gni_cdm_handle_t cdm_hndl) {
   }
   if (c->nic) {
     c->nic->magic = 0;
-    delete c->nic;  // closes the attach connection: the daemon reclaims everything
+    // Closing the attach connection makes the daemon reclaim everything; wait until it has
+    // (it closes its end then), so the CDM's registrations are gone when we return, as on
+    // the hardware. Bounded: a hung daemon costs at most 2 s here.
+    if (int fd = c->nic->conn.fd(); fd >= 0 && ::shutdown(fd, SHUT_WR) == 0) {
+      char sink[64];
+      for (int i = 0; i < 20; ++i) {
+        pollfd p{fd, POLLIN, 0};
+        if (::poll(&p, 1, 100) < 0 && errno != EINTR) break;
+        if (!p.revents) continue;
+        ssize_t n = ::recv(fd, sink, sizeof sink, MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) break;  // closed by the daemon
+      }
+    }
+    delete c->nic;
   }
   c->magic = 0;
   delete c;

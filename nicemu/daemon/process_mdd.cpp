@@ -1,0 +1,63 @@
+#include "nicemu/daemon/process_mdd.h"
+
+#include <algorithm>
+
+#include "nicemu/abi/gni_values.h"
+#include "nicemu/abi/mem_handle.h"
+
+namespace nicemu::daemon {
+
+using namespace nicemu::abi;
+namespace rc = nicemu::abi::gni;
+
+int mdd_register(CdmRegion& caller, const std::vector<CdmRegion*>& family, const ctl::MemRegister& req,
+                 ctl::MemRegisterReply& rep) {
+  if (int r = caller.check_register(req); r != rc::kSuccess) return r;
+  // Round-robin from the caller's hint, so a just-freed slot (and its generation) is reused
+  // last; the slot must be free in every region of the family.
+  uint32_t slot = kRegSlots;
+  for (uint32_t i = 0; i < kRegSlots && slot == kRegSlots; ++i) {
+    uint32_t s = (caller.reg_hint() + i) % kRegSlots;
+    if (std::all_of(family.begin(), family.end(), [s](const CdmRegion* r) { return r->reg_free(s); })) slot = s;
+  }
+  if (slot == kRegSlots) return rc::kErrorResource;
+  caller.set_reg_hint(slot + 1);
+  // A generation newer than any the slot had in any region, so no old handle matches.
+  uint32_t gen = 0;
+  for (const CdmRegion* r : family) gen = std::max(gen, r->reg_entry(slot).gen);
+  gen = (gen + 1) & mdh::kGenMask;
+  for (CdmRegion* r : family)
+    r->reg_store(slot, gen, req, r == &caller ? req.dst_cq : kNoCq, caller.attach_id());
+  mdh::Fields f = mdh::registration_fields(req.address, req.length, gen, slot, req.flags & rc::kMemReadOnly);
+  mdh::encode(f, rep.qword1, rep.qword2);
+  return rc::kSuccess;
+}
+
+int mdd_deregister(CdmRegion& caller, const std::vector<CdmRegion*>& family, const ctl::MemDeregister& req) {
+  auto f = mdh::decode(req.qword1, req.qword2);
+  if (!f) return rc::kInvalidParam;
+  const RegEntry& e = caller.reg_entry(f->slot);
+  if (e.state != kRegLive || e.gen != f->gen || (e.address & ~(kPageSize - 1)) != f->va) return rc::kInvalidParam;
+  for (CdmRegion* r : family) r->reg_clear(f->slot);
+  return rc::kSuccess;
+}
+
+void mdd_copy_into(CdmRegion& fresh, const CdmRegion& sibling) {
+  for (uint32_t s = 0; s < kRegSlots; ++s) {
+    const RegEntry& e = sibling.reg_entry(s);
+    if (e.state != kRegLive) continue;
+    ctl::MemRegister req{};
+    req.address = e.address;
+    req.length = e.length;
+    req.flags = e.flags;
+    fresh.reg_store(s, e.gen, req, kNoCq, sibling.reg_origin(s));
+  }
+}
+
+void mdd_drop_origin(uint64_t origin, const std::vector<CdmRegion*>& family) {
+  for (CdmRegion* r : family)
+    for (uint32_t s = 0; s < kRegSlots; ++s)
+      if (!r->reg_free(s) && r->reg_origin(s) == origin) r->reg_clear(s);
+}
+
+}  // namespace nicemu::daemon

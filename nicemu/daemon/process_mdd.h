@@ -1,0 +1,29 @@
+// A process's memory-domain descriptor table on this node. On the hardware a memory handle
+// names memory of the registering process at the NIC, whichever of the process's CDMs
+// (NIC handles) the access later arrives through: UCX registers through its memory
+// domain's CDM and posts through each interface's CDM, Open MPI through one of several
+// virtual devices. nicemu validates against the read-only table of the target CDM's region,
+// so the daemon keeps the same entries (same slot, generation, range) in every region the
+// process has attached in one protection domain. A remote event goes to the dst CQ only
+// through the CDM that registered (the CQ lives in that CDM's region); the copies have none.
+#pragma once
+#include <vector>
+
+#include "nicemu/abi/ctl_protocol.h"
+#include "nicemu/daemon/cdm_region.h"
+
+namespace nicemu::daemon {
+
+// `family` holds every live region of the caller's process and credential, the caller too.
+// Each returns a gni_return_t value.
+int mdd_register(CdmRegion& caller, const std::vector<CdmRegion*>& family, const abi::ctl::MemRegister& req,
+                 abi::ctl::MemRegisterReply& rep);
+int mdd_deregister(CdmRegion& caller, const std::vector<CdmRegion*>& family, const abi::ctl::MemDeregister& req);
+
+// A new CDM of the process gets the registrations its sibling already has.
+void mdd_copy_into(CdmRegion& fresh, const CdmRegion& sibling);
+
+// The CDM `origin` is gone: its registrations go with it (GNI_CdmDestroy releases them).
+void mdd_drop_origin(uint64_t origin, const std::vector<CdmRegion*>& family);
+
+}  // namespace nicemu::daemon
