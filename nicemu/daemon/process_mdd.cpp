@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <spdlog/spdlog.h>
+
 #include "nicemu/abi/gni_values.h"
 #include "nicemu/abi/mem_handle.h"
 
@@ -35,9 +37,17 @@ int mdd_register(CdmRegion& caller, const std::vector<CdmRegion*>& family, const
 
 int mdd_deregister(CdmRegion& caller, const std::vector<CdmRegion*>& family, const ctl::MemDeregister& req) {
   auto f = mdh::decode(req.qword1, req.qword2);
-  if (!f) return rc::kInvalidParam;
+  if (!f) {
+    spdlog::debug("deregister by inst {} (pid {}): handle {:#x}:{:#x} does not decode", caller.inst_id(), caller.pid(),
+                  req.qword1, req.qword2);
+    return rc::kInvalidParam;
+  }
   const RegEntry& e = caller.reg_entry(f->slot);
-  if (e.state != kRegLive || e.gen != f->gen || (e.address & ~(kPageSize - 1)) != f->va) return rc::kInvalidParam;
+  if (e.state != kRegLive || e.gen != f->gen || (e.address & ~(kPageSize - 1)) != f->va) {
+    spdlog::debug("deregister by inst {} (pid {}): slot {} gen {} va {:#x} is not live (state {}, gen {})",
+                  caller.inst_id(), caller.pid(), f->slot, f->gen, f->va, e.state, e.gen);
+    return rc::kInvalidParam;
+  }
   for (CdmRegion* r : family) r->reg_clear(f->slot);
   return rc::kSuccess;
 }
