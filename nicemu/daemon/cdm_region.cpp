@@ -85,6 +85,40 @@ int CdmRegion::mem_register(const ctl::MemRegister& req, ctl::MemRegisterReply& 
   uint64_t npages = (req.address + req.length - first_page + kPageSize - 1) / kPageSize;
   if (npages > 0xFFFFFFF) return rc::kInvalidParam;
   if (req.dst_cq != kNoCq && !cqs_.contains(req.dst_cq)) return rc::kInvalidParam;
+  return publish_registration(req.address, req.length, req.flags, req.dst_cq, 0, 0, rep);
+}
+
+// Several segments, addressed by peers as offsets 0 .. total-1 of their concatenation. The
+// segment list goes into the read-only segment table first; the entry that refers to it
+// is published last, so no reader sees it half written.
+int CdmRegion::mem_register_segments(const ctl::MemRegisterSegments& req, ctl::MemRegisterReply& rep) {
+  if (!alive()) return rc::kInvalidState;
+  if (req.count == 0 || req.count > kMaxRegSegments) return rc::kInvalidParam;
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < req.count; ++i) {
+    const ctl::MemSegment& g = req.segments[i];
+    if (g.address == 0 || g.length == 0 || g.address + g.length < g.address || total + g.length < total)
+      return rc::kInvalidParam;
+    total += g.length;
+  }
+  if ((total + kPageSize - 1) / kPageSize > 0xFFFFFFF) return rc::kInvalidParam;
+  if (req.dst_cq != kNoCq && !cqs_.contains(req.dst_cq)) return rc::kInvalidParam;
+  auto run = segs_.allocate(uint64_t{req.count} * sizeof(SegEntry), sizeof(SegEntry));
+  if (!run) return rc::kErrorResource;  // segment table full: like running out of MDDs
+  const uint32_t first = static_cast<uint32_t>((*run - kSegTableOffset) / sizeof(SegEntry));
+  auto* seg = reinterpret_cast<SegEntry*>(base_ + kSegTableOffset) + first;
+  uint64_t offset = 0;
+  for (uint32_t i = 0; i < req.count; ++i) {
+    seg[i] = SegEntry{offset, req.segments[i].address, req.segments[i].length, 0};
+    offset += req.segments[i].length;
+  }
+  int r = publish_registration(0, total, req.flags, req.dst_cq, req.count, first, rep);
+  if (r != rc::kSuccess) segs_.release(*run);
+  return r;
+}
+
+int CdmRegion::publish_registration(uint64_t address, uint64_t length, uint32_t flags, uint32_t dst_cq,
+                                    uint32_t seg_count, uint32_t seg_first, ctl::MemRegisterReply& rep) {
   // Round-robin slot search, so a just-freed slot (and its generation) is reused last.
   uint32_t slot = kRegSlots;
   for (uint32_t i = 0; i < kRegSlots; ++i) {
@@ -101,15 +135,17 @@ int CdmRegion::mem_register(const ctl::MemRegister& req, ctl::MemRegisterReply& 
   e->seq.store(seq + 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
   e->gen = (e->gen + 1) & mdh::kGenMask;
-  e->flags = req.flags;
-  e->address = req.address;
-  e->length = req.length;
-  e->dst_cq = req.dst_cq;
+  e->flags = flags;
+  e->address = address;
+  e->length = length;
+  e->dst_cq = dst_cq;
+  e->seg_count = seg_count;
+  e->seg_first = seg_first;
   e->state = kRegLive;
   e->seq.store(seq + 2, std::memory_order_release);
   ++live_regs_;
 
-  mdh::Fields f = mdh::registration_fields(req.address, req.length, e->gen, slot, req.flags & rc::kMemReadOnly);
+  mdh::Fields f = mdh::registration_fields(address, length, e->gen, slot, flags & rc::kMemReadOnly);
   mdh::encode(f, rep.qword1, rep.qword2);
   return rc::kSuccess;
 }
@@ -125,6 +161,8 @@ int CdmRegion::mem_deregister(const ctl::MemDeregister& req) {
   std::atomic_thread_fence(std::memory_order_release);
   e->state = kRegFree;
   e->seq.store(seq + 2, std::memory_order_release);
+  // Only now may the segments be reused: a reader of the old entry sees its seq move.
+  if (e->seg_count) segs_.release(kSegTableOffset + uint64_t{e->seg_first} * sizeof(SegEntry));
   --live_regs_;
   return rc::kSuccess;
 }

@@ -41,6 +41,8 @@ class CdmRegion {
 
   // Each returns a gni_return_t value.
   int mem_register(const abi::ctl::MemRegister& req, abi::ctl::MemRegisterReply& rep);
+  // `count` segments of `req` (validated by the caller against the message length).
+  int mem_register_segments(const abi::ctl::MemRegisterSegments& req, abi::ctl::MemRegisterReply& rep);
   int mem_deregister(const abi::ctl::MemDeregister& req);
   int cq_create(const abi::ctl::CqCreate& req, abi::ctl::CqCreateReply& rep);
   int cq_destroy(const abi::ctl::CqDestroy& req);
@@ -70,6 +72,9 @@ class CdmRegion {
     return reinterpret_cast<abi::CqDesc*>(base_ + abi::kCqTableOffset) + slot;
   }
   void release_heap(uint64_t offset, uint64_t bytes);
+  // Takes a free slot and publishes the entry under its seqlock; returns its handle.
+  int publish_registration(uint64_t address, uint64_t length, uint32_t flags, uint32_t dst_cq, uint32_t seg_count,
+                           uint32_t seg_first, abi::ctl::MemRegisterReply& rep);
 
   int memfd_ = -1;
   char* base_ = nullptr;
@@ -79,6 +84,8 @@ class CdmRegion {
   Credential cred_;
   pid_t pid_ = 0;
   HeapAllocator heap_;
+  // Runs of the segment table (byte offsets in the read-only section, like the heap's).
+  HeapAllocator segs_{abi::kSegTableOffset, abi::kSegTableOffset + uint64_t{abi::kSegSlots} * sizeof(abi::SegEntry)};
   size_t live_regs_ = 0;
   uint32_t next_reg_slot_ = 0;
   std::map<uint32_t, uint64_t> cqs_;  // slot -> ctl offset

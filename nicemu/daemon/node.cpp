@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <memory>
 
 #include <spdlog/spdlog.h>
 
@@ -112,6 +113,34 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
       CdmRegion* cdm = owned_cdm(peer);
       r.r.rc = cdm ? cdm->mem_register(req, r) : rc::kInvalidState;
       if (r.r.rc == rc::kSuccess) ++ctr_.registrations;
+      return;
+    }
+    case Op::kMemRegisterSegments: {
+      // Variable length: the fixed part, then exactly `count` segments.
+      constexpr size_t fixed = offsetof(ctl::MemRegisterSegments, segments);
+      auto req = std::make_unique<ctl::MemRegisterSegments>();
+      if (len < fixed || len > sizeof(*req)) return bad();
+      std::memcpy(req.get(), msg, len);
+      if (req->count > ctl::kMaxMemSegments || len != fixed + size_t{req->count} * sizeof(ctl::MemSegment))
+        return bad();
+      auto& r = init_reply<ctl::MemRegisterReply>(reply, h);
+      CdmRegion* cdm = owned_cdm(peer);
+      r.r.rc = cdm ? cdm->mem_register_segments(*req, r) : rc::kInvalidState;
+      if (r.r.rc == rc::kSuccess) ++ctr_.registrations;
+      return;
+    }
+    case Op::kBiConfigSet: {
+      ctl::BiConfigSet req;
+      if (!parse(msg, len, req)) return bad();
+      init_reply<PlainReply>(reply, h).r.rc = bi_.set(req.bw, req.aot_bw, req.modes);
+      return;
+    }
+    case Op::kBiConfigGet: {
+      ctl::BiConfigGet req;
+      if (!parse(msg, len, req)) return bad();
+      auto& r = init_reply<ctl::BiConfigReply>(reply, h);
+      bi_.get(r);
+      r.r.rc = rc::kSuccess;
       return;
     }
     case Op::kMemDeregister: {
