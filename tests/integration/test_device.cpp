@@ -104,7 +104,7 @@ TEST_CASE("a Gemini daemon: device type, gen-1 AMOs only, aligned GET destinatio
     cswap.second_operand = 11;
     CHILD_CHECK(s.run(cswap) == 0);
     CHILD_CHECK(Self::buf[0] == 11 && Self::buf[7] == 5);
-    for (uint32_t cmd : {uint32_t(GNI_FMA_ATOMIC2_FIADD), uint32_t(GNI_FMA_ATOMIC2_IADD), uint32_t(GNI_FMA_ATOMIC2_SWAP)}) {
+    for (uint32_t cmd : {GNI_FMA_ATOMIC2_FIADD, GNI_FMA_ATOMIC2_IADD, GNI_FMA_ATOMIC2_SWAP}) {
       auto d = s.amo(cmd, 0, 8, 1);
       CHILD_CHECK(GNI_PostFma(s.ep, &d) == GNI_RC_INVALID_PARAM);
     }

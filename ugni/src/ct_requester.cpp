@@ -122,7 +122,6 @@ gni_return_t GNI_CtPostCqWrite(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d
   Ep* ep = as_ep(ep_hndl);
   if (!ep || !d || !ep->bound) return GNI_RC_INVALID_PARAM;
   if (post_type(d) != GNI_POST_CQWRITE) return GNI_RC_INVALID_PARAM;
-  if (d->dlvr_mode & GNI_DLVMODE_ORDERED_TAIL) return GNI_RC_INVALID_PARAM;
   Cq* cq = ep->src_cq;
   if (d->src_cq_hndl) {
     cq = as_cq(d->src_cq_hndl);

@@ -87,7 +87,8 @@ gni_return_t GNI_MemRegisterSegments(gni_nic_handle_t nic_hndl, gni_mem_segment_
   req->flags = flags;
   req->count = segments_cnt;
   abi::ctl::MemRegisterReply rep{};
-  const size_t bytes = offsetof(abi::ctl::MemRegisterSegments, segments) + size_t{segments_cnt} * sizeof(abi::ctl::MemSegment);
+  const size_t bytes =
+      offsetof(abi::ctl::MemRegisterSegments, segments) + size_t{segments_cnt} * sizeof(abi::ctl::MemSegment);
   if (n->conn.call(req.get(), bytes, &rep, sizeof rep) < static_cast<long>(sizeof(abi::ctl::Reply)))
     return GNI_RC_ERROR_RESOURCE;
   if (rep.r.rc != GNI_RC_SUCCESS) return static_cast<gni_return_t>(rep.r.rc);
