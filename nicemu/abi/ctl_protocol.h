@@ -11,7 +11,8 @@ namespace nicemu::abi::ctl {
 
 inline constexpr uint32_t kMagic = 0x4E43544C;  // "NCTL"
 inline constexpr uint16_t kVersion = 1;
-inline constexpr size_t kMaxMessage = 32768;    // every message but a status reply
+inline constexpr size_t kMaxMessage = 32768;    // every message but a status reply (the largest:
+                                                // GNI_MemRegisterSegments, 1024 segments)
 inline constexpr size_t kMaxStatusReply = 1u << 20;
 
 enum class Op : uint16_t {
