@@ -11,7 +11,8 @@ namespace nicemu::abi::ctl {
 
 inline constexpr uint32_t kMagic = 0x4E43544C;  // "NCTL"
 inline constexpr uint16_t kVersion = 1;
-inline constexpr size_t kMaxMessage = 1024;     // every message but a status reply
+inline constexpr size_t kMaxMessage = 32768;    // every message but a status reply (the largest:
+                                                // GNI_MemRegisterSegments, 1024 segments)
 inline constexpr size_t kMaxStatusReply = 1u << 20;
 
 enum class Op : uint16_t {
@@ -38,6 +39,9 @@ enum class Op : uint16_t {
   kDgramRetract = 26,   // daemon -> daemon, no reply: a post forwarded earlier was cancelled
   // BTE (GNI_PostRdma): requests travel through a ring in shared memory (bte_ring.h).
   kBteOpen = 40,        // -> BteOpenReply + the node's BTE doorbell eventfd
+  kMemRegisterSegments = 60,  // -> MemRegisterReply (a variable-length request)
+  kBiConfigSet = 61,          // -> Reply            bandwidth-injection settings of the NIC
+  kBiConfigGet = 62,          // -> BiConfigReply
 };
 
 // Reply codes are gni_return_t values, so libugni can return them unchanged.
@@ -98,6 +102,22 @@ struct MemRegisterReply {
   Reply r;
   uint64_t qword1;
   uint64_t qword2;
+};
+
+// GNI_MemRegisterSegments: the message ends after `count` segments (it is
+// offsetof(MemRegisterSegments, segments) + count * sizeof(MemSegment) bytes long).
+struct MemSegment {
+  uint64_t address;
+  uint64_t length;
+};
+inline constexpr uint32_t kMaxMemSegments = 1024;  // = abi::kMaxRegSegments
+struct MemRegisterSegments {
+  Header h;
+  uint32_t flags;
+  uint32_t dst_cq;    // CQ slot or kNoCq
+  uint32_t count;
+  uint32_t reserved;
+  MemSegment segments[kMaxMemSegments];
 };
 
 struct MemDeregister {
@@ -288,7 +308,24 @@ struct BteOpenReply {
   uint32_t reserved;
 };
 
+// GNI_SetBIConfig / GNI_GetBIConfig: the fields of gni_bi_desc_t, in its order.
+struct BiConfigSet {
+  Header h;
+  uint16_t bw;
+  uint16_t aot_bw;
+  uint16_t modes;     // GNI_BI_FLAG_*
+  uint16_t reserved;
+};
+struct BiConfigGet {
+  Header h;
+};
+struct BiConfigReply {
+  Reply r;
+  uint16_t current_bw, current_aot_bw, current_norbs, flags, sys_def_bw, sys_def_aot_bw, cle_seqnum, hss_seqnum;
+};
+
 static_assert(sizeof(Attach) <= kMaxMessage && sizeof(MboxOpen) <= kMaxMessage);
+static_assert(sizeof(MemRegisterSegments) <= kMaxMessage);
 static_assert(sizeof(DgramPost) <= kMaxMessage && sizeof(DgramIncoming) <= kMaxMessage &&
               sizeof(DgramTestReply) <= kMaxMessage && sizeof(DgramMatched) <= kMaxMessage);
 static_assert(offsetof(Reply, rc) == 16);

@@ -6,6 +6,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <vector>
 
 #include "nicemu/abi/cq_entry.h"
 #include "nicemu/abi/cq_ring.h"
@@ -20,10 +21,15 @@ constexpr bool region_in_heap(uint64_t size, uint64_t offset, uint64_t bytes) {
   return offset >= kRoSize && bytes <= size && offset <= size - bytes;
 }
 
-// Copies registration `slot` out under its seqlock; false if it kept changing.
-inline bool region_read_reg(const char* base, uint32_t slot, RegEntry& out) {
+inline const RegEntry* region_reg_entry(const char* base, uint32_t slot) {
+  return reinterpret_cast<const RegEntry*>(base + kRegTableOffset) + slot;
+}
+
+// Copies registration `slot` out under its seqlock; false if it kept changing. `seq_out`
+// receives the sequence the copy is valid for (to extend the read over its segments).
+inline bool region_read_reg(const char* base, uint32_t slot, RegEntry& out, uint32_t* seq_out = nullptr) {
   if (slot >= kRegSlots) return false;
-  const auto* e = reinterpret_cast<const RegEntry*>(base + kRegTableOffset) + slot;
+  const RegEntry* e = region_reg_entry(base, slot);
   for (int tries = 0; tries < 64; ++tries) {
     uint32_t s1 = e->seq.load(std::memory_order_acquire);
     if (s1 & 1) continue;
@@ -33,8 +39,13 @@ inline bool region_read_reg(const char* base, uint32_t slot, RegEntry& out) {
     out.address = e->address;
     out.length = e->length;
     out.dst_cq = e->dst_cq;
+    out.seg_count = e->seg_count;
+    out.seg_first = e->seg_first;
     std::atomic_thread_fence(std::memory_order_acquire);
-    if (e->seq.load(std::memory_order_relaxed) == s1) return true;
+    if (e->seq.load(std::memory_order_relaxed) == s1) {
+      if (seq_out) *seq_out = s1;
+      return true;
+    }
   }
   return false;
 }
@@ -57,21 +68,113 @@ inline CqRingView region_cq_view(char* base, uint64_t size, uint32_t slot) {
   return v;
 }
 
+// The access check on a copied entry: the handle names it (slot, generation, page), the
+// range lies inside it, a write does not target read-only memory. A CQE status.
+inline uint64_t region_check_entry(const mdh::Fields& f, const RegEntry& e, uint64_t addr, uint64_t len, bool write) {
+  if (e.state != kRegLive || e.gen != f.gen || (e.address & ~(kPageSize - 1)) != f.va) return cqe::kErrProtection;
+  if (addr < e.address || len > e.length || addr - e.address > e.length - len) return cqe::kErrBounds;
+  if (write && (e.flags & gni::kMemReadOnly)) return cqe::kErrReadOnly;
+  return cqe::kOk;
+}
+
 // Validates an access of [addr, addr + len) through handle (q1, q2) against the region's
 // registration table. Returns a CQE status (0 = allowed) and, if asked, the registration's
-// CQ for remote events.
+// CQ for remote events. For a multi-segment registration `addr` is an offset; use
+// region_translate to learn where the bytes are.
 inline uint64_t region_check_access(const char* base, uint64_t q1, uint64_t q2, uint64_t addr, uint64_t len,
                                     bool write, uint32_t* dst_cq) {
   auto f = mdh::decode(q1, q2);
   if (!f) return cqe::kErrProtection;
   RegEntry e;
-  if (!region_read_reg(base, f->slot, e) || e.state != kRegLive || e.gen != f->gen ||
-      (e.address & ~(kPageSize - 1)) != f->va)
-    return cqe::kErrProtection;
-  if (addr < e.address || len > e.length || addr - e.address > e.length - len) return cqe::kErrBounds;
-  if (write && (e.flags & gni::kMemReadOnly)) return cqe::kErrReadOnly;
+  if (!region_read_reg(base, f->slot, e)) return cqe::kErrProtection;
+  if (uint64_t st = region_check_entry(*f, e, addr, len, write)) return st;
   if (dst_cq) *dst_cq = e.dst_cq;
   return cqe::kOk;
+}
+
+// Where an access lands in the owner's address space: one piece for a plain registration,
+// one per segment touched for a multi-segment one. Keeps the first piece inline so the
+// common case allocates nothing.
+struct Extent {
+  uint64_t va;
+  uint64_t len;
+};
+class Extents {
+ public:
+  void clear() {
+    n_ = 0;
+    rest_.clear();
+  }
+  void push(uint64_t va, uint64_t len) {
+    if (n_++ == 0)
+      first_ = Extent{va, len};
+    else
+      rest_.push_back(Extent{va, len});
+  }
+  size_t size() const { return n_; }
+  const Extent& operator[](size_t i) const { return i == 0 ? first_ : rest_[i - 1]; }
+
+ private:
+  Extent first_{};
+  size_t n_ = 0;
+  std::vector<Extent> rest_;
+};
+
+// Copies the pieces of [off, off + len) of a multi-segment registration out of the segment
+// table. False if the table does not describe the registration (never written so by the
+// daemon: treated as a protection error).
+inline bool region_read_segments(const char* base, const RegEntry& e, uint64_t off, uint64_t len, Extents& out) {
+  if (e.seg_count == 0 || e.seg_count > kMaxRegSegments || e.seg_first >= kSegSlots ||
+      e.seg_count > kSegSlots - e.seg_first)
+    return false;
+  const auto* seg = reinterpret_cast<const SegEntry*>(base + kSegTableOffset) + e.seg_first;
+  // The last segment starting at or before `off` (offsets ascend).
+  uint32_t lo = 0, hi = e.seg_count;
+  while (hi - lo > 1) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    if (seg[mid].offset <= off)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  for (uint32_t i = lo; len > 0; ++i) {
+    if (i >= e.seg_count) return false;
+    const SegEntry s{seg[i].offset, seg[i].address, seg[i].length, 0};
+    if (off < s.offset || off - s.offset >= s.length) return false;  // a gap: not a table we wrote
+    uint64_t in = off - s.offset;
+    uint64_t n = s.length - in < len ? s.length - in : len;
+    out.push(s.address + in, n);
+    off += n;
+    len -= n;
+  }
+  return true;
+}
+
+// region_check_access, and the owner's pieces of the access in `out`. The segments are
+// read inside the entry's seqlock, so a registration replaced meanwhile is retried, never
+// mixed with another's segments.
+inline uint64_t region_translate(const char* base, uint64_t q1, uint64_t q2, uint64_t addr, uint64_t len, bool write,
+                                 uint32_t* dst_cq, Extents& out) {
+  out.clear();
+  auto f = mdh::decode(q1, q2);
+  if (!f) return cqe::kErrProtection;
+  for (int tries = 0; tries < 64; ++tries) {
+    RegEntry e;
+    uint32_t seq = 0;
+    if (!region_read_reg(base, f->slot, e, &seq)) return cqe::kErrProtection;
+    if (uint64_t st = region_check_entry(*f, e, addr, len, write)) return st;
+    if (dst_cq) *dst_cq = e.dst_cq;
+    if (e.seg_count == 0) {
+      if (len > 0) out.push(addr, len);
+      return cqe::kOk;
+    }
+    bool ok = region_read_segments(base, e, addr, len, out);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (region_reg_entry(base, f->slot)->seq.load(std::memory_order_relaxed) == seq)
+      return ok ? cqe::kOk : cqe::kErrProtection;
+    out.clear();
+  }
+  return cqe::kErrProtection;
 }
 
 }  // namespace nicemu::abi

@@ -5,7 +5,8 @@
 //
 //   0            RegionHeader                    \  read-only section: written by the daemon,
 //   4096         RegEntry[kRegSlots]              |  mapped PROT_READ by the owner and peers
-//   ...          CqDesc[kCqSlots]                /   (validation data must not be forgeable)
+//   ...          CqDesc[kCqSlots]                 |  (validation data must not be forgeable)
+//   ...          SegEntry[kSegSlots]             /   segments of multi-segment registrations
 //   ro_size      heap: CQ rings, SMSG mailboxes     read-write section, allocated by the daemon
 //   region_size
 //
@@ -19,7 +20,7 @@
 namespace nicemu::abi {
 
 inline constexpr uint32_t kRegionMagic = 0x4E494345;  // "NICE"
-inline constexpr uint16_t kAbiVersion = 1;
+inline constexpr uint16_t kAbiVersion = 2;  // 2: segment table, RegEntry.seg_*
 inline constexpr uint32_t kRegSlots = 16384;          // = mdh::kMaxSlots
 inline constexpr uint32_t kCqSlots = 1024;
 inline constexpr uint32_t kNoCq = 0xFFFFFFFF;
@@ -66,20 +67,41 @@ enum RegState : uint32_t { kRegFree = 0, kRegLive = 1 };
 
 // One registration (GNI_MemRegister). Written by the daemon under a seqlock: `seq` is odd
 // while the entry changes; readers copy the entry and retry if seq moved.
+// A multi-segment registration (GNI_MemRegisterSegments) is addressed by offset: its
+// `address` is 0, `length` the sum of its segments, and SegEntry[seg_first, seg_first +
+// seg_count) of the segment table map offsets to the owner's virtual addresses. Those
+// entries are written before the registration is published and freed only after it is
+// unpublished, so a reader that re-checks `seq` after reading them saw a consistent list.
 struct RegEntry {
   std::atomic<uint32_t> seq;
   uint32_t state;      // RegState
   uint32_t gen;        // 12-bit generation, part of the handle
   uint32_t flags;      // GNI_MEM_* flags given at registration
-  uint64_t address;    // owner's virtual address
+  uint64_t address;    // owner's virtual address (0 for a multi-segment registration)
   uint64_t length;
   uint32_t dst_cq;     // CQ slot for remote events, or kNoCq
+  uint32_t seg_count;  // 0: one contiguous range at `address`; else segments in the table
+  uint32_t seg_first;  // index of the first SegEntry
   uint32_t reserved0;
-  uint64_t reserved[3];
+  uint64_t reserved[2];
 };
 static_assert(sizeof(RegEntry) == 64);
 static_assert(offsetof(RegEntry, address) == 16);
 static_assert(offsetof(RegEntry, dst_cq) == 32);
+static_assert(offsetof(RegEntry, seg_count) == 36 && offsetof(RegEntry, seg_first) == 40);
+
+// One segment of a multi-segment registration: offsets [offset, offset + length) of the
+// registration are the owner's [address, address + length). A registration's segments
+// are consecutive entries in ascending, gap-free offset order, the first at offset 0.
+struct SegEntry {
+  uint64_t offset;
+  uint64_t address;
+  uint64_t length;
+  uint64_t reserved;
+};
+static_assert(sizeof(SegEntry) == 32);
+inline constexpr uint32_t kSegSlots = 16384;       // per region
+inline constexpr uint32_t kMaxRegSegments = 1024;  // per registration (= IOV_MAX)
 
 enum CqState : uint32_t { kCqFree = 0, kCqLive = 1 };
 
@@ -96,8 +118,9 @@ static_assert(sizeof(CqDesc) == 64);
 
 inline constexpr uint64_t kRegTableOffset = kPageSize;
 inline constexpr uint64_t kCqTableOffset = kRegTableOffset + uint64_t{kRegSlots} * sizeof(RegEntry);
+inline constexpr uint64_t kSegTableOffset = kCqTableOffset + uint64_t{kCqSlots} * sizeof(CqDesc);
 inline constexpr uint64_t kRoSize =
-    (kCqTableOffset + uint64_t{kCqSlots} * sizeof(CqDesc) + kPageSize - 1) / kPageSize * kPageSize;
+    (kSegTableOffset + uint64_t{kSegSlots} * sizeof(SegEntry) + kPageSize - 1) / kPageSize * kPageSize;
 static_assert(kRoSize % kPageSize == 0);
 inline constexpr uint64_t kDefaultRegionSize = uint64_t{256} << 20;
 

@@ -72,28 +72,39 @@ uint64_t cross_copy(bool write, pid_t pid, uint64_t addr, char* buf, uint64_t n,
   return cqe::kOk;
 }
 
+// Moves the pieces of one side through the bounce buffer, in order.
+uint64_t cross_copy_pieces(bool write, pid_t pid, const Extents& pieces, char* buf, uint64_t gone) {
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (uint64_t st = cross_copy(write, pid, pieces[i].va, buf, pieces[i].len, gone)) return st;
+    buf += pieces[i].len;
+  }
+  return cqe::kOk;
+}
+
 // One chunk of a transfer: both sides still there and still registered, then read the
 // source into the bounce buffer and write it out. Checking before every chunk bounds what
-// a dying or deregistering process can see happen: at most the chunk in flight.
+// a dying or deregistering process can see happen: at most the chunk in flight. A side
+// registered in segments is addressed by offset; its chunk may be several pieces.
 uint64_t copy_chunk(const BteTransfer& t, uint64_t off, uint64_t n, char* bounce) {
   const BteRequest& q = *t.req;
   const bool put = q.op == kBtePut;
   if (!t.initiator->alive()) return kDrop;
   if (!t.target->alive()) return t.target->gone_status();
-  if (t.initiator->check_access(q.local_qword1, q.local_qword2, q.local_addr + off, n, !put, nullptr))
+  Extents local, remote;
+  if (t.initiator->translate(q.local_qword1, q.local_qword2, q.local_addr + off, n, !put, local))
     return t.initiator->alive() ? cqe::kErrLocalProtection : kDrop;
-  if (uint64_t st = t.target->check_access(q.remote_qword1, q.remote_qword2, q.remote_addr + off, n, put, nullptr))
+  if (uint64_t st = t.target->translate(q.remote_qword1, q.remote_qword2, q.remote_addr + off, n, put, remote))
     return t.target->alive() ? st : t.target->gone_status();
   const MappedRegion& src = put ? *t.initiator : *t.target;
   const MappedRegion& dst = put ? *t.target : *t.initiator;
-  const uint64_t src_addr = (put ? q.local_addr : q.remote_addr) + off;
-  const uint64_t dst_addr = (put ? q.remote_addr : q.local_addr) + off;
+  const Extents& src_pieces = put ? local : remote;
+  const Extents& dst_pieces = put ? remote : local;
   const uint64_t src_gone = put ? kDrop : t.target->gone_status();
   const uint64_t dst_gone = put ? t.target->gone_status() : kDrop;
-  if (uint64_t st = cross_copy(false, src.pid(), src_addr, bounce, n, src_gone)) return st;
+  if (uint64_t st = cross_copy_pieces(false, src.pid(), src_pieces, bounce, src_gone)) return st;
   // The destination may have died while we read: check again right before writing.
   if (!dst.alive()) return dst_gone;
-  return cross_copy(true, dst.pid(), dst_addr, bounce, n, dst_gone);
+  return cross_copy_pieces(true, dst.pid(), dst_pieces, bounce, dst_gone);
 }
 
 // Claims and copies chunks until none is left, the transfer failed, or (for a helper) its

@@ -74,6 +74,11 @@ uint64_t MappedRegion::check_access(uint64_t q1, uint64_t q2, uint64_t addr, uin
   return region_check_access(base_, q1, q2, addr, len, write, dst_cq);
 }
 
+uint64_t MappedRegion::translate(uint64_t q1, uint64_t q2, uint64_t addr, uint64_t len, bool write,
+                                 Extents& out) const {
+  return region_translate(base_, q1, q2, addr, len, write, nullptr, out);
+}
+
 CqRingView MappedRegion::cq_view(uint32_t slot) const { return region_cq_view(base_, size_, slot); }
 
 RegionDirectory::RegionDirectory(uint32_t nic_addr, std::string rundir)

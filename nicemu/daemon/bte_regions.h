@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include "nicemu/abi/cq_ring.h"
+#include "nicemu/abi/region_access.h"
 #include "nicemu/abi/shm_layout.h"
 
 namespace nicemu::ctl {
@@ -45,6 +46,9 @@ class MappedRegion {
   uint64_t gone_status() const;
 
   uint64_t check_access(uint64_t q1, uint64_t q2, uint64_t addr, uint64_t len, bool write, uint32_t* dst_cq) const;
+  // check_access, and the owner's pieces of the access (offsets of a multi-segment
+  // registration translated through the region's segment table).
+  uint64_t translate(uint64_t q1, uint64_t q2, uint64_t addr, uint64_t len, bool write, abi::Extents& out) const;
   abi::CqRingView cq_view(uint32_t slot) const;
 
  private:

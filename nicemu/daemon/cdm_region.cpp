@@ -78,32 +78,61 @@ CdmRegion::~CdmRegion() {
 
 bool CdmRegion::alive() const { return header()->state.load(std::memory_order_acquire) == kRegionAlive; }
 
-int CdmRegion::check_register(const ctl::MemRegister& req) const {
+int CdmRegion::check_register(const RegSpec& spec) const {
   if (!alive()) return rc::kInvalidState;
-  if (req.length == 0 || req.address + req.length < req.address) return rc::kInvalidParam;
-  uint64_t first_page = req.address & ~(kPageSize - 1);
-  uint64_t npages = (req.address + req.length - first_page + kPageSize - 1) / kPageSize;
-  if (npages > 0xFFFFFFF) return rc::kInvalidParam;
-  if (req.dst_cq != kNoCq && !cqs_.contains(req.dst_cq)) return rc::kInvalidParam;
+  if (spec.length == 0) return rc::kInvalidParam;
+  if (spec.segments.empty()) {
+    if (spec.address + spec.length < spec.address) return rc::kInvalidParam;
+    uint64_t first_page = spec.address & ~(kPageSize - 1);
+    if ((spec.address + spec.length - first_page + kPageSize - 1) / kPageSize > 0xFFFFFFF) return rc::kInvalidParam;
+  } else {
+    if (spec.segments.size() > kMaxRegSegments) return rc::kInvalidParam;
+    uint64_t total = 0;
+    for (const ctl::MemSegment& g : spec.segments) {
+      if (g.address == 0 || g.length == 0 || g.address + g.length < g.address || total + g.length < total)
+        return rc::kInvalidParam;
+      total += g.length;
+    }
+    if (total != spec.length || (total + kPageSize - 1) / kPageSize > 0xFFFFFFF) return rc::kInvalidParam;
+  }
+  if (spec.dst_cq != kNoCq && !cqs_.contains(spec.dst_cq)) return rc::kInvalidParam;
   return rc::kSuccess;
 }
 
-void CdmRegion::reg_store(uint32_t slot, uint32_t gen, const ctl::MemRegister& req, uint32_t dst_cq,
-                          uint64_t origin) {
+// Several segments are addressed by peers as offsets 0 .. total-1 of their concatenation.
+// The segment list goes into the read-only segment table first; the entry that refers to
+// it is published last, so no reader sees it half written.
+int CdmRegion::reg_store(uint32_t slot, uint32_t gen, const RegSpec& spec, uint32_t dst_cq, uint64_t origin) {
   RegEntry* e = reg(slot);
-  if (e->state != kRegFree) return;
+  if (e->state != kRegFree) return rc::kErrorResource;
+  const uint32_t count = static_cast<uint32_t>(spec.segments.size());
+  uint32_t first = 0;
+  if (count) {
+    auto run = segs_.allocate(uint64_t{count} * sizeof(SegEntry), sizeof(SegEntry));
+    if (!run) return rc::kErrorResource;  // segment table full: like running out of MDDs
+    first = static_cast<uint32_t>((*run - kSegTableOffset) / sizeof(SegEntry));
+    auto* seg = reinterpret_cast<SegEntry*>(base_ + kSegTableOffset) + first;
+    uint64_t offset = 0;
+    for (uint32_t i = 0; i < count; ++i) {
+      seg[i] = SegEntry{offset, spec.segments[i].address, spec.segments[i].length, 0};
+      offset += spec.segments[i].length;
+    }
+  }
   uint32_t seq = e->seq.load(std::memory_order_relaxed);
   e->seq.store(seq + 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
   e->gen = gen & mdh::kGenMask;
-  e->flags = req.flags;
-  e->address = req.address;
-  e->length = req.length;
+  e->flags = spec.flags;
+  e->address = count ? 0 : spec.address;
+  e->length = spec.length;
   e->dst_cq = dst_cq;
+  e->seg_count = count;
+  e->seg_first = first;
   e->state = kRegLive;
   e->seq.store(seq + 2, std::memory_order_release);
   origin_[slot] = origin;
   ++live_regs_;
+  return rc::kSuccess;
 }
 
 void CdmRegion::reg_clear(uint32_t slot) {
@@ -114,6 +143,8 @@ void CdmRegion::reg_clear(uint32_t slot) {
   std::atomic_thread_fence(std::memory_order_release);
   e->state = kRegFree;
   e->seq.store(seq + 2, std::memory_order_release);
+  // Only now may the segments be reused: a reader of the old entry sees its seq move.
+  if (e->seg_count) segs_.release(kSegTableOffset + uint64_t{e->seg_first} * sizeof(SegEntry));
   origin_.erase(slot);
   --live_regs_;
 }
@@ -121,6 +152,17 @@ void CdmRegion::reg_clear(uint32_t slot) {
 uint64_t CdmRegion::reg_origin(uint32_t slot) const {
   auto it = origin_.find(slot);
   return it == origin_.end() ? 0 : it->second;
+}
+
+RegSpec CdmRegion::reg_spec(uint32_t slot) const {
+  const RegEntry* e = reg(slot);
+  RegSpec spec;
+  spec.address = e->address;
+  spec.length = e->length;
+  spec.flags = e->flags;
+  const auto* seg = reinterpret_cast<const SegEntry*>(base_ + kSegTableOffset) + e->seg_first;
+  for (uint32_t i = 0; i < e->seg_count; ++i) spec.segments.push_back(ctl::MemSegment{seg[i].address, seg[i].length});
+  return spec;
 }
 
 int CdmRegion::cq_create(const ctl::CqCreate& req, ctl::CqCreateReply& rep) {

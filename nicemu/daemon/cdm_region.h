@@ -9,6 +9,7 @@
 #include <string>
 #include <tuple>
 #include <unordered_map>
+#include <vector>
 
 #include "nicemu/abi/ctl_protocol.h"
 #include "nicemu/abi/shm_layout.h"
@@ -21,6 +22,16 @@ struct Credential {
   uint32_t cookie = 0;
   bool operator<(const Credential& o) const { return std::tie(ptag, cookie) < std::tie(o.ptag, o.cookie); }
   bool operator==(const Credential& o) const = default;
+};
+
+// What a registration covers: one range at `address`, or `segments` (peers then address
+// offsets 0 .. length-1 of their concatenation and `address` is unused).
+struct RegSpec {
+  uint64_t address = 0;
+  uint64_t length = 0;
+  uint32_t flags = 0;
+  uint32_t dst_cq = abi::kNoCq;
+  std::vector<abi::ctl::MemSegment> segments;
 };
 
 class CdmRegion {
@@ -42,14 +53,15 @@ class CdmRegion {
 
   // Registration table. A registration belongs to the process, not to one CDM, so the
   // daemon keeps the same entries in all the process's CDMs of one domain (process_mdd.h);
-  // these are the per-region primitives it uses.
-  int check_register(const abi::ctl::MemRegister& req) const;  // gni_return_t value
+  // these are the per-region primitives it uses. Each int is a gni_return_t value.
+  int check_register(const RegSpec& spec) const;
   bool reg_free(uint32_t slot) const { return reg(slot)->state == abi::kRegFree; }
   const abi::RegEntry& reg_entry(uint32_t slot) const { return *reg(slot); }
+  RegSpec reg_spec(uint32_t slot) const;  // what `slot` registers (live slots)
   // The attach id of the CDM the process registered `slot` through (0 if free).
   uint64_t reg_origin(uint32_t slot) const;
-  // Fills free `slot` under its seqlock; a live slot is left alone.
-  void reg_store(uint32_t slot, uint32_t gen, const abi::ctl::MemRegister& req, uint32_t dst_cq, uint64_t origin);
+  // Publishes free `slot` (segments first, then the entry under its seqlock).
+  int reg_store(uint32_t slot, uint32_t gen, const RegSpec& spec, uint32_t dst_cq, uint64_t origin);
   void reg_clear(uint32_t slot);
   uint32_t reg_hint() const { return next_reg_slot_; }
   void set_reg_hint(uint32_t slot) { next_reg_slot_ = slot % abi::kRegSlots; }
@@ -83,7 +95,7 @@ class CdmRegion {
     return reinterpret_cast<abi::CqDesc*>(base_ + abi::kCqTableOffset) + slot;
   }
   void release_heap(uint64_t offset, uint64_t bytes);
-
+  // Takes a free slot and publishes the entry under its seqlock; returns its handle.
   int memfd_ = -1;
   char* base_ = nullptr;
   uint64_t size_ = 0;
@@ -92,6 +104,8 @@ class CdmRegion {
   Credential cred_;
   pid_t pid_ = 0;
   HeapAllocator heap_;
+  // Runs of the segment table (byte offsets in the read-only section, like the heap's).
+  HeapAllocator segs_{abi::kSegTableOffset, abi::kSegTableOffset + uint64_t{abi::kSegSlots} * sizeof(abi::SegEntry)};
   size_t live_regs_ = 0;
   uint32_t next_reg_slot_ = 0;
   std::unordered_map<uint32_t, uint64_t> origin_;  // live slot -> attach id it was registered through

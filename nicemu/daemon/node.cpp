@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <memory>
 
 #include <spdlog/spdlog.h>
 
@@ -118,8 +119,39 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
       if (!parse(msg, len, req)) return bad();
       auto& r = init_reply<ctl::MemRegisterReply>(reply, h);
       CdmRegion* cdm = owned_cdm(peer);
-      r.r.rc = cdm ? mdd_register(*cdm, family(cdm->pid(), cdm->credential()), req, r) : rc::kInvalidState;
+      RegSpec spec{req.address, req.length, req.flags, req.dst_cq, {}};
+      r.r.rc = cdm ? mdd_register(*cdm, family(cdm->pid(), cdm->credential()), spec, r) : rc::kInvalidState;
       if (r.r.rc == rc::kSuccess) ++ctr_.registrations;
+      return;
+    }
+    case Op::kMemRegisterSegments: {
+      // Variable length: the fixed part, then exactly `count` segments.
+      constexpr size_t fixed = offsetof(ctl::MemRegisterSegments, segments);
+      auto req = std::make_unique<ctl::MemRegisterSegments>();
+      if (len < fixed || len > sizeof(*req)) return bad();
+      std::memcpy(req.get(), msg, len);
+      if (req->count > ctl::kMaxMemSegments || len != fixed + size_t{req->count} * sizeof(ctl::MemSegment))
+        return bad();
+      auto& r = init_reply<ctl::MemRegisterReply>(reply, h);
+      CdmRegion* cdm = owned_cdm(peer);
+      RegSpec spec{0, 0, req->flags, req->dst_cq, {req->segments, req->segments + req->count}};
+      for (const ctl::MemSegment& g : spec.segments) spec.length += g.length;  // overflow: check_register
+      r.r.rc = cdm ? mdd_register(*cdm, family(cdm->pid(), cdm->credential()), spec, r) : rc::kInvalidState;
+      if (r.r.rc == rc::kSuccess) ++ctr_.registrations;
+      return;
+    }
+    case Op::kBiConfigSet: {
+      ctl::BiConfigSet req;
+      if (!parse(msg, len, req)) return bad();
+      init_reply<PlainReply>(reply, h).r.rc = bi_.set(req.bw, req.aot_bw, req.modes);
+      return;
+    }
+    case Op::kBiConfigGet: {
+      ctl::BiConfigGet req;
+      if (!parse(msg, len, req)) return bad();
+      auto& r = init_reply<ctl::BiConfigReply>(reply, h);
+      bi_.get(r);
+      r.r.rc = rc::kSuccess;
       return;
     }
     case Op::kMemDeregister: {

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "nicemu/daemon/bandwidth_injection.h"
 #include "nicemu/daemon/bte_engine.h"
 #include "nicemu/daemon/cdm_region.h"
 #include "nicemu/daemon/daemon_links.h"
@@ -86,6 +87,7 @@ class Node {
   Counters ctr_;
   DaemonLinks links_;
   DatagramMatcher dgrams_;
+  BandwidthInjection bi_;
   // Its threads only touch their own mappings of the regions, so it may outlive cdms_.
   BteEngine bte_{BteConfig{cfg_.nic_addr, cfg_.rundir, cfg_.bte_channels}};
   bool shutdown_requested_ = false;

@@ -12,9 +12,9 @@ namespace nicemu::daemon {
 using namespace nicemu::abi;
 namespace rc = nicemu::abi::gni;
 
-int mdd_register(CdmRegion& caller, const std::vector<CdmRegion*>& family, const ctl::MemRegister& req,
+int mdd_register(CdmRegion& caller, const std::vector<CdmRegion*>& family, const RegSpec& spec,
                  ctl::MemRegisterReply& rep) {
-  if (int r = caller.check_register(req); r != rc::kSuccess) return r;
+  if (int r = caller.check_register(spec); r != rc::kSuccess) return r;
   // Round-robin from the caller's hint, so a just-freed slot (and its generation) is reused
   // last; the slot must be free in every region of the family.
   uint32_t slot = kRegSlots;
@@ -28,9 +28,15 @@ int mdd_register(CdmRegion& caller, const std::vector<CdmRegion*>& family, const
   uint32_t gen = 0;
   for (const CdmRegion* r : family) gen = std::max(gen, r->reg_entry(slot).gen);
   gen = (gen + 1) & mdh::kGenMask;
-  for (CdmRegion* r : family)
-    r->reg_store(slot, gen, req, r == &caller ? req.dst_cq : kNoCq, caller.attach_id());
-  mdh::Fields f = mdh::registration_fields(req.address, req.length, gen, slot, req.flags & rc::kMemReadOnly);
+  for (CdmRegion* r : family) {
+    if (int e = r->reg_store(slot, gen, spec, r == &caller ? spec.dst_cq : kNoCq, caller.attach_id());
+        e != rc::kSuccess) {
+      for (CdmRegion* done : family) done->reg_clear(slot);  // all or none
+      return e;
+    }
+  }
+  mdh::Fields f = mdh::registration_fields(spec.segments.empty() ? spec.address : 0, spec.length, gen, slot,
+                                           spec.flags & rc::kMemReadOnly);
   mdh::encode(f, rep.qword1, rep.qword2);
   return rc::kSuccess;
 }
@@ -56,11 +62,7 @@ void mdd_copy_into(CdmRegion& fresh, const CdmRegion& sibling) {
   for (uint32_t s = 0; s < kRegSlots; ++s) {
     const RegEntry& e = sibling.reg_entry(s);
     if (e.state != kRegLive) continue;
-    ctl::MemRegister req{};
-    req.address = e.address;
-    req.length = e.length;
-    req.flags = e.flags;
-    fresh.reg_store(s, e.gen, req, kNoCq, sibling.reg_origin(s));
+    fresh.reg_store(s, e.gen, sibling.reg_spec(s), kNoCq, sibling.reg_origin(s));
   }
 }
 

@@ -16,7 +16,7 @@ namespace nicemu::daemon {
 
 // `family` holds every live region of the caller's process and credential, the caller too.
 // Each returns a gni_return_t value.
-int mdd_register(CdmRegion& caller, const std::vector<CdmRegion*>& family, const abi::ctl::MemRegister& req,
+int mdd_register(CdmRegion& caller, const std::vector<CdmRegion*>& family, const RegSpec& spec,
                  abi::ctl::MemRegisterReply& rep);
 int mdd_deregister(CdmRegion& caller, const std::vector<CdmRegion*>& family, const abi::ctl::MemDeregister& req);
 

@@ -11,6 +11,7 @@
 #include <set>
 #include <string>
 
+#include "ce_result.h"
 #include "nicemu/abi/cq_entry.h"
 
 namespace cqe = nicemu::abi::cqe;
@@ -62,6 +63,71 @@ TEST_CASE("gni_smsg_attr_t and gni_mem_handle_t layouts") {
   CHECK(sizeof(gni_cq_entry_t) == 8);
   CHECK(sizeof(gni_cdm_handle_t) == sizeof(void*));
   CHECK(sizeof(gni_version_info_t) == 4 + 4 + 80 + 4 + 4 + 80);
+}
+
+TEST_CASE("chained-element layouts follow fact sheet 12.5 field order (LP64)") {
+  CHECK(offsetof(gni_ct_put_post_descriptor_t, next_descr) == 0);
+  CHECK(offsetof(gni_ct_put_post_descriptor_t, ep_hndl) == 8);
+  CHECK(offsetof(gni_ct_put_post_descriptor_t, length) == 16);
+  CHECK(offsetof(gni_ct_put_post_descriptor_t, remote_addr) == 24);
+  CHECK(offsetof(gni_ct_put_post_descriptor_t, remote_mem_hndl) == 32);
+  CHECK(offsetof(gni_ct_put_post_descriptor_t, local_addr) == 48);
+  CHECK(sizeof(gni_ct_put_post_descriptor_t) == 56);
+  CHECK(offsetof(gni_ct_get_post_descriptor_t, local_addr) == 48);
+  CHECK(offsetof(gni_ct_get_post_descriptor_t, local_mem_hndl) == 56);
+  CHECK(sizeof(gni_ct_get_post_descriptor_t) == 72);
+  CHECK(offsetof(gni_ct_amo_post_descriptor_t, local_mem_hndl) == 56);
+  CHECK(offsetof(gni_ct_amo_post_descriptor_t, amo_cmd) == 72);
+  CHECK(offsetof(gni_ct_amo_post_descriptor_t, first_operand) == 80);
+  CHECK(offsetof(gni_ct_amo_post_descriptor_t, second_operand) == 88);
+  CHECK(sizeof(gni_ct_amo_post_descriptor_t) == 96);
+  CHECK(offsetof(gni_ct_cqw_post_descriptor_t, ep_hndl) == 8);
+  CHECK(offsetof(gni_ct_cqw_post_descriptor_t, remote_mem_hndl) == 16);
+  CHECK(offsetof(gni_ct_cqw_post_descriptor_t, cqwrite_value) == 32);
+  CHECK(sizeof(gni_ct_cqw_post_descriptor_t) == 40);
+  gni_ct_uni_post_descriptor_t u{};
+  CHECK(static_cast<void*>(&u.u.put) == static_cast<void*>(&u.u.amo));
+  CHECK(sizeof(u) == sizeof(gni_ct_amo_post_descriptor_t));
+}
+
+TEST_CASE("gni_bi_desc_t: eight uint16_t in the order of fact sheet 7.1") {
+  CHECK(sizeof(gni_bi_desc_t) == 16);
+  CHECK(offsetof(gni_bi_desc_t, current_bw) == 0);
+  CHECK(offsetof(gni_bi_desc_t, current_aot_bw) == 2);
+  CHECK(offsetof(gni_bi_desc_t, current_norbs) == 4);
+  CHECK(offsetof(gni_bi_desc_t, flags) == 6);
+  CHECK(offsetof(gni_bi_desc_t, sys_def_bw) == 8);
+  CHECK(offsetof(gni_bi_desc_t, sys_def_aot_bw) == 10);
+  CHECK(offsetof(gni_bi_desc_t, cle_seqnum) == 12);
+  CHECK(offsetof(gni_bi_desc_t, hss_seqnum) == 14);
+  CHECK(GNI_BI_FLAG_APPLY_NOW == 0x1);
+  CHECK(GNI_BI_FLAG_VALUE_IS_NUM_ORB_ENTRIES == 0x8);
+  CHECK(GNI_BI_INJECT_BW_ORB_MAX == 992);
+}
+
+TEST_CASE("gni_ce_res accessors read the fields of a result's control word") {
+  namespace ce = nicemu::ugni::ce;
+  gni_ce_result_t r{};
+  CHECK(gni_ce_res_status_ok(&r) == 1);
+  CHECK(gni_ce_res_get_status(&r) == 0);
+  r.control = ce::make_control(0, GNI_CE_FPE_OFLOW | GNI_CE_FPE_PRECISION, 0xDEADBEEF);
+  CHECK(gni_ce_res_status_ok(&r) == 1);
+  CHECK(GNI_CE_RES_GET_FPE(&r) == (GNI_CE_FPE_OFLOW | GNI_CE_FPE_PRECISION));
+  CHECK(GNI_CE_RES_GET_RED_ID(&r) == 0xDEADBEEF);
+  r.control = ce::make_control(3, 0, 7);
+  CHECK(GNI_CE_RES_GET_STATUS(&r) == 3);
+  CHECK(GNI_CE_RES_STATUS_OK(&r) == 0);
+  CHECK(gni_ce_res_get_red_id(&r) == 7);
+  CHECK(gni_ce_res_get_fpe(&r) == 0);
+  CHECK(gni_ce_res_status_ok(nullptr) == 0);
+  CHECK(gni_ce_res_get_status(nullptr) == 0);
+  CHECK(gni_ce_res_get_fpe(nullptr) == 0);
+  CHECK(gni_ce_res_get_red_id(nullptr) == 0);
+  // The result words are the caller's: the accessors only read.
+  r.result1 = 1;
+  r.result2 = 2;
+  (void)gni_ce_res_get_status(&r);
+  CHECK((r.result1 == 1 && r.result2 == 2 && r.control == ce::make_control(3, 0, 7)));
 }
 
 TEST_CASE("return codes and versions") {

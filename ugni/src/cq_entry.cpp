@@ -8,9 +8,11 @@
 #include <cstdint>
 #include <iterator>
 
+#include "ce_result.h"
 #include "nicemu/abi/cq_entry.h"
 
 namespace cqe = nicemu::abi::cqe;
+namespace ce = nicemu::ugni::ce;
 
 namespace {
 
@@ -137,14 +139,15 @@ unsigned gni_cq_status_dla_overflow(gni_cq_entry_t) { return 0; }
 unsigned gni_cq_bte_enq_status(gni_cq_entry_t) { return 0; }
 
 // --- CE-result accessors (§16) -----------------------------------------------------------
-// The collective engine is not emulated, so no result carries a status, FPE or id.
+// Fields of the result's control word in the layout of ce_result.h. A NULL result reads as
+// 0 everywhere and is never OK.
 
-uint64_t gni_ce_res_get_status(gni_ce_result_t*) { return 0; }
+uint64_t gni_ce_res_get_status(gni_ce_result_t* result) { return result ? ce::status(result->control) : 0; }
 uint64_t gni_ce_res_status_ok(gni_ce_result_t* result) {
-  return result != nullptr && gni_ce_res_get_status(result) == 0;
+  return result != nullptr && ce::status(result->control) == 0;
 }
-uint64_t gni_ce_res_get_fpe(gni_ce_result_t*) { return 0; }
-uint64_t gni_ce_res_get_red_id(gni_ce_result_t*) { return 0; }
+uint64_t gni_ce_res_get_fpe(gni_ce_result_t* result) { return result ? ce::fpe(result->control) : 0; }
+uint64_t gni_ce_res_get_red_id(gni_ce_result_t* result) { return result ? ce::red_id(result->control) : 0; }
 
 // --- Resource-enum helpers (§6.1, §7.1) --------------------------------------------------
 

@@ -5,22 +5,13 @@
 // handle that does not name a live registration with a CQ is an error completion at the
 // initiator, never an entry in anybody's CQ. Open MPI wakes its own progress thread this
 // way (a CQ write to itself), GASNet and Charm++ send small control words with it.
-#include <cstring>
+#include "fma_requester.h"
 
-#include "internal.h"
+namespace nicemu::ugni {
 
-using namespace nicemu;
-using namespace nicemu::ugni;
 namespace cqe = nicemu::abi::cqe;
 
 namespace {
-
-// The post type as the integer the caller stored (a descriptor is untrusted input).
-int post_type(const gni_post_descriptor_t* d) {
-  int t;
-  std::memcpy(&t, &d->type, sizeof t);
-  return t;
-}
 
 // Target-side check: the handle decodes, its slot is live with the same generation and
 // page, and the registration has a CQ for remote events. Returns a CQE status.
@@ -36,8 +27,10 @@ uint64_t validate_cq_target(const Region& r, const gni_mem_handle_t& h, uint32_t
   return cqe::kOk;
 }
 
+}  // namespace
+
 // Executes the write on the target: resolve, validate, push. Returns a CQE status.
-uint64_t execute(Ep* ep, const gni_post_descriptor_t* d) {
+uint64_t execute_cq_write(Ep* ep, const gni_mem_handle_t& remote_mem_hndl, uint64_t value) {
   Nic* n = ep->nic;
   if (n->nic_down.load(std::memory_order_relaxed)) return cqe::kErrNicDown;
   uint64_t st = cqe::kOk;
@@ -47,18 +40,21 @@ uint64_t execute(Ep* ep, const gni_post_descriptor_t* d) {
   }
   const Region& target = *ep->peer;
   uint32_t dst_cq = abi::kNoCq;
-  st = validate_cq_target(target, d->remote_mem_hndl, &dst_cq);
+  st = validate_cq_target(target, remote_mem_hndl, &dst_cq);
   if (st == cqe::kOk) {
     // A full target CQ loses the entry and flags its overrun, as the hardware does; the
     // initiator is not told (the target learns it from GNI_CQ_OVERRUN).
-    push_remote_event(target, dst_cq, cqe::make_cqwrite(d->cqwrite_value));
+    push_remote_event(target, dst_cq, cqe::make_cqwrite(value));
   }
   // A target that died meanwhile: a failure (or a write into a reclaimed CQ) is its death.
   if (!target.alive()) st = cqe::kErrPeerGone;
   return st;
 }
 
-}  // namespace
+}  // namespace nicemu::ugni
+
+using namespace nicemu;
+using namespace nicemu::ugni;
 
 extern "C" {
 
@@ -87,14 +83,9 @@ gni_return_t GNI_PostCqWrite(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) 
   d->cq_mode_complete = 0;
   // A CQ write is an FMA transaction on the hardware.
   ep->nic->stats[GNI_STAT_FMA_LAUNCH_COUNT].fetch_add(1, std::memory_order_relaxed);
-  const uint64_t st = execute(ep, d);
+  const uint64_t st = execute_cq_write(ep, d->remote_mem_hndl, d->cqwrite_value);
   // Local events as for FMA posts: the tid finds the descriptor in GNI_GetCompleted.
-  if (d->cq_mode & GNI_CQMODE_LOCAL_EVENT)
-    cq->ring.push(cqe::make(cqe::kSrcLocalRequest, cqe::kTypePost, st, cqe::kInfoLocal, static_cast<uint64_t>(tid),
-                            ep->local_event));
-  if (d->cq_mode & GNI_CQMODE_GLOBAL_EVENT)
-    cq->ring.push(cqe::make(cqe::kSrcLocalResponse, cqe::kTypePost, st, cqe::kInfoGlobal, static_cast<uint64_t>(tid),
-                            ep->local_event));
+  complete_fma(cq, d, ep->local_event, st, tid);
   return GNI_RC_SUCCESS;
 }
 

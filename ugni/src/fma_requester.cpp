@@ -3,75 +3,140 @@
 // cross-memory attach (or memcpy within one process), and the completer below posts the
 // local/global events and the target's remote event. Errors become error CQEs, never writes.
 // AMOs run under the target's AMO lock (amo_lock.h) with the arithmetic of amo_alu.h.
+// Addresses through a multi-segment registration are offsets, translated into the owner's
+// pieces by the target's segment table (region_access.h).
+#include "fma_requester.h"
+
 #include <bit>
 #include <cstring>
 
 #include "amo_alu.h"
 #include "amo_lock.h"
-#include "internal.h"
 
-using namespace nicemu;
-using namespace nicemu::ugni;
+namespace nicemu::ugni {
+
 namespace cqe = nicemu::abi::cqe;
 
 namespace {
 
-// The post type as the integer the caller stored: a descriptor is untrusted input, and a
-// value outside the enum must be refused, not loaded as an enum.
+// Gen-2 (Aries) AMO opcodes carry bit 0x40 (§13); a Gemini NIC has only the gen-1 set.
+constexpr uint32_t kAmoGen2Bit = 0x40;
+
+// The target side of an AMO: under the lock of the target word (shared by every initiator),
+// read it, compute, write it back if it changed; fetching forms then store the old value
+// in the registered local buffer. A READ_ONLY target is refused even when the operation
+// would not change it (a failed compare-and-swap), as a write request.
+uint64_t execute_amo(Nic& n, const Region& target, const FmaOp& op, uint32_t* dst_cq) {
+  static_assert(std::endian::native == std::endian::little);  // a 4-byte operand is the low half
+  const amo::Command c = *amo::decode(op.amo_cmd);            // checked when posted
+  abi::Extents local, remote;
+  if (c.fetching && translate_access(*n.self, op.local_mem_hndl, op.local_addr, c.size, false, nullptr, local))
+    return cqe::kErrLocalProtection;
+  uint64_t st = translate_access(target, op.remote_mem_hndl, op.remote_addr, c.size, true, dst_cq, remote);
+  if (st) return st;
+  // An operand split over two segments has no single word to lock and update.
+  if (remote.size() != 1) return cqe::kErrBounds;
+  const uint64_t va = remote[0].va;
+  abi::AmoLock* lock = amo_lock_for(target, va);
+  if (!lock) return cqe::kErrMemAccess;  // a region without a lock table cannot serve AMOs
+  // A holder that neither releases nor dies: not executed, the client may repost.
+  if (amo_lock_acquire(lock) == AmoLockResult::kTimeout) return cqe::kErrTransient;
+  uint64_t old = 0;
+  amo::Outcome out;
+  st = xmem_read(target.pid, va, &old, c.size);
+  if (!st) {
+    out = amo::apply(c, old, op.first_operand, op.second_operand);
+    if (out.store) st = xmem_write(target.pid, va, &out.new_value, c.size);
+  }
+  amo_lock_release(lock);
+  if (!st && c.fetching) scatter_local(local, &out.fetched);
+  return st;
+}
+
+uint64_t execute_put(const Region& target, const FmaOp& op, uint32_t* dst_cq) {
+  abi::Extents remote, flag;
+  uint64_t st = translate_access(target, op.remote_mem_hndl, op.remote_addr, op.length, true, dst_cq, remote);
+  if (st) return st;
+  const bool sync = op.type == GNI_POST_FMA_PUT_W_SYNCFLAG;
+  if (sync) {
+    st = translate_access(target, op.remote_mem_hndl, op.sync_flag_addr, sizeof(uint64_t), true, nullptr, flag);
+    if (st) return st;
+  }
+  // FMA PUT sources need not be registered (clients pass unregistered buffers), and are
+  // read by VA even when the target is a multi-segment registration.
+  st = xmem_write_pieces(target.pid, remote, reinterpret_cast<const void*>(op.local_addr));
+  if (!st && sync) st = xmem_write_pieces(target.pid, flag, &op.sync_flag_value);
+  return st;
+}
+
+uint64_t execute_get(Nic& n, const Region& target, const FmaOp& op, uint32_t* dst_cq) {
+  abi::Extents local, remote;
+  if (translate_access(*n.self, op.local_mem_hndl, op.local_addr, op.length, false, nullptr, local))
+    return cqe::kErrLocalProtection;
+  uint64_t st = translate_access(target, op.remote_mem_hndl, op.remote_addr, op.length, false, dst_cq, remote);
+  if (!st) st = xmem_read_scatter(target.pid, remote, local);
+  return st;
+}
+
+}  // namespace
+
 int post_type(const gni_post_descriptor_t* d) {
   int t;
   std::memcpy(&t, &d->type, sizeof t);
   return t;
 }
 
-// The AMO opcode as stored, for the same reason.
-uint32_t amo_command(const gni_post_descriptor_t* d) {
+uint32_t amo_command(const gni_fma_cmd_type_t& cmd) {
   uint32_t c;
-  std::memcpy(&c, &d->amo_cmd, sizeof c);
+  static_assert(sizeof c == sizeof cmd);
+  std::memcpy(&c, &cmd, sizeof c);
   return c;
 }
 
-// Completer: the events the descriptor asked for, with the transaction's status.
-void complete(Ep* ep, gni_post_descriptor_t* d, uint64_t status, int32_t tid) {
-  Cq* cq = ep->src_cq;
-  if (!cq || tid < 0) return;
-  if (d->cq_mode & GNI_CQMODE_LOCAL_EVENT)
-    cq->ring.push(cqe::make(cqe::kSrcLocalRequest, cqe::kTypePost, status, cqe::kInfoLocal,
-                            static_cast<uint64_t>(tid), ep->local_event));
-  if (d->cq_mode & GNI_CQMODE_GLOBAL_EVENT)
-    cq->ring.push(cqe::make(cqe::kSrcLocalResponse, cqe::kTypePost, status, cqe::kInfoGlobal,
-                            static_cast<uint64_t>(tid), ep->local_event));
+FmaOp fma_op_of(Ep* ep, const gni_post_descriptor_t* d) {
+  FmaOp op;
+  op.type = post_type(d);
+  op.ep = ep;
+  op.local_addr = d->local_addr;
+  op.local_mem_hndl = d->local_mem_hndl;
+  op.remote_addr = d->remote_addr;
+  op.remote_mem_hndl = d->remote_mem_hndl;
+  op.length = d->length;
+  op.amo_cmd = amo_command(d->amo_cmd);
+  op.first_operand = d->first_operand;
+  op.second_operand = d->second_operand;
+  op.sync_flag_addr = d->sync_flag_addr;
+  op.sync_flag_value = d->sync_flag_value;
+  return op;
 }
 
-// The target side of an AMO: under the lock of the target word (shared by every initiator),
-// read it, compute, write it back if it changed; fetching forms then store the old value
-// in the registered local buffer. A READ_ONLY target is refused even when the operation
-// would not change it (a failed compare-and-swap), as a write request.
-uint64_t execute_amo(Nic& n, const Region& target, const gni_post_descriptor_t* d, uint32_t* dst_cq) {
-  static_assert(std::endian::native == std::endian::little);  // a 4-byte operand is the low half
-  const amo::Command c = *amo::decode(amo_command(d));       // checked when posted
-  if (c.fetching && validate_access(*n.self, d->local_mem_hndl, d->local_addr, c.size, false, nullptr))
-    return cqe::kErrLocalProtection;
-  uint64_t st = validate_access(target, d->remote_mem_hndl, d->remote_addr, c.size, true, dst_cq);
-  if (st) return st;
-  abi::AmoLock* lock = amo_lock_for(target, d->remote_addr);
-  if (!lock) return cqe::kErrMemAccess;  // a region without a lock table cannot serve AMOs
-  // A holder that neither releases nor dies: not executed, the client may repost.
-  if (amo_lock_acquire(lock) == AmoLockResult::kTimeout) return cqe::kErrTransient;
-  uint64_t old = 0;
-  amo::Outcome out;
-  st = xmem_read(target.pid, d->remote_addr, &old, c.size);
-  if (!st) {
-    out = amo::apply(c, old, d->first_operand, d->second_operand);
-    if (out.store) st = xmem_write(target.pid, d->remote_addr, &out.new_value, c.size);
+gni_return_t check_fma(const FmaOp& op) {
+  const bool gemini = op.ep->nic->device_type == GNI_DEVICE_GEMINI;
+  switch (op.type) {
+    case GNI_POST_FMA_PUT:
+      return GNI_RC_SUCCESS;
+    case GNI_POST_FMA_PUT_W_SYNCFLAG:
+      return (op.sync_flag_addr & 7) ? GNI_RC_ALIGNMENT_ERROR : GNI_RC_SUCCESS;
+    case GNI_POST_FMA_GET:
+      if (op.length == 0) return GNI_RC_INVALID_PARAM;
+      if ((op.remote_addr | op.length) & 3) return GNI_RC_ALIGNMENT_ERROR;
+      if (gemini && (op.local_addr & 3)) return GNI_RC_ALIGNMENT_ERROR;
+      return GNI_RC_SUCCESS;
+    case GNI_POST_AMO: {
+      // §12.4/§13: a known opcode of this device, length = operand size, target aligned.
+      auto c = amo::decode(op.amo_cmd);
+      if (!c || op.length != c->size) return GNI_RC_INVALID_PARAM;
+      if (gemini && (op.amo_cmd & kAmoGen2Bit)) return GNI_RC_INVALID_PARAM;
+      if (op.remote_addr & (c->size - 1)) return GNI_RC_ALIGNMENT_ERROR;
+      return GNI_RC_SUCCESS;
+    }
+    default:
+      return GNI_RC_INVALID_PARAM;
   }
-  amo_lock_release(lock);
-  if (!st && c.fetching) std::memcpy(reinterpret_cast<void*>(d->local_addr), &out.fetched, c.size);
-  return st;
 }
 
-// The target side of one transaction, executed by the initiator on the target's behalf.
-uint64_t execute(Ep* ep, gni_post_descriptor_t* d, uint32_t* dst_cq) {
+uint64_t execute_fma(const FmaOp& op, uint32_t* dst_cq) {
+  Ep* ep = op.ep;
   Nic* n = ep->nic;
   if (n->nic_down.load(std::memory_order_relaxed)) return cqe::kErrNicDown;
   uint64_t st = cqe::kOk;
@@ -80,30 +145,18 @@ uint64_t execute(Ep* ep, gni_post_descriptor_t* d, uint32_t* dst_cq) {
     if (!ep->peer) return st;
   }
   const Region& target = *ep->peer;
-  switch (post_type(d)) {
+  switch (op.type) {
     case GNI_POST_FMA_PUT:
-    case GNI_POST_FMA_PUT_W_SYNCFLAG: {
-      st = validate_access(target, d->remote_mem_hndl, d->remote_addr, d->length, true, dst_cq);
-      if (st) break;
-      if (post_type(d) == GNI_POST_FMA_PUT_W_SYNCFLAG) {
-        st = validate_access(target, d->remote_mem_hndl, d->sync_flag_addr, sizeof(uint64_t), true, nullptr);
-        if (st) break;
-      }
-      // FMA PUT sources need not be registered (clients pass unregistered buffers).
-      st = xmem_write(target.pid, d->remote_addr, reinterpret_cast<const void*>(d->local_addr), d->length);
-      if (!st && post_type(d) == GNI_POST_FMA_PUT_W_SYNCFLAG)
-        st = xmem_write(target.pid, d->sync_flag_addr, &d->sync_flag_value, sizeof(uint64_t));
+    case GNI_POST_FMA_PUT_W_SYNCFLAG:
+      st = execute_put(target, op, dst_cq);
       break;
-    }
-    case GNI_POST_FMA_GET: {
-      if (validate_access(*n->self, d->local_mem_hndl, d->local_addr, d->length, false, nullptr))
-        return cqe::kErrLocalProtection;
-      st = validate_access(target, d->remote_mem_hndl, d->remote_addr, d->length, false, dst_cq);
-      if (!st) st = xmem_read(target.pid, d->remote_addr, reinterpret_cast<void*>(d->local_addr), d->length);
+    case GNI_POST_FMA_GET:
+      st = execute_get(*n, target, op, dst_cq);
+      if (st == cqe::kErrLocalProtection) return st;
       break;
-    }
     case GNI_POST_AMO:
-      st = execute_amo(*n, target, d, dst_cq);
+      st = execute_amo(*n, target, op, dst_cq);
+      if (st == cqe::kErrLocalProtection) return st;
       break;
     default:
       return cqe::kErrProtection;
@@ -113,7 +166,26 @@ uint64_t execute(Ep* ep, gni_post_descriptor_t* d, uint32_t* dst_cq) {
   return st;
 }
 
-}  // namespace
+void push_fma_remote_event(const FmaOp& op, uint32_t dst_cq) {
+  if (dst_cq == abi::kNoCq || !op.ep->peer) return;
+  push_remote_event(*op.ep->peer, dst_cq,
+                    cqe::make(cqe::kSrcRemoteRequest, cqe::kTypePost, cqe::kOk, 0, 0, op.ep->remote_event));
+}
+
+void complete_fma(Cq* cq, const gni_post_descriptor_t* d, uint32_t local_event, uint64_t status, int32_t tid) {
+  if (!cq || tid < 0) return;
+  if (d->cq_mode & GNI_CQMODE_LOCAL_EVENT)
+    cq->ring.push(cqe::make(cqe::kSrcLocalRequest, cqe::kTypePost, status, cqe::kInfoLocal,
+                            static_cast<uint64_t>(tid), local_event));
+  if (d->cq_mode & GNI_CQMODE_GLOBAL_EVENT)
+    cq->ring.push(cqe::make(cqe::kSrcLocalResponse, cqe::kTypePost, status, cqe::kInfoGlobal,
+                            static_cast<uint64_t>(tid), local_event));
+}
+
+}  // namespace nicemu::ugni
+
+using namespace nicemu;
+using namespace nicemu::ugni;
 
 extern "C" {
 
@@ -122,29 +194,15 @@ gni_return_t GNI_PostFma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
   if (!ep || !d) return GNI_RC_INVALID_PARAM;
   if (!ep->bound) return GNI_RC_INVALID_PARAM;
   switch (post_type(d)) {
-    case GNI_POST_FMA_PUT:
-    case GNI_POST_FMA_PUT_W_SYNCFLAG:
-      break;
-    case GNI_POST_FMA_GET:
-      if (d->length == 0) return GNI_RC_INVALID_PARAM;
-      if ((d->remote_addr | d->length) & 3) return GNI_RC_ALIGNMENT_ERROR;
-      if (ep->nic->device_type == GNI_DEVICE_GEMINI && (d->local_addr & 3)) return GNI_RC_ALIGNMENT_ERROR;
-      break;
-    case GNI_POST_AMO: {
-      // §12.4/§13: a known opcode, length = operand size, target aligned to it.
-      auto c = amo::decode(amo_command(d));
-      if (!c || d->length != c->size) return GNI_RC_INVALID_PARAM;
-      if (d->remote_addr & (c->size - 1)) return GNI_RC_ALIGNMENT_ERROR;
-      break;
-    }
     case GNI_POST_FMA_GET_W_FLAG:
     case GNI_POST_AMO_W_FLAG:
     case GNI_POST_CE:
       return GNI_RC_ILLEGAL_OP;  // not implemented (docs/compatibility.md says why)
     default:
-      return GNI_RC_INVALID_PARAM;
+      break;
   }
-  if (post_type(d) == GNI_POST_FMA_PUT_W_SYNCFLAG && (d->sync_flag_addr & 7)) return GNI_RC_ALIGNMENT_ERROR;
+  const FmaOp op = fma_op_of(ep, d);
+  if (gni_return_t rc = check_fma(op); rc != GNI_RC_SUCCESS) return rc;
   const uint16_t local = d->cq_mode & (GNI_CQMODE_LOCAL_EVENT | GNI_CQMODE_GLOBAL_EVENT);
   if (local == GNI_CQMODE_DUAL_EVENTS && !(ep->nic->cdm->modes & GNI_CDM_MODE_DUAL_EVENTS))
     return GNI_RC_INVALID_PARAM;
@@ -159,10 +217,9 @@ gni_return_t GNI_PostFma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
   d->cq_mode_complete = 0;
   ep->nic->stats[GNI_STAT_FMA_LAUNCH_COUNT].fetch_add(1, std::memory_order_relaxed);
   uint32_t dst_cq = abi::kNoCq;
-  uint64_t st = execute(ep, d, &dst_cq);
-  if (st == cqe::kOk && (d->cq_mode & GNI_CQMODE_REMOTE_EVENT) && dst_cq != abi::kNoCq)
-    push_remote_event(*ep->peer, dst_cq, cqe::make(cqe::kSrcRemoteRequest, cqe::kTypePost, cqe::kOk, 0, 0, ep->remote_event));
-  complete(ep, d, st, tid);
+  const uint64_t st = execute_fma(op, &dst_cq);
+  if (st == cqe::kOk && (d->cq_mode & GNI_CQMODE_REMOTE_EVENT)) push_fma_remote_event(op, dst_cq);
+  complete_fma(ep->src_cq, d, ep->local_event, st, tid);
   return GNI_RC_SUCCESS;
 }
 

@@ -21,6 +21,7 @@
 #include "nicemu/abi/ctl_protocol.h"
 #include "nicemu/abi/gni_values.h"
 #include "nicemu/abi/mem_handle.h"
+#include "nicemu/abi/region_access.h"
 #include "nicemu/abi/shm_layout.h"
 #include "nicemu/ctl/ctl_client.h"
 #include "smsg_channel.h"
@@ -206,6 +207,19 @@ uint64_t xmem_read(pid_t pid, uint64_t remote, void* local, uint64_t len);
 // Returns a CQE status (0 = allowed) and the entry's dst CQ.
 uint64_t validate_access(const Region& r, const gni_mem_handle_t& h, uint64_t addr, uint64_t len, bool write,
                          uint32_t* dst_cq);
+// validate_access, and where the bytes are in the owner's address space: [addr, addr+len)
+// itself for a plain registration, the segments' pieces for a multi-segment one (whose
+// addresses are offsets).
+uint64_t translate_access(const Region& r, const gni_mem_handle_t& h, uint64_t addr, uint64_t len, bool write,
+                          uint32_t* dst_cq, abi::Extents& out);
+
+// Cross-memory access over pieces: `remote` in `pid` from/to a contiguous local buffer,
+// and `remote` into our own pieces `local` (same total length). CQE statuses.
+uint64_t xmem_write_pieces(pid_t pid, const abi::Extents& remote, const void* local);
+uint64_t xmem_read_pieces(pid_t pid, const abi::Extents& remote, void* local);
+uint64_t xmem_read_scatter(pid_t pid, const abi::Extents& remote, const abi::Extents& local);
+// Copies a contiguous buffer into our own pieces.
+void scatter_local(const abi::Extents& local, const void* src);
 
 // Pushes a CQE into CQ `slot` of a peer's region. The view is rebuilt from the read-only
 // descriptor every time, so a CQ destroyed meanwhile is skipped, never written.

@@ -1,9 +1,31 @@
 // Memory registration: the daemon owns the table (it writes the entry peers validate
 // against); the handle it returns names the entry.
+#include <cstddef>
+#include <memory>
+
 #include "internal.h"
 
 using namespace nicemu;
 using namespace nicemu::ugni;
+
+namespace {
+
+// Checks shared by both registration calls: flags nicemu does not support, and a dst CQ
+// that must belong to this NIC. Returns its slot (or kNoCq) through `dst_slot`.
+gni_return_t check_registration(Nic* n, gni_cq_handle_t dst_cq_hndl, uint32_t flags, uint32_t& dst_slot) {
+  if (flags & (GNI_MEM_USE_VMDH | GNI_MEM_RESERVE_REGION | GNI_MEM_UPDATE_REGION | GNI_MEM_PHYS_SEGMENTS |
+               GNI_MEM_PRIV_MASK | GNI_MEM_CUDA))
+    return GNI_RC_INVALID_PARAM;
+  dst_slot = abi::kNoCq;
+  if (dst_cq_hndl) {
+    Cq* dst = as_cq(dst_cq_hndl);
+    if (!dst || dst->nic != n) return GNI_RC_INVALID_PARAM;
+    dst_slot = dst->slot;
+  }
+  return GNI_RC_SUCCESS;
+}
+
+}  // namespace
 
 extern "C" {
 
@@ -13,20 +35,12 @@ gni_return_t GNI_MemRegister(gni_nic_handle_t nic_hndl, uint64_t address, uint64
   (void)vmdh_index;  // GNI_MEM_USE_VMDH is not supported (rejected below)
   Nic* n = as_nic(nic_hndl);
   if (!n || !mem_hndl || length == 0 || address == 0) return GNI_RC_INVALID_PARAM;
-  if (flags & (GNI_MEM_USE_VMDH | GNI_MEM_RESERVE_REGION | GNI_MEM_UPDATE_REGION | GNI_MEM_PHYS_SEGMENTS |
-               GNI_MEM_PRIV_MASK | GNI_MEM_CUDA))
-    return GNI_RC_INVALID_PARAM;
-  Cq* dst = nullptr;
-  if (dst_cq_hndl) {
-    dst = as_cq(dst_cq_hndl);
-    if (!dst || dst->nic != n) return GNI_RC_INVALID_PARAM;
-  }
   abi::ctl::MemRegister req{};
+  if (gni_return_t rc = check_registration(n, dst_cq_hndl, flags, req.dst_cq); rc != GNI_RC_SUCCESS) return rc;
   req.h.op = static_cast<uint16_t>(abi::ctl::Op::kMemRegister);
   req.address = address;
   req.length = length;
   req.flags = flags;
-  req.dst_cq = dst ? dst->slot : abi::kNoCq;
   abi::ctl::MemRegisterReply rep{};
   if (!n->conn.call(req, rep)) return GNI_RC_ERROR_RESOURCE;
   if (rep.r.rc != GNI_RC_SUCCESS) return static_cast<gni_return_t>(rep.r.rc);
@@ -50,20 +64,38 @@ gni_return_t GNI_MemDeregister(gni_nic_handle_t nic_hndl, gni_mem_handle_t* mem_
   return GNI_RC_SUCCESS;
 }
 
-// Several segments make one region that peers address by offset, not by virtual address
-// (the API's rule for multi-segment registrations). That needs an offset-to-address
-// translation at the target, which the registration table does not carry yet, so only the
-// single-segment form (plain GNI_MemRegister, addressed by VA) is accepted; more segments
-// return GNI_RC_ILLEGAL_OP (docs/compatibility.md).
+// Several segments make one region that peers address by offset, 0 .. (sum of lengths) - 1,
+// not by virtual address (§10.2): remote_addr for every access of a peer, and local_addr
+// where the NIC writes or reads through the handle (GETs, RDMA, fetched AMO values); an
+// FMA PUT reads its source by VA as always. The daemon keeps the segment list in the
+// region's read-only segment table, and every validation translates offsets through it.
 gni_return_t GNI_MemRegisterSegments(gni_nic_handle_t nic_hndl, gni_mem_segment_t* mem_segments, uint32_t segments_cnt,
                                      gni_cq_handle_t dst_cq_hndl, uint32_t flags, uint32_t vmdh_index,
                                      gni_mem_handle_t* mem_hndl) {
-  if (!as_nic(nic_hndl) || !mem_segments || segments_cnt == 0 || !mem_hndl) return GNI_RC_INVALID_PARAM;
-  for (uint32_t i = 0; i < segments_cnt; ++i)
+  (void)vmdh_index;
+  Nic* n = as_nic(nic_hndl);
+  if (!n || !mem_segments || segments_cnt == 0 || !mem_hndl) return GNI_RC_INVALID_PARAM;
+  if (segments_cnt > abi::ctl::kMaxMemSegments) return GNI_RC_INVALID_PARAM;  // docs/compatibility.md
+  auto req = std::make_unique<abi::ctl::MemRegisterSegments>();
+  if (gni_return_t rc = check_registration(n, dst_cq_hndl, flags, req->dst_cq); rc != GNI_RC_SUCCESS) return rc;
+  for (uint32_t i = 0; i < segments_cnt; ++i) {
     if (mem_segments[i].length == 0 || mem_segments[i].address == 0) return GNI_RC_INVALID_PARAM;
-  if (segments_cnt > 1) return GNI_RC_ILLEGAL_OP;
-  return GNI_MemRegister(nic_hndl, mem_segments[0].address, mem_segments[0].length, dst_cq_hndl, flags, vmdh_index,
-                         mem_hndl);
+    req->segments[i].address = mem_segments[i].address;
+    req->segments[i].length = mem_segments[i].length;
+  }
+  req->h.op = static_cast<uint16_t>(abi::ctl::Op::kMemRegisterSegments);
+  req->flags = flags;
+  req->count = segments_cnt;
+  abi::ctl::MemRegisterReply rep{};
+  const size_t bytes =
+      offsetof(abi::ctl::MemRegisterSegments, segments) + size_t{segments_cnt} * sizeof(abi::ctl::MemSegment);
+  if (n->conn.call(req.get(), bytes, &rep, sizeof rep) < static_cast<long>(sizeof(abi::ctl::Reply)))
+    return GNI_RC_ERROR_RESOURCE;
+  if (rep.r.rc != GNI_RC_SUCCESS) return static_cast<gni_return_t>(rep.r.rc);
+  mem_hndl->qword1 = rep.qword1;
+  mem_hndl->qword2 = rep.qword2;
+  n->live_regs.fetch_add(1, std::memory_order_relaxed);
+  return GNI_RC_SUCCESS;
 }
 
 // The size of the NIC's virtual-MDH block. Recorded; registrations with GNI_MEM_USE_VMDH

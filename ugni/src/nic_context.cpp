@@ -6,6 +6,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -158,6 +159,53 @@ uint64_t xmem_read(pid_t pid, uint64_t remote, void* local, uint64_t len) {
 uint64_t validate_access(const Region& r, const gni_mem_handle_t& h, uint64_t addr, uint64_t len, bool write,
                          uint32_t* dst_cq) {
   return region_check_access(r.base, h.qword1, h.qword2, addr, len, write, dst_cq);
+}
+
+uint64_t translate_access(const Region& r, const gni_mem_handle_t& h, uint64_t addr, uint64_t len, bool write,
+                          uint32_t* dst_cq, Extents& out) {
+  return region_translate(r.base, h.qword1, h.qword2, addr, len, write, dst_cq, out);
+}
+
+uint64_t xmem_write_pieces(pid_t pid, const Extents& remote, const void* local) {
+  const char* p = static_cast<const char*>(local);
+  for (size_t i = 0; i < remote.size(); ++i) {
+    if (uint64_t st = xmem_write(pid, remote[i].va, p, remote[i].len)) return st;
+    p += remote[i].len;
+  }
+  return cqe::kOk;
+}
+
+uint64_t xmem_read_pieces(pid_t pid, const Extents& remote, void* local) {
+  char* p = static_cast<char*>(local);
+  for (size_t i = 0; i < remote.size(); ++i) {
+    if (uint64_t st = xmem_read(pid, remote[i].va, p, remote[i].len)) return st;
+    p += remote[i].len;
+  }
+  return cqe::kOk;
+}
+
+// Walks both lists together: each step copies the overlap of the current pieces.
+uint64_t xmem_read_scatter(pid_t pid, const Extents& remote, const Extents& local) {
+  if (local.size() == 1) return xmem_read_pieces(pid, remote, reinterpret_cast<void*>(local[0].va));
+  size_t ri = 0, li = 0;
+  uint64_t roff = 0, loff = 0;
+  while (ri < remote.size() && li < local.size()) {
+    uint64_t n = std::min(remote[ri].len - roff, local[li].len - loff);
+    if (uint64_t st = xmem_read(pid, remote[ri].va + roff, reinterpret_cast<void*>(local[li].va + loff), n)) return st;
+    roff += n;
+    loff += n;
+    if (roff == remote[ri].len) ++ri, roff = 0;
+    if (loff == local[li].len) ++li, loff = 0;
+  }
+  return cqe::kOk;
+}
+
+void scatter_local(const Extents& local, const void* src) {
+  const char* p = static_cast<const char*>(src);
+  for (size_t i = 0; i < local.size(); ++i) {
+    std::memcpy(reinterpret_cast<void*>(local[i].va), p, local[i].len);
+    p += local[i].len;
+  }
 }
 
 }  // namespace nicemu::ugni

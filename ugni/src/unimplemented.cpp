@@ -52,17 +52,12 @@ gni_return_t GNI_ConfigureJobFd(uint32_t, uint64_t, uint8_t, uint32_t, gni_job_l
   return GNI_RC_PERMISSION_ERROR;
 }
 
-// --- Bandwidth injection, ORB and MDD resources, §7.2 (P1/P2) ----------------------------
-// Issue: "NIC tuning knobs" — accept-and-ignore BI settings (Charm++), ORB registers.
+// --- ORB registers, §7.2 (P2) ----------------------------------------------------------------
+// Issue: "NIC tuning knobs" — ORB registers (bandwidth injection is in bandwidth_injection.cpp).
 
 gni_return_t GNI_SetDeviceOrbMMR(gni_nic_handle_t, gni_dev_orb_mmr_t, uint64_t, uint64_t*) {
   return GNI_RC_ILLEGAL_OP;
 }
-gni_return_t GNI_SetBIConfig(uint32_t, uint16_t, uint16_t, uint16_t) {
-  return GNI_RC_ILLEGAL_OP;
-}
-gni_return_t GNI_GetBIConfig(uint32_t, gni_bi_desc_t*) { return GNI_RC_ILLEGAL_OP; }
-gni_return_t GNI_BISyncWait(uint32_t, uint32_t) { return GNI_RC_ILLEGAL_OP; }
 
 // --- Memory registration extras, §10.2 (P1/P2) -------------------------------------------
 // Issue: "VMDH registrations" — rebuilding a handle for another VMDH index needs
@@ -87,17 +82,6 @@ gni_return_t GNI_CqAttachCompChan(gni_cq_handle_t, gni_comp_chan_handle_t) {
   return GNI_RC_ILLEGAL_OP;
 }
 gni_return_t GNI_CqArmCompChan(gni_cq_handle_t*, uint32_t) { return GNI_RC_ILLEGAL_OP; }
-
-// --- Chained posts, §12.4 (P1/P2) -----------------------------------------------------------
-// Issue: "BTE engine and CQ writes" — chained FMA/CQ-write transactions (RDMA is in
-// bte_requester.cpp).
-
-gni_return_t GNI_CtPostFma(gni_ep_handle_t, gni_post_descriptor_t*) {
-  return GNI_RC_ILLEGAL_OP;
-}
-gni_return_t GNI_CtPostCqWrite(gni_ep_handle_t, gni_post_descriptor_t*) {
-  return GNI_RC_ILLEGAL_OP;
-}
 
 // --- Message queues, §15 (P1/P2) -----------------------------------------------------------
 // Issue: "MSGQ" — per-node shared receive queues.

@@ -1,0 +1,162 @@
+// Chained transactions (fact sheet §12.4, §12.5): GNI_CtPostFma and GNI_CtPostCqWrite.
+// The post descriptor is the chain's first element, on the EP the call names; it alone
+// gives the type, delivery mode, event mode and post id. Its `next_descr` links
+// gni_ct_*_post_descriptor_t elements of the same type, each naming its own EP (of the
+// same NIC). The whole chain is checked before anything runs, so a bad element posts
+// nothing; then every element runs as its own FMA transaction, and the chain completes
+// with one local event on the first EP's CQ, which GNI_GetCompleted maps to the first
+// descriptor. Its status is that of the first element that failed (all are attempted, as
+// independent transactions on the hardware are). REMOTE_EVENT gives each target whose
+// element succeeded its remote event, as a plain post to it would.
+#include <cstring>
+#include <vector>
+
+#include "fma_requester.h"
+
+using namespace nicemu;
+using namespace nicemu::ugni;
+namespace cqe = nicemu::abi::cqe;
+
+namespace {
+
+// A chain longer than this is taken for a cycle in the links.
+constexpr size_t kMaxChain = size_t{1} << 16;
+// Total bytes of one chain (§12.4): 1 GiB, 1 MiB when the CDM shares FMA descriptors.
+constexpr uint64_t kMaxChainBytes = uint64_t{1} << 30;
+constexpr uint64_t kMaxChainBytesShared = uint64_t{1} << 20;
+
+// Copies element `p` (of the type the first descriptor names) into an FmaOp; false if its
+// EP is not a bound EP of `nic`.
+template <typename Ct>
+bool element(const void* p, int type, Nic* nic, FmaOp& op, const void*& next) {
+  Ct e;
+  std::memcpy(&e, p, sizeof e);  // the caller's memory: copy, then check
+  next = e.next_descr;
+  Ep* ep = as_ep(e.ep_hndl);
+  if (!ep || !ep->bound || ep->nic != nic) return false;
+  op = FmaOp{};
+  op.type = type;
+  op.ep = ep;
+  op.length = e.length;
+  op.remote_addr = e.remote_addr;
+  op.remote_mem_hndl = e.remote_mem_hndl;
+  op.local_addr = e.local_addr;
+  if constexpr (requires { e.local_mem_hndl; }) op.local_mem_hndl = e.local_mem_hndl;
+  if constexpr (requires { e.amo_cmd; }) {
+    op.amo_cmd = amo_command(e.amo_cmd);
+    op.first_operand = e.first_operand;
+    op.second_operand = e.second_operand;
+  }
+  return true;
+}
+
+// The local-event checks every post makes; GNI_RC_SUCCESS or the error.
+gni_return_t check_events(const Ep* ep, const Cq* cq, const gni_post_descriptor_t* d) {
+  const uint16_t local = d->cq_mode & (GNI_CQMODE_LOCAL_EVENT | GNI_CQMODE_GLOBAL_EVENT);
+  if (local == GNI_CQMODE_DUAL_EVENTS && !(ep->nic->cdm->modes & GNI_CDM_MODE_DUAL_EVENTS))
+    return GNI_RC_INVALID_PARAM;
+  if (local && !cq) return GNI_RC_INVALID_PARAM;
+  return GNI_RC_SUCCESS;
+}
+
+// Takes the tid the chain's local event carries (-1: none asked for).
+bool take_tid(Ep* ep, gni_post_descriptor_t* d, int32_t& tid) {
+  const uint16_t local = d->cq_mode & (GNI_CQMODE_LOCAL_EVENT | GNI_CQMODE_GLOBAL_EVENT);
+  tid = -1;
+  if (!local) return true;
+  tid = ep->nic->alloc_tid(d, local == GNI_CQMODE_DUAL_EVENTS ? 2 : 1);
+  return tid >= 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+gni_return_t GNI_CtPostFma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
+  Ep* ep = as_ep(ep_hndl);
+  if (!ep || !d || !ep->bound) return GNI_RC_INVALID_PARAM;
+  const int type = post_type(d);
+  if (type != GNI_POST_FMA_PUT && type != GNI_POST_FMA_GET && type != GNI_POST_AMO) return GNI_RC_INVALID_PARAM;
+  if (d->dlvr_mode & GNI_DLVMODE_ORDERED_TAIL) return GNI_RC_INVALID_PARAM;
+  if (gni_return_t rc = check_events(ep, ep->src_cq, d); rc != GNI_RC_SUCCESS) return rc;
+
+  std::vector<FmaOp> ops;
+  ops.push_back(fma_op_of(ep, d));
+  const void* next = d->next_descr;
+  while (next) {
+    if (ops.size() >= kMaxChain) return GNI_RC_INVALID_PARAM;
+    FmaOp op;
+    bool ok = type == GNI_POST_FMA_PUT   ? element<gni_ct_put_post_descriptor_t>(next, type, ep->nic, op, next)
+              : type == GNI_POST_FMA_GET ? element<gni_ct_get_post_descriptor_t>(next, type, ep->nic, op, next)
+                                         : element<gni_ct_amo_post_descriptor_t>(next, type, ep->nic, op, next);
+    if (!ok) return GNI_RC_INVALID_PARAM;
+    ops.push_back(op);
+  }
+  const uint64_t limit = (ep->nic->cdm->modes & GNI_CDM_MODE_FMA_SHARED) ? kMaxChainBytesShared : kMaxChainBytes;
+  uint64_t total = 0;
+  for (const FmaOp& op : ops) {
+    if (gni_return_t rc = check_fma(op); rc != GNI_RC_SUCCESS) return rc;
+    if (op.length > limit - total) return GNI_RC_SIZE_ERROR;
+    total += op.length;
+  }
+
+  int32_t tid;
+  if (!take_tid(ep, d, tid)) return GNI_RC_ERROR_RESOURCE;
+  d->status = 0;
+  d->cq_mode_complete = 0;
+  ep->nic->stats[GNI_STAT_FMA_LAUNCH_COUNT].fetch_add(static_cast<uint32_t>(ops.size()), std::memory_order_relaxed);
+  uint64_t chain_status = cqe::kOk;
+  for (const FmaOp& op : ops) {
+    uint32_t dst_cq = abi::kNoCq;
+    const uint64_t st = execute_fma(op, &dst_cq);
+    if (st == cqe::kOk && (d->cq_mode & GNI_CQMODE_REMOTE_EVENT)) push_fma_remote_event(op, dst_cq);
+    if (chain_status == cqe::kOk) chain_status = st;
+  }
+  complete_fma(ep->src_cq, d, ep->local_event, chain_status, tid);
+  return GNI_RC_SUCCESS;
+}
+
+// The same for CQ writes: elements are gni_ct_cqw_post_descriptor_t. The local event goes
+// where GNI_PostCqWrite would put it (src_cq_hndl if given, else the first EP's CQ).
+gni_return_t GNI_CtPostCqWrite(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
+  Ep* ep = as_ep(ep_hndl);
+  if (!ep || !d || !ep->bound) return GNI_RC_INVALID_PARAM;
+  if (post_type(d) != GNI_POST_CQWRITE) return GNI_RC_INVALID_PARAM;
+  Cq* cq = ep->src_cq;
+  if (d->src_cq_hndl) {
+    cq = as_cq(d->src_cq_hndl);
+    if (!cq || cq->nic != ep->nic) return GNI_RC_INVALID_PARAM;
+  }
+  if (gni_return_t rc = check_events(ep, cq, d); rc != GNI_RC_SUCCESS) return rc;
+
+  struct Write {
+    Ep* ep;
+    gni_mem_handle_t hndl;
+    uint64_t value;
+  };
+  std::vector<Write> writes{{ep, d->remote_mem_hndl, d->cqwrite_value}};
+  for (const void* next = d->next_descr; next;) {
+    if (writes.size() >= kMaxChain) return GNI_RC_INVALID_PARAM;
+    gni_ct_cqw_post_descriptor_t e;
+    std::memcpy(&e, next, sizeof e);
+    Ep* w = as_ep(e.ep_hndl);
+    if (!w || !w->bound || w->nic != ep->nic) return GNI_RC_INVALID_PARAM;
+    writes.push_back({w, e.remote_mem_hndl, e.cqwrite_value});
+    next = e.next_descr;
+  }
+
+  int32_t tid;
+  if (!take_tid(ep, d, tid)) return GNI_RC_ERROR_RESOURCE;
+  d->status = 0;
+  d->cq_mode_complete = 0;
+  ep->nic->stats[GNI_STAT_FMA_LAUNCH_COUNT].fetch_add(static_cast<uint32_t>(writes.size()), std::memory_order_relaxed);
+  uint64_t chain_status = cqe::kOk;
+  for (const Write& w : writes) {
+    const uint64_t st = execute_cq_write(w.ep, w.hndl, w.value);
+    if (chain_status == cqe::kOk) chain_status = st;
+  }
+  complete_fma(cq, d, ep->local_event, chain_status, tid);
+  return GNI_RC_SUCCESS;
+}
+
+}  // extern "C"
