@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "nicemu/abi/msgq_layout.h"
+
 namespace nicemu::abi::ctl {
 
 inline constexpr uint32_t kMagic = 0x4E43544C;  // "NCTL"
@@ -38,6 +40,13 @@ enum class Op : uint16_t {
   kDgramRetract = 26,   // daemon -> daemon, no reply: a post forwarded earlier was cancelled
   // BTE (GNI_PostRdma): requests travel through a ring in shared memory (bte_ring.h).
   kBteOpen = 40,        // -> BteOpenReply + the node's BTE doorbell eventfd
+  // MSGQ (msgq_layout.h): the node's segment of the domain, and its tables.
+  kMsgqJoin = 50,         // -> MsgqJoinReply + segment memfd   GNI_MsgqInit
+  kMsgqLeave = 51,        // -> Reply                           GNI_MsgqRelease
+  kMsgqConnOpen = 52,     // -> MsgqConnReply                   GNI_MsgqGetConnAttrs
+  kMsgqConnect = 53,      // -> MsgqConnReply                   GNI_MsgqConnect
+  kMsgqConnRelease = 54,  // -> Reply                           GNI_MsgqConnRelease
+  kMsgqLookup = 55,       // -> MsgqLookupReply + segment memfd  a sender maps a node's segment
 };
 
 // Reply codes are gni_return_t values, so libugni can return them unchanged.
@@ -286,6 +295,49 @@ struct BteOpenReply {
   uint64_t ctl_offset;      // BteRingCtl in the CDM's heap; the slots follow it
   uint32_t capacity;        // slots, a power of two
   uint32_t reserved;
+};
+
+// On the attach connection: join (or create) the node's MSGQ segment of the CDM's domain.
+struct MsgqJoin {
+  Header h;
+  msgq::Attrs attrs;
+};
+struct MsgqJoinReply {
+  Reply r;              // INVALID_STATE: attributes differ from the segment's, or no room
+  uint64_t segment_id;
+  uint64_t size;        // segment_layout(attrs).total_size
+  uint32_t member;      // our index in the member table
+  uint32_t member_gen;
+};
+
+struct MsgqLeave {
+  Header h;
+};
+
+// Receive side (ConnOpen) or send side (Connect) of the connection with node remote_pe.
+struct MsgqConn {
+  Header h;
+  uint32_t remote_pe;
+  uint32_t remote_insts;  // Connect: num_insts of the remote node's attributes
+};
+struct MsgqConnReply {
+  Reply r;
+  uint32_t conn;          // index in the RxConn / TxConn table
+  uint32_t gen;
+};
+
+// Sent to the daemon of node nic_addr by a process of another node (or of the same one).
+struct MsgqLookup {
+  Header h;
+  uint32_t nic_addr;
+  uint32_t ptag;
+  uint32_t cookie;
+  uint32_t reserved;
+};
+struct MsgqLookupReply {
+  Reply r;              // NO_MATCH: no segment for that domain on the node
+  uint64_t segment_id;
+  uint64_t size;
 };
 
 static_assert(sizeof(Attach) <= kMaxMessage && sizeof(MboxOpen) <= kMaxMessage);
