@@ -138,15 +138,16 @@ struct TxConn {
 };
 static_assert(sizeof(TxConn) == 32);
 
-// Per member, read-write.
+// Per member, read-write. Senders read `waiters` on every send: the member's statistics live
+// on another cache line so that counting deliveries does not steal it from them.
 struct MemberRw {
-  std::atomic<uint32_t> futex;
+  alignas(64) std::atomic<uint32_t> futex;
   std::atomic<uint32_t> waiters;
-  std::atomic<uint64_t> delivered;  // statistics, written by the member itself
+  alignas(64) std::atomic<uint64_t> delivered;  // statistics, written by the member itself
   std::atomic<uint64_t> malformed;
-  uint64_t reserved[5];
+  uint64_t reserved[6];
 };
-static_assert(sizeof(MemberRw) == 64);
+static_assert(sizeof(MemberRw) == 128 && offsetof(MemberRw, delivered) == 64);
 
 struct RingCtl {
   alignas(64) std::atomic<uint64_t> tail;

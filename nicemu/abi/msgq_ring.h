@@ -180,13 +180,15 @@ struct RingView {
         case kFree:
           return recycled;
         case kConsumed: {
-          // A producer that died between claiming and moving tail left tail == h.
+          // A producer that died between claiming and moving tail left tail == h. (Look
+          // before the CAS: a CAS takes the producers' cache line even when it fails.)
           uint64_t expected = h;
-          ctl->tail.compare_exchange_strong(expected, h + 1, std::memory_order_acq_rel, std::memory_order_relaxed);
+          if (ctl->tail.load(std::memory_order_acquire) == h)
+            ctl->tail.compare_exchange_strong(expected, h + 1, std::memory_order_acq_rel, std::memory_order_relaxed);
+          expected = h;
           if (s->word.compare_exchange_strong(w, slot_word(h + capacity, 0, kFree), std::memory_order_acq_rel,
                                               std::memory_order_relaxed)) {
             ++recycled;
-            expected = h;
             ctl->head.compare_exchange_strong(expected, h + 1, std::memory_order_acq_rel, std::memory_order_relaxed);
           }
           continue;
