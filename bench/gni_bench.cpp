@@ -16,6 +16,9 @@
 //                engine moves the data); GB/s from the first post to the last completion.
 //                Followed by xmem_put_bw: the same messages written by rank 0 itself with
 //                one process_vm_writev each, the single-copy reference.
+//   msgq_lat     MSGQ one-way latency (ping-pong) and message rate (stream, a ring of
+//   msgq_bw      --window slots): both ranks join the node's queue, which is connected to
+//                its own node (loopback), and deliver with GNI_MsgqProgress(0) polls.
 //
 // The program forks the two ranks itself; they exchange addresses, SMSG attributes and
 // memory handles over a socketpair (what PMI does in applications). Each rank pins itself
@@ -154,6 +157,9 @@ struct Rank {
   gni_mem_handle_t big_h{};
   Info peer{};
   uint64_t local_events = 0;
+  gni_msgq_handle_t msgq = nullptr;
+  uint64_t msgq_got = 0;   // messages the MSGQ callback delivered
+  uint8_t msgq_tag = 0;    // tag of the last one
 
   // Local SMSG completions: a progress engine consumes them as they come.
   void drain_local() {
@@ -281,6 +287,92 @@ struct Rank {
     drain_local();
   }
 
+  static int msgq_cb(uint32_t, uint32_t, void*, uint8_t tag, void* data) {
+    auto* r = static_cast<Rank*>(data);
+    ++r->msgq_got;
+    r->msgq_tag = tag;
+    return 1;
+  }
+  // Both ranks join the node's queue; rank 0 connects the node to itself.
+  void msgq_setup() {
+    if (opt.size > GNI_MSGQ_MSG_SZ_MAX) die("MSGQ messages are at most 128 bytes (--size)");
+    gni_msgq_attr_t a{};
+    a.max_msg_sz = GNI_MSGQ_MSG_SZ_MAX;
+    a.smsg_q_sz = opt.window;
+    a.rcv_pool_sz = 1;
+    a.num_msgq_eps = 1;
+    a.nloc_insts = 2;
+    a.modes = 0;
+    a.rcv_cq_sz = 16;
+    CHECK_GNI(GNI_MsgqInit(nic, msgq_cb, this, cq, &a, &msgq));
+    barrier(id);
+    if (id == 0) {
+      gni_msgq_ep_attr_t ea;
+      uint32_t size = 0;
+      CHECK_GNI(GNI_MsgqGetConnAttrs(msgq, peer.addr, &ea, &size));
+      CHECK_GNI(GNI_MsgqConnect(msgq, peer.addr, &ea));
+    }
+    barrier(id);
+  }
+  void msgq_send(uint8_t tag, uint32_t msg_id) {
+    gni_return_t rc;
+    while ((rc = GNI_MsgqSend(msgq, ep, src, opt.size, nullptr, 0, msg_id, tag)) == GNI_RC_NOT_DONE) drain_local();
+    if (rc != GNI_RC_SUCCESS) die("GNI_MsgqSend failed");
+  }
+  // Progress delivers whatever has arrived, possibly many messages per call: wait for a
+  // count, not for a call.
+  uint8_t msgq_recv(uint64_t n = 1) {
+    const uint64_t want = msgq_got + n;
+    while (msgq_got < want) {
+      gni_return_t rc = GNI_MsgqProgress(msgq, 0);
+      if (rc != GNI_RC_SUCCESS && rc != GNI_RC_NOT_DONE) die("GNI_MsgqProgress failed");
+      if (rc == GNI_RC_NOT_DONE) drain_local();
+    }
+    return msgq_tag;
+  }
+  void msgq_lat() {
+    const uint64_t iters = opt.iters ? opt.iters : 200000;
+    const uint64_t warm = opt.warmup >= 0 ? uint64_t(opt.warmup) : 20000;
+    barrier(id);
+    double t0 = 0;
+    for (uint64_t i = 0; i < warm + iters; ++i) {
+      if (id == 0) {
+        if (i == warm) t0 = now_s();
+        msgq_send(kTagData, uint32_t(i));
+        (void)msgq_recv();
+      } else {
+        (void)msgq_recv();
+        msgq_send(kTagData, uint32_t(i));
+      }
+    }
+    if (id == 0) report("msgq_lat", opt.size, (now_s() - t0) / double(iters) / 2 * 1e6, "us");
+    drain_local();
+  }
+  void msgq_bw() {
+    const uint64_t iters = opt.iters ? opt.iters : 2000000;
+    const uint64_t warm = opt.warmup >= 0 ? uint64_t(opt.warmup) : 100000;
+    barrier(id);
+    auto phase = [&](uint64_t n) {
+      if (id == 0) {
+        for (uint64_t i = 0; i < n; ++i) {
+          msgq_send(kTagData, uint32_t(i));
+          if ((i & 63) == 63) drain_local();
+        }
+        if (msgq_recv() != kTagAck) die("msgq_bw: expected the acknowledgement");
+      } else {
+        const uint64_t before = msgq_got;
+        if (msgq_recv(n) != kTagData || msgq_got != before + n) die("msgq_bw: unexpected message");
+        msgq_send(kTagAck, 0);
+      }
+    };
+    if (warm) phase(warm);
+    double t0 = now_s();
+    phase(iters);
+    double t = now_s() - t0;
+    if (id == 0) report("msgq_bw", opt.size, double(iters) / t, "msg/s");
+    drain_local();
+  }
+
   // (c) FMA PUT or GET latency per size; rank 1 sleeps in the barrier meanwhile.
   void fma_lat(bool put) {
     const uint64_t iters = opt.iters ? opt.iters : 50000;
@@ -397,6 +489,13 @@ int run_rank(int id, uint8_t ptag, uint32_t cookie) {
   if (want("fma_put_lat")) r.fma_lat(true);
   if (want("fma_get_lat")) r.fma_lat(false);
   if (want("rdma_put_bw")) r.rdma_put_bw();
+  if (want("msgq_lat") || want("msgq_bw")) {
+    r.msgq_setup();
+    if (want("msgq_lat")) r.msgq_lat();
+    if (want("msgq_bw")) r.msgq_bw();
+    barrier(id);
+    CHECK_GNI(GNI_MsgqRelease(r.msgq));
+  }
   barrier(id);
   // Leave the domain cleanly: endpoints, registrations, CQs, CDM.
   GNI_EpUnbind(r.ep);
@@ -452,15 +551,18 @@ bool parse_cpus(const std::string& s) {
 int main(int argc, char** argv) {
   CLI::App app{"gni_bench: uGNI SMSG latency / message rate, FMA PUT/GET latency and RDMA PUT bandwidth between two ranks "
                "on one nicemu node, each pinned to its own CPU"};
-  app.add_option("--test", opt.test, "smsg_lat | smsg_bw | fma_put_lat | fma_get_lat | rdma_put_bw | all")
-      ->check(CLI::IsMember({"smsg_lat", "smsg_bw", "fma_put_lat", "fma_get_lat", "rdma_put_bw", "all"}));
+  app.add_option("--test", opt.test,
+                 "smsg_lat | smsg_bw | fma_put_lat | fma_get_lat | rdma_put_bw | msgq_lat | msgq_bw | all")
+      ->check(CLI::IsMember(
+          {"smsg_lat", "smsg_bw", "fma_put_lat", "fma_get_lat", "rdma_put_bw", "msgq_lat", "msgq_bw", "all"}));
   app.add_option("--iters", opt.iters,
                  "timed iterations (default: smsg_lat 200000, smsg_bw 2000000, fma 50000 per size)");
   app.add_option("--warmup", opt.warmup, "untimed iterations first (default: smsg_lat 20000, smsg_bw 100000, fma 2000 per size)");
   auto* size_opt = app.add_option("--size", opt.size,
                                   "SMSG payload bytes (default 8); if given, also the only FMA size "
                                   "(default: 8, 16, ... 4096)");
-  app.add_option("--window", opt.window, "SMSG mailbox credits, i.e. the smsg_bw window (default 64)")
+  app.add_option("--window", opt.window,
+                 "SMSG mailbox credits (the smsg_bw window) and MSGQ ring slots (msgq_bw) (default 64)")
       ->check(CLI::Range(1u, 65535u));
   app.add_flag("--csv", opt.csv, "one line per result: test,size,value,unit");
   app.add_option("--socket", opt.socket,

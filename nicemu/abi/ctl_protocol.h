@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "nicemu/abi/msgq_layout.h"
+
 namespace nicemu::abi::ctl {
 
 inline constexpr uint32_t kMagic = 0x4E43544C;  // "NCTL"
@@ -42,6 +44,13 @@ enum class Op : uint16_t {
   kMemRegisterSegments = 60,  // -> MemRegisterReply (a variable-length request)
   kBiConfigSet = 61,          // -> Reply            bandwidth-injection settings of the NIC
   kBiConfigGet = 62,          // -> BiConfigReply
+  // MSGQ (msgq_layout.h): the node's segment of the domain, and its tables.
+  kMsgqJoin = 50,         // -> MsgqJoinReply + segment memfd   GNI_MsgqInit
+  kMsgqLeave = 51,        // -> Reply                           GNI_MsgqRelease
+  kMsgqConnOpen = 52,     // -> MsgqConnReply                   GNI_MsgqGetConnAttrs
+  kMsgqConnect = 53,      // -> MsgqConnReply                   GNI_MsgqConnect
+  kMsgqConnRelease = 54,  // -> Reply                           GNI_MsgqConnRelease
+  kMsgqLookup = 55,       // -> MsgqLookupReply + segment memfd  a sender maps a node's segment
 };
 
 // Reply codes are gni_return_t values, so libugni can return them unchanged.
@@ -322,6 +331,49 @@ struct BiConfigGet {
 struct BiConfigReply {
   Reply r;
   uint16_t current_bw, current_aot_bw, current_norbs, flags, sys_def_bw, sys_def_aot_bw, cle_seqnum, hss_seqnum;
+};
+
+// On the attach connection: join (or create) the node's MSGQ segment of the CDM's domain.
+struct MsgqJoin {
+  Header h;
+  msgq::Attrs attrs;
+};
+struct MsgqJoinReply {
+  Reply r;              // INVALID_STATE: attributes differ from the segment's, or no room
+  uint64_t segment_id;
+  uint64_t size;        // segment_layout(attrs).total_size
+  uint32_t member;      // our index in the member table
+  uint32_t member_gen;
+};
+
+struct MsgqLeave {
+  Header h;
+};
+
+// Receive side (ConnOpen) or send side (Connect) of the connection with node remote_pe.
+struct MsgqConn {
+  Header h;
+  uint32_t remote_pe;
+  uint32_t remote_insts;  // Connect: num_insts of the remote node's attributes
+};
+struct MsgqConnReply {
+  Reply r;
+  uint32_t conn;          // index in the RxConn / TxConn table
+  uint32_t gen;
+};
+
+// Sent to the daemon of node nic_addr by a process of another node (or of the same one).
+struct MsgqLookup {
+  Header h;
+  uint32_t nic_addr;
+  uint32_t ptag;
+  uint32_t cookie;
+  uint32_t reserved;
+};
+struct MsgqLookupReply {
+  Reply r;              // NO_MATCH: no segment for that domain on the node
+  uint64_t segment_id;
+  uint64_t size;
 };
 
 static_assert(sizeof(Attach) <= kMaxMessage && sizeof(MboxOpen) <= kMaxMessage);

@@ -296,6 +296,13 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
     case Op::kDgramMatched:
     case Op::kDgramRetract:
       return handle_datagram(peer, h, msg, len, reply);
+    case Op::kMsgqJoin:
+    case Op::kMsgqLeave:
+    case Op::kMsgqConnOpen:
+    case Op::kMsgqConnect:
+    case Op::kMsgqConnRelease:
+    case Op::kMsgqLookup:
+      return handle_msgq(peer, h, msg, len, reply, pass_fd);
     case Op::kBteOpen: {
       ctl::BteOpen req;
       if (!parse(msg, len, req)) return bad();
@@ -386,6 +393,123 @@ void Node::handle_datagram(Peer& peer, const ctl::Header& h, const char* msg, si
   }
 }
 
+void Node::handle_msgq(Peer& peer, const ctl::Header& h, const char* msg, size_t len, std::vector<char>& reply,
+                       int& pass_fd) {
+  auto bad = [&] {
+    ++ctr_.malformed_messages;
+    init_reply<PlainReply>(reply, h).r.rc = rc::kInvalidParam;
+  };
+  // Every request but a lookup comes on an attach connection, for the CDM's own domain.
+  CdmRegion* cdm = owned_cdm(peer);
+  MsgqSegment* seg = nullptr;
+  if (cdm)
+    if (auto it = msgqs_.find(cdm->credential()); it != msgqs_.end()) seg = it->second.get();
+  const bool member = seg && seg->is_member(cdm->attach_id());
+  switch (static_cast<Op>(h.op)) {
+    case Op::kMsgqJoin: {
+      ctl::MsgqJoin req;
+      if (!parse(msg, len, req)) return bad();
+      auto& r = init_reply<ctl::MsgqJoinReply>(reply, h);
+      auto refuse = [&](int code, const char* why) {
+        ++ctr_.msgq_join_refused;
+        spdlog::warn("nic {}: MSGQ join of inst {} (pid {}) refused: {}", cfg_.nic_addr, cdm ? cdm->inst_id() : 0,
+                     peer.pid, why);
+        r.r.rc = code;
+      };
+      if (!cdm) return refuse(rc::kInvalidState, "not attached");
+      if (!msgq::attrs_valid(req.attrs)) return refuse(rc::kInvalidParam, "invalid attributes");
+      if (seg && !(seg->attrs() == req.attrs))
+        return refuse(rc::kInvalidState, "attributes differ from those of the node's queue");
+      if (!seg) {
+        try {
+          auto created = std::make_unique<MsgqSegment>(cfg_.nic_addr, cdm->credential(), req.attrs, next_msgq_++);
+          seg = created.get();
+          msgqs_[cdm->credential()] = std::move(created);
+        } catch (const std::exception& e) {
+          return refuse(rc::kErrorNomem, e.what());
+        }
+      }
+      r.r.rc = seg->join(cdm->attach_id(), cdm->pid(), cdm->inst_id(), r.member, r.member_gen);
+      if (r.r.rc != rc::kSuccess) {
+        refuse(r.r.rc, "already joined, or nloc_insts instances joined already");
+        if (seg->live_members() == 0) msgqs_.erase(cdm->credential());
+        return;
+      }
+      ++ctr_.msgq_joins;
+      r.segment_id = seg->id();
+      r.size = seg->size();
+      pass_fd = seg->memfd();
+      return;
+    }
+    case Op::kMsgqLeave: {
+      ctl::MsgqLeave req;
+      if (!parse(msg, len, req)) return bad();
+      auto& r = init_reply<PlainReply>(reply, h);
+      if (!member) {
+        r.r.rc = rc::kInvalidState;
+        return;
+      }
+      msgq_leave(*cdm);
+      r.r.rc = rc::kSuccess;
+      return;
+    }
+    case Op::kMsgqConnOpen:
+    case Op::kMsgqConnect:
+    case Op::kMsgqConnRelease: {
+      ctl::MsgqConn req;
+      if (!parse(msg, len, req)) return bad();
+      auto& r = init_reply<ctl::MsgqConnReply>(reply, h);
+      if (!member) {
+        r.r.rc = rc::kInvalidState;
+        return;
+      }
+      Op op = static_cast<Op>(h.op);
+      if (op == Op::kMsgqConnOpen)
+        r.r.rc = seg->conn_open(req.remote_pe, r.conn, r.gen);
+      else if (op == Op::kMsgqConnect)
+        r.r.rc = seg->connect(req.remote_pe, req.remote_insts, r.conn, r.gen);
+      else
+        r.r.rc = seg->conn_release(req.remote_pe);
+      return;
+    }
+    case Op::kMsgqLookup: {
+      ctl::MsgqLookup req;
+      if (!parse(msg, len, req)) return bad();
+      auto& r = init_reply<ctl::MsgqLookupReply>(reply, h);
+      ++ctr_.msgq_lookups;
+      Credential c{req.ptag, req.cookie};
+      auto it = msgqs_.find(c);
+      if (req.nic_addr != cfg_.nic_addr) {
+        r.r.rc = rc::kNoMatch;
+      } else if (!may_use(peer, c)) {
+        r.r.rc = rc::kPermissionError;
+      } else if (it == msgqs_.end()) {
+        r.r.rc = rc::kNoMatch;
+      } else {
+        r.r.rc = rc::kSuccess;
+        r.segment_id = it->second->id();
+        r.size = it->second->size();
+        pass_fd = it->second->memfd();
+      }
+      return;
+    }
+    default:
+      return bad();
+  }
+}
+
+void Node::msgq_leave(const CdmRegion& cdm) {
+  auto it = msgqs_.find(cdm.credential());
+  if (it == msgqs_.end() || it->second->leave(cdm.attach_id()) != rc::kSuccess) return;
+  if (it->second->live_members() == 0) {
+    // Remote senders keep their mappings: they see the segment dead and stop.
+    it->second->kill(msgq::kSegmentDead);
+    spdlog::info("nic {}: MSGQ segment of ptag {} reclaimed (last member gone)", cfg_.nic_addr,
+                 it->first.ptag);
+    msgqs_.erase(it);
+  }
+}
+
 int Node::attach(Peer& peer, const ctl::Attach& req, ctl::AttachReply& rep, int& pass_fd) {
   auto refuse = [&](int code, const char* why) {
     ++ctr_.attach_refused;
@@ -428,6 +552,7 @@ void Node::connection_closed(Peer& peer) {
   auto it = cdms_.find(peer.attach_id);
   if (it == cdms_.end()) return;
   dgrams_.cdm_gone(peer.attach_id);
+  msgq_leave(*it->second);
   it->second->kill(kRegionDead);
   bte_.region_gone(peer.attach_id);
   spdlog::info("nic {}: inst {} of pid {} is gone; its registrations, CQs and mailboxes are reclaimed",
@@ -446,6 +571,8 @@ void Node::shutdown() {
     bte_.region_gone(id);
   }
   cdms_.clear();
+  for (auto& [c, seg] : msgqs_) seg->kill(msgq::kSegmentNicDown);
+  msgqs_.clear();
   bte_.stop();
 }
 
@@ -464,6 +591,8 @@ nlohmann::json Node::status() const {
                     {"mailboxes", r->mailboxes()},
                     {"heap_bytes", r->heap_in_use()}});
   }
+  json msgqs = json::array();
+  for (const auto& [c, seg] : msgqs_) msgqs.push_back(seg->status());
   json creds = json::array();
   for (const auto& [c, uid] : credentials_) creds.push_back({{"ptag", c.ptag}, {"cookie", c.cookie}, {"uid", uid}});
   auto up = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
@@ -475,6 +604,7 @@ nlohmann::json Node::status() const {
               {"credentials", creds},
               {"cdms", cdms},
               {"bte", bte_.status()},
+              {"msgq", msgqs},
               {"counters",
                {{"connections", ctr_.connections},
                 {"attaches", ctr_.attaches},
@@ -492,7 +622,10 @@ nlohmann::json Node::status() const {
                 {"datagrams_posted", ctr_.datagrams_posted},
                 {"datagrams_cancelled", ctr_.datagrams_cancelled},
                 {"datagrams_pending", dgrams_.pending_posts()},
-                {"datagrams_incoming", dgrams_.incoming_count()}}}};
+                {"datagrams_incoming", dgrams_.incoming_count()},
+                {"msgq_joins", ctr_.msgq_joins},
+                {"msgq_join_refused", ctr_.msgq_join_refused},
+                {"msgq_lookups", ctr_.msgq_lookups}}}};
 }
 
 }  // namespace nicemu::daemon

@@ -19,6 +19,7 @@
 #include "nicemu/daemon/cdm_region.h"
 #include "nicemu/daemon/daemon_links.h"
 #include "nicemu/daemon/datagram_matcher.h"
+#include "nicemu/daemon/msgq_segment.h"
 
 namespace nicemu::daemon {
 
@@ -49,6 +50,7 @@ struct Counters {
   uint64_t peer_lookups = 0, peer_lookup_failures = 0, mbox_opens = 0;
   uint64_t malformed_messages = 0, credentials_issued = 0;
   uint64_t datagrams_posted = 0, datagrams_cancelled = 0;
+  uint64_t msgq_joins = 0, msgq_join_refused = 0, msgq_lookups = 0;
 };
 
 class Node {
@@ -78,6 +80,10 @@ class Node {
   // The live CDMs of process `pid` in domain `c` (process_mdd.h).
   std::vector<CdmRegion*> family(pid_t pid, const Credential& c);
   void handle_datagram(Peer& peer, const ctl::Header& h, const char* msg, size_t len, std::vector<char>& reply);
+  void handle_msgq(Peer& peer, const ctl::Header& h, const char* msg, size_t len, std::vector<char>& reply,
+                   int& pass_fd);
+  // The CDM leaves its domain's MSGQ segment (if it joined); the last member reclaims it.
+  void msgq_leave(const CdmRegion& cdm);
 
   NodeConfig cfg_;
   std::map<Credential, uid_t> credentials_;
@@ -88,6 +94,8 @@ class Node {
   DaemonLinks links_;
   DatagramMatcher dgrams_;
   BandwidthInjection bi_;
+  std::map<Credential, std::unique_ptr<MsgqSegment>> msgqs_;  // one per domain with MSGQ members here
+  uint64_t next_msgq_ = 1;
   // Its threads only touch their own mappings of the regions, so it may outlive cdms_.
   BteEngine bte_{BteConfig{cfg_.nic_addr, cfg_.rundir, cfg_.bte_channels}};
   bool shutdown_requested_ = false;

@@ -147,6 +147,27 @@ void print_status(std::FILE* out, const json& node) {
     t.print(out, 4);
   }
 
+  // MSGQ segments (one per domain with members on this node); listed only when there are some.
+  const json& msgqs = array(node, "msgq");
+  if (!msgqs.empty()) {
+    fmt::print(out, "  MSGQ segments\n");
+    Table t({{"PTAG", true},
+             {"COOKIE"},
+             {"MEMBERS", true},
+             {"RX", true},
+             {"TX", true},
+             {"BYTES", true},
+             {"DELIVERED", true},
+             {"MALFORMED", true},
+             {"VOIDED", true}});
+    for (const auto& m : msgqs)
+      t.add({std::to_string(u64(m, "ptag")), hex32(u64(m, "cookie")), std::to_string(u64(m, "members")),
+             std::to_string(u64(m, "rx_connections")), std::to_string(u64(m, "tx_connections")),
+             format_bytes(u64(m, "bytes")), std::to_string(u64(m, "delivered")), std::to_string(u64(m, "malformed")),
+             std::to_string(u64(m, "voided"))});
+    t.print(out, 4);
+  }
+
   auto it = node.find("counters");
   if (it != node.end() && it->is_object() && !it->empty()) {
     fmt::print(out, "  counters\n");

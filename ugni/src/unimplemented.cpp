@@ -83,29 +83,6 @@ gni_return_t GNI_CqAttachCompChan(gni_cq_handle_t, gni_comp_chan_handle_t) {
 }
 gni_return_t GNI_CqArmCompChan(gni_cq_handle_t*, uint32_t) { return GNI_RC_ILLEGAL_OP; }
 
-// --- Message queues, §15 (P1/P2) -----------------------------------------------------------
-// Issue: "MSGQ" — per-node shared receive queues.
-
-gni_return_t GNI_MsgqInit(gni_nic_handle_t, gni_msgq_rcv_cb_func*, void*, gni_cq_handle_t,
-                          gni_msgq_attr_t*, gni_msgq_handle_t*) {
-  return GNI_RC_ILLEGAL_OP;
-}
-gni_return_t GNI_MsgqRelease(gni_msgq_handle_t) { return GNI_RC_ILLEGAL_OP; }
-gni_return_t GNI_MsgqIdle(gni_msgq_handle_t) { return GNI_RC_ILLEGAL_OP; }
-gni_return_t GNI_MsgqGetConnAttrs(gni_msgq_handle_t, uint32_t, gni_msgq_ep_attr_t*,
-                                  uint32_t*) {
-  return GNI_RC_ILLEGAL_OP;
-}
-gni_return_t GNI_MsgqConnect(gni_msgq_handle_t, uint32_t, gni_msgq_ep_attr_t*) {
-  return GNI_RC_ILLEGAL_OP;
-}
-gni_return_t GNI_MsgqConnRelease(gni_msgq_handle_t, uint32_t) { return GNI_RC_ILLEGAL_OP; }
-gni_return_t GNI_MsgqSend(gni_msgq_handle_t, gni_ep_handle_t, void*, uint32_t, void*, uint32_t,
-                          uint32_t, uint8_t) {
-  return GNI_RC_ILLEGAL_OP;
-}
-gni_return_t GNI_MsgqProgress(gni_msgq_handle_t, uint32_t) { return GNI_RC_ILLEGAL_OP; }
-gni_return_t GNI_MsgqSize(gni_msgq_attr_t*, uint32_t*) { return GNI_RC_ILLEGAL_OP; }
 
 // --- Collective engine, §16 (P1) -----------------------------------------------------------
 // Issue: "Collective engine" — ILLEGAL_OP from GNI_CeCreate is the documented fallback

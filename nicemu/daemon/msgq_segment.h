@@ -1,0 +1,54 @@
+// The MSGQ segment of one protection domain on this node (layout and contracts in
+// nicemu/abi/msgq_layout.h): the memfd, the read-only tables the daemon alone writes
+// (members, receive and send connections), and ring initialisation. The data path (rings)
+// is run by the clients; the daemon only creates, bookkeeps and reclaims.
+#pragma once
+#include <sys/types.h>
+
+#include <cstdint>
+
+#include <nlohmann/json.hpp>
+
+#include "nicemu/abi/msgq_layout.h"
+#include "nicemu/daemon/cdm_region.h"
+
+namespace nicemu::daemon {
+
+class MsgqSegment {
+ public:
+  // Creates, sizes, seals and maps the memfd; fills in the header. Throws on failure.
+  MsgqSegment(uint32_t nic_addr, Credential cred, const abi::msgq::Attrs& attrs, uint64_t segment_id);
+  ~MsgqSegment();
+  MsgqSegment(const MsgqSegment&) = delete;
+  MsgqSegment& operator=(const MsgqSegment&) = delete;
+
+  int memfd() const { return memfd_; }
+  uint64_t id() const { return id_; }
+  uint64_t size() const { return view_.lay.total_size; }
+  const abi::msgq::Attrs& attrs() const { return view_.attrs; }
+  Credential credential() const { return cred_; }
+
+  // Each returns a gni_return_t value.
+  int join(uint64_t attach_id, pid_t pid, uint32_t inst_id, uint32_t& member, uint32_t& gen);
+  int leave(uint64_t attach_id);
+  int conn_open(uint32_t remote_pe, uint32_t& conn, uint32_t& gen);
+  int connect(uint32_t remote_pe, uint32_t remote_insts, uint32_t& conn, uint32_t& gen);
+  // Drops both sides of the connection with remote_pe; NO_MATCH if neither exists.
+  int conn_release(uint32_t remote_pe);
+
+  bool is_member(uint64_t attach_id) const { return find_member(attach_id) >= 0; }
+  uint32_t live_members() const;
+  // Marks the segment dead (last member gone) or NIC down and wakes every sleeper.
+  void kill(abi::msgq::SegmentState why);
+  nlohmann::json status() const;
+
+ private:
+  int find_member(uint64_t attach_id) const;
+
+  int memfd_ = -1;
+  abi::msgq::SegmentView view_;
+  uint64_t id_ = 0;
+  Credential cred_;
+};
+
+}  // namespace nicemu::daemon

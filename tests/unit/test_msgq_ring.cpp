@@ -1,0 +1,269 @@
+// MSGQ receive ring and segment layout on plain memory: order per receiver, flow control,
+// recycling, voiding entries of departed receivers and slots of dead writers, garbage in the
+// ring, GNI_MsgqSize, and producers and consumers running concurrently on threads.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "gni_pub.h"
+#include "nicemu/abi/msgq_ring.h"
+
+namespace mq = nicemu::abi::msgq;
+
+namespace {
+
+struct Ring {
+  Ring(uint32_t capacity, uint32_t max_msg) {
+    size_t bytes = sizeof(mq::RingCtl) + size_t{capacity} * mq::slot_size(max_msg);
+    mem = static_cast<char*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
+    std::memset(mem, 0xAB, bytes);  // init() must not depend on zeroed memory
+    v = mq::RingView::at(mem, capacity, mq::slot_size(max_msg));
+    v.init();
+  }
+  ~Ring() { std::free(mem); }
+  char* mem;
+  mq::RingView v;
+};
+
+mq::EntryHeader to(uint16_t member, uint32_t inst, uint32_t src = 7) {
+  mq::EntryHeader e{};
+  e.dst_member = member;
+  e.dst_inst = inst;
+  e.dst_gen = 1;
+  e.src_inst = src;
+  e.src_pe = 42;
+  return e;
+}
+
+auto for_member(uint16_t m) {
+  return [m](const mq::EntryHeader& e) { return e.dst_member == m; };
+}
+auto all_live = [](const mq::EntryHeader&) { return true; };
+
+// Takes one message for member m; returns its first payload word, or -1.
+long take_one(const mq::RingView& v, uint16_t m, mq::EntryHeader* out = nullptr) {
+  alignas(8) char buf[192];
+  mq::EntryHeader e;
+  if (!v.take(for_member(m), e, buf)) return -1;
+  if (out) *out = e;
+  uint32_t x;
+  std::memcpy(&x, buf, 4);
+  return long(x);
+}
+
+}  // namespace
+
+TEST_CASE("segment layout: sizes follow the attributes, GNI_MsgqSize reports them") {
+  mq::Attrs charm{128, 1, 1, 2, 8, 0, 16, 0};  // what Charm++'s gni layer asks for
+  mq::Layout l = mq::segment_layout(charm);
+  CHECK(l.ro_size == 2 * mq::kPageSize);
+  CHECK(l.slot_size == 192);
+  CHECK(l.total_size == 3 * mq::kPageSize);
+  gni_msgq_attr_t a{128, 1, 1, 2, 8, 0, 16};
+  uint32_t size = 0;
+  REQUIRE(GNI_MsgqSize(&a, &size) == GNI_RC_SUCCESS);
+  CHECK(size == l.total_size);
+
+  // Memory grows with the connected nodes, not with the instances behind them.
+  gni_msgq_attr_t big{64, 64, 1, 1024, 32, GNI_MSGQ_MODE_BLOCKING, 16};
+  REQUIRE(GNI_MsgqSize(&big, &size) == GNI_RC_SUCCESS);
+  CHECK(size == mq::segment_layout(mq::Attrs{64, 64, 1, 1024, 32, 1, 16, 0}).total_size);
+  CHECK(size > 1024u * 64 * 128);
+  CHECK(size < 1024u * 64 * 128 + 2 * 1024 * 1024);
+  gni_msgq_attr_t more_insts = big;
+  more_insts.nloc_insts = 64;
+  uint32_t size2 = 0;
+  REQUIRE(GNI_MsgqSize(&more_insts, &size2) == GNI_RC_SUCCESS);
+  CHECK(size2 - size < 8192);  // 32 more instances: a few KiB of tables
+
+  gni_msgq_attr_t bad = a;
+  bad.max_msg_sz = GNI_MSGQ_MSG_SZ_MAX + 1;
+  CHECK(GNI_MsgqSize(&bad, &size) == GNI_RC_INVALID_PARAM);
+  bad = a;
+  bad.nloc_insts = GNI_MSGQ_NODE_INSTS_MAX + 1;
+  CHECK(GNI_MsgqSize(&bad, &size) == GNI_RC_INVALID_PARAM);
+  bad = a;
+  bad.smsg_q_sz = 0;
+  CHECK(GNI_MsgqSize(&bad, &size) == GNI_RC_INVALID_PARAM);
+  bad = a;
+  bad.modes = 0x80;
+  CHECK(GNI_MsgqSize(&bad, &size) == GNI_RC_INVALID_PARAM);
+  bad = a;
+  bad.num_msgq_eps = 65536;
+  bad.smsg_q_sz = 65536;  // 12 TiB: refused, not truncated into 32 bits
+  CHECK(GNI_MsgqSize(&bad, &size) == GNI_RC_INVALID_PARAM);
+  CHECK(GNI_MsgqSize(nullptr, &size) == GNI_RC_INVALID_PARAM);
+  CHECK(GNI_MsgqSize(&a, nullptr) == GNI_RC_INVALID_PARAM);
+}
+
+TEST_CASE("ring: in order per receiver, full at capacity, room again after take and recycle") {
+  Ring r(4, 32);
+  for (uint32_t i = 0; i < 4; ++i)
+    REQUIRE(r.v.push(to(0, 100), &i, 4, nullptr, 0, 1) == mq::RingView::Push::kOk);
+  uint32_t x = 99;
+  CHECK(r.v.push(to(0, 100), &x, 4, nullptr, 0, 1) == mq::RingView::Push::kFull);
+  CHECK(take_one(r.v, 0) == 0);
+  // Taken but not recycled: still no room (recycling is what hands slots back).
+  CHECK(r.v.push(to(0, 100), &x, 4, nullptr, 0, 1) == mq::RingView::Push::kFull);
+  CHECK(r.v.recycle(all_live, mq::claimer_unknown) == 1);
+  CHECK(r.v.push(to(0, 100), &x, 4, nullptr, 0, 1) == mq::RingView::Push::kOk);
+  CHECK(take_one(r.v, 0) == 1);
+  CHECK(take_one(r.v, 0) == 2);
+  CHECK(take_one(r.v, 0) == 3);
+  CHECK(take_one(r.v, 0) == 99);
+  CHECK(take_one(r.v, 0) == -1);
+  CHECK(r.v.recycle(all_live, mq::claimer_unknown) == 4);
+}
+
+TEST_CASE("ring: two receivers each take only their own entries, header and message joined, across laps") {
+  Ring r(3, 128);
+  for (uint32_t i = 0; i < 300; ++i) {
+    uint16_t m = uint16_t(i % 2);
+    uint32_t hdr = i;
+    char msg[100];
+    std::memset(msg, int(i & 0x7F), sizeof msg);
+    mq::EntryHeader e = to(m, 100 + m);
+    e.tag = uint8_t(i);
+    REQUIRE(r.v.push(e, &hdr, 4, msg, sizeof msg, 1) == mq::RingView::Push::kOk);
+    alignas(8) char buf[192];
+    mq::EntryHeader got;
+    CHECK(!r.v.take(for_member(uint16_t(1 - m)), got, buf));
+    REQUIRE(r.v.take(for_member(m), got, buf));
+    CHECK(got.length == 104);
+    CHECK(got.tag == uint8_t(i));
+    CHECK(got.src_inst == 7);
+    uint32_t h;
+    std::memcpy(&h, buf, 4);
+    CHECK(h == i);
+    CHECK(buf[4] == char(i & 0x7F));
+    CHECK(buf[103] == char(i & 0x7F));
+    r.v.recycle(all_live, mq::claimer_unknown);
+  }
+}
+
+TEST_CASE("ring: a receiver behind another does not block it; recycling waits for the slow one") {
+  Ring r(4, 16);
+  uint32_t v0 = 0, v1 = 1;
+  REQUIRE(r.v.push(to(0, 100), &v0, 4, nullptr, 0, 1) == mq::RingView::Push::kOk);  // for the slow one
+  REQUIRE(r.v.push(to(1, 101), &v1, 4, nullptr, 0, 1) == mq::RingView::Push::kOk);
+  CHECK(take_one(r.v, 1) == 1);
+  CHECK(r.v.recycle(all_live, mq::claimer_unknown) == 0);  // head holds member 0's entry
+  CHECK(take_one(r.v, 0) == 0);
+  CHECK(r.v.recycle(all_live, mq::claimer_unknown) == 2);
+}
+
+TEST_CASE("ring: entries of a departed receiver are voided so they cannot block the ring") {
+  Ring r(2, 16);
+  uint32_t v = 5;
+  REQUIRE(r.v.push(to(3, 103), &v, 4, nullptr, 0, 1) == mq::RingView::Push::kOk);
+  REQUIRE(r.v.push(to(3, 103), &v, 4, nullptr, 0, 1) == mq::RingView::Push::kOk);
+  CHECK(r.v.push(to(0, 100), &v, 4, nullptr, 0, 1) == mq::RingView::Push::kFull);
+  auto member3_gone = [](const mq::EntryHeader& e) { return e.dst_member != 3; };
+  CHECK(r.v.recycle(member3_gone, mq::claimer_unknown) == 2);
+  CHECK(r.v.ctl->voided.load() == 2);
+  CHECK(r.v.push(to(0, 100), &v, 4, nullptr, 0, 1) == mq::RingView::Push::kOk);
+  CHECK(take_one(r.v, 3) == -1);
+  CHECK(take_one(r.v, 0) == 5);
+}
+
+TEST_CASE("ring: a writer that died between claim and publish is skipped, then voided") {
+  Ring r(4, 16);
+  // Simulate the dead writer: position 0 claimed by pid 4242, tail never moved.
+  r.v.slot(0)->word.store(mq::slot_word(0, 4242, mq::kClaimed));
+  uint32_t v = 8;
+  REQUIRE(r.v.push(to(0, 100), &v, 4, nullptr, 0, 1) == mq::RingView::Push::kOk);  // helps tail past it
+  CHECK(r.v.ctl->tail.load() == 2);
+  CHECK(take_one(r.v, 0) == 8);  // delivery does not wait for the dead slot
+  CHECK(r.v.recycle(all_live, mq::claimer_unknown) == 0);  // but recycling must
+  CHECK(r.v.recycle(all_live, [](uint32_t pid) { return pid == 4242; }) == 2);
+  CHECK(r.v.ctl->voided.load() == 1);
+  CHECK(r.v.ctl->head.load() == 2);
+  for (uint32_t i = 0; i < 4; ++i) CHECK(r.v.push(to(0, 100), &i, 4, nullptr, 0, 1) == mq::RingView::Push::kOk);
+}
+
+TEST_CASE("ring: a writer that died after claim but before moving tail leaves no hole once voided") {
+  Ring r(2, 16);
+  r.v.slot(0)->word.store(mq::slot_word(0, 4242, mq::kClaimed));  // tail still 0
+  CHECK(r.v.recycle(all_live, [](uint32_t) { return true; }) == 1);
+  CHECK(r.v.ctl->head.load() == 1);
+  CHECK(r.v.ctl->tail.load() >= 1);  // recycling helped tail past the voided slot
+  uint32_t v = 3;
+  CHECK(r.v.push(to(0, 100), &v, 4, nullptr, 0, 1) == mq::RingView::Push::kOk);
+  CHECK(r.v.push(to(0, 100), &v, 4, nullptr, 0, 1) == mq::RingView::Push::kOk);
+  CHECK(r.v.push(to(0, 100), &v, 4, nullptr, 0, 1) == mq::RingView::Push::kFull);
+}
+
+TEST_CASE("ring: garbage written into the ring never hangs or overruns anybody") {
+  Ring r(8, 64);
+  uint64_t seed = 0x9E3779B97F4A7C15ull;
+  for (int round = 0; round < 200; ++round) {
+    for (uint32_t i = 0; i < 8; ++i) {
+      seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+      mq::Slot* s = r.v.slot(i);
+      s->word.store(round % 3 == 0 ? mq::slot_word(seed >> 20, seed, mq::SlotState(seed & 3)) : seed);
+      std::memset(&s->entry, int(seed >> 56), sizeof s->entry);
+    }
+    r.v.ctl->tail.store(seed >> 7);
+    r.v.ctl->head.store(round % 2 ? seed >> 9 : seed >> 7);
+    uint32_t v = 1;
+    auto rc = r.v.push(to(0, 100), &v, 4, nullptr, 0, 1);
+    CHECK((rc == mq::RingView::Push::kOk || rc == mq::RingView::Push::kFull || rc == mq::RingView::Push::kCorrupt));
+    alignas(8) char buf[192];
+    mq::EntryHeader e;
+    for (int k = 0; k < 10 && r.v.take([](const mq::EntryHeader&) { return true; }, e, buf); ++k) {
+    }
+    r.v.recycle([](const mq::EntryHeader& x) { return x.dst_member % 2 == 0; }, [](uint32_t p) { return p % 2; });
+  }
+}
+
+TEST_CASE("ring: concurrent producers and receivers: exactly once, in order per sender") {
+  constexpr uint32_t kProducers = 3, kReceivers = 2, kPerPair = 3000;
+  Ring r(8, 32);
+  std::vector<std::thread> threads;
+  std::atomic<uint32_t> full_count{0};
+  for (uint32_t p = 0; p < kProducers; ++p)
+    threads.emplace_back([&, p] {
+      for (uint32_t n = 0; n < kPerPair; ++n)
+        for (uint16_t m = 0; m < kReceivers; ++m) {
+          uint32_t payload[2] = {p, n};
+          while (r.v.push(to(m, 100 + m, p), payload, sizeof payload, nullptr, 0, 1) != mq::RingView::Push::kOk) {
+            full_count.fetch_add(1, std::memory_order_relaxed);
+            r.v.recycle(all_live, mq::claimer_unknown);
+            std::this_thread::yield();
+          }
+        }
+    });
+  std::vector<std::vector<uint32_t>> next(kReceivers, std::vector<uint32_t>(kProducers, 0));
+  std::atomic<bool> ok{true};
+  for (uint16_t m = 0; m < kReceivers; ++m)
+    threads.emplace_back([&, m] {
+      uint32_t got = 0;
+      while (got < kProducers * kPerPair) {
+        alignas(8) char buf[192];
+        mq::EntryHeader e;
+        if (!r.v.take(for_member(m), e, buf)) {
+          r.v.recycle(all_live, mq::claimer_unknown);
+          std::this_thread::yield();
+          continue;
+        }
+        uint32_t payload[2];
+        std::memcpy(payload, buf, sizeof payload);
+        if (e.dst_member != m || e.src_inst != payload[0] || payload[0] >= kProducers ||
+            payload[1] != next[m][payload[0]]++ || e.length != 8)
+          ok = false;
+        ++got;
+        r.v.recycle(all_live, mq::claimer_unknown);
+      }
+    });
+  for (auto& t : threads) t.join();
+  CHECK(ok.load());
+  for (uint16_t m = 0; m < kReceivers; ++m)
+    for (uint32_t p = 0; p < kProducers; ++p) CHECK(next[m][p] == kPerPair);
+  CHECK(take_one(r.v, 0) == -1);
+  CHECK(take_one(r.v, 1) == -1);
+  MESSAGE("ring full " << full_count.load() << " times");
+}
