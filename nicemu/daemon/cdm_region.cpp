@@ -199,8 +199,18 @@ int CdmRegion::cq_create(const ctl::CqCreate& req, ctl::CqCreateReply& rep) {
 int CdmRegion::cq_destroy(const ctl::CqDestroy& req) {
   auto it = cqs_.find(req.cq_index);
   if (it == cqs_.end()) return rc::kInvalidParam;
-  for (uint32_t s = 0; s < kRegSlots; ++s)
-    if (reg(s)->state == kRegLive && reg(s)->dst_cq == req.cq_index) return rc::kErrorResource;
+  // Registrations that name this CQ for remote events lose it (their later remote events
+  // are dropped): clients destroy their receive CQ before deregistering the mailboxes that
+  // feed it (Open MPI's btl/ugni does), and §11.2 refuses only while an EP uses the CQ.
+  for (uint32_t s = 0; s < kRegSlots; ++s) {
+    RegEntry* e = reg(s);
+    if (e->state != kRegLive || e->dst_cq != req.cq_index) continue;
+    uint32_t seq = e->seq.load(std::memory_order_relaxed);
+    e->seq.store(seq + 1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    e->dst_cq = kNoCq;
+    e->seq.store(seq + 2, std::memory_order_release);
+  }
   CqDesc* d = cq(req.cq_index);
   d->state.store(kCqFree, std::memory_order_release);
   uint64_t bytes = sizeof(CqRingCtl) + uint64_t{d->capacity} * sizeof(uint64_t);

@@ -528,6 +528,28 @@ TEST_CASE("invalid parameters are refused with the API's codes") {
     CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(buf), 0, nullptr, 0, uint32_t(-1), &h) == GNI_RC_INVALID_PARAM);
     CHILD_CHECK(GNI_MemRegister(nullptr, uint64_t(buf), 8, nullptr, 0, uint32_t(-1), &h) == GNI_RC_INVALID_PARAM);
     CHILD_CHECK(GNI_MemDeregister(g.nic, &h) == GNI_RC_INVALID_PARAM);
+    // A CQ that a registration names for remote events can be destroyed (Open MPI destroys
+    // its SMSG receive CQ before deregistering the mailboxes); the registration keeps
+    // working, without remote events, and deregisters normally.
+    {
+      gni_cq_handle_t rx;
+      gni_mem_handle_t rh;
+      CHILD_CHECK(GNI_CqCreate(g.nic, 16, 0, GNI_CQ_NOBLOCK, nullptr, nullptr, &rx) == GNI_RC_SUCCESS);
+      CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(buf), sizeof buf, rx, 0, uint32_t(-1), &rh) == GNI_RC_SUCCESS);
+      CHILD_CHECK(GNI_CqDestroy(rx) == GNI_RC_SUCCESS);
+      gni_ep_handle_t self_ep;
+      CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &self_ep) == GNI_RC_SUCCESS);
+      CHILD_CHECK(GNI_EpBind(self_ep, g.addr, g.inst) == GNI_RC_SUCCESS);
+      static uint64_t v = 0x5151;
+      gni_post_descriptor_t pd = put_desc(uint64_t(&v), uint64_t(buf), rh, 8);
+      pd.cq_mode = GNI_CQMODE_GLOBAL_EVENT | GNI_CQMODE_REMOTE_EVENT;
+      CHILD_CHECK(post_and_complete(g, self_ep, pd) == 0);
+      uint64_t got;
+      std::memcpy(&got, buf, 8);
+      CHILD_CHECK(got == 0x5151);
+      CHILD_CHECK(GNI_EpDestroy(self_ep) == GNI_RC_SUCCESS);
+      CHILD_CHECK(GNI_MemDeregister(g.nic, &rh) == GNI_RC_SUCCESS);
+    }
     gni_ep_handle_t ep;
     CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
     gni_post_descriptor_t d = put_desc(uint64_t(buf), uint64_t(buf), h, 8);
