@@ -202,6 +202,37 @@ class Oob {
     }                                                                                          \
   } while (0)
 
+// A post descriptor with the fields every test sets; the rest zero.
+inline gni_post_descriptor_t make_desc(gni_post_type_t type, uint64_t local, gni_mem_handle_t lh, uint64_t remote,
+                                       gni_mem_handle_t rh, uint64_t len,
+                                       uint16_t cq_mode = GNI_CQMODE_GLOBAL_EVENT) {
+  gni_post_descriptor_t d{};
+  d.type = type;
+  d.cq_mode = cq_mode;
+  d.dlvr_mode = GNI_DLVMODE_PERFORMANCE;
+  d.local_addr = local;
+  d.local_mem_hndl = lh;
+  d.remote_addr = remote;
+  d.remote_mem_hndl = rh;
+  d.length = len;
+  return d;
+}
+
+// Child side: posts `d` (RDMA or FMA by its type) on `ep`, waits for its completion on
+// `cq` and checks that GNI_GetCompleted returns `d` itself; returns the CQE status.
+inline uint64_t post_and_wait(gni_cq_handle_t cq, gni_ep_handle_t ep, gni_post_descriptor_t& d,
+                              uint32_t timeout_ms = 10000) {
+  const bool rdma = d.type == GNI_POST_RDMA_PUT || d.type == GNI_POST_RDMA_GET;
+  CHILD_CHECK((rdma ? GNI_PostRdma(ep, &d) : GNI_PostFma(ep, &d)) == GNI_RC_SUCCESS);
+  gni_cq_entry_t e = 0;
+  gni_return_t rc = GNI_CqWaitEvent(cq, timeout_ms, &e);
+  CHILD_CHECK(rc == GNI_RC_SUCCESS || rc == GNI_RC_TRANSACTION_ERROR);
+  gni_post_descriptor_t* out = nullptr;
+  GNI_GetCompleted(cq, e, &out);
+  CHILD_CHECK(out == &d);
+  return GNI_CQ_GET_STATUS(e);
+}
+
 // Attached CDM with a CQ, the usual first steps of every client.
 struct Gni {
   gni_cdm_handle_t cdm = nullptr;

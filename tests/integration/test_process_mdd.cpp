@@ -25,23 +25,8 @@ struct Target {
 
 uint64_t post(Gni& g, gni_ep_handle_t ep, gni_post_type_t type, uint64_t local, gni_mem_handle_t lh, uint64_t remote,
               gni_mem_handle_t rh, uint64_t len) {
-  gni_post_descriptor_t d{};
-  d.type = type;
-  d.cq_mode = GNI_CQMODE_GLOBAL_EVENT;
-  d.dlvr_mode = GNI_DLVMODE_PERFORMANCE;
-  d.local_addr = local;
-  d.local_mem_hndl = lh;
-  d.remote_addr = remote;
-  d.remote_mem_hndl = rh;
-  d.length = len;
-  CHILD_CHECK(GNI_PostFma(ep, &d) == GNI_RC_SUCCESS);
-  gni_cq_entry_t e = 0;
-  gni_return_t rc = GNI_CqWaitEvent(g.cq, 5000, &e);
-  CHILD_CHECK(rc == GNI_RC_SUCCESS || rc == GNI_RC_TRANSACTION_ERROR);
-  gni_post_descriptor_t* out = nullptr;
-  GNI_GetCompleted(g.cq, e, &out);
-  CHILD_CHECK(out == &d);
-  return GNI_CQ_GET_STATUS(e);
+  gni_post_descriptor_t d = make_desc(type, local, lh, remote, rh, len);
+  return post_and_wait(g.cq, ep, d);
 }
 
 void across_cdms(int nodes) {

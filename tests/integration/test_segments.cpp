@@ -72,33 +72,6 @@ struct Done {
   uint32_t remote_events;
 };
 
-gni_post_descriptor_t desc(gni_post_type_t type, uint64_t local, gni_mem_handle_t lh, uint64_t remote,
-                           gni_mem_handle_t rh, uint64_t len) {
-  gni_post_descriptor_t d{};
-  d.type = type;
-  d.cq_mode = GNI_CQMODE_GLOBAL_EVENT;
-  d.dlvr_mode = GNI_DLVMODE_PERFORMANCE;
-  d.local_addr = local;
-  d.local_mem_hndl = lh;
-  d.remote_addr = remote;
-  d.remote_mem_hndl = rh;
-  d.length = len;
-  return d;
-}
-
-// Posts (FMA or RDMA by type) and waits for the completion of `d`; its CQE status.
-uint64_t run(Gni& g, gni_ep_handle_t ep, gni_post_descriptor_t& d) {
-  const bool rdma = d.type == GNI_POST_RDMA_PUT || d.type == GNI_POST_RDMA_GET;
-  CHILD_CHECK((rdma ? GNI_PostRdma(ep, &d) : GNI_PostFma(ep, &d)) == GNI_RC_SUCCESS);
-  gni_cq_entry_t e = 0;
-  gni_return_t rc = GNI_CqWaitEvent(g.cq, 10000, &e);
-  CHILD_CHECK(rc == GNI_RC_SUCCESS || rc == GNI_RC_TRANSACTION_ERROR);
-  gni_post_descriptor_t* out = nullptr;
-  GNI_GetCompleted(g.cq, e, &out);
-  CHILD_CHECK(out == &d);
-  return GNI_CQ_GET_STATUS(e);
-}
-
 // One initiator's whole exchange with the target; returns what the target must find.
 Done initiate(Gni& g, const Info& t, uint32_t seed) {
   gni_ep_handle_t ep;
@@ -111,9 +84,9 @@ Done initiate(Gni& g, const Info& t, uint32_t seed) {
   for (uint64_t i = 0; i < kTotal; ++i) src[i] = char(pattern(i, seed));
   const uint64_t cut[] = {0, 2990, 2990 + 8300, kTotal};
   for (int k = 0; k < 3; ++k) {
-    auto d = desc(GNI_POST_FMA_PUT, uint64_t(src + cut[k]), {}, cut[k], t.seg_h, cut[k + 1] - cut[k]);
+    auto d = make_desc(GNI_POST_FMA_PUT, uint64_t(src + cut[k]), {}, cut[k], t.seg_h, cut[k + 1] - cut[k]);
     d.cq_mode |= GNI_CQMODE_REMOTE_EVENT;
-    CHILD_CHECK(run(g, ep, d) == 0);
+    CHILD_CHECK(post_and_wait(g.cq, ep, d) == 0);
     ++done.remote_events;
   }
 
@@ -121,8 +94,8 @@ Done initiate(Gni& g, const Info& t, uint32_t seed) {
   char* dst = anon(kTotal);
   gni_mem_handle_t dst_h{};
   CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(dst), kTotal, nullptr, 0, uint32_t(-1), &dst_h) == GNI_RC_SUCCESS);
-  auto get = desc(GNI_POST_FMA_GET, uint64_t(dst), dst_h, 0, t.seg_h, kTotal);
-  CHILD_CHECK(run(g, ep, get) == 0);
+  auto get = make_desc(GNI_POST_FMA_GET, uint64_t(dst), dst_h, 0, t.seg_h, kTotal);
+  CHILD_CHECK(post_and_wait(g.cq, ep, get) == 0);
   CHILD_CHECK(std::memcmp(dst, src, kTotal) == 0);
 
   // RDMA PUT of a second pattern from a local multi-segment registration: local_addr is an
@@ -132,18 +105,18 @@ Done initiate(Gni& g, const Info& t, uint32_t seed) {
   char* lbuf = anon(kMem);
   for (uint64_t i = 0; i < kTotal; ++i) *at_offset(lbuf, local_segs, 3, i) = char(pattern(i, seed2));
   gni_mem_handle_t lseg_h = register_segments(g.nic, lbuf, local_segs, 3, nullptr);
-  auto rput = desc(GNI_POST_RDMA_PUT, 0, lseg_h, 0, t.seg_h, kTotal);
-  CHILD_CHECK(run(g, ep, rput) == 0);
+  auto rput = make_desc(GNI_POST_RDMA_PUT, 0, lseg_h, 0, t.seg_h, kTotal);
+  CHILD_CHECK(post_and_wait(g.cq, ep, rput) == 0);
 
   // RDMA GET of it back into the plain buffer, then an unaligned-in-segments piece into
   // the local multi-segment buffer by FMA GET (both sides in pieces).
   std::memset(dst, 0, kTotal);
-  auto rget = desc(GNI_POST_RDMA_GET, uint64_t(dst), dst_h, 0, t.seg_h, kTotal);
-  CHILD_CHECK(run(g, ep, rget) == 0);
+  auto rget = make_desc(GNI_POST_RDMA_GET, uint64_t(dst), dst_h, 0, t.seg_h, kTotal);
+  CHILD_CHECK(post_and_wait(g.cq, ep, rget) == 0);
   for (uint64_t i = 0; i < kTotal; ++i) CHILD_CHECK(uint8_t(dst[i]) == pattern(i, seed2));
   for (uint64_t i = 0; i < kTotal; ++i) *at_offset(lbuf, local_segs, 3, i) = 0;
-  auto fget = desc(GNI_POST_FMA_GET, 4996, lseg_h, 2996, t.seg_h, 8204);  // 4996..13200 locally
-  CHILD_CHECK(run(g, ep, fget) == 0);
+  auto fget = make_desc(GNI_POST_FMA_GET, 4996, lseg_h, 2996, t.seg_h, 8204);  // 4996..13200 locally
+  CHILD_CHECK(post_and_wait(g.cq, ep, fget) == 0);
   for (uint64_t i = 0; i < 8204; ++i)
     CHILD_CHECK(uint8_t(*at_offset(lbuf, local_segs, 3, 4996 + i)) == pattern(2996 + i, seed2));
   CHILD_CHECK(*at_offset(lbuf, local_segs, 3, 4995) == 0 && *at_offset(lbuf, local_segs, 3, 13200) == 0);
@@ -152,44 +125,44 @@ Done initiate(Gni& g, const Info& t, uint32_t seed) {
   // multi-segment buffer), and a word across a boundary, which has no single target word.
   uint64_t expect_old;
   std::memcpy(&expect_old, dst + kAmoOff, 8);
-  auto amo = desc(GNI_POST_AMO, 10000 - 4, lseg_h, kAmoOff, t.seg_h, 8);  // result straddles locally
+  auto amo = make_desc(GNI_POST_AMO, 10000 - 4, lseg_h, kAmoOff, t.seg_h, 8);  // result straddles locally
   amo.amo_cmd = GNI_FMA_ATOMIC_FADD;
   amo.first_operand = 77;
-  CHILD_CHECK(run(g, ep, amo) == 0);
+  CHILD_CHECK(post_and_wait(g.cq, ep, amo) == 0);
   uint64_t fetched = 0;
   for (int b = 0; b < 8; ++b)
     reinterpret_cast<char*>(&fetched)[b] = *at_offset(lbuf, local_segs, 3, 10000 - 4 + uint64_t(b));
   CHILD_CHECK(fetched == expect_old);
   done.amo_add = 77;
-  auto straddle = desc(GNI_POST_AMO, 0, {}, 3000, t.seg_h, 8);
+  auto straddle = make_desc(GNI_POST_AMO, 0, {}, 3000, t.seg_h, 8);
   straddle.amo_cmd = GNI_FMA_ATOMIC_ADD;
   straddle.first_operand = 1;
-  CHILD_CHECK(run(g, ep, straddle) == cqe::kErrBounds);
+  CHILD_CHECK(post_and_wait(g.cq, ep, straddle) == cqe::kErrBounds);
 
   // Bounds: the offset space ends at kTotal, whatever the segments' addresses.
-  auto past = desc(GNI_POST_FMA_PUT, uint64_t(src), {}, kTotal - 4, t.seg_h, 8);
-  CHILD_CHECK(run(g, ep, past) == cqe::kErrBounds);
-  auto past_get = desc(GNI_POST_FMA_GET, uint64_t(dst), dst_h, kTotal, t.seg_h, 4);
-  CHILD_CHECK(run(g, ep, past_get) == cqe::kErrBounds);
-  auto past_rdma = desc(GNI_POST_RDMA_PUT, uint64_t(dst), dst_h, kTotal - 8, t.seg_h, 16);
-  CHILD_CHECK(run(g, ep, past_rdma) == cqe::kErrBounds);
-  auto past_rget = desc(GNI_POST_RDMA_GET, uint64_t(dst), dst_h, kTotal - 4096, t.seg_h, 8192);
-  CHILD_CHECK(run(g, ep, past_rget) == cqe::kErrBounds);
-  auto by_va = desc(GNI_POST_FMA_PUT, uint64_t(src), {}, 1ull << 40, t.seg_h, 8);
-  CHILD_CHECK(run(g, ep, by_va) == cqe::kErrBounds);
+  auto past = make_desc(GNI_POST_FMA_PUT, uint64_t(src), {}, kTotal - 4, t.seg_h, 8);
+  CHILD_CHECK(post_and_wait(g.cq, ep, past) == cqe::kErrBounds);
+  auto past_get = make_desc(GNI_POST_FMA_GET, uint64_t(dst), dst_h, kTotal, t.seg_h, 4);
+  CHILD_CHECK(post_and_wait(g.cq, ep, past_get) == cqe::kErrBounds);
+  auto past_rdma = make_desc(GNI_POST_RDMA_PUT, uint64_t(dst), dst_h, kTotal - 8, t.seg_h, 16);
+  CHILD_CHECK(post_and_wait(g.cq, ep, past_rdma) == cqe::kErrBounds);
+  auto past_rget = make_desc(GNI_POST_RDMA_GET, uint64_t(dst), dst_h, kTotal - 4096, t.seg_h, 8192);
+  CHILD_CHECK(post_and_wait(g.cq, ep, past_rget) == cqe::kErrBounds);
+  auto by_va = make_desc(GNI_POST_FMA_PUT, uint64_t(src), {}, 1ull << 40, t.seg_h, 8);
+  CHILD_CHECK(post_and_wait(g.cq, ep, by_va) == cqe::kErrBounds);
   // Local side past the end of the local multi-segment registration: refused at post time
   // for RDMA, a local protection error for FMA.
-  auto lpast = desc(GNI_POST_RDMA_GET, kTotal - 4, lseg_h, 0, t.seg_h, 8);
+  auto lpast = make_desc(GNI_POST_RDMA_GET, kTotal - 4, lseg_h, 0, t.seg_h, 8);
   CHILD_CHECK(GNI_PostRdma(ep, &lpast) == GNI_RC_INVALID_PARAM);
-  auto lpast_f = desc(GNI_POST_FMA_GET, kTotal - 4, lseg_h, 0, t.seg_h, 8);
-  CHILD_CHECK(run(g, ep, lpast_f) == cqe::kErrLocalProtection);
+  auto lpast_f = make_desc(GNI_POST_FMA_GET, kTotal - 4, lseg_h, 0, t.seg_h, 8);
+  CHILD_CHECK(post_and_wait(g.cq, ep, lpast_f) == cqe::kErrLocalProtection);
   // Read-only segments: readable, never written.
-  auto ro_put = desc(GNI_POST_FMA_PUT, uint64_t(src), {}, 0, t.ro_h, 64);
-  CHILD_CHECK(run(g, ep, ro_put) == cqe::kErrReadOnly);
-  auto ro_rput = desc(GNI_POST_RDMA_PUT, uint64_t(dst), dst_h, 0, t.ro_h, 64);
+  auto ro_put = make_desc(GNI_POST_FMA_PUT, uint64_t(src), {}, 0, t.ro_h, 64);
+  CHILD_CHECK(post_and_wait(g.cq, ep, ro_put) == cqe::kErrReadOnly);
+  auto ro_rput = make_desc(GNI_POST_RDMA_PUT, uint64_t(dst), dst_h, 0, t.ro_h, 64);
   CHILD_CHECK(GNI_PostRdma(ep, &ro_rput) == GNI_RC_PERMISSION_ERROR);  // the handle says read-only
-  auto ro_get = desc(GNI_POST_FMA_GET, uint64_t(dst), dst_h, 3000, t.ro_h, 8);
-  CHILD_CHECK(run(g, ep, ro_get) == 0);
+  auto ro_get = make_desc(GNI_POST_FMA_GET, uint64_t(dst), dst_h, 3000, t.ro_h, 8);
+  CHILD_CHECK(post_and_wait(g.cq, ep, ro_get) == 0);
   CHILD_CHECK(uint8_t(dst[0]) == pattern(3000, seed2));
 
   CHILD_CHECK(GNI_MemDeregister(g.nic, &lseg_h) == GNI_RC_SUCCESS);
@@ -314,12 +287,12 @@ TEST_CASE("segment lists: parameter errors, a full table, and entries freed on d
     CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
     CHILD_CHECK(GNI_EpBind(ep, g.addr, 7) == GNI_RC_SUCCESS);
     uint64_t v = 1;
-    auto d = desc(GNI_POST_FMA_PUT, uint64_t(&v), {}, 0, h, 8);
-    CHILD_CHECK(run(g, ep, d) == cqe::kErrProtection);
+    auto d = make_desc(GNI_POST_FMA_PUT, uint64_t(&v), {}, 0, h, 8);
+    CHILD_CHECK(post_and_wait(g.cq, ep, d) == cqe::kErrProtection);
     // One segment is a registration addressed by offset too.
     CHILD_CHECK(GNI_MemRegisterSegments(g.nic, &s[5], 1, nullptr, 0, uint32_t(-1), &h) == GNI_RC_SUCCESS);
-    auto one = desc(GNI_POST_FMA_PUT, uint64_t(&v), {}, 56, h, 8);
-    CHILD_CHECK(run(g, ep, one) == 0);
+    auto one = make_desc(GNI_POST_FMA_PUT, uint64_t(&v), {}, 56, h, 8);
+    CHILD_CHECK(post_and_wait(g.cq, ep, one) == 0);
     uint64_t got;
     std::memcpy(&got, reinterpret_cast<char*>(s[5].address) + 56, 8);
     CHILD_CHECK(got == 1);
@@ -362,13 +335,13 @@ TEST_CASE("RDMA in many chunks over segments on both sides (chunks split across 
     char* lbuf = anon(4 << 20);
     for (uint64_t i = 0; i < len; ++i) *at_offset(lbuf, local_segs, 2, i) = char(pattern(i, 3));
     gni_mem_handle_t lh = register_segments(g.nic, lbuf, local_segs, 2, nullptr);
-    auto put = desc(GNI_POST_RDMA_PUT, 0, lh, 0, t.seg_h, len);
-    CHILD_CHECK(run(g, ep, put) == 0);
+    auto put = make_desc(GNI_POST_RDMA_PUT, 0, lh, 0, t.seg_h, len);
+    CHILD_CHECK(post_and_wait(g.cq, ep, put) == 0);
     o.send(0, 1);
     CHILD_CHECK(o.recv<int>(0) == 2);
     std::memset(lbuf, 0, 4 << 20);
-    auto get = desc(GNI_POST_RDMA_GET, 0, lh, 0, t.seg_h, len);
-    CHILD_CHECK(run(g, ep, get) == 0);
+    auto get = make_desc(GNI_POST_RDMA_GET, 0, lh, 0, t.seg_h, len);
+    CHILD_CHECK(post_and_wait(g.cq, ep, get) == 0);
     for (uint64_t i = 0; i < len; ++i) CHILD_CHECK(uint8_t(*at_offset(lbuf, local_segs, 2, i)) == pattern(i, 3));
     CHILD_CHECK(*at_offset(lbuf, local_segs, 2, len) == 0);
     o.send(0, 3);
