@@ -10,7 +10,9 @@ namespace nicemu::udreg {
 
 class LruList {
  public:
+  // Also moves an entry already in the list to the front.
   void push_front(Entry* e) {
+    if (e->in_lru) remove(e);
     e->lru_prev = nullptr;
     e->lru_next = head_;
     if (head_)
