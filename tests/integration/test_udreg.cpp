@@ -106,7 +106,7 @@ struct Ctx {
 udreg_cache_handle_t make_cache(GniDevice& dev, const char* name, uint32_t modes, uint32_t max_entries) {
   struct udreg_cache_attr a;
   std::memset(&a, 0, sizeof a);
-  std::strncpy(a.cache_name, name, UDREG_MAX_CACHENAME_LEN);
+  std::snprintf(a.cache_name, sizeof a.cache_name, "%s", name);
   a.max_entries = max_entries;
   a.modes = modes;
   a.reg_context = &dev;
@@ -518,7 +518,7 @@ TEST_CASE("caches by name: create once, access many, release, destroy; bad argum
   int rc = run(cl, cred, "auto", [](Ctx& c) {
     // The create-or-access idiom: a second create of the same name fails, access succeeds.
     udreg_cache_attr_t a{};
-    std::strncpy(a.cache_name, "udreg-test", UDREG_MAX_CACHENAME_LEN);
+    std::snprintf(a.cache_name, sizeof a.cache_name, "udreg-test");
     a.max_entries = 8;
     a.device_reg_func = GniDevice::reg;
     a.device_dereg_func = GniDevice::dereg;
@@ -534,7 +534,7 @@ TEST_CASE("caches by name: create once, access many, release, destroy; bad argum
 
     // A second cache, destroyed with a referenced entry: deregistered, destructor called.
     static int destructed = 0;
-    std::strncpy(a.cache_name, "udreg-test-2", UDREG_MAX_CACHENAME_LEN);
+    std::snprintf(a.cache_name, sizeof a.cache_name, "udreg-test-2");
     a.destructor_callback = [](void*) { ++destructed; };
     CHILD_CHECK(UDREG_CacheCreate(&a) == UDREG_RC_SUCCESS);
     udreg_cache_handle_t h3 = nullptr;

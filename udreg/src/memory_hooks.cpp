@@ -2,7 +2,9 @@
 // free, realloc and reallocarray. When libudreg precedes libc in the symbol search order (the
 // program links -ludreg, or LD_PRELOAD) every call of these from the program and from other
 // libraries comes here first; the hook reports the range that is about to go away, then
-// calls the next definition (dlsym RTLD_NEXT). Calls libc makes to itself (free() ending in
+// calls the next definition (dlsym RTLD_NEXT), and reports it again once the call returned:
+// an entry another thread registered while the call was in flight (memory being unmapped
+// while it is registered) is dropped too before the caller goes on. Calls libc makes to itself (free() ending in
 // munmap, heap trims) never pass through the symbol table, which is why free and realloc are
 // hooked too: a glibc chunk that was mmapped is reported before it is freed.
 //
@@ -98,19 +100,25 @@ inline void report(const void* p, size_t n) {
   report_unmapped(a, n > UINT64_MAX - a ? UINT64_MAX : a + n);
 }
 
+struct Span {
+  uintptr_t start = 0, end = 0;
+};
+
 // glibc marks a chunk that has its own mapping with bit 1 of the size word before the user
 // pointer; the word before that holds the offset of the chunk in its mapping (alignment).
-void report_if_mmapped_chunk(void* p) {
-  if (!g_real.glibc_chunks.load(std::memory_order_relaxed)) return;
+// Returns the mapping, reported, or an empty span.
+Span report_if_mmapped_chunk(void* p) {
+  if (!g_real.glibc_chunks.load(std::memory_order_relaxed)) return {};
   const size_t* h = static_cast<const size_t*>(p);
   size_t size = h[-1];
-  if (!(size & 2)) return;
+  if (!(size & 2)) return {};
   size_t offset = h[-2];
   uintptr_t chunk = reinterpret_cast<uintptr_t>(p) - 2 * sizeof(size_t);
   uintptr_t block = chunk - offset;
   size_t total = offset + (size & ~size_t(7));
-  if ((block & 4095) != 0 || (total & 4095) != 0) return;  // not what glibc maps: do not trust it
+  if ((block & 4095) != 0 || (total & 4095) != 0) return {};  // not what glibc maps: do not trust it
   report_unmapped(block, block + total);
+  return {block, block + total};
 }
 
 inline uintptr_t current_break() {
@@ -167,19 +175,24 @@ extern "C" {
 int munmap(void* addr, size_t len) noexcept {
   if (reinterpret_cast<uintptr_t>(addr) == g_probe_munmap.load(std::memory_order_relaxed))
     g_probe_munmap_seen.store(true);
-  if (armed()) report(addr, len);
+  bool on = armed();
+  if (on) report(addr, len);
   munmap_fn f = g_real.munmap.load(std::memory_order_relaxed);
-  return f ? f(addr, len) : int(syscall(SYS_munmap, addr, len));
+  int r = f ? f(addr, len) : int(syscall(SYS_munmap, addr, len));
+  if (on) report(addr, len);
+  return r;
 }
 
 static void* mmap_common(std::atomic<mmap_fn>& slot, void* addr, size_t len, int prot, int flags, int fd,
                          off_t off) {
   // MAP_FIXED replaces whatever was mapped there; MAP_FIXED_NOREPLACE fails instead.
-  if ((flags & MAP_FIXED) && !(flags & MAP_FIXED_NOREPLACE) && armed()) report(addr, len);
+  bool on = (flags & MAP_FIXED) && !(flags & MAP_FIXED_NOREPLACE) && armed();
+  if (on) report(addr, len);
   mmap_fn f = slot.load(std::memory_order_relaxed);
-  if (f) return f(addr, len, prot, flags, fd, off);
-  long r = syscall(SYS_mmap, addr, len, prot, flags, fd, off);
-  return reinterpret_cast<void*>(r);
+  void* r = f ? f(addr, len, prot, flags, fd, off)
+              : reinterpret_cast<void*>(syscall(SYS_mmap, addr, len, prot, flags, fd, off));
+  if (on) report(addr, len);
+  return r;
 }
 
 void* mmap(void* addr, size_t len, int prot, int flags, int fd, off_t off) noexcept {
@@ -198,36 +211,47 @@ void* mremap(void* old_addr, size_t old_len, size_t new_len, int flags, ...) noe
     new_addr = va_arg(ap, void*);
     va_end(ap);
   }
-  if (armed()) {
-    // The old range moves or shrinks (or, with MREMAP_DONTUNMAP, loses its pages); a fixed
-    // destination replaces what was there.
+  // The old range moves or shrinks (or, with MREMAP_DONTUNMAP, loses its pages); a fixed
+  // destination replaces what was there.
+  bool on = armed();
+  auto both = [&] {
     report(old_addr, old_len);
     if (flags & MREMAP_FIXED) report(new_addr, new_len);
-  }
+  };
+  if (on) both();
   mremap_fn f = g_real.mremap.load(std::memory_order_relaxed);
-  if (f) return f(old_addr, old_len, new_len, flags, new_addr);
-  return reinterpret_cast<void*>(syscall(SYS_mremap, old_addr, old_len, new_len, flags, new_addr));
+  void* r = f ? f(old_addr, old_len, new_len, flags, new_addr)
+              : reinterpret_cast<void*>(syscall(SYS_mremap, old_addr, old_len, new_len, flags, new_addr));
+  if (on) both();
+  return r;
 }
 
 int madvise(void* addr, size_t len, int advice) noexcept {
-  if ((advice == MADV_DONTNEED || advice == MADV_FREE || advice == MADV_REMOVE || advice == MADV_DONTNEED_LOCKED) &&
-      armed())
-    report(addr, len);
+  bool on = (advice == MADV_DONTNEED || advice == MADV_FREE || advice == MADV_REMOVE ||
+             advice == MADV_DONTNEED_LOCKED) &&
+            armed();
+  if (on) report(addr, len);
   madvise_fn f = g_real.madvise.load(std::memory_order_relaxed);
-  return f ? f(addr, len, advice) : int(syscall(SYS_madvise, addr, len, advice));
+  int r = f ? f(addr, len, advice) : int(syscall(SYS_madvise, addr, len, advice));
+  if (on) report(addr, len);
+  return r;
 }
 
 int brk(void* addr) noexcept {
   brk_fn f = resolve(g_real.brk, "brk");
-  if (armed()) {
-    uintptr_t cur = current_break();
-    if (cur && reinterpret_cast<uintptr_t>(addr) < cur) report_unmapped(reinterpret_cast<uintptr_t>(addr), cur);
-  }
   if (!f) {
     errno = ENOMEM;
     return -1;
   }
-  return f(addr);
+  Span gone;
+  if (armed()) {
+    uintptr_t cur = current_break();
+    if (cur && reinterpret_cast<uintptr_t>(addr) < cur) gone = {reinterpret_cast<uintptr_t>(addr), cur};
+  }
+  report_unmapped(gone.start, gone.end);
+  int r = f(addr);
+  report_unmapped(gone.start, gone.end);
+  return r;
 }
 
 void* sbrk(intptr_t delta) noexcept {
@@ -236,11 +260,15 @@ void* sbrk(intptr_t delta) noexcept {
     errno = ENOMEM;
     return reinterpret_cast<void*>(-1);
   }
+  Span gone;
   if (delta < 0 && armed()) {
     uintptr_t cur = reinterpret_cast<uintptr_t>(f(0));
-    report_unmapped(cur - uintptr_t(-delta), cur);
+    gone = {cur - uintptr_t(-delta), cur};
   }
-  return f(delta);
+  report_unmapped(gone.start, gone.end);
+  void* r = f(delta);
+  report_unmapped(gone.start, gone.end);
+  return r;
 }
 
 void free(void* p) noexcept {
@@ -249,9 +277,10 @@ void free(void* p) noexcept {
   free_fn f = g_real.free.load(std::memory_order_relaxed);
   if (!f) f = __libc_free;
   if (!p || !armed()) return f(p);
-  report_if_mmapped_chunk(p);
+  Span chunk = report_if_mmapped_chunk(p);
   uintptr_t before = current_break();
   f(p);
+  report_unmapped(chunk.start, chunk.end);
   report_trim(before);
 }
 
@@ -260,9 +289,10 @@ void* realloc(void* p, size_t n) noexcept {
   if (!f) f = __libc_realloc;
   if (!p || !armed()) return f(p, n);
   // An mmapped chunk is moved with mremap or unmapped, inside libc.
-  report_if_mmapped_chunk(p);
+  Span chunk = report_if_mmapped_chunk(p);
   uintptr_t before = current_break();
   void* r = f(p, n);
+  report_unmapped(chunk.start, chunk.end);
   report_trim(before);
   return r;
 }
@@ -275,9 +305,10 @@ void* reallocarray(void* p, size_t count, size_t size) noexcept {
   }
   reallocarray_fn f = g_real.reallocarray.load(std::memory_order_relaxed);
   if (!f || !p || !armed()) return realloc(p, n);
-  report_if_mmapped_chunk(p);
+  Span chunk = report_if_mmapped_chunk(p);
   uintptr_t before = current_break();
   void* r = f(p, count, size);
+  report_unmapped(chunk.start, chunk.end);
   report_trim(before);
   return r;
 }

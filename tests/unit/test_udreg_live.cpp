@@ -1,0 +1,210 @@
+// libudreg with its real invalidation sources and no daemon (a fake device): run once per
+// NICEMU_UDREG_INVALIDATION mode by meson, and under ThreadSanitizer by tools/test. Threads
+// register and release while another unmaps and remaps registered memory; no registration
+// older than the memory it is returned for may come back, and every registration is
+// deregistered exactly once.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <sys/mman.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "udreg_nicemu.h"
+#include "udreg_pub.h"
+
+namespace {
+
+constexpr uint64_t kChunk = 64 << 10;
+constexpr int kChunks = 8;
+
+// Unmaps begun per chunk: a registration made when this read b has seen memory that unmap
+// b+1 takes away.
+std::atomic<uint64_t> g_unmaps_begun[kChunks];
+char* g_churn_base = nullptr;
+
+struct FakeDevice {
+  std::mutex mu;
+  std::set<uint64_t> live;
+  uint64_t regs = 0, deregs = 0, double_dereg = 0, next = 1;
+
+  struct Reg {
+    uint64_t serial;
+    uint64_t addr, len;
+    uint64_t begun;  // g_unmaps_begun of its chunk when registered (churned area only)
+  };
+
+  static void* reg(void* addr, uint64_t len, void* ctx) {
+    auto* d = static_cast<FakeDevice*>(ctx);
+    auto* r = new Reg{0, uint64_t(addr), len, 0};
+    uint64_t off = uint64_t(addr) - uint64_t(g_churn_base);
+    if (g_churn_base && uint64_t(addr) >= uint64_t(g_churn_base) && off < kChunks * kChunk)
+      r->begun = g_unmaps_begun[off / kChunk].load();
+    std::lock_guard<std::mutex> l(d->mu);
+    r->serial = d->next++;
+    d->live.insert(r->serial);
+    ++d->regs;
+    return r;
+  }
+  static uint32_t dereg(void* p, void* ctx) {
+    auto* d = static_cast<FakeDevice*>(ctx);
+    auto* r = static_cast<Reg*>(p);
+    std::lock_guard<std::mutex> l(d->mu);
+    if (d->live.erase(r->serial) != 1) {
+      ++d->double_dereg;
+      return 1;
+    }
+    ++d->deregs;
+    delete r;
+    return 0;
+  }
+};
+
+udreg_cache_handle_t make_cache(FakeDevice* d, const char* name, uint32_t max_entries) {
+  udreg_cache_attr_t a{};
+  std::snprintf(a.cache_name, sizeof a.cache_name, "%s", name);
+  a.max_entries = max_entries;
+  a.modes = UDREG_CC_MODE_USE_KERNEL_CACHE | UDREG_CC_MODE_USE_LAZY_DEREG;
+  a.reg_context = a.dreg_context = d;
+  a.device_reg_func = FakeDevice::reg;
+  a.device_dereg_func = FakeDevice::dereg;
+  REQUIRE(UDREG_CacheCreate(&a) == UDREG_RC_SUCCESS);
+  udreg_cache_handle_t h = nullptr;
+  REQUIRE(UDREG_CacheAccess(name, &h) == UDREG_RC_SUCCESS);
+  return h;
+}
+
+std::string mode() {
+  const char* m = std::getenv("NICEMU_UDREG_INVALIDATION");
+  return m ? m : "auto";
+}
+
+// Whether this process's sources see what the test does (a sanitizer's allocator hides
+// free() from the hooks; userfaultfd may be refused).
+bool invalidating() {
+  unsigned s = nicemu_udreg_invalidation_sources();
+  return s & (NICEMU_UDREG_SOURCE_UFFD | NICEMU_UDREG_SOURCE_HOOKS);
+}
+
+char* map_anon(uint64_t len, void* at = nullptr, int extra = 0) {
+  void* p = mmap(at, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | extra, -1, 0);
+  REQUIRE(p != MAP_FAILED);
+  std::memset(p, 0x22, len);
+  return static_cast<char*>(p);
+}
+
+}  // namespace
+
+TEST_CASE("live sources: munmap then mmap at the same address is a miss") {
+  FakeDevice d;
+  udreg_cache_handle_t h = make_cache(&d, "live-basic", 64);
+  if (mode() != "none" && !invalidating()) {
+    MESSAGE("mode " << mode() << ": no complete invalidation source here (sources "
+                    << nicemu_udreg_invalidation_sources() << "), only checking that nothing is cached");
+  }
+  char* p = map_anon(kChunk);
+  udreg_entry_t* e = nullptr;
+  REQUIRE(UDREG_Register(h, p, kChunk, &e) == UDREG_RC_SUCCESS);
+  REQUIRE(UDREG_DecrRefcount(h, e) == UDREG_RC_SUCCESS);
+  REQUIRE(munmap(p, kChunk) == 0);
+  REQUIRE(map_anon(kChunk, p, MAP_FIXED_NOREPLACE) == p);
+  udreg_entry_t* f = nullptr;
+  REQUIRE(UDREG_Register(h, p, kChunk, &f) == UDREG_RC_SUCCESS);
+  uint64_t hits = 0;
+  REQUIRE(UDREG_GetStat(h, UDREG_STAT_CACHE_HIT, &hits) == UDREG_RC_SUCCESS);
+  if (mode() == "none") {
+    CHECK(hits == 1);  // stale, by request
+  } else {
+    CHECK(hits == 0);
+    CHECK(d.regs == 2);
+    CHECK(d.deregs == 1);
+  }
+  REQUIRE(UDREG_DecrRefcount(h, f) == UDREG_RC_SUCCESS);
+  REQUIRE(UDREG_CacheRelease(h) == UDREG_RC_SUCCESS);
+  REQUIRE(UDREG_CacheDestroy(h) == UDREG_RC_SUCCESS);
+  CHECK(d.regs == d.deregs);
+  CHECK(d.double_dereg == 0);
+  munmap(p, kChunk);
+}
+
+TEST_CASE("live sources: threads register and release while memory is unmapped and remapped") {
+  if (mode() == "none") return;  // staleness is the point of that mode
+  FakeDevice d;
+  udreg_cache_handle_t h = make_cache(&d, "live-threads", 32);
+  char* stable = map_anon(kChunks * kChunk);
+  g_churn_base = map_anon(kChunks * kChunk);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> unmaps_done[kChunks] = {};
+  std::atomic<uint64_t> remaps{0};
+  std::atomic<int> stale{0}, errors{0};
+  const bool checked = invalidating();
+
+  std::thread churn([&] {
+    std::mt19937 rng(5);
+    while (!stop.load()) {
+      int c = int(rng() % kChunks);
+      char* p = g_churn_base + uint64_t(c) * kChunk;
+      g_unmaps_begun[c].fetch_add(1);
+      if (munmap(p, kChunk) != 0) errors.fetch_add(1);
+      unmaps_done[c].fetch_add(1);
+      void* q = mmap(p, kChunk, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+      if (q != p) errors.fetch_add(1);
+      remaps.fetch_add(1);
+      void* b = malloc(300 << 10);  // libc's own mmap/munmap underneath
+      free(b);
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  });
+  std::vector<std::thread> workers;
+  for (int t = 0; t < 3; ++t)
+    workers.emplace_back([&, t] {
+      std::mt19937 rng(unsigned(t) + 11);
+      std::vector<udreg_entry_t*> held;
+      // At least 3000 rounds, and on until the churn thread has remapped 300 times.
+      for (int i = 0; i < 3000 || (remaps.load() < 300 && i < 3000000); ++i) {
+        bool churned = rng() % 2;
+        int c = int(rng() % kChunks);
+        char* base = (churned ? g_churn_base : stable) + uint64_t(c) * kChunk;
+        uint64_t done = churned ? unmaps_done[c].load() : 0;
+        udreg_entry_t* e = nullptr;
+        if (UDREG_Register(h, base + rng() % 512, 1 + rng() % (kChunk - 512), &e) != UDREG_RC_SUCCESS) {
+          errors.fetch_add(1);
+          continue;
+        }
+        auto* r = static_cast<FakeDevice::Reg*>(e->device_data);
+        if (churned && checked && r->begun < done) stale.fetch_add(1);
+        held.push_back(e);
+        if (held.size() > 3 || rng() % 2) {
+          size_t k = rng() % held.size();
+          if (UDREG_DecrRefcount(h, held[k]) != UDREG_RC_SUCCESS) errors.fetch_add(1);
+          held.erase(held.begin() + long(k));
+        }
+      }
+      for (auto* e : held)
+        if (UDREG_DecrRefcount(h, e) != UDREG_RC_SUCCESS) errors.fetch_add(1);
+    });
+  for (auto& w : workers) w.join();
+  stop.store(true);
+  churn.join();
+
+  MESSAGE("mode " << mode() << ": " << remaps.load() << " remaps, " << d.regs << " registrations");
+  CHECK(remaps.load() >= 300);
+  CHECK(errors.load() == 0);
+  CHECK(stale.load() == 0);
+  REQUIRE(UDREG_CacheRelease(h) == UDREG_RC_SUCCESS);
+  REQUIRE(UDREG_CacheDestroy(h) == UDREG_RC_SUCCESS);
+  CHECK(d.double_dereg == 0);
+  CHECK(d.regs == d.deregs);
+  CHECK(d.live.empty());
+  munmap(stable, kChunks * kChunk);
+  munmap(g_churn_base, kChunks * kChunk);
+}
