@@ -1,5 +1,5 @@
 // uDREG interval index and LRU list: covering lookups and overlap enumeration against a
-// brute-force model over random inserts and erases, AVL and max_end invariants, LRU order.
+// brute-force model over random inserts and erases, B+tree and summary invariants, LRU order.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -41,9 +41,9 @@ TEST_CASE("interval index: empty, single, nested and repeated ranges") {
   big.start = 0x1000, big.end = 0x9000;
   small.start = 0x2000, small.end = 0x3000;
   dup.start = 0x2000, dup.end = 0x3000;
-  idx.insert(&big);
-  idx.insert(&small);
-  idx.insert(&dup);
+  REQUIRE(idx.insert(&big));
+  REQUIRE(idx.insert(&small));
+  REQUIRE(idx.insert(&dup));
   CHECK(idx.size() == 3);
   CHECK(idx.verify());
 
@@ -90,7 +90,7 @@ TEST_CASE("interval index: random operations agree with a brute-force model") {
       Entry* e = spare.back();
       spare.pop_back();
       random_range(&e->start, &e->end);
-      idx.insert(e);
+      REQUIRE(idx.insert(e));
       live.push_back(e);
     } else if (op < 8 && !live.empty()) {
       size_t i = rng() % live.size();
@@ -114,19 +114,40 @@ TEST_CASE("interval index: random operations agree with a brute-force model") {
   CHECK(idx.verify());
 }
 
-TEST_CASE("interval index: height stays logarithmic for sorted inserts") {
+TEST_CASE("interval index: depth stays logarithmic, emptied nodes go away") {
   std::vector<Entry> pool(1 << 14);
   IntervalIndex idx;
-  for (size_t i = 0; i < pool.size(); ++i) {
+  for (size_t i = 0; i < pool.size(); ++i) {  // sorted inserts: the worst order for splits
     pool[i].start = i * 4096;
     pool[i].end = i * 4096 + 4096;
-    idx.insert(&pool[i]);
+    REQUIRE(idx.insert(&pool[i]));
   }
   CHECK(idx.verify());
-  // AVL height bound: 1.44 log2(n + 2).
-  CHECK(idx.root()->height <= 21);
+  // Half-full nodes at worst: depth <= 1 + log8(n).
+  CHECK(idx.depth() <= 6);
   CHECK(idx.find_covering(5000 * 4096 + 10, 5000 * 4096 + 20) == &pool[5000]);
   CHECK(idx.find_covering(5000 * 4096 + 10, 5001 * 4096 + 20) == nullptr);
+  // Same start many times (ties across splits), then everything removed.
+  std::vector<Entry> same(200);
+  for (size_t i = 0; i < same.size(); ++i) {
+    same[i].start = 5000 * 4096;
+    same[i].end = 5000 * 4096 + 1 + i;
+    REQUIRE(idx.insert(&same[i]));
+  }
+  CHECK(idx.verify());
+  Entry* c = idx.find_covering(5000 * 4096, 5000 * 4096 + 150);
+  REQUIRE(c != nullptr);
+  CHECK(c->end >= 5000 * 4096 + 150);
+  for (auto& e : same) idx.erase(&e);
+  for (size_t i = 0; i < pool.size(); i += 2) idx.erase(&pool[i]);
+  CHECK(idx.verify());
+  CHECK(idx.find_covering(5000 * 4096 + 10, 5000 * 4096 + 20) == nullptr);
+  CHECK(idx.find_covering(5001 * 4096 + 10, 5001 * 4096 + 20) == &pool[5001]);
+  CHECK(idx.find_covering(5002 * 4096 + 10, 5002 * 4096 + 20) == nullptr);
+  for (size_t i = 1; i < pool.size(); i += 2) idx.erase(&pool[i]);
+  CHECK(idx.empty());
+  CHECK(idx.depth() == 0);
+  CHECK(idx.verify());
 }
 
 TEST_CASE("LRU list: order, removal from any position, back is the oldest") {

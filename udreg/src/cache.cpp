@@ -113,12 +113,20 @@ void Cache::invalidate_all_locked() {
   });
 }
 
+// The LRU list is ordered by last release. A hit leaves its entry where it was (unlinking
+// would touch two other entries' cache lines on the hottest path); such referenced entries
+// are unlinked here when they reach the back, and relinked at the front by their release.
 bool Cache::evict_one_locked() {
-  Entry* e = lru_.back();
-  if (!e) return false;
-  stats_.add(Stat::kEvicted);
-  drop_locked(e);
-  return true;
+  while (Entry* e = lru_.back()) {
+    if (e->refs != 0) {
+      lru_.remove(e);
+      continue;
+    }
+    stats_.add(Stat::kEvicted);
+    drop_locked(e);
+    return true;
+  }
+  return false;
 }
 
 udreg_return_t Cache::reg(void* addr, uint64_t length, udreg_entry_t** out) {
@@ -130,7 +138,7 @@ udreg_return_t Cache::reg(void* addr, uint64_t length, udreg_entry_t** out) {
 
   if (Entry* e = index_.find_covering(a, b)) {
     if (e->refs == UINT32_MAX) return UDREG_RC_NO_SPACE;
-    if (e->refs++ == 0) lru_.remove(e);
+    ++e->refs;  // stays in the LRU list if it is there: see evict_one_locked
     stats_.add(Stat::kHit);
     *out = &e->pub;
     return UDREG_RC_SUCCESS;
@@ -170,11 +178,10 @@ udreg_return_t Cache::reg(void* addr, uint64_t length, udreg_entry_t** out) {
     // Counted in the filter before the lookup structure, so an unmap reported from now on
     // is queued.
     address_filter().add(a, b);
-    index_.insert(e);
-    e->indexed = true;
-  } else {
-    stats_.add(Stat::kUnwatched);
+    e->indexed = index_.insert(e);
+    if (!e->indexed) address_filter().remove(a, b);  // no memory for the index: not cached
   }
+  if (!e->indexed) stats_.add(Stat::kUnwatched);
   *out = &e->pub;
   return UDREG_RC_SUCCESS;
 }
@@ -190,7 +197,7 @@ udreg_return_t Cache::release(udreg_entry_t* entry, bool unregister) {
     stats_.add(Stat::kEvicted);
     drop_locked(e);
   } else if (e->indexed && lazy()) {
-    lru_.push_front(e);
+    lru_.push_front(e);  // moves it if a hit left it in the list
   } else {
     drop_locked(e);  // not lazy, invalidated while in use, or never cacheable
   }
@@ -244,7 +251,9 @@ size_t Cache::live_entries() {
 
 size_t Cache::cached_unreferenced() {
   std::lock_guard<std::mutex> lock(mu_);
-  return lru_.size();
+  size_t n = 0;
+  pool_.for_each_live([&](Entry* e) { n += e->in_lru && e->refs == 0; });
+  return n;
 }
 
 size_t Cache::indexed_entries() {
@@ -265,8 +274,8 @@ bool Cache::verify() {
   pool_.for_each_live([&](Entry* e) {
     indexed += e->indexed;
     in_lru += e->in_lru;
-    if (e->in_lru && (e->refs != 0 || !e->indexed)) ok = false;  // the LRU holds cached, unreferenced entries
-    if (e->refs == 0 && !e->in_lru) ok = false;                  // nothing unreferenced outside it
+    if (e->in_lru && !e->indexed) ok = false;    // the LRU holds cached entries ...
+    if (e->refs == 0 && !e->in_lru) ok = false;  // ... every unreferenced one among them
     if (e->invalid && e->indexed) ok = false;
   });
   return ok && indexed == index_.size() && in_lru == lru_.size();

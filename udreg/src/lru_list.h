@@ -1,6 +1,7 @@
-// Least-recently-used order of the cached entries nobody references: an entry joins at the
-// front when its last reference goes (lazy deregistration) and leaves when it is hit again,
-// evicted or invalidated. Eviction takes the back. Intrusive, O(1), no allocation.
+// Least-recently-used order of cached entries, by the time their last reference went (lazy
+// deregistration): an entry joins at the front when released, leaves when evicted or
+// invalidated. A hit does not unlink it (see Cache::evict_one_locked). Eviction takes the
+// back. Intrusive, O(1), no allocation.
 #pragma once
 #include <cstddef>
 
