@@ -12,8 +12,11 @@ namespace nicemu::udreg {
 // cost of a lookup is mispredicted branches more than cache misses.
 struct alignas(64) IntervalIndex::Node {
   uint64_t key[kFanout];
-  uint64_t max_end[kFanout];
-  void* child[kFanout];
+  // What a search reads after the keys, for one slot: in one cache line.
+  struct Slot {
+    uint64_t max_end;
+    void* child;
+  } slot[kFanout];
   Node* parent = nullptr;
   int count = 0;
   bool leaf = true;
@@ -22,12 +25,12 @@ struct alignas(64) IntervalIndex::Node {
     for (auto& k : key) k = UINT64_MAX;
   }
 
-  Node* node(int i) const { return static_cast<Node*>(child[i]); }
-  Entry* entry(int i) const { return static_cast<Entry*>(child[i]); }
+  Node* node(int i) const { return static_cast<Node*>(slot[i].child); }
+  Entry* entry(int i) const { return static_cast<Entry*>(slot[i].child); }
 
   uint64_t summary_end() const {
     uint64_t m = 0;
-    for (int i = 0; i < count; ++i) m = std::max(m, max_end[i]);
+    for (int i = 0; i < count; ++i) m = std::max(m, slot[i].max_end);
     return m;
   }
 
@@ -40,27 +43,25 @@ struct alignas(64) IntervalIndex::Node {
 
   int index_of(const void* c) const {
     for (int i = 0; i < count; ++i)
-      if (child[i] == c) return i;
+      if (slot[i].child == c) return i;
     return -1;
   }
 
   void insert_at(int i, uint64_t k, uint64_t e, void* c) {
     for (int j = count; j > i; --j) {
       key[j] = key[j - 1];
-      max_end[j] = max_end[j - 1];
-      child[j] = child[j - 1];
+      slot[j] = slot[j - 1];
     }
     key[i] = k;
-    max_end[i] = e;
-    child[i] = c;
+    slot[i].max_end = e;
+    slot[i].child = c;
     ++count;
   }
 
   void remove_at(int i) {
     for (int j = i; j + 1 < count; ++j) {
       key[j] = key[j + 1];
-      max_end[j] = max_end[j + 1];
-      child[j] = child[j + 1];
+      slot[j] = slot[j + 1];
     }
     --count;
     key[count] = UINT64_MAX;
@@ -68,9 +69,9 @@ struct alignas(64) IntervalIndex::Node {
 
   void adopt(int i) {
     if (leaf)
-      static_cast<Entry*>(child[i])->leaf = this;
+      static_cast<Entry*>(slot[i].child)->leaf = this;
     else
-      static_cast<Node*>(child[i])->parent = this;
+      static_cast<Node*>(slot[i].child)->parent = this;
   }
 };
 
@@ -90,7 +91,7 @@ void free_subtree(Node* n) {
 Entry* any_reaching(const Node* n, uint64_t b) {
   for (;;) {
     int i = 0;
-    while (i < n->count && n->max_end[i] < b) ++i;
+    while (i < n->count && n->slot[i].max_end < b) ++i;
     if (i == n->count) return nullptr;
     if (n->leaf) return n->entry(i);
     n = n->node(i);
@@ -101,22 +102,22 @@ Entry* covering(const Node* n, uint64_t a, uint64_t b) {
   int i = n->last_at_or_before(a);
   if (n->leaf) {
     for (; i >= 0; --i)
-      if (n->max_end[i] >= b) return n->entry(i);
+      if (n->slot[i].max_end >= b) return n->entry(i);
     return nullptr;
   }
   if (i < 0) return nullptr;
   // Child i may also hold starts after a: explore it. Children before it start at or
   // before a throughout, so one that reaches b holds a covering entry for sure.
-  if (n->max_end[i] >= b)
+  if (n->slot[i].max_end >= b)
     if (Entry* e = covering(n->node(i), a, b)) return e;
   for (--i; i >= 0; --i)
-    if (n->max_end[i] >= b) return any_reaching(n->node(i), b);
+    if (n->slot[i].max_end >= b) return any_reaching(n->node(i), b);
   return nullptr;
 }
 
 void collect(const Node* n, uint64_t a, uint64_t b, Entry** head) {
   for (int i = 0; i < n->count && n->key[i] < b; ++i) {
-    if (n->max_end[i] <= a) continue;
+    if (n->slot[i].max_end <= a) continue;
     if (n->leaf) {
       Entry* e = n->entry(i);
       e->next_hit = *head;
@@ -137,14 +138,14 @@ bool verify_node(const Node* n, const Node* parent, int depth, int leaf_depth, s
   for (int i = 0; i < n->count; ++i) {
     if (n->leaf) {
       const Entry* e = n->entry(i);
-      if (depth != leaf_depth || e->leaf != n || e->start != n->key[i] || e->end != n->max_end[i] ||
+      if (depth != leaf_depth || e->leaf != n || e->start != n->key[i] || e->end != n->slot[i].max_end ||
           e->start >= e->end)
         return false;
       ++*entries;
     } else {
       uint64_t k = 0, m = 0;
       if (!verify_node(n->node(i), n, depth + 1, leaf_depth, entries, &k, &m)) return false;
-      if (k != n->key[i] || m != n->max_end[i]) return false;
+      if (k != n->key[i] || m != n->slot[i].max_end) return false;
       // Order across children: the next child starts no earlier than this one's last key.
       if (i + 1 < n->count) {
         const Node* c = n->node(i);
@@ -167,7 +168,7 @@ void IntervalIndex::refresh_up(Node* n) {
   while (Node* p = n->parent) {
     int i = p->index_of(n);
     p->key[i] = n->key[0];
-    p->max_end[i] = n->summary_end();
+    p->slot[i].max_end = n->summary_end();
     n = p;
   }
 }
@@ -192,8 +193,7 @@ bool IntervalIndex::split(Node* n) {
   int keep = n->count / 2;
   for (int i = keep; i < n->count; ++i) {
     s->key[i - keep] = n->key[i];
-    s->max_end[i - keep] = n->max_end[i];
-    s->child[i - keep] = n->child[i];
+    s->slot[i - keep] = n->slot[i];
     s->adopt(i - keep);
   }
   s->count = n->count - keep;
@@ -201,7 +201,7 @@ bool IntervalIndex::split(Node* n) {
   n->count = keep;
   s->parent = p;
   int at = p->index_of(n);
-  p->max_end[at] = n->summary_end();
+  p->slot[at].max_end = n->summary_end();
   p->insert_at(at + 1, s->key[0], s->summary_end(), s);
   return true;
 }

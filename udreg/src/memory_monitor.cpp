@@ -2,6 +2,8 @@
 
 #include <pthread.h>
 
+#include <atomic>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -14,12 +16,16 @@ namespace nicemu::udreg {
 
 namespace {
 
+std::atomic<bool> g_forked{false};
+
 void after_fork_in_child() {
   // The child has the parent's caches but no monitor thread and no userfaultfd
-  // registrations: whatever was reported or pending is lost for it.
+  // registrations: whatever was reported or pending is lost for it. Its next
+  // UDREG_CacheCreate starts a monitor of its own.
   uffd_forget_after_fork();
   invalidation_ring().reset_gate();
   invalidation_ring().bump_epoch();
+  g_forked.store(true);
 }
 
 const char* mode_name(Mode m) {
@@ -87,6 +93,13 @@ void MemoryMonitor::start() {
                  : !hooks_munmap_     ? "libudreg is not ahead of libc in the symbol search order"
                                       : "free() does not reach them (another allocator or a sanitizer)");
   }
+}
+
+void MemoryMonitor::restart_after_fork() {
+  if (!g_forked.exchange(false) || !started_) return;
+  if (mode_ != Mode::kAuto && mode_ != Mode::kUffd) return;
+  std::string why;
+  if (!uffd_start(&why) && debug_) std::fprintf(stderr, "udreg: userfaultfd in the fork child: %s\n", why.c_str());
 }
 
 bool MemoryMonitor::uffd_active() const { return nicemu::udreg::uffd_active(); }

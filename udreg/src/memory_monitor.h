@@ -21,6 +21,8 @@ class MemoryMonitor final : public Watcher {
 
   // Idempotent; reads the environment and starts the sources on first call.
   void start();
+  // In a fork child whose parent had started the sources: a userfaultfd monitor of its own.
+  void restart_after_fork();
   bool watch(uint64_t start, uint64_t end) override;
 
   Mode mode() const { return mode_; }

@@ -17,6 +17,7 @@ udreg_return_t UDREG_CacheCreate(udreg_cache_attr_t* cache_attr) {
   MemoryMonitor& m = MemoryMonitor::instance();
   static std::once_flag started;
   std::call_once(started, [&m] { m.start(); });
+  m.restart_after_fork();
   return CacheRegistry::instance().create(cache_attr, &m);
 }
 
