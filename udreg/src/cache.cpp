@@ -147,21 +147,35 @@ udreg_return_t Cache::reg(void* addr, uint64_t length, udreg_entry_t** out) {
   stats_.add(Stat::kMiss);
   // The bound on entries holds by evicting the least recently used unreferenced one.
   if (pool_.live() >= attr_.max_entries && !evict_one_locked()) return UDREG_RC_NO_SPACE;
+
+  // Counted in the address filter and watched before the device sees the range: an unmap
+  // while the registration is being made (memory freed by another thread meanwhile) is
+  // reported and queued, not filtered out or missed, and drops the new entry at the next
+  // call. Watching after the device call could watch new memory mapped at the same
+  // address while the registration describes the old.
+  AddressFilter& filter = address_filter();
+  filter.add(a, b);
+  const bool watched = watcher_->watch(a, b);
   void* dd;
   for (;;) {
     dd = attr_.device_reg_func(addr, length, attr_.reg_context);
     if (dd == UDREG_DEVICE_REG_FAILED) {
+      filter.remove(a, b);
       debug("device_reg_func failed for [%p, +%llu)", addr, static_cast<unsigned long long>(length));
       return UDREG_RC_INVALID_PARAM;
     }
     if (dd) break;
     // NULL: the device is out of registration resources; free one and retry.
-    if (!evict_one_locked()) return UDREG_RC_NO_SPACE;
+    if (!evict_one_locked()) {
+      filter.remove(a, b);
+      return UDREG_RC_NO_SPACE;
+    }
   }
   stats_.add(Stat::kDeviceReg);
 
   Entry* e = pool_.alloc();
   if (!e) {
+    filter.remove(a, b);
     stats_.add(Stat::kDeviceDereg);
     attr_.device_dereg_func(dd, attr_.dreg_context);
     return UDREG_RC_NO_SPACE;
@@ -173,15 +187,12 @@ udreg_return_t Cache::reg(void* addr, uint64_t length, udreg_entry_t** out) {
   e->start = a;
   e->end = b;
   e->refs = 1;
-  e->watched = watcher_->watch(a, b);
-  if (e->watched) {
-    // Counted in the filter before the lookup structure, so an unmap reported from now on
-    // is queued.
-    address_filter().add(a, b);
-    e->indexed = index_.insert(e);
-    if (!e->indexed) address_filter().remove(a, b);  // no memory for the index: not cached
+  e->watched = watched;
+  if (e->watched) e->indexed = index_.insert(e);  // false: no memory for the index, not cached
+  if (!e->indexed) {
+    filter.remove(a, b);
+    stats_.add(Stat::kUnwatched);
   }
-  if (!e->indexed) stats_.add(Stat::kUnwatched);
   *out = &e->pub;
   return UDREG_RC_SUCCESS;
 }
