@@ -564,3 +564,103 @@ TEST_CASE("caches by name: create once, access many, release, destroy; bad argum
   });
   expect_ok(rc, "cache names");
 }
+
+TEST_CASE("peers write and read memory that uDREG registered and userfaultfd watches") {
+  // A registration made through the cache, on pages never touched (userfaultfd registers
+  // them in write-protect mode without protecting any): another process's FMA and RDMA
+  // (the daemon's BTE engine, cross-memory attach) must reach them as any other memory.
+  Cluster cl(1);
+  Cred cred = cl.credential();
+  Oob oob;
+  struct Target {
+    uint32_t addr, inst;
+    uint64_t buf;
+    gni_mem_handle_t h;
+  };
+  constexpr uint64_t kLen = 2 << 20;
+  pid_t target = cl.spawn(0, [&]() -> int {
+    setenv("NICEMU_UDREG_INVALIDATION", "auto", 1);
+    Gni g;
+    CHILD_CHECK(g.open(1, cred) == GNI_RC_SUCCESS);
+    GniDevice dev;
+    dev.nic = g.nic;
+    udreg_cache_handle_t cache = make_cache(dev, "udreg-peer", UDREG_CC_MODE_USE_LAZY_DEREG, 16);
+    void* m = mmap(nullptr, kLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHILD_CHECK(m != MAP_FAILED);
+    char* buf = static_cast<char*>(m);
+    buf[0] = 1;  // only the first page is populated
+    udreg_entry_t* e = nullptr;
+    CHILD_CHECK(UDREG_Register(cache, buf, kLen, &e) == UDREG_RC_SUCCESS);
+    std::fprintf(stderr, "target sources %#x\n", nicemu_udreg_invalidation_sources());
+    oob.send(0, Target{g.addr, g.inst, uint64_t(buf), static_cast<GniDevice::Reg*>(e->device_data)->h});
+    CHILD_CHECK(oob.recv<int>(0) == 1);  // the initiator is done
+    for (uint64_t i = 0; i < 4096; ++i) CHILD_CHECK(uint8_t(buf[i]) == pattern(i));
+    for (uint64_t i = 0; i < (1 << 20); ++i) CHILD_CHECK(uint8_t(buf[(64 << 10) + i]) == pattern(i + 7));
+    CHILD_CHECK(UDREG_DecrRefcount(cache, e) == UDREG_RC_SUCCESS);
+    CHILD_CHECK(UDREG_CacheRelease(cache) == UDREG_RC_SUCCESS);
+    CHILD_CHECK(UDREG_CacheDestroy(cache) == UDREG_RC_SUCCESS);
+    CHILD_CHECK(dev.regs == dev.deregs && dev.failures == 0);
+    munmap(m, kLen);
+    return 0;
+  });
+  pid_t initiator = cl.spawn(0, [&]() -> int {
+    Target t = oob.recv<Target>(1);
+    Gni g;
+    CHILD_CHECK(g.open(2, cred) == GNI_RC_SUCCESS);
+    gni_ep_handle_t ep = nullptr;
+    CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
+    CHILD_CHECK(GNI_EpBind(ep, t.addr, t.inst) == GNI_RC_SUCCESS);
+    std::vector<char> src(1 << 20), back(1 << 20);
+    for (uint64_t i = 0; i < src.size(); ++i) src[i] = char(pattern(i + 7));
+    gni_mem_handle_t src_h, back_h;
+    CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(src.data()), src.size(), nullptr, GNI_MEM_READWRITE, uint32_t(-1),
+                                &src_h) == GNI_RC_SUCCESS);
+    CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(back.data()), back.size(), nullptr, GNI_MEM_READWRITE, uint32_t(-1),
+                                &back_h) == GNI_RC_SUCCESS);
+    auto complete = [&](gni_post_descriptor_t* d) {
+      gni_cq_entry_t ev = 0;
+      CHILD_CHECK(GNI_CqWaitEvent(g.cq, 10000, &ev) == GNI_RC_SUCCESS);
+      gni_post_descriptor_t* out = nullptr;
+      CHILD_CHECK(GNI_GetCompleted(g.cq, ev, &out) == GNI_RC_SUCCESS);
+      CHILD_CHECK(out == d);
+    };
+    // FMA PUT of one page (the initiator writes with cross-memory attach).
+    std::vector<char> page(4096);
+    for (uint64_t i = 0; i < page.size(); ++i) page[i] = char(pattern(i));
+    gni_post_descriptor_t f{};
+    f.type = GNI_POST_FMA_PUT;
+    f.cq_mode = GNI_CQMODE_GLOBAL_EVENT;
+    f.dlvr_mode = GNI_DLVMODE_PERFORMANCE;
+    f.local_addr = uint64_t(page.data());
+    f.remote_addr = t.buf;
+    f.remote_mem_hndl = t.h;
+    f.length = page.size();
+    CHILD_CHECK(GNI_PostFma(ep, &f) == GNI_RC_SUCCESS);
+    complete(&f);
+    // RDMA PUT of 1 MiB into untouched pages (the daemon's BTE engine writes), then GET back.
+    gni_post_descriptor_t r{};
+    r.type = GNI_POST_RDMA_PUT;
+    r.cq_mode = GNI_CQMODE_GLOBAL_EVENT;
+    r.dlvr_mode = GNI_DLVMODE_PERFORMANCE;
+    r.local_addr = uint64_t(src.data());
+    r.local_mem_hndl = src_h;
+    r.remote_addr = t.buf + (64 << 10);
+    r.remote_mem_hndl = t.h;
+    r.length = src.size();
+    CHILD_CHECK(GNI_PostRdma(ep, &r) == GNI_RC_SUCCESS);
+    complete(&r);
+    gni_post_descriptor_t gd = r;
+    gd.type = GNI_POST_RDMA_GET;
+    gd.local_addr = uint64_t(back.data());
+    gd.local_mem_hndl = back_h;
+    CHILD_CHECK(GNI_PostRdma(ep, &gd) == GNI_RC_SUCCESS);
+    complete(&gd);
+    CHILD_CHECK(std::memcmp(back.data(), src.data(), src.size()) == 0);
+    oob.send(1, 1);
+    CHILD_CHECK(GNI_MemDeregister(g.nic, &src_h) == GNI_RC_SUCCESS);
+    CHILD_CHECK(GNI_MemDeregister(g.nic, &back_h) == GNI_RC_SUCCESS);
+    return 0;
+  });
+  CHECK(cl.wait(initiator, 60) == 0);
+  CHECK(cl.wait(target, 60) == 0);
+}
