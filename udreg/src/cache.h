@@ -5,7 +5,6 @@
 #pragma once
 #include <cstdint>
 #include <mutex>
-#include <string>
 
 #include "entry.h"
 #include "entry_pool.h"

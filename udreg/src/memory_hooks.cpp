@@ -9,7 +9,7 @@
 // hooked too: a glibc chunk that was mmapped is reported before it is freed.
 //
 // These run inside malloc and free and in any thread: no allocation, no lock, nothing but
-// atomics. With no cached entry anywhere they cost one load.
+// atomics. With no cached entry anywhere they cost two loads.
 
 // mmap and mmap64 are both defined here; with 64-bit offsets forced, <sys/mman.h> would make
 // them one symbol (off_t is 64 bits on LP64 either way).

@@ -102,8 +102,6 @@ void MemoryMonitor::restart_after_fork() {
   if (!uffd_start(&why) && debug_) std::fprintf(stderr, "udreg: userfaultfd in the fork child: %s\n", why.c_str());
 }
 
-bool MemoryMonitor::uffd_active() const { return nicemu::udreg::uffd_active(); }
-
 bool MemoryMonitor::watch(uint64_t start, uint64_t end) {
   if (mode_ == Mode::kNone) return true;  // deliberately unsafe: nothing is ever invalidated
   if (uffd_watch(start, end)) return true;

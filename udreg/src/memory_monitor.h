@@ -26,7 +26,6 @@ class MemoryMonitor final : public Watcher {
   bool watch(uint64_t start, uint64_t end) override;
 
   Mode mode() const { return mode_; }
-  bool uffd_active() const;
   bool hooks_complete() const { return hooks_munmap_ && hooks_free_; }
 
  private:
