@@ -207,11 +207,32 @@ void put_through(Ctx& c, void* dst, udreg_entry_t* e, uint64_t len) {
   CHILD_CHECK(GNI_EpDestroy(ep) == GNI_RC_SUCCESS);
 }
 
-char* map_anon(uint64_t len, void* at = nullptr, int extra = 0) {
-  void* p = mmap(at, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | extra, -1, 0);
+char* map_anon(uint64_t len) {
+  void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   CHILD_CHECK(p != MAP_FAILED);
   std::memset(p, 0x11, len);
   return static_cast<char*>(p);
+}
+
+// Maps fresh memory into the hole [p, p + n) an unmap left. Another thread (a sanitizer
+// runtime's allocator) may have taken the hole first: then false, and the scenario starts
+// over at another address.
+bool refill(char* p, uint64_t n) {
+  void* q = mmap(p, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  if (q != p) {
+    if (q != MAP_FAILED) munmap(q, n);
+    return false;
+  }
+  std::memset(p, 0x11, n);
+  return true;
+}
+
+// Runs `scenario` until it found its holes free, at most 20 times.
+template <typename F>
+bool with_retries(F scenario) {
+  for (int i = 0; i < 20; ++i)
+    if (scenario()) return true;
+  return false;
 }
 
 // After the memory of a cached registration was replaced by new memory at the same address:
@@ -282,41 +303,50 @@ TEST_CASE("munmap then mmap at the same address, and an entry in use when its me
   for (const auto& mode : kModes) {
     int rc = run(cl, cred, mode, [](Ctx& c) {
       const uint64_t n = 1 << 20;
-      char* p = map_anon(n);
-      udreg_entry_t* e = nullptr;
-      CHILD_CHECK(UDREG_Register(c.cache, p, n, &e) == UDREG_RC_SUCCESS);
-      uint64_t dd = serial_of(e);
-      CHILD_CHECK(UDREG_DecrRefcount(c.cache, e) == UDREG_RC_SUCCESS);
-      CHILD_CHECK(munmap(p, n) == 0);
-      CHILD_CHECK(map_anon(n, p, MAP_FIXED_NOREPLACE) == p);
-      CHILD_CHECK(expect_fresh_or_stale(c, e, dd, p, n) == 0);
+      CHILD_CHECK(with_retries([&] {
+        char* p = map_anon(n);
+        udreg_entry_t* e = nullptr;
+        CHILD_CHECK(UDREG_Register(c.cache, p, n, &e) == UDREG_RC_SUCCESS);
+        uint64_t dd = serial_of(e);
+        CHILD_CHECK(UDREG_DecrRefcount(c.cache, e) == UDREG_RC_SUCCESS);
+        CHILD_CHECK(munmap(p, n) == 0);
+        if (!refill(p, n)) return false;
+        CHILD_CHECK(expect_fresh_or_stale(c, e, dd, p, n) == 0);
+        munmap(p, n);
+        return true;
+      }));
 
       // In use: the reference is held across the unmap.
-      char* r = map_anon(n);
-      udreg_entry_t* held = nullptr;
-      CHILD_CHECK(UDREG_Register(c.cache, r, n, &held) == UDREG_RC_SUCCESS);
-      uint64_t held_serial = serial_of(held);
-      CHILD_CHECK(munmap(r, n) == 0);
-      CHILD_CHECK(map_anon(n, r, MAP_FIXED_NOREPLACE) == r);
-      uint64_t deregs = c.dev.deregs;
-      udreg_entry_t* fresh = nullptr;
-      CHILD_CHECK(UDREG_Register(c.cache, r, n, &fresh) == UDREG_RC_SUCCESS);
-      if (c.mode == "none") {
-        CHILD_CHECK(fresh == held);
-        CHILD_CHECK(UDREG_DecrRefcount(c.cache, fresh) == UDREG_RC_SUCCESS);
-      } else {
-        CHILD_CHECK(fresh != held);
-        CHILD_CHECK(c.dev.deregs == deregs);  // still referenced: not yet
-        CHILD_CHECK(c.dev.is_live(held_serial));
-      }
-      CHILD_CHECK(UDREG_DecrRefcount(c.cache, held) == UDREG_RC_SUCCESS);
-      if (c.mode != "none") {
-        CHILD_CHECK(c.dev.deregs == deregs + 1);  // the last reference went: deregistered, lazy or not
-        CHILD_CHECK(!c.dev.is_live(held_serial));
-        CHILD_CHECK(UDREG_DecrRefcount(c.cache, fresh) == UDREG_RC_SUCCESS);
-      }
-      munmap(p, n);
-      munmap(r, n);
+      CHILD_CHECK(with_retries([&] {
+        char* r = map_anon(n);
+        udreg_entry_t* held = nullptr;
+        CHILD_CHECK(UDREG_Register(c.cache, r, n, &held) == UDREG_RC_SUCCESS);
+        uint64_t held_serial = serial_of(held);
+        CHILD_CHECK(munmap(r, n) == 0);
+        if (!refill(r, n)) {
+          CHILD_CHECK(UDREG_DecrRefcount(c.cache, held) == UDREG_RC_SUCCESS);
+          return false;
+        }
+        uint64_t deregs = c.dev.deregs;
+        udreg_entry_t* fresh = nullptr;
+        CHILD_CHECK(UDREG_Register(c.cache, r, n, &fresh) == UDREG_RC_SUCCESS);
+        if (c.mode == "none") {
+          CHILD_CHECK(fresh == held);
+          CHILD_CHECK(UDREG_DecrRefcount(c.cache, fresh) == UDREG_RC_SUCCESS);
+        } else {
+          CHILD_CHECK(fresh != held);
+          CHILD_CHECK(c.dev.deregs == deregs);  // still referenced: not yet
+          CHILD_CHECK(c.dev.is_live(held_serial));
+        }
+        CHILD_CHECK(UDREG_DecrRefcount(c.cache, held) == UDREG_RC_SUCCESS);
+        if (c.mode != "none") {
+          CHILD_CHECK(c.dev.deregs == deregs + 1);  // the last reference went: deregistered, lazy or not
+          CHILD_CHECK(!c.dev.is_live(held_serial));
+          CHILD_CHECK(UDREG_DecrRefcount(c.cache, fresh) == UDREG_RC_SUCCESS);
+        }
+        munmap(r, n);
+        return true;
+      }));
       return 0;
     });
     expect_ok(rc, "munmap/mmap, mode " + mode);
@@ -330,27 +360,36 @@ TEST_CASE("mremap: moved and shrunk registrations are invalidated") {
     int rc = run(cl, cred, mode, [](Ctx& c) {
       const uint64_t n = 1 << 20;
       // Moved away: new memory appears at the old address.
-      char* p = map_anon(n);
-      char* dst = map_anon(n);
-      udreg_entry_t* e = nullptr;
-      CHILD_CHECK(UDREG_Register(c.cache, p, n, &e) == UDREG_RC_SUCCESS);
-      uint64_t dd = serial_of(e);
-      CHILD_CHECK(UDREG_DecrRefcount(c.cache, e) == UDREG_RC_SUCCESS);
-      CHILD_CHECK(mremap(p, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, dst) == dst);
-      CHILD_CHECK(map_anon(n, p, MAP_FIXED_NOREPLACE) == p);
-      CHILD_CHECK(expect_fresh_or_stale(c, e, dd, p, n) == 0);
+      CHILD_CHECK(with_retries([&] {
+        char* p = map_anon(n);
+        char* dst = map_anon(n);
+        udreg_entry_t* e = nullptr;
+        CHILD_CHECK(UDREG_Register(c.cache, p, n, &e) == UDREG_RC_SUCCESS);
+        uint64_t dd = serial_of(e);
+        CHILD_CHECK(UDREG_DecrRefcount(c.cache, e) == UDREG_RC_SUCCESS);
+        CHILD_CHECK(mremap(p, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, dst) == dst);
+        bool ok = refill(p, n);
+        if (ok) {
+          CHILD_CHECK(expect_fresh_or_stale(c, e, dd, p, n) == 0);
+          munmap(p, n);
+        }
+        munmap(dst, n);
+        return ok;
+      }));
 
       // Shrunk in place: the tail is gone and comes back as other memory.
-      char* s = map_anon(n);
-      CHILD_CHECK(UDREG_Register(c.cache, s, n, &e) == UDREG_RC_SUCCESS);
-      dd = serial_of(e);
-      CHILD_CHECK(UDREG_DecrRefcount(c.cache, e) == UDREG_RC_SUCCESS);
-      CHILD_CHECK(mremap(s, n, n / 2, 0) == s);
-      CHILD_CHECK(map_anon(n / 2, s + n / 2, MAP_FIXED_NOREPLACE) == s + n / 2);
-      CHILD_CHECK(expect_fresh_or_stale(c, e, dd, s, n) == 0);
-      munmap(p, n);
-      munmap(dst, n);
-      munmap(s, n);
+      CHILD_CHECK(with_retries([&] {
+        char* s = map_anon(n);
+        udreg_entry_t* e = nullptr;
+        CHILD_CHECK(UDREG_Register(c.cache, s, n, &e) == UDREG_RC_SUCCESS);
+        uint64_t dd = serial_of(e);
+        CHILD_CHECK(UDREG_DecrRefcount(c.cache, e) == UDREG_RC_SUCCESS);
+        CHILD_CHECK(mremap(s, n, n / 2, 0) == s);
+        bool ok = refill(s + n / 2, n / 2);
+        if (ok) CHILD_CHECK(expect_fresh_or_stale(c, e, dd, s, n) == 0);
+        munmap(s, ok ? n : n / 2);
+        return ok;
+      }));
       return 0;
     });
     expect_ok(rc, "mremap, mode " + mode);

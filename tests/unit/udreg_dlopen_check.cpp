@@ -98,6 +98,7 @@ int main(int argc, char** argv) {
   char* q = static_cast<char*>(malloc(n));
   if (q != p) {
     std::fprintf(stderr, "malloc did not reuse the address (sanitizer allocator?): skipped\n");
+    free(q);
     return 77;
   }
   CHECK(UDREG_Register(h, q, n, &e) == UDREG_RC_SUCCESS);
