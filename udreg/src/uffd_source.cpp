@@ -180,10 +180,15 @@ bool uffd_watch(uint64_t start, uint64_t end) {
   uint64_t b = (end + kPage - 1) & ~(kPage - 1);
   uint64_t wa = a & ~(kWindow - 1);
   uint64_t wb = (b + kWindow - 1) & ~(kWindow - 1);
-  // The window fails when it reaches into unmapped space, file mappings, read-only shared
-  // mappings or another userfaultfd's memory; then the pages alone.
-  if (register_range(fd, wa, wb)) return true;
-  return register_range(fd, a, b);
+  // The window fails when it reaches into file mappings, read-only shared mappings or
+  // another userfaultfd's memory; then the pages alone.
+  if (!register_range(fd, wa, wb) && !register_range(fd, a, b)) return false;
+  // The kernel registers the mappings it finds and skips holes without saying so: memory
+  // mapped into a hole later would not be watched. Unmapped pages make msync fail (with
+  // MS_ASYNC it does nothing else on Linux), so a range that is not entirely mapped now is
+  // not watched. (Memory unmapped and mapped again by another thread between the two calls,
+  // while it is being registered, is an application race this cannot see; the hooks do.)
+  return msync(reinterpret_cast<void*>(a), b - a, MS_ASYNC) == 0;
 }
 
 void uffd_forget_after_fork() {
