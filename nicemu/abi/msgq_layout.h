@@ -31,10 +31,13 @@
 //    published(t) (release). A slot claimed by another producer at t: help tail on. A slot
 //    still holding position t - capacity: the ring is full (GNI_RC_NOT_DONE);
 //  - consumer (each receiver of this node, for the entries addressed to it): scans from head
-//    while slots hold their own position, copies an entry published for it out (after an
-//    acquire load of the word), then CASes published -> consumed; only the CAS winner
-//    delivers its copy. Entries are taken in position order, so the messages of one sender
-//    to one receiver arrive in the order they were sent;
+//    while slots hold their own position, passing over claimed slots, copies an entry
+//    published for it out (after an acquire load of the word), then CASes published ->
+//    consumed; only the CAS winner delivers its copy. An entry found past a claimed slot is
+//    taken only after the claimed slots before it were looked at again (after that acquire
+//    load) and hold nothing for this receiver: a sender publishes each entry before it claims
+//    its next, so the messages of one sender to one receiver arrive in the order they were
+//    sent;
 //  - recycling (anybody, at head only): a consumed slot is CASed to free(head + capacity),
 //    then head is CASed to head + 1 (after helping tail past head). A helper that finds the
 //    slot already freed only moves head. On the way, an entry for a member that left or

@@ -115,11 +115,23 @@ struct RingView {
   // Consumer: takes the first entry published for `is_mine(entry)`, in position order.
   // Copies the entry, and min(length, payload_capacity()) payload bytes rounded up to 8 into
   // `out_payload` (8-byte aligned, payload_capacity() bytes).
+  //
+  // The scan passes over claimed slots (a writer that died before publishing must not block
+  // delivery), and that alone would break the order per sender: the scan is not a snapshot.
+  // It may see position q claimed by sender S, then S publishes q, sends again, and the scan
+  // reaches S's next entry at a later position p and takes it first. So a candidate found
+  // past a claimed slot is confirmed by looking again, after the acquire load of its word,
+  // at [first claimed, p): S published q before p, so that second look sees q published (or
+  // already consumed); an entry there for us becomes the candidate, checked the same way.
   template <typename IsMine>
   bool take(IsMine&& is_mine, EntryHeader& out, void* out_payload) const {
+    // Bounds the rechecks and lost CASes (each one is a slot state change an honest ring
+    // makes once per lap), so a scribbled ring cannot keep us here.
+    uint32_t events = 4 * capacity + 64;
     for (int restart = 0; restart < 4; ++restart) {
       const uint64_t h = ctl->head.load(std::memory_order_acquire);
       bool behind = false;
+      uint64_t first_claimed = h + capacity;  // none seen yet
       for (uint64_t pos = h; pos < h + capacity; ++pos) {
         Slot* s = slot(pos);
         uint64_t w = s->word.load(std::memory_order_acquire);
@@ -129,14 +141,32 @@ struct RingView {
         }
         const SlotState st = word_state(w);
         if (st == kFree) return false;  // nothing claimed from here on
+        if (st == kClaimed && pos < first_claimed) first_claimed = pos;
         if (st != kPublished) continue; // being written (by another sender) or already taken
         EntryHeader e = load_entry(s);
         if (!is_mine(e)) continue;
+        uint64_t cand = pos;
+        for (uint64_t q = first_claimed; q < cand; ++q) {  // the second look (see above)
+          Slot* sq = slot(q);
+          uint64_t wq = sq->word.load(std::memory_order_acquire);
+          if (word_pos(wq) != (q & kPosMask) || word_state(wq) != kPublished) continue;
+          EntryHeader eq = load_entry(sq);
+          if (!is_mine(eq)) continue;
+          if (events-- == 0) return false;
+          cand = q;  // earlier entry for us: it becomes the candidate, look again before it
+          s = sq;
+          w = wq;
+          e = eq;
+          q = first_claimed - 1;  // (wraps back to first_claimed on ++q)
+        }
         uint32_t n = e.length < payload_capacity() ? e.length : payload_capacity();
         load_words(static_cast<char*>(out_payload), payload(s), (n + 7) / 8);
-        if (!s->word.compare_exchange_strong(w, slot_word(pos, word_pid(w), kConsumed), std::memory_order_acq_rel,
-                                             std::memory_order_relaxed))
+        if (!s->word.compare_exchange_strong(w, slot_word(cand, word_pid(w), kConsumed), std::memory_order_acq_rel,
+                                             std::memory_order_relaxed)) {
+          if (events-- == 0) return false;
+          pos = cand;  // taken by another thread or voided: go on after it
           continue;
+        }
         out = e;
         return true;
       }

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -239,6 +241,8 @@ TEST_CASE("ring: concurrent producers and receivers: exactly once, in order per 
     });
   std::vector<std::vector<uint32_t>> next(kReceivers, std::vector<uint32_t>(kProducers, 0));
   std::atomic<bool> ok{true};
+  std::mutex failure_mutex;
+  std::string failure;  // the first violation, for the failure message
   for (uint16_t m = 0; m < kReceivers; ++m)
     threads.emplace_back([&, m] {
       uint32_t got = 0;
@@ -252,14 +256,30 @@ TEST_CASE("ring: concurrent producers and receivers: exactly once, in order per 
         }
         uint32_t payload[2];
         std::memcpy(payload, buf, sizeof payload);
-        if (e.dst_member != m || e.src_inst != payload[0] || payload[0] >= kProducers ||
-            payload[1] != next[m][payload[0]]++ || e.length != 8)
-          ok = false;
+        const char* what = nullptr;
+        if (e.dst_member != m)
+          what = "entry for another member";
+        else if (e.src_inst != payload[0] || payload[0] >= kProducers || e.length != 8)
+          what = "garbled entry";
+        else if (payload[1] < next[m][payload[0]])
+          what = "duplicate (or older) message";
+        else if (payload[1] > next[m][payload[0]])
+          what = "message skipped or taken out of order";
+        if (what) {
+          std::lock_guard<std::mutex> lock(failure_mutex);
+          if (ok.exchange(false))
+            failure = std::string(what) + ": receiver " + std::to_string(m) + ", sender " +
+                      std::to_string(payload[0]) + ", expected #" +
+                      std::to_string(payload[0] < kProducers ? next[m][payload[0]] : 0) + ", got #" +
+                      std::to_string(payload[1]);
+        }
+        if (e.dst_member == m && payload[0] < kProducers) next[m][payload[0]] = payload[1] + 1;
         ++got;
         r.v.recycle(all_live, mq::claimer_unknown);
       }
     });
   for (auto& t : threads) t.join();
+  INFO(failure);
   CHECK(ok.load());
   for (uint16_t m = 0; m < kReceivers; ++m)
     for (uint32_t p = 0; p < kProducers; ++p) CHECK(next[m][p] == kPerPair);
