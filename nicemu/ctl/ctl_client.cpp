@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 namespace nicemu::ctl {
 
@@ -21,6 +22,13 @@ std::string default_rundir() {
 
 std::string socket_path(const std::string& rundir, uint32_t nic_addr) {
   return rundir + "/nic-" + std::to_string(nic_addr) + ".sock";
+}
+
+std::string stats_path(const std::string& socket) {
+  constexpr std::string_view kSock = ".sock";
+  if (socket.size() > kSock.size() && socket.ends_with(kSock))
+    return socket.substr(0, socket.size() - kSock.size()) + ".stats";
+  return socket + ".stats";
 }
 
 std::vector<uint32_t> list_nodes(const std::string& rundir) {

@@ -16,6 +16,9 @@ namespace nicemu::ctl {
 std::string default_rundir();
 // Socket of the daemon emulating NIC address `nic_addr` in `rundir`.
 std::string socket_path(const std::string& rundir, uint32_t nic_addr);
+// The counter page (abi/counters_layout.h) of the daemon listening on `socket`: the same
+// path with ".stats" instead of ".sock" (appended when the socket has another suffix).
+std::string stats_path(const std::string& socket);
 // NIC addresses of all daemon sockets present in `rundir`, ascending.
 std::vector<uint32_t> list_nodes(const std::string& rundir);
 
