@@ -12,10 +12,12 @@
 #include <cstring>
 #include <string_view>
 
+#include "nicemu/common/params.h"
+
 namespace nicemu::ctl {
 
 std::string default_rundir() {
-  if (const char* d = std::getenv("NICEMU_RUNDIR"); d && *d) return d;
+  if (const char* d = std::getenv(params::param("rundir").env.data()); d && *d) return d;
   if (geteuid() == 0) return "/run/nicemu";
   return "/tmp/nicemu-" + std::to_string(geteuid());
 }
