@@ -45,7 +45,7 @@ inline constexpr Param kTable[] = {
      .max = 0xFFFFFFFF, .doc = "NIC address of this emulated node (the template unit passes its instance name)"},
     {.name = "config", .type = Type::kPath, .default_text = "", .flag = "--config",
      .doc = "toml file to read settings from; command-line flags take precedence over it"},
-    {.name = "rundir", .type = Type::kPath, .default_text = "/run/nicemu as root, else /tmp/nicemu-UID",
+    {.name = "rundir", .type = Type::kPath, .default_text = "/run/nicemu for root (and for clients when daemons run there), else /tmp/nicemu-UID",
      .config_key = "rundir", .flag = "--rundir", .env = "NICEMU_RUNDIR", .users = kDaemon | kLibrary | kLauncher | kCtl,
      .doc = "directory of the daemons' control sockets and counter pages; clients and tools look there too"},
     {.name = "socket", .type = Type::kPath, .default_text = "RUNDIR/nic-NODE.sock", .config_key = "socket",

@@ -16,9 +16,16 @@
 
 namespace nicemu::ctl {
 
+std::string daemon_rundir() {
+  if (const char* d = std::getenv(params::param("rundir").env.data()); d && *d) return d;
+  if (geteuid() == 0) return kSystemRundir;
+  return "/tmp/nicemu-" + std::to_string(geteuid());
+}
+
 std::string default_rundir() {
   if (const char* d = std::getenv(params::param("rundir").env.data()); d && *d) return d;
-  if (geteuid() == 0) return "/run/nicemu";
+  // Daemons started by the system (nicemu@.service) serve every user of the host.
+  if (geteuid() == 0 || !list_nodes(kSystemRundir).empty()) return kSystemRundir;
   return "/tmp/nicemu-" + std::to_string(geteuid());
 }
 

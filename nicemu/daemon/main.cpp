@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
   }
 
   std::string rundir = settings.str("rundir");
-  if (rundir.empty()) rundir = nicemu::ctl::default_rundir();
+  if (rundir.empty()) rundir = nicemu::ctl::daemon_rundir();
   std::string socket = settings.str("socket");
   if (socket.empty()) socket = nicemu::ctl::socket_path(rundir, node_addr);
   std::error_code ec;
