@@ -63,9 +63,24 @@ void Settings::add_options(CLI::App& app) {
     if (p.type == Type::kBool) {
       o = app.add_flag(std::string(p.flag), cli_flags_[name], std::string(p.doc));
     } else {
-      std::string help = std::string(p.doc) + " (default: " + std::string(p.default_text) + ")";
+      std::string help(p.doc);
+      if (!p.default_text.empty()) help += " (default: " + std::string(p.default_text) + ")";
       o = app.add_option(std::string(p.flag), cli_text_[name], help);
-      if (p.type == Type::kPath && p.name == "config") o->check(CLI::ExistingFile);
+      switch (p.type) {
+        case Type::kUint:
+          o->type_name(fmt::format("{}..{}", p.min, p.max));
+          break;
+        case Type::kChoice:
+          o->type_name(std::string(p.choices));
+          break;
+        case Type::kPath:
+          o->type_name("PATH");
+          break;
+        default:
+          o->type_name("TEXT");
+          break;
+      }
+      if (p.name == "config") o->check(CLI::ExistingFile);
     }
     cli_opts_[name] = o;
   }

@@ -91,5 +91,11 @@ int main(int argc, char **argv) {
   char c;
   while (read(0, &c, 1) > 0) {
   }
+  CHECK(GNI_MemDeregister(nic, &mh));
+  CHECK(GNI_EpDestroy(ep));
+  CHECK(GNI_CqDestroy(cq));
+  CHECK(GNI_CdmDestroy(cdm));
+  free(src);
+  free(dst);
   return 0;
 }

@@ -4,6 +4,8 @@
 #include <doctest/doctest.h>
 
 #include <cctype>
+#include <cstddef>
+#include <cstring>
 #include <set>
 #include <string>
 
@@ -132,4 +134,107 @@ TEST_CASE("more CDMs than entries: the rest are untracked but still in the total
   page.cdm_detached(1, &b);
   page.cdm_attached(9999, 100, 0, 1, 1, 1);
   CHECK(page.node(ac::node::cdms_untracked).value() == 1);
+}
+
+// ---- nicemuctl's reader (tools/nicemuctl/counter_pages.h) ----------------------------------
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <iterator>
+
+#include "counter_pages.h"
+#include "daemon_link.h"
+
+namespace {
+
+std::string temp_dir() {
+  char tmpl[] = "/tmp/nicemu-pages-XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  return tmpl;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void spit(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
+
+}  // namespace
+
+TEST_CASE("reader: a live page reads back what the daemon wrote") {
+  std::string dir = temp_dir();
+  std::string path = dir + "/nic-5.stats";
+  {
+    StatsPage page(path, 5);
+    struct stat st;
+    REQUIRE(stat(path.c_str(), &st) == 0);
+    CHECK((st.st_mode & 0777) == 0644);
+    page.node(ac::node::registrations).add(3);
+    ac::CdmCounterBlock b{};
+    init_block(b);
+    b.v[ac::cdm::rdma_bytes] = 4096;
+    page.cdm_attached(11, getpid(), 1000, 2, 9, 0x55);
+    page.refresh(11, &b);
+    page.link(6, ac::link::send_failures).add(1);
+
+    auto s = nicemu::tools::read_counter_page(path);
+    CHECK(s.nic_addr == 5);
+    CHECK(s.running);
+    CHECK(s.node[ac::node::registrations] == 3);
+    CHECK(s.totals[ac::cdm::rdma_bytes] == 4096);
+    REQUIRE(s.cdms.size() == 1);
+    CHECK(s.cdms[0].attach_id == 11);
+    CHECK(s.cdms[0].inst_id == 2);
+    CHECK(s.cdms[0].v[ac::cdm::rdma_bytes] == 4096);
+    REQUIRE(s.links.size() == 1);
+    CHECK(s.links[0].peer_addr == 6);
+    CHECK(s.links[0].v[ac::link::send_failures] == 1);
+  }
+  // The daemon removes its page when it stops.
+  CHECK(access(path.c_str(), F_OK) != 0);
+  rmdir(dir.c_str());
+}
+
+TEST_CASE("reader: damaged or foreign pages are refused with the reason, never read out of bounds") {
+  std::string dir = temp_dir();
+  std::string good;
+  {
+    StatsPage page(dir + "/nic-1.stats", 1);
+    good = slurp(dir + "/nic-1.stats");
+  }
+  std::string bad = dir + "/bad.stats";
+  auto refused = [&](const std::string& bytes, const char* why) {
+    spit(bad, bytes);
+    CHECK_THROWS_WITH_AS(nicemu::tools::read_counter_page(bad), doctest::Contains(why), nicemu::tools::CtlError);
+  };
+  refused("", "too small");
+  refused(good.substr(0, 64), "too small");
+  std::string b = good;
+  b[0] ^= 1;
+  refused(b, "magic");
+  b = good;
+  b[4] = 99;  // version
+  refused(b, "layout version");
+  refused(good.substr(0, good.size() - 4096), "file size");
+  b = good;
+  uint64_t far = uint64_t{1} << 40;
+  std::memcpy(&b[offsetof(ac::PageHeader, cdm_table_offset)], &far, 8);
+  refused(b, "tables outside");
+  b = good;
+  uint32_t many = 0xFFFFFFFF;
+  std::memcpy(&b[offsetof(ac::PageHeader, link_entries)], &many, 4);
+  refused(b, "tables outside");
+  CHECK_THROWS_AS(nicemu::tools::read_counter_page(dir + "/missing.stats"), nicemu::tools::CtlError);
+
+  // A page whose daemon is gone (state live, pid of no process) reads as not running.
+  b = good;
+  uint32_t nopid = 0x7FFFFFF0;
+  std::memcpy(&b[offsetof(ac::PageHeader, daemon_pid)], &nopid, 4);
+  spit(bad, b);
+  CHECK_FALSE(nicemu::tools::read_counter_page(bad).running);
+  unlink(bad.c_str());
+  rmdir(dir.c_str());
 }
