@@ -70,6 +70,9 @@ int main(int argc, char** argv) {
       ->expected(0, 1)
       ->default_str("text");
   CLI11_PARSE(app, argc, argv);
+  // A reload (SIGHUP) that arrives while the daemon starts must not kill it: ignored until
+  // the handler below takes over.
+  ::signal(SIGHUP, SIG_IGN);
 
   if (app.count("--help-config") > 0) {
     auto f = params::format_from_name(help_config.empty() ? "text" : help_config);
