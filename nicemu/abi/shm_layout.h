@@ -55,11 +55,13 @@ struct RegionHeader {
   uint32_t amo_lock_count;           // AmoLock entries in the heap (power of two; 0 = none)
   std::atomic<uint32_t> dgram_seq;   // bumped and woken when a datagram of this CDM changes state
   uint32_t amo_lock_offset;          // AmoLock[amo_lock_count]: the first heap block, so < 4 GiB
+  uint32_t counters_offset;          // the client's CdmCounterBlock (counters_layout.h); 0 = none
 };
 static_assert(sizeof(RegionHeader) <= kPageSize);
 static_assert(offsetof(RegionHeader, state) == 8);
 static_assert(offsetof(RegionHeader, attach_id) == 40);
 static_assert(offsetof(RegionHeader, amo_lock_count) == 92 && offsetof(RegionHeader, amo_lock_offset) == 100);
+static_assert(offsetof(RegionHeader, counters_offset) == 104);
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 

@@ -10,17 +10,34 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
+
+#include "nicemu/common/params.h"
 
 namespace nicemu::ctl {
 
+std::string daemon_rundir() {
+  if (const char* d = std::getenv(params::param("rundir").env.data()); d && *d) return d;
+  if (geteuid() == 0) return kSystemRundir;
+  return "/tmp/nicemu-" + std::to_string(geteuid());
+}
+
 std::string default_rundir() {
-  if (const char* d = std::getenv("NICEMU_RUNDIR"); d && *d) return d;
-  if (geteuid() == 0) return "/run/nicemu";
+  if (const char* d = std::getenv(params::param("rundir").env.data()); d && *d) return d;
+  // Daemons started by the system (nicemu@.service) serve every user of the host.
+  if (geteuid() == 0 || !list_nodes(kSystemRundir).empty()) return kSystemRundir;
   return "/tmp/nicemu-" + std::to_string(geteuid());
 }
 
 std::string socket_path(const std::string& rundir, uint32_t nic_addr) {
   return rundir + "/nic-" + std::to_string(nic_addr) + ".sock";
+}
+
+std::string stats_path(const std::string& socket) {
+  constexpr std::string_view kSock = ".sock";
+  if (socket.size() > kSock.size() && socket.ends_with(kSock))
+    return socket.substr(0, socket.size() - kSock.size()) + ".stats";
+  return socket + ".stats";
 }
 
 std::vector<uint32_t> list_nodes(const std::string& rundir) {

@@ -11,11 +11,18 @@
 
 namespace nicemu::ctl {
 
-// Where daemons put their sockets: $NICEMU_RUNDIR, else /run/nicemu for root, else
-// /tmp/nicemu-<uid>.
+inline constexpr const char* kSystemRundir = "/run/nicemu";
+// Where clients and tools look for daemons: $NICEMU_RUNDIR, else /run/nicemu for root or
+// when daemons run there (the system service), else /tmp/nicemu-<uid>.
 std::string default_rundir();
+// Where a daemon puts its socket by default: $NICEMU_RUNDIR, else /run/nicemu for root,
+// else /tmp/nicemu-<uid>.
+std::string daemon_rundir();
 // Socket of the daemon emulating NIC address `nic_addr` in `rundir`.
 std::string socket_path(const std::string& rundir, uint32_t nic_addr);
+// The counter page (abi/counters_layout.h) of the daemon listening on `socket`: the same
+// path with ".stats" instead of ".sock" (appended when the socket has another suffix).
+std::string stats_path(const std::string& socket);
 // NIC addresses of all daemon sockets present in `rundir`, ascending.
 std::vector<uint32_t> list_nodes(const std::string& rundir);
 

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "nicemu/abi/bte_ring.h"
+#include "nicemu/abi/counters_layout.h"
 #include "nicemu/abi/futex.h"
 #include "nicemu/abi/gni_values.h"
 #include "nicemu/abi/mem_handle.h"
@@ -67,6 +68,15 @@ CdmRegion::CdmRegion(uint32_t nic_addr, uint32_t device_type, const ctl::Attach&
   if (auto off = heap_.allocate(uint64_t{kAmoLocks} * sizeof(AmoLock)); off && *off <= UINT32_MAX) {
     h->amo_lock_offset = static_cast<uint32_t>(*off);
     h->amo_lock_count = kAmoLocks;
+  }
+  // The client's counter block (counters_layout.h), also below 4 GiB; zero counters.
+  if (auto off = heap_.allocate(sizeof(counters::CdmCounterBlock)); off && *off <= UINT32_MAX) {
+    auto* b = new (base_ + *off) counters::CdmCounterBlock{};
+    b->magic = counters::kBlockMagic;
+    b->version = counters::kVersion;
+    b->slots = counters::kCdmSlots;
+    h->counters_offset = static_cast<uint32_t>(*off);
+    counters_ = b;
   }
   h->state.store(kRegionAlive, std::memory_order_release);
 }

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "nicemu/abi/counters_layout.h"
 #include "nicemu/abi/ctl_protocol.h"
 #include "nicemu/abi/shm_layout.h"
 #include "nicemu/daemon/heap_allocator.h"
@@ -85,6 +86,8 @@ class CdmRegion {
   size_t live_cqs() const { return cqs_.size(); }
   size_t mailboxes() const { return mboxes_.size(); }
   uint64_t heap_in_use() const { return heap_.in_use(); }
+  // The client-written counter block in the heap (untrusted numbers), nullptr if none.
+  const abi::counters::CdmCounterBlock* counter_block() const { return counters_; }
 
  private:
   abi::RegionHeader* header() const { return reinterpret_cast<abi::RegionHeader*>(base_); }
@@ -120,6 +123,7 @@ class CdmRegion {
   };
   std::map<MboxKey, Mbox> mboxes_;
   uint64_t bte_ring_offset_ = 0;  // 0 = not allocated yet
+  const abi::counters::CdmCounterBlock* counters_ = nullptr;
 };
 
 }  // namespace nicemu::daemon

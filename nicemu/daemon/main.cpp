@@ -9,137 +9,169 @@
 
 #include <CLI/CLI.hpp>
 #include <asio.hpp>
+#include <functional>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
-#include <toml++/toml.h>
 
 #include "nicemu/abi/gni_values.h"
+#include "nicemu/common/params_render.h"
 #include "nicemu/ctl/ctl_client.h"
 #include "nicemu/daemon/control_server.h"
 #include "nicemu/daemon/node.h"
+#include "nicemu/daemon/settings.h"
 
 namespace {
 
-struct Options {
-  uint32_t node = 0;
-  std::string config;
-  std::string socket;
-  std::string rundir;
-  std::string log_level = "info";
-  std::string device = "aries";
-  uint64_t region_mb = nicemu::abi::kDefaultRegionSize >> 20;
-  bool allow_any_credential = false;
-  uint32_t bte_channels = 2;
-};
+namespace params = nicemu::params;
 
-// Settings from a toml file; command-line flags given explicitly take precedence.
-void apply_config(const std::string& path, Options& o, const CLI::App& app) {
-  toml::table t = toml::parse_file(path);
-  auto set = [&](const char* key, const char* flag, auto& field) {
-    using T = std::remove_reference_t<decltype(field)>;
-    if (app.count(flag) > 0) return;
-    if (auto v = t[key].value<T>()) field = *v;
-  };
-  set("node", "--node", o.node);
-  set("socket", "--socket", o.socket);
-  set("rundir", "--rundir", o.rundir);
-  set("log_level", "--log-level", o.log_level);
-  set("device", "--device", o.device);
-  set("region_size_mb", "--region-size-mb", o.region_mb);
-  set("allow_any_credential", "--allow-any-credential", o.allow_any_credential);
-  set("bte_channels", "--bte-channels", o.bte_channels);
+// Applies the log level; false if the name is unknown (the table's choices rule that out
+// for validated settings).
+bool set_log_level(const std::string& name) {
+  auto lvl = spdlog::level::from_str(name);
+  if (lvl == spdlog::level::off && name != "off") return false;
+  spdlog::set_level(lvl);
+  return true;
 }
+
+// The stats timer: copies the clients' counter blocks into the page every interval.
+class StatsTimer {
+ public:
+  StatsTimer(asio::io_context& io, nicemu::daemon::Node& node, uint64_t interval_ms)
+      : timer_(io), node_(node), interval_(interval_ms) {}
+  void start() { arm(); }
+  void stop() { timer_.cancel(); }
+  void set_interval(uint64_t ms) { interval_ = std::chrono::milliseconds(ms); }
+
+ private:
+  void arm() {
+    timer_.expires_after(interval_);
+    timer_.async_wait([this](const asio::error_code& e) {
+      if (e) return;
+      node_.refresh_counters();
+      arm();
+    });
+  }
+  asio::steady_timer timer_;
+  nicemu::daemon::Node& node_;
+  std::chrono::milliseconds interval_;
+};
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  Options o;
+  nicemu::daemon::Settings settings;
+  std::string help_config;
   CLI::App app{"nicemu: emulated Gemini/Aries NIC daemon (one per emulated node)"};
-  app.add_option("--node", o.node, "NIC address of this emulated node");
-  app.add_option("--config", o.config, "toml configuration file")->check(CLI::ExistingFile);
-  app.add_option("--socket", o.socket, "control socket path (default: RUNDIR/nic-ADDR.sock)");
-  app.add_option("--rundir", o.rundir, "directory for control sockets (default: $NICEMU_RUNDIR, /run/nicemu as root, else /tmp/nicemu-UID)");
-  app.add_option("--log-level", o.log_level, "trace, debug, info, warn, error, critical, off");
-  app.add_option("--device", o.device, "device type reported to clients: aries or gemini");
-  app.add_option("--region-size-mb", o.region_mb, "shared-memory region per attached CDM, MiB (CQ rings and mailboxes)");
-  app.add_flag("--allow-any-credential", o.allow_any_credential,
-               "accept attaches with credentials that were never issued (single-user test setups)");
-  app.add_option("--bte-channels", o.bte_channels,
-                 "BTE (RDMA) engine channels: worker threads that move GNI_PostRdma data (default 2)");
+  settings.add_options(app);
+  app.add_option("--help-config", help_config,
+                 "print every setting (from the parameter table) and exit; FORMAT is text, toml (a default "
+                 "config file), markdown or scdoc")
+      ->type_name("FORMAT")
+      ->expected(0, 1)
+      ->default_str("text");
   CLI11_PARSE(app, argc, argv);
+  // A reload (SIGHUP) that arrives while the daemon starts must not kill it: ignored until
+  // the handler below takes over.
+  ::signal(SIGHUP, SIG_IGN);
+
+  if (app.count("--help-config") > 0) {
+    auto f = params::format_from_name(help_config.empty() ? "text" : help_config);
+    if (!f) {
+      std::cerr << "nicemu: --help-config: unknown format '" << help_config << "' (text, toml, markdown, scdoc)\n";
+      return 2;
+    }
+    std::cout << params::render(*f);
+    return 0;
+  }
 
   try {
-    if (!o.config.empty()) apply_config(o.config, o, app);
+    settings.resolve();
   } catch (const std::exception& e) {
-    std::cerr << "nicemu: config " << o.config << ": " << e.what() << "\n";
+    std::cerr << "nicemu: " << e.what() << "\n";
     return 2;
   }
+  const uint32_t node_addr = static_cast<uint32_t>(settings.uint("node"));
+  const std::string device = settings.str("device");
 
   auto logger = spdlog::stderr_color_mt("nicemu");
   spdlog::set_default_logger(logger);
-  spdlog::set_pattern(fmt::format("[%Y-%m-%d %H:%M:%S.%e] [nic {}] [%^%l%$] %v", o.node));
-  auto lvl = spdlog::level::from_str(o.log_level);
-  if (lvl == spdlog::level::off && o.log_level != "off") {
-    std::cerr << "nicemu: unknown log level '" << o.log_level << "'\n";
+  spdlog::set_pattern(fmt::format("[%Y-%m-%d %H:%M:%S.%e] [nic {}] [%^%l%$] %v", node_addr));
+  if (!set_log_level(settings.str("log_level"))) {
+    std::cerr << "nicemu: unknown log level '" << settings.str("log_level") << "'\n";
     return 2;
   }
-  spdlog::set_level(lvl);
 
-  if (o.device != "aries" && o.device != "gemini") {
-    std::cerr << "nicemu: --device must be aries or gemini\n";
-    return 2;
-  }
-  if (o.region_mb < 16 || o.region_mb > 65536) {
-    std::cerr << "nicemu: --region-size-mb must be between 16 and 65536\n";
-    return 2;
-  }
-  if (o.bte_channels < 1 || o.bte_channels > 64) {
-    std::cerr << "nicemu: --bte-channels must be between 1 and 64\n";
-    return 2;
-  }
-  if (o.rundir.empty()) o.rundir = nicemu::ctl::default_rundir();
-  if (o.socket.empty()) o.socket = nicemu::ctl::socket_path(o.rundir, o.node);
+  std::string rundir = settings.str("rundir");
+  if (rundir.empty()) rundir = nicemu::ctl::daemon_rundir();
+  std::string socket = settings.str("socket");
+  if (socket.empty()) socket = nicemu::ctl::socket_path(rundir, node_addr);
   std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(o.socket).parent_path(), ec);
+  std::filesystem::create_directories(std::filesystem::path(socket).parent_path(), ec);
 
   // A socket that answers belongs to a running daemon; one that does not is stale.
   {
     nicemu::ctl::Connection probe;
-    if (probe.connect(o.socket)) {
-      spdlog::error("another daemon already serves {}", o.socket);
+    if (probe.connect(socket)) {
+      spdlog::error("another daemon already serves {}", socket);
       return 1;
     }
-    ::unlink(o.socket.c_str());
+    ::unlink(socket.c_str());
   }
 
   nicemu::daemon::NodeConfig cfg;
-  cfg.nic_addr = o.node;
-  cfg.device_type = o.device == "aries" ? nicemu::abi::gni::kDeviceAries : nicemu::abi::gni::kDeviceGemini;
-  cfg.region_size = o.region_mb << 20;
-  cfg.allow_any_credential = o.allow_any_credential;
-  cfg.socket_path = o.socket;
-  cfg.rundir = o.rundir;
-  cfg.bte_channels = o.bte_channels;
+  cfg.nic_addr = node_addr;
+  cfg.device_type = device == "aries" ? nicemu::abi::gni::kDeviceAries : nicemu::abi::gni::kDeviceGemini;
+  cfg.region_size = settings.uint("region_size_mb") << 20;
+  cfg.allow_any_credential = settings.flag("allow_any_credential");
+  cfg.socket_path = socket;
+  cfg.rundir = rundir;
+  cfg.bte_channels = static_cast<uint32_t>(settings.uint("bte_channels"));
+  cfg.stats_path = nicemu::ctl::stats_path(socket);
 
   try {
     asio::io_context io(1);
     nicemu::daemon::Node node(cfg);
-    nicemu::daemon::ControlServer server(io, node, o.socket);
+    nicemu::daemon::ControlServer server(io, node, socket);
+    StatsTimer stats_timer(io, node, settings.uint("stats_interval_ms"));
     asio::signal_set signals(io, SIGTERM, SIGINT);
     signals.async_wait([&](const asio::error_code& e, int sig) {
       if (e) return;
       spdlog::info("signal {}: shutting down; attached clients will see the NIC go down", sig);
       node.shutdown();
       server.stop();
+      stats_timer.stop();
       io.stop();
     });
+    // SIGHUP: re-read the config file and apply the live settings (params.h marks them).
+    asio::signal_set hup(io, SIGHUP);
+    std::function<void(const asio::error_code&, int)> on_hup = [&](const asio::error_code& e, int) {
+      if (e) return;
+      hup.async_wait(on_hup);
+      node.stats().node(nicemu::abi::counters::node::reloads).add(1);
+      try {
+        std::vector<std::string> restart;
+        auto changed = settings.reload(restart);
+        for (const auto& name : changed) {
+          if (name == "log_level") set_log_level(settings.str("log_level"));
+          if (name == "stats_interval_ms") stats_timer.set_interval(settings.uint("stats_interval_ms"));
+          spdlog::info("reload: {} is now {} ({})", name, settings.str(name), settings.source(name));
+        }
+        for (const auto& name : restart)
+          spdlog::warn("reload: {} changed in {} but takes effect only after a restart", name, settings.str("config"));
+        if (changed.empty() && restart.empty()) spdlog::info("reload: no setting changed");
+      } catch (const std::exception& ex) {
+        spdlog::error("reload failed, settings unchanged: {}", ex.what());
+      }
+    };
+    hup.async_wait(on_hup);
     ::signal(SIGPIPE, SIG_IGN);
     server.start();
-    spdlog::info("NIC address {} ({}) listening on {}", o.node, o.device, o.socket);
+    stats_timer.start();
+    spdlog::info("NIC address {} ({}) listening on {}; counters in {}", node_addr, device, socket, cfg.stats_path);
     io.run();
   } catch (const std::exception& e) {
     spdlog::error("fatal: {}", e.what());
-    ::unlink(o.socket.c_str());
+    ::unlink(socket.c_str());
     return 1;
   }
   spdlog::info("stopped");

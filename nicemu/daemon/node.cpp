@@ -39,12 +39,40 @@ Node::Node(NodeConfig cfg)
       rng_(random_seed()),
       links_(cfg_.rundir),
       dgrams_(
-          cfg_.nic_addr, [this](uint32_t node, const void* m, size_t n) { return links_.send(node, m, n); },
+          cfg_.nic_addr,
+          [this](uint32_t node, const void* m, size_t n) {
+            bool ok = links_.send(node, m, n);
+            count_link(node, n, ok);
+            return ok;
+          },
           [this](uint64_t id) -> CdmRegion* {
             auto it = cdms_.find(id);
             return it == cdms_.end() ? nullptr : it->second.get();
           },
-          [this](const Credential& c, uint32_t inst) { return find_cdm(c, inst); }) {}
+          [this](const Credential& c, uint32_t inst) { return find_cdm(c, inst); }) {
+  namespace nc = abi::counters::node;
+  ctr_ = Counters{stats_.node(nc::connections),         stats_.node(nc::attaches),
+                  stats_.node(nc::attach_refused),      stats_.node(nc::detaches),
+                  stats_.node(nc::registrations),       stats_.node(nc::deregistrations),
+                  stats_.node(nc::cq_creates),          stats_.node(nc::cq_destroys),
+                  stats_.node(nc::peer_lookups),        stats_.node(nc::peer_lookup_failures),
+                  stats_.node(nc::mbox_opens),          stats_.node(nc::malformed_messages),
+                  stats_.node(nc::credentials_issued),  stats_.node(nc::datagrams_posted),
+                  stats_.node(nc::datagrams_cancelled), stats_.node(nc::msgq_joins),
+                  stats_.node(nc::msgq_join_refused),   stats_.node(nc::msgq_lookups)};
+}
+
+void Node::count_link(uint32_t node, size_t bytes, bool ok) {
+  namespace nc = abi::counters::link;
+  if (!ok) return stats_.link(node, nc::send_failures).add(1);
+  stats_.link(node, nc::messages_sent).add(1);
+  stats_.link(node, nc::bytes_sent).add(bytes);
+}
+
+void Node::refresh_counters() {
+  for (auto& [id, r] : cdms_) stats_.refresh(id, r->counter_block());
+  stats_.refreshed();
+}
 
 template <typename Req>
 bool Node::parse(const char* msg, size_t len, Req& out) {
@@ -543,6 +571,7 @@ int Node::attach(Peer& peer, const ctl::Attach& req, ctl::AttachReply& rep, int&
                peer.attach_id);
   bte_.region_attached(region->memfd(), region->region_size(), peer.pid);
   if (auto sib = family(peer.pid, c); !sib.empty()) mdd_copy_into(*region, *sib.front());
+  stats_.cdm_attached(peer.attach_id, peer.pid, peer.uid, req.inst_id, req.ptag, req.cookie);
   cdms_[peer.attach_id] = std::move(region);
   ++ctr_.attaches;
   return rc::kSuccess;
@@ -560,6 +589,7 @@ void Node::connection_closed(Peer& peer) {
   ++ctr_.detaches;
   pid_t pid = it->second->pid();
   Credential cred = it->second->credential();
+  stats_.cdm_detached(peer.attach_id, it->second->counter_block());
   cdms_.erase(it);
   mdd_drop_origin(peer.attach_id, family(pid, cred));
   peer.attach_id = 0;
@@ -569,6 +599,7 @@ void Node::shutdown() {
   for (auto& [id, r] : cdms_) {
     r->kill(kRegionNicDown);
     bte_.region_gone(id);
+    stats_.cdm_detached(id, r->counter_block());
   }
   cdms_.clear();
   for (auto& [c, seg] : msgqs_) seg->kill(msgq::kSegmentNicDown);
@@ -600,6 +631,7 @@ nlohmann::json Node::status() const {
               {"device_type", cfg_.device_type == rc::kDeviceAries ? "aries" : "gemini"},
               {"pid", getpid()},
               {"socket", cfg_.socket_path},
+              {"counter_page", stats_.path()},
               {"uptime_s", up},
               {"credentials", creds},
               {"cdms", cdms},

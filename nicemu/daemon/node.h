@@ -20,6 +20,7 @@
 #include "nicemu/daemon/daemon_links.h"
 #include "nicemu/daemon/datagram_matcher.h"
 #include "nicemu/daemon/msgq_segment.h"
+#include "nicemu/daemon/stats_page.h"
 
 namespace nicemu::daemon {
 
@@ -33,6 +34,7 @@ struct NodeConfig {
   std::string socket_path;
   std::string rundir;  // where the other daemons of this host have their sockets
   uint32_t bte_channels = 2;  // BTE engine worker threads (--bte-channels)
+  std::string stats_path;     // counter page file; empty = private memory (no readers)
 };
 
 // Identity of a control connection (SO_PEERCRED) and the CDM it attached, if any.
@@ -44,14 +46,17 @@ struct Peer {
   uint64_t attach_id = 0;  // 0 = this connection attached nothing
 };
 
+// Node counters, bound to slots of the counter page (stats_page.h): `++ctr_.x` updates the
+// page that nicemuctl stats reads.
 struct Counters {
-  uint64_t connections = 0, attaches = 0, attach_refused = 0, detaches = 0;
-  uint64_t registrations = 0, deregistrations = 0, cq_creates = 0, cq_destroys = 0;
-  uint64_t peer_lookups = 0, peer_lookup_failures = 0, mbox_opens = 0;
-  uint64_t malformed_messages = 0, credentials_issued = 0;
-  uint64_t datagrams_posted = 0, datagrams_cancelled = 0;
-  uint64_t msgq_joins = 0, msgq_join_refused = 0, msgq_lookups = 0;
+  Counter connections, attaches, attach_refused, detaches;
+  Counter registrations, deregistrations, cq_creates, cq_destroys;
+  Counter peer_lookups, peer_lookup_failures, mbox_opens;
+  Counter malformed_messages, credentials_issued;
+  Counter datagrams_posted, datagrams_cancelled;
+  Counter msgq_joins, msgq_join_refused, msgq_lookups;
 };
+inline void to_json(nlohmann::json& j, const Counter& c) { j = c.value(); }
 
 class Node {
  public:
@@ -69,6 +74,9 @@ class Node {
   nlohmann::json status() const;
   const NodeConfig& config() const { return cfg_; }
   Counters& counters() { return ctr_; }
+  StatsPage& stats() { return stats_; }
+  // Copies the attached clients' counter blocks into the counter page (a timer calls it).
+  void refresh_counters();
 
  private:
   template <typename Req>
@@ -79,6 +87,7 @@ class Node {
   CdmRegion* find_cdm(const Credential& c, uint32_t inst_id);
   // The live CDMs of process `pid` in domain `c` (process_mdd.h).
   std::vector<CdmRegion*> family(pid_t pid, const Credential& c);
+  void count_link(uint32_t node, size_t bytes, bool ok);
   void handle_datagram(Peer& peer, const ctl::Header& h, const char* msg, size_t len, std::vector<char>& reply);
   void handle_msgq(Peer& peer, const ctl::Header& h, const char* msg, size_t len, std::vector<char>& reply,
                    int& pass_fd);
@@ -86,6 +95,7 @@ class Node {
   void msgq_leave(const CdmRegion& cdm);
 
   NodeConfig cfg_;
+  StatsPage stats_{cfg_.stats_path, cfg_.nic_addr};
   std::map<Credential, uid_t> credentials_;
   std::map<uint64_t, std::unique_ptr<CdmRegion>> cdms_;  // attach_id -> region
   uint64_t next_attach_ = 1;

@@ -192,12 +192,13 @@ nicemu_env() {
     [ -f "$d/cray-ugni.pc" ] && NICEMU_PKG_CONFIG_PATH="$d"
   done
   NICEMU_BIN="$NICEMU_PREFIX/bin"
+  NICEMU_SBIN="$NICEMU_PREFIX/sbin"  # the daemon
   NICEMU_LIBDIR=""
   [ -n "$NICEMU_PKG_CONFIG_PATH" ] && NICEMU_LIBDIR=$(dirname "$NICEMU_PKG_CONFIG_PATH")
 }
 ensure_nicemu_installed() {
   nicemu_env
-  if [ "${1:-}" = force ] || [ -z "$NICEMU_PKG_CONFIG_PATH" ] || [ ! -x "$NICEMU_BIN/nicemu" ]; then
+  if [ "${1:-}" = force ] || [ -z "$NICEMU_PKG_CONFIG_PATH" ] || [ ! -x "$NICEMU_SBIN/nicemu" ]; then
     "$COMPAT_TOOLS/install-nicemu" "$NICEMU_PREFIX" || return 1
     nicemu_env
   fi
@@ -214,7 +215,7 @@ start_nodes() {
   shift
   mkdir -p "$rundir"
   for n in "$@"; do
-    "$NICEMU_BIN/nicemu" --node "$n" --rundir "$rundir" --log-level "${NICEMU_LOG_LEVEL:-warn}" \
+    "$NICEMU_SBIN/nicemu" --node "$n" --rundir "$rundir" --log-level "${NICEMU_LOG_LEVEL:-warn}" \
       >"$rundir/nicemu-$n.log" 2>&1 &
     daemon_pids+=($!)
   done

@@ -13,6 +13,7 @@
 
 #include "nicemu/abi/ctl_protocol.h"
 #include "nicemu/abi/gni_values.h"
+#include "nicemu/common/params.h"
 #include "nicemu/ctl/ctl_client.h"
 
 namespace nicemu::run {
@@ -20,12 +21,14 @@ namespace nicemu::run {
 namespace {
 
 std::string nicemu_binary() {
-  if (const char* e = std::getenv("NICEMU_DAEMON"); e && *e) return e;
+  if (const char* e = std::getenv(params::param("daemon_binary").env.data()); e && *e) return e;
   std::error_code ec;
   auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (!ec) {
-    // Build tree (tools/nicemu-run/ next to nicemu/daemon/) or an installed bin/.
-    for (auto cand : {self.parent_path() / "nicemu", self.parent_path() / "../../nicemu/daemon/nicemu"}) {
+    // Build tree (tools/nicemu-run/ next to nicemu/daemon/), or installed: PREFIX/sbin
+    // beside PREFIX/bin (meson install, the Debian package), or the same bin/.
+    for (auto cand : {self.parent_path() / "../../nicemu/daemon/nicemu", self.parent_path() / "../sbin/nicemu",
+                      self.parent_path() / "nicemu"}) {
       if (std::filesystem::exists(cand, ec)) return std::filesystem::weakly_canonical(cand, ec).string();
     }
   }

@@ -1,5 +1,6 @@
 // nicemuctl: inspect and control running nicemu daemons through their control sockets —
-// status and counters (text or JSON), job credentials (issue/grant/revoke/list), shutdown.
+// status (text or JSON), job credentials (issue/grant/revoke/list), shutdown — and read
+// their counter pages: stats (text, JSON, Prometheus) and top (a live view).
 // Exit status: 0 success, 1 a daemon was unreachable or refused, 2 bad usage.
 #include <fmt/core.h>
 #include <unistd.h>
@@ -13,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include "counter_pages.h"
+#include "counters_view.h"
 #include "daemon_link.h"
 #include "nicemu/abi/gni_values.h"
 #include "status_view.h"
@@ -121,6 +124,68 @@ int cmd_status(const Globals& g, bool as_json) {
   for (const auto& n : nodes) {
     if (!std::exchange(first, false)) fmt::print("\n");
     nicemu::tools::print_status(stdout, n);
+  }
+  return 0;
+}
+
+// ---- stats, top ----
+
+// Snapshots of the counter pages of the selected daemons; unreadable pages are reported
+// (and appended to `problems`) and skipped. Throws if none can be read.
+std::vector<nicemu::tools::NodeSnapshot> read_pages(const Globals& g, std::vector<std::string>* problems = nullptr) {
+  std::vector<nicemu::tools::NodeSnapshot> out;
+  for (const auto& t : nicemu::tools::select_targets(g.sel)) {
+    try {
+      out.push_back(nicemu::tools::read_counter_page(nicemu::ctl::stats_path(t.socket)));
+    } catch (const CtlError& e) {
+      if (problems)
+        problems->push_back(e.what());
+      else
+        warn(std::string("warning: ") + e.what());
+    }
+  }
+  if (out.empty()) throw CtlError("no counter page could be read (is a nicemu daemon running in this run dir?)");
+  return out;
+}
+
+enum class StatsFormat { kText, kJson, kPrometheus };
+
+int cmd_stats(const Globals& g, StatsFormat f, bool all) {
+  auto nodes = read_pages(g);
+  switch (f) {
+    case StatsFormat::kJson:
+      fmt::print("{}\n", nicemu::tools::counters_json(nodes).dump(2));
+      break;
+    case StatsFormat::kPrometheus:
+      fmt::print("{}", nicemu::tools::counters_prometheus(nodes));
+      break;
+    case StatsFormat::kText: {
+      bool first = true;
+      for (const auto& n : nodes) {
+        if (!std::exchange(first, false)) fmt::print("\n");
+        nicemu::tools::print_counters(stdout, n, all);
+      }
+      break;
+    }
+  }
+  return 0;
+}
+
+// A frame every interval: the rates between two reads of the pages. Clears the screen
+// between frames on a terminal; --iterations bounds the frames (for scripts and tests).
+int cmd_top(const Globals& g, double interval_s, unsigned iterations, bool no_clear) {
+  const bool tty = ::isatty(STDOUT_FILENO) && !no_clear;
+  auto prev = read_pages(g);
+  for (unsigned i = 0; iterations == 0 || i < iterations; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int64_t>(interval_s * 1000)));
+    std::vector<std::string> problems;
+    auto cur = read_pages(g, &problems);
+    std::string frame = nicemu::tools::top_frame(prev, cur, interval_s, problems);
+    if (tty) fmt::print("\x1b[H\x1b[2J");
+    else if (i > 0) fmt::print("\n");
+    fmt::print("{}", frame);
+    std::fflush(stdout);
+    prev = std::move(cur);
   }
   return 0;
 }
@@ -293,6 +358,27 @@ int main(int argc, char** argv) {
   auto* status = app.add_subcommand("status", "node, credentials, attached CDMs and counters of each daemon");
   status->add_flag("--json", status_json, "print {\"nodes\":[...]}, the daemons' status objects, as one JSON document");
 
+  bool stats_json = false, stats_prom = false, stats_all = false;
+  auto* stats = app.add_subcommand(
+      "stats", "counters of each daemon, read from its counter page (RUNDIR/nic-ADDR.stats) without stopping it");
+  auto* sj = stats->add_flag("--json", stats_json, "print {\"nodes\":[...]} as one JSON document");
+  auto* sp = stats->add_flag("--prometheus", stats_prom,
+                             "print the Prometheus text exposition format (for a node exporter's textfile collector)");
+  sj->excludes(sp);
+  stats->add_flag("--all", stats_all, "text: also list the counters that are zero");
+
+  double top_interval = 1.0;
+  unsigned top_iterations = 0;
+  bool top_once = false, top_no_clear = false;
+  auto* top = app.add_subcommand("top", "live view of the counters: rates per node and per CDM, refreshed every second");
+  top->add_option("--interval", top_interval, "seconds between frames")
+      ->type_name("SEC")
+      ->check(CLI::Range(0.05, 3600.0))
+      ->capture_default_str();
+  top->add_option("--iterations", top_iterations, "stop after N frames (default: until interrupted)")->type_name("N");
+  top->add_flag("--once", top_once, "one frame (the rates over one interval), then exit");
+  top->add_flag("--no-clear", top_no_clear, "do not clear the screen between frames");
+
   CredOptions co;
   auto* cred = app.add_subcommand("cred", "job credentials (ptag/cookie)");
   cred->require_subcommand(1);
@@ -340,6 +426,10 @@ int main(int argc, char** argv) {
 
   try {
     if (status->parsed()) return cmd_status(g, status_json);
+    if (stats->parsed())
+      return cmd_stats(g, stats_json ? StatsFormat::kJson : stats_prom ? StatsFormat::kPrometheus : StatsFormat::kText,
+                       stats_all);
+    if (top->parsed()) return cmd_top(g, top_interval, top_once ? 1 : top_iterations, top_no_clear);
     if (issue->parsed()) return cmd_cred_issue(g, co);
     if (grant->parsed()) return cmd_cred_grant(g, co);
     if (revoke->parsed()) return cmd_cred_revoke(g, co);

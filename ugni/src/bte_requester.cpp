@@ -154,6 +154,8 @@ gni_return_t GNI_PostRdma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
     case abi::BteRingView::Push::kOk:
       break;
   }
+  count(n->counters, ctr::cdm::rdma_posts);
+  count(n->counters, ctr::cdm::rdma_bytes, d->length);
   return GNI_RC_SUCCESS;
 }
 

@@ -97,6 +97,7 @@ gni_return_t GNI_CdmAttach(gni_cdm_handle_t cdm_hndl, uint32_t device_id, uint32
   nic->self = Region::map(fd, rep.region_size, rep.ro_size);
   close(fd);
   if (!nic->self) return GNI_RC_ERROR_NOMEM;
+  nic->counters = map_counter_block(*nic->self);
   nic->cdm = c;
   nic->nic_addr = rep.nic_addr;
   nic->device_type = rep.device_type;

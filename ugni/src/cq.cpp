@@ -20,6 +20,7 @@ constexpr uint64_t kNicDownEntry = cqe::make(cqe::kSrcLocalRequest, cqe::kTypePo
 gni_return_t nicemu::ugni::take_event(Cq* cq, gni_cq_entry_t* event_data) {
   if (cq->ring.take_overrun()) {
     *event_data = cqe::overrun_entry();
+    count(cq->nic->counters, ctr::cdm::cq_overruns);
     return GNI_RC_ERROR_RESOURCE;
   }
   uint64_t e = cq->ring.pop();
@@ -35,6 +36,7 @@ gni_return_t nicemu::ugni::take_event(Cq* cq, gni_cq_entry_t* event_data) {
     }
     return GNI_RC_NOT_DONE;
   }
+  count_event(cq->nic->counters, e);
   if (cq->handler) cq->handler(&e, cq->context);
   *event_data = e;
   return cqe::status_of(e) ? GNI_RC_TRANSACTION_ERROR : GNI_RC_SUCCESS;

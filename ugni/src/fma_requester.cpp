@@ -78,6 +78,14 @@ uint64_t execute_get(Nic& n, const Region& target, const FmaOp& op, uint32_t* ds
   return st;
 }
 
+// Per-CDM counters (counters.h) of one post.
+void count_post(ctr::CdmCounterBlock* b, int type, uint64_t length) {
+  if (type == GNI_POST_AMO) return count(b, ctr::cdm::amo_posts);
+  const bool get = type == GNI_POST_FMA_GET;
+  count(b, get ? ctr::cdm::fma_get_posts : ctr::cdm::fma_put_posts);
+  count(b, get ? ctr::cdm::fma_get_bytes : ctr::cdm::fma_put_bytes, length);
+}
+
 }  // namespace
 
 int post_type(const gni_post_descriptor_t* d) {
@@ -216,6 +224,7 @@ gni_return_t GNI_PostFma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
   d->status = 0;
   d->cq_mode_complete = 0;
   ep->nic->stats[GNI_STAT_FMA_LAUNCH_COUNT].fetch_add(1, std::memory_order_relaxed);
+  count_post(ep->nic->counters, post_type(d), d->length);
   uint32_t dst_cq = abi::kNoCq;
   const uint64_t st = execute_fma(op, &dst_cq);
   if (st == cqe::kOk && (d->cq_mode & GNI_CQMODE_REMOTE_EVENT)) push_fma_remote_event(op, dst_cq);

@@ -24,6 +24,7 @@
 #include "nicemu/abi/region_access.h"
 #include "nicemu/abi/shm_layout.h"
 #include "nicemu/ctl/ctl_client.h"
+#include "counters.h"
 #include "smsg_channel.h"
 
 static_assert(int{GNI_RC_SUCCESS} == int{nicemu::abi::gni::kSuccess} &&
@@ -116,6 +117,7 @@ struct Nic {
   std::map<uint32_t, std::unique_ptr<nicemu::ctl::Connection>> daemons;           // other nodes' daemons
 
   std::atomic<uint32_t> stats[GNI_NUM_STATS] = {};
+  abi::counters::CdmCounterBlock* counters = unbound_counter_block();  // in `self` once attached
   uint16_t smsg_max_retrans = FMA_SMSG_MAX_RETRANS_DEFAULT;
   uint16_t smsg_dlvr_mode = GNI_DLVMODE_PERFORMANCE;  // stored; same-host SMSG is in order anyway
   uint32_t mdd_resources = 0;      // GNI_SetMddResources: recorded, VMDH is not supported

@@ -47,6 +47,7 @@ gni_return_t GNI_MemRegister(gni_nic_handle_t nic_hndl, uint64_t address, uint64
   mem_hndl->qword1 = rep.qword1;
   mem_hndl->qword2 = rep.qword2;
   n->live_regs.fetch_add(1, std::memory_order_relaxed);
+  count(n->counters, ctr::cdm::registrations);
   return GNI_RC_SUCCESS;
 }
 

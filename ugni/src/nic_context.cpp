@@ -13,6 +13,7 @@
 
 #include "internal.h"
 #include "nicemu/abi/region_access.h"
+#include "nicemu/common/params.h"
 
 namespace nicemu::ugni {
 
@@ -63,9 +64,9 @@ long first_env_number(const char* name) {
 
 std::string daemon_socket() {
   static const std::string path = [] {
-    if (const char* s = std::getenv("NICEMU_SOCKET"); s && *s) return std::string(s);
+    if (const char* s = std::getenv(params::param("client_socket").env.data()); s && *s) return std::string(s);
     std::string rundir = nicemu::ctl::default_rundir();
-    long node = first_env_number("NICEMU_NODE");
+    long node = first_env_number(params::param("client_node").env.data());
     if (node < 0) node = first_env_number("PMI_GNI_LOC_ADDR");
     if (node >= 0) return nicemu::ctl::socket_path(rundir, static_cast<uint32_t>(node));
     auto nodes = nicemu::ctl::list_nodes(rundir);
@@ -95,11 +96,7 @@ bool daemon_hello(abi::ctl::HelloReply& out) {
 }
 
 uint32_t spin_ns() {
-  static const uint32_t ns = [] {
-    long us = -1;
-    if (const char* v = std::getenv("NICEMU_SPIN_US")) us = std::strtol(v, nullptr, 10);
-    return static_cast<uint32_t>((us >= 0 && us < 1000000 ? us : 100) * 1000);
-  }();
+  static const uint32_t ns = static_cast<uint32_t>(params::env_uint(params::param("spin_us")) * 1000);
   return ns;
 }
 

@@ -72,10 +72,13 @@ gni_return_t send(Ep* ep, const void* header, uint32_t header_length, const void
   }
   if (smsg_send(m.view, header, header_length, data, data_length, tag) == SendResult::kNoCredit) {
     ep->nic->stats[GNI_STAT_SMSG_MBOX_CREDITS_STALL].fetch_add(1, std::memory_order_relaxed);
+    count(ep->nic->counters, ctr::cdm::smsg_credit_stalls);
     return GNI_RC_NOT_DONE;
   }
   // On the hardware every SMSG message is an FMA PUT into the peer's mailbox.
   ep->nic->stats[GNI_STAT_FMA_LAUNCH_COUNT].fetch_add(1, std::memory_order_relaxed);
+  count(ep->nic->counters, ctr::cdm::smsg_sends);
+  count(ep->nic->counters, ctr::cdm::smsg_send_bytes, uint64_t{header_length} + data_length);
   if (m.dst_cq != abi::kNoCq)
     push_remote_event(*m.region, m.dst_cq, cqe::make(cqe::kSrcRemoteRequest, cqe::kTypeSmsg, cqe::kOk, 0, 0, ep->remote_event),
                       &m.dst_ctl, &m.dst_head_seen);
@@ -180,6 +183,7 @@ gni_return_t GNI_SmsgRelease(gni_ep_handle_t ep_hndl) {
   if (!ep->rx_holding) return GNI_RC_NOT_DONE;
   smsg_release(ep->rx.view);
   ep->rx_holding = false;
+  count(ep->nic->counters, ctr::cdm::smsg_receives);
   return GNI_RC_SUCCESS;
 }
 

@@ -1,0 +1,148 @@
+// The one parameter table: every setting of the daemon, the libraries and the launcher,
+// with its default, config-file key, command-line flag, environment variable and a one-line
+// doc. `nicemu --help-config`, the default /etc/nicemu/nicemu.toml, the settings section of
+// nicemu(8) and docs/configuration.md are all rendered from it (params_render.h), so a
+// setting is documented once, here, and a removed one disappears everywhere.
+//
+// Header-only and constexpr, so libugni can take its defaults and bounds from it without
+// linking anything.
+#pragma once
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <optional>
+#include <string_view>
+
+namespace nicemu::params {
+
+enum class Type : uint8_t { kUint, kString, kBool, kChoice, kPath };
+
+// Who reads a setting (a bit set).
+enum Users : uint8_t {
+  kDaemon = 1,     // nicemu
+  kLibrary = 2,    // libugni (and the libraries on it)
+  kLauncher = 4,   // nicemu-run
+  kCtl = 8,        // nicemuctl
+};
+
+struct Param {
+  std::string_view name = {};          // canonical name; the config key when there is one
+  Type type = Type::kString;
+  std::string_view default_text = {};  // as the user would write it (or how it is derived)
+  std::string_view config_key = {};    // key in nicemu.toml ("" = not a config-file setting)
+  std::string_view flag = {};          // daemon command-line flag ("" = none)
+  std::string_view env = {};           // environment variable ("" = none)
+  uint64_t min = 0, max = 0;      // kUint bounds (inclusive)
+  std::string_view choices = {};  // kChoice: values separated by '|'
+  uint8_t users = kDaemon;
+  bool live = false;              // re-applied by the daemon on SIGHUP
+  std::string_view doc = {};
+};
+
+// Order is the order of the rendered documentation.
+inline constexpr Param kTable[] = {
+    {.name = "node", .type = Type::kUint, .default_text = "0", .config_key = "node", .flag = "--node",
+     .max = 0xFFFFFFFF, .doc = "NIC address of this emulated node (the template unit passes its instance name)"},
+    {.name = "config", .type = Type::kPath, .default_text = "", .flag = "--config",
+     .doc = "toml file to read settings from; command-line flags take precedence over it"},
+    {.name = "rundir", .type = Type::kPath, .default_text = "/run/nicemu for root (and for clients when daemons run there), else /tmp/nicemu-UID",
+     .config_key = "rundir", .flag = "--rundir", .env = "NICEMU_RUNDIR", .users = kDaemon | kLibrary | kLauncher | kCtl,
+     .doc = "directory of the daemons' control sockets and counter pages; clients and tools look there too"},
+    {.name = "socket", .type = Type::kPath, .default_text = "RUNDIR/nic-NODE.sock", .config_key = "socket",
+     .flag = "--socket", .doc = "control socket path of this daemon"},
+    {.name = "log_level", .type = Type::kChoice, .default_text = "info", .config_key = "log_level",
+     .flag = "--log-level", .choices = "trace|debug|info|warn|error|critical|off", .live = true,
+     .doc = "daemon log threshold (logs go to stderr, i.e. the journal under systemd)"},
+    {.name = "device", .type = Type::kChoice, .default_text = "aries", .config_key = "device", .flag = "--device",
+     .choices = "aries|gemini", .doc = "device type reported to clients (GNI_GetDeviceType)"},
+    {.name = "region_size_mb", .type = Type::kUint, .default_text = "256", .config_key = "region_size_mb",
+     .flag = "--region-size-mb", .min = 16, .max = 65536,
+     .doc = "shared-memory region per attached CDM, MiB (CQ rings, SMSG mailboxes, BTE ring)"},
+    {.name = "bte_channels", .type = Type::kUint, .default_text = "2", .config_key = "bte_channels",
+     .flag = "--bte-channels", .min = 1, .max = 64,
+     .doc = "BTE (RDMA) engine channels: worker threads that move GNI_PostRdma data"},
+    {.name = "allow_any_credential", .type = Type::kBool, .default_text = "false",
+     .config_key = "allow_any_credential", .flag = "--allow-any-credential",
+     .doc = "accept attaches with credentials that were never issued (single-user test setups only)"},
+    {.name = "stats_interval_ms", .type = Type::kUint, .default_text = "250", .config_key = "stats_interval_ms",
+     .flag = "--stats-interval-ms", .min = 10, .max = 60000, .live = true,
+     .doc = "how often the daemon copies the per-CDM counters of its clients into its counter page"},
+    {.name = "spin_us", .type = Type::kUint, .default_text = "100", .env = "NICEMU_SPIN_US", .max = 999999,
+     .users = kLibrary,
+     .doc = "microseconds a blocking wait (CQ, AMO lock) spins before it sleeps on a futex"},
+    {.name = "client_socket", .type = Type::kPath, .default_text = "derived from NICEMU_NODE", .env = "NICEMU_SOCKET",
+     .users = kLibrary, .doc = "control socket of the daemon a process attaches to"},
+    {.name = "client_node", .type = Type::kUint, .default_text = "first of PMI_GNI_LOC_ADDR, else the lowest in RUNDIR",
+     .env = "NICEMU_NODE", .max = 0xFFFFFFFF, .users = kLibrary,
+     .doc = "NIC address whose daemon a process attaches to"},
+    {.name = "daemon_binary", .type = Type::kPath, .default_text = "nicemu next to nicemu-run, else from PATH",
+     .env = "NICEMU_DAEMON", .users = kLauncher, .doc = "daemon executable nicemu-run starts when none runs"},
+};
+
+// The row called `name`; naming a row that does not exist fails to compile when used in a
+// constant expression (and returns the first row otherwise, which tests rule out).
+constexpr const Param& param(std::string_view name) {
+  for (const Param& p : kTable)
+    if (p.name == name) return p;
+  throw "no such parameter";  // not a constant expression: a compile error in constexpr use
+}
+
+constexpr const Param* find(std::string_view name) {
+  for (const Param& p : kTable)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+constexpr const Param* find_config_key(std::string_view key) {
+  for (const Param& p : kTable)
+    if (!p.config_key.empty() && p.config_key == key) return &p;
+  return nullptr;
+}
+
+constexpr std::optional<uint64_t> parse_uint_text(std::string_view s) {
+  if (s.empty() || s.size() > 20) return std::nullopt;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    uint64_t d = static_cast<uint64_t>(c - '0');
+    if (v > (UINT64_MAX - d) / 10) return std::nullopt;
+    v = v * 10 + d;
+  }
+  return v;
+}
+
+constexpr uint64_t default_uint(const Param& p) { return *parse_uint_text(p.default_text); }
+
+// A kUint parameter from its environment variable: the value when set, a number and in
+// range; otherwise the table's default. For the libraries (no diagnostics channel: a
+// malformed value is ignored, as before the table existed).
+inline uint64_t env_uint(const Param& p) {
+  if (!p.env.empty())
+    if (const char* v = std::getenv(p.env.data()); v && *v)
+      if (auto x = parse_uint_text(v); x && *x >= p.min && *x <= p.max) return *x;
+  return default_uint(p);
+}
+
+// Compile-time checks of the table itself.
+consteval bool table_is_consistent() {
+  for (const Param& p : kTable) {
+    if (p.name.empty() || p.doc.empty()) return false;
+    if (p.type == Type::kUint) {
+      if (p.min > p.max) return false;
+      // A numeric default that is a number must lie in range (derived ones are prose).
+      if (auto d = parse_uint_text(p.default_text); d && (*d < p.min || *d > p.max)) return false;
+    }
+    if (p.type == Type::kChoice && p.choices.empty()) return false;
+    if (p.live && !(p.users & kDaemon)) return false;
+    if (!p.config_key.empty() && p.config_key != p.name) return false;
+    for (const Param& q : kTable) {
+      if (&p == &q) continue;
+      if (p.name == q.name || (!p.flag.empty() && p.flag == q.flag) || (!p.env.empty() && p.env == q.env))
+        return false;
+    }
+  }
+  return true;
+}
+static_assert(table_is_consistent());
+
+}  // namespace nicemu::params
