@@ -103,20 +103,6 @@ struct Verify {
   uint64_t off, len;
 };
 
-gni_post_descriptor_t rdma(gni_post_type_t type, uint64_t local, gni_mem_handle_t lh, uint64_t remote,
-                           gni_mem_handle_t rh, uint64_t len, uint16_t cq_mode = GNI_CQMODE_GLOBAL_EVENT) {
-  gni_post_descriptor_t d{};
-  d.type = type;
-  d.cq_mode = cq_mode;
-  d.dlvr_mode = GNI_DLVMODE_PERFORMANCE;
-  d.local_addr = local;
-  d.local_mem_hndl = lh;
-  d.remote_addr = remote;
-  d.remote_mem_hndl = rh;
-  d.length = len;
-  return d;
-}
-
 // One completion from `cq`: it must belong to `expect`; returns its status (0 = ok).
 uint64_t complete_one(gni_cq_handle_t cq, gni_post_descriptor_t* expect, uint64_t ms = 10000) {
   gni_cq_entry_t e = 0;
@@ -202,23 +188,23 @@ int data_initiator(Oob& oob, int side, Cred c, uint32_t inst) {
     ++seed;
     const uint64_t off = len == kBig ? 0 : 4;  // 4-byte aligned remote offset: GET may read it back
     fill(src, len, seed);
-    gni_post_descriptor_t d = rdma(GNI_POST_RDMA_PUT, uint64_t(src), src_h, t.buf + off, t.buf_h, len);
+    gni_post_descriptor_t d = make_desc(GNI_POST_RDMA_PUT, uint64_t(src), src_h, t.buf + off, t.buf_h, len);
     CHILD_CHECK(post_and_complete(n, ep, d) == 0);
     CHILD_CHECK(verify(oob, side, off, len, seed));
     std::memset(back, 0, len + 8);
-    gni_post_descriptor_t g = rdma(GNI_POST_RDMA_GET, uint64_t(back), back_h, t.buf + off, t.buf_h, len);
+    gni_post_descriptor_t g = make_desc(GNI_POST_RDMA_GET, uint64_t(back), back_h, t.buf + off, t.buf_h, len);
     CHILD_CHECK(post_and_complete(n, ep, g) == 0);
     CHILD_CHECK(std::memcmp(back, src, len) == 0);
     CHILD_CHECK(all(back + len, 8, 0));
   }
   // PUT has no alignment rule: odd source, odd target, odd length.
   fill(src + 1, 13, 99);
-  gni_post_descriptor_t d = rdma(GNI_POST_RDMA_PUT, uint64_t(src + 1), src_h, t.buf + 3, t.buf_h, 13);
+  gni_post_descriptor_t d = make_desc(GNI_POST_RDMA_PUT, uint64_t(src + 1), src_h, t.buf + 3, t.buf_h, 13);
   CHILD_CHECK(post_and_complete(n, ep, d) == 0);
   CHILD_CHECK(verify(oob, side, 3, 13, 99));
   // On Aries the GET's local address may be unaligned.
   std::memset(back, 0, 64);
-  gni_post_descriptor_t g = rdma(GNI_POST_RDMA_GET, uint64_t(back + 1), back_h, t.buf, t.buf_h, 16);
+  gni_post_descriptor_t g = make_desc(GNI_POST_RDMA_GET, uint64_t(back + 1), back_h, t.buf, t.buf_h, 16);
   CHILD_CHECK(post_and_complete(n, ep, g) == 0);
   CHILD_CHECK(back[0] == 0 && back[17] == 0 && std::memcmp(back + 4, src + 1, 13) == 0);
   oob.send(side, Verify{0, 0, 0, 0});
@@ -253,7 +239,7 @@ int events_initiator(Oob& oob, int side, Cred c, uint32_t inst) {
 
   // GLOBAL + REMOTE: local id from EpSetEventData, the target sees the remote id.
   CHILD_CHECK(GNI_EpSetEventData(ep, 111, 222) == GNI_RC_SUCCESS);
-  gni_post_descriptor_t d = rdma(GNI_POST_RDMA_PUT, uint64_t(src), src_h, t.buf, t.buf_h, 4096,
+  gni_post_descriptor_t d = make_desc(GNI_POST_RDMA_PUT, uint64_t(src), src_h, t.buf, t.buf_h, 4096,
                                  GNI_CQMODE_GLOBAL_EVENT | GNI_CQMODE_REMOTE_EVENT);
   d.post_id = 0xABCDEF;
   d.first_operand = 0x1111;  // clients stash their own data in unused fields
@@ -274,7 +260,7 @@ int events_initiator(Oob& oob, int side, Cred c, uint32_t inst) {
   CHILD_CHECK(verify(oob, side, 0, 4096, 5));
 
   // DUAL_EVENTS: a LOCAL and a GLOBAL event for one descriptor, returned twice.
-  gni_post_descriptor_t dual = rdma(GNI_POST_RDMA_GET, uint64_t(back), back_h, t.buf, t.buf_h, 4096,
+  gni_post_descriptor_t dual = make_desc(GNI_POST_RDMA_GET, uint64_t(back), back_h, t.buf, t.buf_h, 4096,
                                     GNI_CQMODE_DUAL_EVENTS);
   CHILD_CHECK(GNI_PostRdma(ep, &dual) == GNI_RC_SUCCESS);
   uint16_t seen = 0;
@@ -290,7 +276,7 @@ int events_initiator(Oob& oob, int side, Cred c, uint32_t inst) {
   CHILD_CHECK(std::memcmp(back, src, 4096) == 0);
 
   // The descriptor's src_cq_hndl takes its events; the EP's CQ stays empty.
-  gni_post_descriptor_t ov = rdma(GNI_POST_RDMA_PUT, uint64_t(src), src_h, t.buf + 4096, t.buf_h, 100,
+  gni_post_descriptor_t ov = make_desc(GNI_POST_RDMA_PUT, uint64_t(src), src_h, t.buf + 4096, t.buf_h, 100,
                                   GNI_CQMODE_LOCAL_EVENT | GNI_CQMODE_REMOTE_EVENT);
   ov.src_cq_hndl = n.cq2;
   CHILD_CHECK(GNI_PostRdma(ep, &ov) == GNI_RC_SUCCESS);
@@ -303,9 +289,9 @@ int events_initiator(Oob& oob, int side, Cred c, uint32_t inst) {
   // A silent post is never returned; posts of one EP complete in order, so the next
   // post's completion covers it. GET with REMOTE_EVENT notifies the target too.
   fill(src, 4096, 6);
-  gni_post_descriptor_t silent = rdma(GNI_POST_RDMA_PUT, uint64_t(src), src_h, t.buf, t.buf_h, 4096, 0);
+  gni_post_descriptor_t silent = make_desc(GNI_POST_RDMA_PUT, uint64_t(src), src_h, t.buf, t.buf_h, 4096, 0);
   CHILD_CHECK(GNI_PostRdma(ep, &silent) == GNI_RC_SUCCESS);
-  gni_post_descriptor_t after = rdma(GNI_POST_RDMA_GET, uint64_t(back), back_h, t.buf, t.buf_h, 4096,
+  gni_post_descriptor_t after = make_desc(GNI_POST_RDMA_GET, uint64_t(back), back_h, t.buf, t.buf_h, 4096,
                                      GNI_CQMODE_GLOBAL_EVENT | GNI_CQMODE_REMOTE_EVENT);
   CHILD_CHECK(GNI_PostRdma(ep, &after) == GNI_RC_SUCCESS);
   remote_ids.push_back(444);
@@ -320,8 +306,8 @@ int events_initiator(Oob& oob, int side, Cred c, uint32_t inst) {
   gni_mem_handle_t big_h = n.reg(big, 16 * kMiB + 64);
   fill(big, 16 * kMiB, 20);
   fill(big + 16 * kMiB, 64, 21);
-  gni_post_descriptor_t large = rdma(GNI_POST_RDMA_PUT, uint64_t(big), big_h, t.buf, t.buf_h, 16 * kMiB, 0);
-  gni_post_descriptor_t tail = rdma(GNI_POST_RDMA_PUT, uint64_t(big + 16 * kMiB), big_h, t.buf + 16 * kMiB - 64,
+  gni_post_descriptor_t large = make_desc(GNI_POST_RDMA_PUT, uint64_t(big), big_h, t.buf, t.buf_h, 16 * kMiB, 0);
+  gni_post_descriptor_t tail = make_desc(GNI_POST_RDMA_PUT, uint64_t(big + 16 * kMiB), big_h, t.buf + 16 * kMiB - 64,
                                     t.buf_h, 64);
   tail.rdma_mode = GNI_RDMAMODE_FENCE;
   CHILD_CHECK(GNI_PostRdma(ep, &large) == GNI_RC_SUCCESS);
@@ -350,12 +336,12 @@ int protection_initiator(Oob& oob, int side, Cred c, uint32_t inst) {
   // The target's rw registration holds pattern 8 throughout.
   fill(src, kMiB, 8);
   {
-    gni_post_descriptor_t d = rdma(GNI_POST_RDMA_PUT, uint64_t(src), src_h, t.buf, t.buf_h, kMiB);
+    gni_post_descriptor_t d = make_desc(GNI_POST_RDMA_PUT, uint64_t(src), src_h, t.buf, t.buf_h, kMiB);
     CHILD_CHECK(post_and_complete(n, ep, d) == 0);
     std::memset(src, 'X', kMiB);
   }
   // --- refused at post time
-  gni_post_descriptor_t d = rdma(GNI_POST_RDMA_GET, uint64_t(src), src_h, t.buf + 2, t.buf_h, 8);
+  gni_post_descriptor_t d = make_desc(GNI_POST_RDMA_GET, uint64_t(src), src_h, t.buf + 2, t.buf_h, 8);
   CHILD_CHECK(GNI_PostRdma(ep, &d) == GNI_RC_ALIGNMENT_ERROR);  // remote address
   d.remote_addr = t.buf;
   d.length = 6;
@@ -382,7 +368,7 @@ int protection_initiator(Oob& oob, int side, Cred c, uint32_t inst) {
   d.src_cq_hndl = reinterpret_cast<gni_cq_handle_t>(&d);
   CHILD_CHECK(GNI_PostRdma(ep, &d) == GNI_RC_INVALID_PARAM);  // not a CQ
   d.src_cq_hndl = nullptr;
-  gni_post_descriptor_t p = rdma(GNI_POST_RDMA_PUT, uint64_t(src), src_h, t.ro, t.ro_h, 8);
+  gni_post_descriptor_t p = make_desc(GNI_POST_RDMA_PUT, uint64_t(src), src_h, t.ro, t.ro_h, 8);
   CHILD_CHECK(GNI_PostRdma(ep, &p) == GNI_RC_PERMISSION_ERROR);  // the handle says read-only
   gni_ep_handle_t unbound;
   CHILD_CHECK(GNI_EpCreate(n.nic, n.cq, &unbound) == GNI_RC_SUCCESS);
@@ -417,7 +403,7 @@ int protection_initiator(Oob& oob, int side, Cred c, uint32_t inst) {
   };
   for (auto& b : bad) {
     gni_post_descriptor_t x =
-        rdma(b.type, uint64_t(src), src_h, b.remote, b.h, b.len, GNI_CQMODE_GLOBAL_EVENT | GNI_CQMODE_REMOTE_EVENT);
+        make_desc(b.type, uint64_t(src), src_h, b.remote, b.h, b.len, GNI_CQMODE_GLOBAL_EVENT | GNI_CQMODE_REMOTE_EVENT);
     CHILD_CHECK(GNI_PostRdma(ep, &x) == GNI_RC_SUCCESS);
     uint64_t st = complete_one(n.cq, &x);
     if (st != b.want) std::fprintf(stderr, "status %llu, want %llu\n", (unsigned long long)st, (unsigned long long)b.want);
@@ -428,7 +414,7 @@ int protection_initiator(Oob& oob, int side, Cred c, uint32_t inst) {
   }
   CHILD_CHECK(all(src, 2 * kMiB, 'X'));  // failed GETs wrote nothing locally either
   // A GET from read-only memory is fine.
-  gni_post_descriptor_t r = rdma(GNI_POST_RDMA_GET, uint64_t(src), src_h, t.ro, t.ro_h, 64);
+  gni_post_descriptor_t r = make_desc(GNI_POST_RDMA_GET, uint64_t(src), src_h, t.ro, t.ro_h, 64);
   CHILD_CHECK(post_and_complete(n, ep, r) == 0);
   CHILD_CHECK(all(src, 64, 'o'));
   CHILD_CHECK(verify(oob, side, 0, kMiB, 8));  // target memory unchanged
@@ -461,13 +447,13 @@ TEST_CASE("RDMA within one process and Gemini alignment") {
     static char a[65536], b[65536];
     fill(a, sizeof a, 3);
     gni_mem_handle_t ah = n.reg(a, sizeof a), bh = n.reg(b, sizeof b, n.rcq);
-    gni_post_descriptor_t d = rdma(GNI_POST_RDMA_PUT, uint64_t(a), ah, uint64_t(b), bh, sizeof a,
+    gni_post_descriptor_t d = make_desc(GNI_POST_RDMA_PUT, uint64_t(a), ah, uint64_t(b), bh, sizeof a,
                                    GNI_CQMODE_GLOBAL_EVENT | GNI_CQMODE_REMOTE_EVENT);
     CHILD_CHECK(post_and_complete(n, ep, d) == 0);
     CHILD_CHECK(std::memcmp(a, b, sizeof a) == 0);
     gni_cq_entry_t e;
     CHILD_CHECK(GNI_CqWaitEvent(n.rcq, 1000, &e) == GNI_RC_SUCCESS && GNI_CQ_GET_REM_INST_ID(e) == 1);
-    gni_post_descriptor_t g = rdma(GNI_POST_RDMA_GET, uint64_t(a + 2), ah, uint64_t(b), bh, 64);
+    gni_post_descriptor_t g = make_desc(GNI_POST_RDMA_GET, uint64_t(a + 2), ah, uint64_t(b), bh, 64);
     CHILD_CHECK(GNI_PostRdma(ep, &g) == GNI_RC_ALIGNMENT_ERROR);  // Gemini: local address too
     g.local_addr = uint64_t(a + 4);
     CHILD_CHECK(post_and_complete(n, ep, g) == 0);
@@ -519,7 +505,7 @@ TEST_CASE("RDMA: many outstanding posts, a full submission ring, per-EP order, o
     std::vector<gni_post_descriptor_t> ds(256);
     gni_ep_handle_t eps[4] = {ep, n.ep(t.addr, t.inst), n.ep(t.addr, t.inst), n.ep(t.addr, t.inst)};
     for (uint32_t k = 0; k < 256; ++k) {
-      ds[k] = rdma(GNI_POST_RDMA_PUT, uint64_t(src) + k * 16384, h, t.buf + k * 16384, t.buf_h, 16384);
+      ds[k] = make_desc(GNI_POST_RDMA_PUT, uint64_t(src) + k * 16384, h, t.buf + k * 16384, t.buf_h, 16384);
       ds[k].post_id = k;
       CHILD_CHECK(GNI_PostRdma(eps[k % 4], &ds[k]) == GNI_RC_SUCCESS);
     }
@@ -536,14 +522,14 @@ TEST_CASE("RDMA: many outstanding posts, a full submission ring, per-EP order, o
     // engine's in-flight window (1024) fill while the big one runs: ERROR_RESOURCE, retry.
     // The big one ends with 'A' where the small ones write 'B': posting order decides.
     std::memset(src + kBig - 4096, 'A', 4096);
-    gni_post_descriptor_t first = rdma(GNI_POST_RDMA_PUT, uint64_t(src) + 4 * kMiB, h, t.buf + 4 * kMiB, t.buf_h,
+    gni_post_descriptor_t first = make_desc(GNI_POST_RDMA_PUT, uint64_t(src) + 4 * kMiB, h, t.buf + 4 * kMiB, t.buf_h,
                                        kBig - 4 * kMiB);
     CHILD_CHECK(GNI_PostRdma(ep, &first) == GNI_RC_SUCCESS);
     std::memset(src, 'B', 4096);  // the 256 posts above are done with this part
     std::vector<gni_post_descriptor_t> small(3000);
     int full = 0;
     for (size_t k = 0; k < small.size(); ++k) {
-      small[k] = rdma(GNI_POST_RDMA_PUT, uint64_t(src) + (k % 1024) * 4, h, t.buf + kBig - 4096 + (k % 1024) * 4,
+      small[k] = make_desc(GNI_POST_RDMA_PUT, uint64_t(src) + (k % 1024) * 4, h, t.buf + kBig - 4096 + (k % 1024) * 4,
                       t.buf_h, 4);
       gni_return_t rc;
       while ((rc = GNI_PostRdma(ep, &small[k])) == GNI_RC_ERROR_RESOURCE) {
@@ -597,7 +583,7 @@ TEST_CASE("RDMA: a target killed during large transfers gives error completions 
     constexpr int kPosts = 48;
     std::vector<gni_post_descriptor_t> ds(kPosts);
     for (int k = 0; k < kPosts; ++k) {
-      ds[k] = rdma(k % 2 ? GNI_POST_RDMA_GET : GNI_POST_RDMA_PUT, uint64_t(src), h, t.buf, t.buf_h, kBig);
+      ds[k] = make_desc(k % 2 ? GNI_POST_RDMA_GET : GNI_POST_RDMA_PUT, uint64_t(src), h, t.buf, t.buf_h, kBig);
       CHILD_CHECK(GNI_PostRdma(ep, &ds[k]) == GNI_RC_SUCCESS);
     }
     CHILD_CHECK(complete_one(n.cq, &ds[0]) == 0);  // a transfer is running
@@ -661,7 +647,7 @@ TEST_CASE("RDMA: an initiator killed during large transfers is dropped; the engi
     gni_mem_handle_t h = n.reg(dst, kBig);
     std::vector<gni_post_descriptor_t> ds(32);
     for (auto& d : ds) {
-      d = rdma(GNI_POST_RDMA_GET, uint64_t(dst), h, ti.buf, ti.buf_h, kBig);
+      d = make_desc(GNI_POST_RDMA_GET, uint64_t(dst), h, ti.buf, ti.buf_h, kBig);
       CHILD_CHECK(GNI_PostRdma(ep, &d) == GNI_RC_SUCCESS);
     }
     CHILD_CHECK(complete_one(n.cq, &ds[0]) == 0);
@@ -686,7 +672,7 @@ TEST_CASE("RDMA: an initiator killed during large transfers is dropped; the engi
     gni_ep_handle_t ep = n.ep(ti.addr, ti.inst);
     static char small[4096];
     gni_mem_handle_t h = n.reg(small, sizeof small);
-    gni_post_descriptor_t d = rdma(GNI_POST_RDMA_GET, uint64_t(small), h, ti.buf, ti.buf_h, sizeof small);
+    gni_post_descriptor_t d = make_desc(GNI_POST_RDMA_GET, uint64_t(small), h, ti.buf, ti.buf_h, sizeof small);
     CHILD_CHECK(GNI_PostRdma(ep, &d) == GNI_RC_SUCCESS);
     CHILD_CHECK(complete_one(n.cq, &d, 5000) == 0);
     CHILD_CHECK(all(small, sizeof small, 'T'));
