@@ -263,20 +263,14 @@ struct SegmentView {
     return true;
   }
   bool read_rx(uint32_t i, uint32_t& remote_pe, uint32_t& gen) const {
-    if (i >= attrs.num_msgq_eps) return false;
-    const RxConn* c = rx(i);
-    uint32_t g1 = c->gen.load(std::memory_order_acquire);
-    if (c->state.load(std::memory_order_acquire) != kEntryLive) return false;
-    uint32_t pe = c->remote_pe;
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if (c->gen.load(std::memory_order_relaxed) != g1) return false;
-    remote_pe = pe;
-    gen = g1;
-    return true;
+    return i < attrs.num_msgq_eps && read_conn(rx(i), remote_pe, gen);
   }
   bool read_tx(uint32_t i, uint32_t& remote_pe, uint32_t& gen) const {
-    if (i >= attrs.num_msgq_eps) return false;
-    const TxConn* c = tx(i);
+    return i < attrs.num_msgq_eps && read_conn(tx(i), remote_pe, gen);
+  }
+  // Copies a live connection entry (RxConn or TxConn) out under its generation.
+  template <typename Conn>
+  static bool read_conn(const Conn* c, uint32_t& remote_pe, uint32_t& gen) {
     uint32_t g1 = c->gen.load(std::memory_order_acquire);
     if (c->state.load(std::memory_order_acquire) != kEntryLive) return false;
     uint32_t pe = c->remote_pe;
