@@ -128,7 +128,9 @@ FaultState& state(Nic* n) {
 
 bool may_pass(const Held& y, Ep* ep, Class cls, bool posted, bool smsg) {
   if (cls == kStrict || y.cls == kStrict) return false;
-  if (smsg && y.smsg && y.ep == ep) return false;  // one SMSG channel is in order
+  // Packets of one SMSG channel may overtake each other: the receiver takes messages in
+  // sequence order (a retransmitted message leaves a gap the later ones wait behind).
+  if (smsg && y.smsg && y.ep == ep) return true;
   if (cls == kRelaxed || y.cls == kRelaxed) return true;
   return y.posted && !posted;  // default: non-posted may pass posted
 }
@@ -298,8 +300,9 @@ gni_return_t fault_post_fma(const FmaOp& op0, gni_post_descriptor_t* d, int32_t 
 
 namespace {
 
-// Writes one message into the peer's mailbox and posts its events (under the engine's lock).
-void smsg_deliver(Ep* ep, const std::vector<char>& msg, uint32_t header_length, uint32_t msg_id, uint8_t tag) {
+// Writes message `seq` into the peer's mailbox and posts its events (under the engine's lock).
+void smsg_deliver(Ep* ep, uint32_t seq, const std::vector<char>& msg, uint32_t header_length, uint32_t msg_id,
+                  uint8_t tag) {
   Nic* n = ep->nic;
   Mailbox& m = ep->tx;
   if (!m.region->alive() || n->nic_down.load(std::memory_order_relaxed)) {
@@ -310,7 +313,7 @@ void smsg_deliver(Ep* ep, const std::vector<char>& msg, uint32_t header_length, 
   }
   const uint32_t data_length = static_cast<uint32_t>(msg.size()) - header_length;
   // Credits were taken when the message was accepted, so the slot is free.
-  smsg_send(m.view, msg.data(), header_length, msg.data() + header_length, data_length, tag);
+  smsg_write_at(m.view, seq, msg.data(), header_length, msg.data() + header_length, data_length, tag);
   n->stats[GNI_STAT_FMA_LAUNCH_COUNT].fetch_add(1, std::memory_order_relaxed);
   count(n->counters, ctr::cdm::smsg_sends);
   count(n->counters, ctr::cdm::smsg_send_bytes, msg.size());
@@ -339,11 +342,12 @@ gni_return_t fault_smsg_send(Ep* ep, const void* header, uint32_t header_length,
   Mailbox& m = ep->tx;
   Engine& e = engine();
   std::unique_lock<std::mutex> lk(e.mu);
-  // Credits count the messages accepted but still held: they own slots of the mailbox.
-  const uint32_t sent = m.view.ctl->sent.load(std::memory_order_relaxed);
-  if (sent + ep->smsg_held - m.view.released_seen >= m.view.credits) {
+  // Sequence numbers are taken at acceptance; while messages are held the mailbox's `sent`
+  // lags behind them. Credits count every accepted message: each owns a slot.
+  if (ep->smsg_held == 0) ep->smsg_next = m.view.ctl->sent.load(std::memory_order_relaxed);
+  if (ep->smsg_next - m.view.released_seen >= m.view.credits) {
     m.view.released_seen = m.view.ctl->released.load(std::memory_order_acquire);
-    if (sent + ep->smsg_held - m.view.released_seen >= m.view.credits) {
+    if (ep->smsg_next - m.view.released_seen >= m.view.credits) {
       n->stats[GNI_STAT_SMSG_MBOX_CREDITS_STALL].fetch_add(1, std::memory_order_relaxed);
       count(n->counters, ctr::cdm::smsg_credit_stalls);
       return GNI_RC_NOT_DONE;
@@ -394,13 +398,12 @@ gni_return_t fault_smsg_send(Ep* ep, const void* header, uint32_t header_length,
   std::vector<char> msg(uint64_t{header_length} + data_length);
   if (header_length) std::memcpy(msg.data(), header, header_length);
   if (data_length) std::memcpy(msg.data() + header_length, data, data_length);
-  // The channel sequence number this message gets: after every held one of this EP.
-  const uint32_t seq = sent + ep->smsg_held;
+  const uint32_t seq = ep->smsg_next++;
   bool passed = false;
   const uint64_t due = due_time(e, n, ep, cls, true, true, hold, passed);
   if (passed) count(n->counters, ctr::cdm::reorder_passed);
   if (due == 0) {
-    smsg_deliver(ep, msg, header_length, msg_id, tag);
+    smsg_deliver(ep, seq, msg, header_length, msg_id, tag);
   } else {
     if (hold) count(n->counters, ctr::cdm::reorder_held);
     Held h;
@@ -408,19 +411,19 @@ gni_return_t fault_smsg_send(Ep* ep, const void* header, uint32_t header_length,
     h.ep = ep;
     h.cls = cls;
     h.smsg = true;
-    h.run = [ep, msg, header_length, msg_id, tag] { smsg_deliver(ep, msg, header_length, msg_id, tag); };
+    h.run = [ep, seq, msg, header_length, msg_id, tag] { smsg_deliver(ep, seq, msg, header_length, msg_id, tag); };
     e.hold(due, std::move(h));
   }
   if (dup) {
     // The second copy arrives after the first; the receiving side's sequence check (the
-    // channel has already taken `seq`) discards it, so the application sees one message.
+    // message is in its slot or consumed) discards it, so the application sees one message.
     Held h;
     h.nic = n;
     h.ep = ep;
     h.cls = kRelaxed;  // a stray packet orders nothing
     h.run = [ep, seq] {
-      if (static_cast<int32_t>(ep->tx.view.ctl->sent.load(std::memory_order_acquire) - seq) > 0)
-        count(ep->nic->counters, ctr::cdm::fault_smsg_dups_suppressed);
+      // It runs after the first copy (a later due time), so the check always discards it.
+      if (smsg_seen(ep->tx.view, seq)) count(ep->nic->counters, ctr::cdm::fault_smsg_dups_suppressed);
     };
     e.hold(std::max(due, now) + uint64_t{std::max<uint32_t>(c.retransmit_us, 1)} * 1000, std::move(h));
   }

@@ -184,6 +184,7 @@ struct Ep {
   void* dgram_out = nullptr;      // out_buf of the datagram posted on this EP
   uint16_t dgram_buf_size = 0;
   uint32_t smsg_held = 0;         // messages accepted but held by the reorder engine (its lock)
+  uint32_t smsg_next = 0;         // next SMSG sequence number while some are held (its lock)
 };
 
 // Process-wide helpers.
