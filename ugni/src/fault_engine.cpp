@@ -367,8 +367,10 @@ gni_return_t fault_smsg_send(Ep* ep, const void* header, uint32_t header_length,
       return GNI_RC_SUCCESS;
     case af::kLinkDown:
       count(n->counters, ctr::cdm::fault_link_down);
-      // Retransmissions every retransmit_us run out before the link comes back.
-      if (uint64_t{dec.delay_us} > uint64_t{c.max_retrans} * std::max<uint32_t>(c.retransmit_us, 1)) {
+      // Retransmissions every retransmit_us run out before the link comes back; the
+      // client's GNI_SmsgSetMaxRetrans limit applies when it is the lower one.
+      if (uint64_t{dec.delay_us} >
+          uint64_t{std::min<uint32_t>(c.max_retrans, n->smsg_max_retrans)} * std::max<uint32_t>(c.retransmit_us, 1)) {
         smsg_fail(ep, msg_id);
         return GNI_RC_SUCCESS;
       }
