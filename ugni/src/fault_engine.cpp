@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "fma_requester.h"
+#include "ordering_model.h"
 #include "nicemu/fault/fault_injector.h"
 #include "nicemu/fault/fault_page.h"
 
@@ -46,7 +47,10 @@ struct FaultState {
 
 namespace {
 
-enum Class : uint8_t { kStrict = af::kOrderStrict, kDefault = af::kOrderDefault, kRelaxed = af::kOrderRelaxed };
+using ordering::Class;
+using ordering::kDefault;
+using ordering::kRelaxed;
+using ordering::kStrict;
 
 struct Held {
   Nic* nic = nullptr;
@@ -127,12 +131,7 @@ FaultState& state(Nic* n) {
 }
 
 bool may_pass(const Held& y, Ep* ep, Class cls, bool posted, bool smsg) {
-  if (cls == kStrict || y.cls == kStrict) return false;
-  // Packets of one SMSG channel may overtake each other: the receiver takes messages in
-  // sequence order (a retransmitted message leaves a gap the later ones wait behind).
-  if (smsg && y.smsg && y.ep == ep) return true;
-  if (cls == kRelaxed || y.cls == kRelaxed) return true;
-  return y.posted && !posted;  // default: non-posted may pass posted
+  return ordering::may_pass(ordering::Txn{y.cls, y.posted, y.smsg, y.ep}, ordering::Txn{cls, posted, smsg, ep});
 }
 
 // When a new transaction of `n` may run: 0 = now. `passed` tells whether it overtakes a
@@ -151,27 +150,18 @@ uint64_t due_time(Engine& e, Nic* n, Ep* ep, Class cls, bool posted, bool smsg, 
   return std::max(due, after);
 }
 
-Class effective(const af::Config& c, Class from_post) {
-  return c.ordering == af::kOrderAuto ? from_post : static_cast<Class>(c.ordering);
-}
-
-// The class of an FMA transaction: the post's delivery mode, then the target
-// registration's PI ordering flags (STRICT wins over RELAXED, as in uGNI).
+// The class of an FMA transaction: the target registration's PI flags are read from its
+// table (a handle that does not decode gets the default class; the access fails anyway).
 Class fma_class(const af::Config& c, const FmaOp& op, uint16_t dlvr_mode, const Region& target) {
-  if (c.ordering != af::kOrderAuto) return static_cast<Class>(c.ordering);
-  if ((dlvr_mode & GNI_DLVMODE_IN_ORDER) == GNI_DLVMODE_IN_ORDER) return kStrict;
-  auto f = abi::mdh::decode(op.remote_mem_hndl.qword1, op.remote_mem_hndl.qword2);
-  abi::RegEntry e{};
-  if (!f || !target.read_reg(f->slot, e) || e.state != abi::kRegLive) return kDefault;
-  if (e.flags & GNI_MEM_STRICT_PI_ORDERING) return kStrict;
-  if (e.flags & GNI_MEM_RELAXED_PI_ORDERING) return kRelaxed;
-  return kDefault;
+  uint32_t flags = 0;
+  if (auto f = abi::mdh::decode(op.remote_mem_hndl.qword1, op.remote_mem_hndl.qword2)) {
+    abi::RegEntry e{};
+    if (target.read_reg(f->slot, e) && e.state == abi::kRegLive) flags = e.flags;
+  }
+  return ordering::class_of(c.ordering, dlvr_mode, flags);
 }
 
-Class smsg_class(const af::Config& c, const Nic* n) {
-  if ((n->smsg_dlvr_mode & GNI_DLVMODE_IN_ORDER) == GNI_DLVMODE_IN_ORDER) return effective(c, kStrict);
-  return effective(c, kDefault);
-}
+Class smsg_class(const af::Config& c, const Nic* n) { return ordering::smsg_class_of(c.ordering, n->smsg_dlvr_mode); }
 
 af::Kind fma_kind(int type) {
   if (type == GNI_POST_FMA_GET) return af::kFmaGet;
