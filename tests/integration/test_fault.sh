@@ -47,6 +47,7 @@ twice() {
 
 twice "smsg (a)" smsg --seed 42 --count 20000
 twice "rdma (b)" rdma --seed 7 --count 500
+twice "amo effect done or not" amo --seed 4 --count 1000
 twice "race relaxed (c)" race --seed 3 --ordering relaxed --count 100
 relaxed=$LAST
 twice "race strict (c)" race --seed 3 --ordering strict --count 100

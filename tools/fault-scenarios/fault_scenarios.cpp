@@ -9,6 +9,7 @@
 //   fault-scenarios race     --seed N --ordering M [--count N]  (c) Get passes Put
 //   fault-scenarios envelope --seed N --ordering M [--count N]  (d) payload vs envelope order
 //   fault-scenarios kill     --seed N [--count N]           (e) a rank dies mid-run
+//   fault-scenarios amo      --seed N [--count N]           AMO effect done or not on error
 #include <fcntl.h>
 #include <sys/mman.h>
 
@@ -374,6 +375,51 @@ int scenario_rdma(const Opts& o) {
   return ok ? 0 : 1;
 }
 
+// AMOs under injected transient errors, replayed: an AMO whose response was lost took
+// effect anyway (error_done), so replaying a non-idempotent FADD counts it twice — exactly
+// what a runtime's recovery code has to expect on hardware.
+int scenario_amo(const Opts& o) {
+  const uint64_t n = o.count ? o.count : 2000;
+  std::string spec = "seed=" + std::to_string(o.seed) + " amo.error=0.2 error_done=0.5";
+  Cluster cl(1, daemon_args(spec));
+  Cred c = cl.credential();
+  uint64_t* res = shared_u64(4);  // failures, unrecoverable, final value
+  pid_t tgt = cl.spawn(0, [&] {
+    Rank r;
+    r.open(1, 2, c, 0);
+    wait_flag(board()->done[0]);
+    res[2] = r.buf[0];
+    return 0;
+  });
+  pid_t ini = cl.spawn(0, [&] {
+    Rank r;
+    r.open(0, 2, c, 0);
+    wait_flag(board()->r[1].ready);
+    RankInfo& t = board()->r[1];
+    uint64_t failures = 0, unrec = 0;
+    for (uint64_t i = 0; i < n; ++i) {
+      auto d = harness::make_desc(GNI_POST_AMO, uint64_t(&r.buf[8]), r.buf_mh, t.va, t.mh, 8);
+      d.amo_cmd = GNI_FMA_ATOMIC_FADD;
+      d.first_operand = 1;
+      failures += post_until_ok(r, r.ep[1], d, false, unrec);
+    }
+    res[0] = failures;
+    res[1] = unrec;
+    board()->done[0].store(1);
+    return 0;
+  });
+  bool ok = wait_all(cl, {ini, tgt});
+  Page page(nicemu::ctl::stats_path(cl.socket(0)));
+  usleep(50000);
+  const uint64_t done = page.total(ctr::cdm::fault_errors_effect_done);
+  std::printf("outcome: amo seed=%" PRIu64 " fadds=%" PRIu64 " failures=%" PRIu64 " unrecoverable=%" PRIu64
+              " final=%" PRIu64 " effect_done=%" PRIu64 "\n",
+              o.seed, n, res[0], res[1], res[2], done);
+  // Every FADD counted once, plus once more for each failure whose effect was done.
+  ok = ok && res[1] == 0 && res[0] > 0 && res[2] == n + done && done > 0 && done < res[0];
+  return ok ? 0 : 1;
+}
+
 uint32_t ordering_flags(const std::string& m) {
   if (m == "strict") return GNI_MEM_STRICT_PI_ORDERING;
   if (m == "relaxed") return GNI_MEM_RELAXED_PI_ORDERING;
@@ -604,6 +650,7 @@ int main(int argc, char** argv) {
   auto* rdma = add("rdma", "(b) PUT/GET under injected transient errors, replayed until verified", false);
   auto* race = add("race", "(c) a Get passes an earlier Put (relaxed) or never does (strict, default)", true);
   auto* env = add("envelope", "(d) payload PUT and envelope SMSG in both orders (relaxed), in issue order (strict)", true);
+  auto* amo = add("amo", "AMO FADDs under injected errors, replayed: failed AMOs whose effect was done count twice", false);
   auto* kil = add("kill", "(e) a rank killed mid-run: every posted operation completes or fails", false);
   CLI11_PARSE(app, argc, argv);
   if (!daemon.empty()) setenv("NICEMU_DAEMON", daemon.c_str(), 1);
@@ -616,6 +663,7 @@ int main(int argc, char** argv) {
     if (race->parsed()) return scenario_race(o);
     if (env->parsed()) return scenario_envelope(o);
     if (kil->parsed()) return scenario_kill(o);
+    if (amo->parsed()) return scenario_amo(o);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fault-scenarios: %s\n", e.what());
   }
