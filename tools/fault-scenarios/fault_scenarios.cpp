@@ -430,7 +430,7 @@ uint32_t ordering_flags(const std::string& m) {
 // Relaxed: a delayed PUT is passed by the notification, the GET returns the old value.
 int scenario_race(const Opts& o) {
   const uint64_t n = o.count ? o.count : 200;
-  std::string spec = "seed=" + std::to_string(o.seed) + " put.delay=0.5 delay_us=3000..6000";
+  std::string spec = "seed=" + std::to_string(o.seed) + " put.delay=0.5 delay_us=20000..40000";
   Cluster cl(1, daemon_args(spec));
   Cred c = cl.credential();
   uint64_t* res = shared_u64(4);  // stale, fresh
@@ -489,7 +489,7 @@ int scenario_race(const Opts& o) {
 // (target-side reassembly).
 int scenario_envelope(const Opts& o) {
   const uint64_t n = o.count ? o.count : 200;
-  std::string spec = "seed=" + std::to_string(o.seed) + " put.delay=0.5 delay_us=2000..4000";
+  std::string spec = "seed=" + std::to_string(o.seed) + " put.delay=0.5 delay_us=20000..40000";
   Cluster cl(1, daemon_args(spec));
   Cred c = cl.credential();
   uint64_t* res = shared_u64(4);  // payload first, envelope first, reassembly failures
