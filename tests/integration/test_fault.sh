@@ -46,6 +46,15 @@ twice() {
 }
 
 twice "smsg (a)" smsg --seed 42 --count 20000
+twice "smsg retransmit exhaustion" smsg --seed 1 --count 3000 --extra "smsg.exhaust=0.01"
+grep -q ' lost=0 ' <<<"$LAST" && fail "exhaustion lost nothing: $LAST"
+# Link windows count from the daemon's start, so these two run once: the first window ends
+# while the sender is blocked on credits (held messages are delivered after it), the second
+# outlasts the retransmissions (every message fails at the sender, none is delivered).
+out=$(timeout 60 "$FS" smsg --seed 1 --count 1000 --extra "retransmit_us=100000 link_down=*@0..1000ms" 2>&1)
+[[ $? -eq 0 && $out == *" lost=0 "* && $out != *" link_down=0"* ]] && pass "link down then up: $(head -1 <<<"$out")" || fail "link down then up: $out"
+out=$(timeout 60 "$FS" smsg --seed 1 --count 500 --extra "link_down=*@0..60000ms" 2>&1)
+[[ $? -eq 0 && $out == *" delivered=0 lost=500 "* ]] && pass "link down for good: $(head -1 <<<"$out")" || fail "link down for good: $out"
 twice "rdma (b)" rdma --seed 7 --count 500
 twice "amo effect done or not" amo --seed 4 --count 1000
 twice "race relaxed (c)" race --seed 3 --ordering relaxed --count 100

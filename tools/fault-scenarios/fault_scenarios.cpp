@@ -144,7 +144,8 @@ struct Rank {
       if (rc == GNI_RC_SUCCESS) return;
       CHECK_OR_EXIT(rc == GNI_RC_NOT_DONE);
       gni_cq_entry_t e;
-      GNI_CqWaitEvent(g.cq, 1, &e) == GNI_RC_SUCCESS ? count_local(e) : void();
+      rc = GNI_CqWaitEvent(g.cq, 1, &e);
+      if (rc == GNI_RC_SUCCESS || rc == GNI_RC_TRANSACTION_ERROR) count_local(e);
     }
   }
   uint64_t smsg_errors = 0, posts_done = 0;
@@ -164,9 +165,11 @@ struct Rank {
       count_local(e);
     }
   }
+  // Error entries come back as GNI_RC_TRANSACTION_ERROR: they are taken and counted too.
   void drain_local() {
     gni_cq_entry_t e;
-    while (GNI_CqGetEvent(g.cq, &e) == GNI_RC_SUCCESS) count_local(e);
+    for (gni_return_t rc; (rc = GNI_CqGetEvent(g.cq, &e)) == GNI_RC_SUCCESS || rc == GNI_RC_TRANSACTION_ERROR;)
+      count_local(e);
   }
   // The next message from `from` (copied out and released); waits on the remote-event CQ.
   bool recv(int from, void* out, uint32_t len, int timeout_ms = 30000) {
@@ -227,6 +230,7 @@ struct Opts {
   uint64_t seed = 1;
   uint64_t count = 0;
   std::string ordering = "relaxed";
+  std::string extra;  // more fault-spec tokens (smsg scenario)
 };
 
 std::vector<std::string> daemon_args(const std::string& spec) {
@@ -250,25 +254,31 @@ bool wait_all(Cluster& cl, const std::vector<pid_t>& kids, int timeout_s = 120) 
 int scenario_smsg(const Opts& o) {
   const uint64_t n = o.count ? o.count : 100000;
   std::string spec = "seed=" + std::to_string(o.seed) +
-                     " smsg.drop=0.1 smsg.dup=0.05 reorder=0.2 delay_us=10..100 retransmit_us=50 window=4096";
+                     " smsg.drop=0.1 smsg.dup=0.05 reorder=0.2 delay_us=10..100 retransmit_us=50 window=4096 " + o.extra;
+  // Exhaustion (injected, or a link down for longer than the retransmissions last) loses
+  // messages: the sender sees each as an error event, the receiver the rest in order.
+  const bool lossy = o.extra.find("exhaust") != std::string::npos || o.extra.find("link_down") != std::string::npos;
   Cluster cl(1, daemon_args(spec));
   Cred c = cl.credential();
-  uint64_t* res = shared_u64(4);  // delivered, out of order, extra
+  uint64_t* res = shared_u64(4);  // delivered, out of order, extra, lost (sender's error events)
   pid_t tx = cl.spawn(0, [&] {
     Rank r;
     r.open(0, 2, c, 0);
     for (uint64_t i = 0; i < n; ++i) r.send(1, &i, sizeof i);
     wait_flag(board()->done[1]);
     r.drain_local();
-    return r.smsg_errors == 0 ? 0 : 1;
+    res[3] = r.smsg_errors;
+    return lossy || r.smsg_errors == 0 ? 0 : 1;
   });
   pid_t rx = cl.spawn(0, [&] {
     Rank r;
     r.open(1, 2, c, 0);
-    uint64_t got = 0, bad = 0, v = 0;
-    for (; got < n; ++got) {
-      if (!r.recv(0, &v, sizeof v)) break;
-      if (v != got) ++bad;
+    uint64_t got = 0, bad = 0, v = 0, next = 0;
+    while (got < n) {
+      if (!r.recv(0, &v, sizeof v, lossy ? 2000 : 30000)) break;
+      ++got;
+      if (lossy ? v < next : v != next) ++bad;  // lost messages leave gaps, never disorder
+      next = v + 1;
     }
     // Nothing more may come: a duplicate would show up here.
     uint64_t extra = 0;
@@ -282,15 +292,18 @@ int scenario_smsg(const Opts& o) {
   bool ok = wait_all(cl, {tx, rx}, 600);
   Page page(nicemu::ctl::stats_path(cl.socket(0)));
   usleep(50000);
-  std::printf("outcome: smsg seed=%" PRIu64 " messages=%" PRIu64 " delivered=%" PRIu64 " out_of_order=%" PRIu64
-              " duplicates_delivered=%" PRIu64 " %s\n",
-              o.seed, n, res[0], res[1], res[2], fault_counters(page).c_str());
+  std::printf("outcome: smsg seed=%" PRIu64 " messages=%" PRIu64 " delivered=%" PRIu64 " lost=%" PRIu64
+              " out_of_order=%" PRIu64 " duplicates_delivered=%" PRIu64 " %s link_down=%" PRIu64 "\n",
+              o.seed, n, res[0], res[3], res[1], res[2], fault_counters(page).c_str(),
+              page.total(ctr::cdm::fault_link_down));
   // Timing decides how many later messages overtook a held one (written out of order into
   // the mailbox, put back in order by the receiver's sequence check).
   std::printf("info: reorder_held=%" PRIu64 " reorder_passed=%" PRIu64 "\n", page.total(ctr::cdm::reorder_held),
               page.total(ctr::cdm::reorder_passed));
-  ok = ok && res[0] == n && res[1] == 0 && res[2] == 0 && page.total(ctr::cdm::fault_smsg_drops) > 0 &&
-       page.total(ctr::cdm::fault_smsg_dups) == page.total(ctr::cdm::fault_smsg_dups_suppressed);
+  ok = ok && res[0] + res[3] == n && res[1] == 0 && res[2] == 0 &&
+       (lossy || page.total(ctr::cdm::fault_smsg_drops) > 0) &&
+       page.total(ctr::cdm::fault_smsg_dups) == page.total(ctr::cdm::fault_smsg_dups_suppressed) &&
+       page.total(ctr::cdm::fault_smsg_exhausted) == res[3];
   return ok ? 0 : 1;
 }
 
@@ -647,6 +660,8 @@ int main(int argc, char** argv) {
     return s;
   };
   auto* smsg = add("smsg", "(a) SMSG under 10% drop, 5% duplication and reordering: exactly once, in order", false);
+  smsg->add_option("--extra", o.extra,
+                   "more fault-spec tokens, e.g. 'smsg.exhaust=0.01' or 'retransmit_us=5000 link_down=*@0..20ms'");
   auto* rdma = add("rdma", "(b) PUT/GET under injected transient errors, replayed until verified", false);
   auto* race = add("race", "(c) a Get passes an earlier Put (relaxed) or never does (strict, default)", true);
   auto* env = add("envelope", "(d) payload PUT and envelope SMSG in both orders (relaxed), in issue order (strict)", true);
