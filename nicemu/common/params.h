@@ -68,7 +68,7 @@ inline constexpr Param kTable[] = {
      .flag = "--stats-interval-ms", .min = 10, .max = 60000, .live = true,
      .doc = "how often the daemon copies the per-CDM counters of its clients into its counter page"},
     {.name = "fault", .type = Type::kString, .default_text = "off", .config_key = "fault", .flag = "--fault",
-     .doc = "fault injection and reordering at start, e.g. 'seed=42 smsg.drop=0.1 reorder=0.5' "
+     .live = true, .doc = "fault injection and reordering at start, e.g. 'seed=42 smsg.drop=0.1 reorder=0.5' "
             "(docs/fault-injection.md); changed live with nicemuctl fault"},
     {.name = "spin_us", .type = Type::kUint, .default_text = "100", .env = "NICEMU_SPIN_US", .max = 999999,
      .users = kLibrary,

@@ -157,6 +157,10 @@ int main(int argc, char** argv) {
         for (const auto& name : changed) {
           if (name == "log_level") set_log_level(settings.str("log_level"));
           if (name == "stats_interval_ms") stats_timer.set_interval(settings.uint("stats_interval_ms"));
+          if (name == "fault") {
+            std::string err;
+            if (!node.reload_fault(settings.str("fault"), err)) spdlog::error("reload: fault: {}; the configuration in force is unchanged", err);
+          }
           spdlog::info("reload: {} is now {} ({})", name, settings.str(name), settings.source(name));
         }
         for (const auto& name : restart)

@@ -78,6 +78,14 @@ void Node::publish_fault(abi::fault::Config c, bool seed_given, const char* why)
     spdlog::info("fault injection ({}): {}", why, nicemu::fault::to_spec(c));
 }
 
+bool Node::reload_fault(const std::string& spec, std::string& error) {
+  abi::fault::Config c = nicemu::fault::default_config();
+  bool seed_given = false;
+  if (!nicemu::fault::parse_spec(spec, c, error, &seed_given)) return false;
+  publish_fault(c, seed_given, "reload");
+  return true;
+}
+
 void Node::handle_fault(Peer& peer, const ctl::Header& h, const char* msg, size_t len, std::vector<char>& reply) {
   auto answer = [&](int rc, const std::string& error) {
     auto& r = init_reply<ctl::FaultReply>(reply, h);

@@ -78,6 +78,9 @@ class Node {
   const NodeConfig& config() const { return cfg_; }
   Counters& counters() { return ctr_; }
   StatsPage& stats() { return stats_; }
+  // SIGHUP with a changed `fault` setting: the spec replaces the configuration. False
+  // (configuration unchanged) with the reason if it does not parse.
+  bool reload_fault(const std::string& spec, std::string& error);
   // Copies the attached clients' counter blocks into the counter page (a timer calls it).
   void refresh_counters();
 
