@@ -159,7 +159,8 @@ int main(int argc, char** argv) {
           if (name == "stats_interval_ms") stats_timer.set_interval(settings.uint("stats_interval_ms"));
           if (name == "fault") {
             std::string err;
-            if (!node.reload_fault(settings.str("fault"), err)) spdlog::error("reload: fault: {}; the configuration in force is unchanged", err);
+            if (!node.reload_fault(settings.str("fault"), err))
+              spdlog::error("reload: fault: {}; the configuration in force is unchanged", err);
           }
           spdlog::info("reload: {} is now {} ({})", name, settings.str(name), settings.source(name));
         }

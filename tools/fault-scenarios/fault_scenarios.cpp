@@ -218,7 +218,8 @@ std::string fault_counters(const Page& p) {
   namespace c = ctr::cdm;
   char b[512];
   std::snprintf(b, sizeof b,
-                "smsg_drops=%" PRIu64 " smsg_retransmits=%" PRIu64 " smsg_dups=%" PRIu64 " smsg_dups_suppressed=%" PRIu64
+                "smsg_drops=%" PRIu64 " smsg_retransmits=%" PRIu64 " smsg_dups=%" PRIu64
+                " smsg_dups_suppressed=%" PRIu64
                 " smsg_exhausted=%" PRIu64 " errors=%" PRIu64 " errors_effect_done=%" PRIu64 " delays=%" PRIu64,
                 p.total(c::fault_smsg_drops), p.total(c::fault_smsg_retransmits), p.total(c::fault_smsg_dups),
                 p.total(c::fault_smsg_dups_suppressed), p.total(c::fault_smsg_exhausted), p.total(c::fault_errors),
@@ -254,7 +255,8 @@ bool wait_all(Cluster& cl, const std::vector<pid_t>& kids, int timeout_s = 120) 
 int scenario_smsg(const Opts& o) {
   const uint64_t n = o.count ? o.count : 100000;
   std::string spec = "seed=" + std::to_string(o.seed) +
-                     " smsg.drop=0.1 smsg.dup=0.05 reorder=0.2 delay_us=10..100 retransmit_us=50 window=4096 " + o.extra;
+                     " smsg.drop=0.1 smsg.dup=0.05 reorder=0.2 delay_us=10..100 retransmit_us=50 window=4096 " +
+                     o.extra;
   // Exhaustion (injected, or a link down for longer than the retransmissions last) loses
   // messages: the sender sees each as an error event, the receiver the rest in order.
   const bool lossy = o.extra.find("exhaust") != std::string::npos || o.extra.find("link_down") != std::string::npos;
@@ -644,7 +646,8 @@ int scenario_kill(const Opts& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"fault-scenarios: the fault-injection scenarios of docs/fault-injection.md, one command each", "fault-scenarios"};
+  CLI::App app{"fault-scenarios: the fault-injection scenarios of docs/fault-injection.md, one command each",
+               "fault-scenarios"};
   app.require_subcommand(1);
   Opts o;
   std::string daemon;
@@ -664,8 +667,10 @@ int main(int argc, char** argv) {
                    "more fault-spec tokens, e.g. 'smsg.exhaust=0.01' or 'retransmit_us=5000 link_down=*@0..20ms'");
   auto* rdma = add("rdma", "(b) PUT/GET under injected transient errors, replayed until verified", false);
   auto* race = add("race", "(c) a Get passes an earlier Put (relaxed) or never does (strict, default)", true);
-  auto* env = add("envelope", "(d) payload PUT and envelope SMSG in both orders (relaxed), in issue order (strict)", true);
-  auto* amo = add("amo", "AMO FADDs under injected errors, replayed: failed AMOs whose effect was done count twice", false);
+  auto* env =
+      add("envelope", "(d) payload PUT and envelope SMSG in both orders (relaxed), in issue order (strict)", true);
+  auto* amo =
+      add("amo", "AMO FADDs under injected errors, replayed: failed AMOs whose effect was done count twice", false);
   auto* kil = add("kill", "(e) a rank killed mid-run: every posted operation completes or fails", false);
   CLI11_PARSE(app, argc, argv);
   if (!daemon.empty()) setenv("NICEMU_DAEMON", daemon.c_str(), 1);
