@@ -3,7 +3,11 @@
 // the text form of a configuration round-trips.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "nicemu/fault/fault_injector.h"
@@ -155,4 +159,36 @@ TEST_CASE("fault page: published configuration is read back consistently") {
   CHECK(epoch == pub.epoch_ns());
   CHECK(seq % 2 == 0);
   CHECK(nicemu::fault::map_page("/nonexistent/nic-1.fault")->active.load() == 0);
+}
+
+TEST_CASE("fault page: a file page is mapped read-only by readers and follows live changes") {
+  char dir[] = "/tmp/nicemu-fault-page-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string sock = std::string(dir) + "/nic-3.sock";
+  const std::string path = nicemu::fault::page_path(sock);
+  CHECK(path == std::string(dir) + "/nic-3.fault");
+  {
+    nicemu::fault::PagePublisher pub(path);
+    const af::Page* page = nicemu::fault::map_page(path);
+    CHECK(page->magic == af::kMagic);
+    CHECK(page->active.load() == 0);  // created all off
+    pub.publish(spec("seed=12 put.error=0.25"));
+    af::Config out{};
+    uint64_t epoch = 0;
+    uint32_t seq = 0;
+    REQUIRE(nicemu::fault::read_config(page, out, epoch, seq));
+    CHECK(page->active.load() == 1);
+    CHECK(out.seed == 12);
+    CHECK(out.rule_count == 1);
+    af::Config off = out;
+    off.enabled = 0;
+    pub.publish(off);
+    uint32_t seq2 = 0;
+    REQUIRE(nicemu::fault::read_config(page, out, epoch, seq2));
+    CHECK(seq2 != seq);
+    CHECK(page->active.load() == 0);
+  }
+  // The publisher removes its file; readers of a node without one get the all-off page.
+  CHECK(nicemu::fault::map_page(path)->active.load() == 0);
+  rmdir(dir);
 }
