@@ -353,32 +353,54 @@ dmapp_return_t dmapp_get_flag_nbi(IN void *target_addr, IN void *source_addr, IN
                                   IN dmapp_pe_t source_pe, IN uint64_t nelems, IN dmapp_type_t type);
 
 /* §6 scalar atomics (64-bit) */
-#define DMAPP_DECLARE_AMO_NF(name)                                                                         \
-  dmapp_return_t name(IN void *target_addr, IN dmapp_seg_desc_t *target_seg, IN dmapp_pe_t target_pe,      \
-                      IN int64_t operand);                                                                 \
-  dmapp_return_t name##_nb(IN void *target_addr, IN dmapp_seg_desc_t *target_seg, IN dmapp_pe_t target_pe, \
-                           IN int64_t operand, OUT dmapp_syncid_handle_t *syncid);                         \
-  dmapp_return_t name##_nbi(IN void *target_addr, IN dmapp_seg_desc_t *target_seg, IN dmapp_pe_t target_pe, \
-                            IN int64_t operand);
-#define DMAPP_DECLARE_AMO_F(name)                                                                           \
-  dmapp_return_t name(IN void *target_addr, IN void *source_addr, IN dmapp_seg_desc_t *source_seg,         \
-                      IN dmapp_pe_t source_pe, IN int64_t operand);                                        \
-  dmapp_return_t name##_nb(IN void *target_addr, IN void *source_addr, IN dmapp_seg_desc_t *source_seg,    \
-                           IN dmapp_pe_t source_pe, IN int64_t operand, OUT dmapp_syncid_handle_t *syncid); \
-  dmapp_return_t name##_nbi(IN void *target_addr, IN void *source_addr, IN dmapp_seg_desc_t *source_seg,   \
-                            IN dmapp_pe_t source_pe, IN int64_t operand);
-
-DMAPP_DECLARE_AMO_NF(dmapp_aadd_qw)
-DMAPP_DECLARE_AMO_NF(dmapp_aand_qw)
-DMAPP_DECLARE_AMO_NF(dmapp_aor_qw)
-DMAPP_DECLARE_AMO_NF(dmapp_axor_qw)
-DMAPP_DECLARE_AMO_F(dmapp_afadd_qw)
-DMAPP_DECLARE_AMO_F(dmapp_afand_qw)
-DMAPP_DECLARE_AMO_F(dmapp_afor_qw)
-DMAPP_DECLARE_AMO_F(dmapp_afxor_qw)
-
-#undef DMAPP_DECLARE_AMO_NF
-#undef DMAPP_DECLARE_AMO_F
+dmapp_return_t dmapp_aadd_qw(IN void *target_addr, IN dmapp_seg_desc_t *target_seg, IN dmapp_pe_t target_pe,
+                             IN int64_t operand);
+dmapp_return_t dmapp_aadd_qw_nb(IN void *target_addr, IN dmapp_seg_desc_t *target_seg, IN dmapp_pe_t target_pe,
+                                IN int64_t operand, OUT dmapp_syncid_handle_t *syncid);
+dmapp_return_t dmapp_aadd_qw_nbi(IN void *target_addr, IN dmapp_seg_desc_t *target_seg, IN dmapp_pe_t target_pe,
+                                 IN int64_t operand);
+dmapp_return_t dmapp_aand_qw(IN void *target_addr, IN dmapp_seg_desc_t *target_seg, IN dmapp_pe_t target_pe,
+                             IN int64_t operand);
+dmapp_return_t dmapp_aand_qw_nb(IN void *target_addr, IN dmapp_seg_desc_t *target_seg, IN dmapp_pe_t target_pe,
+                                IN int64_t operand, OUT dmapp_syncid_handle_t *syncid);
+dmapp_return_t dmapp_aand_qw_nbi(IN void *target_addr, IN dmapp_seg_desc_t *target_seg, IN dmapp_pe_t target_pe,
+                                 IN int64_t operand);
+dmapp_return_t dmapp_aor_qw(IN void *target_addr, IN dmapp_seg_desc_t *target_seg, IN dmapp_pe_t target_pe,
+                             IN int64_t operand);
+dmapp_return_t dmapp_aor_qw_nb(IN void *target_addr, IN dmapp_seg_desc_t *target_seg, IN dmapp_pe_t target_pe,
+                                IN int64_t operand, OUT dmapp_syncid_handle_t *syncid);
+dmapp_return_t dmapp_aor_qw_nbi(IN void *target_addr, IN dmapp_seg_desc_t *target_seg, IN dmapp_pe_t target_pe,
+                                 IN int64_t operand);
+dmapp_return_t dmapp_axor_qw(IN void *target_addr, IN dmapp_seg_desc_t *target_seg, IN dmapp_pe_t target_pe,
+                             IN int64_t operand);
+dmapp_return_t dmapp_axor_qw_nb(IN void *target_addr, IN dmapp_seg_desc_t *target_seg, IN dmapp_pe_t target_pe,
+                                IN int64_t operand, OUT dmapp_syncid_handle_t *syncid);
+dmapp_return_t dmapp_axor_qw_nbi(IN void *target_addr, IN dmapp_seg_desc_t *target_seg, IN dmapp_pe_t target_pe,
+                                 IN int64_t operand);
+dmapp_return_t dmapp_afadd_qw(IN void *target_addr, IN void *source_addr, IN dmapp_seg_desc_t *source_seg,
+                              IN dmapp_pe_t source_pe, IN int64_t operand);
+dmapp_return_t dmapp_afadd_qw_nb(IN void *target_addr, IN void *source_addr, IN dmapp_seg_desc_t *source_seg,
+                                 IN dmapp_pe_t source_pe, IN int64_t operand, OUT dmapp_syncid_handle_t *syncid);
+dmapp_return_t dmapp_afadd_qw_nbi(IN void *target_addr, IN void *source_addr, IN dmapp_seg_desc_t *source_seg,
+                                  IN dmapp_pe_t source_pe, IN int64_t operand);
+dmapp_return_t dmapp_afand_qw(IN void *target_addr, IN void *source_addr, IN dmapp_seg_desc_t *source_seg,
+                              IN dmapp_pe_t source_pe, IN int64_t operand);
+dmapp_return_t dmapp_afand_qw_nb(IN void *target_addr, IN void *source_addr, IN dmapp_seg_desc_t *source_seg,
+                                 IN dmapp_pe_t source_pe, IN int64_t operand, OUT dmapp_syncid_handle_t *syncid);
+dmapp_return_t dmapp_afand_qw_nbi(IN void *target_addr, IN void *source_addr, IN dmapp_seg_desc_t *source_seg,
+                                  IN dmapp_pe_t source_pe, IN int64_t operand);
+dmapp_return_t dmapp_afor_qw(IN void *target_addr, IN void *source_addr, IN dmapp_seg_desc_t *source_seg,
+                              IN dmapp_pe_t source_pe, IN int64_t operand);
+dmapp_return_t dmapp_afor_qw_nb(IN void *target_addr, IN void *source_addr, IN dmapp_seg_desc_t *source_seg,
+                                 IN dmapp_pe_t source_pe, IN int64_t operand, OUT dmapp_syncid_handle_t *syncid);
+dmapp_return_t dmapp_afor_qw_nbi(IN void *target_addr, IN void *source_addr, IN dmapp_seg_desc_t *source_seg,
+                                  IN dmapp_pe_t source_pe, IN int64_t operand);
+dmapp_return_t dmapp_afxor_qw(IN void *target_addr, IN void *source_addr, IN dmapp_seg_desc_t *source_seg,
+                              IN dmapp_pe_t source_pe, IN int64_t operand);
+dmapp_return_t dmapp_afxor_qw_nb(IN void *target_addr, IN void *source_addr, IN dmapp_seg_desc_t *source_seg,
+                                 IN dmapp_pe_t source_pe, IN int64_t operand, OUT dmapp_syncid_handle_t *syncid);
+dmapp_return_t dmapp_afxor_qw_nbi(IN void *target_addr, IN void *source_addr, IN dmapp_seg_desc_t *source_seg,
+                                  IN dmapp_pe_t source_pe, IN int64_t operand);
 
 dmapp_return_t dmapp_afax_qw(IN void *target_addr, IN void *source_addr, IN dmapp_seg_desc_t *source_seg,
                              IN dmapp_pe_t source_pe, IN int64_t andMask, IN int64_t xorMask);
