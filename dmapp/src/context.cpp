@@ -75,15 +75,14 @@ dmapp_return_t Context::init(const dmapp_rma_attrs_ext_t& req, dmapp_rma_attrs_e
   if (!attrs.queue_depth) attrs.queue_depth = DMAPP_QUEUE_DEFAULT_DEPTH;
   if (!attrs.queue_nelems) attrs.queue_nelems = DMAPP_QUEUE_DEFAULT_NELEMS;
 
-  PMI_BOOL up = PMI_FALSE;
-  if (PMI_Initialized(&up) != PMI_SUCCESS || !up) {
-    int spawned = 0;
-    if (PMI_Init(&spawned) != PMI_SUCCESS) {
-      std::fprintf(stderr, "dmapp_init: PMI_Init failed (start the job with nicemu-run or an MPI launcher)\n");
-      return DMAPP_RC_RESOURCE_ERROR;
-    }
-    pmi_initialized_by_us_ = true;
+  // One reference of our own (PMI_Init is reference counted): an MPI library or the
+  // application may hold others, and dmapp_finalize gives ours back.
+  int spawned = 0;
+  if (PMI_Init(&spawned) != PMI_SUCCESS) {
+    std::fprintf(stderr, "dmapp_init: PMI_Init failed (start the job with nicemu-run or an MPI launcher)\n");
+    return DMAPP_RC_RESOURCE_ERROR;
   }
+  pmi_initialized_by_us_ = true;
   if (PMI_Get_rank(&pe) != PMI_SUCCESS || PMI_Get_size(&npes) != PMI_SUCCESS || npes <= 0)
     return DMAPP_RC_RESOURCE_ERROR;
 
@@ -200,6 +199,8 @@ dmapp_return_t release_all(Context& c) {
   if (c.cdm) GNI_CdmDestroy(c.cdm);
   c.cdm = nullptr;
   c.nic = nullptr;
+  if (c.pmi_initialized_by_us_) PMI_Finalize();
+  c.pmi_initialized_by_us_ = false;
   return DMAPP_RC_SUCCESS;
 }
 

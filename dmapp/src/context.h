@@ -122,7 +122,7 @@ class Context {
   gni_mem_handle_t bounce_mh_{};
   bool data_registered_ = false;
   bool heap_registered_ = false;
-  bool pmi_initialized_by_us_ = false;
+  bool pmi_initialized_by_us_ = false;  // our PMI_Init reference, returned at finalize
   friend dmapp_return_t release_all(Context&);
 };
 
