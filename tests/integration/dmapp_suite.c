@@ -516,7 +516,27 @@ static void test_errors(void) {
   dmapp_sheap_free(w);
 }
 
-int main(void) {
+/* --probe BYTES THRESHOLD: one PUT and one GET of BYTES to the right neighbour with the
+ * offload threshold at THRESHOLD, nothing else; test_dmapp.sh checks from the daemon's
+ * counters which engine carried them. */
+static int probe(uint64_t bytes, uint32_t threshold) {
+  if (dmapp_init(NULL, NULL) != DMAPP_RC_SUCCESS) return 1;
+  dmapp_get_jobinfo(&info);
+  dmapp_rma_attrs_t a;
+  dmapp_get_rma_attrs(&a);
+  a.offload_threshold = threshold;
+  dmapp_set_rma_attrs(&a, NULL);
+  char *buf = dmapp_sheap_malloc(bytes), *src = malloc(bytes);
+  memset(src, 7, bytes);
+  int rc = dmapp_put(buf, &info.sheap_seg, (info.pe + 1) % info.npes, src, bytes, DMAPP_BYTE) != DMAPP_RC_SUCCESS;
+  rc |= dmapp_get(src, buf, &info.sheap_seg, (info.pe + 1) % info.npes, bytes, DMAPP_BYTE) != DMAPP_RC_SUCCESS;
+  free(src);
+  rc |= dmapp_finalize() != DMAPP_RC_SUCCESS;
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 4 && !strcmp(argv[1], "--probe")) return probe(strtoull(argv[2], NULL, 0), (uint32_t)strtoul(argv[3], NULL, 0));
   int spawned;
   /* Before init: a clear error, no crash. */
   dmapp_jobinfo_t early;

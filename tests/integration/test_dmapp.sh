@@ -31,5 +31,34 @@ out=$(XT_SYMMETRIC_HEAP_SIZE=lots "$run" -n 2 --timeout 20 --rundir "$rundir" "$
 echo "$out" | grep -q "XT_SYMMETRIC_HEAP_SIZE is malformed" || fail "no message for a malformed heap size: $out"
 sleep 0.2
 pgrep -f -- "--rundir $rundir" >/dev/null && fail "daemons left running"
+
+# FMA or BTE by the offload threshold, seen in the daemon's counter totals: one PUT and one
+# GET per PE (2 PEs) of BYTES with THRESHOLD. Daemons kept across jobs by --daemons-only.
+ctl=$build/tools/nicemuctl/nicemuctl
+if [ -x "$ctl" ] && command -v python3 >/dev/null; then
+  "$run" --daemons-only --rundir "$rundir" --env-file "$rundir/env" >/dev/null &
+  keeper=$!
+  trap 'kill -TERM $keeper 2>/dev/null; wait $keeper 2>/dev/null; cleanup' EXIT
+  for _ in $(seq 1 100); do [ -f "$rundir/env" ] && break; sleep 0.1; done
+  totals() {
+    sleep 0.6  # the daemon folds client counters into its totals every 250 ms
+    NICEMU_RUNDIR=$rundir "$ctl" stats --json | python3 -c '
+import json, sys
+t = json.load(sys.stdin)["nodes"][0]["totals"]
+print(t["fma_put_posts"] + t["fma_get_posts"], t["rdma_posts"])'
+  }
+  probe() {  # BYTES THRESHOLD -> "fma_delta rdma_delta"
+    local before after
+    before=$(totals)
+    "$run" -n 2 --rundir "$rundir" --timeout 30 "$suite" --probe "$1" "$2" >/dev/null 2>&1 || fail "probe $1 $2 failed"
+    after=$(totals)
+    python3 -c "b='$before'.split(); a='$after'.split(); print(int(a[0])-int(b[0]), int(a[1])-int(b[1]))"
+  }
+  [ "$(probe 4096 4096)" = "4 0" ] || fail "4096 B at the default threshold did not all go to FMA: $(probe 4096 4096)"
+  [ "$(probe 4100 4096)" = "0 4" ] || fail "4100 B above the threshold did not all go to the BTE"
+  [ "$(probe 64 0)" = "0 4" ] || fail "threshold 0 did not send 64 B to the BTE"
+  [ "$(probe 1048576 4294967295)" = "4 0" ] || fail "the largest threshold did not keep 1 MiB on FMA"
+  echo "offload threshold: FMA up to it, BTE above it (daemon counters)"
+fi
 echo "dmapp: all checks passed"
 exit 0
