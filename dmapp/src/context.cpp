@@ -69,7 +69,8 @@ dmapp_return_t from_gni(gni_return_t rc) {
 dmapp_return_t Context::init(const dmapp_rma_attrs_ext_t& req, dmapp_rma_attrs_ext_t* actual) {
   if (req.max_outstanding_nb < DMAPP_MIN_OUTSTANDING_NB || req.max_outstanding_nb > DMAPP_MAX_OUTSTANDING_NB ||
       req.put_relaxed_ordering > DMAPP_ROUTING_ADAPTIVE || req.get_relaxed_ordering > DMAPP_ROUTING_ADAPTIVE ||
-      req.max_concurrency < 1 || req.PI_ordering > DMAPP_PI_ORDERING_RELAXED)
+      req.max_concurrency < 1 || req.PI_ordering > DMAPP_PI_ORDERING_RELAXED ||
+      req.queue_nelems > DMAPP_QUEUE_MAX_NELEMS)
     return DMAPP_RC_INVALID_PARAM;
   attrs = req;
   if (!attrs.queue_depth) attrs.queue_depth = DMAPP_QUEUE_DEFAULT_DEPTH;
@@ -128,6 +129,10 @@ dmapp_return_t Context::init(const dmapp_rma_attrs_ext_t& req, dmapp_rma_attrs_e
   }
   heap_registered_ = true;
   heap_alloc.reset(heap.base, heap.len);
+  // The queue ring is the heap's first block: the same address on every PE. A heap too
+  // small for it leaves queues unavailable (dmapp_queue_attach: RESOURCE_ERROR).
+  queue_base = heap_alloc.allocate(queue_region_bytes(attrs));
+  if (queue_base) std::memset(reinterpret_cast<void*>(queue_base), 0, queue_region_bytes(attrs));
 
   // Requests, their bounce slots (registered once) and syncids.
   const uint32_t n = attrs.max_outstanding_nb;
@@ -177,6 +182,7 @@ dmapp_return_t Context::init(const dmapp_rma_attrs_ext_t& req, dmapp_rma_attrs_e
 }
 
 dmapp_return_t release_all(Context& c) {
+  queue_forget();
   for (Peer& q : c.peers)
     if (q.ep) {
       GNI_EpUnbind(q.ep);

@@ -88,6 +88,7 @@ class Context {
   Segment heap;
   SymmetricHeap heap_alloc;
   std::vector<Segment> dynamic;  // this PE's dmapp_mem_register'd ranges
+  uint64_t queue_base = 0;       // this PE's queue ring in the symmetric heap (queues.cpp)
 
   // The remote side of an access of `bytes` at `addr` in `seg` on `pe`.
   dmapp_return_t resolve(const void* addr, uint64_t bytes, const dmapp_seg_desc_t* seg, dmapp_pe_t pe,
@@ -125,6 +126,12 @@ class Context {
   bool pmi_initialized_by_us_ = false;  // our PMI_Init reference, returned at finalize
   friend dmapp_return_t release_all(Context&);
 };
+
+// Queues (queues.cpp): the ring's size for the attributes, delivery of arrived messages,
+// and forgetting the attached queue at finalize.
+uint64_t queue_region_bytes(const dmapp_rma_attrs_ext_t& a);
+void queue_poll(Context& c);
+void queue_forget();
 
 // Undoes whatever init() managed to set up.
 dmapp_return_t release_all(Context& c);

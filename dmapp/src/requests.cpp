@@ -127,8 +127,10 @@ void Context::progress(bool block) {
     if (!d) continue;
     complete(reinterpret_cast<Request*>(d), rc == GNI_RC_SUCCESS && rc2 == GNI_RC_SUCCESS, ev);
   }
-  if (block)
+  if (block) {
+    queue_poll(*this);
     for (auto& [cb, data] : progress_cbs) cb(data);
+  }
 }
 
 dmapp_return_t Context::wait_group(dmapp_syncid* g) {

@@ -66,6 +66,7 @@ dmapp_return_t dmapp_progress(void) {
   if (!c) return DMAPP_RC_INVALID_PARAM;
   std::lock_guard<std::recursive_mutex> lk(c->mu);
   c->progress(false);
+  queue_poll(*c);
   return DMAPP_RC_SUCCESS;
 }
 

@@ -21,16 +21,6 @@ dmapp_return_t dmapp_amo_get_nbi(void*, void*, dmapp_seg_desc_t*, dmapp_pe_t, dm
 }
 dmapp_return_t dmapp_amo_flush(dmapp_pe_t, uint64_t) { return DMAPP_RC_NOT_SUPPORTED; }
 
-// Queues (§10).
-dmapp_return_t dmapp_queue_attach(int (*)(void*, void*, uint32_t, dmapp_pe_t), void*, uint64_t,
-                                  dmapp_queue_handle_t*) {
-  return DMAPP_RC_NOT_SUPPORTED;
-}
-dmapp_return_t dmapp_queue_detach(dmapp_queue_handle_t, uint64_t) { return DMAPP_RC_NOT_SUPPORTED; }
-dmapp_return_t dmapp_queue_put(dmapp_queue_handle_t, void*, uint64_t, dmapp_type_t, dmapp_pe_t, uint64_t) {
-  return DMAPP_RC_NOT_SUPPORTED;
-}
-
 // Checkpoint/restart (§11).
 dmapp_return_t dmapp_checkpoint(void) { return DMAPP_RC_NOT_SUPPORTED; }
 dmapp_return_t dmapp_restart(uint32_t) { return DMAPP_RC_NOT_SUPPORTED; }

@@ -465,6 +465,52 @@ static void test_dynamic(void) {
   free(buf);
 }
 
+/* Queues: every PE sends kMsgs messages to every other PE through rings of 8 slots (so
+ * senders wait for room and wrap many times); each sender's messages arrive complete and
+ * in order, and the callback may itself call DMAPP. */
+enum { kMsgs = 60 };
+static long q_received, q_bad;
+static int64_t q_next[64];
+
+static int on_message(void *ctx, void *data, uint32_t len, dmapp_pe_t from) {
+  int64_t m[3];
+  if (ctx != (void *)&q_received || len != sizeof m || from < 0 || from >= npes) {
+    ++q_bad;
+    return 0;
+  }
+  memcpy(m, data, sizeof m);
+  if (m[0] != from || m[1] != q_next[from] || m[2] != (int64_t)pattern(from, (uint64_t)m[1])) ++q_bad;
+  q_next[from] = m[1] + 1;
+  ++q_received;
+  int flag;
+  dmapp_gsync_test(&flag); /* DMAPP from inside a callback */
+  return 0;
+}
+
+static void test_queues(void) {
+  dmapp_queue_handle_t q;
+  CHECK_RC(dmapp_queue_attach(on_message, &q_received, DMAPP_QUEUE_ASYNC_PROGRESS, &q), DMAPP_RC_NOT_SUPPORTED);
+  OK(dmapp_queue_attach(on_message, &q_received, 0, &q));
+  dmapp_queue_handle_t q2;
+  CHECK_RC(dmapp_queue_attach(on_message, NULL, 0, &q2), DMAPP_RC_BUSY);
+  barrier();
+  for (int i = 0; i < kMsgs; ++i)
+    for (int k = 1; k < npes; ++k) {
+      const int to = (me + k) % npes;
+      int64_t m[3] = {me, i, (int64_t)pattern(me, (uint64_t)i)};
+      OK(dmapp_queue_put(q, m, 3, DMAPP_QW, to, 0));
+    }
+  int64_t big[8] = {0};
+  CHECK_RC(dmapp_queue_put(q, big, 5, DMAPP_QW, 0, 0), DMAPP_RC_INVALID_PARAM); /* > queue_nelems */
+  CHECK_RC(dmapp_queue_put(q, big, 1, DMAPP_QW, npes, 0), DMAPP_RC_INVALID_PARAM);
+  while (q_received < (long)kMsgs * (npes - 1)) dmapp_progress();
+  CHECK(q_received == (long)kMsgs * (npes - 1));
+  CHECK(q_bad == 0);
+  barrier();
+  OK(dmapp_queue_detach(q, 0));
+  CHECK_RC(dmapp_queue_detach(q, 0), DMAPP_RC_INVALID_PARAM);
+}
+
 /* Documented errors for bad input; nothing moves. */
 static void test_errors(void) {
   uint64_t *w = dmapp_sheap_malloc(64);
@@ -506,7 +552,7 @@ static void test_errors(void) {
   OK(dmapp_syncid_wait(&ids[0]));
   free(ids);
   CHECK_RC(dmapp_syncid_test(NULL, NULL), DMAPP_RC_INVALID_PARAM);
-  CHECK_RC(dmapp_queue_detach(NULL, 0), DMAPP_RC_NOT_SUPPORTED);
+  CHECK_RC(dmapp_queue_detach(NULL, 0), DMAPP_RC_INVALID_PARAM);
   CHECK_RC(dmapp_c_pset_export(NULL), DMAPP_RC_NOT_SUPPORTED);
   CHECK_RC(dmapp_init(NULL, NULL), DMAPP_RC_INVALID_PARAM); /* twice */
   const char *msg = NULL;
@@ -553,6 +599,8 @@ int main(int argc, char **argv) {
   req.get_relaxed_ordering = DMAPP_ROUTING_ADAPTIVE;
   req.max_concurrency = 1;
   req.PI_ordering = DMAPP_PI_ORDERING_RELAXED;
+  req.queue_depth = 8;
+  req.queue_nelems = 4;
   dmapp_rma_attrs_ext_t bad = req;
   bad.max_outstanding_nb = DMAPP_MAX_OUTSTANDING_NB + 1;
   if (dmapp_init_ext(&bad, &act) != DMAPP_RC_INVALID_PARAM) {
@@ -583,6 +631,7 @@ int main(int argc, char **argv) {
   test_amos();
   test_locks();
   test_dynamic();
+  test_queues();
   test_errors();
 
   OK(dmapp_finalize());
