@@ -5,6 +5,7 @@
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dmapp.h"
@@ -48,6 +49,15 @@ int main(int argc, char **argv) {
   /* PMI is still usable by others after DMAPP is done (MPI holds its own PMIx init). */
   int any = 0;
   MPI_Allreduce(&fail, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  /* Which emulated node each rank attached to (the environment libugni read). */
+  const char *node_s = getenv("NICEMU_NODE");
+  int node = node_s ? atoi(node_s) : -1, nodes[64] = {0};
+  if (size <= 64) MPI_Gather(&node, 1, MPI_INT, nodes, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (rank == 0 && size <= 64) {
+    printf("nodes:");
+    for (int i = 0; i < size; ++i) printf("%s%d", i ? "," : " ", nodes[i]);
+    printf("\n");
+  }
   if (rank == 0 && !any) printf("mpi+dmapp: %d ranks passed\n", size);
   MPI_Finalize();
   return any;

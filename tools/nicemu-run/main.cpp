@@ -32,7 +32,8 @@ void ensure_stdio_open() {
 }
 
 // --daemons-only: the job environment for an external launcher, then wait for the signal
-// to stop. Ranks of an mpirun job all attach to the first node (NICEMU_NODE).
+// to stop. Ranks attach to the first node (NICEMU_NODE) unless a wrapper such as
+// tools/compat/nicemu-rank places them over NICEMU_NODES.
 int serve_daemons(const nicemu::run::JobConfig& cfg, const std::string& env_file,
                   nicemu::run::SignalPipe& signals) {
   if (!cfg.nic) {
@@ -43,6 +44,10 @@ int serve_daemons(const nicemu::run::JobConfig& cfg, const std::string& env_file
                                 cfg.nic->rundir, cfg.nic->ptag, cfg.nic->cookie);
   env += fmt::format("PMI_GNI_LOC_ADDR={}\nNICEMU_NODE={}\n", cfg.nic->node_addrs.front(),
                      cfg.nic->node_addrs.front());
+  // Every node, for tools/compat/nicemu-rank, which places each rank on one of them.
+  std::string all;
+  for (uint32_t a : cfg.nic->node_addrs) all += (all.empty() ? "" : ",") + std::to_string(a);
+  env += fmt::format("NICEMU_NODES={}\n", all);
   if (env_file.empty()) {
     fmt::print("{}", env);
     std::fflush(stdout);
