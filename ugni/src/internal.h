@@ -19,6 +19,7 @@
 #include "nicemu/abi/cq_entry.h"
 #include "nicemu/abi/cq_ring.h"
 #include "nicemu/abi/ctl_protocol.h"
+#include "nicemu/abi/dgram_ring.h"
 #include "nicemu/abi/gni_values.h"
 #include "nicemu/abi/mem_handle.h"
 #include "nicemu/abi/region_access.h"
@@ -97,6 +98,24 @@ struct BteQueue {
   }
 };
 
+// The CDM's finished datagrams (datagram.cpp): the daemon's completion ring, mapped on the
+// first post, and what was taken off it but not yet consumed by a test or wait.
+struct DgramFinished {
+  uint64_t ep = 0;
+  uint64_t id = 0;
+  bool has_id = false;
+  uint32_t state = 0;
+  uint32_t peer_addr = 0, peer_inst = 0;
+  uint16_t len = 0;
+  uint8_t data[abi::ctl::kDgramMaxSize];
+};
+struct DgramState {
+  std::mutex mu;                               // serialises everything below and the EPs' dgram_*
+  abi::DgramRingView ring;                     // invalid until the first post
+  uint64_t next_seq = 0;
+  std::map<uint64_t, DgramFinished> finished;  // lib_seq -> finished post, in posting order
+};
+
 struct Nic {
   uint32_t magic = kNicMagic;
   Cdm* cdm = nullptr;
@@ -124,6 +143,7 @@ struct Nic {
   std::atomic<uint32_t> live_cqs{0};
   std::atomic<uint32_t> live_regs{0};
   BteQueue bte;
+  DgramState dgram;
   std::atomic<uint64_t> ep_serial{0};
 
   // Returns the region of (addr, inst) in this domain, looking it up at its daemon if not
@@ -171,6 +191,10 @@ struct Ep {
   bool rx_holding = false;        // a message returned by GetNext awaits SmsgRelease
   uint32_t bte_id = 0;            // ordering domain of its RDMA posts (0 = none yet)
   uint64_t dgram_key = 0;         // names this EP's datagrams at the daemon (never reused)
+  // The datagram outstanding on this EP (posted, not consumed), under nic->dgram.mu.
+  uint64_t dgram_seq = 0;         // its lib_seq; 0 = none
+  bool dgram_has_id = false;
+  uint64_t dgram_id = 0;
   void* dgram_out = nullptr;      // out_buf of the datagram posted on this EP
   uint16_t dgram_buf_size = 0;
 };
