@@ -244,6 +244,7 @@ uint64_t translate_access(const Region& r, const gni_mem_handle_t& h, uint64_t a
 uint64_t xmem_write_pieces(pid_t pid, const abi::Extents& remote, const void* local);
 uint64_t xmem_read_pieces(pid_t pid, const abi::Extents& remote, void* local);
 uint64_t xmem_read_scatter(pid_t pid, const abi::Extents& remote, const abi::Extents& local);
+uint64_t xmem_write_gather(pid_t pid, const abi::Extents& remote, const abi::Extents& local);
 // Copies a contiguous buffer into our own pieces.
 void scatter_local(const abi::Extents& local, const void* src);
 
