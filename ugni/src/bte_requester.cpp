@@ -17,6 +17,7 @@
 
 #include <cstring>
 
+#include "fault_engine.h"
 #include "internal.h"
 #include "nicemu/common/params.h"
 
@@ -163,17 +164,6 @@ gni_return_t GNI_PostRdma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
   }
   d->status = 0;
   d->cq_mode_complete = 0;
-  if (direct_enabled() && !n->nic_down.load(std::memory_order_relaxed) && ring_idle(n) &&
-      run_direct(n, ep, cq, d, get, tid)) {
-    count(n->counters, ctr::cdm::rdma_posts);
-    count(n->counters, ctr::cdm::rdma_bytes, d->length);
-    return GNI_RC_SUCCESS;
-  }
-  if (!open_queue(n)) {
-    release_tid(n, tid);
-    return GNI_RC_ERROR_RESOURCE;
-  }
-  if (ep->bte_id == 0) ep->bte_id = n->bte.next_ep_id.fetch_add(1, std::memory_order_relaxed);
   if (n->nic_down.load(std::memory_order_relaxed)) {
     // Nobody will execute it: complete it here, as an error, like every post after NIC down.
     if (d->cq_mode & GNI_CQMODE_LOCAL_EVENT)
@@ -184,6 +174,19 @@ gni_return_t GNI_PostRdma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
                               ep->local_event));
     return GNI_RC_SUCCESS;
   }
+  if (fault_path(n) && fault_fail_rdma(ep, cq, d, tid)) [[unlikely]]
+    return GNI_RC_SUCCESS;  // failed by injection: its error events are in the CQ
+  // Injection decides first, so a post the one-copy path runs can be failed like any other.
+  if (direct_enabled() && ring_idle(n) && run_direct(n, ep, cq, d, get, tid)) {
+    count(n->counters, ctr::cdm::rdma_posts);
+    count(n->counters, ctr::cdm::rdma_bytes, d->length);
+    return GNI_RC_SUCCESS;
+  }
+  if (!open_queue(n)) {
+    release_tid(n, tid);
+    return GNI_RC_ERROR_RESOURCE;
+  }
+  if (ep->bte_id == 0) ep->bte_id = n->bte.next_ep_id.fetch_add(1, std::memory_order_relaxed);
   abi::BteRequest r{};
   r.op = get ? abi::kBteGet : abi::kBtePut;
   r.cq_mode = d->cq_mode;
