@@ -10,6 +10,10 @@
 //    into slot p & mask, then publishes it by storing slot.seq = p + 1 (release);
 //  - the consumer takes position `head` when slot(head).seq == head + 1 (acquire), copies the
 //    request out, then publishes head + 1 (release), handing the slot back to producers;
+//  - `done` counts requests the daemon has completed (events pushed, or dropped), published
+//    with release after the completion; done == tail means nothing of the ring is in
+//    flight, which is when libugni may run a same-host transfer itself (one copy) without
+//    overtaking an earlier post of the CDM;
 //  - doorbell: an idle consumer stores armed = 1 (seq_cst), re-checks the ring, then sleeps
 //    in read() on the eventfd. A producer publishes, fences seq_cst, and only if `armed` is 1
 //    exchanges it to 0 and writes the eventfd; so a busy daemon costs producers no system
@@ -79,10 +83,13 @@ struct BteRingCtl {
   alignas(64) std::atomic<uint64_t> tail;   // producers
   alignas(64) std::atomic<uint64_t> head;   // consumer
   alignas(64) std::atomic<uint32_t> armed;  // consumer asleep: the next producer rings
-  uint32_t reserved[15];
+  uint32_t reserved0;
+  std::atomic<uint64_t> done;               // consumer: requests completed
+  uint32_t reserved[12];
 };
 static_assert(sizeof(BteRingCtl) == 192);
-static_assert(offsetof(BteRingCtl, head) == 64 && offsetof(BteRingCtl, armed) == 128);
+static_assert(offsetof(BteRingCtl, head) == 64 && offsetof(BteRingCtl, armed) == 128 &&
+              offsetof(BteRingCtl, done) == 136);
 
 constexpr uint64_t bte_ring_bytes(uint32_t capacity) {
   return sizeof(BteRingCtl) + uint64_t{capacity} * sizeof(BteSlot);

@@ -32,13 +32,15 @@ enum class Op : uint16_t {
   kShutdown = 12,     // -> Reply, then the daemon stops
   kCredRevoke = 13,   // -> Reply
   // Datagrams (session management): matching is done by the daemons.
-  kDgramPost = 20,      // -> Reply              a CDM posts a datagram on one of its EPs
-  kDgramTest = 21,      // -> DgramTestReply     state of an EP's datagram (consumes a finished one)
-  kDgramProbe = 22,     // -> DgramProbeReply    first finished datagram of the CDM
+  // Finished datagrams come back through the CDM's ring (dgram_ring.h); 20-22 (a post,
+  // test and probe that each waited for a reply) are retired.
   kDgramCancel = 23,    // -> Reply              cancel an EP's pending datagram
   kDgramIncoming = 24,  // daemon -> daemon, no reply: a directed post aimed at one of your CDMs
   kDgramMatched = 25,   // daemon -> daemon, no reply: your post matched; here is the peer's data
   kDgramRetract = 26,   // daemon -> daemon, no reply: a post forwarded earlier was cancelled
+  kDgramOpen = 27,      // -> DgramOpenReply     find or create the CDM's datagram completion ring
+  kDgramSubmit = 28,    // no reply: a CDM posts a datagram on one of its EPs (checked by the library)
+  kDgramKick = 29,      // no reply: the library drained a ring the daemon had stalled on
   // BTE (GNI_PostRdma): requests travel through a ring in shared memory (bte_ring.h).
   kBteOpen = 40,        // -> BteOpenReply + the node's BTE doorbell eventfd
   kMemRegisterSegments = 60,  // -> MemRegisterReply (a variable-length request)
@@ -223,10 +225,14 @@ struct StatusReply {
 
 inline constexpr uint32_t kDgramMaxSize = 128;  // GNI_DATAGRAM_MAXSIZE
 
-// GNI_EpPostData[WId] on the attach connection. `ep` is the library's name for the
-// endpoint (only one datagram per EP may be outstanding).
-struct DgramPost {
+// GNI_EpPostData[WId] on the attach connection, one-way: the library has already checked
+// what the API reports synchronously (sizes, one outstanding datagram per EP), and learns
+// the outcome from the completion ring, where the event echoes `lib_seq`, `ep` and `id`.
+// `ep` is the library's name for the endpoint. A post the daemon refuses all the same
+// comes back at once as TERMINATED.
+struct DgramSubmit {
   Header h;
+  uint64_t lib_seq;     // the library's name for this post
   uint64_t ep;
   uint64_t id;          // datagram_id, valid if has_id
   uint32_t has_id;
@@ -239,34 +245,20 @@ struct DgramPost {
   uint8_t data[kDgramMaxSize];
 };
 
-// State values are gni_post_state_t.
-struct DgramTest {
+// Sent on the attach connection: finds or creates the CDM's datagram completion ring
+// (dgram_ring.h) in its heap.
+struct DgramOpen {
   Header h;
-  uint64_t ep;
-  uint64_t id;
-  uint32_t by_id;
-  uint32_t reserved;
 };
-struct DgramTestReply {
-  Reply r;              // NO_MATCH: nothing posted on that EP / with that id
-  uint32_t state;
-  uint32_t peer_addr;
-  uint32_t peer_inst;
-  uint16_t data_len;    // bytes the peer sent (may exceed the poster's buf_size: SIZE_ERROR)
-  uint16_t reserved;
-  uint8_t data[kDgramMaxSize];
+struct DgramOpenReply {
+  Reply r;
+  uint64_t ctl_offset;  // DgramRingCtl in the heap, then the events
+  uint32_t capacity;
+  uint32_t reserved;
 };
 
-struct DgramProbe {
+struct DgramKick {
   Header h;
-  uint32_t by_id;       // 1: only posts made with an id
-  uint32_t reserved;
-};
-struct DgramProbeReply {
-  Reply r;              // NO_MATCH: no finished datagram
-  uint64_t id;
-  uint32_t peer_addr;
-  uint32_t peer_inst;
 };
 
 struct DgramCancel {
@@ -402,8 +394,8 @@ struct MsgqLookupReply {
 
 static_assert(sizeof(Attach) <= kMaxMessage && sizeof(MboxOpen) <= kMaxMessage);
 static_assert(sizeof(MemRegisterSegments) <= kMaxMessage);
-static_assert(sizeof(DgramPost) <= kMaxMessage && sizeof(DgramIncoming) <= kMaxMessage &&
-              sizeof(DgramTestReply) <= kMaxMessage && sizeof(DgramMatched) <= kMaxMessage);
+static_assert(sizeof(DgramSubmit) <= kMaxMessage && sizeof(DgramIncoming) <= kMaxMessage &&
+              sizeof(DgramMatched) <= kMaxMessage);
 static_assert(offsetof(Reply, rc) == 16);
 static_assert(sizeof(MboxOpen) == 72);
 

@@ -73,6 +73,10 @@ inline constexpr Param kTable[] = {
     {.name = "spin_us", .type = Type::kUint, .default_text = "100", .env = "NICEMU_SPIN_US", .max = 999999,
      .users = kLibrary,
      .doc = "microseconds a blocking wait (CQ, AMO lock) spins before it sleeps on a futex"},
+    {.name = "rdma_direct", .type = Type::kUint, .default_text = "1", .env = "NICEMU_RDMA_DIRECT", .max = 1,
+     .users = kLibrary,
+     .doc = "1: a same-host GNI_PostRdma runs in the initiating process (one cross-memory copy) when none of "
+            "the CDM's queued RDMA posts is in flight; 0: every post goes to the daemon's BTE engine"},
     {.name = "client_socket", .type = Type::kPath, .default_text = "derived from NICEMU_NODE", .env = "NICEMU_SOCKET",
      .users = kLibrary, .doc = "control socket of the daemon a process attaches to"},
     {.name = "client_node", .type = Type::kUint, .default_text = "first of PMI_GNI_LOC_ADDR, else the lowest in RUNDIR",

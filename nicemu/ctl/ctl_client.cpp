@@ -95,6 +95,21 @@ bool Connection::connect(const std::string& path) {
   return true;
 }
 
+bool Connection::send(void* req, size_t req_size) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (fd_ < 0) return false;
+  auto* h = static_cast<abi::ctl::Header*>(req);
+  h->magic = abi::ctl::kMagic;
+  h->version = abi::ctl::kVersion;
+  h->seq = ++seq_;
+  h->length = static_cast<uint32_t>(req_size);
+  ssize_t s;
+  do {
+    s = ::send(fd_, req, req_size, MSG_NOSIGNAL);
+  } while (s < 0 && errno == EINTR);
+  return s == static_cast<ssize_t>(req_size);
+}
+
 long Connection::call(void* req, size_t req_size, void* reply, size_t reply_size, int* fd_out) {
   std::lock_guard<std::mutex> lk(mu_);
   if (fd_out) *fd_out = -1;

@@ -47,6 +47,9 @@ class Connection {
   // a broken connection (the daemon went away).
   long call(void* req, size_t req_size, void* reply, size_t reply_size, int* fd_out = nullptr);
 
+  // Sends a one-way request (the daemon sends no reply). False on a broken connection.
+  bool send(void* req, size_t req_size);
+
   template <typename Req, typename Rep>
   bool call(Req& req, Rep& rep, int* fd_out = nullptr) {
     long n = call(&req, sizeof(Req), &rep, sizeof(Rep), fd_out);

@@ -177,6 +177,8 @@ void BteEngine::route(const std::shared_ptr<BteSource>& s, const BteRequest& req
 }
 
 void BteEngine::finished(const BteJob& job) {
+  // After the completion's events: the library may now run transfers itself (bte_ring.h).
+  job.source->view.ctl->done.fetch_add(1, std::memory_order_release);
   if (auto it = routes_.find(job.route); it != routes_.end() && --it->second.second == 0) routes_.erase(it);
   if (job.source->inflight.fetch_sub(1, std::memory_order_relaxed) == kMaxInflight) kick();
 }

@@ -288,6 +288,30 @@ int CdmRegion::bte_ring(uint64_t& ctl_offset) {
   return rc::kSuccess;
 }
 
+int CdmRegion::dgram_ring(uint64_t& ctl_offset) {
+  if (!alive()) return rc::kInvalidState;
+  if (!dgram_ring_.valid()) {
+    uint64_t bytes = dgram_ring_bytes(kDgramRingCapacity);
+    auto off = heap_.allocate(bytes);
+    if (!off) return rc::kErrorNomem;
+    std::memset(base_ + *off, 0, bytes);
+    dgram_ring_offset_ = *off;
+    dgram_ring_.ctl = reinterpret_cast<DgramRingCtl*>(base_ + *off);
+    dgram_ring_.events = reinterpret_cast<DgramEvent*>(base_ + *off + sizeof(DgramRingCtl));
+    dgram_ring_.mask = kDgramRingCapacity - 1;
+  }
+  ctl_offset = dgram_ring_offset_;
+  return rc::kSuccess;
+}
+
+bool CdmRegion::push_datagram(const DgramEvent& e) {
+  if (!dgram_ring_.valid() || !alive()) return false;
+  if (dgram_ring_.push(e)) return true;
+  // Full: ask for a kick, then look again in case the library drained meanwhile.
+  dgram_ring_.ctl->stalled.store(1, std::memory_order_seq_cst);
+  return dgram_ring_.push(e);
+}
+
 void CdmRegion::notify_datagram() {
   header()->dgram_seq.fetch_add(1, std::memory_order_release);
   futex_wake_all(&header()->dgram_seq);

@@ -14,6 +14,7 @@
 #include "nicemu/abi/counters_layout.h"
 #include "nicemu/abi/ctl_protocol.h"
 #include "nicemu/abi/shm_layout.h"
+#include "nicemu/abi/dgram_ring.h"
 #include "nicemu/daemon/heap_allocator.h"
 
 namespace nicemu::daemon {
@@ -75,6 +76,13 @@ class CdmRegion {
   // the same one afterwards. Returns a gni_return_t value.
   int bte_ring(uint64_t& ctl_offset);
 
+  // The CDM's datagram completion ring (abi/dgram_ring.h): allocated in the heap on first
+  // use, the same one afterwards. Returns a gni_return_t value.
+  int dgram_ring(uint64_t& ctl_offset);
+  // Publishes a finished datagram on that ring; false if there is no ring or it is full
+  // (then `stalled` is set for the library to kick us, see dgram_ring.h).
+  bool push_datagram(const abi::DgramEvent& e);
+  bool has_dgram_ring() const { return dgram_ring_.valid(); }
   // A datagram of this CDM changed state: wake its waiters (EpPostDataWait, probes).
   void notify_datagram();
 
@@ -123,6 +131,8 @@ class CdmRegion {
   };
   std::map<MboxKey, Mbox> mboxes_;
   uint64_t bte_ring_offset_ = 0;  // 0 = not allocated yet
+  abi::DgramRingView dgram_ring_;  // invalid = not allocated yet
+  uint64_t dgram_ring_offset_ = 0;
   const abi::counters::CdmCounterBlock* counters_ = nullptr;
 };
 

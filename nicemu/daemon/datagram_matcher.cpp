@@ -15,10 +15,6 @@ namespace rc = nicemu::abi::gni;
 DatagramMatcher::DatagramMatcher(uint32_t self_node, SendFn send, FindByAttach by_attach, FindByInst by_inst)
     : self_(self_node), send_(std::move(send)), by_attach_(std::move(by_attach)), by_inst_(std::move(by_inst)) {}
 
-void DatagramMatcher::notify(uint64_t attach) {
-  if (CdmRegion* r = by_attach_(attach)) r->notify_datagram();
-}
-
 void DatagramMatcher::deliver(uint32_t node, const void* msg, size_t len) {
   if (node == self_) {
     const auto* h = static_cast<const ctl::Header*>(msg);
@@ -55,19 +51,64 @@ bool DatagramMatcher::acceptable(const Post& p, const Incoming& in) const {
   return p.key < in.origin_key;
 }
 
-void DatagramMatcher::complete(Post& p, uint32_t node, uint32_t inst, const uint8_t* data, uint16_t len) {
-  p.state = rc::kPostCompleted;
-  p.got_node = node;
-  p.got_inst = inst;
-  p.got_len = std::min<uint16_t>(len, ctl::kDgramMaxSize);
-  std::memcpy(p.got, data, p.got_len);
-  notify(p.attach);
+void DatagramMatcher::finish(Post& p, uint32_t state, uint32_t node, uint32_t inst, const uint8_t* data,
+                             uint16_t len) {
+  p.state = state;
+  DgramEvent e{};
+  e.lib_seq = p.lib_seq;
+  e.ep = p.ep;
+  e.id = p.id;
+  e.has_id = p.has_id;
+  e.state = state;
+  e.peer_addr = node;
+  e.peer_inst = inst;
+  e.data_len = std::min<uint16_t>(len, ctl::kDgramMaxSize);
+  if (e.data_len) std::memcpy(e.data, data, e.data_len);
+  publish(p.attach, e);
+}
+
+void DatagramMatcher::publish(uint64_t attach, const DgramEvent& e) {
+  CdmRegion* r = by_attach_(attach);
+  if (!r || !r->alive() || !r->has_dgram_ring()) return;  // nobody left to tell
+  auto it = backlog_.find(attach);
+  if (it != backlog_.end() && !it->second.empty()) {
+    it->second.push_back(e);  // keep the order: behind what is already held back
+    flush(*r, it->second);
+    return;
+  }
+  if (!r->push_datagram(e)) {
+    backlog_[attach].push_back(e);
+    return;
+  }
+  r->notify_datagram();
+}
+
+void DatagramMatcher::flush(CdmRegion& r, std::deque<DgramEvent>& q) {
+  bool moved = false;
+  while (!q.empty() && r.push_datagram(q.front())) {
+    q.pop_front();
+    moved = true;
+  }
+  if (moved) r.notify_datagram();
+}
+
+void DatagramMatcher::kick(CdmRegion& owner) {
+  auto it = backlog_.find(owner.attach_id());
+  if (it == backlog_.end()) return;
+  flush(owner, it->second);
+  if (it->second.empty()) backlog_.erase(it);
+}
+
+size_t DatagramMatcher::backlog_count() const {
+  size_t n = 0;
+  for (auto& [a, q] : backlog_) n += q.size();
+  return n;
 }
 
 void DatagramMatcher::match(Post& p, size_t idx) {
   Incoming in = incoming_[idx];
   incoming_.erase(incoming_.begin() + static_cast<long>(idx));
-  complete(p, in.origin_node, in.from_inst, in.data, in.len);
+  finish(p, rc::kPostCompleted, in.origin_node, in.from_inst, in.data, in.len);
   ctl::DgramMatched m{};
   m.h = ctl::make_header<ctl::DgramMatched>(ctl::Op::kDgramMatched, 0);
   m.origin_key = in.origin_key;
@@ -76,14 +117,27 @@ void DatagramMatcher::match(Post& p, size_t idx) {
   m.peer_inst = p.inst;
   m.data_len = p.len;
   std::memcpy(m.data, p.data, p.len);
+  const uint64_t key = p.key;
+  posts_.erase(key);  // before delivering: a same-node delivery looks the posts up again
   deliver(in.origin_node, &m, sizeof m);
 }
 
-int DatagramMatcher::post(CdmRegion& owner, const ctl::DgramPost& req) {
-  if (req.data_len > ctl::kDgramMaxSize || req.buf_size > ctl::kDgramMaxSize) return rc::kSizeError;
-  if (find(owner.attach_id(), req.ep, false, 0)) return rc::kErrorResource;  // one per EP
+int DatagramMatcher::post(CdmRegion& owner, const ctl::DgramSubmit& req) {
+  auto refuse = [&](int why) {
+    DgramEvent e{};
+    e.lib_seq = req.lib_seq;
+    e.ep = req.ep;
+    e.id = req.id;
+    e.has_id = req.has_id;
+    e.state = rc::kPostTerminated;
+    publish(owner.attach_id(), e);
+    return why;
+  };
+  if (req.data_len > ctl::kDgramMaxSize || req.buf_size > ctl::kDgramMaxSize) return refuse(rc::kSizeError);
+  if (find(owner.attach_id(), req.ep, false, 0)) return refuse(rc::kErrorResource);  // one per EP
   Post p;
   p.key = next_key_++;
+  p.lib_seq = req.lib_seq;
   p.attach = owner.attach_id();
   p.inst = owner.inst_id();
   p.cred = owner.credential();
@@ -96,30 +150,30 @@ int DatagramMatcher::post(CdmRegion& owner, const ctl::DgramPost& req) {
   p.len = req.data_len;
   std::memcpy(p.data, req.data, p.len);
   p.state = rc::kPostPending;
-  Post& stored = posts_[p.key] = p;
+  const uint64_t key = p.key;
+  Post& stored = posts_[key] = p;
 
-  // Posts aimed at this CDM that arrived earlier, oldest first.
+  // Posts aimed at this CDM that arrived earlier, oldest first. (If one matches, the
+  // kDgramMatched sent completes the peer's post; ours is finished and gone.)
   for (size_t i = 0; i < incoming_.size(); ++i)
     if (acceptable(stored, incoming_[i])) {
       match(stored, i);
-      break;
+      return rc::kSuccess;
     }
   if (!stored.wildcard) {
-    // Still pending: announce it to the target's daemon. (If it matched here, the
-    // kDgramMatched just sent completes the peer's post there.)
-    if (stored.state == rc::kPostPending) {
-      ctl::DgramIncoming m{};
-      m.h = ctl::make_header<ctl::DgramIncoming>(ctl::Op::kDgramIncoming, 0);
-      m.origin_key = stored.key;
-      m.origin_node = self_;
-      m.from_inst = stored.inst;
-      m.to_inst = stored.peer_inst;
-      m.ptag = stored.cred.ptag;
-      m.cookie = stored.cred.cookie;
-      m.data_len = stored.len;
-      std::memcpy(m.data, stored.data, stored.len);
-      deliver(stored.peer_node, &m, sizeof m);
-    }
+    // Still pending: announce it to the target's daemon. A same-node delivery may match
+    // and erase it, so nothing of `stored` is used after.
+    ctl::DgramIncoming m{};
+    m.h = ctl::make_header<ctl::DgramIncoming>(ctl::Op::kDgramIncoming, 0);
+    m.origin_key = stored.key;
+    m.origin_node = self_;
+    m.from_inst = stored.inst;
+    m.to_inst = stored.peer_inst;
+    m.ptag = stored.cred.ptag;
+    m.cookie = stored.cred.cookie;
+    m.data_len = stored.len;
+    std::memcpy(m.data, stored.data, stored.len);
+    deliver(stored.peer_node, &m, sizeof m);
   }
   return rc::kSuccess;
 }
@@ -137,7 +191,7 @@ void DatagramMatcher::incoming(const ctl::DgramIncoming& m) {
   incoming_.push_back(in);
   for (auto& [k, p] : posts_)
     if (acceptable(p, incoming_.back())) {
-      match(p, incoming_.size() - 1);
+      match(p, incoming_.size() - 1);  // erases p: stop iterating
       return;
     }
 }
@@ -151,43 +205,17 @@ void DatagramMatcher::matched(const ctl::DgramMatched& m) {
     spdlog::debug("datagram {} matched after it was cancelled or consumed", m.origin_key);
     return;
   }
-  complete(it->second, m.peer_node, m.peer_inst, m.data, m.data_len);
+  finish(it->second, rc::kPostCompleted, m.peer_node, m.peer_inst, m.data, m.data_len);
+  posts_.erase(it);
 }
 
 void DatagramMatcher::retract(const ctl::DgramRetract& m) {
   std::erase_if(incoming_, [&](const Incoming& in) { return in.origin_node == m.origin_node && in.origin_key == m.origin_key; });
 }
 
-int DatagramMatcher::test(CdmRegion& owner, const ctl::DgramTest& req, ctl::DgramTestReply& rep) {
-  Post* p = find(owner.attach_id(), req.ep, req.by_id != 0, req.id);
-  if (!p) return rc::kNoMatch;
-  rep.state = p->state;
-  if (p->state == rc::kPostCompleted) {
-    rep.peer_addr = p->got_node;
-    rep.peer_inst = p->got_inst;
-    rep.data_len = p->got_len;
-    std::memcpy(rep.data, p->got, p->got_len);
-  }
-  if (p->state != rc::kPostPending) posts_.erase(p->key);  // consumed
-  return rc::kSuccess;
-}
-
-int DatagramMatcher::probe(CdmRegion& owner, const ctl::DgramProbe& req, ctl::DgramProbeReply& rep) {
-  for (auto& [k, p] : posts_) {
-    if (p.attach != owner.attach_id() || p.state == rc::kPostPending) continue;
-    if (req.by_id && !p.has_id) continue;
-    rep.id = p.id;
-    rep.peer_addr = p.got_node;
-    rep.peer_inst = p.got_inst;
-    return rc::kSuccess;
-  }
-  return rc::kNoMatch;
-}
-
 int DatagramMatcher::cancel(CdmRegion& owner, const ctl::DgramCancel& req) {
   Post* p = find(owner.attach_id(), req.ep, req.by_id != 0, req.id);
   if (!p || p->state != rc::kPostPending) return rc::kNoMatch;
-  p->state = rc::kPostTerminated;
   if (!p->wildcard) {
     ctl::DgramRetract m{};
     m.h = ctl::make_header<ctl::DgramRetract>(ctl::Op::kDgramRetract, 0);
@@ -195,7 +223,9 @@ int DatagramMatcher::cancel(CdmRegion& owner, const ctl::DgramCancel& req) {
     m.origin_node = self_;
     deliver(p->peer_node, &m, sizeof m);
   }
-  notify(p->attach);
+  finish(*p, rc::kPostTerminated, 0, 0, nullptr, 0);
+  const uint64_t key = p->key;
+  posts_.erase(key);
   return rc::kSuccess;
 }
 
@@ -215,6 +245,7 @@ void DatagramMatcher::cdm_gone(uint64_t attach_id) {
     }
     it = posts_.erase(it);
   }
+  backlog_.erase(attach_id);
 }
 
 size_t DatagramMatcher::pending_posts() const {

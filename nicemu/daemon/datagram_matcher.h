@@ -5,12 +5,16 @@
 //   directed <-> directed     both daemons could see the pair, so only the daemon whose
 //                             own endpoint is the smaller (node, inst) matches it;
 // the matching daemon completes its local post and tells the other daemon (kDgramMatched)
-// to complete the peer post with this side's data. Completed and cancelled posts stay until
-// their owner consumes them with a test/wait, and are visible to probes until then.
+// to complete the peer post with this side's data. A post that completes or is cancelled
+// leaves the matcher at once: it goes to its owner's completion ring (abi/dgram_ring.h),
+// and the library keeps it, for its tests, waits and probes, until it is consumed. Events
+// that do not fit in a full ring wait in a per-CDM backlog until the library kicks.
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
+#include <unordered_map>
 #include <vector>
 
 #include "nicemu/abi/ctl_protocol.h"
@@ -27,11 +31,12 @@ class DatagramMatcher {
 
   DatagramMatcher(uint32_t self_node, SendFn send, FindByAttach by_attach, FindByInst by_inst);
 
-  // Requests from the owner CDM; each returns a gni_return_t value.
-  int post(CdmRegion& owner, const abi::ctl::DgramPost& req);
-  int test(CdmRegion& owner, const abi::ctl::DgramTest& req, abi::ctl::DgramTestReply& rep);
-  int probe(CdmRegion& owner, const abi::ctl::DgramProbe& req, abi::ctl::DgramProbeReply& rep);
+  // Requests from the owner CDM; each returns a gni_return_t value. A refused post is
+  // also reported to the owner as TERMINATED (the library does not wait for the value).
+  int post(CdmRegion& owner, const abi::ctl::DgramSubmit& req);
   int cancel(CdmRegion& owner, const abi::ctl::DgramCancel& req);
+  // The owner drained its ring after we had stalled on it: move the backlog in.
+  void kick(CdmRegion& owner);
 
   // From other daemons.
   void incoming(const abi::ctl::DgramIncoming& m);
@@ -43,10 +48,12 @@ class DatagramMatcher {
 
   size_t pending_posts() const;
   size_t incoming_count() const { return incoming_.size(); }
+  size_t backlog_count() const;
 
  private:
   struct Post {
     uint64_t key = 0;
+    uint64_t lib_seq = 0;
     uint64_t attach = 0;
     uint32_t inst = 0;
     Credential cred;
@@ -57,10 +64,7 @@ class DatagramMatcher {
     uint32_t peer_node = 0, peer_inst = 0;
     uint16_t len = 0;
     uint8_t data[abi::ctl::kDgramMaxSize] = {};
-    uint32_t state = 0;  // gni_post_state_t
-    uint32_t got_node = 0, got_inst = 0;
-    uint16_t got_len = 0;
-    uint8_t got[abi::ctl::kDgramMaxSize] = {};
+    uint32_t state = 0;  // gni_post_state_t: pending while here
   };
   struct Incoming {
     uint32_t origin_node = 0;
@@ -73,11 +77,14 @@ class DatagramMatcher {
   };
 
   bool acceptable(const Post& p, const Incoming& in) const;
-  void complete(Post& p, uint32_t node, uint32_t inst, const uint8_t* data, uint16_t len);
+  // Reports `p` finished to its owner; the caller erases it.
+  void finish(Post& p, uint32_t state, uint32_t node, uint32_t inst, const uint8_t* data, uint16_t len);
+  void publish(uint64_t attach, const abi::DgramEvent& e);
+  void flush(CdmRegion& r, std::deque<abi::DgramEvent>& q);
+  // Completes `p` with incoming post `incoming_index` and erases both.
   void match(Post& p, size_t incoming_index);
   void deliver(uint32_t node, const void* msg, size_t len);
   Post* find(uint64_t attach, uint64_t ep, bool by_id, uint64_t id);
-  void notify(uint64_t attach);
 
   uint32_t self_;
   SendFn send_;
@@ -86,6 +93,7 @@ class DatagramMatcher {
   uint64_t next_key_ = 1;
   std::map<uint64_t, Post> posts_;   // key -> post, in posting order
   std::vector<Incoming> incoming_;   // in arrival order
+  std::unordered_map<uint64_t, std::deque<abi::DgramEvent>> backlog_;  // attach -> events held back
 };
 
 }  // namespace nicemu::daemon

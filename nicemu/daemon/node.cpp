@@ -377,9 +377,9 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
       std::memcpy(reply.data() + sizeof(r), js.data(), js.size());
       return;
     }
-    case Op::kDgramPost:
-    case Op::kDgramTest:
-    case Op::kDgramProbe:
+    case Op::kDgramOpen:
+    case Op::kDgramSubmit:
+    case Op::kDgramKick:
     case Op::kDgramCancel:
     case Op::kDgramIncoming:
     case Op::kDgramMatched:
@@ -423,34 +423,39 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
 void Node::handle_datagram(Peer& peer, const ctl::Header& h, const char* msg, size_t len, std::vector<char>& reply) {
   auto bad = [&] {
     ++ctr_.malformed_messages;
-    if (h.op <= static_cast<uint16_t>(Op::kDgramCancel)) init_reply<PlainReply>(reply, h).r.rc = rc::kInvalidParam;
+    // Only requests that expect a reply get one (the others are one-way).
+    if (h.op == static_cast<uint16_t>(Op::kDgramCancel) || h.op == static_cast<uint16_t>(Op::kDgramOpen))
+      init_reply<PlainReply>(reply, h).r.rc = rc::kInvalidParam;
   };
   // Messages between daemons: from a daemon of this host (root or the daemon's own user).
   const bool from_daemon = peer.uid == 0 || peer.uid == geteuid();
   switch (static_cast<Op>(h.op)) {
-    case Op::kDgramPost: {
-      ctl::DgramPost req;
+    case Op::kDgramOpen: {
+      ctl::DgramOpen req;
       if (!parse(msg, len, req)) return bad();
-      auto& r = init_reply<PlainReply>(reply, h);
+      auto& r = init_reply<ctl::DgramOpenReply>(reply, h);
       CdmRegion* cdm = owned_cdm(peer);
-      r.r.rc = cdm ? dgrams_.post(*cdm, req) : rc::kInvalidState;
-      if (r.r.rc == rc::kSuccess) ++ctr_.datagrams_posted;
+      uint64_t off = 0;
+      r.r.rc = cdm ? cdm->dgram_ring(off) : rc::kInvalidState;
+      if (r.r.rc == rc::kSuccess) {
+        r.ctl_offset = off;
+        r.capacity = kDgramRingCapacity;
+      }
       return;
     }
-    case Op::kDgramTest: {
-      ctl::DgramTest req;
+    case Op::kDgramSubmit: {  // one-way: refusals go to the ring as TERMINATED
+      ctl::DgramSubmit req;
       if (!parse(msg, len, req)) return bad();
-      auto& r = init_reply<ctl::DgramTestReply>(reply, h);
       CdmRegion* cdm = owned_cdm(peer);
-      r.r.rc = cdm ? dgrams_.test(*cdm, req, r) : rc::kInvalidState;
+      if (!cdm) return;
+      dgrams_.kick(*cdm);  // anything held back goes first
+      if (dgrams_.post(*cdm, req) == rc::kSuccess) ++ctr_.datagrams_posted;
       return;
     }
-    case Op::kDgramProbe: {
-      ctl::DgramProbe req;
+    case Op::kDgramKick: {
+      ctl::DgramKick req;
       if (!parse(msg, len, req)) return bad();
-      auto& r = init_reply<ctl::DgramProbeReply>(reply, h);
-      CdmRegion* cdm = owned_cdm(peer);
-      r.r.rc = cdm ? dgrams_.probe(*cdm, req, r) : rc::kInvalidState;
+      if (CdmRegion* cdm = owned_cdm(peer)) dgrams_.kick(*cdm);
       return;
     }
     case Op::kDgramCancel: {
@@ -720,6 +725,7 @@ nlohmann::json Node::status() const {
                 {"datagrams_cancelled", ctr_.datagrams_cancelled},
                 {"datagrams_pending", dgrams_.pending_posts()},
                 {"datagrams_incoming", dgrams_.incoming_count()},
+                {"datagrams_backlog", dgrams_.backlog_count()},
                 {"msgq_joins", ctr_.msgq_joins},
                 {"msgq_join_refused", ctr_.msgq_join_refused},
                 {"msgq_lookups", ctr_.msgq_lookups}}}};

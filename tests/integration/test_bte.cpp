@@ -212,6 +212,11 @@ int data_initiator(Oob& oob, int side, Cred c, uint32_t inst) {
   return oob.recv<int>(side) == 1 ? 0 : 1;
 }
 
+bool direct_mode() {
+  const char* v = std::getenv("NICEMU_RDMA_DIRECT");
+  return v && std::strcmp(v, "1") == 0;
+}
+
 void run_pair(int nodes, std::function<int(Oob&, int, Cred, uint32_t)> initiator) {
   Cluster cl(nodes);
   Cred c = cl.credential();
@@ -221,7 +226,12 @@ void run_pair(int nodes, std::function<int(Oob&, int, Cred, uint32_t)> initiator
   CHECK(cl.wait(i, 60) == 0);
   CHECK(cl.wait(t, 60) == 0);
   auto st = cl.status(0)["bte"];
-  CHECK(st["requests"].get<uint64_t>() > 0);
+  // With NICEMU_RDMA_DIRECT=1 (the bte-direct run) the initiator moves the data itself,
+  // one post at a time, so the daemon's engine must not have seen a request.
+  if (direct_mode())
+    CHECK(st["requests"].get<uint64_t>() == 0);
+  else
+    CHECK(st["requests"].get<uint64_t>() > 0);
   CHECK(st["dropped"].get<uint64_t>() == 0);
 }
 

@@ -1,15 +1,25 @@
-// BTE requester: GNI_PostRdma. RDMA is the NIC's offload engine, so unlike FMA the library
-// does not move the data: it checks what it can locally (binding, type, alignment, event
-// modes, the local registration), captures the post in a request and queues it in the
-// CDM's submission ring (nicemu/abi/bte_ring.h), then returns. The daemon's BTE engine
-// validates the target, moves the data and posts the completion events; the doorbell
-// (an eventfd) is written only when the engine sleeps.
+// BTE requester: GNI_PostRdma. The library checks what it can locally (binding, type,
+// alignment, event modes, the local registration), then:
+//  - same-host target, nothing of the CDM's BTE ring in flight: it runs the transfer itself
+//    with one cross-memory copy (process_vm_writev/readv straight between the two
+//    processes' buffers, as a CMA transport does), validated against the target's
+//    registration table, and posts the events the BTE engine would (local/global with
+//    the BTE source, the remote event as remote DMA, error completions for bad access).
+//    The daemon's engine copies through a bounce buffer (two copies, plus a doorbell
+//    wake-up), which halves bandwidth at best;
+//  - otherwise it captures the post in a request and queues it in the CDM's submission
+//    ring (nicemu/abi/bte_ring.h). The daemon's BTE engine validates the target, moves the
+//    data and posts the completion events; the doorbell (an eventfd) is written only when
+//    the engine sleeps.
+// Waiting for an idle ring keeps the order of the CDM's posts: a post never overtakes one
+// queued before it, and one run here is complete before GNI_PostRdma returns.
 #include <unistd.h>
 
 #include <cstring>
 
 #include "fault_engine.h"
 #include "internal.h"
+#include "nicemu/common/params.h"
 
 using namespace nicemu;
 using namespace nicemu::ugni;
@@ -51,6 +61,49 @@ bool open_queue(Nic* n) {
   q.view.mask = cap - 1;
   q.doorbell = fd;
   q.open.store(true, std::memory_order_release);
+  return true;
+}
+
+bool direct_enabled() {
+  static const bool on = params::env_uint(params::param("rdma_direct")) != 0;
+  return on;
+}
+
+// Whether every request this CDM queued on its ring has completed (bte_ring.h, `done`).
+bool ring_idle(const Nic* n) {
+  const BteQueue& q = n->bte;
+  if (!q.open.load(std::memory_order_acquire)) return true;
+  return q.view.ctl->done.load(std::memory_order_acquire) == q.view.ctl->tail.load(std::memory_order_acquire);
+}
+
+// The one-copy path. False if the target is not a process of this host we can reach
+// (the daemon then executes the post). Completes the post, errors included, otherwise.
+bool run_direct(Nic* n, Ep* ep, Cq* cq, const gni_post_descriptor_t* d, bool get, int32_t tid) {
+  uint64_t st = cqe::kOk;
+  if (!ep->peer || !ep->peer->alive()) {
+    auto peer = n->resolve(ep->remote_addr, ep->remote_id, st);
+    if (!peer) return false;  // unknown here: the engine knows the right error (or route)
+    ep->peer = std::move(peer);
+  }
+  const Region& target = *ep->peer;
+  uint32_t dst_cq = abi::kNoCq;
+  abi::Extents local, remote;
+  if (translate_access(*n->self, d->local_mem_hndl, d->local_addr, d->length, get, nullptr, local)) {
+    st = cqe::kErrLocalProtection;
+  } else {
+    st = translate_access(target, d->remote_mem_hndl, d->remote_addr, d->length, !get, &dst_cq, remote);
+    if (!st) st = get ? xmem_read_scatter(target.pid, remote, local) : xmem_write_gather(target.pid, remote, local);
+    // The target may have died while we worked on its memory; a failure then is its death.
+    if (!target.alive()) st = cqe::kErrPeerGone;
+  }
+  if (st == cqe::kOk && (d->cq_mode & GNI_CQMODE_REMOTE_EVENT) && dst_cq != abi::kNoCq)
+    push_remote_event(target, dst_cq, cqe::make(cqe::kSrcRemoteDma, cqe::kTypePost, cqe::kOk, 0, 0, ep->remote_event));
+  if (tid >= 0) {
+    if (d->cq_mode & GNI_CQMODE_LOCAL_EVENT)
+      cq->ring.push(cqe::make(cqe::kSrcBte, cqe::kTypePost, st, cqe::kInfoLocal, uint64_t(tid), ep->local_event));
+    if (d->cq_mode & GNI_CQMODE_GLOBAL_EVENT)
+      cq->ring.push(cqe::make(cqe::kSrcBte, cqe::kTypePost, st, cqe::kInfoGlobal, uint64_t(tid), ep->local_event));
+  }
   return true;
 }
 
@@ -104,9 +157,6 @@ gni_return_t GNI_PostRdma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
     auto f = abi::mdh::decode(d->remote_mem_hndl.qword1, d->remote_mem_hndl.qword2);
     if (f && (f->flags & abi::mdh::kFlagReadOnly)) return GNI_RC_PERMISSION_ERROR;
   }
-  if (!open_queue(n)) return GNI_RC_ERROR_RESOURCE;
-  if (ep->bte_id == 0) ep->bte_id = n->bte.next_ep_id.fetch_add(1, std::memory_order_relaxed);
-
   int32_t tid = -1;
   if (local) {
     tid = n->alloc_tid(d, local == GNI_CQMODE_DUAL_EVENTS ? 2 : 1);
@@ -126,6 +176,17 @@ gni_return_t GNI_PostRdma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
   }
   if (fault_path(n) && fault_fail_rdma(ep, cq, d, tid)) [[unlikely]]
     return GNI_RC_SUCCESS;  // failed by injection: its error events are in the CQ
+  // Injection decides first, so a post the one-copy path runs can be failed like any other.
+  if (direct_enabled() && ring_idle(n) && run_direct(n, ep, cq, d, get, tid)) {
+    count(n->counters, ctr::cdm::rdma_posts);
+    count(n->counters, ctr::cdm::rdma_bytes, d->length);
+    return GNI_RC_SUCCESS;
+  }
+  if (!open_queue(n)) {
+    release_tid(n, tid);
+    return GNI_RC_ERROR_RESOURCE;
+  }
+  if (ep->bte_id == 0) ep->bte_id = n->bte.next_ep_id.fetch_add(1, std::memory_order_relaxed);
   abi::BteRequest r{};
   r.op = get ? abi::kBteGet : abi::kBtePut;
   r.cq_mode = d->cq_mode;

@@ -1,7 +1,11 @@
 // Session management: datagrams of up to GNI_DATAGRAM_MAXSIZE bytes exchanged between two
-// EPs, matched by the daemons (nicemu/daemon/datagram_matcher.h). The library posts, tests
-// and cancels through its attach connection, and blocks on the region's `dgram_seq` futex,
-// which the daemon bumps whenever one of this CDM's datagrams changes state.
+// EPs, matched by the daemons (nicemu/daemon/datagram_matcher.h). A post is a one-way
+// message on the attach connection; the daemon hands finished datagrams back through the
+// CDM's completion ring (nicemu/abi/dgram_ring.h), which the library drains into
+// `Nic::dgram.finished` whenever it tests, waits or probes, so none of those costs a
+// control round trip. Only a cancel asks the daemon (it must know whether it won the race
+// against a match). Waiters block on the region's `dgram_seq` futex, which the daemon
+// bumps after publishing events.
 #include <time.h>
 
 #include <algorithm>
@@ -21,12 +25,61 @@ uint64_t now_ms() {
   return uint64_t(ts.tv_sec) * 1000 + uint64_t(ts.tv_nsec) / 1000000;
 }
 
+// Maps the completion ring on the first post (one round trip per CDM). Under dgram.mu.
+bool open_ring(Nic* n) {
+  DgramState& d = n->dgram;
+  if (d.ring.valid()) return true;
+  actl::DgramOpen req{};
+  req.h.op = static_cast<uint16_t>(actl::Op::kDgramOpen);
+  actl::DgramOpenReply rep{};
+  if (!n->conn.call(req, rep) || rep.r.rc != GNI_RC_SUCCESS) return false;
+  const uint32_t cap = rep.capacity;
+  if (cap == 0 || (cap & (cap - 1)) != 0 || !n->self->in_heap(rep.ctl_offset, abi::dgram_ring_bytes(cap)))
+    return false;
+  d.ring.ctl = reinterpret_cast<abi::DgramRingCtl*>(n->self->base + rep.ctl_offset);
+  d.ring.events = reinterpret_cast<abi::DgramEvent*>(n->self->base + rep.ctl_offset + sizeof(abi::DgramRingCtl));
+  d.ring.mask = cap - 1;
+  return true;
+}
+
+// Takes every published event off the ring into `finished`. Under dgram.mu.
+void drain(Nic* n) {
+  DgramState& d = n->dgram;
+  if (!d.ring.valid()) return;
+  uint64_t taken = d.ring.drain([&](const abi::DgramEvent& e) {
+    if (e.lib_seq == 0 || e.lib_seq > d.next_seq) return;  // not one of our posts
+    if (e.state != GNI_POST_COMPLETED && e.state != GNI_POST_TERMINATED) return;
+    DgramFinished f;
+    f.ep = e.ep;
+    f.id = e.id;
+    f.has_id = e.has_id != 0;
+    f.state = e.state;
+    f.peer_addr = e.peer_addr;
+    f.peer_inst = e.peer_inst;
+    f.len = std::min<uint16_t>(e.data_len, actl::kDgramMaxSize);
+    std::memcpy(f.data, e.data, f.len);
+    d.finished[e.lib_seq] = f;
+  });
+  if (taken && d.ring.take_stall()) {
+    actl::DgramKick k{};
+    k.h.op = static_cast<uint16_t>(actl::Op::kDgramKick);
+    (void)n->conn.send(&k, sizeof k);
+  }
+}
+
 gni_return_t post(Ep* ep, void* in_data, uint16_t data_len, void* out_buf, uint16_t buf_size, bool has_id,
                   uint64_t id) {
   if (data_len > GNI_DATAGRAM_MAXSIZE || buf_size > GNI_DATAGRAM_MAXSIZE) return GNI_RC_SIZE_ERROR;
   if ((data_len && !in_data) || (buf_size && !out_buf)) return GNI_RC_INVALID_PARAM;
-  actl::DgramPost req{};
-  req.h.op = static_cast<uint16_t>(actl::Op::kDgramPost);
+  Nic* n = ep->nic;
+  DgramState& d = n->dgram;
+  std::lock_guard<std::mutex> lk(d.mu);
+  if (ep->dgram_seq != 0) return GNI_RC_ERROR_RESOURCE;  // one outstanding datagram per EP
+  if (!n->self->alive()) return GNI_RC_INVALID_STATE;
+  if (!open_ring(n)) return GNI_RC_ERROR_RESOURCE;
+  actl::DgramSubmit req{};
+  req.h.op = static_cast<uint16_t>(actl::Op::kDgramSubmit);
+  req.lib_seq = d.next_seq + 1;
   req.ep = ep->dgram_key;
   req.id = id;
   req.has_id = has_id;
@@ -36,31 +89,48 @@ gni_return_t post(Ep* ep, void* in_data, uint16_t data_len, void* out_buf, uint1
   req.data_len = data_len;
   req.buf_size = buf_size;
   if (data_len) std::memcpy(req.data, in_data, data_len);
-  actl::Reply rep{};
-  if (!ep->nic->conn.call(req, rep)) return GNI_RC_ERROR_RESOURCE;
-  if (rep.rc != GNI_RC_SUCCESS) return static_cast<gni_return_t>(rep.rc);
+  // Sent under the lock, so a cancel of this EP from another thread reaches the daemon after it.
+  if (!n->conn.send(&req, sizeof req)) return GNI_RC_ERROR_RESOURCE;
+  d.next_seq = req.lib_seq;
+  ep->dgram_seq = req.lib_seq;
+  ep->dgram_has_id = has_id;
+  ep->dgram_id = id;
   ep->dgram_out = out_buf;
   ep->dgram_buf_size = buf_size;
   return GNI_RC_SUCCESS;
 }
 
+// Whether `ep` has an outstanding datagram that (by_id, id) names. Under dgram.mu.
+bool names(const Ep* ep, bool by_id, uint64_t id) {
+  return ep->dgram_seq != 0 && (!by_id || (ep->dgram_has_id && ep->dgram_id == id));
+}
+
 gni_return_t test(Ep* ep, bool by_id, uint64_t id, gni_post_state_t* state, uint32_t* remote_addr,
                   uint32_t* remote_id) {
-  actl::DgramTest req{};
-  req.h.op = static_cast<uint16_t>(actl::Op::kDgramTest);
-  req.ep = ep->dgram_key;
-  req.id = id;
-  req.by_id = by_id;
-  actl::DgramTestReply rep{};
-  if (!ep->nic->conn.call(req, rep)) return GNI_RC_ERROR_RESOURCE;
-  if (rep.r.rc != GNI_RC_SUCCESS) return static_cast<gni_return_t>(rep.r.rc);
-  *state = static_cast<gni_post_state_t>(rep.state);
-  if (rep.state != GNI_POST_COMPLETED) return GNI_RC_SUCCESS;
-  if (remote_addr) *remote_addr = rep.peer_addr;
-  if (remote_id) *remote_id = rep.peer_inst;
-  uint16_t n = std::min<uint16_t>(rep.data_len, ep->dgram_buf_size);
-  if (n) std::memcpy(ep->dgram_out, rep.data, n);
-  return rep.data_len > ep->dgram_buf_size ? GNI_RC_SIZE_ERROR : GNI_RC_SUCCESS;
+  Nic* n = ep->nic;
+  DgramState& d = n->dgram;
+  std::lock_guard<std::mutex> lk(d.mu);
+  if (!names(ep, by_id, id)) return GNI_RC_NO_MATCH;
+  drain(n);
+  auto it = d.finished.find(ep->dgram_seq);
+  if (it == d.finished.end()) {
+    if (!n->self->alive()) return GNI_RC_ERROR_RESOURCE;  // the daemon will never finish it
+    *state = GNI_POST_PENDING;
+    return GNI_RC_SUCCESS;
+  }
+  const DgramFinished& f = it->second;
+  *state = static_cast<gni_post_state_t>(f.state);
+  gni_return_t rc = GNI_RC_SUCCESS;
+  if (f.state == GNI_POST_COMPLETED) {
+    if (remote_addr) *remote_addr = f.peer_addr;
+    if (remote_id) *remote_id = f.peer_inst;
+    uint16_t len = std::min<uint16_t>(f.len, ep->dgram_buf_size);
+    if (len) std::memcpy(ep->dgram_out, f.data, len);
+    if (f.len > ep->dgram_buf_size) rc = GNI_RC_SIZE_ERROR;
+  }
+  d.finished.erase(it);  // consumed
+  ep->dgram_seq = 0;
+  return rc;
 }
 
 // Blocks until `poll` stops answering "pending"/NO_MATCH-style NOT_DONE, or timeout.
@@ -95,26 +165,33 @@ gni_return_t wait(Ep* ep, bool by_id, uint64_t id, uint32_t timeout, gni_post_st
 }
 
 gni_return_t probe(Nic* n, bool by_id, uint64_t* id, uint32_t* remote_addr, uint32_t* remote_id) {
-  actl::DgramProbe req{};
-  req.h.op = static_cast<uint16_t>(actl::Op::kDgramProbe);
-  req.by_id = by_id;
-  actl::DgramProbeReply rep{};
-  if (!n->conn.call(req, rep)) return GNI_RC_ERROR_RESOURCE;
-  if (rep.r.rc != GNI_RC_SUCCESS) return static_cast<gni_return_t>(rep.r.rc);
-  if (id) *id = rep.id;
-  if (remote_addr) *remote_addr = rep.peer_addr;
-  if (remote_id) *remote_id = rep.peer_inst;
-  return GNI_RC_SUCCESS;
+  DgramState& d = n->dgram;
+  std::lock_guard<std::mutex> lk(d.mu);
+  drain(n);
+  for (auto& [seq, f] : d.finished) {
+    if (by_id && !f.has_id) continue;
+    if (id) *id = f.id;
+    if (remote_addr) *remote_addr = f.peer_addr;
+    if (remote_id) *remote_id = f.peer_inst;
+    return GNI_RC_SUCCESS;
+  }
+  if (!n->self->alive()) return GNI_RC_ERROR_RESOURCE;
+  return GNI_RC_NO_MATCH;
 }
 
 gni_return_t cancel(Ep* ep, bool by_id, uint64_t id) {
+  Nic* n = ep->nic;
+  std::lock_guard<std::mutex> lk(n->dgram.mu);
+  if (!names(ep, by_id, id)) return GNI_RC_NO_MATCH;
+  // Only the daemon knows whether the post is still pending; if it finished meanwhile its
+  // event is on the ring and the answer is NO_MATCH, as for any finished post.
   actl::DgramCancel req{};
   req.h.op = static_cast<uint16_t>(actl::Op::kDgramCancel);
   req.ep = ep->dgram_key;
   req.id = id;
   req.by_id = by_id;
   actl::Reply rep{};
-  if (!ep->nic->conn.call(req, rep)) return GNI_RC_ERROR_RESOURCE;
+  if (!n->conn.call(req, rep)) return GNI_RC_ERROR_RESOURCE;
   return static_cast<gni_return_t>(rep.rc);
 }
 

@@ -20,6 +20,7 @@
 #include "nicemu/abi/cq_ring.h"
 #include "nicemu/abi/fault_layout.h"
 #include "nicemu/abi/ctl_protocol.h"
+#include "nicemu/abi/dgram_ring.h"
 #include "nicemu/abi/gni_values.h"
 #include "nicemu/abi/mem_handle.h"
 #include "nicemu/abi/region_access.h"
@@ -101,6 +102,24 @@ struct BteQueue {
   }
 };
 
+// The CDM's finished datagrams (datagram.cpp): the daemon's completion ring, mapped on the
+// first post, and what was taken off it but not yet consumed by a test or wait.
+struct DgramFinished {
+  uint64_t ep = 0;
+  uint64_t id = 0;
+  bool has_id = false;
+  uint32_t state = 0;
+  uint32_t peer_addr = 0, peer_inst = 0;
+  uint16_t len = 0;
+  uint8_t data[abi::ctl::kDgramMaxSize];
+};
+struct DgramState {
+  std::mutex mu;                               // serialises everything below and the EPs' dgram_*
+  abi::DgramRingView ring;                     // invalid until the first post
+  uint64_t next_seq = 0;
+  std::map<uint64_t, DgramFinished> finished;  // lib_seq -> finished post, in posting order
+};
+
 struct Nic {
   uint32_t magic = kNicMagic;
   Cdm* cdm = nullptr;
@@ -128,6 +147,7 @@ struct Nic {
   std::atomic<uint32_t> live_cqs{0};
   std::atomic<uint32_t> live_regs{0};
   BteQueue bte;
+  DgramState dgram;
   std::atomic<uint64_t> ep_serial{0};
   // Fault injection (fault_engine.h): the daemon's fault page, mapped at attach (an all-off
   // page before), and how many of our transactions the reorder engine holds. Hot paths
@@ -181,6 +201,10 @@ struct Ep {
   bool rx_holding = false;        // a message returned by GetNext awaits SmsgRelease
   uint32_t bte_id = 0;            // ordering domain of its RDMA posts (0 = none yet)
   uint64_t dgram_key = 0;         // names this EP's datagrams at the daemon (never reused)
+  // The datagram outstanding on this EP (posted, not consumed), under nic->dgram.mu.
+  uint64_t dgram_seq = 0;         // its lib_seq; 0 = none
+  bool dgram_has_id = false;
+  uint64_t dgram_id = 0;
   void* dgram_out = nullptr;      // out_buf of the datagram posted on this EP
   uint16_t dgram_buf_size = 0;
   uint32_t smsg_held = 0;         // messages accepted but held by the reorder engine (its lock)
@@ -232,6 +256,7 @@ uint64_t translate_access(const Region& r, const gni_mem_handle_t& h, uint64_t a
 uint64_t xmem_write_pieces(pid_t pid, const abi::Extents& remote, const void* local);
 uint64_t xmem_read_pieces(pid_t pid, const abi::Extents& remote, void* local);
 uint64_t xmem_read_scatter(pid_t pid, const abi::Extents& remote, const abi::Extents& local);
+uint64_t xmem_write_gather(pid_t pid, const abi::Extents& remote, const abi::Extents& local);
 // Copies a contiguous buffer into our own pieces.
 void scatter_local(const abi::Extents& local, const void* src);
 

@@ -197,6 +197,22 @@ uint64_t xmem_read_scatter(pid_t pid, const Extents& remote, const Extents& loca
   return cqe::kOk;
 }
 
+uint64_t xmem_write_gather(pid_t pid, const Extents& remote, const Extents& local) {
+  if (local.size() == 1) return xmem_write_pieces(pid, remote, reinterpret_cast<const void*>(local[0].va));
+  size_t ri = 0, li = 0;
+  uint64_t roff = 0, loff = 0;
+  while (ri < remote.size() && li < local.size()) {
+    uint64_t n = std::min(remote[ri].len - roff, local[li].len - loff);
+    if (uint64_t st = xmem_write(pid, remote[ri].va + roff, reinterpret_cast<const void*>(local[li].va + loff), n))
+      return st;
+    roff += n;
+    loff += n;
+    if (roff == remote[ri].len) ++ri, roff = 0;
+    if (loff == local[li].len) ++li, loff = 0;
+  }
+  return cqe::kOk;
+}
+
 void scatter_local(const Extents& local, const void* src) {
   const char* p = static_cast<const char*>(src);
   for (size_t i = 0; i < local.size(); ++i) {
