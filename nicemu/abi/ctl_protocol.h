@@ -195,15 +195,21 @@ struct MboxOpenReply {
   uint32_t reserved;
 };
 
-// Job credentials (ptag/cookie): issued by a daemon to a Unix user, granted on the other
-// daemons of a job. ptag/cookie 0 in a request means "choose".
+// Job credentials (ptag/cookie): issued by a daemon to a Unix user (and optionally to the
+// members of one group), granted on the other daemons of a job. ptag/cookie 0 in a request
+// means "choose". A process may use a credential if its uid (SO_PEERCRED) is `uid`, or
+// kCredGid is set and its effective gid is `gid`, or it is root.
+inline constexpr uint32_t kCredGid = 1;  // Cred.flags: `gid` is valid
 struct Cred {
   Header h;
   uint32_t uid;
   uint32_t ptag;
   uint32_t cookie;
+  uint32_t flags;     // kCredGid
+  uint32_t gid;
   uint32_t reserved;
 };
+static_assert(sizeof(Cred) == 40);
 struct CredReply {
   Reply r;
   uint32_t ptag;

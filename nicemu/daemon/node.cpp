@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 
+#include <sodium.h>
 #include <spdlog/spdlog.h>
 
 #include "nicemu/abi/gni_values.h"
@@ -28,15 +29,10 @@ struct PlainReply {
   ctl::Reply r;
 };
 
-uint64_t random_seed() {
-  std::random_device rd;
-  return (uint64_t{rd()} << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
-}
 }  // namespace
 
 Node::Node(NodeConfig cfg)
     : cfg_(std::move(cfg)),
-      rng_(random_seed()),
       links_(cfg_.rundir),
       dgrams_(
           cfg_.nic_addr,
@@ -50,6 +46,9 @@ Node::Node(NodeConfig cfg)
             return it == cdms_.end() ? nullptr : it->second.get();
           },
           [this](const Credential& c, uint32_t inst) { return find_cdm(c, inst); }) {
+  // Cookies come from the kernel's CSPRNG (libsodium): a user must not be able to predict
+  // the credential of another user's next job.
+  if (sodium_init() < 0) throw std::runtime_error("libsodium initialisation failed");
   namespace nc = abi::counters::node;
   ctr_ = Counters{stats_.node(nc::connections),         stats_.node(nc::attaches),
                   stats_.node(nc::attach_refused),      stats_.node(nc::detaches),
@@ -59,7 +58,8 @@ Node::Node(NodeConfig cfg)
                   stats_.node(nc::mbox_opens),          stats_.node(nc::malformed_messages),
                   stats_.node(nc::credentials_issued),  stats_.node(nc::datagrams_posted),
                   stats_.node(nc::datagrams_cancelled), stats_.node(nc::msgq_joins),
-                  stats_.node(nc::msgq_join_refused),   stats_.node(nc::msgq_lookups)};
+                  stats_.node(nc::msgq_join_refused),   stats_.node(nc::msgq_lookups),
+                  stats_.node(nc::credential_refused)};
 }
 
 void Node::count_link(uint32_t node, size_t bytes, bool ok) {
@@ -84,7 +84,20 @@ bool Node::parse(const char* msg, size_t len, Req& out) {
 bool Node::may_use(const Peer& peer, const Credential& c) const {
   auto it = credentials_.find(c);
   if (it == credentials_.end()) return false;
-  return peer.uid == 0 || it->second == peer.uid;
+  const CredOwner& o = it->second;
+  return peer.uid == 0 || o.uid == peer.uid || (o.has_gid && o.gid == peer.gid);
+}
+
+int Node::refuse_credential(Peer& peer, const char* what, const Credential& c) {
+  ++ctr_.credential_refused;
+  // Logged, but a client probing in a loop must not fill the log: the first few refusals
+  // of a connection, then every 1000th.
+  ++peer.refusals;
+  if (peer.refusals <= 8 || peer.refusals % 1000 == 0)
+    spdlog::warn("nic {}: {} refused: pid {} uid {} gid {} may not use ptag {} cookie {:#x} ({} refusals on this "
+                 "connection)",
+                 cfg_.nic_addr, what, peer.pid, peer.uid, peer.gid, c.ptag, c.cookie, peer.refusals);
+  return rc::kPermissionError;
 }
 
 CdmRegion* Node::owned_cdm(const Peer& peer) {
@@ -219,7 +232,7 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
       if (req.nic_addr != cfg_.nic_addr) {
         r.r.rc = rc::kNoMatch;
       } else if (!may_use(peer, c)) {
-        r.r.rc = rc::kPermissionError;
+        r.r.rc = refuse_credential(peer, "peer lookup", c);
       } else if (!(t = find_cdm(c, req.inst_id))) {
         r.r.rc = rc::kNoMatch;
       } else {
@@ -244,7 +257,7 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
       Credential c{req.ptag, req.cookie};
       CdmRegion* t = nullptr;
       if (!may_use(peer, c))
-        r.r.rc = rc::kPermissionError;
+        r.r.rc = refuse_credential(peer, "mailbox open", c);
       else if (!(t = find_cdm(c, req.inst_id)))
         r.r.rc = rc::kNoMatch;
       else
@@ -256,57 +269,13 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
     case Op::kCredGrant:
     case Op::kCredRevoke: {
       ctl::Cred req;
-      if (!parse(msg, len, req)) return bad();
+      if (!parse(msg, len, req) || (req.flags & ~ctl::kCredGid) != 0) return bad();
       auto& r = init_reply<ctl::CredReply>(reply, h);
-      if (peer.uid != 0 && req.uid != peer.uid) {
-        r.r.rc = rc::kPermissionError;
-        return;
-      }
-      Op op = static_cast<Op>(h.op);
-      if (op == Op::kCredRevoke) {
-        auto it = credentials_.find(Credential{req.ptag, req.cookie});
-        if (it == credentials_.end() || (peer.uid != 0 && it->second != peer.uid)) {
-          r.r.rc = rc::kNoMatch;
-          return;
-        }
-        credentials_.erase(it);
-        r.r.rc = rc::kSuccess;
-        spdlog::info("nic {}: credential ptag {} revoked", cfg_.nic_addr, req.ptag);
-        return;
-      }
-      Credential c{req.ptag, req.cookie};
-      if (op == Op::kCredIssue) {
-        // ptag from the user range, cookie with a random pkey (bits 31..16) and random
-        // low bits: unpredictable, and unique on this node.
-        for (int tries = 0; tries < 1000; ++tries) {
-          Credential cand{req.ptag ? req.ptag : static_cast<uint32_t>(3 + rng_() % 251),
-                          req.cookie ? req.cookie
-                                     : static_cast<uint32_t>(((128 + rng_() % (65407 - 128)) << 16) |
-                                                             (rng_() & 0xFFFF))};
-          if (!credentials_.contains(cand)) {
-            c = cand;
-            break;
-          }
-        }
-      } else if (c.ptag == 0 || c.ptag > 255) {
-        r.r.rc = rc::kInvalidParam;
-        return;
-      }
-      if (auto it = credentials_.find(c); it != credentials_.end() && it->second != req.uid) {
-        r.r.rc = rc::kPermissionError;
-        return;
-      }
-      credentials_[c] = req.uid;
-      ++ctr_.credentials_issued;
-      r.ptag = c.ptag;
-      r.cookie = c.cookie;
-      r.r.rc = rc::kSuccess;
-      spdlog::info("nic {}: credential ptag {} cookie {:#x} {} for uid {}", cfg_.nic_addr, c.ptag, c.cookie,
-                   op == Op::kCredIssue ? "issued" : "granted", req.uid);
+      r.r.rc = handle_cred(peer, h, req, r);
       return;
     }
     case Op::kStatus: {
-      std::string js = status().dump();
+      std::string js = status(&peer).dump();
       reply.assign(sizeof(ctl::StatusReply) + js.size(), 0);
       ctl::StatusReply r{};
       r.r.h = ctl::Header{ctl::kMagic, ctl::kVersion, h.op, h.seq, static_cast<uint32_t>(reply.size())};
@@ -510,7 +479,7 @@ void Node::handle_msgq(Peer& peer, const ctl::Header& h, const char* msg, size_t
       if (req.nic_addr != cfg_.nic_addr) {
         r.r.rc = rc::kNoMatch;
       } else if (!may_use(peer, c)) {
-        r.r.rc = rc::kPermissionError;
+        r.r.rc = refuse_credential(peer, "MSGQ lookup", c);
       } else if (it == msgqs_.end()) {
         r.r.rc = rc::kNoMatch;
       } else {
@@ -524,6 +493,60 @@ void Node::handle_msgq(Peer& peer, const ctl::Header& h, const char* msg, size_t
     default:
       return bad();
   }
+}
+
+// Issue (the daemon chooses what is 0), grant (a credential of a job issued elsewhere) or
+// revoke. Non-root callers act only for themselves: their own uid, and their own gid.
+int Node::handle_cred(Peer& peer, const ctl::Header& h, const ctl::Cred& req, ctl::CredReply& r) {
+  Op op = static_cast<Op>(h.op);
+  const bool with_gid = (req.flags & ctl::kCredGid) != 0;
+  if (peer.uid != 0 && (req.uid != peer.uid || (with_gid && req.gid != peer.gid))) {
+    ++ctr_.credential_refused;
+    spdlog::warn("nic {}: credential request (op {}) by pid {} uid {} for uid {} refused: only root acts for others",
+                 cfg_.nic_addr, h.op, peer.pid, peer.uid, req.uid);
+    return rc::kPermissionError;
+  }
+  Credential c{req.ptag, req.cookie};
+  if (op == Op::kCredRevoke) {
+    auto it = credentials_.find(c);
+    if (it == credentials_.end() || (peer.uid != 0 && it->second.uid != peer.uid)) return rc::kNoMatch;
+    credentials_.erase(it);
+    spdlog::info("nic {}: credential ptag {} revoked by uid {}", cfg_.nic_addr, req.ptag, peer.uid);
+    return rc::kSuccess;
+  }
+  if (op == Op::kCredIssue) {
+    // ptag from the user range, cookie with a random pkey (bits 31..16, 128..65406) and
+    // random low bits: unpredictable, and unique on this node.
+    bool found = false;
+    for (int tries = 0; tries < 1000 && !found; ++tries) {
+      Credential cand{req.ptag ? req.ptag : 3 + randombytes_uniform(251),
+                      req.cookie ? req.cookie : ((128 + randombytes_uniform(65407 - 128)) << 16) |
+                                                    randombytes_uniform(0x10000)};
+      if (!credentials_.contains(cand)) {
+        c = cand;
+        found = true;
+      }
+    }
+    if (!found) return rc::kErrorResource;
+  }
+  if (c.ptag == 0 || c.ptag > 255) return rc::kInvalidParam;
+  CredOwner owner{static_cast<uid_t>(req.uid), static_cast<gid_t>(req.gid), with_gid};
+  if (auto it = credentials_.find(c); it != credentials_.end() && it->second.uid != owner.uid) {
+    // Someone else's: granting it to yourself is exactly the attack this check stops.
+    ++ctr_.credential_refused;
+    spdlog::warn("nic {}: credential ptag {} held by uid {} cannot be {} to uid {} (requested by pid {} uid {})",
+                 cfg_.nic_addr, c.ptag, it->second.uid, op == Op::kCredIssue ? "issued" : "granted", req.uid,
+                 peer.pid, peer.uid);
+    return rc::kPermissionError;
+  }
+  credentials_[c] = owner;
+  ++ctr_.credentials_issued;
+  r.ptag = c.ptag;
+  r.cookie = c.cookie;
+  spdlog::info("nic {}: credential ptag {} cookie {:#x} {} for uid {}{}", cfg_.nic_addr, c.ptag, c.cookie,
+               op == Op::kCredIssue ? "issued" : "granted", req.uid,
+               with_gid ? fmt::format(" and gid {}", req.gid) : std::string());
+  return rc::kSuccess;
 }
 
 void Node::msgq_leave(const CdmRegion& cdm) {
@@ -550,8 +573,11 @@ int Node::attach(Peer& peer, const ctl::Attach& req, ctl::AttachReply& rep, int&
   if (static_cast<pid_t>(req.pid) != peer.pid) return refuse(rc::kPermissionError, "pid does not match peer credentials");
   if (req.ptag == 0 || req.ptag > 255) return refuse(rc::kInvalidParam, "invalid ptag");
   Credential c{req.ptag, req.cookie};
-  if (!credentials_.contains(c) && cfg_.allow_any_credential) credentials_[c] = peer.uid;
-  if (!may_use(peer, c)) return refuse(rc::kPermissionError, "credential not issued to this user");
+  if (!credentials_.contains(c) && cfg_.allow_any_credential) credentials_[c] = CredOwner{peer.uid, 0, false};
+  if (!may_use(peer, c)) {
+    ++ctr_.attach_refused;
+    return refuse_credential(peer, "attach", c);
+  }
   if (find_cdm(c, req.inst_id)) return refuse(rc::kInvalidParam, "inst_id already in use in this domain");
   std::unique_ptr<CdmRegion> region;
   try {
@@ -571,7 +597,8 @@ int Node::attach(Peer& peer, const ctl::Attach& req, ctl::AttachReply& rep, int&
                peer.attach_id);
   bte_.region_attached(region->memfd(), region->region_size(), peer.pid);
   if (auto sib = family(peer.pid, c); !sib.empty()) mdd_copy_into(*region, *sib.front());
-  stats_.cdm_attached(peer.attach_id, peer.pid, peer.uid, req.inst_id, req.ptag, req.cookie);
+  // The page is readable by every local user: it names the job's uid and ptag, not its cookie.
+  stats_.cdm_attached(peer.attach_id, peer.pid, peer.uid, req.inst_id, req.ptag, 0);
   cdms_[peer.attach_id] = std::move(region);
   ++ctr_.attaches;
   return rc::kSuccess;
@@ -607,15 +634,21 @@ void Node::shutdown() {
   bte_.stop();
 }
 
-nlohmann::json Node::status() const {
+nlohmann::json Node::status(const Peer* viewer) const {
   using nlohmann::json;
+  // Another user's cookie is not shown: it would not let the viewer in (the uid check
+  // does not depend on secrecy), but it is the job's business, as on a Cray.
+  auto shown_cookie = [&](const Credential& c) -> json {
+    if (!viewer || may_use(*viewer, c)) return c.cookie;
+    return nullptr;
+  };
   json cdms = json::array();
   for (const auto& [id, r] : cdms_) {
     cdms.push_back({{"attach_id", id},
                     {"pid", r->pid()},
                     {"inst_id", r->inst_id()},
                     {"ptag", r->credential().ptag},
-                    {"cookie", r->credential().cookie},
+                    {"cookie", shown_cookie(r->credential())},
                     {"alive", r->alive()},
                     {"registrations", r->live_registrations()},
                     {"cqs", r->live_cqs()},
@@ -625,7 +658,11 @@ nlohmann::json Node::status() const {
   json msgqs = json::array();
   for (const auto& [c, seg] : msgqs_) msgqs.push_back(seg->status());
   json creds = json::array();
-  for (const auto& [c, uid] : credentials_) creds.push_back({{"ptag", c.ptag}, {"cookie", c.cookie}, {"uid", uid}});
+  for (const auto& [c, o] : credentials_) {
+    json e{{"ptag", c.ptag}, {"cookie", shown_cookie(c)}, {"uid", o.uid}};
+    if (o.has_gid) e["gid"] = o.gid;
+    creds.push_back(e);
+  }
   auto up = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   return json{{"nic_addr", cfg_.nic_addr},
               {"device_type", cfg_.device_type == rc::kDeviceAries ? "aries" : "gemini"},
@@ -657,7 +694,8 @@ nlohmann::json Node::status() const {
                 {"datagrams_incoming", dgrams_.incoming_count()},
                 {"msgq_joins", ctr_.msgq_joins},
                 {"msgq_join_refused", ctr_.msgq_join_refused},
-                {"msgq_lookups", ctr_.msgq_lookups}}}};
+                {"msgq_lookups", ctr_.msgq_lookups},
+                {"credential_refused", ctr_.credential_refused}}}};
 }
 
 }  // namespace nicemu::daemon

@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -44,6 +43,14 @@ struct Peer {
   uid_t uid = 0;
   gid_t gid = 0;
   uint64_t attach_id = 0;  // 0 = this connection attached nothing
+  uint64_t refusals = 0;   // credential refusals on this connection (log rate limit)
+};
+
+// Who may use a job credential: one uid, and optionally the processes of one group.
+struct CredOwner {
+  uid_t uid = 0;
+  gid_t gid = 0;
+  bool has_gid = false;
 };
 
 // Node counters, bound to slots of the counter page (stats_page.h): `++ctr_.x` updates the
@@ -55,6 +62,7 @@ struct Counters {
   Counter malformed_messages, credentials_issued;
   Counter datagrams_posted, datagrams_cancelled;
   Counter msgq_joins, msgq_join_refused, msgq_lookups;
+  Counter credential_refused;
 };
 inline void to_json(nlohmann::json& j, const Counter& c) { j = c.value(); }
 
@@ -71,7 +79,8 @@ class Node {
   void shutdown();
   bool shutdown_requested() const { return shutdown_requested_; }
 
-  nlohmann::json status() const;
+  // `viewer`: the requester; cookies of credentials it may not use are left out.
+  nlohmann::json status(const Peer* viewer = nullptr) const;
   const NodeConfig& config() const { return cfg_; }
   Counters& counters() { return ctr_; }
   StatsPage& stats() { return stats_; }
@@ -83,6 +92,10 @@ class Node {
   bool parse(const char* msg, size_t len, Req& out);
   int attach(Peer& peer, const abi::ctl::Attach& req, abi::ctl::AttachReply& rep, int& pass_fd);
   bool may_use(const Peer& peer, const Credential& c) const;
+  // Counts and logs (rate-limited per connection) a request refused because the caller
+  // may not use credential `c`; returns GNI_RC_PERMISSION_ERROR.
+  int refuse_credential(Peer& peer, const char* what, const Credential& c);
+  int handle_cred(Peer& peer, const ctl::Header& h, const ctl::Cred& req, ctl::CredReply& r);
   CdmRegion* owned_cdm(const Peer& peer);
   CdmRegion* find_cdm(const Credential& c, uint32_t inst_id);
   // The live CDMs of process `pid` in domain `c` (process_mdd.h).
@@ -96,10 +109,9 @@ class Node {
 
   NodeConfig cfg_;
   StatsPage stats_{cfg_.stats_path, cfg_.nic_addr};
-  std::map<Credential, uid_t> credentials_;
+  std::map<Credential, CredOwner> credentials_;
   std::map<uint64_t, std::unique_ptr<CdmRegion>> cdms_;  // attach_id -> region
   uint64_t next_attach_ = 1;
-  std::mt19937_64 rng_;
   Counters ctr_;
   DaemonLinks links_;
   DatagramMatcher dgrams_;
