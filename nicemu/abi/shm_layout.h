@@ -12,6 +12,8 @@
 //
 // Everything in the read-write heap is untrusted input for everybody but its writer: a
 // reader copies what it needs and bounds-checks against values from the read-only section.
+// The two sections are two memfds (the read-only one sealed against new writers), mapped
+// back to back: nicemu/abi/region_map.h.
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -20,7 +22,7 @@
 namespace nicemu::abi {
 
 inline constexpr uint32_t kRegionMagic = 0x4E494345;  // "NICE"
-inline constexpr uint16_t kAbiVersion = 2;  // 2: segment table, RegEntry.seg_*
+inline constexpr uint16_t kAbiVersion = 3;  // 2: segment table, RegEntry.seg_*; 3: two memfds (region_map.h)
 inline constexpr uint32_t kRegSlots = 16384;          // = mdh::kMaxSlots
 inline constexpr uint32_t kCqSlots = 1024;
 inline constexpr uint32_t kNoCq = 0xFFFFFFFF;

@@ -44,7 +44,9 @@ class CdmRegion {
   CdmRegion(const CdmRegion&) = delete;
   CdmRegion& operator=(const CdmRegion&) = delete;
 
-  int memfd() const { return memfd_; }
+  // The two memfds of the region (abi/region_map.h): read-only section (sealed), heap.
+  int ro_memfd() const { return ro_fd_; }
+  int heap_memfd() const { return heap_fd_; }
   uint64_t attach_id() const { return attach_id_; }
   uint32_t inst_id() const { return inst_id_; }
   Credential credential() const { return cred_; }
@@ -99,7 +101,8 @@ class CdmRegion {
   }
   void release_heap(uint64_t offset, uint64_t bytes);
   // Takes a free slot and publishes the entry under its seqlock; returns its handle.
-  int memfd_ = -1;
+  int ro_fd_ = -1;
+  int heap_fd_ = -1;
   char* base_ = nullptr;
   uint64_t size_ = 0;
   uint64_t attach_id_ = 0;

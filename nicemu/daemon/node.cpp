@@ -118,8 +118,8 @@ CdmRegion* Node::find_cdm(const Credential& c, uint32_t inst_id) {
   return nullptr;
 }
 
-void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& reply, int& pass_fd) {
-  pass_fd = -1;
+void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& reply, PassFds& pass_fds) {
+  pass_fds = {-1, -1};
   reply.clear();
   ctl::Header h;
   if (len < sizeof(h)) {
@@ -152,7 +152,7 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
       ctl::Attach req;
       if (!parse(msg, len, req)) return bad();
       auto& r = init_reply<ctl::AttachReply>(reply, h);
-      r.r.rc = attach(peer, req, r, pass_fd);
+      r.r.rc = attach(peer, req, r, pass_fds);
       return;
     }
     case Op::kMemRegister: {
@@ -241,7 +241,7 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
         r.attach_id = t->attach_id();
         r.region_size = t->region_size();
         r.ro_size = kRoSize;
-        pass_fd = t->memfd();
+        pass_fds = {t->ro_memfd(), t->heap_memfd()};
       }
       if (r.r.rc != rc::kSuccess) {
         ++ctr_.peer_lookup_failures;
@@ -299,7 +299,7 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
     case Op::kMsgqConnect:
     case Op::kMsgqConnRelease:
     case Op::kMsgqLookup:
-      return handle_msgq(peer, h, msg, len, reply, pass_fd);
+      return handle_msgq(peer, h, msg, len, reply, pass_fds);
     case Op::kBteOpen: {
       ctl::BteOpen req;
       if (!parse(msg, len, req)) return bad();
@@ -307,7 +307,7 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
       CdmRegion* cdm = owned_cdm(peer);
       uint64_t off = 0;
       r.r.rc = cdm ? cdm->bte_ring(off) : rc::kInvalidState;
-      if (r.r.rc == rc::kSuccess) r.r.rc = bte_.open_ring(cdm->attach_id(), off, kBteRingCapacity, pass_fd);
+      if (r.r.rc == rc::kSuccess) r.r.rc = bte_.open_ring(cdm->attach_id(), off, kBteRingCapacity, pass_fds[0]);
       if (r.r.rc == rc::kSuccess) {
         r.ctl_offset = off;
         r.capacity = kBteRingCapacity;
@@ -391,7 +391,7 @@ void Node::handle_datagram(Peer& peer, const ctl::Header& h, const char* msg, si
 }
 
 void Node::handle_msgq(Peer& peer, const ctl::Header& h, const char* msg, size_t len, std::vector<char>& reply,
-                       int& pass_fd) {
+                       PassFds& pass_fds) {
   auto bad = [&] {
     ++ctr_.malformed_messages;
     init_reply<PlainReply>(reply, h).r.rc = rc::kInvalidParam;
@@ -435,7 +435,7 @@ void Node::handle_msgq(Peer& peer, const ctl::Header& h, const char* msg, size_t
       ++ctr_.msgq_joins;
       r.segment_id = seg->id();
       r.size = seg->size();
-      pass_fd = seg->memfd();
+      pass_fds[0] = seg->memfd();
       return;
     }
     case Op::kMsgqLeave: {
@@ -486,7 +486,7 @@ void Node::handle_msgq(Peer& peer, const ctl::Header& h, const char* msg, size_t
         r.r.rc = rc::kSuccess;
         r.segment_id = it->second->id();
         r.size = it->second->size();
-        pass_fd = it->second->memfd();
+        pass_fds[0] = it->second->memfd();
       }
       return;
     }
@@ -561,7 +561,7 @@ void Node::msgq_leave(const CdmRegion& cdm) {
   }
 }
 
-int Node::attach(Peer& peer, const ctl::Attach& req, ctl::AttachReply& rep, int& pass_fd) {
+int Node::attach(Peer& peer, const ctl::Attach& req, ctl::AttachReply& rep, PassFds& pass_fds) {
   auto refuse = [&](int code, const char* why) {
     ++ctr_.attach_refused;
     spdlog::warn("nic {}: attach of inst {} ptag {} by pid {} uid {} refused: {}", cfg_.nic_addr, req.inst_id,
@@ -591,11 +591,11 @@ int Node::attach(Peer& peer, const ctl::Attach& req, ctl::AttachReply& rep, int&
   rep.attach_id = region->attach_id();
   rep.region_size = region->region_size();
   rep.ro_size = kRoSize;
-  pass_fd = region->memfd();
+  pass_fds = {region->ro_memfd(), region->heap_memfd()};
   peer.attach_id = region->attach_id();
   spdlog::info("nic {}: pid {} attached inst {} ptag {} (attach {})", cfg_.nic_addr, peer.pid, req.inst_id, req.ptag,
                peer.attach_id);
-  bte_.region_attached(region->memfd(), region->region_size(), peer.pid);
+  bte_.region_attached(region->ro_memfd(), region->heap_memfd(), region->region_size(), peer.pid);
   if (auto sib = family(peer.pid, c); !sib.empty()) mdd_copy_into(*region, *sib.front());
   // The page is readable by every local user: it names the job's uid and ptag, not its cookie.
   stats_.cdm_attached(peer.attach_id, peer.pid, peer.uid, req.inst_id, req.ptag, 0);

@@ -4,6 +4,7 @@
 #pragma once
 #include <sys/types.h>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -35,6 +36,10 @@ struct NodeConfig {
   uint32_t bte_channels = 2;  // BTE engine worker threads (--bte-channels)
   std::string stats_path;     // counter page file; empty = private memory (no readers)
 };
+
+// Descriptors sent along with a reply (SCM_RIGHTS), -1 = none; owned by the node. A CDM
+// region takes two (read-only section, heap: abi/region_map.h).
+using PassFds = std::array<int, 2>;
 
 // Identity of a control connection (SO_PEERCRED) and the CDM it attached, if any.
 struct Peer {
@@ -70,9 +75,9 @@ class Node {
  public:
   explicit Node(NodeConfig cfg);
 
-  // Handles one request from `peer`; fills `reply` and may set `pass_fd` to a descriptor
+  // Handles one request from `peer`; fills `reply` and may set `pass_fds` to descriptors
   // the caller sends along (still owned by the node).
-  void handle(Peer& peer, const char* msg, size_t len, std::vector<char>& reply, int& pass_fd);
+  void handle(Peer& peer, const char* msg, size_t len, std::vector<char>& reply, PassFds& pass_fds);
   // The connection closed: a CDM attached through it is reclaimed.
   void connection_closed(Peer& peer);
   // SIGTERM: every region goes NIC-down so clients see errors, not hangs.
@@ -90,7 +95,7 @@ class Node {
  private:
   template <typename Req>
   bool parse(const char* msg, size_t len, Req& out);
-  int attach(Peer& peer, const abi::ctl::Attach& req, abi::ctl::AttachReply& rep, int& pass_fd);
+  int attach(Peer& peer, const abi::ctl::Attach& req, abi::ctl::AttachReply& rep, PassFds& pass_fds);
   bool may_use(const Peer& peer, const Credential& c) const;
   // Counts and logs (rate-limited per connection) a request refused because the caller
   // may not use credential `c`; returns GNI_RC_PERMISSION_ERROR.
@@ -103,7 +108,7 @@ class Node {
   void count_link(uint32_t node, size_t bytes, bool ok);
   void handle_datagram(Peer& peer, const ctl::Header& h, const char* msg, size_t len, std::vector<char>& reply);
   void handle_msgq(Peer& peer, const ctl::Header& h, const char* msg, size_t len, std::vector<char>& reply,
-                   int& pass_fd);
+                   PassFds& pass_fds);
   // The CDM leaves its domain's MSGQ segment (if it joined); the last member reclaims it.
   void msgq_leave(const CdmRegion& cdm);
 

@@ -50,7 +50,9 @@ struct Region {
   uint32_t nic_addr = 0;
   uint32_t inst_id = 0;
 
-  static std::shared_ptr<Region> map(int fd, uint64_t size, uint64_t ro_size);
+  // Maps a region from its two memfds (abi/region_map.h); closes both. Refuses a region
+  // whose read-only section is not sealed against writers.
+  static std::shared_ptr<Region> map(int (&fds)[2], uint64_t size, uint64_t ro_size);
   ~Region();
 
   const abi::RegionHeader* header() const { return reinterpret_cast<const abi::RegionHeader*>(base); }
