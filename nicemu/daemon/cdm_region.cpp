@@ -249,7 +249,7 @@ void CdmRegion::release_heap(uint64_t offset, uint64_t bytes) {
               static_cast<off_t>(last - first));
 }
 
-int CdmRegion::mbox_open(const ctl::MboxOpen& req, ctl::MboxOpenReply& rep) {
+int CdmRegion::mbox_open(const ctl::MboxOpen& req, ctl::MboxOpenReply& rep, bool may_create) {
   if (!alive()) return rc::kInvalidState;
   if (req.credits == 0 || req.credits > 65535 || req.max_size == 0 || req.max_size > 65535)
     return rc::kInvalidParam;
@@ -269,6 +269,7 @@ int CdmRegion::mbox_open(const ctl::MboxOpen& req, ctl::MboxOpenReply& rep) {
     rep.dst_cq = e->dst_cq;
     return rc::kSuccess;
   }
+  if (!may_create) return rc::kErrorResource;
   uint64_t bytes = mbox_bytes(req.credits, req.max_size);
   auto off = heap_.allocate(bytes);
   if (!off) return rc::kErrorNomem;

@@ -72,7 +72,8 @@ class CdmRegion {
   // Each returns a gni_return_t value.
   int cq_create(const abi::ctl::CqCreate& req, abi::ctl::CqCreateReply& rep);
   int cq_destroy(const abi::ctl::CqDestroy& req);
-  int mbox_open(const abi::ctl::MboxOpen& req, abi::ctl::MboxOpenReply& rep);
+  // `may_create` false: only an existing mailbox is returned (a limit is reached).
+  int mbox_open(const abi::ctl::MboxOpen& req, abi::ctl::MboxOpenReply& rep, bool may_create = true);
   // The CDM's BTE submission ring (abi/bte_ring.h): allocated in the heap on first use,
   // the same one afterwards. Returns a gni_return_t value.
   int bte_ring(uint64_t& ctl_offset);

@@ -223,4 +223,11 @@ size_t DatagramMatcher::pending_posts() const {
   return n;
 }
 
+size_t DatagramMatcher::posts_of(uint64_t attach_id) const {
+  size_t n = 0;
+  for (const auto& [key, p] : posts_)
+    if (p.attach == attach_id) ++n;
+  return n;
+}
+
 }  // namespace nicemu::daemon

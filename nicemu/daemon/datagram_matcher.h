@@ -42,6 +42,8 @@ class DatagramMatcher {
   void cdm_gone(uint64_t attach_id);
 
   size_t pending_posts() const;
+  // Posts of one CDM held here, pending or finished but not yet taken (resource limits).
+  size_t posts_of(uint64_t attach_id) const;
   size_t incoming_count() const { return incoming_.size(); }
 
  private:

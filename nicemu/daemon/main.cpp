@@ -127,6 +127,7 @@ int main(int argc, char** argv) {
   cfg.rundir = rundir;
   cfg.bte_channels = static_cast<uint32_t>(settings.uint("bte_channels"));
   cfg.stats_path = nicemu::ctl::stats_path(socket);
+  cfg.limits = nicemu::daemon::ResourceLimits::from([&](const std::string& n) { return settings.uint(n); });
 
   try {
     asio::io_context io(1);

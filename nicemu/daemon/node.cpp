@@ -59,7 +59,7 @@ Node::Node(NodeConfig cfg)
                   stats_.node(nc::credentials_issued),  stats_.node(nc::datagrams_posted),
                   stats_.node(nc::datagrams_cancelled), stats_.node(nc::msgq_joins),
                   stats_.node(nc::msgq_join_refused),   stats_.node(nc::msgq_lookups),
-                  stats_.node(nc::credential_refused)};
+                  stats_.node(nc::credential_refused),  stats_.node(nc::resource_refused)};
 }
 
 void Node::count_link(uint32_t node, size_t bytes, bool ok) {
@@ -86,6 +86,51 @@ bool Node::may_use(const Peer& peer, const Credential& c) const {
   if (it == credentials_.end()) return false;
   const CredOwner& o = it->second;
   return peer.uid == 0 || o.uid == peer.uid || (o.has_gid && o.gid == peer.gid);
+}
+
+std::array<uint64_t, 2> Node::usage(Resource r, pid_t pid, const Credential& c) const {
+  std::array<uint64_t, 2> u{0, 0};
+  // A process's registrations are alike in all its CDMs of one domain (process_mdd.h):
+  // count them once per (process, domain), as the largest table among its CDMs there.
+  std::map<std::pair<pid_t, Credential>, uint64_t> regs;
+  for (const auto& [id, cdm] : cdms_) {
+    const bool mine = cdm->pid() == pid, ours = cdm->credential() == c;
+    if (!mine && !ours) continue;
+    uint64_t n = 0;
+    switch (r) {
+      case Resource::kCdms: n = 1; break;
+      case Resource::kRegistrations: {
+        uint64_t& m = regs[{cdm->pid(), cdm->credential()}];
+        m = std::max<uint64_t>(m, cdm->live_registrations());
+        continue;
+      }
+      case Resource::kCqs: n = cdm->live_cqs(); break;
+      case Resource::kMailboxes: n = cdm->mailboxes(); break;
+      case Resource::kDatagrams: n = dgrams_.posts_of(id); break;
+    }
+    if (mine) u[0] += n;
+    if (ours) u[1] += n;
+  }
+  for (const auto& [key, n] : regs) {
+    if (key.first == pid) u[0] += n;
+    if (key.second == c) u[1] += n;
+  }
+  return u;
+}
+
+bool Node::may_take(Peer& peer, Resource r, pid_t pid, const Credential& c) {
+  const size_t i = static_cast<size_t>(r);
+  auto [by_process, by_credential] = usage(r, pid, c);
+  const bool process_full = by_process >= cfg_.limits.per_process[i];
+  if (!process_full && by_credential < cfg_.limits.per_credential[i]) return true;
+  ++ctr_.resource_refused;
+  ++peer.refusals;
+  if (peer.refusals <= 8 || peer.refusals % 1000 == 0)
+    spdlog::warn("nic {}: {} limit reached for pid {} (ptag {}): {} {} of max {}", cfg_.nic_addr, kResourceNames[i],
+                 pid, c.ptag, process_full ? "process holds" : "credential holds",
+                 process_full ? by_process : by_credential,
+                 process_full ? cfg_.limits.per_process[i] : cfg_.limits.per_credential[i]);
+  return false;
 }
 
 int Node::refuse_credential(Peer& peer, const char* what, const Credential& c) {
@@ -161,7 +206,12 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
       auto& r = init_reply<ctl::MemRegisterReply>(reply, h);
       CdmRegion* cdm = owned_cdm(peer);
       RegSpec spec{req.address, req.length, req.flags, req.dst_cq, {}};
-      r.r.rc = cdm ? mdd_register(*cdm, family(cdm->pid(), cdm->credential()), spec, r) : rc::kInvalidState;
+      if (!cdm)
+        r.r.rc = rc::kInvalidState;
+      else if (!may_take(peer, Resource::kRegistrations, cdm->pid(), cdm->credential()))
+        r.r.rc = rc::kErrorResource;
+      else
+        r.r.rc = mdd_register(*cdm, family(cdm->pid(), cdm->credential()), spec, r);
       if (r.r.rc == rc::kSuccess) ++ctr_.registrations;
       return;
     }
@@ -177,7 +227,12 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
       CdmRegion* cdm = owned_cdm(peer);
       RegSpec spec{0, 0, req->flags, req->dst_cq, {req->segments, req->segments + req->count}};
       for (const ctl::MemSegment& g : spec.segments) spec.length += g.length;  // overflow: check_register
-      r.r.rc = cdm ? mdd_register(*cdm, family(cdm->pid(), cdm->credential()), spec, r) : rc::kInvalidState;
+      if (!cdm)
+        r.r.rc = rc::kInvalidState;
+      else if (!may_take(peer, Resource::kRegistrations, cdm->pid(), cdm->credential()))
+        r.r.rc = rc::kErrorResource;
+      else
+        r.r.rc = mdd_register(*cdm, family(cdm->pid(), cdm->credential()), spec, r);
       if (r.r.rc == rc::kSuccess) ++ctr_.registrations;
       return;
     }
@@ -209,7 +264,12 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
       if (!parse(msg, len, req)) return bad();
       auto& r = init_reply<ctl::CqCreateReply>(reply, h);
       CdmRegion* cdm = owned_cdm(peer);
-      r.r.rc = cdm ? cdm->cq_create(req, r) : rc::kInvalidState;
+      if (!cdm)
+        r.r.rc = rc::kInvalidState;
+      else if (!may_take(peer, Resource::kCqs, cdm->pid(), cdm->credential()))
+        r.r.rc = rc::kErrorResource;
+      else
+        r.r.rc = cdm->cq_create(req, r);
       if (r.r.rc == rc::kSuccess) ++ctr_.cq_creates;
       return;
     }
@@ -260,8 +320,8 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
         r.r.rc = refuse_credential(peer, "mailbox open", c);
       else if (!(t = find_cdm(c, req.inst_id)))
         r.r.rc = rc::kNoMatch;
-      else
-        r.r.rc = t->mbox_open(req, r);
+      else if ((r.r.rc = t->mbox_open(req, r, false)) == rc::kErrorResource)  // not open yet
+        r.r.rc = may_take(peer, Resource::kMailboxes, t->pid(), c) ? t->mbox_open(req, r) : rc::kErrorResource;
       if (r.r.rc == rc::kSuccess) ++ctr_.mbox_opens;
       return;
     }
@@ -341,7 +401,12 @@ void Node::handle_datagram(Peer& peer, const ctl::Header& h, const char* msg, si
       if (!parse(msg, len, req)) return bad();
       auto& r = init_reply<PlainReply>(reply, h);
       CdmRegion* cdm = owned_cdm(peer);
-      r.r.rc = cdm ? dgrams_.post(*cdm, req) : rc::kInvalidState;
+      if (!cdm)
+        r.r.rc = rc::kInvalidState;
+      else if (!may_take(peer, Resource::kDatagrams, cdm->pid(), cdm->credential()))
+        r.r.rc = rc::kErrorResource;
+      else
+        r.r.rc = dgrams_.post(*cdm, req);
       if (r.r.rc == rc::kSuccess) ++ctr_.datagrams_posted;
       return;
     }
@@ -579,6 +644,7 @@ int Node::attach(Peer& peer, const ctl::Attach& req, ctl::AttachReply& rep, Pass
     return refuse_credential(peer, "attach", c);
   }
   if (find_cdm(c, req.inst_id)) return refuse(rc::kInvalidParam, "inst_id already in use in this domain");
+  if (!may_take(peer, Resource::kCdms, peer.pid, c)) return refuse(rc::kErrorResource, "CDM limit reached");
   std::unique_ptr<CdmRegion> region;
   try {
     region = std::make_unique<CdmRegion>(cfg_.nic_addr, cfg_.device_type, req, peer.pid, next_attach_++,
@@ -695,7 +761,8 @@ nlohmann::json Node::status(const Peer* viewer) const {
                 {"msgq_joins", ctr_.msgq_joins},
                 {"msgq_join_refused", ctr_.msgq_join_refused},
                 {"msgq_lookups", ctr_.msgq_lookups},
-                {"credential_refused", ctr_.credential_refused}}}};
+                {"credential_refused", ctr_.credential_refused},
+                {"resource_refused", ctr_.resource_refused}}}};
 }
 
 }  // namespace nicemu::daemon

@@ -20,6 +20,7 @@
 #include "nicemu/daemon/daemon_links.h"
 #include "nicemu/daemon/datagram_matcher.h"
 #include "nicemu/daemon/msgq_segment.h"
+#include "nicemu/daemon/resource_limits.h"
 #include "nicemu/daemon/stats_page.h"
 
 namespace nicemu::daemon {
@@ -35,6 +36,7 @@ struct NodeConfig {
   std::string rundir;  // where the other daemons of this host have their sockets
   uint32_t bte_channels = 2;  // BTE engine worker threads (--bte-channels)
   std::string stats_path;     // counter page file; empty = private memory (no readers)
+  ResourceLimits limits = ResourceLimits::defaults();
 };
 
 // Descriptors sent along with a reply (SCM_RIGHTS), -1 = none; owned by the node. A CDM
@@ -48,7 +50,7 @@ struct Peer {
   uid_t uid = 0;
   gid_t gid = 0;
   uint64_t attach_id = 0;  // 0 = this connection attached nothing
-  uint64_t refusals = 0;   // credential refusals on this connection (log rate limit)
+  uint64_t refusals = 0;   // credential and limit refusals on this connection (log rate limit)
 };
 
 // Who may use a job credential: one uid, and optionally the processes of one group.
@@ -67,7 +69,7 @@ struct Counters {
   Counter malformed_messages, credentials_issued;
   Counter datagrams_posted, datagrams_cancelled;
   Counter msgq_joins, msgq_join_refused, msgq_lookups;
-  Counter credential_refused;
+  Counter credential_refused, resource_refused;
 };
 inline void to_json(nlohmann::json& j, const Counter& c) { j = c.value(); }
 
@@ -100,6 +102,11 @@ class Node {
   // Counts and logs (rate-limited per connection) a request refused because the caller
   // may not use credential `c`; returns GNI_RC_PERMISSION_ERROR.
   int refuse_credential(Peer& peer, const char* what, const Credential& c);
+  // Use of `r` now by process `pid` ({process, credential `c`}).
+  std::array<uint64_t, 2> usage(Resource r, pid_t pid, const Credential& c) const;
+  // False (counted and logged) if one more `r` for process `pid` in domain `c` would exceed
+  // the per-process or per-credential limit.
+  bool may_take(Peer& peer, Resource r, pid_t pid, const Credential& c);
   int handle_cred(Peer& peer, const ctl::Header& h, const ctl::Cred& req, ctl::CredReply& r);
   CdmRegion* owned_cdm(const Peer& peer);
   CdmRegion* find_cdm(const Credential& c, uint32_t inst_id);
