@@ -52,14 +52,14 @@ MappedRegion::~MappedRegion() {
 }
 
 bool MappedRegion::alive() const {
-  if (header().state.load(std::memory_order_acquire) != kRegionAlive) return false;
+  if (region_state(header()) != kRegionAlive) return false;
   if (pidfd_ < 0) return true;  // no pidfd (old kernel): the state decides
   pollfd p{pidfd_, POLLIN, 0};
   return poll(&p, 1, 0) == 0;  // readable = the process exited
 }
 
 uint64_t MappedRegion::gone_status() const {
-  return header().state.load(std::memory_order_acquire) == kRegionNicDown ? cqe::kErrNicDown : cqe::kErrPeerGone;
+  return region_state(header()) == kRegionNicDown ? cqe::kErrNicDown : cqe::kErrPeerGone;
 }
 
 uint64_t MappedRegion::check_access(uint64_t q1, uint64_t q2, uint64_t addr, uint64_t len, bool write,

@@ -91,9 +91,10 @@ class CdmRegion {
   uint64_t heap_in_use() const { return heap_.in_use(); }
   // The client-written counter block in the heap (untrusted numbers), nullptr if none.
   const abi::counters::CdmCounterBlock* counter_block() const { return counters_; }
+  // The daemon's writable view of the header (for the lease, lease_keeper.h).
+  abi::RegionHeader* header() const { return reinterpret_cast<abi::RegionHeader*>(base_); }
 
  private:
-  abi::RegionHeader* header() const { return reinterpret_cast<abi::RegionHeader*>(base_); }
   abi::RegEntry* reg(uint32_t slot) const {
     return reinterpret_cast<abi::RegEntry*>(base_ + abi::kRegTableOffset) + slot;
   }

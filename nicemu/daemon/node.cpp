@@ -665,6 +665,7 @@ int Node::attach(Peer& peer, const ctl::Attach& req, ctl::AttachReply& rep, Pass
   if (auto sib = family(peer.pid, c); !sib.empty()) mdd_copy_into(*region, *sib.front());
   // The page is readable by every local user: it names the job's uid and ptag, not its cookie.
   stats_.cdm_attached(peer.attach_id, peer.pid, peer.uid, req.inst_id, req.ptag, 0);
+  leases_.add(region->header());
   cdms_[peer.attach_id] = std::move(region);
   ++ctr_.attaches;
   return rc::kSuccess;
@@ -683,6 +684,7 @@ void Node::connection_closed(Peer& peer) {
   pid_t pid = it->second->pid();
   Credential cred = it->second->credential();
   stats_.cdm_detached(peer.attach_id, it->second->counter_block());
+  leases_.remove(it->second->header());
   cdms_.erase(it);
   mdd_drop_origin(peer.attach_id, family(pid, cred));
   peer.attach_id = 0;
@@ -693,6 +695,7 @@ void Node::shutdown() {
     r->kill(kRegionNicDown);
     bte_.region_gone(id);
     stats_.cdm_detached(id, r->counter_block());
+    leases_.remove(r->header());
   }
   cdms_.clear();
   for (auto& [c, seg] : msgqs_) seg->kill(msgq::kSegmentNicDown);

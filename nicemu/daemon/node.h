@@ -19,6 +19,7 @@
 #include "nicemu/daemon/cdm_region.h"
 #include "nicemu/daemon/daemon_links.h"
 #include "nicemu/daemon/datagram_matcher.h"
+#include "nicemu/daemon/lease_keeper.h"
 #include "nicemu/daemon/msgq_segment.h"
 #include "nicemu/daemon/resource_limits.h"
 #include "nicemu/daemon/stats_page.h"
@@ -123,6 +124,8 @@ class Node {
   StatsPage stats_{cfg_.stats_path, cfg_.nic_addr};
   std::map<Credential, CredOwner> credentials_;
   std::map<uint64_t, std::unique_ptr<CdmRegion>> cdms_;  // attach_id -> region
+  // After cdms_, so it ends (marking the regions still mapped NIC down) before they unmap.
+  LeaseKeeper leases_;
   uint64_t next_attach_ = 1;
   Counters ctr_;
   DaemonLinks links_;

@@ -56,7 +56,7 @@ struct Region {
   ~Region();
 
   const abi::RegionHeader* header() const { return reinterpret_cast<const abi::RegionHeader*>(base); }
-  uint32_t state() const { return header()->state.load(std::memory_order_acquire); }
+  uint32_t state() const { return abi::region_state(*header()); }
   bool alive() const { return state() == abi::kRegionAlive; }
   // Copies registration `slot` out under its seqlock; false if it kept changing.
   bool read_reg(uint32_t slot, abi::RegEntry& out) const;
