@@ -23,20 +23,26 @@ namespace nicemu::abi {
 inline constexpr int kRoSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL;
 inline constexpr int kHeapSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
 
-// Maps a region of `size` bytes from its two memfds at one reserved address range; the
-// read-only section with `ro_prot` (PROT_READ for everybody but the daemon before sealing).
-// Returns the base, or nullptr (nothing left mapped).
-inline char* map_region(int ro_fd, int heap_fd, uint64_t size, int ro_prot = PROT_READ) {
-  if (size <= kRoSize || ro_fd < 0 || heap_fd < 0) return nullptr;
+// Maps `size` bytes from two memfds at one reserved address range: [0, ro_size) from
+// `ro_fd` with `ro_prot` (PROT_READ for everybody but the daemon before sealing), the rest
+// read-write from `rw_fd`. Returns the base, or nullptr (nothing left mapped). The MSGQ
+// segment (msgq_layout.h) travels the same way, with its own ro_size.
+inline char* map_split(int ro_fd, int rw_fd, uint64_t ro_size, uint64_t size, int ro_prot = PROT_READ) {
+  if (size <= ro_size || ro_size == 0 || ro_fd < 0 || rw_fd < 0) return nullptr;
   void* base = mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (base == MAP_FAILED) return nullptr;
   char* b = static_cast<char*>(base);
-  if (mmap(b, kRoSize, ro_prot, MAP_SHARED | MAP_FIXED, ro_fd, 0) == MAP_FAILED ||
-      mmap(b + kRoSize, size - kRoSize, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, heap_fd, 0) == MAP_FAILED) {
+  if (mmap(b, ro_size, ro_prot, MAP_SHARED | MAP_FIXED, ro_fd, 0) == MAP_FAILED ||
+      mmap(b + ro_size, size - ro_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, rw_fd, 0) == MAP_FAILED) {
     munmap(base, size);
     return nullptr;
   }
   return b;
+}
+
+// A CDM region of `size` bytes (read-only section kRoSize).
+inline char* map_region(int ro_fd, int heap_fd, uint64_t size, int ro_prot = PROT_READ) {
+  return map_split(ro_fd, heap_fd, kRoSize, size, ro_prot);
 }
 
 // True if `ro_fd` carries the seals that make the read-only section read-only for the

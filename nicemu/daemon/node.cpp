@@ -500,7 +500,7 @@ void Node::handle_msgq(Peer& peer, const ctl::Header& h, const char* msg, size_t
       ++ctr_.msgq_joins;
       r.segment_id = seg->id();
       r.size = seg->size();
-      pass_fds[0] = seg->memfd();
+      pass_fds = {seg->ro_memfd(), seg->rw_memfd()};
       return;
     }
     case Op::kMsgqLeave: {
@@ -551,7 +551,7 @@ void Node::handle_msgq(Peer& peer, const ctl::Header& h, const char* msg, size_t
         r.r.rc = rc::kSuccess;
         r.segment_id = it->second->id();
         r.size = it->second->size();
-        pass_fds[0] = it->second->memfd();
+        pass_fds = {it->second->ro_memfd(), it->second->rw_memfd()};
       }
       return;
     }
