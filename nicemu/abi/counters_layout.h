@@ -63,7 +63,9 @@ enum Kind : uint8_t { kCounter = 0, kGauge = 1 };
   X(msgq_joins, kCounter, "MSGQ instances joined (GNI_MsgqInit)")                                \
   X(msgq_join_refused, kCounter, "MSGQ joins refused (attributes differ, no room)")              \
   X(msgq_lookups, kCounter, "MSGQ segment lookups by senders")                               \
-  X(fault_config_changes, kCounter, "fault-injection configurations published (start, nicemuctl fault)")
+  X(fault_config_changes, kCounter, "fault-injection configurations published (start, nicemuctl fault)") \
+  X(credential_refused, kCounter, "requests refused: credential not usable by the caller's uid") \
+  X(resource_refused, kCounter, "requests refused: a per-process or per-credential limit")
 
 // Per-CDM counters: written by libugni into its CdmCounterBlock, copied by the daemon.
 // Error completions are counted by class (the CQE status, nicemu/abi/cq_entry.h) when the

@@ -7,6 +7,7 @@
 namespace nicemu::abi {
 
 struct CqRingView {
+  static constexpr uint32_t kMaxPushTries = 1u << 16;
   CqRingCtl* ctl = nullptr;
   std::atomic<uint64_t>* entries = nullptr;
   uint64_t mask = 0;  // capacity - 1, taken from the daemon-written CqDesc, never from ctl
@@ -17,10 +18,17 @@ struct CqRingView {
   // that pushes often passes `head_cache`, its private copy of the consumer's head: head
   // only grows, so a stale copy can only make the ring look fuller, and the shared line
   // is read again only then (it is otherwise a cross-core miss on every push).
+  // The ring is in its owner's heap, so the owner can keep rewriting `tail`: the CAS is
+  // retried a bounded number of times (far beyond real contention), then the entry is
+  // dropped as on overrun, so a hostile owner cannot hold a peer or the daemon here.
   bool push(uint64_t entry, uint64_t* head_cache = nullptr) const {
     uint64_t t = ctl->tail.load(std::memory_order_relaxed);
     uint64_t h = head_cache ? *head_cache : 0;
-    for (;;) {
+    for (uint32_t tries = 0;; ++tries) {
+      if (tries == kMaxPushTries) {
+        ctl->overrun.store(1, std::memory_order_release);
+        return false;
+      }
       if (t - h > mask) {
         h = ctl->head.load(std::memory_order_acquire);
         if (head_cache) *head_cache = h;

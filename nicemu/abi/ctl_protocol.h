@@ -199,15 +199,21 @@ struct MboxOpenReply {
   uint32_t reserved;
 };
 
-// Job credentials (ptag/cookie): issued by a daemon to a Unix user, granted on the other
-// daemons of a job. ptag/cookie 0 in a request means "choose".
+// Job credentials (ptag/cookie): issued by a daemon to a Unix user (and optionally to the
+// members of one group), granted on the other daemons of a job. ptag/cookie 0 in a request
+// means "choose". A process may use a credential if its uid (SO_PEERCRED) is `uid`, or
+// kCredGid is set and its effective gid is `gid`, or it is root.
+inline constexpr uint32_t kCredGid = 1;  // Cred.flags: `gid` is valid
 struct Cred {
   Header h;
   uint32_t uid;
   uint32_t ptag;
   uint32_t cookie;
+  uint32_t flags;     // kCredGid
+  uint32_t gid;
   uint32_t reserved;
 };
+static_assert(sizeof(Cred) == 40);
 struct CredReply {
   Reply r;
   uint32_t ptag;
@@ -254,7 +260,7 @@ struct DgramOpenReply {
   Reply r;
   uint64_t ctl_offset;  // DgramRingCtl in the heap, then the events
   uint32_t capacity;
-  uint32_t reserved;
+  uint32_t post_limit;  // datagram posts one process may have outstanding; 0 = no limit
 };
 
 struct DgramKick {

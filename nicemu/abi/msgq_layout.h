@@ -60,7 +60,7 @@
 namespace nicemu::abi::msgq {
 
 inline constexpr uint32_t kSegmentMagic = 0x4D534751;  // "MSGQ"
-inline constexpr uint16_t kVersion = 1;
+inline constexpr uint16_t kVersion = 2;  // 2: tables and rings in two memfds, tables sealed (region_map.h)
 inline constexpr uint64_t kPageSize = 4096;
 
 inline constexpr uint32_t kMaxMsgSize = 128;       // GNI_MSGQ_MSG_SZ_MAX: header + message

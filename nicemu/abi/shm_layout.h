@@ -12,6 +12,8 @@
 //
 // Everything in the read-write heap is untrusted input for everybody but its writer: a
 // reader copies what it needs and bounds-checks against values from the read-only section.
+// The two sections are two memfds (the read-only one sealed against new writers), mapped
+// back to back: nicemu/abi/region_map.h.
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -20,7 +22,7 @@
 namespace nicemu::abi {
 
 inline constexpr uint32_t kRegionMagic = 0x4E494345;  // "NICE"
-inline constexpr uint16_t kAbiVersion = 2;  // 2: segment table, RegEntry.seg_*
+inline constexpr uint16_t kAbiVersion = 3;  // 2: segment table, RegEntry.seg_*; 3: two memfds (region_map.h), lease
 inline constexpr uint32_t kRegSlots = 16384;          // = mdh::kMaxSlots
 inline constexpr uint32_t kCqSlots = 1024;
 inline constexpr uint32_t kNoCq = 0xFFFFFFFF;
@@ -56,12 +58,29 @@ struct RegionHeader {
   std::atomic<uint32_t> dgram_seq;   // bumped and woken when a datagram of this CDM changes state
   uint32_t amo_lock_offset;          // AmoLock[amo_lock_count]: the first heap block, so < 4 GiB
   uint32_t counters_offset;          // the client's CdmCounterBlock (counters_layout.h); 0 = none
+  uint32_t reserved0;
+  // The daemon's lease: a robust futex word holding the tid of a daemon thread that lives as
+  // long as the daemon. However the daemon ends (SIGKILL included) the kernel sets
+  // kLeaseOwnerDied in it, so peers see a region of a dead daemon as down without any
+  // system call and never act on its stale tables. `lease_link` is the daemon's robust-list
+  // link (a pointer in the daemon's address space, meaningless to everybody else); 0 = no
+  // lease (the region's state alone decides).
+  uint64_t lease_link;
+  std::atomic<uint32_t> lease;
 };
+inline constexpr uint32_t kLeaseOwnerDied = 0x40000000;  // = FUTEX_OWNER_DIED (linux/futex.h)
 static_assert(sizeof(RegionHeader) <= kPageSize);
 static_assert(offsetof(RegionHeader, state) == 8);
 static_assert(offsetof(RegionHeader, attach_id) == 40);
 static_assert(offsetof(RegionHeader, amo_lock_count) == 92 && offsetof(RegionHeader, amo_lock_offset) == 100);
 static_assert(offsetof(RegionHeader, counters_offset) == 104);
+static_assert(offsetof(RegionHeader, lease_link) == 112 && offsetof(RegionHeader, lease) == 120);
+
+// The region's state as peers must take it: NIC down once its daemon's lease died.
+inline uint32_t region_state(const RegionHeader& h) {
+  if (h.lease.load(std::memory_order_acquire) & kLeaseOwnerDied) return kRegionNicDown;
+  return h.state.load(std::memory_order_acquire);
+}
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 

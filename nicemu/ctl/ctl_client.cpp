@@ -110,9 +110,10 @@ bool Connection::send(void* req, size_t req_size) {
   return s == static_cast<ssize_t>(req_size);
 }
 
-long Connection::call(void* req, size_t req_size, void* reply, size_t reply_size, int* fd_out) {
+long Connection::call(void* req, size_t req_size, void* reply, size_t reply_size, int* fd_out, size_t max_fds) {
   std::lock_guard<std::mutex> lk(mu_);
-  if (fd_out) *fd_out = -1;
+  if (!fd_out) max_fds = 0;
+  for (size_t i = 0; i < max_fds; ++i) fd_out[i] = -1;
   if (fd_ < 0) return -1;
   auto* h = static_cast<abi::ctl::Header*>(req);
   h->magic = abi::ctl::kMagic;
@@ -126,7 +127,8 @@ long Connection::call(void* req, size_t req_size, void* reply, size_t reply_size
   if (s != static_cast<ssize_t>(req_size)) return -1;
 
   iovec iov{reply, reply_size};
-  alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))];
+  constexpr size_t kMaxPassed = 2;  // a CDM region: read-only section and heap
+  alignas(cmsghdr) char cbuf[CMSG_SPACE(kMaxPassed * sizeof(int))];
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
@@ -137,14 +139,18 @@ long Connection::call(void* req, size_t req_size, void* reply, size_t reply_size
     n = ::recvmsg(fd_, &msg, MSG_CMSG_CLOEXEC);
   } while (n < 0 && errno == EINTR);
   if (n <= 0) return -1;
+  size_t got = 0;
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
     if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-      int passed;
-      std::memcpy(&passed, CMSG_DATA(c), sizeof(int));
-      if (fd_out)
-        *fd_out = passed;
-      else
-        ::close(passed);
+      size_t n_fds = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < n_fds; ++i) {
+        int passed;
+        std::memcpy(&passed, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        if (got < max_fds)
+          fd_out[got++] = passed;
+        else
+          ::close(passed);
+      }
     }
   }
   if (static_cast<size_t>(n) < sizeof(abi::ctl::Reply)) return -1;

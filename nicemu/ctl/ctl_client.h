@@ -42,17 +42,19 @@ class Connection {
   void close();
 
   // Sends `req` (a message struct starting with abi::ctl::Header, whose seq is filled in)
-  // and receives the reply into `reply` (at most reply_size bytes). If `fd_out` is given, a
-  // passed file descriptor is stored there (-1 if none). Returns bytes received, or -1 on
-  // a broken connection (the daemon went away).
-  long call(void* req, size_t req_size, void* reply, size_t reply_size, int* fd_out = nullptr);
+  // and receives the reply into `reply` (at most reply_size bytes). If `fd_out` is given,
+  // up to `max_fds` passed file descriptors are stored in fd_out[0 .. max_fds) (-1 where
+  // none; any beyond are closed). Returns bytes received, or -1 on a broken connection
+  // (the daemon went away).
+  long call(void* req, size_t req_size, void* reply, size_t reply_size, int* fd_out = nullptr,
+            size_t max_fds = 1);
 
   // Sends a one-way request (the daemon sends no reply). False on a broken connection.
   bool send(void* req, size_t req_size);
 
   template <typename Req, typename Rep>
-  bool call(Req& req, Rep& rep, int* fd_out = nullptr) {
-    long n = call(&req, sizeof(Req), &rep, sizeof(Rep), fd_out);
+  bool call(Req& req, Rep& rep, int* fd_out = nullptr, size_t max_fds = 1) {
+    long n = call(&req, sizeof(Req), &rep, sizeof(Rep), fd_out, max_fds);
     return n >= static_cast<long>(sizeof(abi::ctl::Reply));
   }
 

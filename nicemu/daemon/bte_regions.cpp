@@ -16,6 +16,7 @@
 #include "nicemu/abi/ctl_protocol.h"
 #include "nicemu/abi/gni_values.h"
 #include "nicemu/abi/region_access.h"
+#include "nicemu/abi/region_map.h"
 #include "nicemu/ctl/ctl_client.h"
 
 namespace nicemu::daemon {
@@ -23,17 +24,9 @@ namespace nicemu::daemon {
 using namespace nicemu::abi;
 namespace cqe = nicemu::abi::cqe;
 
-std::shared_ptr<MappedRegion> MappedRegion::map(int memfd, uint64_t size, pid_t owner) {
-  if (size < kRoSize) return nullptr;
-  void* base = mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (base == MAP_FAILED) return nullptr;
-  char* b = static_cast<char*>(base);
-  if (mmap(b, kRoSize, PROT_READ, MAP_SHARED | MAP_FIXED, memfd, 0) == MAP_FAILED ||
-      mmap(b + kRoSize, size - kRoSize, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, memfd,
-           static_cast<off_t>(kRoSize)) == MAP_FAILED) {
-    munmap(base, size);
-    return nullptr;
-  }
+std::shared_ptr<MappedRegion> MappedRegion::map(int ro_fd, int heap_fd, uint64_t size, pid_t owner) {
+  char* b = map_region(ro_fd, heap_fd, size);
+  if (!b) return nullptr;
   std::shared_ptr<MappedRegion> r(new MappedRegion);
   r->base_ = b;
   r->size_ = size;
@@ -59,14 +52,14 @@ MappedRegion::~MappedRegion() {
 }
 
 bool MappedRegion::alive() const {
-  if (header().state.load(std::memory_order_acquire) != kRegionAlive) return false;
+  if (region_state(header()) != kRegionAlive) return false;
   if (pidfd_ < 0) return true;  // no pidfd (old kernel): the state decides
   pollfd p{pidfd_, POLLIN, 0};
   return poll(&p, 1, 0) == 0;  // readable = the process exited
 }
 
 uint64_t MappedRegion::gone_status() const {
-  return header().state.load(std::memory_order_acquire) == kRegionNicDown ? cqe::kErrNicDown : cqe::kErrPeerGone;
+  return region_state(header()) == kRegionNicDown ? cqe::kErrNicDown : cqe::kErrPeerGone;
 }
 
 uint64_t MappedRegion::check_access(uint64_t q1, uint64_t q2, uint64_t addr, uint64_t len, bool write,
@@ -86,8 +79,8 @@ RegionDirectory::RegionDirectory(uint32_t nic_addr, std::string rundir)
 
 RegionDirectory::~RegionDirectory() = default;
 
-std::shared_ptr<MappedRegion> RegionDirectory::add_local(int memfd, uint64_t size, pid_t owner) {
-  auto r = MappedRegion::map(memfd, size, owner);
+std::shared_ptr<MappedRegion> RegionDirectory::add_local(int ro_fd, int heap_fd, uint64_t size, pid_t owner) {
+  auto r = MappedRegion::map(ro_fd, heap_fd, size, owner);
   if (!r) return nullptr;
   std::lock_guard<std::mutex> lk(mu_);
   local_[r->attach_id()] = r;
@@ -153,19 +146,23 @@ std::shared_ptr<MappedRegion> RegionDirectory::lookup_remote(const RegionKey& ke
   req.ptag = key.ptag;
   req.cookie = key.cookie;
   abi::ctl::PeerLookupReply rep{};
-  int fd = -1;
-  if (!c->call(req, rep, &fd)) {
+  int fds[2] = {-1, -1};
+  if (!c->call(req, rep, fds, 2)) {
     links_.erase(key.nic_addr);
     status = cqe::kErrNoPeer;
     return nullptr;
   }
-  if (rep.r.rc != gni::kSuccess || fd < 0) {
-    if (fd >= 0) ::close(fd);
+  auto close_fds = [&] {
+    for (int fd : fds)
+      if (fd >= 0) ::close(fd);
+  };
+  if (rep.r.rc != gni::kSuccess || fds[1] < 0) {
+    close_fds();
     status = rep.r.rc == gni::kPermissionError ? cqe::kErrProtection : cqe::kErrNoPeer;
     return nullptr;
   }
-  auto r = MappedRegion::map(fd, rep.region_size, static_cast<pid_t>(rep.pid));
-  ::close(fd);
+  auto r = MappedRegion::map(fds[0], fds[1], rep.region_size, static_cast<pid_t>(rep.pid));
+  close_fds();
   if (!r || !r->alive()) {
     status = cqe::kErrPeerGone;
     return nullptr;

@@ -14,6 +14,7 @@
 #include "nicemu/abi/futex.h"
 #include "nicemu/abi/gni_values.h"
 #include "nicemu/abi/mem_handle.h"
+#include "nicemu/abi/region_map.h"
 
 namespace nicemu::daemon {
 
@@ -28,22 +29,30 @@ CdmRegion::CdmRegion(uint32_t nic_addr, uint32_t device_type, const ctl::Attach&
       cred_{req.ptag, req.cookie},
       pid_(pid),
       heap_(kRoSize, region_size) {
+  // Two memfds (region_map.h): the read-only section and the heap.
+  if (size_ <= kRoSize) throw std::runtime_error("region size " + std::to_string(size_) + " leaves no heap");
   std::string name = "nicemu-cdm-" + std::to_string(pid) + "-" + std::to_string(req.inst_id);
-  memfd_ = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (memfd_ < 0) throw std::runtime_error("memfd_create: " + std::string(strerror(errno)));
-  if (ftruncate(memfd_, static_cast<off_t>(size_)) != 0 ||
-      fcntl(memfd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
+  auto fail = [&](const char* what) {
     int e = errno;
-    close(memfd_);
-    throw std::runtime_error("sizing region: " + std::string(strerror(e)));
+    if (ro_fd_ >= 0) close(ro_fd_);
+    if (heap_fd_ >= 0) close(heap_fd_);
+    throw std::runtime_error(std::string(what) + " of the region of pid " + std::to_string(pid) + ": " + strerror(e));
+  };
+  ro_fd_ = memfd_create((name + "-ro").c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  heap_fd_ = memfd_create((name + "-heap").c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (ro_fd_ < 0 || heap_fd_ < 0) fail("memfd_create");
+  if (ftruncate(ro_fd_, static_cast<off_t>(kRoSize)) != 0 ||
+      ftruncate(heap_fd_, static_cast<off_t>(size_ - kRoSize)) != 0)
+    fail("sizing");
+  base_ = map_region(ro_fd_, heap_fd_, size_, PROT_READ | PROT_WRITE);
+  if (!base_) fail("mapping");
+  // Sealed after the daemon's own writable mapping exists: it keeps working, and nobody
+  // (the daemon included) can map the read-only section writable again.
+  if (fcntl(ro_fd_, F_ADD_SEALS, kRoSeals) != 0 || fcntl(heap_fd_, F_ADD_SEALS, kHeapSeals) != 0) {
+    munmap(base_, size_);
+    base_ = nullptr;
+    fail("sealing");
   }
-  void* p = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, memfd_, 0);
-  if (p == MAP_FAILED) {
-    int e = errno;
-    close(memfd_);
-    throw std::runtime_error("mmap region: " + std::string(strerror(e)));
-  }
-  base_ = static_cast<char*>(p);
   auto* h = new (base_) RegionHeader{};
   h->magic = kRegionMagic;
   h->abi_version = kAbiVersion;
@@ -83,7 +92,8 @@ CdmRegion::CdmRegion(uint32_t nic_addr, uint32_t device_type, const ctl::Attach&
 
 CdmRegion::~CdmRegion() {
   if (base_) munmap(base_, size_);
-  if (memfd_ >= 0) close(memfd_);
+  if (ro_fd_ >= 0) close(ro_fd_);
+  if (heap_fd_ >= 0) close(heap_fd_);
 }
 
 bool CdmRegion::alive() const { return header()->state.load(std::memory_order_acquire) == kRegionAlive; }
@@ -235,11 +245,11 @@ void CdmRegion::release_heap(uint64_t offset, uint64_t bytes) {
   uint64_t first = (offset + kPageSize - 1) & ~(kPageSize - 1);
   uint64_t last = (offset + bytes) & ~(kPageSize - 1);
   if (last > first && last - first >= 16 * kPageSize)
-    fallocate(memfd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(first),
+    fallocate(heap_fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(first - kRoSize),
               static_cast<off_t>(last - first));
 }
 
-int CdmRegion::mbox_open(const ctl::MboxOpen& req, ctl::MboxOpenReply& rep) {
+int CdmRegion::mbox_open(const ctl::MboxOpen& req, ctl::MboxOpenReply& rep, bool may_create) {
   if (!alive()) return rc::kInvalidState;
   if (req.credits == 0 || req.credits > 65535 || req.max_size == 0 || req.max_size > 65535)
     return rc::kInvalidParam;
@@ -259,6 +269,7 @@ int CdmRegion::mbox_open(const ctl::MboxOpen& req, ctl::MboxOpenReply& rep) {
     rep.dst_cq = e->dst_cq;
     return rc::kSuccess;
   }
+  if (!may_create) return rc::kErrorResource;
   uint64_t bytes = mbox_bytes(req.credits, req.max_size);
   auto off = heap_.allocate(bytes);
   if (!off) return rc::kErrorNomem;

@@ -45,7 +45,9 @@ class CdmRegion {
   CdmRegion(const CdmRegion&) = delete;
   CdmRegion& operator=(const CdmRegion&) = delete;
 
-  int memfd() const { return memfd_; }
+  // The two memfds of the region (abi/region_map.h): read-only section (sealed), heap.
+  int ro_memfd() const { return ro_fd_; }
+  int heap_memfd() const { return heap_fd_; }
   uint64_t attach_id() const { return attach_id_; }
   uint32_t inst_id() const { return inst_id_; }
   Credential credential() const { return cred_; }
@@ -71,7 +73,8 @@ class CdmRegion {
   // Each returns a gni_return_t value.
   int cq_create(const abi::ctl::CqCreate& req, abi::ctl::CqCreateReply& rep);
   int cq_destroy(const abi::ctl::CqDestroy& req);
-  int mbox_open(const abi::ctl::MboxOpen& req, abi::ctl::MboxOpenReply& rep);
+  // `may_create` false: only an existing mailbox is returned (a limit is reached).
+  int mbox_open(const abi::ctl::MboxOpen& req, abi::ctl::MboxOpenReply& rep, bool may_create = true);
   // The CDM's BTE submission ring (abi/bte_ring.h): allocated in the heap on first use,
   // the same one afterwards. Returns a gni_return_t value.
   int bte_ring(uint64_t& ctl_offset);
@@ -96,9 +99,10 @@ class CdmRegion {
   uint64_t heap_in_use() const { return heap_.in_use(); }
   // The client-written counter block in the heap (untrusted numbers), nullptr if none.
   const abi::counters::CdmCounterBlock* counter_block() const { return counters_; }
+  // The daemon's writable view of the header (for the lease, lease_keeper.h).
+  abi::RegionHeader* header() const { return reinterpret_cast<abi::RegionHeader*>(base_); }
 
  private:
-  abi::RegionHeader* header() const { return reinterpret_cast<abi::RegionHeader*>(base_); }
   abi::RegEntry* reg(uint32_t slot) const {
     return reinterpret_cast<abi::RegEntry*>(base_ + abi::kRegTableOffset) + slot;
   }
@@ -107,7 +111,8 @@ class CdmRegion {
   }
   void release_heap(uint64_t offset, uint64_t bytes);
   // Takes a free slot and publishes the entry under its seqlock; returns its handle.
-  int memfd_ = -1;
+  int ro_fd_ = -1;
+  int heap_fd_ = -1;
   char* base_ = nullptr;
   uint64_t size_ = 0;
   uint64_t attach_id_ = 0;

@@ -61,10 +61,10 @@ class ControlServer::Session : public std::enable_shared_from_this<ControlServer
       spdlog::warn("oversized control message ({} bytes) from pid {} dropped", n, peer_.pid);
       return wait_readable();
     }
-    int pass_fd = -1;
+    PassFds pass_fds{-1, -1};
     uint64_t attached_before = peer_.attach_id;
-    node_.handle(peer_, buf_.data(), static_cast<size_t>(n), reply_, pass_fd);
-    if (!reply_.empty() && !send_reply(pass_fd)) return close();
+    node_.handle(peer_, buf_.data(), static_cast<size_t>(n), reply_, pass_fds);
+    if (!reply_.empty() && !send_reply(pass_fds)) return close();
     if (attached_before == 0 && peer_.attach_id != 0) watch_process();
     if (node_.shutdown_requested()) raise(SIGTERM);
     wait_readable();
@@ -84,20 +84,24 @@ class ControlServer::Session : public std::enable_shared_from_this<ControlServer
     });
   }
 
-  bool send_reply(int pass_fd) {
+  bool send_reply(const PassFds& pass_fds) {
     iovec iov{reply_.data(), reply_.size()};
     msghdr msg{};
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;
-    alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))];
-    if (pass_fd >= 0) {
+    int fds[2];
+    size_t nfds = 0;
+    for (int fd : pass_fds)
+      if (fd >= 0) fds[nfds++] = fd;
+    alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof fds)];
+    if (nfds > 0) {
       msg.msg_control = cbuf;
-      msg.msg_controllen = sizeof(cbuf);
+      msg.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
       cmsghdr* c = CMSG_FIRSTHDR(&msg);
       c->cmsg_level = SOL_SOCKET;
       c->cmsg_type = SCM_RIGHTS;
-      c->cmsg_len = CMSG_LEN(sizeof(int));
-      std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+      c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+      std::memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
     }
     ssize_t s;
     do {

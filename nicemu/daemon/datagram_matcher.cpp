@@ -122,19 +122,20 @@ void DatagramMatcher::match(Post& p, size_t idx) {
   deliver(in.origin_node, &m, sizeof m);
 }
 
+int DatagramMatcher::refuse(CdmRegion& owner, const ctl::DgramSubmit& req, int why) {
+  DgramEvent e{};
+  e.lib_seq = req.lib_seq;
+  e.ep = req.ep;
+  e.id = req.id;
+  e.has_id = req.has_id;
+  e.state = rc::kPostTerminated;
+  publish(owner.attach_id(), e);
+  return why;
+}
+
 int DatagramMatcher::post(CdmRegion& owner, const ctl::DgramSubmit& req) {
-  auto refuse = [&](int why) {
-    DgramEvent e{};
-    e.lib_seq = req.lib_seq;
-    e.ep = req.ep;
-    e.id = req.id;
-    e.has_id = req.has_id;
-    e.state = rc::kPostTerminated;
-    publish(owner.attach_id(), e);
-    return why;
-  };
-  if (req.data_len > ctl::kDgramMaxSize || req.buf_size > ctl::kDgramMaxSize) return refuse(rc::kSizeError);
-  if (find(owner.attach_id(), req.ep, false, 0)) return refuse(rc::kErrorResource);  // one per EP
+  if (req.data_len > ctl::kDgramMaxSize || req.buf_size > ctl::kDgramMaxSize) return refuse(owner, req, rc::kSizeError);
+  if (find(owner.attach_id(), req.ep, false, 0)) return refuse(owner, req, rc::kErrorResource);  // one per EP
   Post p;
   p.key = next_key_++;
   p.lib_seq = req.lib_seq;
@@ -251,6 +252,13 @@ void DatagramMatcher::cdm_gone(uint64_t attach_id) {
 size_t DatagramMatcher::pending_posts() const {
   size_t n = 0;
   for (auto& [k, p] : posts_) n += p.state == rc::kPostPending;
+  return n;
+}
+
+size_t DatagramMatcher::posts_of(uint64_t attach_id) const {
+  size_t n = 0;
+  for (const auto& [key, p] : posts_)
+    if (p.attach == attach_id) ++n;
   return n;
 }
 

@@ -34,6 +34,8 @@ class DatagramMatcher {
   // Requests from the owner CDM; each returns a gni_return_t value. A refused post is
   // also reported to the owner as TERMINATED (the library does not wait for the value).
   int post(CdmRegion& owner, const abi::ctl::DgramSubmit& req);
+  // Finishes the post TERMINATED without taking it; returns `why`.
+  int refuse(CdmRegion& owner, const abi::ctl::DgramSubmit& req, int why);
   int cancel(CdmRegion& owner, const abi::ctl::DgramCancel& req);
   // The owner drained its ring after we had stalled on it: move the backlog in.
   void kick(CdmRegion& owner);
@@ -47,6 +49,8 @@ class DatagramMatcher {
   void cdm_gone(uint64_t attach_id);
 
   size_t pending_posts() const;
+  // Posts of one CDM held here, pending or finished but not yet taken (resource limits).
+  size_t posts_of(uint64_t attach_id) const;
   size_t incoming_count() const { return incoming_.size(); }
   size_t backlog_count() const;
 

@@ -130,6 +130,7 @@ int main(int argc, char** argv) {
   cfg.stats_path = nicemu::ctl::stats_path(socket);
   cfg.fault_path = nicemu::fault::page_path(socket);
   cfg.fault_spec = settings.str("fault");
+  cfg.limits = nicemu::daemon::ResourceLimits::from([&](const std::string& n) { return settings.uint(n); });
 
   try {
     asio::io_context io(1);

@@ -11,6 +11,7 @@
 #include "nicemu/abi/futex.h"
 #include "nicemu/abi/gni_values.h"
 #include "nicemu/abi/msgq_ring.h"
+#include "nicemu/abi/region_map.h"
 
 namespace nicemu::daemon {
 
@@ -37,23 +38,29 @@ MsgqSegment::MsgqSegment(uint32_t nic_addr, Credential cred, const Attrs& attrs,
   if (!attrs_valid(attrs)) throw std::invalid_argument("invalid MSGQ attributes");
   view_.attrs = attrs;
   view_.lay = segment_layout(attrs);
+  // Two memfds, as for a CDM region (region_map.h): the tables sealed against writers once
+  // the daemon has mapped them, the rings read-write.
   std::string name = "nicemu-msgq-" + std::to_string(nic_addr) + "-" + std::to_string(cred.ptag);
-  memfd_ = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (memfd_ < 0) throw std::runtime_error("memfd_create: " + std::string(strerror(errno)));
-  const uint64_t size = view_.lay.total_size;
-  if (ftruncate(memfd_, static_cast<off_t>(size)) != 0 ||
-      fcntl(memfd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
+  const uint64_t size = view_.lay.total_size, ro = view_.lay.ro_size;
+  auto fail = [&](const char* what) {
     int e = errno;
-    close(memfd_);
-    throw std::runtime_error("sizing MSGQ segment: " + std::string(strerror(e)));
+    if (ro_fd_ >= 0) close(ro_fd_);
+    if (rw_fd_ >= 0) close(rw_fd_);
+    throw std::runtime_error(std::string(what) + " of the MSGQ segment of ptag " + std::to_string(cred.ptag) + ": " +
+                             strerror(e));
+  };
+  ro_fd_ = memfd_create((name + "-ro").c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  rw_fd_ = memfd_create((name + "-rw").c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (ro_fd_ < 0 || rw_fd_ < 0) fail("memfd_create");
+  if (ftruncate(ro_fd_, static_cast<off_t>(ro)) != 0 || ftruncate(rw_fd_, static_cast<off_t>(size - ro)) != 0)
+    fail("sizing");
+  view_.base = abi::map_split(ro_fd_, rw_fd_, ro, size, PROT_READ | PROT_WRITE);
+  if (!view_.base) fail("mapping");
+  if (fcntl(ro_fd_, F_ADD_SEALS, abi::kRoSeals) != 0 || fcntl(rw_fd_, F_ADD_SEALS, abi::kHeapSeals) != 0) {
+    munmap(view_.base, size);
+    view_.base = nullptr;
+    fail("sealing");
   }
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd_, 0);
-  if (p == MAP_FAILED) {
-    int e = errno;
-    close(memfd_);
-    throw std::runtime_error("mmap MSGQ segment: " + std::string(strerror(e)));
-  }
-  view_.base = static_cast<char*>(p);
   auto* h = new (view_.base) SegmentHeader{};
   h->magic = kSegmentMagic;
   h->version = kVersion;
@@ -72,7 +79,8 @@ MsgqSegment::MsgqSegment(uint32_t nic_addr, Credential cred, const Attrs& attrs,
 
 MsgqSegment::~MsgqSegment() {
   if (view_.base) munmap(view_.base, view_.lay.total_size);
-  if (memfd_ >= 0) close(memfd_);
+  if (ro_fd_ >= 0) close(ro_fd_);
+  if (rw_fd_ >= 0) close(rw_fd_);
 }
 
 int MsgqSegment::find_member(uint64_t attach_id) const {

@@ -22,7 +22,9 @@ class MsgqSegment {
   MsgqSegment(const MsgqSegment&) = delete;
   MsgqSegment& operator=(const MsgqSegment&) = delete;
 
-  int memfd() const { return memfd_; }
+  // The two memfds (abi/region_map.h): daemon-written tables (sealed), then the rings.
+  int ro_memfd() const { return ro_fd_; }
+  int rw_memfd() const { return rw_fd_; }
   uint64_t id() const { return id_; }
   uint64_t size() const { return view_.lay.total_size; }
   const abi::msgq::Attrs& attrs() const { return view_.attrs; }
@@ -45,7 +47,8 @@ class MsgqSegment {
  private:
   int find_member(uint64_t attach_id) const;
 
-  int memfd_ = -1;
+  int ro_fd_ = -1;
+  int rw_fd_ = -1;
   abi::msgq::SegmentView view_;
   uint64_t id_ = 0;
   Credential cred_;

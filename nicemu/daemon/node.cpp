@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 
+#include <sodium.h>
 #include <spdlog/spdlog.h>
 
 #include "nicemu/abi/gni_values.h"
@@ -29,15 +30,10 @@ struct PlainReply {
   ctl::Reply r;
 };
 
-uint64_t random_seed() {
-  std::random_device rd;
-  return (uint64_t{rd()} << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
-}
 }  // namespace
 
 Node::Node(NodeConfig cfg)
     : cfg_(std::move(cfg)),
-      rng_(random_seed()),
       links_(cfg_.rundir),
       dgrams_(
           cfg_.nic_addr,
@@ -51,6 +47,9 @@ Node::Node(NodeConfig cfg)
             return it == cdms_.end() ? nullptr : it->second.get();
           },
           [this](const Credential& c, uint32_t inst) { return find_cdm(c, inst); }) {
+  // Cookies come from the kernel's CSPRNG (libsodium): a user must not be able to predict
+  // the credential of another user's next job.
+  if (sodium_init() < 0) throw std::runtime_error("libsodium initialisation failed");
   namespace nc = abi::counters::node;
   ctr_ = Counters{stats_.node(nc::connections),         stats_.node(nc::attaches),
                   stats_.node(nc::attach_refused),      stats_.node(nc::detaches),
@@ -60,7 +59,8 @@ Node::Node(NodeConfig cfg)
                   stats_.node(nc::mbox_opens),          stats_.node(nc::malformed_messages),
                   stats_.node(nc::credentials_issued),  stats_.node(nc::datagrams_posted),
                   stats_.node(nc::datagrams_cancelled), stats_.node(nc::msgq_joins),
-                  stats_.node(nc::msgq_join_refused),   stats_.node(nc::msgq_lookups)};
+                  stats_.node(nc::msgq_join_refused),   stats_.node(nc::msgq_lookups),
+                  stats_.node(nc::credential_refused),  stats_.node(nc::resource_refused)};
   abi::fault::Config fc = nicemu::fault::default_config();
   std::string err;
   bool seed_given = false;
@@ -71,7 +71,7 @@ Node::Node(NodeConfig cfg)
 
 void Node::publish_fault(abi::fault::Config c, bool seed_given, const char* why) {
   // Every run has a seed in the log, so a failing run can be replayed with seed=N.
-  if (!seed_given && c.seed == 0) c.seed = rng_();
+  if (!seed_given && c.seed == 0) c.seed = (uint64_t{randombytes_random()} << 32) | randombytes_random();
   fault_.publish(c);
   stats_.node(abi::counters::node::fault_config_changes).add(1);
   if (c.enabled || std::string_view(why) != "start")
@@ -142,7 +142,65 @@ bool Node::parse(const char* msg, size_t len, Req& out) {
 bool Node::may_use(const Peer& peer, const Credential& c) const {
   auto it = credentials_.find(c);
   if (it == credentials_.end()) return false;
-  return peer.uid == 0 || it->second == peer.uid;
+  const CredOwner& o = it->second;
+  return peer.uid == 0 || o.uid == peer.uid || (o.has_gid && o.gid == peer.gid);
+}
+
+std::array<uint64_t, 2> Node::usage(Resource r, pid_t pid, const Credential& c) const {
+  std::array<uint64_t, 2> u{0, 0};
+  // A process's registrations are alike in all its CDMs of one domain (process_mdd.h):
+  // count them once per (process, domain), as the largest table among its CDMs there.
+  std::map<std::pair<pid_t, Credential>, uint64_t> regs;
+  for (const auto& [id, cdm] : cdms_) {
+    const bool mine = cdm->pid() == pid, ours = cdm->credential() == c;
+    if (!mine && !ours) continue;
+    uint64_t n = 0;
+    switch (r) {
+      case Resource::kCdms: n = 1; break;
+      case Resource::kRegistrations: {
+        uint64_t& m = regs[{cdm->pid(), cdm->credential()}];
+        m = std::max<uint64_t>(m, cdm->live_registrations());
+        continue;
+      }
+      case Resource::kCqs: n = cdm->live_cqs(); break;
+      case Resource::kMailboxes: n = cdm->mailboxes(); break;
+      case Resource::kDatagrams: n = dgrams_.posts_of(id); break;
+    }
+    if (mine) u[0] += n;
+    if (ours) u[1] += n;
+  }
+  for (const auto& [key, n] : regs) {
+    if (key.first == pid) u[0] += n;
+    if (key.second == c) u[1] += n;
+  }
+  return u;
+}
+
+bool Node::may_take(Peer& peer, Resource r, pid_t pid, const Credential& c) {
+  const size_t i = static_cast<size_t>(r);
+  auto [by_process, by_credential] = usage(r, pid, c);
+  const bool process_full = by_process >= cfg_.limits.per_process[i];
+  if (!process_full && by_credential < cfg_.limits.per_credential[i]) return true;
+  ++ctr_.resource_refused;
+  ++peer.refusals;
+  if (peer.refusals <= 8 || peer.refusals % 1000 == 0)
+    spdlog::warn("nic {}: {} limit reached for pid {} (ptag {}): {} {} of max {}", cfg_.nic_addr, kResourceNames[i],
+                 pid, c.ptag, process_full ? "process holds" : "credential holds",
+                 process_full ? by_process : by_credential,
+                 process_full ? cfg_.limits.per_process[i] : cfg_.limits.per_credential[i]);
+  return false;
+}
+
+int Node::refuse_credential(Peer& peer, const char* what, const Credential& c) {
+  ++ctr_.credential_refused;
+  // Logged, but a client probing in a loop must not fill the log: the first few refusals
+  // of a connection, then every 1000th.
+  ++peer.refusals;
+  if (peer.refusals <= 8 || peer.refusals % 1000 == 0)
+    spdlog::warn("nic {}: {} refused: pid {} uid {} gid {} may not use ptag {} cookie {:#x} ({} refusals on this "
+                 "connection)",
+                 cfg_.nic_addr, what, peer.pid, peer.uid, peer.gid, c.ptag, c.cookie, peer.refusals);
+  return rc::kPermissionError;
 }
 
 CdmRegion* Node::owned_cdm(const Peer& peer) {
@@ -163,8 +221,8 @@ CdmRegion* Node::find_cdm(const Credential& c, uint32_t inst_id) {
   return nullptr;
 }
 
-void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& reply, int& pass_fd) {
-  pass_fd = -1;
+void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& reply, PassFds& pass_fds) {
+  pass_fds = {-1, -1};
   reply.clear();
   ctl::Header h;
   if (len < sizeof(h)) {
@@ -197,7 +255,7 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
       ctl::Attach req;
       if (!parse(msg, len, req)) return bad();
       auto& r = init_reply<ctl::AttachReply>(reply, h);
-      r.r.rc = attach(peer, req, r, pass_fd);
+      r.r.rc = attach(peer, req, r, pass_fds);
       return;
     }
     case Op::kMemRegister: {
@@ -206,7 +264,12 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
       auto& r = init_reply<ctl::MemRegisterReply>(reply, h);
       CdmRegion* cdm = owned_cdm(peer);
       RegSpec spec{req.address, req.length, req.flags, req.dst_cq, {}};
-      r.r.rc = cdm ? mdd_register(*cdm, family(cdm->pid(), cdm->credential()), spec, r) : rc::kInvalidState;
+      if (!cdm)
+        r.r.rc = rc::kInvalidState;
+      else if (!may_take(peer, Resource::kRegistrations, cdm->pid(), cdm->credential()))
+        r.r.rc = rc::kErrorResource;
+      else
+        r.r.rc = mdd_register(*cdm, family(cdm->pid(), cdm->credential()), spec, r);
       if (r.r.rc == rc::kSuccess) ++ctr_.registrations;
       return;
     }
@@ -222,7 +285,12 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
       CdmRegion* cdm = owned_cdm(peer);
       RegSpec spec{0, 0, req->flags, req->dst_cq, {req->segments, req->segments + req->count}};
       for (const ctl::MemSegment& g : spec.segments) spec.length += g.length;  // overflow: check_register
-      r.r.rc = cdm ? mdd_register(*cdm, family(cdm->pid(), cdm->credential()), spec, r) : rc::kInvalidState;
+      if (!cdm)
+        r.r.rc = rc::kInvalidState;
+      else if (!may_take(peer, Resource::kRegistrations, cdm->pid(), cdm->credential()))
+        r.r.rc = rc::kErrorResource;
+      else
+        r.r.rc = mdd_register(*cdm, family(cdm->pid(), cdm->credential()), spec, r);
       if (r.r.rc == rc::kSuccess) ++ctr_.registrations;
       return;
     }
@@ -257,7 +325,12 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
       if (!parse(msg, len, req)) return bad();
       auto& r = init_reply<ctl::CqCreateReply>(reply, h);
       CdmRegion* cdm = owned_cdm(peer);
-      r.r.rc = cdm ? cdm->cq_create(req, r) : rc::kInvalidState;
+      if (!cdm)
+        r.r.rc = rc::kInvalidState;
+      else if (!may_take(peer, Resource::kCqs, cdm->pid(), cdm->credential()))
+        r.r.rc = rc::kErrorResource;
+      else
+        r.r.rc = cdm->cq_create(req, r);
       if (r.r.rc == rc::kSuccess) ++ctr_.cq_creates;
       return;
     }
@@ -280,7 +353,7 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
       if (req.nic_addr != cfg_.nic_addr) {
         r.r.rc = rc::kNoMatch;
       } else if (!may_use(peer, c)) {
-        r.r.rc = rc::kPermissionError;
+        r.r.rc = refuse_credential(peer, "peer lookup", c);
       } else if (!(t = find_cdm(c, req.inst_id))) {
         r.r.rc = rc::kNoMatch;
       } else {
@@ -289,7 +362,7 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
         r.attach_id = t->attach_id();
         r.region_size = t->region_size();
         r.ro_size = kRoSize;
-        pass_fd = t->memfd();
+        pass_fds = {t->ro_memfd(), t->heap_memfd()};
       }
       if (r.r.rc != rc::kSuccess) {
         ++ctr_.peer_lookup_failures;
@@ -305,11 +378,11 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
       Credential c{req.ptag, req.cookie};
       CdmRegion* t = nullptr;
       if (!may_use(peer, c))
-        r.r.rc = rc::kPermissionError;
+        r.r.rc = refuse_credential(peer, "mailbox open", c);
       else if (!(t = find_cdm(c, req.inst_id)))
         r.r.rc = rc::kNoMatch;
-      else
-        r.r.rc = t->mbox_open(req, r);
+      else if ((r.r.rc = t->mbox_open(req, r, false)) == rc::kErrorResource)  // not open yet
+        r.r.rc = may_take(peer, Resource::kMailboxes, t->pid(), c) ? t->mbox_open(req, r) : rc::kErrorResource;
       if (r.r.rc == rc::kSuccess) ++ctr_.mbox_opens;
       return;
     }
@@ -317,57 +390,13 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
     case Op::kCredGrant:
     case Op::kCredRevoke: {
       ctl::Cred req;
-      if (!parse(msg, len, req)) return bad();
+      if (!parse(msg, len, req) || (req.flags & ~ctl::kCredGid) != 0) return bad();
       auto& r = init_reply<ctl::CredReply>(reply, h);
-      if (peer.uid != 0 && req.uid != peer.uid) {
-        r.r.rc = rc::kPermissionError;
-        return;
-      }
-      Op op = static_cast<Op>(h.op);
-      if (op == Op::kCredRevoke) {
-        auto it = credentials_.find(Credential{req.ptag, req.cookie});
-        if (it == credentials_.end() || (peer.uid != 0 && it->second != peer.uid)) {
-          r.r.rc = rc::kNoMatch;
-          return;
-        }
-        credentials_.erase(it);
-        r.r.rc = rc::kSuccess;
-        spdlog::info("nic {}: credential ptag {} revoked", cfg_.nic_addr, req.ptag);
-        return;
-      }
-      Credential c{req.ptag, req.cookie};
-      if (op == Op::kCredIssue) {
-        // ptag from the user range, cookie with a random pkey (bits 31..16) and random
-        // low bits: unpredictable, and unique on this node.
-        for (int tries = 0; tries < 1000; ++tries) {
-          Credential cand{req.ptag ? req.ptag : static_cast<uint32_t>(3 + rng_() % 251),
-                          req.cookie ? req.cookie
-                                     : static_cast<uint32_t>(((128 + rng_() % (65407 - 128)) << 16) |
-                                                             (rng_() & 0xFFFF))};
-          if (!credentials_.contains(cand)) {
-            c = cand;
-            break;
-          }
-        }
-      } else if (c.ptag == 0 || c.ptag > 255) {
-        r.r.rc = rc::kInvalidParam;
-        return;
-      }
-      if (auto it = credentials_.find(c); it != credentials_.end() && it->second != req.uid) {
-        r.r.rc = rc::kPermissionError;
-        return;
-      }
-      credentials_[c] = req.uid;
-      ++ctr_.credentials_issued;
-      r.ptag = c.ptag;
-      r.cookie = c.cookie;
-      r.r.rc = rc::kSuccess;
-      spdlog::info("nic {}: credential ptag {} cookie {:#x} {} for uid {}", cfg_.nic_addr, c.ptag, c.cookie,
-                   op == Op::kCredIssue ? "issued" : "granted", req.uid);
+      r.r.rc = handle_cred(peer, h, req, r);
       return;
     }
     case Op::kStatus: {
-      std::string js = status().dump();
+      std::string js = status(&peer).dump();
       reply.assign(sizeof(ctl::StatusReply) + js.size(), 0);
       ctl::StatusReply r{};
       r.r.h = ctl::Header{ctl::kMagic, ctl::kVersion, h.op, h.seq, static_cast<uint32_t>(reply.size())};
@@ -391,7 +420,7 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
     case Op::kMsgqConnect:
     case Op::kMsgqConnRelease:
     case Op::kMsgqLookup:
-      return handle_msgq(peer, h, msg, len, reply, pass_fd);
+      return handle_msgq(peer, h, msg, len, reply, pass_fds);
     case Op::kBteOpen: {
       ctl::BteOpen req;
       if (!parse(msg, len, req)) return bad();
@@ -399,7 +428,7 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
       CdmRegion* cdm = owned_cdm(peer);
       uint64_t off = 0;
       r.r.rc = cdm ? cdm->bte_ring(off) : rc::kInvalidState;
-      if (r.r.rc == rc::kSuccess) r.r.rc = bte_.open_ring(cdm->attach_id(), off, kBteRingCapacity, pass_fd);
+      if (r.r.rc == rc::kSuccess) r.r.rc = bte_.open_ring(cdm->attach_id(), off, kBteRingCapacity, pass_fds[0]);
       if (r.r.rc == rc::kSuccess) {
         r.ctl_offset = off;
         r.capacity = kBteRingCapacity;
@@ -440,6 +469,9 @@ void Node::handle_datagram(Peer& peer, const ctl::Header& h, const char* msg, si
       if (r.r.rc == rc::kSuccess) {
         r.ctl_offset = off;
         r.capacity = kDgramRingCapacity;
+        // The library refuses a post over the per-process limit itself (posts are one-way).
+        r.post_limit = static_cast<uint32_t>(
+            std::min<uint64_t>(cfg_.limits.per_process[size_t(Resource::kDatagrams)], UINT32_MAX));
       }
       return;
     }
@@ -449,7 +481,12 @@ void Node::handle_datagram(Peer& peer, const ctl::Header& h, const char* msg, si
       CdmRegion* cdm = owned_cdm(peer);
       if (!cdm) return;
       dgrams_.kick(*cdm);  // anything held back goes first
-      if (dgrams_.post(*cdm, req) == rc::kSuccess) ++ctr_.datagrams_posted;
+      // A client past its limit (the library checks the per-process one) or its credential's
+      // sees the post TERMINATED.
+      if (!may_take(peer, Resource::kDatagrams, cdm->pid(), cdm->credential()))
+        dgrams_.refuse(*cdm, req, rc::kErrorResource);
+      else if (dgrams_.post(*cdm, req) == rc::kSuccess)
+        ++ctr_.datagrams_posted;
       return;
     }
     case Op::kDgramKick: {
@@ -488,7 +525,7 @@ void Node::handle_datagram(Peer& peer, const ctl::Header& h, const char* msg, si
 }
 
 void Node::handle_msgq(Peer& peer, const ctl::Header& h, const char* msg, size_t len, std::vector<char>& reply,
-                       int& pass_fd) {
+                       PassFds& pass_fds) {
   auto bad = [&] {
     ++ctr_.malformed_messages;
     init_reply<PlainReply>(reply, h).r.rc = rc::kInvalidParam;
@@ -532,7 +569,7 @@ void Node::handle_msgq(Peer& peer, const ctl::Header& h, const char* msg, size_t
       ++ctr_.msgq_joins;
       r.segment_id = seg->id();
       r.size = seg->size();
-      pass_fd = seg->memfd();
+      pass_fds = {seg->ro_memfd(), seg->rw_memfd()};
       return;
     }
     case Op::kMsgqLeave: {
@@ -576,20 +613,74 @@ void Node::handle_msgq(Peer& peer, const ctl::Header& h, const char* msg, size_t
       if (req.nic_addr != cfg_.nic_addr) {
         r.r.rc = rc::kNoMatch;
       } else if (!may_use(peer, c)) {
-        r.r.rc = rc::kPermissionError;
+        r.r.rc = refuse_credential(peer, "MSGQ lookup", c);
       } else if (it == msgqs_.end()) {
         r.r.rc = rc::kNoMatch;
       } else {
         r.r.rc = rc::kSuccess;
         r.segment_id = it->second->id();
         r.size = it->second->size();
-        pass_fd = it->second->memfd();
+        pass_fds = {it->second->ro_memfd(), it->second->rw_memfd()};
       }
       return;
     }
     default:
       return bad();
   }
+}
+
+// Issue (the daemon chooses what is 0), grant (a credential of a job issued elsewhere) or
+// revoke. Non-root callers act only for themselves: their own uid, and their own gid.
+int Node::handle_cred(Peer& peer, const ctl::Header& h, const ctl::Cred& req, ctl::CredReply& r) {
+  Op op = static_cast<Op>(h.op);
+  const bool with_gid = (req.flags & ctl::kCredGid) != 0;
+  if (peer.uid != 0 && (req.uid != peer.uid || (with_gid && req.gid != peer.gid))) {
+    ++ctr_.credential_refused;
+    spdlog::warn("nic {}: credential request (op {}) by pid {} uid {} for uid {} refused: only root acts for others",
+                 cfg_.nic_addr, h.op, peer.pid, peer.uid, req.uid);
+    return rc::kPermissionError;
+  }
+  Credential c{req.ptag, req.cookie};
+  if (op == Op::kCredRevoke) {
+    auto it = credentials_.find(c);
+    if (it == credentials_.end() || (peer.uid != 0 && it->second.uid != peer.uid)) return rc::kNoMatch;
+    credentials_.erase(it);
+    spdlog::info("nic {}: credential ptag {} revoked by uid {}", cfg_.nic_addr, req.ptag, peer.uid);
+    return rc::kSuccess;
+  }
+  if (op == Op::kCredIssue) {
+    // ptag from the user range, cookie with a random pkey (bits 31..16, 128..65406) and
+    // random low bits: unpredictable, and unique on this node.
+    bool found = false;
+    for (int tries = 0; tries < 1000 && !found; ++tries) {
+      Credential cand{req.ptag ? req.ptag : 3 + randombytes_uniform(251),
+                      req.cookie ? req.cookie : ((128 + randombytes_uniform(65407 - 128)) << 16) |
+                                                    randombytes_uniform(0x10000)};
+      if (!credentials_.contains(cand)) {
+        c = cand;
+        found = true;
+      }
+    }
+    if (!found) return rc::kErrorResource;
+  }
+  if (c.ptag == 0 || c.ptag > 255) return rc::kInvalidParam;
+  CredOwner owner{static_cast<uid_t>(req.uid), static_cast<gid_t>(req.gid), with_gid};
+  if (auto it = credentials_.find(c); it != credentials_.end() && it->second.uid != owner.uid) {
+    // Someone else's: granting it to yourself is exactly the attack this check stops.
+    ++ctr_.credential_refused;
+    spdlog::warn("nic {}: credential ptag {} held by uid {} cannot be {} to uid {} (requested by pid {} uid {})",
+                 cfg_.nic_addr, c.ptag, it->second.uid, op == Op::kCredIssue ? "issued" : "granted", req.uid,
+                 peer.pid, peer.uid);
+    return rc::kPermissionError;
+  }
+  credentials_[c] = owner;
+  ++ctr_.credentials_issued;
+  r.ptag = c.ptag;
+  r.cookie = c.cookie;
+  spdlog::info("nic {}: credential ptag {} cookie {:#x} {} for uid {}{}", cfg_.nic_addr, c.ptag, c.cookie,
+               op == Op::kCredIssue ? "issued" : "granted", req.uid,
+               with_gid ? fmt::format(" and gid {}", req.gid) : std::string());
+  return rc::kSuccess;
 }
 
 void Node::msgq_leave(const CdmRegion& cdm) {
@@ -604,7 +695,7 @@ void Node::msgq_leave(const CdmRegion& cdm) {
   }
 }
 
-int Node::attach(Peer& peer, const ctl::Attach& req, ctl::AttachReply& rep, int& pass_fd) {
+int Node::attach(Peer& peer, const ctl::Attach& req, ctl::AttachReply& rep, PassFds& pass_fds) {
   auto refuse = [&](int code, const char* why) {
     ++ctr_.attach_refused;
     spdlog::warn("nic {}: attach of inst {} ptag {} by pid {} uid {} refused: {}", cfg_.nic_addr, req.inst_id,
@@ -616,9 +707,13 @@ int Node::attach(Peer& peer, const ctl::Attach& req, ctl::AttachReply& rep, int&
   if (static_cast<pid_t>(req.pid) != peer.pid) return refuse(rc::kPermissionError, "pid does not match peer credentials");
   if (req.ptag == 0 || req.ptag > 255) return refuse(rc::kInvalidParam, "invalid ptag");
   Credential c{req.ptag, req.cookie};
-  if (!credentials_.contains(c) && cfg_.allow_any_credential) credentials_[c] = peer.uid;
-  if (!may_use(peer, c)) return refuse(rc::kPermissionError, "credential not issued to this user");
+  if (!credentials_.contains(c) && cfg_.allow_any_credential) credentials_[c] = CredOwner{peer.uid, 0, false};
+  if (!may_use(peer, c)) {
+    ++ctr_.attach_refused;
+    return refuse_credential(peer, "attach", c);
+  }
   if (find_cdm(c, req.inst_id)) return refuse(rc::kInvalidParam, "inst_id already in use in this domain");
+  if (!may_take(peer, Resource::kCdms, peer.pid, c)) return refuse(rc::kErrorResource, "CDM limit reached");
   std::unique_ptr<CdmRegion> region;
   try {
     region = std::make_unique<CdmRegion>(cfg_.nic_addr, cfg_.device_type, req, peer.pid, next_attach_++,
@@ -631,13 +726,15 @@ int Node::attach(Peer& peer, const ctl::Attach& req, ctl::AttachReply& rep, int&
   rep.attach_id = region->attach_id();
   rep.region_size = region->region_size();
   rep.ro_size = kRoSize;
-  pass_fd = region->memfd();
+  pass_fds = {region->ro_memfd(), region->heap_memfd()};
   peer.attach_id = region->attach_id();
   spdlog::info("nic {}: pid {} attached inst {} ptag {} (attach {})", cfg_.nic_addr, peer.pid, req.inst_id, req.ptag,
                peer.attach_id);
-  bte_.region_attached(region->memfd(), region->region_size(), peer.pid);
+  bte_.region_attached(region->ro_memfd(), region->heap_memfd(), region->region_size(), peer.pid);
   if (auto sib = family(peer.pid, c); !sib.empty()) mdd_copy_into(*region, *sib.front());
-  stats_.cdm_attached(peer.attach_id, peer.pid, peer.uid, req.inst_id, req.ptag, req.cookie);
+  // The page is readable by every local user: it names the job's uid and ptag, not its cookie.
+  stats_.cdm_attached(peer.attach_id, peer.pid, peer.uid, req.inst_id, req.ptag, 0);
+  leases_.add(region->header());
   cdms_[peer.attach_id] = std::move(region);
   ++ctr_.attaches;
   return rc::kSuccess;
@@ -656,6 +753,7 @@ void Node::connection_closed(Peer& peer) {
   pid_t pid = it->second->pid();
   Credential cred = it->second->credential();
   stats_.cdm_detached(peer.attach_id, it->second->counter_block());
+  leases_.remove(it->second->header());
   cdms_.erase(it);
   mdd_drop_origin(peer.attach_id, family(pid, cred));
   peer.attach_id = 0;
@@ -666,6 +764,7 @@ void Node::shutdown() {
     r->kill(kRegionNicDown);
     bte_.region_gone(id);
     stats_.cdm_detached(id, r->counter_block());
+    leases_.remove(r->header());
   }
   cdms_.clear();
   for (auto& [c, seg] : msgqs_) seg->kill(msgq::kSegmentNicDown);
@@ -673,15 +772,21 @@ void Node::shutdown() {
   bte_.stop();
 }
 
-nlohmann::json Node::status() const {
+nlohmann::json Node::status(const Peer* viewer) const {
   using nlohmann::json;
+  // Another user's cookie is not shown: it would not let the viewer in (the uid check
+  // does not depend on secrecy), but it is the job's business, as on a Cray.
+  auto shown_cookie = [&](const Credential& c) -> json {
+    if (!viewer || may_use(*viewer, c)) return c.cookie;
+    return nullptr;
+  };
   json cdms = json::array();
   for (const auto& [id, r] : cdms_) {
     cdms.push_back({{"attach_id", id},
                     {"pid", r->pid()},
                     {"inst_id", r->inst_id()},
                     {"ptag", r->credential().ptag},
-                    {"cookie", r->credential().cookie},
+                    {"cookie", shown_cookie(r->credential())},
                     {"alive", r->alive()},
                     {"registrations", r->live_registrations()},
                     {"cqs", r->live_cqs()},
@@ -691,7 +796,11 @@ nlohmann::json Node::status() const {
   json msgqs = json::array();
   for (const auto& [c, seg] : msgqs_) msgqs.push_back(seg->status());
   json creds = json::array();
-  for (const auto& [c, uid] : credentials_) creds.push_back({{"ptag", c.ptag}, {"cookie", c.cookie}, {"uid", uid}});
+  for (const auto& [c, o] : credentials_) {
+    json e{{"ptag", c.ptag}, {"cookie", shown_cookie(c)}, {"uid", o.uid}};
+    if (o.has_gid) e["gid"] = o.gid;
+    creds.push_back(e);
+  }
   auto up = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   return json{{"nic_addr", cfg_.nic_addr},
               {"device_type", cfg_.device_type == rc::kDeviceAries ? "aries" : "gemini"},
@@ -728,7 +837,9 @@ nlohmann::json Node::status() const {
                 {"datagrams_backlog", dgrams_.backlog_count()},
                 {"msgq_joins", ctr_.msgq_joins},
                 {"msgq_join_refused", ctr_.msgq_join_refused},
-                {"msgq_lookups", ctr_.msgq_lookups}}}};
+                {"msgq_lookups", ctr_.msgq_lookups},
+                {"credential_refused", ctr_.credential_refused},
+                {"resource_refused", ctr_.resource_refused}}}};
 }
 
 }  // namespace nicemu::daemon

@@ -4,11 +4,11 @@
 #pragma once
 #include <sys/types.h>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -19,7 +19,9 @@
 #include "nicemu/daemon/cdm_region.h"
 #include "nicemu/daemon/daemon_links.h"
 #include "nicemu/daemon/datagram_matcher.h"
+#include "nicemu/daemon/lease_keeper.h"
 #include "nicemu/daemon/msgq_segment.h"
+#include "nicemu/daemon/resource_limits.h"
 #include "nicemu/daemon/stats_page.h"
 #include "nicemu/fault/fault_page.h"
 
@@ -38,7 +40,12 @@ struct NodeConfig {
   std::string stats_path;     // counter page file; empty = private memory (no readers)
   std::string fault_path;     // fault page file (abi/fault_layout.h); empty = private memory
   std::string fault_spec;     // fault configuration at start (--fault); "" or "off" = none
+  ResourceLimits limits = ResourceLimits::defaults();
 };
+
+// Descriptors sent along with a reply (SCM_RIGHTS), -1 = none; owned by the node. A CDM
+// region takes two (read-only section, heap: abi/region_map.h).
+using PassFds = std::array<int, 2>;
 
 // Identity of a control connection (SO_PEERCRED) and the CDM it attached, if any.
 struct Peer {
@@ -47,6 +54,14 @@ struct Peer {
   uid_t uid = 0;
   gid_t gid = 0;
   uint64_t attach_id = 0;  // 0 = this connection attached nothing
+  uint64_t refusals = 0;   // credential and limit refusals on this connection (log rate limit)
+};
+
+// Who may use a job credential: one uid, and optionally the processes of one group.
+struct CredOwner {
+  uid_t uid = 0;
+  gid_t gid = 0;
+  bool has_gid = false;
 };
 
 // Node counters, bound to slots of the counter page (stats_page.h): `++ctr_.x` updates the
@@ -58,6 +73,7 @@ struct Counters {
   Counter malformed_messages, credentials_issued;
   Counter datagrams_posted, datagrams_cancelled;
   Counter msgq_joins, msgq_join_refused, msgq_lookups;
+  Counter credential_refused, resource_refused;
 };
 inline void to_json(nlohmann::json& j, const Counter& c) { j = c.value(); }
 
@@ -65,16 +81,17 @@ class Node {
  public:
   explicit Node(NodeConfig cfg);
 
-  // Handles one request from `peer`; fills `reply` and may set `pass_fd` to a descriptor
+  // Handles one request from `peer`; fills `reply` and may set `pass_fds` to descriptors
   // the caller sends along (still owned by the node).
-  void handle(Peer& peer, const char* msg, size_t len, std::vector<char>& reply, int& pass_fd);
+  void handle(Peer& peer, const char* msg, size_t len, std::vector<char>& reply, PassFds& pass_fds);
   // The connection closed: a CDM attached through it is reclaimed.
   void connection_closed(Peer& peer);
   // SIGTERM: every region goes NIC-down so clients see errors, not hangs.
   void shutdown();
   bool shutdown_requested() const { return shutdown_requested_; }
 
-  nlohmann::json status() const;
+  // `viewer`: the requester; cookies of credentials it may not use are left out.
+  nlohmann::json status(const Peer* viewer = nullptr) const;
   const NodeConfig& config() const { return cfg_; }
   Counters& counters() { return ctr_; }
   StatsPage& stats() { return stats_; }
@@ -87,8 +104,17 @@ class Node {
  private:
   template <typename Req>
   bool parse(const char* msg, size_t len, Req& out);
-  int attach(Peer& peer, const abi::ctl::Attach& req, abi::ctl::AttachReply& rep, int& pass_fd);
+  int attach(Peer& peer, const abi::ctl::Attach& req, abi::ctl::AttachReply& rep, PassFds& pass_fds);
   bool may_use(const Peer& peer, const Credential& c) const;
+  // Counts and logs (rate-limited per connection) a request refused because the caller
+  // may not use credential `c`; returns GNI_RC_PERMISSION_ERROR.
+  int refuse_credential(Peer& peer, const char* what, const Credential& c);
+  // Use of `r` now by process `pid` ({process, credential `c`}).
+  std::array<uint64_t, 2> usage(Resource r, pid_t pid, const Credential& c) const;
+  // False (counted and logged) if one more `r` for process `pid` in domain `c` would exceed
+  // the per-process or per-credential limit.
+  bool may_take(Peer& peer, Resource r, pid_t pid, const Credential& c);
+  int handle_cred(Peer& peer, const ctl::Header& h, const ctl::Cred& req, ctl::CredReply& r);
   CdmRegion* owned_cdm(const Peer& peer);
   CdmRegion* find_cdm(const Credential& c, uint32_t inst_id);
   // The live CDMs of process `pid` in domain `c` (process_mdd.h).
@@ -100,16 +126,17 @@ class Node {
   void publish_fault(abi::fault::Config c, bool seed_given, const char* why);
   void handle_datagram(Peer& peer, const ctl::Header& h, const char* msg, size_t len, std::vector<char>& reply);
   void handle_msgq(Peer& peer, const ctl::Header& h, const char* msg, size_t len, std::vector<char>& reply,
-                   int& pass_fd);
+                   PassFds& pass_fds);
   // The CDM leaves its domain's MSGQ segment (if it joined); the last member reclaims it.
   void msgq_leave(const CdmRegion& cdm);
 
   NodeConfig cfg_;
   StatsPage stats_{cfg_.stats_path, cfg_.nic_addr};
-  std::map<Credential, uid_t> credentials_;
+  std::map<Credential, CredOwner> credentials_;
   std::map<uint64_t, std::unique_ptr<CdmRegion>> cdms_;  // attach_id -> region
+  // After cdms_, so it ends (marking the regions still mapped NIC down) before they unmap.
+  LeaseKeeper leases_;
   uint64_t next_attach_ = 1;
-  std::mt19937_64 rng_;
   Counters ctr_;
   DaemonLinks links_;
   DatagramMatcher dgrams_;

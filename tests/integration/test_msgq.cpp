@@ -16,6 +16,7 @@
 
 #include "harness.h"
 #include "nicemu/abi/msgq_ring.h"
+#include "nicemu/abi/region_map.h"
 
 using namespace harness;
 namespace mq = nicemu::abi::msgq;
@@ -545,14 +546,17 @@ TEST_CASE("forged ring entries are counted and dropped, genuine ones delivered")
     req.ptag = c.ptag;
     req.cookie = c.cookie;
     nicemu::abi::ctl::MsgqLookupReply rep{};
-    int fd = -1;
-    CHILD_CHECK(conn.call(req, rep, &fd) && rep.r.rc == 0 && fd >= 0);
-    char* base = static_cast<char*>(mmap(nullptr, rep.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
-    CHILD_CHECK(base != MAP_FAILED);
+    int fds[2] = {-1, -1};  // tables (sealed), rings
+    CHILD_CHECK(conn.call(req, rep, fds, 2) && rep.r.rc == 0 && fds[0] >= 0 && fds[1] >= 0);
+    // The tables cannot be mapped writable; the rings can (that is where senders write).
+    CHILD_CHECK(mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0) == MAP_FAILED);
+    alignas(mq::SegmentHeader) unsigned char raw[sizeof(mq::SegmentHeader)];
+    CHILD_CHECK(pread(fds[0], raw, sizeof raw, 0) == ssize_t(sizeof raw));
     mq::SegmentView v;
-    v.base = base;
-    v.attrs = v.header()->attrs;
+    v.attrs = reinterpret_cast<const mq::SegmentHeader*>(raw)->attrs;
     v.lay = mq::segment_layout(v.attrs);
+    v.base = nicemu::abi::map_split(fds[0], fds[1], v.lay.ro_size, rep.size);
+    CHILD_CHECK(v.base != nullptr);
     uint32_t ring = 0, pe = 0, gen = 0, inst = 0, mgen = 0;
     CHILD_CHECK(v.read_rx(ring, pe, gen) && pe == cl.addr(0));
     CHILD_CHECK(v.read_member(0, inst, mgen) && inst == 3);

@@ -89,8 +89,12 @@ nlohmann::json Link::status() {
   }
 }
 
-abi::ctl::CredReply Link::cred(Op op, uid_t uid, uint32_t ptag, uint32_t cookie) {
+abi::ctl::CredReply Link::cred(Op op, uid_t uid, uint32_t ptag, uint32_t cookie, int64_t gid) {
   abi::ctl::Cred req{};
+  if (gid >= 0) {
+    req.flags = abi::ctl::kCredGid;
+    req.gid = static_cast<uint32_t>(gid);
+  }
   req.h.op = static_cast<uint16_t>(op);
   req.uid = static_cast<uint32_t>(uid);
   req.ptag = ptag;

@@ -52,7 +52,8 @@ class Link {
   nlohmann::json status();
   // A credential request (kCredIssue/kCredGrant/kCredRevoke); the reply's rc is left to
   // the caller, a missing or malformed reply throws.
-  abi::ctl::CredReply cred(abi::ctl::Op op, uid_t uid, uint32_t ptag, uint32_t cookie);
+  // `gid` < 0: the credential is for `uid` alone.
+  abi::ctl::CredReply cred(abi::ctl::Op op, uid_t uid, uint32_t ptag, uint32_t cookie, int64_t gid = -1);
   // A fault-injection request (kFaultSet with `spec`, or kFaultGet when `get`); the reply's
   // rc is left to the caller, a missing or malformed reply throws.
   abi::ctl::FaultReply fault(bool get, bool replace, const std::string& spec);

@@ -195,6 +195,7 @@ int cmd_top(const Globals& g, double interval_s, unsigned iterations, bool no_cl
 
 struct CredOptions {
   uint32_t uid = static_cast<uint32_t>(getuid());
+  int64_t gid = -1;  // -1: for the user alone
   std::string ptag, cookie;
   bool as_json = false;
   bool export_vars = false;
@@ -204,10 +205,10 @@ int cmd_cred_issue(const Globals& g, const CredOptions& o) {
   std::vector<Link> links = g.connect();
   uint32_t want_ptag = o.ptag.empty() ? 0 : as_u32(o.ptag);  // 0: the daemon chooses
   uint32_t want_cookie = o.cookie.empty() ? 0 : as_u32(o.cookie);
-  auto rep = links[0].cred(Op::kCredIssue, o.uid, want_ptag, want_cookie);
+  auto rep = links[0].cred(Op::kCredIssue, o.uid, want_ptag, want_cookie, o.gid);
   if (rep.r.rc != gni::kSuccess) throw cred_refused(links[0], "cred issue", rep.r.rc);
   for (size_t i = 1; i < links.size(); ++i) {
-    auto gr = links[i].cred(Op::kCredGrant, o.uid, rep.ptag, rep.cookie);
+    auto gr = links[i].cred(Op::kCredGrant, o.uid, rep.ptag, rep.cookie, o.gid);
     if (gr.r.rc == gni::kSuccess) continue;
     CtlError err = cred_refused(links[i], "cred grant", gr.r.rc);
     // A credential the daemons chose is new everywhere: take it back so no node is left
@@ -230,7 +231,7 @@ int cmd_cred_grant(const Globals& g, const CredOptions& o) {
   int status = 0;
   for (Link& l : links) {
     try {
-      auto rep = l.cred(Op::kCredGrant, o.uid, ptag, cookie);
+      auto rep = l.cred(Op::kCredGrant, o.uid, ptag, cookie, o.gid);
       if (rep.r.rc != gni::kSuccess) throw cred_refused(l, "cred grant", rep.r.rc);
       fmt::print("{}: granted {} to uid {}\n", l.target().label(), cred_text(ptag, cookie), o.uid);
     } catch (const CtlError& e) {
@@ -286,8 +287,9 @@ int cmd_cred_list(const Globals& g, const CredOptions& o) {
       for (const auto& c : n.value("credentials", json::array()))
         creds.push_back({{"nic_addr", n.value("nic_addr", 0u)},
                          {"ptag", c.value("ptag", 0u)},
-                         {"cookie", c.value("cookie", 0u)},
-                         {"uid", c.value("uid", 0u)}});
+                         {"cookie", c.value("cookie", json(nullptr))},
+                         {"uid", c.value("uid", 0u)},
+                         {"gid", c.value("gid", json(nullptr))}});
     fmt::print("{}\n", json{{"credentials", creds}}.dump(2));
     return 0;
   }
@@ -388,6 +390,9 @@ int main(int argc, char** argv) {
                            "issue a credential on the first selected daemon and grant it on the others; prints\n"
                            "PMI_GNI_PTAG=... and PMI_GNI_COOKIE=... lines (use: export $(nicemuctl cred issue))");
   issue->add_option("--uid", co.uid, "user the credential is for (default: yours)")->type_name("UID");
+  issue->add_option("--gid", co.gid, "also let processes of this group (their effective gid) use it")
+      ->type_name("GID")
+      ->check(CLI::Range(int64_t{0}, int64_t{0xFFFFFFFE}));
   issue->add_option("--ptag", co.ptag, "ptag to use (default: chosen by the daemon)")
       ->type_name("N")
       ->check(u32_validator(1, 255));
@@ -403,6 +408,9 @@ int main(int argc, char** argv) {
       ->type_name("N")
       ->check(u32_validator(0, 0xFFFFFFFF));
   grant->add_option("--uid", co.uid, "user the credential is for (default: yours)")->type_name("UID");
+  grant->add_option("--gid", co.gid, "also let processes of this group (their effective gid) use it")
+      ->type_name("GID")
+      ->check(CLI::Range(int64_t{0}, int64_t{0xFFFFFFFE}));
 
   auto* revoke = cred->add_subcommand("revoke", "revoke a credential on the selected daemons");
   revoke->add_option("--ptag", co.ptag, "ptag")->required()->type_name("N")->check(u32_validator(1, 255));

@@ -89,15 +89,14 @@ gni_return_t GNI_CdmAttach(gni_cdm_handle_t cdm_hndl, uint32_t device_id, uint32
   req.pid = static_cast<uint32_t>(getpid());
   req.abi_version = abi::kAbiVersion;
   abi::ctl::AttachReply rep{};
-  int fd = -1;
-  if (!nic->conn.call(req, rep, &fd)) return GNI_RC_ERROR_RESOURCE;
-  if (rep.r.rc != GNI_RC_SUCCESS) {
-    if (fd >= 0) close(fd);
-    return static_cast<gni_return_t>(rep.r.rc);
+  int fds[2] = {-1, -1};  // read-only section, heap
+  if (!nic->conn.call(req, rep, fds, 2)) return GNI_RC_ERROR_RESOURCE;
+  if (rep.r.rc != GNI_RC_SUCCESS || fds[1] < 0) {
+    for (int fd : fds)
+      if (fd >= 0) close(fd);
+    return rep.r.rc != GNI_RC_SUCCESS ? static_cast<gni_return_t>(rep.r.rc) : GNI_RC_ERROR_RESOURCE;
   }
-  if (fd < 0) return GNI_RC_ERROR_RESOURCE;
-  nic->self = Region::map(fd, rep.region_size, rep.ro_size);
-  close(fd);
+  nic->self = Region::map(fds, rep.region_size, rep.ro_size);
   if (!nic->self) return GNI_RC_ERROR_NOMEM;
   nic->counters = map_counter_block(*nic->self);
   nic->cdm = c;

@@ -19,6 +19,10 @@ namespace actl = nicemu::abi::ctl;
 
 namespace {
 
+// Datagram posts of this process not yet consumed, against the daemon's per-process limit
+// (posts are one-way, so the documented ERROR_RESOURCE has to be decided here).
+std::atomic<uint32_t> g_outstanding{0};
+
 uint64_t now_ms() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -39,6 +43,7 @@ bool open_ring(Nic* n) {
   d.ring.ctl = reinterpret_cast<abi::DgramRingCtl*>(n->self->base + rep.ctl_offset);
   d.ring.events = reinterpret_cast<abi::DgramEvent*>(n->self->base + rep.ctl_offset + sizeof(abi::DgramRingCtl));
   d.ring.mask = cap - 1;
+  d.post_limit = rep.post_limit;
   return true;
 }
 
@@ -77,6 +82,8 @@ gni_return_t post(Ep* ep, void* in_data, uint16_t data_len, void* out_buf, uint1
   if (ep->dgram_seq != 0) return GNI_RC_ERROR_RESOURCE;  // one outstanding datagram per EP
   if (!n->self->alive()) return GNI_RC_INVALID_STATE;
   if (!open_ring(n)) return GNI_RC_ERROR_RESOURCE;
+  if (d.post_limit != 0 && g_outstanding.load(std::memory_order_relaxed) >= d.post_limit)
+    return GNI_RC_ERROR_RESOURCE;
   actl::DgramSubmit req{};
   req.h.op = static_cast<uint16_t>(actl::Op::kDgramSubmit);
   req.lib_seq = d.next_seq + 1;
@@ -92,6 +99,7 @@ gni_return_t post(Ep* ep, void* in_data, uint16_t data_len, void* out_buf, uint1
   // Sent under the lock, so a cancel of this EP from another thread reaches the daemon after it.
   if (!n->conn.send(&req, sizeof req)) return GNI_RC_ERROR_RESOURCE;
   d.next_seq = req.lib_seq;
+  g_outstanding.fetch_add(1, std::memory_order_relaxed);
   ep->dgram_seq = req.lib_seq;
   ep->dgram_has_id = has_id;
   ep->dgram_id = id;
@@ -130,6 +138,7 @@ gni_return_t test(Ep* ep, bool by_id, uint64_t id, gni_post_state_t* state, uint
   }
   d.finished.erase(it);  // consumed
   ep->dgram_seq = 0;
+  g_outstanding.fetch_sub(1, std::memory_order_relaxed);
   return rc;
 }
 
@@ -198,7 +207,14 @@ gni_return_t cancel(Ep* ep, bool by_id, uint64_t id) {
 }  // namespace
 
 namespace nicemu::ugni {
-void cancel_datagram_of(Ep* ep) { (void)cancel(ep, false, 0); }
+void cancel_datagram_of(Ep* ep) {
+  (void)cancel(ep, false, 0);
+  std::lock_guard<std::mutex> lk(ep->nic->dgram.mu);
+  if (ep->dgram_seq != 0) {  // the EP goes away: its post no longer counts
+    ep->dgram_seq = 0;
+    g_outstanding.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
 }  // namespace nicemu::ugni
 
 extern "C" {

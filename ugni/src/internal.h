@@ -52,11 +52,13 @@ struct Region {
   uint32_t nic_addr = 0;
   uint32_t inst_id = 0;
 
-  static std::shared_ptr<Region> map(int fd, uint64_t size, uint64_t ro_size);
+  // Maps a region from its two memfds (abi/region_map.h); closes both. Refuses a region
+  // whose read-only section is not sealed against writers.
+  static std::shared_ptr<Region> map(int (&fds)[2], uint64_t size, uint64_t ro_size);
   ~Region();
 
   const abi::RegionHeader* header() const { return reinterpret_cast<const abi::RegionHeader*>(base); }
-  uint32_t state() const { return header()->state.load(std::memory_order_acquire); }
+  uint32_t state() const { return abi::region_state(*header()); }
   bool alive() const { return state() == abi::kRegionAlive; }
   // Copies registration `slot` out under its seqlock; false if it kept changing.
   bool read_reg(uint32_t slot, abi::RegEntry& out) const;
@@ -117,6 +119,7 @@ struct DgramState {
   std::mutex mu;                               // serialises everything below and the EPs' dgram_*
   abi::DgramRingView ring;                     // invalid until the first post
   uint64_t next_seq = 0;
+  uint32_t post_limit = 0;                     // per-process outstanding posts; 0 = none
   std::map<uint64_t, DgramFinished> finished;  // lib_seq -> finished post, in posting order
 };
 

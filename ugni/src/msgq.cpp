@@ -30,6 +30,7 @@
 #include "nicemu/abi/futex.h"
 #include "nicemu/abi/msgq_layout.h"
 #include "nicemu/abi/msgq_ring.h"
+#include "nicemu/abi/region_map.h"
 
 using namespace nicemu;
 using namespace nicemu::ugni;
@@ -57,25 +58,34 @@ struct Segment {
   bool alive() const { return view.header()->state.load(std::memory_order_acquire) == mq::kSegmentAlive; }
   mq::RingView ring(uint32_t i) const { return mq::RingView::at(view.ring(i), view.attrs.smsg_q_sz, view.lay.slot_size); }
 
-  // Maps a segment the daemon passed. Its attributes come from the daemon-written header
-  // (nodes may differ in nloc_insts and num_msgq_eps); the layout is recomputed from them
-  // and must match the header and the size. nullptr if anything is off.
-  static std::shared_ptr<Segment> map(int fd, uint64_t size) {
-    if (size < mq::kPageSize || size > mq::kMaxSegmentBytes) return nullptr;
-    void* p = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) return nullptr;
-    auto s = std::make_shared<Segment>();
-    s->view.base = static_cast<char*>(p);
-    s->view.lay.total_size = size;  // what the destructor unmaps until the layout is known
-    const mq::SegmentHeader* h = s->view.header();
+  // Maps a segment the daemon passed as two memfds (tables, sealed; rings), and closes
+  // them. Its attributes come from the daemon-written header (nodes may differ in
+  // nloc_insts and num_msgq_eps); the layout is recomputed from them and must match the
+  // header and the size. nullptr if anything is off.
+  static std::shared_ptr<Segment> map(int (&fds)[2], uint64_t size) {
+    auto s = map_fds(fds, size);
+    for (int& fd : fds) {
+      if (fd >= 0) close(fd);
+      fd = -1;
+    }
+    return s;
+  }
+  static std::shared_ptr<Segment> map_fds(const int (&fds)[2], uint64_t size) {
+    if (size < mq::kPageSize || size > mq::kMaxSegmentBytes || fds[0] < 0 || fds[1] < 0) return nullptr;
+    if (!abi::ro_sealed(fds[0])) return nullptr;  // tables a member could rewrite: refused
+    // The header first (read, not mapped: the tables' size follows from it).
+    alignas(mq::SegmentHeader) unsigned char raw[sizeof(mq::SegmentHeader)];
+    if (pread(fds[0], raw, sizeof raw, 0) != static_cast<ssize_t>(sizeof raw)) return nullptr;
+    const auto* h = reinterpret_cast<const mq::SegmentHeader*>(raw);
     if (h->magic != mq::kSegmentMagic || h->version != mq::kVersion || h->total_size != size) return nullptr;
     mq::Attrs a = h->attrs;
     if (!mq::attrs_valid(a)) return nullptr;
     mq::Layout lay = mq::segment_layout(a);
     if (lay.total_size != size || lay.ro_size != h->ro_size) return nullptr;
-    if (mmap(s->view.base + lay.ro_size, size - lay.ro_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
-             static_cast<off_t>(lay.ro_size)) == MAP_FAILED)
-      return nullptr;
+    char* base = abi::map_split(fds[0], fds[1], lay.ro_size, size);
+    if (!base) return nullptr;
+    auto s = std::make_shared<Segment>();
+    s->view.base = base;
     s->view.lay = lay;
     s->view.attrs = a;
     s->id = h->segment_id;
@@ -213,7 +223,7 @@ gni_return_t lookup_segment(Msgq* q, uint32_t pe, std::shared_ptr<Segment>& out)
   req.ptag = n->cdm->ptag;
   req.cookie = n->cdm->cookie;
   abi::ctl::MsgqLookupReply rep{};
-  int fd = -1;
+  int fds[2] = {-1, -1};  // tables, rings
   {
     std::lock_guard<std::mutex> lk(n->peers_mu);
     auto& d = n->daemons[pe];
@@ -224,17 +234,17 @@ gni_return_t lookup_segment(Msgq* q, uint32_t pe, std::shared_ptr<Segment>& out)
         return GNI_RC_INVALID_STATE;
       }
     }
-    if (!d->call(req, rep, &fd)) {
+    if (!d->call(req, rep, fds, 2)) {
       n->daemons.erase(pe);
       return GNI_RC_INVALID_STATE;
     }
   }
-  if (rep.r.rc != GNI_RC_SUCCESS || fd < 0) {
-    if (fd >= 0) close(fd);
+  if (rep.r.rc != GNI_RC_SUCCESS || fds[1] < 0) {
+    for (int fd : fds)
+      if (fd >= 0) close(fd);
     return GNI_RC_INVALID_STATE;  // the node's queue is gone (or refused to us)
   }
-  auto s = Segment::map(fd, rep.size);
-  close(fd);
+  auto s = Segment::map(fds, rep.size);
   // The remote queue must carry messages of our size into rings of our depth.
   if (!s || s->id != rep.segment_id || s->nic_addr != pe || s->view.attrs.max_msg_sz != q->attrs.max_msg_sz ||
       s->view.attrs.smsg_q_sz != q->attrs.smsg_q_sz)
@@ -432,14 +442,14 @@ gni_return_t GNI_MsgqInit(gni_nic_handle_t nic_hndl, gni_msgq_rcv_cb_func* rcv_c
   req.h.op = static_cast<uint16_t>(abi::ctl::Op::kMsgqJoin);
   req.attrs = a;
   abi::ctl::MsgqJoinReply rep{};
-  int fd = -1;
-  if (!n->conn.call(req, rep, &fd)) return GNI_RC_INVALID_STATE;
-  if (rep.r.rc != GNI_RC_SUCCESS || fd < 0) {
-    if (fd >= 0) close(fd);
+  int fds[2] = {-1, -1};  // tables, rings
+  if (!n->conn.call(req, rep, fds, 2)) return GNI_RC_INVALID_STATE;
+  if (rep.r.rc != GNI_RC_SUCCESS || fds[1] < 0) {
+    for (int fd : fds)
+      if (fd >= 0) close(fd);
     return rep.r.rc != GNI_RC_SUCCESS ? static_cast<gni_return_t>(rep.r.rc) : GNI_RC_INVALID_STATE;
   }
-  auto seg = Segment::map(fd, rep.size);
-  close(fd);
+  auto seg = Segment::map(fds, rep.size);
   auto q = std::make_unique<Msgq>();
   if (!seg || seg->id != rep.segment_id || seg->nic_addr != n->nic_addr || !(seg->view.attrs == a) ||
       rep.member >= a.nloc_insts) {

@@ -13,23 +13,21 @@
 
 #include "internal.h"
 #include "nicemu/abi/region_access.h"
+#include "nicemu/abi/region_map.h"
 #include "nicemu/common/params.h"
 
 namespace nicemu::ugni {
 
 using namespace nicemu::abi;
 
-std::shared_ptr<Region> Region::map(int fd, uint64_t size, uint64_t ro_size) {
-  if (size < ro_size || ro_size != kRoSize) return nullptr;
-  void* base = mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (base == MAP_FAILED) return nullptr;
-  char* b = static_cast<char*>(base);
-  if (mmap(b, ro_size, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED ||
-      mmap(b + ro_size, size - ro_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
-           static_cast<off_t>(ro_size)) == MAP_FAILED) {
-    munmap(base, size);
-    return nullptr;
+std::shared_ptr<Region> Region::map(int (&fds)[2], uint64_t size, uint64_t ro_size) {
+  char* b = nullptr;
+  if (ro_size == kRoSize && fds[0] >= 0 && ro_sealed(fds[0])) b = map_region(fds[0], fds[1], size);
+  for (int& fd : fds) {
+    if (fd >= 0) close(fd);
+    fd = -1;
   }
+  if (!b) return nullptr;
   auto r = std::make_shared<Region>();
   r->base = b;
   r->size = size;

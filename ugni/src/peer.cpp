@@ -38,19 +38,19 @@ std::shared_ptr<Region> Nic::resolve(uint32_t addr, uint32_t inst, uint64_t& sta
   req.ptag = cdm->ptag;
   req.cookie = cdm->cookie;
   abi::ctl::PeerLookupReply rep{};
-  int fd = -1;
-  if (!c->call(req, rep, &fd)) {
+  int fds[2] = {-1, -1};  // read-only section, heap
+  if (!c->call(req, rep, fds, 2)) {
     if (addr != nic_addr) daemons.erase(addr);
     status = cqe::kErrNicDown;
     return nullptr;
   }
-  if (rep.r.rc != GNI_RC_SUCCESS || fd < 0) {
-    if (fd >= 0) close(fd);
+  if (rep.r.rc != GNI_RC_SUCCESS || fds[1] < 0) {
+    for (int fd : fds)
+      if (fd >= 0) close(fd);
     status = rep.r.rc == GNI_RC_PERMISSION_ERROR ? cqe::kErrProtection : cqe::kErrNoPeer;
     return nullptr;
   }
-  auto r = Region::map(fd, rep.region_size, rep.ro_size);
-  close(fd);
+  auto r = Region::map(fds, rep.region_size, rep.ro_size);
   if (!r || !r->alive()) {
     status = cqe::kErrPeerGone;
     return nullptr;

@@ -1,0 +1,130 @@
+// The read-only section of a CDM region cannot be made writable by the processes that get
+// its memfd (the owner at attach, peers by lookup): no writable shared mapping, no
+// mprotect to write, no write(), no hole punching, no reopening for write, no unsealing.
+// A private writable mapping is allowed and changes nothing that others see.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <sys/mman.h>
+
+#include <cstring>
+
+#include "harness.h"
+#include "nicemu/abi/shm_layout.h"
+
+using namespace harness;
+namespace ctl = nicemu::abi::ctl;
+namespace abi = nicemu::abi;
+
+namespace {
+
+// What a client holding the read-only memfd can try; every attempt to write must fail.
+void check_read_only(int ro_fd, int heap_fd, uint64_t region_size) {
+  int seals = fcntl(ro_fd, F_GET_SEALS);
+  CHECK((seals & F_SEAL_FUTURE_WRITE) != 0);
+  CHECK((seals & F_SEAL_SEAL) != 0);
+  CHECK(fcntl(ro_fd, F_ADD_SEALS, F_SEAL_WRITE) == -1);  // sealed seals: no changes at all
+
+  errno = 0;
+  CHECK(mmap(nullptr, abi::kRoSize, PROT_READ | PROT_WRITE, MAP_SHARED, ro_fd, 0) == MAP_FAILED);
+  CHECK(errno == EPERM);
+
+  void* ro = mmap(nullptr, abi::kRoSize, PROT_READ, MAP_SHARED, ro_fd, 0);
+  REQUIRE(ro != MAP_FAILED);
+  CHECK(mprotect(ro, abi::kRoSize, PROT_READ | PROT_WRITE) == -1);
+  const auto* h = static_cast<const abi::RegionHeader*>(ro);
+  CHECK(h->magic == abi::kRegionMagic);
+
+  uint32_t forged = 0xDEADBEEF;
+  CHECK(pwrite(ro_fd, &forged, sizeof forged, 0) == -1);
+  CHECK(fallocate(ro_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4096) == -1);
+  CHECK(ftruncate(ro_fd, 0) == -1);
+
+  // Reopening through /proc gives the same sealed file.
+  std::string self = "/proc/self/fd/" + std::to_string(ro_fd);
+  int again = open(self.c_str(), O_RDWR);
+  if (again >= 0) {
+    CHECK(mmap(nullptr, abi::kRoSize, PROT_READ | PROT_WRITE, MAP_SHARED, again, 0) == MAP_FAILED);
+    CHECK(write(again, &forged, sizeof forged) == -1);
+    close(again);
+  }
+
+  // A private copy may be scribbled on; the shared view is unchanged.
+  void* priv = mmap(nullptr, abi::kRoSize, PROT_READ | PROT_WRITE, MAP_PRIVATE, ro_fd, 0);
+  REQUIRE(priv != MAP_FAILED);
+  std::memcpy(priv, &forged, sizeof forged);
+  CHECK(h->magic == abi::kRegionMagic);
+  munmap(priv, abi::kRoSize);
+  munmap(ro, abi::kRoSize);
+
+  // The heap stays writable (rings, mailboxes) and is sized as announced.
+  void* heap = mmap(nullptr, region_size - abi::kRoSize, PROT_READ | PROT_WRITE, MAP_SHARED, heap_fd, 0);
+  CHECK(heap != MAP_FAILED);
+  if (heap != MAP_FAILED) munmap(heap, region_size - abi::kRoSize);
+  CHECK(ftruncate(heap_fd, 0) == -1);  // size sealed
+}
+
+}  // namespace
+
+TEST_CASE("the read-only section stays read-only for its owner and for peers") {
+  Cluster cl(1);
+  Cred c = cl.credential();
+
+  nicemu::ctl::Connection owner;
+  REQUIRE(owner.connect(cl.socket(0)));
+  ctl::Attach at{};
+  at.h.op = uint16_t(ctl::Op::kAttach);
+  at.inst_id = 3;
+  at.ptag = c.ptag;
+  at.cookie = c.cookie;
+  at.pid = uint32_t(getpid());
+  at.abi_version = abi::kAbiVersion;
+  ctl::AttachReply ar{};
+  int fds[2] = {-1, -1};
+  REQUIRE(owner.call(at, ar, fds, 2));
+  REQUIRE(ar.r.rc == GNI_RC_SUCCESS);
+  REQUIRE(fds[0] >= 0);
+  REQUIRE(fds[1] >= 0);
+  CHECK(ar.ro_size == abi::kRoSize);
+  SUBCASE("owner") { check_read_only(fds[0], fds[1], ar.region_size); }
+
+  SUBCASE("peer") {
+    nicemu::ctl::Connection peer;
+    REQUIRE(peer.connect(cl.socket(0)));
+    ctl::PeerLookup pl{};
+    pl.h.op = uint16_t(ctl::Op::kPeerLookup);
+    pl.nic_addr = cl.addr(0);
+    pl.inst_id = 3;
+    pl.ptag = c.ptag;
+    pl.cookie = c.cookie;
+    ctl::PeerLookupReply pr{};
+    int pfds[2] = {-1, -1};
+    REQUIRE(peer.call(pl, pr, pfds, 2));
+    REQUIRE(pr.r.rc == GNI_RC_SUCCESS);
+    REQUIRE(pfds[0] >= 0);
+    REQUIRE(pfds[1] >= 0);
+    check_read_only(pfds[0], pfds[1], pr.region_size);
+    close(pfds[0]);
+    close(pfds[1]);
+  }
+  close(fds[0]);
+  close(fds[1]);
+}
+
+TEST_CASE("libugni attaches and works on the two-memfd region") {
+  Cluster cl(1);
+  Cred c = cl.credential();
+  pid_t p = cl.spawn(0, [&] {
+    Gni g;
+    CHILD_CHECK(g.open(1, c) == GNI_RC_SUCCESS);
+    static char buf[4096];
+    gni_mem_handle_t h;
+    CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(buf), sizeof buf, g.rcq, GNI_MEM_READWRITE, uint32_t(-1), &h) ==
+                GNI_RC_SUCCESS);
+    CHILD_CHECK(GNI_MemDeregister(g.nic, &h) == GNI_RC_SUCCESS);
+    return 0;
+  });
+  CHECK(cl.wait(p) == 0);
+}
