@@ -5,12 +5,15 @@
  * names the peer and the round. Finally an FMA PUT to the first peer, which lives on
  * another host, must complete with an error completion (not implemented across hosts
  * yet), not hang.
- *   fabric_dgram INST ROUNDS PEER_ADDR:PEER_INST...       exit 0 = all verified */
+ *   fabric_dgram INST ROUNDS PEER_ADDR:PEER_INST...       exit 0 = all verified
+ *   fabric_dgram pmi ROUNDS      under a PMI launcher (nicemu-run --fabric udp, mpiexec):
+ *                                inst = rank, every other rank is a peer */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gni_pub.h"
+#include "pmi.h"
 
 #define MAX_PEERS 16
 
@@ -20,16 +23,24 @@ static int fail(const char *what, int rc) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 4) {
+  int use_pmi = argc == 3 && strcmp(argv[1], "pmi") == 0;
+  if (argc < 4 && !use_pmi) {
     fprintf(stderr, "usage: fabric_dgram INST ROUNDS PEER_ADDR:PEER_INST...\n");
     return 2;
   }
-  uint32_t inst = (uint32_t)strtoul(argv[1], NULL, 0);
+  int rank = 0, size = 1;
+  if (use_pmi) {
+    int spawned;
+    if (PMI_Init(&spawned) != PMI_SUCCESS || PMI_Get_rank(&rank) != PMI_SUCCESS || PMI_Get_size(&size) != PMI_SUCCESS)
+      return fail("PMI_Init", -1);
+    if (size - 1 > MAX_PEERS) return 2;
+  }
+  uint32_t inst = use_pmi ? (uint32_t)rank : (uint32_t)strtoul(argv[1], NULL, 0);
   int rounds = atoi(argv[2]);
-  int npeers = argc - 3;
+  int npeers = use_pmi ? size - 1 : argc - 3;
   if (npeers > MAX_PEERS) return 2;
   uint32_t paddr[MAX_PEERS], pinst[MAX_PEERS];
-  for (int i = 0; i < npeers; ++i)
+  for (int i = 0; i < npeers && !use_pmi; ++i)
     if (sscanf(argv[3 + i], "%u:%u", &paddr[i], &pinst[i]) != 2) return 2;
   const char *ptag_s = getenv("PMI_GNI_PTAG"), *cookie_s = getenv("PMI_GNI_COOKIE");
   if (!ptag_s || !cookie_s) return fail("credential from the environment", -1);
@@ -43,6 +54,16 @@ int main(int argc, char **argv) {
   if (rc != GNI_RC_SUCCESS) return fail("GNI_CdmCreate", rc);
   rc = GNI_CdmAttach(cdm, 0, &my_addr, &nic);
   if (rc != GNI_RC_SUCCESS) return fail("GNI_CdmAttach", rc);
+  if (use_pmi) {
+    uint32_t me[2] = {my_addr, inst}, all[2 * (MAX_PEERS + 1)];
+    if (PMI_Allgather(me, all, sizeof me) != PMI_SUCCESS) return fail("PMI_Allgather", -1);
+    int k = 0;
+    for (int i = 0; i < size; ++i)
+      if (all[2 * i + 1] != inst) {
+        paddr[k] = all[2 * i];
+        pinst[k++] = all[2 * i + 1];
+      }
+  }
   gni_cq_handle_t cq;
   rc = GNI_CqCreate(nic, 64, 0, GNI_CQ_BLOCKING, NULL, NULL, &cq);
   if (rc != GNI_RC_SUCCESS) return fail("GNI_CqCreate", rc);
@@ -109,5 +130,9 @@ int main(int argc, char **argv) {
   printf("fabric_dgram %u/%u: %d rounds with %d peers verified\n", my_addr, inst, rounds, npeers);
   GNI_CqDestroy(cq);
   GNI_CdmDestroy(cdm);
+  if (use_pmi) {
+    PMI_Barrier();
+    PMI_Finalize();
+  }
   return 0;
 }

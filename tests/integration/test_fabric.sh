@@ -7,7 +7,8 @@
 #   3. one daemon restarted (new epoch): the others notice, datagrams work again;
 #   4. a live daemon under a barrage of random bytes, truncated headers, bad MACs, other
 #      versions, unknown sources, replays and garbage inside valid packets
-#      (fabric_packets.py): it keeps running and its counters show every drop.
+#      (fabric_packets.py): it keeps running and its counters show every drop;
+#   5. nicemu-run --fabric udp: a 4-rank PMI job over 3 nodes, each on its own "host".
 # Usage: test_fabric.sh BUILD_DIR FABRIC_PACKETS_PY     Exit: 0 pass, 1 fail, 77 skip.
 set -u
 
@@ -16,7 +17,8 @@ PACKETS=${2:-}
 DAEMON=$BUILD/nicemu/daemon/nicemu
 CTL=$BUILD/tools/nicemuctl/nicemuctl
 PROG=$BUILD/tests/integration/fabric_dgram
-for f in "$DAEMON" "$CTL" "$PROG"; do
+RUN=$BUILD/tools/nicemu-run/nicemu-run
+for f in "$DAEMON" "$CTL" "$PROG" "$RUN"; do
   [[ -x "$f" ]] || { echo "SKIP: $f not built" >&2; exit 77; }
 done
 command -v python3 >/dev/null || { echo "SKIP: python3 needed" >&2; exit 77; }
@@ -167,6 +169,19 @@ EOF
 else
   fail "fabric_packets.py"; sed 's/^/    /' "$TMP/packets.log" >&2
 fi
+
+# ---- 5. the launcher places nodes on separate "hosts" ----
+for a in "${!DAEMON_PID[@]}"; do stop_daemon "$a"; done
+if timeout -k 5 60 "$RUN" --fabric udp --rundir "$TMP/launcher" -n 4 --nodes 3 --timeout 50 "$PROG" pmi 10 \
+    >"$TMP/run.log" 2>&1; then
+  n=$(grep -c 'rounds with 3 peers verified' "$TMP/run.log")
+  [[ $n -eq 4 ]] && pass "nicemu-run --fabric udp: 4 ranks on 3 hosts, every pair verified" ||
+    { fail "nicemu-run --fabric udp: $n of 4 ranks verified"; sed 's/^/    /' "$TMP/run.log" >&2; }
+else
+  fail "nicemu-run --fabric udp"; sed 's/^/    /' "$TMP/run.log" >&2
+fi
+left=$(find "$TMP/launcher" -mindepth 1 -maxdepth 1 -name 'fabric-*' 2>/dev/null | wc -l)
+[[ $left -eq 0 ]] && pass "nicemu-run removed its fabric directory" || fail "nicemu-run left $left fabric directories"
 
 if [[ $FAILS -ne 0 ]]; then
   echo "--- daemon logs ---" >&2
