@@ -7,8 +7,10 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 
 #include <spdlog/spdlog.h>
 
@@ -70,6 +72,28 @@ UdpFabric::UdpFabric(asio::io_context& io, uint32_t self, fabric::FabricMap map,
   for (size_t i = 0; i < kBatch; ++i) {
     rx_iov_[i] = {rx_buf_.data() + i * kMaxPacket, kMaxPacket};
     tx_iov_[i] = {tx_buf_.data() + i * kMaxPacket, 0};
+  }
+  if (const char* s = std::getenv("NICEMU_FABRIC_IMPAIR"); s && *s) {
+    uint64_t seed = 1;
+    std::string spec(s);
+    for (size_t pos = 0; pos < spec.size();) {
+      size_t end = spec.find(',', pos);
+      if (end == std::string::npos) end = spec.size();
+      std::string kv = spec.substr(pos, end - pos);
+      pos = end + 1;
+      size_t eq = kv.find('=');
+      if (eq == std::string::npos) continue;
+      std::string k = kv.substr(0, eq);
+      double v = std::atof(kv.c_str() + eq + 1);
+      if (k == "loss") impair_.loss = v;
+      if (k == "dup") impair_.dup = v;
+      if (k == "reorder") impair_.reorder = v;
+      if (k == "seed") seed = static_cast<uint64_t>(v);
+    }
+    impair_.on = true;
+    impair_.rng.seed(seed ^ self_);
+    spdlog::warn("fabric: test impairment of outgoing packets: loss {} dup {} reorder {} seed {}", impair_.loss,
+                 impair_.dup, impair_.reorder, seed);
   }
   auto c = [&](nc::Counter k) { return stats_.node(k); };
   ctr_ = Ctr{c(nc::fabric_rx_packets),     c(nc::fabric_tx_packets),        c(nc::fabric_rx_bytes),
@@ -288,7 +312,36 @@ void UdpFabric::flush_all() {
   publish();
 }
 
+void UdpFabric::impaired_send() {
+  auto chance = [&](double p) { return std::uniform_real_distribution<double>(0, 1)(impair_.rng) < p; };
+  auto out = [&](const void* data, size_t len, const sockaddr_in& to) {
+    if (::sendto(fd_, data, len, MSG_DONTWAIT, reinterpret_cast<const sockaddr*>(&to), sizeof to) ==
+        static_cast<ssize_t>(len)) {
+      ++ctr_.tx_packets;
+      ctr_.tx_bytes.add(len);
+    }
+  };
+  for (size_t i = 0; i < tx_count_; ++i) {
+    const uint8_t* pkt = static_cast<const uint8_t*>(tx_iov_[i].iov_base);
+    size_t len = tx_iov_[i].iov_len;
+    if (chance(impair_.loss)) continue;
+    if (impair_.held.empty() && chance(impair_.reorder)) {
+      impair_.held.assign(pkt, pkt + len);
+      impair_.held_to = tx_addr_[i];
+      continue;
+    }
+    out(pkt, len, tx_addr_[i]);
+    if (chance(impair_.dup)) out(pkt, len, tx_addr_[i]);
+    if (!impair_.held.empty()) {
+      out(impair_.held.data(), impair_.held.size(), impair_.held_to);
+      impair_.held.clear();
+    }
+  }
+  tx_count_ = 0;
+}
+
 void UdpFabric::send_batch() {
+  if (impair_.on) return impaired_send();
   size_t done = 0;
   while (done < tx_count_) {
     for (size_t i = done; i < tx_count_; ++i) {

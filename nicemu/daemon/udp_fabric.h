@@ -23,6 +23,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <random>
 #include <vector>
 
 #include <asio.hpp>
@@ -108,6 +109,18 @@ class UdpFabric {
   std::array<sockaddr_in, kBatch> rx_addr_{}, tx_addr_{};
   size_t tx_count_ = 0;
   std::vector<uint8_t> scratch_;  // records of the packet being built
+
+  // Test-only impairment of outgoing packets (NICEMU_FABRIC_IMPAIR="loss=P,dup=P,
+  // reorder=P,seed=N"), for machines without tc netem. Deterministic by seed. To be folded
+  // into the fault injector.
+  struct Impair {
+    bool on = false;
+    double loss = 0, dup = 0, reorder = 0;
+    std::mt19937_64 rng;
+    std::vector<uint8_t> held;  // a packet held back to go after the next one (reorder)
+    sockaddr_in held_to{};
+  } impair_;
+  void impaired_send();
 
   struct Ctr {
     Counter rx_packets, tx_packets, rx_bytes, tx_bytes, short_or_bad_length, bad_magic, bad_version, bad_mac,
