@@ -18,6 +18,7 @@ ReliableChannel::ReliableChannel(ChannelConfig cfg, Deliver deliver)
   auto pow2 = [](uint32_t v) { return v && (v & (v - 1)) == 0; };
   if (!pow2(cfg_.window) || !pow2(cfg_.backlog) || cfg_.window > kWindow || cfg_.backlog < cfg_.window)
     cfg_ = ChannelConfig{};
+  rto_ = cfg_.rto_initial_us;
   out_ = std::make_unique<OutRecord[]>(cfg_.backlog);
   in_ = std::make_unique<InRecord[]>(cfg_.window);
 }
@@ -39,7 +40,6 @@ bool ReliableChannel::send(RecordType type, const void* data, size_t len) {
     r.acked = false;
     r.tries = 0;
     r.due_us = 0;
-    r.rto_us = cfg_.rto_initial_us;
     if (n) std::memcpy(r.data, p + i * kMaxRecordPayload, n);
     ++next_;
   }
@@ -71,6 +71,9 @@ size_t ReliableChannel::fill(uint64_t now_us, uint8_t* buf, size_t cap, uint16_t
     ++r.tries;
     ++st_.retransmits;
     r.rto_us = std::min(r.rto_us * 2, cfg_.rto_max_us);
+    // The backoff also applies to new records until a clean sample arrives; otherwise a
+    // path slower than the initial timeout would never yield one (every record resent).
+    rto_ = std::max(rto_, r.rto_us);
     r.due_us = now_us + r.rto_us;
   }
   // New records, as far as the window (the receiver's buffer) allows.
@@ -78,6 +81,8 @@ size_t ReliableChannel::fill(uint64_t now_us, uint8_t* buf, size_t cap, uint16_t
     OutRecord& r = out(sent_upto_);
     if (!put(r)) break;
     r.tries = 1;
+    r.rto_us = rto_;
+    r.sent_us = now_us;
     r.due_us = now_us + r.rto_us;
     ++st_.records_sent;
     ++sent_upto_;
@@ -85,15 +90,41 @@ size_t ReliableChannel::fill(uint64_t now_us, uint8_t* buf, size_t cap, uint16_t
   return used;
 }
 
-void ReliableChannel::on_ack(uint32_t ack, uint64_t sack, uint64_t) {
+void ReliableChannel::rtt_sample(uint64_t rtt) {
+  // RFC 6298's estimator, in integers.
+  if (srtt_ == 0) {
+    srtt_ = rtt;
+    rttvar_ = rtt / 2;
+  } else {
+    uint64_t err = rtt > srtt_ ? rtt - srtt_ : srtt_ - rtt;
+    rttvar_ = (3 * rttvar_ + err) / 4;
+    srtt_ = (7 * srtt_ + rtt) / 8;
+  }
+  rto_ = std::clamp(srtt_ + 4 * rttvar_, cfg_.rto_min_us, cfg_.rto_max_us);
+}
+
+void ReliableChannel::on_ack(uint32_t ack, uint64_t sack, uint64_t now_us) {
   // Only acknowledgements of records actually sent count; anything else is stale or bogus.
   if (before(ack, base_) || before(sent_upto_, ack)) return;
-  for (uint32_t s = base_; s != ack; ++s) out(s).acked = true;
+  // One RTT sample per ack: the most recently sent record it newly covers that was sent
+  // only once (a retransmitted one cannot tell which copy is acknowledged: Karn).
+  uint64_t newest = 0;
+  bool sampled = false;
+  auto take = [&](OutRecord& r) {
+    if (r.acked) return;
+    r.acked = true;
+    if (r.tries == 1 && r.sent_us <= now_us && (!sampled || r.sent_us > newest)) {
+      newest = r.sent_us;
+      sampled = true;
+    }
+  };
+  for (uint32_t s = base_; s != ack; ++s) take(out(s));
   for (uint32_t i = 0; i < 64 && sack; ++i) {
     if (!(sack >> i & 1)) continue;
     uint32_t s = ack + 1 + i;
-    if (!before(s, base_) && before(s, sent_upto_)) out(s).acked = true;
+    if (!before(s, base_) && before(s, sent_upto_)) take(out(s));
   }
+  if (sampled) rtt_sample(now_us - newest);
   advance_base();
 }
 

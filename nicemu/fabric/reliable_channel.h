@@ -5,7 +5,9 @@
 // until acknowledged. At most `window` records are unacknowledged (the receiver can always
 // buffer them: credit-based flow control). A record not acknowledged within its
 // retransmission timeout is sent again with the timeout doubled (exponential backoff, up to
-// rto_max). A record sent `max_tries` times without an ack takes the channel down: every
+// rto_max). The timeout of new records follows the measured round trip (smoothed RTT plus
+// four deviations, samples only from records sent once: Karn's rule), so a loaded host
+// does not retransmit spuriously. A record sent `max_tries` times without an ack takes the channel down: every
 // queued message is abandoned (counted), new messages are refused at once (fail fast), and
 // the channel comes back up when the peer is heard again.
 //
@@ -30,7 +32,8 @@ namespace nicemu::fabric {
 struct ChannelConfig {
   uint32_t window = abi::wire::kWindow;
   uint32_t backlog = 512;           // records queued (in flight + waiting), fixed ring
-  uint64_t rto_initial_us = 4000;   // first retransmission timeout
+  uint64_t rto_initial_us = 4000;   // retransmission timeout before any round trip is measured
+  uint64_t rto_min_us = 2000;       // floor of the measured timeout (scheduling noise on busy hosts)
   uint64_t rto_max_us = 250000;     // backoff ceiling
   uint32_t max_tries = 12;          // sends of one record before the peer counts as silent
 };
@@ -86,6 +89,8 @@ class ReliableChannel {
   // Messages still queued are abandoned (they were meant for the old incarnation).
   void reset();
   const ChannelStats& stats() const { return st_; }
+  uint64_t rto_us() const { return rto_; }
+  uint64_t srtt_us() const { return srtt_; }
 
  private:
   struct OutRecord {
@@ -96,6 +101,7 @@ class ReliableChannel {
     uint32_t tries = 0;
     uint64_t due_us = 0;   // next (re)transmission time once sent
     uint64_t rto_us = 0;
+    uint64_t sent_us = 0;  // first transmission (RTT sample when acked after one try)
     uint8_t data[abi::wire::kMaxRecordPayload];
   };
   struct InRecord {
@@ -120,6 +126,9 @@ class ReliableChannel {
   uint32_t base_ = 1, sent_upto_ = 1, next_ = 1;
   // Receiver: every record below rx_next_ delivered.
   uint32_t rx_next_ = 1;
+  // Round-trip estimate (microseconds); srtt_ 0 = no sample yet.
+  uint64_t srtt_ = 0, rttvar_ = 0, rto_ = 0;
+  void rtt_sample(uint64_t rtt);
   bool ack_owed_ = false;
   ChannelStats st_;
 };

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gni_pub.h"
 #include "pmi.h"
@@ -75,6 +76,8 @@ int main(int argc, char **argv) {
   }
 
   char in[MAX_PEERS][128], out[MAX_PEERS][128];
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
   for (int r = 0; r < rounds; ++r) {
     for (int i = 0; i < npeers; ++i) {
       snprintf(in[i], sizeof in[i], "from %u/%u round %d", my_addr, inst, r);
@@ -101,6 +104,9 @@ int main(int argc, char **argv) {
     }
   }
 
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double us = ((double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3) / (rounds ? rounds : 1);
+  printf("fabric_dgram %u/%u: %.1f us per round (post to every peer, wait for every match)\n", my_addr, inst, us);
   /* An operation not carried across hosts yet must fail, promptly. */
   if (npeers > 0 && getenv("FABRIC_DGRAM_REMOTE_FMA")) {
     static uint64_t src = 42;

@@ -144,6 +144,10 @@ void run_exchange(LinkModel m, uint64_t seed, int n) {
   CHECK(b.got == sent_a);  // exactly once, in order, whole
   CHECK(a.got == sent_b);
   CHECK(a.ch.state() == ReliableChannel::State::kUp);
+  // The timeout follows the measured round trip, within its bounds.
+  CHECK(a.ch.srtt_us() > 0);
+  CHECK(a.ch.rto_us() >= cfg.rto_min_us);
+  CHECK(a.ch.rto_us() <= cfg.rto_max_us);
   if (m.loss > 0) CHECK(a.ch.stats().retransmits > 0);
   if (m.dup > 0) CHECK(b.ch.stats().duplicates > 0);
 }
@@ -161,6 +165,37 @@ TEST_CASE("fabric channel: loss, duplication, reordering and jitter") {
 
 TEST_CASE("fabric channel: heavy loss still delivers exactly once") {
   run_exchange(LinkModel{0.5, 0.2, 0.3, 100, 100}, 99, 150);
+}
+
+TEST_CASE("fabric channel: no spurious retransmission on a slow but lossless link") {
+  // 20 ms each way, far above the initial timeout: after the first samples, the timeout
+  // adapts and retransmissions stop.
+  ChannelConfig cfg;
+  cfg.max_tries = 1000;
+  Side a(cfg), b(cfg);
+  SimLink ab(LinkModel{0, 0, 0, 20000, 0}, 1), ba(LinkModel{0, 0, 0, 20000, 0}, 2);
+  uint64_t now = 0;
+  std::string s(50, 'q');
+  for (int i = 0; i < 300; ++i) {
+    if (i % 3 == 0) REQUIRE(a.ch.send(RecordType::kCtl, s.data(), s.size()));
+    pump(a, ab, now);
+    pump(b, ba, now);
+    now += 1000;
+    receive(b, ab, now);
+    receive(a, ba, now);
+  }
+  const uint64_t early = a.ch.stats().retransmits;
+  for (int i = 0; i < 600; ++i) {
+    if (i % 3 == 0) REQUIRE(a.ch.send(RecordType::kCtl, s.data(), s.size()));
+    pump(a, ab, now);
+    pump(b, ba, now);
+    now += 1000;
+    receive(b, ab, now);
+    receive(a, ba, now);
+  }
+  CHECK(a.ch.stats().retransmits == early);  // none once the estimate settled
+  CHECK(a.ch.srtt_us() >= 40000);
+  CHECK(b.got.size() >= 250);
 }
 
 TEST_CASE("fabric channel: the window bounds records in flight") {
