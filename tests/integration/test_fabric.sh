@@ -2,7 +2,8 @@
 # The UDP fabric on loopback: daemons in separate run directories (as if each on its own
 # host, so nothing is reachable by Unix socket) talk over UDP with a cluster key.
 #   1. two daemons: processes on each exchange directed datagrams (matching across the
-#      fabric), 20 rounds, payloads verified; a remote FMA fails promptly (documented);
+#      fabric), 20 rounds, payloads verified; remote FMA, RDMA and SmsgInit fail promptly
+#      (not carried across hosts yet, documented);
 #   2. three daemons, three processes, every pair, 20 rounds;
 #   3. one daemon restarted (new epoch): the others notice, datagrams work again;
 #   4. a live daemon under a barrage of random bytes, truncated headers, bad MACs, other
@@ -112,7 +113,7 @@ start_daemon 1
 cred 1
 FABRIC_DGRAM_REMOTE_FMA=1 run 0 0 20 1:1
 run 1 1 20 0:0
-wait_all "two daemons: 20 rounds of directed datagrams across the fabric, remote FMA fails promptly"
+wait_all "two daemons: 20 rounds of directed datagrams across the fabric, remote FMA, RDMA and SmsgInit fail promptly"
 rx=$(counter 0 fabric_rx_packets)
 [[ $rx -gt 0 ]] && pass "daemon 0 received $rx fabric packets" || fail "no fabric packets counted"
 
