@@ -5,7 +5,9 @@
 #      fabric), 20 rounds, payloads verified; remote FMA, RDMA and SmsgInit fail promptly
 #      (not carried across hosts yet, documented);
 #   2. three daemons, three processes, every pair, 20 rounds;
-#   3. one daemon restarted (new epoch): the others notice, datagrams work again;
+#   3. one daemon silent (SIGSTOP): after the retry budget its channel goes down and new
+#      messages to it are refused at once; resumed (SIGCONT) it is heard again;
+#      then restarted (new epoch): the others notice, datagrams work again;
 #   4. a live daemon under a barrage of random bytes, truncated headers, bad MACs, other
 #      versions, unknown sources, replays and garbage inside valid packets
 #      (fabric_packets.py): it keeps running and its counters show every drop;
@@ -125,7 +127,33 @@ run 1 11 20 0:10 2:12
 run 2 12 20 0:10 1:11
 wait_all "three daemons: every pair, 20 rounds each"
 
-# ---- 3. a restarted peer is detected; traffic resumes ----
+# ---- 3a. a silent peer: channel down after the retry budget, fail fast, back when heard ----
+kill -STOP "${DAEMON_PID[1]}"
+# A process on node 0 posts a datagram to node 1: the daemon's message to node 1 is never
+# acknowledged; about 1.7 s of backoff later the channel is down.
+NICEMU_RUNDIR=$TMP/host0 NICEMU_NODE=0 timeout -k 2 4 "$PROG" 40 1 1:41 >/dev/null 2>&1
+downs=$(counter 0 fabric_peer_downs)
+abandoned=$(counter 0 fabric_messages_abandoned)
+[[ $downs -ge 1 && $abandoned -ge 1 ]] && pass "silent peer: channel down after the retry budget ($abandoned message(s) abandoned)" ||
+  fail "silent peer: downs $downs abandoned $abandoned"
+refused0=$(counter 0 fabric_send_refused)
+NICEMU_RUNDIR=$TMP/host0 NICEMU_NODE=0 timeout -k 2 2 "$PROG" 42 1 1:43 >/dev/null 2>&1
+refused=$(counter 0 fabric_send_refused)
+[[ $refused -gt $refused0 ]] && pass "silent peer: new messages refused at once" || fail "no fail-fast while down"
+kill -CONT "${DAEMON_PID[1]}"
+back=0
+for _ in $(seq 30); do
+  st=$("$CTL" --rundir "$TMP/host0" status --json | python3 -c '
+import json, sys
+for n in json.load(sys.stdin)["nodes"]:
+    for p in (n.get("fabric") or {}).get("peers", []):
+        if p["nic_addr"] == 1: print(p["state"])')
+  [[ $st == up ]] && { back=1; break; }
+  sleep 0.2
+done
+[[ $back -eq 1 ]] && pass "resumed peer is heard again (probe answered), channel up" || fail "channel to node 1 stayed $st"
+
+# ---- 3b. a restarted peer is detected; traffic resumes ----
 stop_daemon 1
 start_daemon 1
 cred 1 2
