@@ -38,7 +38,7 @@ uint64_t UdpFabric::now_us() {
 }
 
 UdpFabric::UdpFabric(asio::io_context& io, uint32_t self, fabric::FabricMap map, const uint8_t (&key)[kKeyBytes],
-                     StatsPage& stats, Deliver deliver, fabric::ChannelConfig ccfg)
+                     StatsPage& stats, Deliver deliver, bool use_uring, fabric::ChannelConfig ccfg)
     : io_(io),
       self_(self),
       map_(std::move(map)),
@@ -47,6 +47,7 @@ UdpFabric::UdpFabric(asio::io_context& io, uint32_t self, fabric::FabricMap map,
       deliver_(std::move(deliver)),
       ccfg_(ccfg),
       sd_(io),
+      uring_sd_(io),
       timer_(io) {
   const fabric::Endpoint* me = map_.find(self_);
   if (!me) throw std::runtime_error("fabric map has no entry for this node (NIC address " + std::to_string(self_) + ")");
@@ -58,13 +59,32 @@ UdpFabric::UdpFabric(asio::io_context& io, uint32_t self, fabric::FabricMap map,
   int sz = 4 << 20;
   setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &sz, sizeof sz);
   setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
-  if (::bind(fd_, reinterpret_cast<const sockaddr*>(&me->addr), sizeof me->addr) != 0) {
+  // A predecessor that just exited may still hold the port for a moment: retry briefly.
+  int bound = -1;
+  for (int i = 0; i < 40 && (bound = ::bind(fd_, reinterpret_cast<const sockaddr*>(&me->addr), sizeof me->addr)) != 0 &&
+                  errno == EADDRINUSE;
+       ++i)
+    ::usleep(50000);
+  if (bound != 0) {
     int e = errno;
     ::close(fd_);
     throw std::runtime_error("fabric: cannot bind " + endpoint_text(me->addr) + ": " + std::strerror(e));
   }
   port_ = me->port;
   sd_.assign(fd_);
+  data_plane_ = "recvmmsg/sendmmsg (io_uring off)";
+  if (use_uring) {
+    auto u = std::make_unique<UringReceiver>();
+    std::string why;
+    if (u->init(fd_, kMaxPacket, why)) {
+      uring_sd_.assign(::dup(u->event_fd()));
+      uring_ = std::move(u);
+      data_plane_ = "io_uring multishot recvmsg + provided buffers, sendmmsg";
+    } else {
+      data_plane_ = "recvmmsg/sendmmsg (io_uring unavailable: " + why + ")";
+      spdlog::warn("fabric: io_uring receive unavailable ({}); using recvmmsg", why);
+    }
+  }
 
   rx_buf_.resize(kBatch * kMaxPacket);
   tx_buf_.resize(kBatch * kMaxPacket);
@@ -103,13 +123,36 @@ UdpFabric::UdpFabric(asio::io_context& io, uint32_t self, fabric::FabricMap map,
              c(nc::fabric_duplicates),     c(nc::fabric_out_of_window),     c(nc::fabric_retransmits),
              c(nc::fabric_peer_downs),     c(nc::fabric_send_refused),      c(nc::fabric_messages_abandoned),
              c(nc::fabric_send_errors)};
-  spdlog::info("fabric: NIC address {} on udp {} (epoch {:#x}), {} nodes in the map", self_, endpoint_text(me->addr),
-               epoch_, map_.nodes().size());
+  spdlog::info("fabric: NIC address {} on udp {} (epoch {:#x}), {} nodes in the map; {}", self_,
+               endpoint_text(me->addr), epoch_, map_.nodes().size(), data_plane_);
 }
 
 UdpFabric::~UdpFabric() { stop(); }
 
-void UdpFabric::start() { arm_read(); }
+void UdpFabric::start() {
+  if (uring_)
+    arm_uring();
+  else
+    arm_read();
+}
+
+void UdpFabric::arm_uring() {
+  if (stopped_) return;
+  uring_sd_.async_wait(asio::posix::stream_descriptor::wait_read, [this](const asio::error_code& e) {
+    if (e || stopped_) return;
+    on_uring();
+    arm_uring();
+  });
+}
+
+void UdpFabric::on_uring() {
+  in_rx_ = true;
+  uring_->drain([this](const uint8_t* p, size_t n, const sockaddr_in& from, bool trunc) {
+    receive_one(p, trunc ? kMaxPacket + 1 : std::min(n, kMaxPacket + 1), from);
+  });
+  in_rx_ = false;
+  flush_all();
+}
 
 void UdpFabric::stop() {
   if (stopped_) return;
@@ -117,6 +160,9 @@ void UdpFabric::stop() {
   asio::error_code ec;
   timer_.cancel();
   sd_.cancel(ec);
+  uring_sd_.cancel(ec);
+  uring_sd_.close(ec);
+  uring_.reset();  // before the socket it receives from
   sd_.close(ec);  // closes fd_
 }
 
@@ -419,7 +465,7 @@ nlohmann::json UdpFabric::status() const {
                      {"duplicates", s.duplicates},
                      {"messages_abandoned", s.messages_abandoned}});
   }
-  return {{"port", port_}, {"epoch", epoch_}, {"nodes_in_map", map_.nodes().size()}, {"peers", peers}};
+  return {{"port", port_}, {"epoch", epoch_}, {"data_plane", data_plane_}, {"nodes_in_map", map_.nodes().size()}, {"peers", peers}};
 }
 
 }  // namespace nicemu::daemon

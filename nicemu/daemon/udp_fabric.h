@@ -2,11 +2,12 @@
 // per peer NIC address (nicemu/fabric/reliable_channel.h), every packet authenticated with
 // the cluster key (packet_codec.h), peers named by the fabric map (fabric_map.h).
 //
-// Data plane: the socket is non-blocking and watched by the daemon's Asio loop (epoll), so
-// an idle daemon sleeps. When readable, packets are taken in batches with recvmmsg into
-// buffers allocated once; after a batch every peer's channel is flushed: its due records
-// (new, retransmitted) and its acknowledgement are coalesced into as few packets as fit and
-// sent with one sendmmsg. A timer wakes the loop for retransmissions and probes of silent
+// Data plane: packets arrive through io_uring (one multishot recvmsg over a ring of provided
+// buffers, uring_receiver.h) whose completion eventfd the daemon's Asio loop (epoll) watches;
+// where the kernel cannot, the non-blocking socket itself is watched and drained in batches
+// with recvmmsg into buffers allocated once. Either way an idle daemon sleeps. After a
+// batch every peer's channel is flushed: its due records (new, retransmitted) and its
+// acknowledgement are coalesced into as few packets as fit and sent with one sendmmsg. A timer wakes the loop for retransmissions and probes of silent
 // peers. No allocation per packet.
 //
 // Epochs: each daemon draws a random epoch at start. A packet from a peer with a new epoch
@@ -31,6 +32,7 @@
 
 #include "nicemu/abi/wire_protocol.h"
 #include "nicemu/daemon/stats_page.h"
+#include "nicemu/daemon/uring_receiver.h"
 #include "nicemu/fabric/fabric_map.h"
 #include "nicemu/fabric/packet_codec.h"
 #include "nicemu/fabric/reliable_channel.h"
@@ -44,7 +46,7 @@ class UdpFabric {
 
   // Binds the port of `self` in `map`; throws std::runtime_error on failure.
   UdpFabric(asio::io_context& io, uint32_t self, fabric::FabricMap map, const uint8_t (&key)[abi::wire::kKeyBytes],
-            StatsPage& stats, Deliver deliver, fabric::ChannelConfig ccfg = {});
+            StatsPage& stats, Deliver deliver, bool use_uring = true, fabric::ChannelConfig ccfg = {});
   ~UdpFabric();
   UdpFabric(const UdpFabric&) = delete;
   UdpFabric& operator=(const UdpFabric&) = delete;
@@ -77,6 +79,8 @@ class UdpFabric {
   Peer* peer(uint32_t nic);
   void arm_read();
   void on_readable();
+  void arm_uring();
+  void on_uring();
   void receive_one(const uint8_t* p, size_t n, const sockaddr_in& from);
   void flush_all();
   void flush(Peer& p, uint64_t now);
@@ -97,6 +101,9 @@ class UdpFabric {
   uint16_t port_ = 0;
   int fd_ = -1;
   asio::posix::stream_descriptor sd_;
+  std::unique_ptr<UringReceiver> uring_;   // null: recvmmsg fallback
+  asio::posix::stream_descriptor uring_sd_;  // its completion eventfd
+  std::string data_plane_;
   asio::steady_timer timer_;
   bool stopped_ = false;
   bool in_rx_ = false;

@@ -12,11 +12,15 @@
 #      versions, unknown sources, replays and garbage inside valid packets
 #      (fabric_packets.py): it keeps running and its counters show every drop;
 #   5. nicemu-run --fabric udp: a 4-rank PMI job over 3 nodes, each on its own "host".
-# Usage: test_fabric.sh BUILD_DIR FABRIC_PACKETS_PY     Exit: 0 pass, 1 fail, 77 skip.
+# Usage: test_fabric.sh BUILD_DIR FABRIC_PACKETS_PY [DAEMON_ARG...]
+#   DAEMON_ARGs go to every daemon the script starts (e.g. --fabric-io-uring off to test
+#   the recvmmsg receive path).     Exit: 0 pass, 1 fail, 77 skip.
 set -u
 
 BUILD=${1:-}
 PACKETS=${2:-}
+shift 2 2>/dev/null
+EXTRA=("$@")
 DAEMON=$BUILD/nicemu/daemon/nicemu
 CTL=$BUILD/tools/nicemuctl/nicemuctl
 PROG=$BUILD/tests/integration/fabric_dgram
@@ -47,7 +51,7 @@ fail() { echo "FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
 pass() { echo "ok: $*"; }
 
 # Ports: a base derived from the pid, so concurrent runs of other suites do not collide.
-BASE=$((20000 + ($$ % 2000) * 8))
+BASE=$((20000 + ($$ % 1500) * 8))  # below the ephemeral range (32768+)
 KEY=$TMP/fabric.key
 "$CTL" keygen "$KEY" || { echo "FAIL: nicemuctl keygen" >&2; exit 1; }
 [[ $(stat -c %a "$KEY") == 600 ]] && pass "keygen writes a 0600 key" || fail "key mode $(stat -c %a "$KEY")"
@@ -63,7 +67,7 @@ start_daemon() {  # NODE
   local a=$1
   mkdir -p "$TMP/host$a"
   "$DAEMON" --node "$a" --rundir "$TMP/host$a" --fabric "$TMP/fabric.toml" --fabric-key "$KEY" --log-level info \
-    >>"$TMP/daemon$a.log" 2>&1 </dev/null &
+    "${EXTRA[@]}" >>"$TMP/daemon$a.log" 2>&1 </dev/null &
   DAEMON_PID[$a]=$!
   for _ in $(seq 100); do
     "$CTL" --rundir "$TMP/host$a" --timeout 1 status >/dev/null 2>&1 && return 0
@@ -110,8 +114,10 @@ wait_all() {  # NAME
 }
 
 # ---- 1. two daemons ----
+
 start_daemon 0
 start_daemon 1
+echo "receive path: $(grep -ho 'nodes in the map; .*' "$TMP/daemon0.log" | head -1)"
 cred 1
 FABRIC_DGRAM_REMOTE_FMA=1 run 0 0 20 1:1
 run 1 1 20 0:0
