@@ -9,6 +9,9 @@
 # no netem (containers, minimal kernels), the daemons impair their own outgoing packets
 # instead (NICEMU_FABRIC_IMPAIR, seeded: loss, duplication, reordering; no delay) and the
 # test says so.
+# Then, where MPICH's Hydra is installed (mpiexec.hydra), a 6-rank PMI job over the three
+# namespace hosts launched by Hydra (its rsh launcher replaced by `ip netns exec`), each
+# rank verifying datagrams with every other rank; skipped with a note otherwise.
 # Needs root and ip with netns support; otherwise skipped (77).
 # Namespaces and processes are removed on success and failure.
 # Usage: test_fabric_netns.sh BUILD_DIR     Exit: 0 pass, 1 fail, 77 skip.
@@ -155,6 +158,37 @@ rtx=$(( $(counter 0 fabric_retransmits) + $(counter 1 fabric_retransmits) + $(co
 dup=$(( $(counter 0 fabric_duplicates) + $(counter 1 fabric_duplicates) + $(counter 2 fabric_duplicates) - dup0 ))
 [[ $rtx -gt 0 ]] && pass "lost packets were retransmitted ($rtx records)" || fail "no retransmissions under 10% loss"
 [[ $dup -gt 0 ]] && pass "duplicates were suppressed ($dup records)" || fail "no duplicates counted under netem duplicate"
+
+# ---- Hydra across the namespaces ----
+HYDRA=$(command -v mpiexec.hydra)
+if [[ -n "$HYDRA" ]]; then
+  # Hydra's launcher, for a "host" that is a namespace: run the proxy inside it, with the
+  # run directory of that host's daemon (as it would find /run/nicemu on a real host).
+  cat >"$TMP/netns-rsh" <<EOF2
+#!/bin/bash
+host=\$1; shift
+case "\$host" in
+  ${NET}1) i=0 ;; ${NET}2) i=1 ;; ${NET}3) i=2 ;; *) echo "netns-rsh: unknown host \$host" >&2; exit 1 ;;
+esac
+ns=(${NS[*]})
+exec ip netns exec "\${ns[\$i]}" env NICEMU_RUNDIR=$TMP/host\$i NICEMU_NODE=\$i sh -c "\$*"
+EOF2
+  chmod +x "$TMP/netns-rsh"
+  # mpiexec itself runs on host 0 (Hydra forks its local proxy there directly).
+  if ip netns exec "${NS[0]}" env NICEMU_RUNDIR="$TMP/host0" NICEMU_NODE=0 timeout -k 5 60 "$HYDRA" \
+      -launcher rsh -launcher-exec "$TMP/netns-rsh" -hosts "${NET}1,${NET}2,${NET}3" -n 6 -ppn 2 -genvnone \
+      -genv PMI_GNI_PTAG "$PMI_GNI_PTAG" -genv PMI_GNI_COOKIE "$PMI_GNI_COOKIE" "$PROG" pmi 10 \
+      >"$TMP/hydra.log" 2>&1; then
+    n=$(grep -c 'rounds with 5 peers verified' "$TMP/hydra.log")
+    hosts=$(grep -o 'fabric_dgram [0-9]*/[0-9]*: 10 rounds' "$TMP/hydra.log" | cut -d' ' -f2 | cut -d/ -f1 | sort -u | wc -l)
+    [[ $n -eq 6 && $hosts -eq 3 ]] && pass "Hydra: 6 ranks on 3 namespace hosts, datagrams between every pair verified" ||
+      { fail "Hydra: $n of 6 ranks verified, on $hosts nodes"; sed 's/^/    /' "$TMP/hydra.log" >&2; }
+  else
+    fail "Hydra job"; sed 's/^/    /' "$TMP/hydra.log" >&2
+  fi
+else
+  echo "note: mpiexec.hydra not installed (Debian mpich); the Hydra phase is skipped"
+fi
 
 if [[ $FAILS -ne 0 ]]; then
   for a in 0 1 2; do tail -n 15 "$TMP/daemon$a.log" | sed "s/^/    [$a] /" >&2; done
