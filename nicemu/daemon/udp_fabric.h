@@ -107,6 +107,8 @@ class UdpFabric {
   asio::steady_timer timer_;
   bool stopped_ = false;
   bool in_rx_ = false;
+  bool flush_posted_ = false;               // a flush is queued on the loop
+  uint64_t timer_at_ = UINT64_MAX;          // when the armed timer fires (UINT64_MAX: none)
   std::map<uint32_t, Peer> peers_;
 
   // Receive and send buffers, allocated once.

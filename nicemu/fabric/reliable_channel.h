@@ -32,8 +32,9 @@ namespace nicemu::fabric {
 struct ChannelConfig {
   uint32_t window = abi::wire::kWindow;
   uint32_t backlog = 512;           // records queued (in flight + waiting), fixed ring
-  uint64_t rto_initial_us = 4000;   // retransmission timeout before any round trip is measured
-  uint64_t rto_min_us = 2000;       // floor of the measured timeout (scheduling noise on busy hosts)
+  uint64_t rto_initial_us = 10000;  // retransmission timeout before any round trip is measured
+  uint64_t rto_min_us = 5000;       // floor of the measured timeout: a process on an oversubscribed
+                                    // host is often descheduled for milliseconds
   uint64_t rto_max_us = 250000;     // backoff ceiling
   uint32_t max_tries = 12;          // sends of one record before the peer counts as silent
 };
@@ -69,6 +70,7 @@ class ReliableChannel {
   uint64_t next_deadline() const;
   bool has_unsent() const { return sent_upto_ != next_ && sent_upto_ < base_ + cfg_.window; }
   size_t queued() const { return next_ - base_; }
+  size_t in_flight() const { return sent_upto_ - base_; }
 
   // --- receiver ---
   // One record from a verified packet; payload bytes already bounds-checked by the caller.
