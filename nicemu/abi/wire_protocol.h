@@ -65,8 +65,12 @@ static_assert(offsetof(PacketHeader, sack) == 40 && offsetof(PacketHeader, recor
 static_assert(std::is_trivially_copyable_v<PacketHeader>);
 
 enum RecordFlags : uint8_t {
-  kRecordMore = 1,  // more fragments of the same message follow (segmentation)
+  kRecordMore = 1,    // more fragments of the same message follow (segmentation)
+  kRecordPacked = 2,  // several small whole messages, each as u16 length + bytes (coalescing)
 };
+// Messages up to this size are packed together into records; larger ones get records of
+// their own (and fragments when longer than a record).
+inline constexpr size_t kPackMax = 256;
 
 // The kinds of messages carried. Payloads are the daemons' own message structures
 // (nicemu/abi/ctl_protocol.h for datagram matching), validated by the receiver as if they

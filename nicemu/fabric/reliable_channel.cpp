@@ -24,6 +24,40 @@ ReliableChannel::ReliableChannel(ChannelConfig cfg, Deliver deliver)
 }
 
 bool ReliableChannel::send(RecordType type, const void* data, size_t len) {
+  if (len <= kPackMax && state_ == State::kUp) {
+    // Append to the newest record if it is a packed one not sent yet, else start one.
+    const size_t need = sizeof(uint16_t) + len;
+    OutRecord* r = nullptr;
+    if (next_ != sent_upto_) {
+      OutRecord& tail = out(next_ - 1);
+      if ((tail.flags & kRecordPacked) && tail.type == static_cast<uint8_t>(type) &&
+          tail.len + need <= kMaxRecordPayload)
+        r = &tail;
+    }
+    if (!r) {
+      if (queued() + 1 > cfg_.backlog) {
+        ++st_.refused;
+        return false;
+      }
+      r = &out(next_);
+      r->seq = next_;
+      r->len = 0;
+      r->msgs = 0;
+      r->type = static_cast<uint8_t>(type);
+      r->flags = kRecordPacked;
+      r->acked = false;
+      r->tries = 0;
+      r->due_us = 0;
+      ++next_;
+    }
+    uint16_t l16 = static_cast<uint16_t>(len);
+    std::memcpy(r->data + r->len, &l16, sizeof l16);
+    if (len) std::memcpy(r->data + r->len + sizeof l16, data, len);
+    r->len = static_cast<uint16_t>(r->len + need);
+    ++r->msgs;
+    ++st_.messages_sent;
+    return true;
+  }
   const size_t nrec = len == 0 ? 1 : (len + kMaxRecordPayload - 1) / kMaxRecordPayload;
   if (state_ == State::kDown || len > kMaxMessage || queued() + nrec > cfg_.backlog) {
     ++st_.refused;
@@ -35,6 +69,7 @@ bool ReliableChannel::send(RecordType type, const void* data, size_t len) {
     size_t n = std::min(len - i * kMaxRecordPayload, kMaxRecordPayload);
     r.seq = next_;
     r.len = static_cast<uint16_t>(n);
+    r.msgs = i + 1 < nrec ? 0 : 1;
     r.type = static_cast<uint8_t>(type);
     r.flags = i + 1 < nrec ? kRecordMore : 0;
     r.acked = false;
@@ -143,9 +178,14 @@ uint64_t ReliableChannel::next_deadline() const {
   return t;
 }
 
+uint64_t ReliableChannel::queued_messages() const {
+  uint64_t n = 0;
+  for (uint32_t s = base_; s != next_; ++s) n += out_[s % cfg_.backlog].msgs;
+  return n;
+}
+
 void ReliableChannel::go_down() {
-  for (uint32_t s = base_; s != next_; ++s)
-    if (!(out(s).flags & kRecordMore)) ++st_.messages_abandoned;
+  st_.messages_abandoned += queued_messages();
   // Everything queued is given up; the header's base tells the peer to skip it.
   base_ = sent_upto_ = next_;
   state_ = State::kDown;
@@ -186,6 +226,10 @@ void ReliableChannel::deliver_ready() {
     InRecord& slot = in(rx_next_);
     slot.present = false;
     ++rx_next_;
+    if (slot.flags & kRecordPacked) {
+      deliver_packed(slot.type, slot.data, slot.len);
+      continue;
+    }
     switch (reasm_.add(slot.type, slot.flags, slot.data, slot.len)) {
       case Reassembly::Result::kPartial:
         break;
@@ -198,6 +242,26 @@ void ReliableChannel::deliver_ready() {
         break;
     }
   }
+}
+
+void ReliableChannel::deliver_packed(uint8_t type, const uint8_t* data, size_t len) {
+  // Whole messages only: a packed record inside a fragmented message breaks that message.
+  if (reasm_.in_progress()) {
+    reasm_.abandon();
+    ++st_.reassembly_errors;
+  }
+  size_t off = 0;
+  while (off < len) {
+    uint16_t n;
+    if (len - off < sizeof n) break;
+    std::memcpy(&n, data + off, sizeof n);
+    off += sizeof n;
+    if (n > len - off) break;
+    ++st_.messages_received;
+    deliver_(static_cast<RecordType>(type), data + off, n);
+    off += n;
+  }
+  if (off != len) ++st_.reassembly_errors;  // lengths that do not add up: the rest is dropped
 }
 
 void ReliableChannel::on_peer_base(uint32_t base) {
@@ -222,8 +286,7 @@ uint64_t ReliableChannel::sack() const {
 }
 
 void ReliableChannel::reset() {
-  for (uint32_t s = base_; s != next_; ++s)
-    if (!(out(s).flags & kRecordMore)) ++st_.messages_abandoned;
+  st_.messages_abandoned += queued_messages();
   base_ = sent_upto_ = next_ = 1;
   rx_next_ = 1;
   for (uint32_t i = 0; i < cfg_.window; ++i) in_[i].present = false;

@@ -1,8 +1,9 @@
 // One reliable channel to one peer daemon over an unreliable datagram link: the sender's
 // and receiver's halves of a sliding-window protocol (nicemu/abi/wire_protocol.h).
 //
-// Sender: messages are cut into records (segmentation), numbered, and kept in a fixed ring
-// until acknowledged. At most `window` records are unacknowledged (the receiver can always
+// Sender: small messages are packed several to a record while the record waits to be sent
+// (coalescing beyond the window, which counts records), larger ones are cut into records
+// (segmentation); records are numbered and kept in a fixed ring until acknowledged. At most `window` records are unacknowledged (the receiver can always
 // buffer them: credit-based flow control). A record not acknowledged within its
 // retransmission timeout is sent again with the timeout doubled (exponential backoff, up to
 // rto_max). The timeout of new records follows the measured round trip (smoothed RTT plus
@@ -98,6 +99,7 @@ class ReliableChannel {
   struct OutRecord {
     uint32_t seq = 0;
     uint16_t len = 0;
+    uint16_t msgs = 0;     // whole messages ending in this record (packed: several)
     uint8_t type = 0, flags = 0;
     bool acked = false;
     uint32_t tries = 0;
@@ -117,6 +119,8 @@ class ReliableChannel {
   void advance_base();
   void go_down();
   void deliver_ready();
+  void deliver_packed(uint8_t type, const uint8_t* data, size_t len);
+  uint64_t queued_messages() const;
 
   ChannelConfig cfg_;
   Deliver deliver_;
