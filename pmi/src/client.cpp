@@ -1,5 +1,6 @@
 // libpmi's connection to the process manager; see client.h.
 #include "client.h"
+#include "pmix_backend.h"
 
 #include <netdb.h>
 #include <netinet/in.h>
@@ -216,7 +217,14 @@ int Client::connect() {
     }
     fd_ = static_cast<int>(*fd);
     connected_ = true;
+  } else if (pmix::selected()) {
+    // Started by a PMIx server (Open MPI's mpirun, Slurm --mpi=pmix): job facts at init.
+    pmix_ = true;
+    connected_ = true;
+    return PMI_SUCCESS;
   } else {
+    if (pmix::requested_but_unavailable())
+      report("PMIX_RANK/PMIX_NAMESPACE are set but this libpmi was built without PMIx; running as a singleton");
     // No process manager: a job of one rank, as MPICH's singleton mode.
     singleton_ = true;
     connected_ = true;
@@ -292,7 +300,19 @@ int Client::init(int* spawned) {
     }
     spawned_ = env_long("PMI_SPAWNED").value_or(0) != 0;
   }
-  if (!singleton_) {
+  if (pmix_) {
+    pmix::JobFacts f;
+    if (int rc = pmix::init(f); rc != PMI_SUCCESS) return rc;
+    rank_ = f.rank;
+    size_ = f.size;
+    appnum_ = f.appnum;
+    rank_known_ = true;
+    // A PMI-1 KVS name: the namespace with anything the wire would refuse replaced.
+    kvsname_ = f.nspace;
+    for (char& ch : kvsname_)
+      if (ch == '=' || static_cast<unsigned char>(ch) <= 0x20 || ch == 0x7F) ch = '_';
+    if (kvsname_.empty()) kvsname_ = "pmix";
+  } else if (!singleton_) {
     if (int rc = handshake_init(); rc != PMI_SUCCESS) return rc;
   }
   known_ = true;
@@ -306,6 +326,7 @@ int Client::finalize() {
   if (refcount_ == 0) return PMI_SUCCESS;  // more finalizes than inits: harmless
   if (--refcount_ > 0) return PMI_SUCCESS;
   if (singleton_) return PMI_SUCCESS;
+  if (pmix_) return pmix::finalize();  // PMIx counts its own inits: MPI's stays
   wire::Message reply;
   return exchange(wire::Message("finalize"), "finalize_ack", reply);
 }
@@ -329,6 +350,7 @@ int Client::kvs_put(std::string_view kvsname, std::string_view key, std::string_
     local_kvs_[std::string(key)] = std::string(value);
     return PMI_SUCCESS;
   }
+  if (pmix_) return kvsname == kvsname_ ? pmix::put(key, value) : PMI_ERR_INVALID_KVS;
   wire::Message req("put");
   req.add("kvsname", kvsname).add("key", key).add("value", wire::escape_value(value));
   wire::Message reply;
@@ -355,6 +377,7 @@ int Client::kvs_get(std::string_view kvsname, std::string_view key, std::string&
     value = it->second;
     return PMI_SUCCESS;
   }
+  if (pmix_) return kvsname == kvsname_ ? pmix::get(key, value) : PMI_ERR_INVALID_KVS;
   wire::Message req("get");
   req.add("kvsname", kvsname).add("key", key);
   wire::Message reply;
@@ -369,6 +392,7 @@ int Client::barrier() {
   std::lock_guard lock(mu_);
   if (refcount_ == 0) return PMI_ERR_INIT;
   if (singleton_) return PMI_SUCCESS;
+  if (pmix_) return pmix::fence();
   wire::Message reply;
   return exchange(wire::Message("barrier_in"), "barrier_out", reply);
 }
@@ -380,6 +404,7 @@ int Client::universe_size(int* size) {
     *size = 1;
     return PMI_SUCCESS;
   }
+  if (pmix_) return pmix::universe_size(*size);
   wire::Message reply;
   if (int rc = exchange(wire::Message("get_universe_size"), "universe_size", reply);
       rc != PMI_SUCCESS)
@@ -394,6 +419,7 @@ int Client::universe_size(int* size) {
 void Client::send_abort(int exit_code) {
   std::lock_guard lock(mu_);
   if (singleton_ || !connected_ || broken_) return;
+  if (pmix_) return pmix::abort(exit_code, "PMI_Abort");
   wire::Message req("abort");
   req.add("exitcode", exit_code);
   send_line(req.serialize());

@@ -76,6 +76,7 @@ class Client {
   bool connected_ = false; // fd_ valid (or singleton)
   bool broken_ = false;    // the connection failed; every exchange now fails
   bool singleton_ = false;
+  bool pmix_ = false;      // PMIx back end (pmix_backend.h) instead of the PMI-1 wire
   int fd_ = -1;
   std::string fd_origin_;  // "PMI_FD 5" or "PMI_PORT host:port", for messages
   wire::LineReader reader_;

@@ -2,6 +2,9 @@
 // the emulated nodes' daemons, obtains the job credential, runs N ranks under a PMI-1
 // server with the Cray environment (PMI_GNI_*, ALPS_APP_PE), and cleans up.
 #include <fcntl.h>
+#include <poll.h>
+#include <csignal>
+#include <cerrno>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -28,6 +31,43 @@ void ensure_stdio_open() {
     if (::fcntl(fd, F_GETFD) < 0) ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
 }
 
+// --daemons-only: the job environment for an external launcher, then wait for the signal
+// to stop. Ranks attach to the first node (NICEMU_NODE) unless a wrapper such as
+// tools/compat/nicemu-rank places them over NICEMU_NODES.
+int serve_daemons(const nicemu::run::JobConfig& cfg, const std::string& env_file,
+                  nicemu::run::SignalPipe& signals) {
+  if (!cfg.nic) {
+    fmt::print(stderr, "nicemu-run: --daemons-only needs the daemons (not --no-nic)\n");
+    return 1;
+  }
+  std::string env = fmt::format("NICEMU_RUNDIR={}\nPMI_GNI_PTAG={}\nPMI_GNI_COOKIE={}\nPMI_GNI_DEV_ID=0\n",
+                                cfg.nic->rundir, cfg.nic->ptag, cfg.nic->cookie);
+  env += fmt::format("PMI_GNI_LOC_ADDR={}\nNICEMU_NODE={}\n", cfg.nic->node_addrs.front(),
+                     cfg.nic->node_addrs.front());
+  // Every node, for tools/compat/nicemu-rank, which places each rank on one of them.
+  std::string all;
+  for (uint32_t a : cfg.nic->node_addrs) all += (all.empty() ? "" : ",") + std::to_string(a);
+  env += fmt::format("NICEMU_NODES={}\n", all);
+  if (env_file.empty()) {
+    fmt::print("{}", env);
+    std::fflush(stdout);
+  } else {
+    // Written whole under a temporary name, then renamed: a reader never sees half a file.
+    const std::string tmp = env_file + ".tmp";
+    std::FILE* f = std::fopen(tmp.c_str(), "w");
+    if (!f || std::fputs(env.c_str(), f) < 0 || std::fclose(f) != 0 || std::rename(tmp.c_str(), env_file.c_str()) != 0) {
+      fmt::print(stderr, "nicemu-run: cannot write {}\n", env_file);
+      return 1;
+    }
+  }
+  for (;;) {
+    struct pollfd p{signals.fd(), POLLIN, 0};
+    if (::poll(&p, 1, -1) < 0 && errno != EINTR) return 1;
+    for (int sig : signals.drain())
+      if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) return 0;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -44,7 +84,8 @@ int main(int argc, char** argv) {
   std::string rundir = nicemu::ctl::default_rundir();
   std::string log_level = "warn";
   bool no_nic = false;
-  app.add_option("-n,--np", cfg.np, "number of ranks")->required()->check(CLI::Range(1, 1 << 20));
+  auto* np_opt = app.add_option("-n,--np", cfg.np, "number of ranks (required unless --daemons-only)")
+                     ->check(CLI::Range(1, 1 << 20));
   app.add_option("--nodes", cfg.nodes, "number of emulated nodes; ranks are placed in blocks")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
@@ -65,7 +106,17 @@ int main(int argc, char** argv) {
                "prefix each output line with \"[rank] \" (default on)");
   app.add_flag("--pmi-port", cfg.pmi_over_tcp,
                "ranks reach the PMI server over TCP (PMI_PORT/PMI_ID) instead of PMI_FD");
-  app.footer("Usage: nicemu-run [options] -n N [--] program [arguments...]\n");
+  bool daemons_only = false;
+  std::string env_file;
+  app.add_flag("--daemons-only", daemons_only,
+               "start the daemons and issue a job credential, print the environment an\n"
+               "external launcher (mpirun, mpiexec) must pass to the ranks, and keep them\n"
+               "until SIGTERM/SIGINT; no program is run (docs/launchers.md)");
+  app.add_option("--env-file", env_file,
+                 "with --daemons-only: write the environment (KEY=VALUE lines) to this file\n"
+                 "instead of stdout, once the daemons are ready");
+  app.footer("Usage: nicemu-run [options] -n N [--] program [arguments...]\n"
+             "       nicemu-run --daemons-only [--nodes K] [--env-file FILE]\n");
   // Everything from the program on belongs to the program (its own -n, --help, ...):
   // prefix_command() leaves it in remaining().
   app.prefix_command();
@@ -73,8 +124,12 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
     cfg.command = app.remaining();
     if (!cfg.command.empty() && cfg.command.front() == "--") cfg.command.erase(cfg.command.begin());
-    if (cfg.command.empty()) throw CLI::RequiredError("program");
-    if (cfg.command.front().size() > 1 && cfg.command.front()[0] == '-')
+    if (!daemons_only && np_opt->count() == 0) throw CLI::RequiredError("-n");
+    if (cfg.command.empty() && !daemons_only) throw CLI::RequiredError("program");
+    // Separate run directories per node cannot be described by one NICEMU_RUNDIR.
+    if (daemons_only && !fabric_mode.empty())
+      throw CLI::ValidationError("--fabric", "cannot be combined with --daemons-only");
+    if (!cfg.command.empty() && cfg.command.front().size() > 1 && cfg.command.front()[0] == '-')
       throw CLI::ExtrasError({cfg.command.front()});
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
@@ -116,7 +171,7 @@ int main(int argc, char** argv) {
       spdlog::info("credential ptag {} cookie {:#x} on {} node(s)", cred->ptag, cred->cookie,
                    cfg.nodes);
     }
-    status = run_job(cfg, *signals);
+    status = daemons_only ? serve_daemons(cfg, env_file, *signals) : run_job(cfg, *signals);
   } catch (const std::exception& e) {
     fmt::print(stderr, "nicemu-run: {}\n", e.what());
     if (!no_nic && !daemons)
