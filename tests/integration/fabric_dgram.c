@@ -176,8 +176,13 @@ int main(int argc, char **argv) {
     rc = GNI_SmsgInit(ep[0], &a, &remote);
     if (rc == GNI_RC_SUCCESS) return fail("remote GNI_SmsgInit should not succeed", rc);
     printf("fabric_dgram %u/%u: remote GNI_SmsgInit refused (rc %d), as documented\n", my_addr, inst, rc);
+    GNI_MemDeregister(nic, &mbh);
+    GNI_MemDeregister(nic, &bh);
+    GNI_MemDeregister(nic, &mh);
+    free(mbox);
   }
   printf("fabric_dgram %u/%u: %d rounds with %d peers verified\n", my_addr, inst, rounds, npeers);
+  for (int i = 0; i < npeers; ++i) GNI_EpDestroy(ep[i]);
   GNI_CqDestroy(cq);
   GNI_CdmDestroy(cdm);
   if (use_pmi) {
