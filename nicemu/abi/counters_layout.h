@@ -62,7 +62,8 @@ enum Kind : uint8_t { kCounter = 0, kGauge = 1 };
   X(reloads, kCounter, "SIGHUP reloads of the settings")                                         \
   X(msgq_joins, kCounter, "MSGQ instances joined (GNI_MsgqInit)")                                \
   X(msgq_join_refused, kCounter, "MSGQ joins refused (attributes differ, no room)")              \
-  X(msgq_lookups, kCounter, "MSGQ segment lookups by senders")                              \
+  X(msgq_lookups, kCounter, "MSGQ segment lookups by senders")                               \
+  X(fault_config_changes, kCounter, "fault-injection configurations published (start, nicemuctl fault)") \
   X(fabric_rx_packets, kCounter, "UDP fabric: packets received and accepted")                \
   X(fabric_tx_packets, kCounter, "UDP fabric: packets sent")                                 \
   X(fabric_rx_bytes, kCounter, "UDP fabric: bytes of accepted packets")                      \
@@ -112,7 +113,19 @@ enum Kind : uint8_t { kCounter = 0, kGauge = 1 };
   X(errors_mem_access, kCounter, "error completions: memory not accessible (cross-memory attach refused or unmapped)") \
   X(errors_transient, kCounter, "error completions: transient, recoverable")                 \
   X(errors_local_protection, kCounter, "error completions: invalid local memory handle")     \
-  X(errors_injected, kCounter, "error completions injected by the fault injector")
+  X(errors_injected, kCounter, "error completions injected by the fault injector")         \
+  X(fault_smsg_drops, kCounter, "SMSG messages dropped or corrupted by injection (retransmitted later)") \
+  X(fault_smsg_retransmits, kCounter, "SMSG retransmissions of dropped messages")             \
+  X(fault_smsg_dups, kCounter, "SMSG duplicates injected")                                    \
+  X(fault_smsg_dups_suppressed, kCounter, "SMSG duplicates suppressed by sequence number")    \
+  X(fault_smsg_exhausted, kCounter, "SMSG sends failed by injected retransmit exhaustion")    \
+  X(fault_corrupts, kCounter, "transactions corrupted by injection (detected, as drops)")     \
+  X(fault_delays, kCounter, "transactions delayed by injection")                               \
+  X(fault_errors, kCounter, "RDMA/AMO transactions failed by injection (transient CQE error)") \
+  X(fault_errors_effect_done, kCounter, "injected failures whose PUT/AMO effect was done anyway") \
+  X(fault_link_down, kCounter, "transactions that met an injected link-down window")           \
+  X(reorder_held, kCounter, "transactions held by the reorder engine")                         \
+  X(reorder_passed, kCounter, "transactions that passed an earlier held one (ordering model)")
 
 // Per-link counters: the daemon's links to the other daemons of the host.
 #define NICEMU_LINK_COUNTERS(X)                                        \

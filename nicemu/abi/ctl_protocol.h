@@ -44,6 +44,8 @@ enum class Op : uint16_t {
   kMemRegisterSegments = 60,  // -> MemRegisterReply (a variable-length request)
   kBiConfigSet = 61,          // -> Reply            bandwidth-injection settings of the NIC
   kBiConfigGet = 62,          // -> BiConfigReply
+  kFaultSet = 63,             // -> FaultReply       fault injection settings (nicemuctl fault)
+  kFaultGet = 64,             // -> FaultReply
   // MSGQ (msgq_layout.h): the node's segment of the domain, and its tables.
   kMsgqJoin = 50,         // -> MsgqJoinReply + segment memfd   GNI_MsgqInit
   kMsgqLeave = 51,        // -> Reply                           GNI_MsgqRelease
@@ -315,6 +317,28 @@ struct BteOpenReply {
   uint64_t ctl_offset;      // BteRingCtl in the CDM's heap; the slots follow it
   uint32_t capacity;        // slots, a power of two
   uint32_t reserved;
+};
+
+// nicemuctl fault: a configuration in its text form (nicemu/fault/fault_spec.h), applied on
+// top of the current one (`replace` = 0) or on the defaults. The daemon parses and checks
+// it, publishes it in its fault page and answers with the canonical text now in force.
+inline constexpr uint32_t kFaultSpecMax = 2048;
+struct FaultSet {
+  Header h;
+  uint32_t replace;
+  uint32_t spec_length;  // bytes of spec used (no terminator needed)
+  char spec[kFaultSpecMax];
+};
+struct FaultGet {
+  Header h;
+};
+struct FaultReply {
+  Reply r;
+  uint64_t seed;
+  uint32_t spec_length;
+  uint32_t error_length;
+  char spec[kFaultSpecMax];  // the configuration in force (canonical text)
+  char error[256];           // why a FaultSet was refused
 };
 
 // GNI_SetBIConfig / GNI_GetBIConfig: the fields of gni_bi_desc_t, in its order.

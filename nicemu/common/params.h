@@ -75,6 +75,9 @@ inline constexpr Param kTable[] = {
     {.name = "stats_interval_ms", .type = Type::kUint, .default_text = "250", .config_key = "stats_interval_ms",
      .flag = "--stats-interval-ms", .min = 10, .max = 60000, .live = true,
      .doc = "how often the daemon copies the per-CDM counters of its clients into its counter page"},
+    {.name = "fault", .type = Type::kString, .default_text = "off", .config_key = "fault", .flag = "--fault",
+     .live = true, .doc = "fault injection and reordering at start, e.g. 'seed=42 smsg.drop=0.1 reorder=0.5' "
+            "(docs/fault-injection.md); changed live with nicemuctl fault"},
     {.name = "spin_us", .type = Type::kUint, .default_text = "100", .env = "NICEMU_SPIN_US", .max = 999999,
      .users = kLibrary,
      .doc = "microseconds a blocking wait (CQ, AMO lock) spins before it sleeps on a futex"},

@@ -18,6 +18,7 @@
 #include "nicemu/ctl/ctl_client.h"
 #include "nicemu/daemon/control_server.h"
 #include "nicemu/daemon/node.h"
+#include "nicemu/fault/fault_page.h"
 #include "nicemu/daemon/settings.h"
 #include "nicemu/daemon/udp_fabric.h"
 #include "nicemu/fabric/fabric_map.h"
@@ -130,6 +131,8 @@ int main(int argc, char** argv) {
   cfg.rundir = rundir;
   cfg.bte_channels = static_cast<uint32_t>(settings.uint("bte_channels"));
   cfg.stats_path = nicemu::ctl::stats_path(socket);
+  cfg.fault_path = nicemu::fault::page_path(socket);
+  cfg.fault_spec = settings.str("fault");
 
   try {
     asio::io_context io(1);
@@ -174,6 +177,11 @@ int main(int argc, char** argv) {
         for (const auto& name : changed) {
           if (name == "log_level") set_log_level(settings.str("log_level"));
           if (name == "stats_interval_ms") stats_timer.set_interval(settings.uint("stats_interval_ms"));
+          if (name == "fault") {
+            std::string err;
+            if (!node.reload_fault(settings.str("fault"), err))
+              spdlog::error("reload: fault: {}; the configuration in force is unchanged", err);
+          }
           spdlog::info("reload: {} is now {} ({})", name, settings.str(name), settings.source(name));
         }
         for (const auto& name : restart)

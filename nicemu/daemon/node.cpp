@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "nicemu/abi/gni_values.h"
+#include "nicemu/fault/fault_spec.h"
 
 namespace nicemu::daemon {
 
@@ -63,6 +64,63 @@ Node::Node(NodeConfig cfg)
                   stats_.node(nc::credentials_issued),  stats_.node(nc::datagrams_posted),
                   stats_.node(nc::datagrams_cancelled), stats_.node(nc::msgq_joins),
                   stats_.node(nc::msgq_join_refused),   stats_.node(nc::msgq_lookups)};
+  abi::fault::Config fc = nicemu::fault::default_config();
+  std::string err;
+  bool seed_given = false;
+  if (!cfg_.fault_spec.empty() && !nicemu::fault::parse_spec(cfg_.fault_spec, fc, err, &seed_given))
+    throw std::runtime_error("--fault: " + err);
+  publish_fault(fc, seed_given, "start");
+}
+
+void Node::publish_fault(abi::fault::Config c, bool seed_given, const char* why) {
+  // Every run has a seed in the log, so a failing run can be replayed with seed=N.
+  if (!seed_given && c.seed == 0) c.seed = rng_();
+  fault_.publish(c);
+  stats_.node(abi::counters::node::fault_config_changes).add(1);
+  if (c.enabled || std::string_view(why) != "start")
+    spdlog::info("fault injection ({}): {}", why, nicemu::fault::to_spec(c));
+}
+
+bool Node::reload_fault(const std::string& spec, std::string& error) {
+  abi::fault::Config c = nicemu::fault::default_config();
+  bool seed_given = false;
+  if (!nicemu::fault::parse_spec(spec, c, error, &seed_given)) return false;
+  publish_fault(c, seed_given, "reload");
+  return true;
+}
+
+void Node::handle_fault(Peer& peer, const ctl::Header& h, const char* msg, size_t len, std::vector<char>& reply) {
+  auto answer = [&](int rc, const std::string& error) {
+    auto& r = init_reply<ctl::FaultReply>(reply, h);
+    r.r.rc = rc;
+    const abi::fault::Config& now = fault_.config();
+    r.seed = now.seed;
+    std::string text = nicemu::fault::to_spec(now);
+    r.spec_length = static_cast<uint32_t>(std::min<size_t>(text.size(), sizeof r.spec));
+    std::memcpy(r.spec, text.data(), r.spec_length);
+    r.error_length = static_cast<uint32_t>(std::min<size_t>(error.size(), sizeof r.error));
+    std::memcpy(r.error, error.data(), r.error_length);
+  };
+  if (static_cast<Op>(h.op) == Op::kFaultGet) {
+    ctl::FaultGet req;
+    if (!parse(msg, len, req)) return ++ctr_.malformed_messages, answer(rc::kInvalidParam, "malformed request");
+    return answer(rc::kSuccess, "");
+  }
+  ctl::FaultSet req;
+  if (!parse(msg, len, req) || req.spec_length > sizeof req.spec || req.replace > 1) {
+    ++ctr_.malformed_messages;
+    return answer(rc::kInvalidParam, "malformed request");
+  }
+  // Faults disturb every client of the node: only its owner (or root) may change them.
+  if (peer.uid != 0 && peer.uid != getuid()) return answer(rc::kPermissionError, "not the daemon's user");
+  abi::fault::Config c = req.replace ? nicemu::fault::default_config() : fault_.config();
+  std::string err;
+  bool seed_given = false;
+  if (!nicemu::fault::parse_spec(std::string_view(req.spec, req.spec_length), c, err, &seed_given))
+    return answer(rc::kInvalidParam, err);
+  if (!seed_given && req.replace) c.seed = 0;  // a fresh configuration gets a fresh seed
+  publish_fault(c, seed_given, "nicemuctl");
+  answer(rc::kSuccess, "");
 }
 
 void Node::count_link(uint32_t node, size_t bytes, bool ok) {
@@ -177,6 +235,9 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
       init_reply<PlainReply>(reply, h).r.rc = bi_.set(req.bw, req.aot_bw, req.modes);
       return;
     }
+    case Op::kFaultSet:
+    case Op::kFaultGet:
+      return handle_fault(peer, h, msg, len, reply);
     case Op::kBiConfigGet: {
       ctl::BiConfigGet req;
       if (!parse(msg, len, req)) return bad();
@@ -674,6 +735,10 @@ nlohmann::json Node::status() const {
               {"cdms", cdms},
               {"bte", bte_.status()},
               {"msgq", msgqs},
+              {"fault", {{"enabled", fault_.config().enabled != 0},
+                         {"seed", fault_.config().seed},
+                         {"spec", nicemu::fault::to_spec(fault_.config())},
+                         {"page", fault_.path()}}},
               {"fabric", fabric_ ? fabric_->status() : nlohmann::json(nullptr)},
               {"counters",
                {{"connections", ctr_.connections},

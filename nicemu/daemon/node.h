@@ -21,6 +21,7 @@
 #include "nicemu/daemon/datagram_matcher.h"
 #include "nicemu/daemon/msgq_segment.h"
 #include "nicemu/daemon/stats_page.h"
+#include "nicemu/fault/fault_page.h"
 
 namespace nicemu::daemon {
 
@@ -35,6 +36,8 @@ struct NodeConfig {
   std::string rundir;  // where the other daemons of this host have their sockets
   uint32_t bte_channels = 2;  // BTE engine worker threads (--bte-channels)
   std::string stats_path;     // counter page file; empty = private memory (no readers)
+  std::string fault_path;     // fault page file (abi/fault_layout.h); empty = private memory
+  std::string fault_spec;     // fault configuration at start (--fault); "" or "off" = none
 };
 
 // Identity of a control connection (SO_PEERCRED) and the CDM it attached, if any.
@@ -77,6 +80,9 @@ class Node {
   const NodeConfig& config() const { return cfg_; }
   Counters& counters() { return ctr_; }
   StatsPage& stats() { return stats_; }
+  // SIGHUP with a changed `fault` setting: the spec replaces the configuration. False
+  // (configuration unchanged) with the reason if it does not parse.
+  bool reload_fault(const std::string& spec, std::string& error);
   // Copies the attached clients' counter blocks into the counter page (a timer calls it).
   void refresh_counters();
   // The UDP transport to other hosts' daemons (udp_fabric.h), when a fabric map is given;
@@ -96,6 +102,10 @@ class Node {
   // The live CDMs of process `pid` in domain `c` (process_mdd.h).
   std::vector<CdmRegion*> family(pid_t pid, const Credential& c);
   void count_link(uint32_t node, size_t bytes, bool ok);
+  // nicemuctl fault: parse, check and publish a configuration (fault_spec.h).
+  void handle_fault(Peer& peer, const ctl::Header& h, const char* msg, size_t len, std::vector<char>& reply);
+  // Publishes `c` in the fault page, drawing a seed if none was given, and logs it.
+  void publish_fault(abi::fault::Config c, bool seed_given, const char* why);
   void handle_datagram(Peer& peer, const ctl::Header& h, const char* msg, size_t len, std::vector<char>& reply);
   void handle_msgq(Peer& peer, const ctl::Header& h, const char* msg, size_t len, std::vector<char>& reply,
                    int& pass_fd);
@@ -112,6 +122,7 @@ class Node {
   DaemonLinks links_;
   DatagramMatcher dgrams_;
   BandwidthInjection bi_;
+  fault::PagePublisher fault_{cfg_.fault_path};
   std::map<Credential, std::unique_ptr<MsgqSegment>> msgqs_;  // one per domain with MSGQ members here
   uint64_t next_msgq_ = 1;
   // Its threads only touch their own mappings of the regions, so it may outlive cdms_.

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 
 #include "nicemu/abi/gni_values.h"
 
@@ -97,6 +98,29 @@ abi::ctl::CredReply Link::cred(Op op, uid_t uid, uint32_t ptag, uint32_t cookie)
   abi::ctl::CredReply rep{};
   errno = 0;
   if (!c_.call(req, rep)) no_reply("credential request");
+  return rep;
+}
+
+abi::ctl::FaultReply Link::fault(bool get, bool replace, const std::string& spec) {
+  abi::ctl::FaultReply rep{};
+  errno = 0;
+  bool ok;
+  if (get) {
+    abi::ctl::FaultGet req{};
+    req.h.op = static_cast<uint16_t>(Op::kFaultGet);
+    ok = c_.call(req, rep);
+  } else {
+    auto req = std::make_unique<abi::ctl::FaultSet>();
+    *req = abi::ctl::FaultSet{};
+    req->h.op = static_cast<uint16_t>(Op::kFaultSet);
+    req->replace = replace ? 1 : 0;
+    if (spec.size() > sizeof req->spec) throw CtlError("fault spec longer than " + std::to_string(sizeof req->spec));
+    req->spec_length = static_cast<uint32_t>(spec.size());
+    std::memcpy(req->spec, spec.data(), spec.size());
+    ok = c_.call(*req, rep);
+  }
+  if (!ok) no_reply("fault request");
+  if (rep.spec_length > sizeof rep.spec || rep.error_length > sizeof rep.error) no_reply("fault request");
   return rep;
 }
 

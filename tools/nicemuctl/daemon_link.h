@@ -53,6 +53,9 @@ class Link {
   // A credential request (kCredIssue/kCredGrant/kCredRevoke); the reply's rc is left to
   // the caller, a missing or malformed reply throws.
   abi::ctl::CredReply cred(abi::ctl::Op op, uid_t uid, uint32_t ptag, uint32_t cookie);
+  // A fault-injection request (kFaultSet with `spec`, or kFaultGet when `get`); the reply's
+  // rc is left to the caller, a missing or malformed reply throws.
+  abi::ctl::FaultReply fault(bool get, bool replace, const std::string& spec);
   // Asks the daemon to exit; throws if it refuses.
   void shutdown();
 

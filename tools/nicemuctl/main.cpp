@@ -1,5 +1,5 @@
 // nicemuctl: inspect and control running nicemu daemons through their control sockets —
-// status (text or JSON), job credentials (issue/grant/revoke/list), shutdown — and read
+// status (text or JSON), job credentials (issue/grant/revoke/list), fault injection, shutdown — and read
 // their counter pages: stats (text, JSON, Prometheus) and top (a live view).
 // Exit status: 0 success, 1 a daemon was unreachable or refused, 2 bad usage.
 #include <fmt/core.h>
@@ -17,6 +17,7 @@
 #include "counter_pages.h"
 #include "counters_view.h"
 #include "daemon_link.h"
+#include "fault_cmd.h"
 #include "nicemu/abi/gni_values.h"
 #include "nicemu/fabric/fabric_map.h"
 #include "nicemu/fabric/packet_codec.h"
@@ -419,6 +420,20 @@ int main(int argc, char** argv) {
   auto* shutdown = app.add_subcommand("shutdown", "stop the selected daemons (attached clients see the NIC go down)");
   shutdown->add_flag("--no-wait", no_wait, "return once the daemons accepted, without waiting for them to exit");
 
+  std::vector<std::string> fault_words;
+  bool fault_json = false;
+  auto* fault = app.add_subcommand("fault", "fault injection and reordering (docs/fault-injection.md)");
+  fault->require_subcommand(1);
+  auto* fshow = fault->add_subcommand("show", "print the configuration in force (with its seed)");
+  fshow->add_flag("--json", fault_json, "print {\"nodes\":[...]} as JSON");
+  auto* fset = fault->add_subcommand("set", "change knobs on top of the current configuration, e.g.\n"
+                                            "  nicemuctl fault set seed=42 smsg.drop=0.1 smsg.dup=0.05 reorder=0.5");
+  fset->add_option("spec", fault_words, "tokens of the fault spec")->required()->expected(1, -1);
+  auto* freset = fault->add_subcommand("reset", "replace the configuration (defaults, then the tokens given)");
+  freset->add_option("spec", fault_words, "tokens of the fault spec")->expected(0, -1);
+  auto* foff = fault->add_subcommand("off", "stop injecting (rules are kept: 'fault set on' resumes)");
+  for (auto* sub : {fset, freset, foff}) sub->add_flag("--json", fault_json, "print the result as JSON");
+
   // Multi-host setup (docs/fabric.md): the cluster key and the fabric map.
   std::string key_file;
   auto* keygen = app.add_subcommand("keygen", "create a cluster key file for the UDP fabric (mode 0600; copy it to "
@@ -470,6 +485,14 @@ int main(int argc, char** argv) {
     if (revoke->parsed()) return cmd_cred_revoke(g, co);
     if (list->parsed()) return cmd_cred_list(g, co);
     if (shutdown->parsed()) return cmd_shutdown(g, no_wait);
+    if (fault->parsed()) {
+      using nicemu::tools::FaultVerb;
+      FaultVerb v = fshow->parsed() ? FaultVerb::kShow : fset->parsed() ? FaultVerb::kSet
+                  : freset->parsed() ? FaultVerb::kReset : FaultVerb::kOff;
+      (void)foff;
+      std::vector<Link> links = g.connect();
+      return nicemu::tools::cmd_fault(links, v, fault_words, fault_json);
+    }
   } catch (const CtlError& e) {
     warn(e.what());
     return 1;

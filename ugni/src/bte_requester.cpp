@@ -8,6 +8,7 @@
 
 #include <cstring>
 
+#include "fault_engine.h"
 #include "internal.h"
 
 using namespace nicemu;
@@ -123,6 +124,8 @@ gni_return_t GNI_PostRdma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
                               ep->local_event));
     return GNI_RC_SUCCESS;
   }
+  if (fault_path(n) && fault_fail_rdma(ep, cq, d, tid)) [[unlikely]]
+    return GNI_RC_SUCCESS;  // failed by injection: its error events are in the CQ
   abi::BteRequest r{};
   r.op = get ? abi::kBteGet : abi::kBtePut;
   r.cq_mode = d->cq_mode;

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "fault_engine.h"
 #include "internal.h"
 
 using namespace nicemu;
@@ -60,6 +61,7 @@ gni_return_t GNI_CdmDestroy(gni_cdm_handle_t cdm_hndl) {
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) break;  // closed by the daemon
       }
     }
+    fault_forget_nic(c->nic);
     delete c->nic;
   }
   c->magic = 0;
@@ -102,6 +104,7 @@ gni_return_t GNI_CdmAttach(gni_cdm_handle_t cdm_hndl, uint32_t device_id, uint32
   nic->nic_addr = rep.nic_addr;
   nic->device_type = rep.device_type;
   nic->rundir = nicemu::ctl::default_rundir();
+  nic->fault_page = fault_map_page(path);
   nic->peers[std::make_pair(rep.nic_addr, c->inst_id)] = nic->self;
   c->nic = nic.release();
   *local_addr = c->nic->nic_addr;

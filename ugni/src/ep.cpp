@@ -1,4 +1,5 @@
 // Endpoints: a local object naming one peer (NIC address + instance id).
+#include "fault_engine.h"
 #include "internal.h"
 
 using namespace nicemu;
@@ -60,6 +61,7 @@ gni_return_t GNI_EpDestroy(gni_ep_handle_t ep_hndl) {
   if (!ep) return GNI_RC_INVALID_PARAM;
   if (ep->src_cq) ep->src_cq->users.fetch_sub(1);
   cancel_datagram_of(ep);  // a pending datagram is cancelled; probes then report it
+  if (ep->nic->fault_state) fault_forget_ep(ep);  // transactions held for it are dropped
   ep->magic = 0;
   delete ep;
   return GNI_RC_SUCCESS;

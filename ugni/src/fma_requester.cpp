@@ -12,6 +12,7 @@
 
 #include "amo_alu.h"
 #include "amo_lock.h"
+#include "fault_engine.h"
 
 namespace nicemu::ugni {
 
@@ -152,7 +153,12 @@ uint64_t execute_fma(const FmaOp& op, uint32_t* dst_cq) {
     ep->peer = n->resolve(ep->remote_addr, ep->remote_id, st);
     if (!ep->peer) return st;
   }
-  const Region& target = *ep->peer;
+  return execute_fma_on(op, *ep->peer, dst_cq);
+}
+
+uint64_t execute_fma_on(const FmaOp& op, const Region& target, uint32_t* dst_cq) {
+  Nic* n = op.ep->nic;
+  uint64_t st = cqe::kOk;
   switch (op.type) {
     case GNI_POST_FMA_PUT:
     case GNI_POST_FMA_PUT_W_SYNCFLAG:
@@ -225,6 +231,8 @@ gni_return_t GNI_PostFma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
   d->cq_mode_complete = 0;
   ep->nic->stats[GNI_STAT_FMA_LAUNCH_COUNT].fetch_add(1, std::memory_order_relaxed);
   count_post(ep->nic->counters, post_type(d), d->length);
+  if (fault_path(ep->nic)) [[unlikely]]
+    return fault_post_fma(op, d, tid);  // fault_engine.cpp: injection and the reorder engine
   uint32_t dst_cq = abi::kNoCq;
   const uint64_t st = execute_fma(op, &dst_cq);
   if (st == cqe::kOk && (d->cq_mode & GNI_CQMODE_REMOTE_EVENT)) push_fma_remote_event(op, dst_cq);

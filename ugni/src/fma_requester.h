@@ -43,6 +43,10 @@ gni_return_t check_fma(const FmaOp& op);
 // status and, for a successful access, the target registration's CQ for remote events.
 uint64_t execute_fma(const FmaOp& op, uint32_t* dst_cq);
 
+// The same on a target region the caller resolved (the reorder engine executes held
+// transactions on the region it captured at post time, not on the EP's current one).
+uint64_t execute_fma_on(const FmaOp& op, const Region& target, uint32_t* dst_cq);
+
 // The target's remote event of a transaction that succeeded, into `dst_cq` of its region.
 void push_fma_remote_event(const FmaOp& op, uint32_t dst_cq);
 

@@ -18,6 +18,7 @@
 #include "nicemu/abi/bte_ring.h"
 #include "nicemu/abi/cq_entry.h"
 #include "nicemu/abi/cq_ring.h"
+#include "nicemu/abi/fault_layout.h"
 #include "nicemu/abi/ctl_protocol.h"
 #include "nicemu/abi/gni_values.h"
 #include "nicemu/abi/mem_handle.h"
@@ -64,6 +65,9 @@ struct Region {
     return offset >= abi::kRoSize && bytes <= size && offset <= size - bytes;
   }
 };
+
+// The page every Nic points at until it maps its daemon's (fault_engine.cpp).
+const abi::fault::Page* fault_off_page();
 
 struct Cdm;
 struct Nic;
@@ -125,6 +129,12 @@ struct Nic {
   std::atomic<uint32_t> live_regs{0};
   BteQueue bte;
   std::atomic<uint64_t> ep_serial{0};
+  // Fault injection (fault_engine.h): the daemon's fault page, mapped at attach (an all-off
+  // page before), and how many of our transactions the reorder engine holds. Hot paths
+  // test both with one branch; the rest lives in fault_engine.cpp.
+  const abi::fault::Page* fault_page = fault_off_page();
+  std::atomic<uint32_t> fault_held{0};
+  struct FaultState* fault_state = nullptr;  // guarded by the engine's lock
 
   // Returns the region of (addr, inst) in this domain, looking it up at its daemon if not
   // mapped yet or if the mapped one is dead. nullptr with `status` set on failure.
@@ -173,6 +183,8 @@ struct Ep {
   uint64_t dgram_key = 0;         // names this EP's datagrams at the daemon (never reused)
   void* dgram_out = nullptr;      // out_buf of the datagram posted on this EP
   uint16_t dgram_buf_size = 0;
+  uint32_t smsg_held = 0;         // messages accepted but held by the reorder engine (its lock)
+  uint32_t smsg_next = 0;         // next SMSG sequence number while some are held (its lock)
 };
 
 // Process-wide helpers.

@@ -3,6 +3,7 @@
 // the remote event into the receiver's CQ; no daemon on the message path.
 #include <cstring>
 
+#include "fault_engine.h"
 #include "internal.h"
 
 using namespace nicemu;
@@ -70,6 +71,8 @@ gni_return_t send(Ep* ep, const void* header, uint32_t header_length, const void
     ep->src_cq->ring.push(cqe::make(cqe::kSrcLocalRequest, cqe::kTypeSmsg, st, cqe::kInfoGlobal, 0, msg_id));
     return GNI_RC_SUCCESS;
   }
+  if (fault_path(ep->nic)) [[unlikely]]
+    return fault_smsg_send(ep, header, header_length, data, data_length, msg_id, tag);  // fault_engine.cpp
   if (smsg_send(m.view, header, header_length, data, data_length, tag) == SendResult::kNoCredit) {
     ep->nic->stats[GNI_STAT_SMSG_MBOX_CREDITS_STALL].fetch_add(1, std::memory_order_relaxed);
     count(ep->nic->counters, ctr::cdm::smsg_credit_stalls);

@@ -47,6 +47,28 @@ inline SendResult smsg_send(MailboxView& m, const void* header, uint32_t header_
   return SendResult::kSent;
 }
 
+// Writes message `seq` (already given its credit) into its slot, out of order if need be:
+// what a retransmitted or overtaken packet does on the wire. The receiver's peek still takes
+// messages in sequence order; `sent` becomes the highest sequence written + 1.
+inline void smsg_write_at(MailboxView& m, uint32_t seq, const void* header, uint32_t header_length, const void* data,
+                          uint32_t data_length, uint8_t tag) {
+  abi::MboxSlotHeader* slot = m.slot(seq);
+  char* payload = reinterpret_cast<char*>(slot + 1);
+  if (header_length) std::memcpy(payload, header, header_length);
+  if (data_length) std::memcpy(payload + header_length, data, data_length);
+  slot->length = header_length + data_length;
+  slot->tag = tag;
+  slot->seq.store(seq + 1, std::memory_order_release);
+  const uint32_t s = m.ctl->sent.load(std::memory_order_relaxed);
+  if (static_cast<int32_t>(seq + 1 - s) > 0) m.ctl->sent.store(seq + 1, std::memory_order_release);
+}
+
+// Whether message `seq` is already in the mailbox or consumed: a duplicate of it is discarded.
+inline bool smsg_seen(const MailboxView& m, uint32_t seq) {
+  if (static_cast<int32_t>(m.ctl->released.load(std::memory_order_acquire) - seq) > 0) return true;
+  return static_cast<int32_t>(m.slot(seq)->seq.load(std::memory_order_acquire) - (seq + 1)) >= 0;
+}
+
 // The next message in order, or nullptr. Does not consume it.
 inline abi::MboxSlotHeader* smsg_peek(const MailboxView& m) {
   uint32_t next = m.ctl->released.load(std::memory_order_relaxed);

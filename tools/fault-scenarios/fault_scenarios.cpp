@@ -1,0 +1,691 @@
+// fault-scenarios: the scenarios of docs/fault-injection.md, each one command with a seed.
+// Starts its own daemon (fault configuration given at start), runs the ranks as child
+// processes, prints one `outcome:` line that depends only on the seed and the arguments (so a
+// repeated run prints the same line) and an `info:` line with timing-dependent figures, and
+// exits 0 if the outcome is what the ordering model promises, 1 otherwise.
+//
+//   fault-scenarios smsg     --seed N [--count N]           (a) exactly once, in order
+//   fault-scenarios rdma     --seed N [--count N]           (b) transient errors, replayed
+//   fault-scenarios race     --seed N --ordering M [--count N]  (c) Get passes Put
+//   fault-scenarios envelope --seed N --ordering M [--count N]  (d) payload vs envelope order
+//   fault-scenarios kill     --seed N [--count N]           (e) a rank dies mid-run
+//   fault-scenarios amo      --seed N [--count N]           AMO effect done or not on error
+#include <fcntl.h>
+#include <sys/mman.h>
+
+#include <atomic>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "gni_pub.h"
+#include "harness.h"
+#include "nicemu/abi/counters_layout.h"
+
+namespace {
+
+using harness::Cluster;
+using harness::Cred;
+using harness::Gni;
+namespace ctr = nicemu::abi::counters;
+
+// Out-of-band exchange between the ranks (what PMI is to applications): shared memory set
+// up before fork. Waits sleep, they do not spin: the machine is shared.
+constexpr int kMaxRanks = 4;
+struct RankInfo {
+  std::atomic<int> ready;
+  uint32_t addr, inst;
+  gni_smsg_attr_t smsg[kMaxRanks];  // our mailbox for messages from rank j
+  gni_mem_handle_t mh;              // a registered buffer peers may access
+  uint64_t va;
+};
+struct Board {
+  RankInfo r[kMaxRanks];
+  std::atomic<int> phase;
+  std::atomic<int> done[kMaxRanks];
+};
+
+Board* board() {
+  static Board* b = [] {
+    void* p = mmap(nullptr, sizeof(Board), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::runtime_error("mmap board");
+    return new (p) Board{};
+  }();
+  return b;
+}
+
+void nap() { usleep(500); }
+
+void wait_flag(const std::atomic<int>& f, int v = 1) {
+  for (int i = 0; f.load() < v; ++i) {
+    if (i > 60000) {
+      std::fprintf(stderr, "fault-scenarios: timed out waiting for a peer\n");
+      _exit(3);
+    }
+    nap();
+  }
+}
+
+#define CHECK_OR_EXIT(cond)                                                                 \
+  do {                                                                                      \
+    if (!(cond)) {                                                                          \
+      std::fprintf(stderr, "fault-scenarios:%d: check failed: %s\n", __LINE__, #cond);    \
+      _exit(1);                                                                             \
+    }                                                                                       \
+  } while (0)
+
+// One rank: attached CDM, CQs, mailboxes for every peer, EPs bound to every peer, and a
+// registered buffer (`buf`) with the PI ordering flags the scenario asks for.
+struct Rank {
+  int me = 0, n = 0;
+  Gni g;
+  std::vector<char> mbox;
+  std::vector<gni_ep_handle_t> ep;
+  std::vector<uint64_t> buf;
+  gni_mem_handle_t buf_mh{};
+  gni_smsg_attr_t local[kMaxRanks]{};
+
+  void open(int rank, int ranks, Cred c, uint32_t buf_flags, size_t buf_words = 4096, uint16_t credits = 64) {
+    me = rank;
+    n = ranks;
+    CHECK_OR_EXIT(g.open(uint32_t(100 + rank), c) == GNI_RC_SUCCESS);
+    // Bigger CQs than the harness's: SMSG floods produce one event per message.
+    CHECK_OR_EXIT(GNI_CqCreate(g.nic, 16384, 0, GNI_CQ_BLOCKING, nullptr, nullptr, &g.cq) == GNI_RC_SUCCESS);
+    CHECK_OR_EXIT(GNI_CqCreate(g.nic, 16384, 0, GNI_CQ_BLOCKING, nullptr, nullptr, &g.rcq) == GNI_RC_SUCCESS);
+    gni_smsg_attr_t a{};
+    a.msg_type = GNI_SMSG_TYPE_MBOX_AUTO_RETRANSMIT;
+    a.mbox_maxcredit = credits;
+    a.msg_maxsize = 64;
+    unsigned size = 0;
+    CHECK_OR_EXIT(GNI_SmsgBufferSizeNeeded(&a, &size) == GNI_RC_SUCCESS);
+    mbox.assign(size_t(size) * kMaxRanks, 0);
+    gni_mem_handle_t mh{};
+    CHECK_OR_EXIT(GNI_MemRegister(g.nic, uint64_t(mbox.data()), mbox.size(), g.rcq, GNI_MEM_READWRITE, uint32_t(-1),
+                                  &mh) == GNI_RC_SUCCESS);
+    buf.assign(buf_words, 0);
+    CHECK_OR_EXIT(GNI_MemRegister(g.nic, uint64_t(buf.data()), buf.size() * 8, g.rcq, GNI_MEM_READWRITE | buf_flags,
+                                  uint32_t(-1), &buf_mh) == GNI_RC_SUCCESS);
+    RankInfo& ri = board()->r[rank];
+    for (int j = 0; j < ranks; ++j) {
+      local[j] = a;
+      local[j].msg_buffer = mbox.data();
+      local[j].buff_size = unsigned(mbox.size());
+      local[j].mbox_offset = size * unsigned(j);
+      local[j].mem_hndl = mh;
+      ri.smsg[j] = local[j];
+    }
+    ri.addr = g.addr;
+    ri.inst = g.inst;
+    ri.mh = buf_mh;
+    ri.va = uint64_t(buf.data());
+    ri.ready.store(1);
+    ep.assign(size_t(ranks), nullptr);
+    for (int j = 0; j < ranks; ++j) {
+      if (j == rank) continue;
+      wait_flag(board()->r[j].ready);
+      RankInfo& pj = board()->r[j];
+      CHECK_OR_EXIT(GNI_EpCreate(g.nic, g.cq, &ep[size_t(j)]) == GNI_RC_SUCCESS);
+      CHECK_OR_EXIT(GNI_EpBind(ep[size_t(j)], pj.addr, pj.inst) == GNI_RC_SUCCESS);
+      CHECK_OR_EXIT(GNI_EpSetEventData(ep[size_t(j)], uint32_t(rank), uint32_t(rank)) == GNI_RC_SUCCESS);
+      gni_smsg_attr_t remote = pj.smsg[rank];
+      CHECK_OR_EXIT(GNI_SmsgInit(ep[size_t(j)], &local[j], &remote) == GNI_RC_SUCCESS);
+    }
+  }
+
+  // Sends one message, taking local events as they come; retries while out of credits.
+  void send(int to, const void* msg, uint32_t len, uint8_t tag = 1) {
+    for (;;) {
+      gni_return_t rc = GNI_SmsgSendWTag(ep[size_t(to)], const_cast<void*>(msg), len, nullptr, 0, 0, tag);
+      drain_local();
+      if (rc == GNI_RC_SUCCESS) return;
+      CHECK_OR_EXIT(rc == GNI_RC_NOT_DONE);
+      gni_cq_entry_t e;
+      rc = GNI_CqWaitEvent(g.cq, 1, &e);
+      if (rc == GNI_RC_SUCCESS || rc == GNI_RC_TRANSACTION_ERROR) count_local(e);
+    }
+  }
+  uint64_t smsg_errors = 0, posts_done = 0;
+  void count_local(gni_cq_entry_t e) {
+    if (GNI_CQ_GET_TYPE(e) == GNI_CQ_EVENT_TYPE_SMSG && !GNI_CQ_STATUS_OK(e)) ++smsg_errors;
+    if (GNI_CQ_GET_TYPE(e) == GNI_CQ_EVENT_TYPE_POST) {
+      gni_post_descriptor_t* out = nullptr;
+      GNI_GetCompleted(g.cq, e, &out);
+      ++posts_done;
+    }
+  }
+  // Waits until `n` posts have completed (their events may have been taken by drain_local).
+  void wait_posts(uint64_t n) {
+    while (posts_done < n) {
+      gni_cq_entry_t e;
+      CHECK_OR_EXIT(GNI_CqWaitEvent(g.cq, 10000, &e) == GNI_RC_SUCCESS);
+      count_local(e);
+    }
+  }
+  // Error entries come back as GNI_RC_TRANSACTION_ERROR: they are taken and counted too.
+  void drain_local() {
+    gni_cq_entry_t e;
+    for (gni_return_t rc; (rc = GNI_CqGetEvent(g.cq, &e)) == GNI_RC_SUCCESS || rc == GNI_RC_TRANSACTION_ERROR;)
+      count_local(e);
+  }
+  // The next message from `from` (copied out and released); waits on the remote-event CQ.
+  bool recv(int from, void* out, uint32_t len, int timeout_ms = 30000) {
+    for (int waited = 0;;) {
+      void* hdr = nullptr;
+      gni_return_t rc = GNI_SmsgGetNext(ep[size_t(from)], &hdr);
+      if (rc == GNI_RC_SUCCESS) {
+        std::memcpy(out, hdr, len);
+        CHECK_OR_EXIT(GNI_SmsgRelease(ep[size_t(from)]) == GNI_RC_SUCCESS);
+        gni_cq_entry_t e;
+        GNI_CqGetEvent(g.rcq, &e);  // its remote event, so the CQ never overruns
+        return true;
+      }
+      if (rc != GNI_RC_NOT_DONE) return false;
+      gni_cq_entry_t e;
+      rc = GNI_CqWaitEvent(g.rcq, 10, &e);
+      if (rc == GNI_RC_TIMEOUT && (waited += 10) > timeout_ms) return false;
+    }
+  }
+};
+
+uint64_t* shared_u64(size_t n) {
+  void* p = mmap(nullptr, n * 8, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::runtime_error("mmap");
+  return static_cast<uint64_t*>(p);
+}
+
+// The node's totals of one per-CDM counter, from its counter page (what nicemuctl stats shows).
+struct Page {
+  const char* base = nullptr;
+  explicit Page(const std::string& path) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    void* p = mmap(nullptr, ctr::kPageSize, PROT_READ, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (p != MAP_FAILED) base = static_cast<const char*>(p);
+  }
+  uint64_t total(uint32_t c) const {
+    if (!base) return 0;
+    auto* h = reinterpret_cast<const ctr::PageHeader*>(base);
+    return reinterpret_cast<const std::atomic<uint64_t>*>(base + h->totals_offset)[c].load();
+  }
+};
+
+std::string fault_counters(const Page& p) {
+  namespace c = ctr::cdm;
+  char b[512];
+  std::snprintf(b, sizeof b,
+                "smsg_drops=%" PRIu64 " smsg_retransmits=%" PRIu64 " smsg_dups=%" PRIu64
+                " smsg_dups_suppressed=%" PRIu64
+                " smsg_exhausted=%" PRIu64 " errors=%" PRIu64 " errors_effect_done=%" PRIu64 " delays=%" PRIu64,
+                p.total(c::fault_smsg_drops), p.total(c::fault_smsg_retransmits), p.total(c::fault_smsg_dups),
+                p.total(c::fault_smsg_dups_suppressed), p.total(c::fault_smsg_exhausted), p.total(c::fault_errors),
+                p.total(c::fault_errors_effect_done), p.total(c::fault_delays));
+  return b;
+}
+
+struct Opts {
+  uint64_t seed = 1;
+  uint64_t count = 0;
+  std::string ordering = "relaxed";
+  std::string extra;  // more fault-spec tokens (smsg scenario)
+};
+
+std::vector<std::string> daemon_args(const std::string& spec) {
+  return {"--fault", spec, "--stats-interval-ms", "10"};
+}
+
+// Waits for every child; false if one failed or hung.
+bool wait_all(Cluster& cl, const std::vector<pid_t>& kids, int timeout_s = 120) {
+  bool ok = true;
+  for (pid_t p : kids) {
+    int rc = cl.wait(p, timeout_s);
+    if (rc != 0) {
+      std::fprintf(stderr, "fault-scenarios: rank pid %d exited with %d%s\n", int(p), rc, rc == 255 ? " (hung)" : "");
+      ok = false;
+    }
+  }
+  return ok;
+}
+
+// (a) Every message arrives exactly once and in order under drops, duplicates and reordering.
+int scenario_smsg(const Opts& o) {
+  const uint64_t n = o.count ? o.count : 100000;
+  std::string spec = "seed=" + std::to_string(o.seed) +
+                     " smsg.drop=0.1 smsg.dup=0.05 reorder=0.2 delay_us=10..100 retransmit_us=50 window=4096 " +
+                     o.extra;
+  // Exhaustion (injected, or a link down for longer than the retransmissions last) loses
+  // messages: the sender sees each as an error event, the receiver the rest in order.
+  const bool lossy = o.extra.find("exhaust") != std::string::npos || o.extra.find("link_down") != std::string::npos;
+  Cluster cl(1, daemon_args(spec));
+  Cred c = cl.credential();
+  uint64_t* res = shared_u64(4);  // delivered, out of order, extra, lost (sender's error events)
+  pid_t tx = cl.spawn(0, [&] {
+    Rank r;
+    r.open(0, 2, c, 0);
+    for (uint64_t i = 0; i < n; ++i) r.send(1, &i, sizeof i);
+    wait_flag(board()->done[1]);
+    r.drain_local();
+    res[3] = r.smsg_errors;
+    return lossy || r.smsg_errors == 0 ? 0 : 1;
+  });
+  pid_t rx = cl.spawn(0, [&] {
+    Rank r;
+    r.open(1, 2, c, 0);
+    uint64_t got = 0, bad = 0, v = 0, next = 0;
+    while (got < n) {
+      if (!r.recv(0, &v, sizeof v, lossy ? 2000 : 30000)) break;
+      ++got;
+      if (lossy ? v < next : v != next) ++bad;  // lost messages leave gaps, never disorder
+      next = v + 1;
+    }
+    // Nothing more may come: a duplicate would show up here.
+    uint64_t extra = 0;
+    if (got == n && r.recv(0, &v, sizeof v, 300)) ++extra;
+    res[0] = got;
+    res[1] = bad;
+    res[2] = extra;
+    board()->done[1].store(1);
+    return 0;
+  });
+  bool ok = wait_all(cl, {tx, rx}, 600);
+  Page page(nicemu::ctl::stats_path(cl.socket(0)));
+  usleep(50000);
+  std::printf("outcome: smsg seed=%" PRIu64 " messages=%" PRIu64 " delivered=%" PRIu64 " lost=%" PRIu64
+              " out_of_order=%" PRIu64 " duplicates_delivered=%" PRIu64 " %s link_down=%" PRIu64 "\n",
+              o.seed, n, res[0], res[3], res[1], res[2], fault_counters(page).c_str(),
+              page.total(ctr::cdm::fault_link_down));
+  // Timing decides how many later messages overtook a held one (written out of order into
+  // the mailbox, put back in order by the receiver's sequence check).
+  std::printf("info: reorder_held=%" PRIu64 " reorder_passed=%" PRIu64 "\n", page.total(ctr::cdm::reorder_held),
+              page.total(ctr::cdm::reorder_passed));
+  ok = ok && res[0] + res[3] == n && res[1] == 0 && res[2] == 0 &&
+       (lossy || page.total(ctr::cdm::fault_smsg_drops) > 0) &&
+       page.total(ctr::cdm::fault_smsg_dups) == page.total(ctr::cdm::fault_smsg_dups_suppressed) &&
+       page.total(ctr::cdm::fault_smsg_exhausted) == res[3];
+  return ok ? 0 : 1;
+}
+
+// Posts `d` until it succeeds; every failure must be a recoverable CQE error. Returns the
+// number of failures seen.
+uint64_t post_until_ok(Rank& r, gni_ep_handle_t ep, gni_post_descriptor_t& d, bool rdma, uint64_t& unrecoverable) {
+  uint64_t failures = 0;
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    gni_return_t rc = rdma ? GNI_PostRdma(ep, &d) : GNI_PostFma(ep, &d);
+    CHECK_OR_EXIT(rc == GNI_RC_SUCCESS);
+    gni_cq_entry_t e = 0;
+    rc = GNI_CqWaitEvent(r.g.cq, 10000, &e);
+    CHECK_OR_EXIT(rc == GNI_RC_SUCCESS || rc == GNI_RC_TRANSACTION_ERROR);
+    gni_post_descriptor_t* out = nullptr;
+    gni_return_t gc = GNI_GetCompleted(r.g.cq, e, &out);
+    CHECK_OR_EXIT(out == &d);
+    if (GNI_CQ_STATUS_OK(e) && gc == GNI_RC_SUCCESS) return failures;
+    // A failed transaction: the spec's recovery rule is to repost if recoverable.
+    CHECK_OR_EXIT(gc == GNI_RC_TRANSACTION_ERROR);
+    uint32_t rec = 0;
+    CHECK_OR_EXIT(GNI_CqErrorRecoverable(e, &rec) == GNI_RC_SUCCESS);
+    if (!rec) ++unrecoverable;
+    ++failures;
+  }
+  ++unrecoverable;
+  return failures;
+}
+
+// (b) PUT and GET (FMA and RDMA) under injected transient errors: all reported recoverable,
+// and a replay loop completes every transfer with verified data.
+int scenario_rdma(const Opts& o) {
+  const uint64_t n = o.count ? o.count : 2000;
+  std::string spec = "seed=" + std::to_string(o.seed) + " put.error=0.1 get.error=0.1 rdma.error=0.1 error_done=0.5";
+  Cluster cl(1, daemon_args(spec));
+  Cred c = cl.credential();
+  uint64_t* res = shared_u64(4);  // failures, unrecoverable, mismatches
+  pid_t tgt = cl.spawn(0, [&] {
+    Rank r;
+    r.open(1, 2, c, 0, 8192);
+    wait_flag(board()->done[0]);
+    // The target's own view of its memory: every word holds what was last written.
+    uint64_t bad = 0;
+    for (uint64_t i = 0; i < n; ++i)
+      if (r.buf[i % 4096] != 0 && (r.buf[i % 4096] >> 32) != 0xABCD) ++bad;
+    res[3] = bad;
+    return 0;
+  });
+  pid_t ini = cl.spawn(0, [&] {
+    Rank r;
+    r.open(0, 2, c, 0, 8192);
+    wait_flag(board()->r[1].ready);
+    RankInfo& t = board()->r[1];
+    uint64_t failures = 0, unrec = 0, mism = 0;
+    std::vector<uint64_t>& lb = r.buf;
+    for (uint64_t i = 0; i < n; ++i) {
+      const bool rdma = i % 2;
+      const uint64_t slot = (i * 7) % 4096;
+      const uint64_t val = (uint64_t{0xABCD} << 32) | i;
+      lb[4096] = val;
+      auto put = harness::make_desc(rdma ? GNI_POST_RDMA_PUT : GNI_POST_FMA_PUT, uint64_t(&lb[4096]), r.buf_mh,
+                                    t.va + slot * 8, t.mh, 8);
+      failures += post_until_ok(r, r.ep[1], put, rdma, unrec);
+      lb[4097] = 0;
+      auto get = harness::make_desc(rdma ? GNI_POST_RDMA_GET : GNI_POST_FMA_GET, uint64_t(&lb[4097]), r.buf_mh,
+                                    t.va + slot * 8, t.mh, 8);
+      failures += post_until_ok(r, r.ep[1], get, rdma, unrec);
+      if (lb[4097] != val) ++mism;
+    }
+    res[0] = failures;
+    res[1] = unrec;
+    res[2] = mism;
+    board()->done[0].store(1);
+    return 0;
+  });
+  bool ok = wait_all(cl, {ini, tgt});
+  Page page(nicemu::ctl::stats_path(cl.socket(0)));
+  usleep(50000);
+  std::printf("outcome: rdma seed=%" PRIu64 " transfers=%" PRIu64 " failures=%" PRIu64 " unrecoverable=%" PRIu64
+              " verified=%s %s\n",
+              o.seed, 2 * n, res[0], res[1], res[2] == 0 && res[3] == 0 ? "yes" : "no", fault_counters(page).c_str());
+  ok = ok && res[0] > 0 && res[1] == 0 && res[2] == 0 && res[3] == 0 && page.total(ctr::cdm::fault_errors) == res[0];
+  return ok ? 0 : 1;
+}
+
+// AMOs under injected transient errors, replayed: an AMO whose response was lost took
+// effect anyway (error_done), so replaying a non-idempotent FADD counts it twice — exactly
+// what a runtime's recovery code has to expect on hardware.
+int scenario_amo(const Opts& o) {
+  const uint64_t n = o.count ? o.count : 2000;
+  std::string spec = "seed=" + std::to_string(o.seed) + " amo.error=0.2 error_done=0.5";
+  Cluster cl(1, daemon_args(spec));
+  Cred c = cl.credential();
+  uint64_t* res = shared_u64(4);  // failures, unrecoverable, final value
+  pid_t tgt = cl.spawn(0, [&] {
+    Rank r;
+    r.open(1, 2, c, 0);
+    wait_flag(board()->done[0]);
+    res[2] = r.buf[0];
+    return 0;
+  });
+  pid_t ini = cl.spawn(0, [&] {
+    Rank r;
+    r.open(0, 2, c, 0);
+    wait_flag(board()->r[1].ready);
+    RankInfo& t = board()->r[1];
+    uint64_t failures = 0, unrec = 0;
+    for (uint64_t i = 0; i < n; ++i) {
+      auto d = harness::make_desc(GNI_POST_AMO, uint64_t(&r.buf[8]), r.buf_mh, t.va, t.mh, 8);
+      d.amo_cmd = GNI_FMA_ATOMIC_FADD;
+      d.first_operand = 1;
+      failures += post_until_ok(r, r.ep[1], d, false, unrec);
+    }
+    res[0] = failures;
+    res[1] = unrec;
+    board()->done[0].store(1);
+    return 0;
+  });
+  bool ok = wait_all(cl, {ini, tgt});
+  Page page(nicemu::ctl::stats_path(cl.socket(0)));
+  usleep(50000);
+  const uint64_t done = page.total(ctr::cdm::fault_errors_effect_done);
+  std::printf("outcome: amo seed=%" PRIu64 " fadds=%" PRIu64 " failures=%" PRIu64 " unrecoverable=%" PRIu64
+              " final=%" PRIu64 " effect_done=%" PRIu64 "\n",
+              o.seed, n, res[0], res[1], res[2], done);
+  // Every FADD counted once, plus once more for each failure whose effect was done.
+  ok = ok && res[1] == 0 && res[0] > 0 && res[2] == n + done && done > 0 && done < res[0];
+  return ok ? 0 : 1;
+}
+
+uint32_t ordering_flags(const std::string& m) {
+  if (m == "strict") return GNI_MEM_STRICT_PI_ORDERING;
+  if (m == "relaxed") return GNI_MEM_RELAXED_PI_ORDERING;
+  return 0;  // default
+}
+
+// (c) Rank 0 PUTs k into rank 2's memory, then tells rank 1 by SMSG; rank 1 GETs the word.
+// Relaxed: a delayed PUT is passed by the notification, the GET returns the old value.
+int scenario_race(const Opts& o) {
+  const uint64_t n = o.count ? o.count : 200;
+  std::string spec = "seed=" + std::to_string(o.seed) + " put.delay=0.5 delay_us=20000..40000";
+  Cluster cl(1, daemon_args(spec));
+  Cred c = cl.credential();
+  uint64_t* res = shared_u64(4);  // stale, fresh
+  const uint32_t flags = ordering_flags(o.ordering);
+  pid_t tgt = cl.spawn(0, [&] {
+    Rank r;
+    r.open(2, 3, c, flags);
+    wait_flag(board()->done[0]);
+    return 0;
+  });
+  pid_t putter = cl.spawn(0, [&] {
+    Rank r;
+    r.open(0, 3, c, flags);
+    wait_flag(board()->r[2].ready);
+    RankInfo& t = board()->r[2];
+    for (uint64_t k = 1; k <= n; ++k) {
+      r.buf[0] = k;
+      auto put = harness::make_desc(GNI_POST_FMA_PUT, uint64_t(&r.buf[0]), r.buf_mh, t.va, t.mh, 8);
+      CHECK_OR_EXIT(GNI_PostFma(r.ep[2], &put) == GNI_RC_SUCCESS);
+      r.send(1, &k, sizeof k);  // the notification
+      uint64_t seen = 0;
+      CHECK_OR_EXIT(r.recv(1, &seen, sizeof seen));
+      (seen == k ? res[1] : res[0])++;
+      r.wait_posts(k);  // the PUT's global completion before the next trial
+    }
+    board()->done[0].store(1);
+    return 0;
+  });
+  pid_t getter = cl.spawn(0, [&] {
+    Rank r;
+    r.open(1, 3, c, 0);
+    wait_flag(board()->r[2].ready);
+    RankInfo& t = board()->r[2];
+    for (uint64_t k = 1; k <= n; ++k) {
+      uint64_t note = 0;
+      CHECK_OR_EXIT(r.recv(0, &note, sizeof note));
+      r.buf[1] = 0;
+      auto get = harness::make_desc(GNI_POST_FMA_GET, uint64_t(&r.buf[1]), r.buf_mh, t.va, t.mh, 8);
+      CHECK_OR_EXIT(harness::post_and_wait(r.g.cq, r.ep[2], get) == 0);
+      uint64_t seen = r.buf[1];
+      r.send(0, &seen, sizeof seen);
+    }
+    wait_flag(board()->done[0]);
+    return 0;
+  });
+  bool ok = wait_all(cl, {putter, getter, tgt});
+  std::printf("outcome: race seed=%" PRIu64 " ordering=%s trials=%" PRIu64 " stale=%" PRIu64 " fresh=%" PRIu64 "\n",
+              o.seed, o.ordering.c_str(), n, res[0], res[1]);
+  // Relaxed must show the race; strict and default never.
+  ok = ok && res[0] + res[1] == n && (o.ordering == "relaxed" ? res[0] > 0 : res[0] == 0);
+  return ok ? 0 : 1;
+}
+
+// (d) Rank 0 PUTs a payload into rank 1's buffer, then sends the envelope by SMSG; rank 1
+// notes whether the payload was there when the envelope arrived, then waits for it
+// (target-side reassembly).
+int scenario_envelope(const Opts& o) {
+  const uint64_t n = o.count ? o.count : 200;
+  std::string spec = "seed=" + std::to_string(o.seed) + " put.delay=0.5 delay_us=20000..40000";
+  Cluster cl(1, daemon_args(spec));
+  Cred c = cl.credential();
+  uint64_t* res = shared_u64(4);  // payload first, envelope first, reassembly failures
+  const uint32_t flags = ordering_flags(o.ordering);
+  pid_t tx = cl.spawn(0, [&] {
+    Rank r;
+    r.open(0, 2, c, flags);
+    wait_flag(board()->r[1].ready);
+    RankInfo& t = board()->r[1];
+    for (uint64_t k = 1; k <= n; ++k) {
+      const uint64_t slot = k % 512;
+      r.buf[0] = k;
+      auto put = harness::make_desc(GNI_POST_FMA_PUT, uint64_t(&r.buf[0]), r.buf_mh, t.va + slot * 8, t.mh, 8,
+                                    GNI_CQMODE_GLOBAL_EVENT);
+      CHECK_OR_EXIT(GNI_PostFma(r.ep[1], &put) == GNI_RC_SUCCESS);
+      r.send(1, &k, sizeof k);
+      uint64_t ack = 0;
+      CHECK_OR_EXIT(r.recv(1, &ack, sizeof ack) && ack == k);
+      r.wait_posts(k);
+    }
+    return 0;
+  });
+  pid_t rx = cl.spawn(0, [&] {
+    Rank r;
+    r.open(1, 2, c, flags);
+    volatile uint64_t* b = r.buf.data();
+    for (uint64_t k = 1; k <= n; ++k) {
+      uint64_t env = 0;
+      CHECK_OR_EXIT(r.recv(0, &env, sizeof env) && env == k);
+      const uint64_t slot = k % 512;
+      if (b[slot] == k) {
+        res[0]++;
+      } else {
+        res[1]++;
+        // Reassembly: the payload is on its way; wait for it (bounded).
+        int waited = 0;
+        while (b[slot] != k && waited < 20000) usleep(100), ++waited;
+        if (b[slot] != k) res[2]++;
+      }
+      r.send(0, &k, sizeof k);
+    }
+    return 0;
+  });
+  bool ok = wait_all(cl, {tx, rx});
+  std::printf("outcome: envelope seed=%" PRIu64 " ordering=%s messages=%" PRIu64 " payload_first=%" PRIu64
+              " envelope_first=%" PRIu64 " reassembly_failures=%" PRIu64 "\n",
+              o.seed, o.ordering.c_str(), n, res[0], res[1], res[2]);
+  ok = ok && res[0] + res[1] == n && res[2] == 0 &&
+       (o.ordering == "relaxed" ? res[0] > 0 && res[1] > 0 : res[1] == 0);
+  return ok ? 0 : 1;
+}
+
+// (e) Rank 2 is killed while ranks 0 and 1 have operations posted to it and to each other
+// (with reordering holding some of them): every posted operation completes or fails.
+int scenario_kill(const Opts& o) {
+  const uint64_t n = o.count ? o.count : 3000;
+  std::string spec = "seed=" + std::to_string(o.seed) + " reorder=0.3 delay_us=500..3000 put.error=0.02";
+  Cluster cl(1, daemon_args(spec));
+  Cred c = cl.credential();
+  uint64_t* res = shared_u64(8);  // per survivor: posted, completed ok, completed with error
+  auto survivor = [&](int me) {
+    Rank r;
+    r.open(me, 3, c, GNI_MEM_RELAXED_PI_ORDERING);
+    for (int j = 0; j < 3; ++j) wait_flag(board()->r[j].ready);
+    board()->done[me].store(1);
+    wait_flag(board()->phase);  // all connected
+    std::vector<gni_post_descriptor_t> d(n);
+    uint64_t posted = 0, okc = 0, errc = 0, smsg_posted = 0;
+    auto take = [&](int timeout_ms) {
+      gni_cq_entry_t e;
+      gni_return_t rc = GNI_CqWaitEvent(r.g.cq, uint64_t(timeout_ms), &e);
+      if (rc != GNI_RC_SUCCESS && rc != GNI_RC_TRANSACTION_ERROR) return false;
+      if (GNI_CQ_GET_TYPE(e) == GNI_CQ_EVENT_TYPE_POST) {
+        gni_post_descriptor_t* out = nullptr;
+        GNI_GetCompleted(r.g.cq, e, &out);
+      }
+      (GNI_CQ_STATUS_OK(e) ? okc : errc)++;
+      return true;
+    };
+    for (uint64_t i = 0; i < n; ++i) {
+      const int to = (i % 3 == 0) ? 1 - me : 2;  // two thirds to the victim
+      RankInfo& t = board()->r[to];
+      if (i % 5 == 4) {
+        uint64_t v = i;
+        gni_return_t rc = GNI_SmsgSendWTag(r.ep[size_t(to)], &v, 8, nullptr, 0, uint32_t(i), 1);
+        if (rc == GNI_RC_SUCCESS) ++smsg_posted, ++posted;
+      } else {
+        d[i] = harness::make_desc(GNI_POST_FMA_PUT, uint64_t(&r.buf[0]), r.buf_mh, t.va + (i % 64) * 8, t.mh, 8);
+        CHECK_OR_EXIT(GNI_PostFma(r.ep[size_t(to)], &d[i]) == GNI_RC_SUCCESS);
+        ++posted;
+      }
+      while (posted - okc - errc > 32 && take(1)) {
+      }
+      // Release the peer's messages so its credits return.
+      void* h;
+      while (GNI_SmsgGetNext(r.ep[size_t(1 - me)], &h) == GNI_RC_SUCCESS) GNI_SmsgRelease(r.ep[size_t(1 - me)]);
+      if (i == n / 3) board()->done[me].store(2);  // the parent may kill the victim now
+    }
+    // Every posted operation must complete or fail within a bounded time.
+    for (int idle = 0; okc + errc < posted && idle < 10000; ++idle)
+      if (take(1)) idle = 0;
+    res[me * 3 + 0] = posted;
+    res[me * 3 + 1] = okc;
+    res[me * 3 + 2] = errc;
+    return okc + errc == posted ? 0 : 1;
+  };
+  pid_t s0 = cl.spawn(0, [&] { return survivor(0); });
+  pid_t s1 = cl.spawn(0, [&] { return survivor(1); });
+  pid_t victim = cl.spawn(0, [&] {
+    Rank r;
+    r.open(2, 3, c, GNI_MEM_RELAXED_PI_ORDERING);
+    for (;;) {  // consumes messages until killed
+      for (int j = 0; j < 2; ++j) {
+        void* h;
+        if (board()->r[j].ready.load() && GNI_SmsgGetNext(r.ep[size_t(j)], &h) == GNI_RC_SUCCESS)
+          GNI_SmsgRelease(r.ep[size_t(j)]);
+      }
+      gni_cq_entry_t e;
+      GNI_CqWaitEvent(r.g.rcq, 5, &e);
+    }
+    return 0;
+  });
+  wait_flag(board()->done[0]);
+  wait_flag(board()->done[1]);
+  board()->phase.store(1);
+  wait_flag(board()->done[0], 2);
+  kill(victim, SIGKILL);
+  cl.wait(victim, 10);
+  bool ok = wait_all(cl, {s0, s1});
+  const uint64_t posted = res[0] + res[3], done = res[1] + res[2] + res[4] + res[5];
+  std::printf("outcome: kill seed=%" PRIu64 " all_operations_finished=%s hung=%" PRIu64 "\n", o.seed,
+              ok && posted == done ? "yes" : "no", posted - done);
+  std::printf("info: posted=%" PRIu64 " succeeded=%" PRIu64 " failed=%" PRIu64 "\n", posted, res[1] + res[4],
+              res[2] + res[5]);
+  ok = ok && posted == done && res[2] + res[5] > 0;
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"fault-scenarios: the fault-injection scenarios of docs/fault-injection.md, one command each",
+               "fault-scenarios"};
+  app.require_subcommand(1);
+  Opts o;
+  std::string daemon;
+  app.add_option("--daemon", daemon, "nicemu daemon binary (default: $NICEMU_DAEMON, else the build's)");
+  auto add = [&](const char* name, const char* what, bool ordering) {
+    auto* s = app.add_subcommand(name, what);
+    s->add_option("--seed", o.seed, "seed of the fault injector")->capture_default_str();
+    s->add_option("--count", o.count, "messages / transfers / trials (default: the scenario's)");
+    if (ordering)
+      s->add_option("--ordering", o.ordering, "PI ordering of the target memory")
+          ->check(CLI::IsMember({"strict", "default", "relaxed"}))
+          ->capture_default_str();
+    return s;
+  };
+  auto* smsg = add("smsg", "(a) SMSG under 10% drop, 5% duplication and reordering: exactly once, in order", false);
+  smsg->add_option("--extra", o.extra,
+                   "more fault-spec tokens, e.g. 'smsg.exhaust=0.01' or 'retransmit_us=5000 link_down=*@0..20ms'");
+  auto* rdma = add("rdma", "(b) PUT/GET under injected transient errors, replayed until verified", false);
+  auto* race = add("race", "(c) a Get passes an earlier Put (relaxed) or never does (strict, default)", true);
+  auto* env =
+      add("envelope", "(d) payload PUT and envelope SMSG in both orders (relaxed), in issue order (strict)", true);
+  auto* amo =
+      add("amo", "AMO FADDs under injected errors, replayed: failed AMOs whose effect was done count twice", false);
+  auto* kil = add("kill", "(e) a rank killed mid-run: every posted operation completes or fails", false);
+  CLI11_PARSE(app, argc, argv);
+  if (!daemon.empty()) setenv("NICEMU_DAEMON", daemon.c_str(), 1);
+  if (!std::getenv("NICEMU_DAEMON")) setenv("NICEMU_DAEMON", NICEMU_DAEMON_PATH, 1);
+  setvbuf(stdout, nullptr, _IOLBF, 0);
+  try {
+    board();  // mapped before the ranks fork, so they share it
+    if (smsg->parsed()) return scenario_smsg(o);
+    if (rdma->parsed()) return scenario_rdma(o);
+    if (race->parsed()) return scenario_race(o);
+    if (env->parsed()) return scenario_envelope(o);
+    if (kil->parsed()) return scenario_kill(o);
+    if (amo->parsed()) return scenario_amo(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fault-scenarios: %s\n", e.what());
+  }
+  return 1;
+}

@@ -1,0 +1,41 @@
+#include "fault_cmd.h"
+
+#include <fmt/core.h>
+
+#include <nlohmann/json.hpp>
+
+#include "nicemu/abi/gni_values.h"
+
+namespace nicemu::tools {
+
+int cmd_fault(std::vector<Link>& links, FaultVerb verb, const std::vector<std::string>& words, bool as_json) {
+  std::string spec;
+  for (const std::string& w : words) spec += (spec.empty() ? "" : " ") + w;
+  if (verb == FaultVerb::kOff) spec = "off";
+  nlohmann::json out = nlohmann::json::array();
+  int status = 0;
+  for (Link& l : links) {
+    try {
+      abi::ctl::FaultReply rep = l.fault(verb == FaultVerb::kShow, verb == FaultVerb::kReset, spec);
+      std::string now(rep.spec, rep.spec_length);
+      if (rep.r.rc != abi::gni::kSuccess) {
+        throw CtlError(fmt::format("{}: fault configuration refused: {}: {}", l.target().label(), rc_name(rep.r.rc),
+                                   std::string(rep.error, rep.error_length)));
+      }
+      if (as_json) {
+        nlohmann::json j{{"spec", now}, {"seed", rep.seed}, {"socket", l.target().socket}};
+        if (l.target().nic_addr) j["nic_addr"] = *l.target().nic_addr;
+        out.push_back(j);
+      } else {
+        fmt::print("{}: {}\n", l.target().label(), now);
+      }
+    } catch (const CtlError& e) {
+      fmt::print(stderr, "nicemuctl: {}\n", e.what());
+      status = 1;
+    }
+  }
+  if (as_json) fmt::print("{}\n", nlohmann::json{{"nodes", out}}.dump());
+  return status;
+}
+
+}  // namespace nicemu::tools
