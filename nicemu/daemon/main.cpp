@@ -152,6 +152,7 @@ int main(int argc, char** argv) {
           settings.str("fabric_io_uring") != "off");
       std::memset(key, 0, sizeof key);
       node.set_fabric(fabric.get());
+      fabric->set_fault_config(&node.fault_config());
       fabric->start();
     }
     asio::signal_set signals(io, SIGTERM, SIGINT);

@@ -88,6 +88,9 @@ class Node {
   // The UDP transport to other hosts' daemons (udp_fabric.h), when a fabric map is given;
   // messages to a node without a daemon socket on this host go through it.
   void set_fabric(UdpFabric* f) { fabric_ = f; }
+  // The fault configuration in force (nicemuctl fault / --fault): the fabric consults its
+  // `packet` rules for every packet it sends.
+  const abi::fault::Config& fault_config() const { return fault_.config(); }
   // A message from the daemon of `from` on another host (authenticated by the fabric).
   // Only daemon-to-daemon messages are accepted, and only about `from` itself.
   void fabric_message(uint32_t from, const uint8_t* msg, size_t len);

@@ -323,6 +323,7 @@ void UdpFabric::queue_packet(Peer& p, uint8_t flags, const uint8_t* records, siz
   auth_.seal(pkt, sizeof h + rec_bytes);
   tx_iov_[tx_count_].iov_len = h.length;
   tx_addr_[tx_count_] = p.addr;
+  tx_peer_[tx_count_] = &p;
   ++tx_count_;
   p.ch->ack_sent();
   p.ack_now = false;
@@ -365,7 +366,9 @@ void UdpFabric::flush_all() {
 }
 
 void UdpFabric::impaired_send() {
-  auto chance = [&](double p) { return std::uniform_real_distribution<double>(0, 1)(impair_.rng) < p; };
+  auto chance = [&](double p) { return impair_.on && std::uniform_real_distribution<double>(0, 1)(impair_.rng) < p; };
+  const bool inject = fault_cfg_ && fault_cfg_->enabled;
+  const uint64_t now_ns = now_us() * 1000;
   auto out = [&](const void* data, size_t len, const sockaddr_in& to) {
     if (::sendto(fd_, data, len, MSG_DONTWAIT, reinterpret_cast<const sockaddr*>(&to), sizeof to) ==
         static_cast<ssize_t>(len)) {
@@ -374,16 +377,28 @@ void UdpFabric::impaired_send() {
     }
   };
   for (size_t i = 0; i < tx_count_; ++i) {
-    const uint8_t* pkt = static_cast<const uint8_t*>(tx_iov_[i].iov_base);
+    uint8_t* pkt = static_cast<uint8_t*>(tx_iov_[i].iov_base);
     size_t len = tx_iov_[i].iov_len;
-    if (chance(impair_.loss)) continue;
-    if (impair_.held.empty() && chance(impair_.reorder)) {
+    abi::fault::Action act = abi::fault::kNone;
+    if (inject && tx_peer_[i]) {
+      Peer& p = *tx_peer_[i];
+      if (std::memcmp(&p.inj_cfg, fault_cfg_, sizeof p.inj_cfg) != 0) {
+        // A new configuration (nicemuctl fault): this peer's decisions start over from it.
+        p.inj_cfg = *fault_cfg_;
+        p.inj.configure(p.inj_cfg, (uint64_t{self_} << 32) | p.nic, now_ns);
+      }
+      act = p.inj.decide(abi::fault::kPacket, p.nic, now_ns).action;
+      if (act == abi::fault::kLinkDown || p.inj.link_down(p.nic, now_ns)) act = abi::fault::kDrop;
+    }
+    if (act == abi::fault::kDrop || chance(impair_.loss)) continue;
+    if (act == abi::fault::kCorrupt) pkt[sizeof(PacketHeader) / 2] ^= 0x40;  // the MAC will not verify
+    if (impair_.held.empty() && (act == abi::fault::kDelay || chance(impair_.reorder))) {
       impair_.held.assign(pkt, pkt + len);
       impair_.held_to = tx_addr_[i];
       continue;
     }
     out(pkt, len, tx_addr_[i]);
-    if (chance(impair_.dup)) out(pkt, len, tx_addr_[i]);
+    if (act == abi::fault::kDup || chance(impair_.dup)) out(pkt, len, tx_addr_[i]);
     if (!impair_.held.empty()) {
       out(impair_.held.data(), impair_.held.size(), impair_.held_to);
       impair_.held.clear();
@@ -393,7 +408,7 @@ void UdpFabric::impaired_send() {
 }
 
 void UdpFabric::send_batch() {
-  if (impair_.on) return impaired_send();
+  if (faults_on()) return impaired_send();
   size_t done = 0;
   while (done < tx_count_) {
     for (size_t i = done; i < tx_count_; ++i) {

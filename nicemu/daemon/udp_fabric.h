@@ -36,6 +36,7 @@
 #include "nicemu/fabric/fabric_map.h"
 #include "nicemu/fabric/packet_codec.h"
 #include "nicemu/fabric/reliable_channel.h"
+#include "nicemu/fault/fault_injector.h"
 
 namespace nicemu::daemon {
 
@@ -60,6 +61,10 @@ class UdpFabric {
   bool send(uint32_t nic, const void* msg, size_t len);
   bool peer_up(uint32_t nic) const;
   uint64_t epoch() const { return epoch_; }
+  // The daemon's fault configuration (docs/fault-injection.md): its `packet` rules drop,
+  // duplicate, delay, corrupt or cut the link for packets this transport sends, decided per
+  // peer by a seeded injector. Null: none.
+  void set_fault_config(const abi::fault::Config* cfg) { fault_cfg_ = cfg; }
   uint16_t port() const { return port_; }
   nlohmann::json status() const;
 
@@ -72,6 +77,8 @@ class UdpFabric {
     uint64_t last_heard_us = 0;
     uint64_t next_probe_us = 0;
     bool ack_now = false;                // an ack is owed regardless of records
+    fault::Injector inj;                 // packet faults towards this peer
+    abi::fault::Config inj_cfg{};        // the configuration `inj` was made from
     std::unique_ptr<fabric::ReliableChannel> ch;
   };
   static constexpr size_t kBatch = 32;
@@ -116,6 +123,7 @@ class UdpFabric {
   std::array<mmsghdr, kBatch> rx_msgs_{}, tx_msgs_{};
   std::array<iovec, kBatch> rx_iov_{}, tx_iov_{};
   std::array<sockaddr_in, kBatch> rx_addr_{}, tx_addr_{};
+  std::array<Peer*, kBatch> tx_peer_{};
   size_t tx_count_ = 0;
   std::vector<uint8_t> scratch_;  // records of the packet being built
 
@@ -129,7 +137,9 @@ class UdpFabric {
     std::vector<uint8_t> held;  // a packet held back to go after the next one (reorder)
     sockaddr_in held_to{};
   } impair_;
+  const abi::fault::Config* fault_cfg_ = nullptr;
   void impaired_send();
+  bool faults_on() const { return impair_.on || (fault_cfg_ && fault_cfg_->enabled); }
 
   struct Ctr {
     Counter rx_packets, tx_packets, rx_bytes, tx_bytes, short_or_bad_length, bad_magic, bad_version, bad_mac,

@@ -5,6 +5,9 @@
 #      fabric), 20 rounds, payloads verified; remote FMA, RDMA and SmsgInit fail promptly
 #      (not carried across hosts yet, documented);
 #   2. three daemons, three processes, every pair, 20 rounds;
+#   2b. the fault injector's packet rules (nicemuctl fault set packet.drop=... on daemons 0
+#      and 1): datagrams still verified, drops retransmitted, corrupted packets counted as
+#      bad MACs, duplicates suppressed;
 #   3. one daemon silent (SIGSTOP): after the retry budget its channel goes down and new
 #      messages to it are refused at once; resumed (SIGCONT) it is heard again;
 #      then restarted (new epoch): the others notice, datagrams work again;
@@ -132,6 +135,25 @@ run 0 10 20 1:11 2:12
 run 1 11 20 0:10 2:12
 run 2 12 20 0:10 1:11
 wait_all "three daemons: every pair, 20 rounds each"
+
+# ---- 2b. packet faults from the fault injector ----
+for a in 0 1; do
+  "$CTL" --rundir "$TMP/host$a" fault reset seed=$((5 + a)) packet.drop=0.15 packet.dup=0.1 packet.corrupt=0.05 \
+    packet.delay=0.1 >/dev/null || fail "nicemuctl fault reset on $a"
+done
+rtx0=$(counter 0 fabric_retransmits)
+mac0=$(( $(counter 0 fabric_drop_mac) + $(counter 1 fabric_drop_mac) ))
+dup0=$(( $(counter 0 fabric_duplicates) + $(counter 1 fabric_duplicates) ))
+run 0 50 20 1:51
+run 1 51 20 0:50
+wait_all "packet faults (drop 15%, dup 10%, corrupt 5%, delay 10%): 20 rounds verified"
+rtx=$(( $(counter 0 fabric_retransmits) + $(counter 1 fabric_retransmits) - rtx0 ))
+mac=$(( $(counter 0 fabric_drop_mac) + $(counter 1 fabric_drop_mac) - mac0 ))
+dup=$(( $(counter 0 fabric_duplicates) + $(counter 1 fabric_duplicates) - dup0 ))
+[[ $rtx -gt 0 && $mac -gt 0 && $dup -gt 0 ]] &&
+  pass "injected packet faults: $rtx retransmissions, $mac corrupted packets dropped, $dup duplicates suppressed" ||
+  fail "injected packet faults not seen: retransmits $rtx bad MACs $mac duplicates $dup"
+for a in 0 1; do "$CTL" --rundir "$TMP/host$a" fault off >/dev/null; done
 
 # ---- 3a. a silent peer: channel down after the retry budget, fail fast, back when heard ----
 kill -STOP "${DAEMON_PID[1]}"
