@@ -65,7 +65,26 @@ enum Kind : uint8_t { kCounter = 0, kGauge = 1 };
   X(msgq_lookups, kCounter, "MSGQ segment lookups by senders")                               \
   X(fault_config_changes, kCounter, "fault-injection configurations published (start, nicemuctl fault)") \
   X(credential_refused, kCounter, "requests refused: credential not usable by the caller's uid") \
-  X(resource_refused, kCounter, "requests refused: a per-process or per-credential limit")
+  X(resource_refused, kCounter, "requests refused: a per-process or per-credential limit") \
+  X(fabric_rx_packets, kCounter, "UDP fabric: packets received and accepted")                \
+  X(fabric_tx_packets, kCounter, "UDP fabric: packets sent")                                 \
+  X(fabric_rx_bytes, kCounter, "UDP fabric: bytes of accepted packets")                      \
+  X(fabric_tx_bytes, kCounter, "UDP fabric: bytes sent")                                     \
+  X(fabric_drop_length, kCounter, "UDP fabric: dropped, too short or length field wrong")    \
+  X(fabric_drop_magic, kCounter, "UDP fabric: dropped, not a nicemu packet (magic)")         \
+  X(fabric_drop_version, kCounter, "UDP fabric: dropped, other protocol version")            \
+  X(fabric_drop_mac, kCounter, "UDP fabric: dropped, MAC does not verify (wrong key, forged, corrupted)") \
+  X(fabric_drop_records, kCounter, "UDP fabric: dropped, record lengths inconsistent")       \
+  X(fabric_drop_unknown_source, kCounter, "UDP fabric: dropped, sender not in the fabric map") \
+  X(fabric_drop_stale_epoch, kCounter, "UDP fabric: dropped, from or to an earlier daemon incarnation") \
+  X(fabric_duplicates, kCounter, "UDP fabric: duplicate records suppressed (retransmits, replays)") \
+  X(fabric_out_of_window, kCounter, "UDP fabric: records outside the receive window dropped") \
+  X(fabric_retransmits, kCounter, "UDP fabric: records retransmitted")                       \
+  X(fabric_peer_restarts, kCounter, "UDP fabric: peers seen with a new epoch (restarted)")   \
+  X(fabric_peer_downs, kCounter, "UDP fabric: channels taken down after the retry budget")   \
+  X(fabric_send_refused, kCounter, "UDP fabric: messages refused at once (peer down, backlog full)") \
+  X(fabric_messages_abandoned, kCounter, "UDP fabric: queued messages given up (peer down or restarted)") \
+  X(fabric_send_errors, kCounter, "UDP fabric: sendmmsg failures")
 
 // Per-CDM counters: written by libugni into its CdmCounterBlock, copied by the daemon.
 // Error completions are counted by class (the CQE status, nicemu/abi/cq_entry.h) when the

@@ -35,6 +35,10 @@ int DaemonLinks::connect_to(uint32_t node) {
   return fd;
 }
 
+bool DaemonLinks::local(uint32_t node) const {
+  return fds_.contains(node) || ::access(ctl::socket_path(rundir_, node).c_str(), F_OK) == 0;
+}
+
 bool DaemonLinks::send(uint32_t node, const void* msg, size_t len) {
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto it = fds_.find(node);

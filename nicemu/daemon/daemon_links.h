@@ -15,6 +15,8 @@ class DaemonLinks {
   DaemonLinks& operator=(const DaemonLinks&) = delete;
 
   bool send(uint32_t node, const void* msg, size_t len);
+  // Whether the daemon of `node` is on this host (connected, or its socket exists).
+  bool local(uint32_t node) const;
 
  private:
   int connect_to(uint32_t node);

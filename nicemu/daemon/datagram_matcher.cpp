@@ -206,6 +206,15 @@ void DatagramMatcher::matched(const ctl::DgramMatched& m) {
     spdlog::debug("datagram {} matched after it was cancelled or consumed", m.origin_key);
     return;
   }
+  // Only the daemon of the post's named peer completes it this way (wildcard posts are
+  // matched here, never announced): another daemon — one on another host, say — cannot
+  // complete a post by guessing its key.
+  const Post& p = it->second;
+  if (p.wildcard || p.peer_node != m.peer_node || p.peer_inst != m.peer_inst) {
+    spdlog::warn("datagram {}: completion from node {} inst {} refused (post is for node {} inst {})", m.origin_key,
+                 m.peer_node, m.peer_inst, p.peer_node, p.peer_inst);
+    return;
+  }
   finish(it->second, rc::kPostCompleted, m.peer_node, m.peer_inst, m.data, m.data_len);
   posts_.erase(it);
 }

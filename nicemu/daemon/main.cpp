@@ -20,6 +20,9 @@
 #include "nicemu/daemon/node.h"
 #include "nicemu/fault/fault_page.h"
 #include "nicemu/daemon/settings.h"
+#include "nicemu/daemon/udp_fabric.h"
+#include "nicemu/fabric/fabric_map.h"
+#include "nicemu/fabric/packet_codec.h"
 
 namespace {
 
@@ -137,11 +140,29 @@ int main(int argc, char** argv) {
     nicemu::daemon::Node node(cfg);
     nicemu::daemon::ControlServer server(io, node, socket);
     StatsTimer stats_timer(io, node, settings.uint("stats_interval_ms"));
+    // Other hosts: only with a fabric map, and never without the cluster key.
+    std::unique_ptr<nicemu::daemon::UdpFabric> fabric;
+    if (std::string map_path = settings.str("fabric"); !map_path.empty()) {
+      std::string key_path = settings.str("fabric_key");
+      if (key_path.empty()) key_path = std::string(nicemu::params::param("fabric_key").default_text);
+      uint8_t key[nicemu::abi::wire::kKeyBytes];
+      nicemu::fabric::load_key(key_path, key);
+      fabric = std::make_unique<nicemu::daemon::UdpFabric>(
+          io, node_addr, nicemu::fabric::FabricMap::load(map_path), key, node.stats(),
+          [&node](uint32_t from, const uint8_t* m, size_t n) { node.fabric_message(from, m, n); },
+          settings.str("fabric_io_uring") != "off");
+      std::memset(key, 0, sizeof key);
+      node.set_fabric(fabric.get());
+      fabric->set_fault_config(&node.fault_config());
+      fabric->start();
+    }
     asio::signal_set signals(io, SIGTERM, SIGINT);
     signals.async_wait([&](const asio::error_code& e, int sig) {
       if (e) return;
       spdlog::info("signal {}: shutting down; attached clients will see the NIC go down", sig);
       node.shutdown();
+      node.set_fabric(nullptr);
+      if (fabric) fabric->stop();
       server.stop();
       stats_timer.stop();
       io.stop();

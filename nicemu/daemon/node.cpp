@@ -1,5 +1,6 @@
 #include "nicemu/daemon/node.h"
 #include "nicemu/daemon/process_mdd.h"
+#include "nicemu/daemon/udp_fabric.h"
 
 #include <unistd.h>
 
@@ -38,7 +39,9 @@ Node::Node(NodeConfig cfg)
       dgrams_(
           cfg_.nic_addr,
           [this](uint32_t node, const void* m, size_t n) {
-            bool ok = links_.send(node, m, n);
+            // A daemon of this host is reached by its socket; one elsewhere by the fabric.
+            bool ok = fabric_ && fabric_->has(node) && !links_.local(node) ? fabric_->send(node, m, n)
+                                                                           : links_.send(node, m, n);
             count_link(node, n, ok);
             return ok;
           },
@@ -524,6 +527,40 @@ void Node::handle_datagram(Peer& peer, const ctl::Header& h, const char* msg, si
   }
 }
 
+void Node::fabric_message(uint32_t from, const uint8_t* msg, size_t len) {
+  ctl::Header h;
+  auto drop = [&](const char* why) {
+    ++ctr_.malformed_messages;
+    spdlog::warn("nic {}: message from NIC address {} over the fabric dropped: {}", cfg_.nic_addr, from, why);
+  };
+  if (len < sizeof h) return drop("shorter than a header");
+  std::memcpy(&h, msg, sizeof h);
+  if (h.magic != ctl::kMagic || h.version != ctl::kVersion || h.length != len) return drop("bad header");
+  const char* m = reinterpret_cast<const char*>(msg);
+  switch (static_cast<Op>(h.op)) {
+    case Op::kDgramIncoming: {
+      ctl::DgramIncoming in;
+      if (!parse(m, len, in)) return drop("bad DgramIncoming");
+      if (in.origin_node != from) return drop("DgramIncoming about another node");
+      return dgrams_.incoming(in);
+    }
+    case Op::kDgramMatched: {
+      ctl::DgramMatched mt;
+      if (!parse(m, len, mt)) return drop("bad DgramMatched");
+      if (mt.peer_node != from) return drop("DgramMatched about another node");
+      return dgrams_.matched(mt);
+    }
+    case Op::kDgramRetract: {
+      ctl::DgramRetract r;
+      if (!parse(m, len, r)) return drop("bad DgramRetract");
+      if (r.origin_node != from) return drop("DgramRetract about another node");
+      return dgrams_.retract(r);
+    }
+    default:
+      return drop("not a daemon-to-daemon message");
+  }
+}
+
 void Node::handle_msgq(Peer& peer, const ctl::Header& h, const char* msg, size_t len, std::vector<char>& reply,
                        PassFds& pass_fds) {
   auto bad = [&] {
@@ -816,6 +853,7 @@ nlohmann::json Node::status(const Peer* viewer) const {
                          {"seed", fault_.config().seed},
                          {"spec", nicemu::fault::to_spec(fault_.config())},
                          {"page", fault_.path()}}},
+              {"fabric", fabric_ ? fabric_->status() : nlohmann::json(nullptr)},
               {"counters",
                {{"connections", ctr_.connections},
                 {"attaches", ctr_.attaches},

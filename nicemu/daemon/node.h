@@ -77,6 +77,8 @@ struct Counters {
 };
 inline void to_json(nlohmann::json& j, const Counter& c) { j = c.value(); }
 
+class UdpFabric;
+
 class Node {
  public:
   explicit Node(NodeConfig cfg);
@@ -100,6 +102,15 @@ class Node {
   bool reload_fault(const std::string& spec, std::string& error);
   // Copies the attached clients' counter blocks into the counter page (a timer calls it).
   void refresh_counters();
+  // The UDP transport to other hosts' daemons (udp_fabric.h), when a fabric map is given;
+  // messages to a node without a daemon socket on this host go through it.
+  void set_fabric(UdpFabric* f) { fabric_ = f; }
+  // The fault configuration in force (nicemuctl fault / --fault): the fabric consults its
+  // `packet` rules for every packet it sends.
+  const abi::fault::Config& fault_config() const { return fault_.config(); }
+  // A message from the daemon of `from` on another host (authenticated by the fabric).
+  // Only daemon-to-daemon messages are accepted, and only about `from` itself.
+  void fabric_message(uint32_t from, const uint8_t* msg, size_t len);
 
  private:
   template <typename Req>
@@ -147,6 +158,7 @@ class Node {
   // Its threads only touch their own mappings of the regions, so it may outlive cdms_.
   BteEngine bte_{BteConfig{cfg_.nic_addr, cfg_.rundir, cfg_.bte_channels}};
   bool shutdown_requested_ = false;
+  UdpFabric* fabric_ = nullptr;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };
 

@@ -15,6 +15,11 @@
 #include "nicemu/abi/gni_values.h"
 #include "nicemu/common/params.h"
 #include "nicemu/ctl/ctl_client.h"
+#include "nicemu/fabric/fabric_map.h"
+#include "nicemu/fabric/packet_codec.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 namespace nicemu::run {
 
@@ -76,7 +81,7 @@ std::unique_ptr<DaemonSet> DaemonSet::start_or_find(int nodes, const std::string
   uint32_t next = 0;
   for (uint32_t a : running) {
     if (static_cast<int>(set->nodes_.size()) == nodes) break;
-    set->nodes_.push_back(Node{a, ctl::socket_path(rundir, a)});
+    set->nodes_.push_back(Node{a, ctl::socket_path(rundir, a), rundir});
   }
   while (static_cast<int>(set->nodes_.size()) < nodes) {
     while (std::find(running.begin(), running.end(), next) != running.end()) ++next;
@@ -103,7 +108,81 @@ std::unique_ptr<DaemonSet> DaemonSet::start_or_find(int nodes, const std::string
         throw std::runtime_error("nicemu for NIC address " + std::to_string(addr) + " did not come up on " + sock);
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    set->nodes_.push_back(Node{addr, sock});
+    set->nodes_.push_back(Node{addr, sock, rundir});
+  }
+  return set;
+}
+
+namespace {
+// Free UDP ports on loopback, asked of the kernel (bound to port 0, then released; a port
+// taken by someone else meanwhile makes that daemon fail to start, which is reported).
+std::vector<uint16_t> free_udp_ports(int n) {
+  std::vector<int> fds;
+  std::vector<uint16_t> ports;
+  for (int i = 0; i < n; ++i) {
+    int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+      throw std::runtime_error("no free UDP port on loopback");
+    fds.push_back(fd);
+    ports.push_back(ntohs(a.sin_port));
+  }
+  for (int fd : fds) ::close(fd);
+  return ports;
+}
+}  // namespace
+
+std::unique_ptr<DaemonSet> DaemonSet::start_fabric(int nodes, const std::string& rundir, const std::string& log_level) {
+  if (nodes < 1) throw std::runtime_error("--nodes must be at least 1");
+  auto set = std::unique_ptr<DaemonSet>(new DaemonSet);
+  set->rundir_ = rundir;
+  set->fabric_dir_ = rundir + "/fabric-" + std::to_string(getpid());
+  std::error_code ec;
+  std::filesystem::create_directories(set->fabric_dir_, ec);
+  if (ec) throw std::runtime_error("cannot create " + set->fabric_dir_ + ": " + ec.message());
+  const std::string key = set->fabric_dir_ + "/fabric.key", map = set->fabric_dir_ + "/fabric.toml";
+  std::string err;
+  if (!fabric::write_new_key(key, err)) throw std::runtime_error("cluster key: " + err);
+  auto ports = free_udp_ports(nodes);
+  {
+    std::string text = "# nicemu-run --fabric udp: one host per node, all on loopback\n";
+    for (int a = 0; a < nodes; ++a)
+      text += "\n[[node]]\nnic = " + std::to_string(a) + "\nhost = \"127.0.0.1\"\nport = " + std::to_string(ports[a]) + "\n";
+    FILE* f = std::fopen(map.c_str(), "w");
+    if (!f || std::fputs(text.c_str(), f) < 0 || std::fclose(f) != 0) throw std::runtime_error("cannot write " + map);
+  }
+  std::string bin = nicemu_binary();
+  for (int i = 0; i < nodes; ++i) {
+    uint32_t addr = static_cast<uint32_t>(i);
+    std::string host_dir = set->fabric_dir_ + "/host-" + std::to_string(addr);
+    std::filesystem::create_directories(host_dir, ec);
+    std::string sock = ctl::socket_path(host_dir, addr);
+    pid_t pid = fork();
+    if (pid < 0) throw std::runtime_error("fork failed starting nicemu");
+    if (pid == 0) {
+      std::string node = std::to_string(addr);
+      execlp(bin.c_str(), bin.c_str(), "--node", node.c_str(), "--rundir", host_dir.c_str(), "--log-level",
+             log_level.c_str(), "--fabric", map.c_str(), "--fabric-key", key.c_str(), static_cast<char*>(nullptr));
+      std::fprintf(stderr, "nicemu-run: cannot execute %s: %s\n", bin.c_str(), strerror(errno));
+      _exit(127);
+    }
+    set->started_.push_back(pid);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!answers(sock)) {
+      int st;
+      if (waitpid(pid, &st, WNOHANG) == pid) {
+        std::erase(set->started_, pid);
+        throw std::runtime_error("nicemu for NIC address " + std::to_string(addr) + " exited at start-up");
+      }
+      if (std::chrono::steady_clock::now() > deadline)
+        throw std::runtime_error("nicemu for NIC address " + std::to_string(addr) + " did not come up on " + sock);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    set->nodes_.push_back(Node{addr, sock, host_dir});
   }
   return set;
 }
@@ -119,6 +198,10 @@ DaemonSet::~DaemonSet() {
     kill(p, SIGKILL);
     waitpid(p, &st, 0);
   next:;
+  }
+  if (!fabric_dir_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(fabric_dir_, ec);
   }
 }
 

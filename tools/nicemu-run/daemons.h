@@ -18,6 +18,7 @@ struct JobCredential {
 struct Node {
   uint32_t nic_addr = 0;
   std::string socket;
+  std::string rundir;  // where its socket is (differs per node with --fabric udp)
 };
 
 class DaemonSet {
@@ -27,6 +28,10 @@ class DaemonSet {
   // executable (or in PATH). Throws std::runtime_error with context on failure.
   static std::unique_ptr<DaemonSet> start_or_find(int nodes, const std::string& rundir,
                                                   const std::string& log_level);
+  // --fabric udp: starts `nodes` daemons as if each were on a host of its own — its own run
+  // directory under `rundir`, reachable from the others only over UDP on loopback, with a
+  // fresh cluster key and fabric map — so a job exercises the multi-host path.
+  static std::unique_ptr<DaemonSet> start_fabric(int nodes, const std::string& rundir, const std::string& log_level);
   ~DaemonSet();  // stops (SIGTERM, then waits) the daemons this set started
 
   const std::vector<Node>& nodes() const { return nodes_; }
@@ -40,6 +45,7 @@ class DaemonSet {
   std::string rundir_;
   std::vector<Node> nodes_;
   std::vector<pid_t> started_;
+  std::string fabric_dir_;  // removed with the set
 };
 
 }  // namespace nicemu::run

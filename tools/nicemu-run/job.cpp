@@ -189,7 +189,8 @@ void Job::spawn(int rank, const std::string& path, const std::vector<std::string
     env.push_back(fmt::format("PMI_GNI_COOKIE={}", cfg_.nic->cookie));
     env.push_back("PMI_GNI_DEV_ID=0");
     env.push_back(fmt::format("PMI_GNI_LOC_ADDR={}", addr));
-    env.push_back("NICEMU_RUNDIR=" + cfg_.nic->rundir);
+    env.push_back("NICEMU_RUNDIR=" +
+                  (cfg_.nic->node_rundirs.empty() ? cfg_.nic->rundir : cfg_.nic->node_rundirs[r.node]));
     env.push_back(fmt::format("NICEMU_NODE={}", addr));
   }
   std::vector<char*> envp, argv;

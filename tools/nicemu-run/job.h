@@ -18,6 +18,7 @@ struct NicEnv {
   uint8_t ptag = 0;
   uint32_t cookie = 0;
   std::string rundir;
+  std::vector<std::string> node_rundirs;  // --fabric udp: each node's own run directory
 };
 
 struct JobConfig {

@@ -93,6 +93,11 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "launcher and daemon log level")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
       ->capture_default_str();
+  std::string fabric_mode;
+  app.add_option("--fabric", fabric_mode,
+                 "udp: put every node on a host of its own (own run directory; the daemons talk over UDP on "
+                 "loopback, as across a cluster). Only datagrams cross hosts so far (docs/fabric.md)")
+      ->check(CLI::IsMember({"udp"}));
   app.add_flag("--no-nic", no_nic,
                "PMI only: start no daemons and set no PMI_GNI_* variables");
   app.add_option("--timeout", cfg.timeout_s, "kill the job after SECONDS (exit status 124)")
@@ -121,6 +126,9 @@ int main(int argc, char** argv) {
     if (!cfg.command.empty() && cfg.command.front() == "--") cfg.command.erase(cfg.command.begin());
     if (!daemons_only && np_opt->count() == 0) throw CLI::RequiredError("-n");
     if (cfg.command.empty() && !daemons_only) throw CLI::RequiredError("program");
+    // Separate run directories per node cannot be described by one NICEMU_RUNDIR.
+    if (daemons_only && !fabric_mode.empty())
+      throw CLI::ValidationError("--fabric", "cannot be combined with --daemons-only");
     if (!cfg.command.empty() && cfg.command.front().size() > 1 && cfg.command.front()[0] == '-')
       throw CLI::ExtrasError({cfg.command.front()});
   } catch (const CLI::ParseError& e) {
@@ -146,7 +154,8 @@ int main(int argc, char** argv) {
   int status = kExitLaunchFailure;
   try {
     if (!no_nic) {
-      daemons = DaemonSet::start_or_find(cfg.nodes, rundir, log_level);
+      daemons = fabric_mode == "udp" ? DaemonSet::start_fabric(cfg.nodes, rundir, log_level)
+                                     : DaemonSet::start_or_find(cfg.nodes, rundir, log_level);
       if (static_cast<int>(daemons->nodes().size()) < cfg.nodes)
         throw std::runtime_error(fmt::format("{} node(s) requested, {} available",
                                              cfg.nodes, daemons->nodes().size()));
@@ -156,6 +165,8 @@ int main(int argc, char** argv) {
       nic.cookie = cred->cookie;
       nic.rundir = daemons->rundir();
       for (int n = 0; n < cfg.nodes; ++n) nic.node_addrs.push_back(daemons->nodes()[n].nic_addr);
+      if (fabric_mode == "udp")
+        for (int n = 0; n < cfg.nodes; ++n) nic.node_rundirs.push_back(daemons->nodes()[n].rundir);
       cfg.nic = std::move(nic);
       spdlog::info("credential ptag {} cookie {:#x} on {} node(s)", cred->ptag, cred->cookie,
                    cfg.nodes);

@@ -19,6 +19,8 @@
 #include "daemon_link.h"
 #include "fault_cmd.h"
 #include "nicemu/abi/gni_values.h"
+#include "nicemu/fabric/fabric_map.h"
+#include "nicemu/fabric/packet_codec.h"
 #include "status_view.h"
 
 namespace {
@@ -440,6 +442,23 @@ int main(int argc, char** argv) {
   auto* foff = fault->add_subcommand("off", "stop injecting (rules are kept: 'fault set on' resumes)");
   for (auto* sub : {fset, freset, foff}) sub->add_flag("--json", fault_json, "print the result as JSON");
 
+  // Multi-host setup (docs/fabric.md): the cluster key and the fabric map.
+  std::string key_file;
+  auto* keygen = app.add_subcommand("keygen", "create a cluster key file for the UDP fabric (mode 0600; copy it to "
+                                              "every host, then nicemu --fabric-key FILE)");
+  keygen->add_option("FILE", key_file, "key file to create (must not exist)")->required();
+  auto* fabric_cmd = app.add_subcommand("fabric", "fabric map (NIC address -> host:port) for nicemu --fabric");
+  fabric_cmd->require_subcommand(1);
+  std::vector<std::string> gen_hosts;
+  uint32_t gen_per_host = 1, gen_first = 0;
+  uint16_t gen_port = 7700;
+  auto* gen = fabric_cmd->add_subcommand("gen", "print a fabric map for a host list: PER_HOST consecutive NIC "
+                                                "addresses per host, on ports PORT, PORT+1, ...");
+  gen->add_option("HOSTS", gen_hosts, "host names or IPv4 addresses, in NIC address order")->required();
+  gen->add_option("--per-host", gen_per_host, "emulated nodes (daemons) per host")->check(CLI::Range(1u, 4096u));
+  gen->add_option("--port", gen_port, "UDP port of the first daemon of each host")->check(CLI::Range(1, 65535));
+  gen->add_option("--first-nic", gen_first, "NIC address of the first node");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -447,6 +466,22 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
 
+  if (keygen->parsed()) {
+    std::string err;
+    if (!nicemu::fabric::write_new_key(key_file, err)) {
+      warn("keygen: " + err);
+      return 1;
+    }
+    return 0;
+  }
+  if (gen->parsed()) {
+    if (uint32_t{gen_port} + gen_per_host - 1 > 65535) {
+      warn("fabric gen: ports run past 65535");
+      return 2;
+    }
+    std::fputs(nicemu::fabric::generate(gen_hosts, gen_per_host, gen_port, gen_first).c_str(), stdout);
+    return 0;
+  }
   try {
     if (status->parsed()) return cmd_status(g, status_json);
     if (stats->parsed())

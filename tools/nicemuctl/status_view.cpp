@@ -168,6 +168,31 @@ void print_status(std::FILE* out, const json& node) {
     t.print(out, 4);
   }
 
+  // The UDP fabric to other hosts (docs/fabric.md), when the daemon runs with a map.
+  if (auto f = node.find("fabric"); f != node.end() && f->is_object()) {
+    field(out, "fabric", fmt::format("udp port {}, epoch {:#x}, {} nodes in the map", u64(*f, "port"), u64(*f, "epoch"),
+                                     u64(*f, "nodes_in_map")));
+    field(out, "data plane", str(*f, "data_plane"));
+    const json& peers = array(*f, "peers");
+    if (!peers.empty()) {
+      Table t({{"PEER", true},
+               {"ENDPOINT"},
+               {"STATE"},
+               {"QUEUED", true},
+               {"SENT", true},
+               {"RECEIVED", true},
+               {"RETRANSMITS", true},
+               {"DUPLICATES", true},
+               {"ABANDONED", true}});
+      for (const auto& p : peers)
+        t.add({std::to_string(u64(p, "nic_addr")), str(p, "endpoint"), str(p, "state"),
+               std::to_string(u64(p, "queued_records")), std::to_string(u64(p, "messages_sent")),
+               std::to_string(u64(p, "messages_received")), std::to_string(u64(p, "retransmits")),
+               std::to_string(u64(p, "duplicates")), std::to_string(u64(p, "messages_abandoned"))});
+      t.print(out, 4);
+    }
+  }
+
   auto it = node.find("counters");
   if (it != node.end() && it->is_object() && !it->empty()) {
     fmt::print(out, "  counters\n");

@@ -3,6 +3,9 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <mutex>
+
 #include "internal.h"
 
 namespace nicemu::ugni {
@@ -24,7 +27,15 @@ std::shared_ptr<Region> Nic::resolve(uint32_t addr, uint32_t inst, uint64_t& sta
     if (!d || !d->connected()) {
       d = std::make_unique<nicemu::ctl::Connection>();
       if (!d->connect(nicemu::ctl::socket_path(rundir, addr))) {
-        // Not on this host; other hosts come with the fabric (UDP) transport.
+        // Not on this host. Across hosts only datagrams (GNI_EpPostData*) are carried so
+        // far (docs/fabric.md); FMA, SMSG, MSGQ and CQ writes to it fail with NO_PEER.
+        static std::once_flag told;
+        std::call_once(told, [addr] {
+          std::fprintf(stderr,
+                       "libugni (nicemu): NIC address %u has no daemon on this host; FMA, SMSG, MSGQ and CQ writes "
+                       "across hosts are not implemented yet, only datagrams are (see docs/fabric.md)\n",
+                       addr);
+        });
         status = cqe::kErrNoPeer;
         return nullptr;
       }

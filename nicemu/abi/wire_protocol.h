@@ -1,0 +1,99 @@
+// The daemon-to-daemon wire protocol over UDP (the fabric between hosts), defined once.
+//
+// One UDP datagram = one packet:
+//
+//   PacketHeader            fixed 56 bytes: version, sender/receiver NIC addresses and
+//                           epochs, the piggybacked acknowledgement (cumulative + selective)
+//                           and the sender's window base
+//   Record * record_count   each: RecordHeader (8 bytes) + `length` payload bytes; a record
+//                           is one reliable message or a fragment of one
+//   MAC                     kMacBytes of keyed BLAKE2b over everything before it
+//
+// All fields little-endian (the supported hosts are), fixed width, no pointers. A packet
+// whose lengths do not add up exactly, whose version or magic differ, whose MAC does not
+// verify, or whose sender is not in the fabric map is dropped and counted; nothing in it is
+// acted upon.
+//
+// Sequence numbers are per (sender epoch, receiver epoch) channel and start at 1; 0 means
+// "none". An epoch is a random 64-bit number a daemon draws at start-up: a peer that sees a
+// new epoch knows the other side restarted and discards the channel's state.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace nicemu::abi::wire {
+
+inline constexpr uint32_t kMagic = 0x4E464142;  // "NFAB"
+inline constexpr uint8_t kVersion = 1;
+
+// Largest UDP payload we send: below a 1500-byte Ethernet MTU minus IPv4/IPv6 and UDP
+// headers, so no packet is IP-fragmented (a lost fragment loses the whole datagram).
+inline constexpr size_t kMaxPacket = 1400;
+inline constexpr size_t kMacBytes = 16;  // crypto_generichash (BLAKE2b) output, keyed
+inline constexpr size_t kKeyBytes = 32;  // cluster key (crypto_generichash_KEYBYTES)
+
+// Records a sender may have unacknowledged on one channel; the receiver buffers this many
+// out-of-order records, so it can always hold what the sender may send (credit-based flow
+// control: no record is ever sent that the receiver would have to drop for lack of room).
+inline constexpr uint32_t kWindow = 64;
+
+enum PacketFlags : uint8_t {
+  kFlagAckRequested = 1,  // the sender wants an ack soon (window getting full, or a probe)
+};
+
+struct PacketHeader {
+  uint32_t magic;
+  uint8_t version;
+  uint8_t flags;          // PacketFlags
+  uint16_t length;        // whole packet, header to MAC inclusive
+  uint32_t src_node;      // sender's NIC address (must be in the receiver's fabric map)
+  uint32_t dst_node;      // receiver's NIC address
+  uint64_t src_epoch;     // sender's incarnation
+  uint64_t dst_epoch;     // receiver's incarnation as the sender knows it (0 = unknown yet)
+  uint32_t ack;           // every record with seq < ack was received (cumulative)
+  uint32_t base;          // sender will never (re)send a record below this seq: records it
+                          // gave up on (peer silent past the retry budget) are skipped
+  uint64_t sack;          // bit i set: record ack + 1 + i was received (selective)
+  uint16_t record_count;
+  uint16_t reserved0;
+  uint32_t reserved1;
+};
+static_assert(sizeof(PacketHeader) == 56);
+static_assert(offsetof(PacketHeader, src_epoch) == 16 && offsetof(PacketHeader, ack) == 32);
+static_assert(offsetof(PacketHeader, sack) == 40 && offsetof(PacketHeader, record_count) == 48);
+static_assert(std::is_trivially_copyable_v<PacketHeader>);
+
+enum RecordFlags : uint8_t {
+  kRecordMore = 1,    // more fragments of the same message follow (segmentation)
+  kRecordPacked = 2,  // several small whole messages, each as u16 length + bytes (coalescing)
+};
+// Messages up to this size are packed together into records; larger ones get records of
+// their own (and fragments when longer than a record).
+inline constexpr size_t kPackMax = 256;
+
+// The kinds of messages carried. Payloads are the daemons' own message structures
+// (nicemu/abi/ctl_protocol.h for datagram matching), validated by the receiver as if they
+// came from a local socket.
+enum class RecordType : uint8_t {
+  kCtl = 1,    // a daemon-to-daemon control message (DgramIncoming, DgramMatched, ...)
+  kProbe = 2,  // empty keep-alive, sent to a peer that went silent to learn if it is back
+};
+
+struct RecordHeader {
+  uint32_t seq;
+  uint16_t length;  // payload bytes after this header
+  uint8_t type;     // RecordType
+  uint8_t flags;    // RecordFlags
+};
+static_assert(sizeof(RecordHeader) == 8);
+
+inline constexpr size_t kMaxRecordPayload = kMaxPacket - sizeof(PacketHeader) - sizeof(RecordHeader) - kMacBytes;
+// Messages are reassembled up to this size; longer ones are refused at the sender and a
+// fragment stream growing beyond it at the receiver is a protocol error (dropped, counted).
+inline constexpr size_t kMaxMessage = 64 * 1024;
+static_assert(kMaxRecordPayload >= 1024, "a datagram record must hold any control message");
+static_assert(kWindow <= 64 + 1, "the selective-ack bitmap covers the window");
+static_assert(kMaxMessage <= 0xFFFF * 64, "fragment count stays small");
+
+}  // namespace nicemu::abi::wire

@@ -1,0 +1,49 @@
+// Receiving the fabric's UDP datagrams through io_uring: one multishot recvmsg with a ring
+// of provided buffers (Linux 6.0+), completions signalled on an eventfd that the daemon's
+// Asio loop watches. One submission serves every datagram until the kernel ends it; each
+// buffer goes back to the ring as soon as its packet is handled, so nothing is allocated or
+// copied per packet. init() fails (and the transport falls back to recvmmsg) where io_uring,
+// provided-buffer rings or multishot recvmsg are missing or forbidden (seccomp, sysctl).
+#pragma once
+#include <netinet/in.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+struct io_uring;
+struct io_uring_buf_ring;
+
+namespace nicemu::daemon {
+
+class UringReceiver {
+ public:
+  // f(packet, length, source, truncated) for each datagram received.
+  using Packet = std::function<void(const uint8_t*, size_t, const sockaddr_in&, bool)>;
+
+  UringReceiver() = default;
+  ~UringReceiver();
+  UringReceiver(const UringReceiver&) = delete;
+  UringReceiver& operator=(const UringReceiver&) = delete;
+
+  // Sets up the ring, its buffers and the first multishot receive on `sock`; false with
+  // the reason in `why` if this kernel cannot.
+  bool init(int sock, size_t max_packet, std::string& why);
+  int event_fd() const { return efd_; }
+  // Handles every completion available now; returns the number of datagrams.
+  size_t drain(const Packet& f);
+  uint64_t rearms() const { return rearms_; }
+
+ private:
+  bool arm();
+  io_uring* ring_ = nullptr;
+  io_uring_buf_ring* br_ = nullptr;
+  uint8_t* bufs_ = nullptr;
+  size_t buf_size_ = 0, br_bytes_ = 0;
+  int sock_ = -1, efd_ = -1;
+  bool ring_ok_ = false;
+  uint64_t rearms_ = 0;
+};
+
+}  // namespace nicemu::daemon

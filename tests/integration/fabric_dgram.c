@@ -1,0 +1,193 @@
+/* One process of the cross-host datagram test (test_fabric.sh): attaches to the daemon
+ * named by NICEMU_RUNDIR/NICEMU_NODE with the credential in PMI_GNI_PTAG/PMI_GNI_COOKIE,
+ * then for ROUNDS rounds exchanges a directed datagram with every peer (directed <->
+ * directed matching, done by the daemons across the UDP fabric) and checks each payload
+ * names the peer and the round. With FABRIC_DGRAM_REMOTE_FMA set, an FMA PUT, an RDMA PUT
+ * and GNI_SmsgInit towards the first peer, which lives on another host, must fail
+ * promptly (not implemented across hosts yet), not hang.
+ *   fabric_dgram INST ROUNDS PEER_ADDR:PEER_INST...       exit 0 = all verified
+ *   fabric_dgram pmi ROUNDS      under a PMI launcher (nicemu-run --fabric udp, mpiexec):
+ *                                inst = rank, every other rank is a peer */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gni_pub.h"
+#include "pmi.h"
+
+#define MAX_PEERS 16
+
+static int fail(const char *what, int rc) {
+  fprintf(stderr, "fabric_dgram: %s failed (rc %d)\n", what, rc);
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  int use_pmi = argc == 3 && strcmp(argv[1], "pmi") == 0;
+  if (argc < 4 && !use_pmi) {
+    fprintf(stderr, "usage: fabric_dgram INST ROUNDS PEER_ADDR:PEER_INST...\n");
+    return 2;
+  }
+  int rank = 0, size = 1;
+  if (use_pmi) {
+    int spawned;
+    if (PMI_Init(&spawned) != PMI_SUCCESS || PMI_Get_rank(&rank) != PMI_SUCCESS || PMI_Get_size(&size) != PMI_SUCCESS)
+      return fail("PMI_Init", -1);
+    if (size - 1 > MAX_PEERS) return 2;
+  }
+  uint32_t inst = use_pmi ? (uint32_t)rank : (uint32_t)strtoul(argv[1], NULL, 0);
+  int rounds = atoi(argv[2]);
+  int npeers = use_pmi ? size - 1 : argc - 3;
+  if (npeers > MAX_PEERS) return 2;
+  uint32_t paddr[MAX_PEERS], pinst[MAX_PEERS];
+  for (int i = 0; i < npeers && !use_pmi; ++i)
+    if (sscanf(argv[3 + i], "%u:%u", &paddr[i], &pinst[i]) != 2) return 2;
+  const char *ptag_s = getenv("PMI_GNI_PTAG"), *cookie_s = getenv("PMI_GNI_COOKIE");
+  if (!ptag_s || !cookie_s) return fail("credential from the environment", -1);
+  uint8_t ptag = (uint8_t)strtoul(ptag_s, NULL, 0);
+  uint32_t cookie = (uint32_t)strtoul(cookie_s, NULL, 0);
+
+  gni_cdm_handle_t cdm;
+  gni_nic_handle_t nic;
+  uint32_t my_addr = 0;
+  gni_return_t rc = GNI_CdmCreate(inst, ptag, cookie, 0, &cdm);
+  if (rc != GNI_RC_SUCCESS) return fail("GNI_CdmCreate", rc);
+  rc = GNI_CdmAttach(cdm, 0, &my_addr, &nic);
+  if (rc != GNI_RC_SUCCESS) return fail("GNI_CdmAttach", rc);
+  if (use_pmi) {
+    uint32_t me[2] = {my_addr, inst}, all[2 * (MAX_PEERS + 1)];
+    if (PMI_Allgather(me, all, sizeof me) != PMI_SUCCESS) return fail("PMI_Allgather", -1);
+    int k = 0;
+    for (int i = 0; i < size; ++i)
+      if (all[2 * i + 1] != inst) {
+        paddr[k] = all[2 * i];
+        pinst[k++] = all[2 * i + 1];
+      }
+  }
+  gni_cq_handle_t cq;
+  rc = GNI_CqCreate(nic, 64, 0, GNI_CQ_BLOCKING, NULL, NULL, &cq);
+  if (rc != GNI_RC_SUCCESS) return fail("GNI_CqCreate", rc);
+
+  gni_ep_handle_t ep[MAX_PEERS];
+  for (int i = 0; i < npeers; ++i) {
+    if ((rc = GNI_EpCreate(nic, cq, &ep[i])) != GNI_RC_SUCCESS) return fail("GNI_EpCreate", rc);
+    if ((rc = GNI_EpBind(ep[i], paddr[i], pinst[i])) != GNI_RC_SUCCESS) return fail("GNI_EpBind", rc);
+  }
+
+  char in[MAX_PEERS][128], out[MAX_PEERS][128];
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (int r = 0; r < rounds; ++r) {
+    for (int i = 0; i < npeers; ++i) {
+      snprintf(in[i], sizeof in[i], "from %u/%u round %d", my_addr, inst, r);
+      memset(out[i], 0, sizeof out[i]);
+      rc = GNI_EpPostDataWId(ep[i], in[i], sizeof in[i], out[i], sizeof out[i], (uint64_t)r);
+      if (rc != GNI_RC_SUCCESS) return fail("GNI_EpPostDataWId", rc);
+    }
+    for (int i = 0; i < npeers; ++i) {
+      gni_post_state_t st;
+      uint32_t ra = 0, ri = 0;
+      rc = GNI_EpPostDataWaitById(ep[i], (uint64_t)r, 20000, &st, &ra, &ri);
+      if (rc != GNI_RC_SUCCESS || st != GNI_POST_COMPLETED) {
+        fprintf(stderr, "fabric_dgram %u/%u: round %d peer %u/%u: rc %d state %d\n", my_addr, inst, r, paddr[i],
+                pinst[i], rc, (int)st);
+        return 1;
+      }
+      char want[128];
+      snprintf(want, sizeof want, "from %u/%u round %d", paddr[i], pinst[i], r);
+      if (ra != paddr[i] || ri != pinst[i] || strcmp(out[i], want) != 0) {
+        fprintf(stderr, "fabric_dgram %u/%u: round %d: got '%s' from %u/%u, want '%s'\n", my_addr, inst, r, out[i],
+                ra, ri, want);
+        return 1;
+      }
+    }
+  }
+
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double us = ((double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3) / (rounds ? rounds : 1);
+  printf("fabric_dgram %u/%u: %.1f us per round (post to every peer, wait for every match)\n", my_addr, inst, us);
+  /* An operation not carried across hosts yet must fail, promptly. */
+  if (npeers > 0 && getenv("FABRIC_DGRAM_REMOTE_FMA")) {
+    static uint64_t src = 42;
+    gni_mem_handle_t mh;
+    if ((rc = GNI_MemRegister(nic, (uint64_t)&src, sizeof src, NULL, GNI_MEM_READWRITE, -1, &mh)) != GNI_RC_SUCCESS)
+      return fail("GNI_MemRegister", rc);
+    gni_post_descriptor_t d;
+    memset(&d, 0, sizeof d);
+    d.type = GNI_POST_FMA_PUT;
+    d.cq_mode = GNI_CQMODE_GLOBAL_EVENT;
+    d.local_addr = (uint64_t)&src;
+    d.local_mem_hndl = mh;
+    d.remote_addr = 4096;
+    d.remote_mem_hndl = mh;
+    d.length = sizeof src;
+    rc = GNI_PostFma(ep[0], &d);
+    if (rc == GNI_RC_SUCCESS) {
+      gni_cq_entry_t ev;
+      rc = GNI_CqWaitEvent(cq, 5000, &ev);
+      if (rc == GNI_RC_TIMEOUT) return fail("remote FMA completion (hung)", rc);
+      if (rc == GNI_RC_SUCCESS) return fail("remote FMA should not succeed", rc);
+      printf("fabric_dgram %u/%u: remote FMA PUT completed with an error, as documented\n", my_addr, inst);
+    } else {
+      printf("fabric_dgram %u/%u: remote FMA PUT refused at post (rc %d), as documented\n", my_addr, inst, rc);
+    }
+    /* BTE: the engine cannot reach the target's region either. */
+    static uint64_t big[512];
+    gni_mem_handle_t bh;
+    if ((rc = GNI_MemRegister(nic, (uint64_t)big, sizeof big, NULL, GNI_MEM_READWRITE, -1, &bh)) != GNI_RC_SUCCESS)
+      return fail("GNI_MemRegister", rc);
+    memset(&d, 0, sizeof d);
+    d.type = GNI_POST_RDMA_PUT;
+    d.cq_mode = GNI_CQMODE_GLOBAL_EVENT;
+    d.local_addr = (uint64_t)big;
+    d.local_mem_hndl = bh;
+    d.remote_addr = 4096;
+    d.remote_mem_hndl = bh;
+    d.length = sizeof big;
+    rc = GNI_PostRdma(ep[0], &d);
+    if (rc == GNI_RC_SUCCESS) {
+      gni_cq_entry_t ev;
+      rc = GNI_CqWaitEvent(cq, 5000, &ev);
+      if (rc == GNI_RC_TIMEOUT) return fail("remote RDMA completion (hung)", rc);
+      if (rc == GNI_RC_SUCCESS) return fail("remote RDMA should not succeed", rc);
+      gni_post_descriptor_t *done = NULL;
+      GNI_GetCompleted(cq, ev, &done);
+      printf("fabric_dgram %u/%u: remote RDMA PUT completed with an error, as documented\n", my_addr, inst);
+    } else {
+      printf("fabric_dgram %u/%u: remote RDMA PUT refused at post (rc %d), as documented\n", my_addr, inst, rc);
+    }
+    /* SMSG: the peer's mailbox cannot be opened. */
+    gni_smsg_attr_t a;
+    memset(&a, 0, sizeof a);
+    a.msg_type = GNI_SMSG_TYPE_MBOX_AUTO_RETRANSMIT;
+    a.mbox_maxcredit = 4;
+    a.msg_maxsize = 64;
+    unsigned need = 0;
+    GNI_SmsgBufferSizeNeeded(&a, &need);
+    char *mbox = calloc(1, need);
+    gni_mem_handle_t mbh;
+    if ((rc = GNI_MemRegister(nic, (uint64_t)mbox, need, cq, GNI_MEM_READWRITE, -1, &mbh)) != GNI_RC_SUCCESS)
+      return fail("GNI_MemRegister", rc);
+    a.msg_buffer = mbox;
+    a.buff_size = need;
+    a.mem_hndl = mbh;
+    gni_smsg_attr_t remote = a;
+    rc = GNI_SmsgInit(ep[0], &a, &remote);
+    if (rc == GNI_RC_SUCCESS) return fail("remote GNI_SmsgInit should not succeed", rc);
+    printf("fabric_dgram %u/%u: remote GNI_SmsgInit refused (rc %d), as documented\n", my_addr, inst, rc);
+    GNI_MemDeregister(nic, &mbh);
+    GNI_MemDeregister(nic, &bh);
+    GNI_MemDeregister(nic, &mh);
+    free(mbox);
+  }
+  printf("fabric_dgram %u/%u: %d rounds with %d peers verified\n", my_addr, inst, rounds, npeers);
+  for (int i = 0; i < npeers; ++i) GNI_EpDestroy(ep[i]);
+  GNI_CqDestroy(cq);
+  GNI_CdmDestroy(cdm);
+  if (use_pmi) {
+    PMI_Barrier();
+    PMI_Finalize();
+  }
+  return 0;
+}

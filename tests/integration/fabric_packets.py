@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Malformed, forged and replayed fabric packets against a live daemon (test_fabric.sh).
+
+Speaks the wire format of nicemu/abi/wire_protocol.h from the address of a node in the
+daemon's fabric map (whose daemon is stopped), with the cluster key where a class of bad
+packet needs a valid MAC. Writes, as JSON, the minimum each drop counter must have grown by.
+"""
+import argparse
+import hashlib
+import json
+import os
+import random
+import socket
+import struct
+import time
+
+MAGIC = 0x4E464142
+VERSION = 1
+HDR = struct.Struct("<IBBHIIQQIIQHHI")  # PacketHeader, 56 bytes
+REC = struct.Struct("<IHBB")            # RecordHeader, 8 bytes
+MAC = 16
+CTL_MAGIC, CTL_VERSION = 0x4E43544C, 1
+assert HDR.size == 56 and REC.size == 8
+
+
+def mac(key, data):
+    return hashlib.blake2b(data, digest_size=MAC, key=key).digest()
+
+
+def packet(key, src, dst, epoch, records=(), dst_epoch=0, version=VERSION, length_delta=0, ack=0, base=1):
+    body = b"".join(REC.pack(seq, len(p), typ, 0) + p for seq, typ, p in records)
+    length = HDR.size + len(body) + MAC + length_delta
+    hdr = HDR.pack(MAGIC, version, 0, length & 0xFFFF, src, dst, epoch, dst_epoch, ack, base, 0,
+                   len(records), 0, 0)
+    return hdr + body + mac(key, hdr + body)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--key", required=True)
+    ap.add_argument("--target-port", type=int, required=True)
+    ap.add_argument("--target-nic", type=int, required=True)
+    ap.add_argument("--as-nic", type=int, required=True)
+    ap.add_argument("--as-port", type=int, required=True)
+    ap.add_argument("--expect-json", required=True)
+    a = ap.parse_args()
+    key = bytes.fromhex(open(a.key).read().strip())
+    rnd = random.Random(4)
+    target = ("127.0.0.1", a.target_port)
+    me = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    me.bind(("127.0.0.1", a.as_port))         # the map's address of --as-nic
+    other = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    other.bind(("127.0.0.1", 0))              # an address not in the map
+    epoch = int.from_bytes(os.urandom(8), "little") | 1
+    src, dst = a.as_nic, a.target_nic
+    want = {}
+
+    def send(sock, data, n=1):
+        for _ in range(n):
+            sock.sendto(data, target)
+            time.sleep(0.0005)  # let the daemon keep up; this tests handling, not its buffer
+
+    # Random bytes, any length: not our magic.
+    for _ in range(30):
+        send(me, bytes(rnd.getrandbits(8) for _ in range(rnd.randint(72, 1400))))
+    want["fabric_drop_magic"] = 30
+    # Truncated headers (0 .. 71 bytes) and length fields that lie.
+    good = packet(key, src, dst, epoch)
+    for n in range(0, 72, 4):
+        send(me, good[:n])
+    for delta in (-1, 1, 100, -40):
+        send(me, packet(key, src, dst, epoch, length_delta=delta))
+    bigger = packet(key, src, dst, epoch) + b"\0" * 2000  # larger than any packet we accept
+    send(me, bigger)
+    want["fabric_drop_length"] = 18 + 4 + 1
+    # Another protocol version.
+    send(me, packet(key, src, dst, epoch, version=VERSION + 1), 10)
+    want["fabric_drop_version"] = 10
+    # Bad MACs: another key, and one flipped bit.
+    wrong = os.urandom(32)
+    send(me, packet(wrong, src, dst, epoch, records=[(1, 1, b"x" * 40)]), 10)
+    flipped = bytearray(packet(key, src, dst, epoch, records=[(1, 1, b"y" * 40)]))
+    flipped[70] ^= 0x10
+    send(me, bytes(flipped), 10)
+    want["fabric_drop_mac"] = 20
+    # Correct MAC, record lengths that do not add up or an unknown record type.
+    hdr_only = HDR.pack(MAGIC, VERSION, 0, HDR.size + REC.size + 4 + MAC, src, dst, epoch, 0, 0, 1, 0, 2, 0, 0)
+    body = REC.pack(1, 4, 1, 0) + b"abcd"  # header says 2 records, there is one
+    send(me, hdr_only + body + mac(key, hdr_only + body), 5)
+    body = REC.pack(1, 4, 99, 0) + b"abcd"
+    hdr_one = HDR.pack(MAGIC, VERSION, 0, HDR.size + REC.size + 4 + MAC, src, dst, epoch, 0, 0, 1, 0, 1, 0, 0)
+    send(me, hdr_one + body + mac(key, hdr_one + body), 5)
+    want["fabric_drop_records"] = 10
+    # Unknown sources: a valid packet from an address not in the map, one naming a NIC
+    # address not in the map, and one addressed to another node.
+    send(other, packet(key, src, dst, epoch), 10)
+    send(me, packet(key, 9999, dst, epoch), 5)
+    send(me, packet(key, src, dst + 12345, epoch), 5)
+    want["fabric_drop_unknown_source"] = 20
+    # Addressed to an earlier incarnation of the daemon.
+    send(me, packet(key, src, dst, epoch, records=[(1, 1, b"z")], dst_epoch=0x1234), 5)
+    want["fabric_drop_stale_epoch"] = 5
+    # Valid packets carrying garbage instead of a daemon message: each is delivered once
+    # and refused by the daemon's message checks. The first one replayed 10 times: the
+    # duplicates are suppressed, never handed on again.
+    garbage = [
+        b"abc",                                                     # shorter than a header
+        struct.pack("<IHHII", 0xDEADBEEF, 1, 24, 0, 16),            # not a control message
+        struct.pack("<IHHII", CTL_MAGIC, CTL_VERSION, 2, 0, 16),    # an attach, not for peers
+        struct.pack("<IHHII", CTL_MAGIC, CTL_VERSION, 24, 0, 999),  # length lies
+        struct.pack("<IHHIIQII", CTL_MAGIC, CTL_VERSION, 26, 0, 32, 7, dst + 1, 0),  # about another node
+    ]
+    first = packet(key, src, dst, epoch, records=[(1, 1, garbage[0])])
+    send(me, first, 10)
+    for i, g in enumerate(garbage[1:], start=2):
+        send(me, packet(key, src, dst, epoch, records=[(i, 1, g)]))
+    want["fabric_duplicates"] = 9
+    want["malformed_messages"] = len(garbage)
+    json.dump(want, open(a.expect_json, "w"))
+    print("sent:", want)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,381 @@
+// Reliable channels (nicemu/fabric/reliable_channel.h) over a simulated link that loses,
+// duplicates, reorders and delays packets: every message arrives exactly once, in order,
+// whole; a silent peer takes the channel down and its return brings it back. Also the
+// packet checks (MAC, lengths) and the fabric map parser.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <deque>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "nicemu/fabric/fabric_map.h"
+#include "nicemu/fabric/packet_codec.h"
+#include "nicemu/fabric/reliable_channel.h"
+
+using namespace nicemu::fabric;
+using namespace nicemu::abi::wire;
+
+namespace {
+
+// A packet in flight on the simulated link: what PacketHeader would carry, plus records.
+struct SimPacket {
+  uint64_t deliver_at;
+  uint32_t ack, base;
+  uint64_t sack;
+  uint16_t count;
+  std::vector<uint8_t> records;
+};
+
+struct LinkModel {
+  double loss = 0, dup = 0, reorder = 0;
+  uint64_t delay_us = 100, jitter_us = 0;
+};
+
+// One direction of the link.
+class SimLink {
+ public:
+  SimLink(LinkModel m, uint64_t seed) : m_(m), rng_(seed) {}
+  bool up = true;
+  void send(uint64_t now, SimPacket p) {
+    if (!up || chance(m_.loss)) return;
+    int copies = chance(m_.dup) ? 2 : 1;
+    for (int i = 0; i < copies; ++i) {
+      p.deliver_at = now + m_.delay_us + (m_.jitter_us ? rng_() % m_.jitter_us : 0);
+      if (chance(m_.reorder)) p.deliver_at += 3 * m_.delay_us;  // overtaken by later ones
+      q_.push_back(p);
+    }
+  }
+  // Packets due at `now`, in delivery-time order.
+  std::vector<SimPacket> due(uint64_t now) {
+    std::vector<SimPacket> out;
+    std::stable_sort(q_.begin(), q_.end(), [](auto& a, auto& b) { return a.deliver_at < b.deliver_at; });
+    while (!q_.empty() && q_.front().deliver_at <= now) {
+      out.push_back(std::move(q_.front()));
+      q_.pop_front();
+    }
+    return out;
+  }
+  bool empty() const { return q_.empty(); }
+
+ private:
+  bool chance(double p) { return std::uniform_real_distribution<double>(0, 1)(rng_) < p; }
+  LinkModel m_;
+  std::mt19937_64 rng_;
+  std::deque<SimPacket> q_;
+};
+
+struct Side {
+  std::vector<std::string> got;
+  ReliableChannel ch;
+  explicit Side(ChannelConfig c)
+      : ch(c, [this](RecordType, const uint8_t* d, size_t n) { got.emplace_back(reinterpret_cast<const char*>(d), n); }) {}
+};
+
+void pump(Side& from, SimLink& link, uint64_t now) {
+  uint8_t buf[kMaxPacket];
+  for (;;) {
+    uint16_t count = 0;
+    size_t used = from.ch.fill(now, buf, kMaxPacket - sizeof(PacketHeader) - kMacBytes, count);
+    if (count == 0 && !from.ch.ack_owed()) return;
+    link.send(now, SimPacket{0, from.ch.ack(), from.ch.send_base(), from.ch.sack(), count,
+                             std::vector<uint8_t>(buf, buf + used)});
+    from.ch.ack_sent();
+    if (count == 0) return;
+  }
+}
+
+void receive(Side& to, SimLink& link, uint64_t now) {
+  for (auto& p : link.due(now)) {
+    to.ch.peer_heard();
+    to.ch.on_peer_base(p.base);
+    to.ch.on_ack(p.ack, p.sack, now);
+    size_t off = 0;
+    for (uint16_t i = 0; i < p.count; ++i) {
+      RecordHeader rh;
+      std::memcpy(&rh, p.records.data() + off, sizeof rh);
+      to.ch.on_record(rh, p.records.data() + off + sizeof rh);
+      off += sizeof rh + rh.length;
+    }
+  }
+}
+
+std::string message(std::mt19937_64& rng, int i) {
+  // Mostly small (datagram-sized) messages, some spanning several records.
+  size_t len = rng() % 5 == 0 ? 1 + rng() % 5000 : 1 + rng() % 200;
+  std::string s = std::to_string(i) + ":";
+  while (s.size() < len) s.push_back(static_cast<char>('a' + (i + s.size()) % 26));
+  return s;
+}
+
+// Sends `n` messages each way and runs the simulation until all arrived or time ran out.
+void run_exchange(LinkModel m, uint64_t seed, int n) {
+  ChannelConfig cfg;
+  cfg.max_tries = 1000;  // this test is about delivery, not giving up
+  Side a(cfg), b(cfg);
+  SimLink ab(m, seed), ba(m, seed + 1);
+  std::mt19937_64 rng(seed);
+  std::vector<std::string> sent_a, sent_b;
+  uint64_t now = 0;
+  int ia = 0, ib = 0;
+  while ((a.got.size() < static_cast<size_t>(n) || b.got.size() < static_cast<size_t>(n)) && now < 600'000'000) {
+    // Offer new messages until the backlog pushes back.
+    while (ia < n) {
+      std::string s = message(rng, ia);
+      if (!a.ch.send(RecordType::kCtl, s.data(), s.size())) break;
+      sent_a.push_back(s);
+      ++ia;
+    }
+    while (ib < n) {
+      std::string s = message(rng, ib + 100000);
+      if (!b.ch.send(RecordType::kCtl, s.data(), s.size())) break;
+      sent_b.push_back(s);
+      ++ib;
+    }
+    pump(a, ab, now);
+    pump(b, ba, now);
+    now += 50;
+    receive(b, ab, now);
+    receive(a, ba, now);
+  }
+  REQUIRE(b.got.size() == static_cast<size_t>(n));
+  REQUIRE(a.got.size() == static_cast<size_t>(n));
+  CHECK(b.got == sent_a);  // exactly once, in order, whole
+  CHECK(a.got == sent_b);
+  CHECK(a.ch.state() == ReliableChannel::State::kUp);
+  // The timeout follows the measured round trip, within its bounds.
+  CHECK(a.ch.srtt_us() > 0);
+  CHECK(a.ch.rto_us() >= cfg.rto_min_us);
+  CHECK(a.ch.rto_us() <= cfg.rto_max_us);
+  if (m.loss > 0) CHECK(a.ch.stats().retransmits > 0);
+  if (m.dup > 0) CHECK(b.ch.stats().duplicates > 0);
+}
+
+}  // namespace
+
+TEST_CASE("fabric channel: perfect link delivers in order") { run_exchange({}, 1, 500); }
+
+TEST_CASE("fabric channel: loss, duplication, reordering and jitter") {
+  for (uint64_t seed : {11u, 12u, 13u}) {
+    CAPTURE(seed);
+    run_exchange(LinkModel{0.2, 0.1, 0.2, 200, 300}, seed, 400);
+  }
+}
+
+TEST_CASE("fabric channel: heavy loss still delivers exactly once") {
+  run_exchange(LinkModel{0.5, 0.2, 0.3, 100, 100}, 99, 150);
+}
+
+TEST_CASE("fabric channel: no spurious retransmission on a slow but lossless link") {
+  // 20 ms each way, far above the initial timeout: after the first samples, the timeout
+  // adapts and retransmissions stop.
+  ChannelConfig cfg;
+  cfg.max_tries = 1000;
+  Side a(cfg), b(cfg);
+  SimLink ab(LinkModel{0, 0, 0, 20000, 0}, 1), ba(LinkModel{0, 0, 0, 20000, 0}, 2);
+  uint64_t now = 0;
+  std::string s(50, 'q');
+  for (int i = 0; i < 300; ++i) {
+    if (i % 3 == 0) REQUIRE(a.ch.send(RecordType::kCtl, s.data(), s.size()));
+    pump(a, ab, now);
+    pump(b, ba, now);
+    now += 1000;
+    receive(b, ab, now);
+    receive(a, ba, now);
+  }
+  const uint64_t early = a.ch.stats().retransmits;
+  for (int i = 0; i < 600; ++i) {
+    if (i % 3 == 0) REQUIRE(a.ch.send(RecordType::kCtl, s.data(), s.size()));
+    pump(a, ab, now);
+    pump(b, ba, now);
+    now += 1000;
+    receive(b, ab, now);
+    receive(a, ba, now);
+  }
+  CHECK(a.ch.stats().retransmits == early);  // none once the estimate settled
+  CHECK(a.ch.srtt_us() >= 40000);
+  CHECK(b.got.size() >= 250);
+}
+
+TEST_CASE("fabric channel: the window bounds records in flight") {
+  ChannelConfig cfg;
+  Side a(cfg);
+  std::string s(1000, 'x');  // above kPackMax: one record each
+  for (int i = 0; i < 200; ++i) REQUIRE(a.ch.send(RecordType::kCtl, s.data(), s.size()));
+  uint8_t buf[64 * kMaxPacket];
+  uint16_t count = 0;
+  size_t total = 0;
+  for (int i = 0; i < 100; ++i) total += a.ch.fill(0, buf + total % (60 * kMaxPacket), kMaxPacket, count);
+  CHECK(count == cfg.window);  // no more than the receiver can buffer
+  CHECK(a.ch.has_unsent() == false);
+  // An ack of the first half opens the window by as much.
+  a.ch.on_ack(1 + cfg.window / 2, 0, 1);
+  count = 0;
+  for (int i = 0; i < 100; ++i) a.ch.fill(1, buf, kMaxPacket, count);
+  CHECK(count == cfg.window / 2);
+}
+
+TEST_CASE("fabric channel: backlog full and oversize messages are refused") {
+  ChannelConfig cfg;
+  Side a(cfg);
+  std::string big(kMaxMessage + 1, 'x');
+  CHECK_FALSE(a.ch.send(RecordType::kCtl, big.data(), big.size()));
+  std::string s(kPackMax + 1, 'y');  // one record each
+  int ok = 0;
+  while (a.ch.send(RecordType::kCtl, s.data(), s.size())) ++ok;
+  CHECK(ok == static_cast<int>(cfg.backlog));
+  CHECK(a.ch.stats().refused == 2);
+}
+
+TEST_CASE("fabric channel: small messages are packed many to a record, delivered one by one") {
+  ChannelConfig cfg;
+  Side a(cfg), b(cfg);
+  SimLink ab(LinkModel{0.3, 0.1, 0.2, 100, 50}, 21), ba(LinkModel{0.3, 0.1, 0.2, 100, 50}, 22);
+  std::vector<std::string> sent;
+  for (int i = 0; i < 3000; ++i) {
+    std::string s = "m" + std::to_string(i);
+    if (i % 500 == 0) s.assign(3000, 'L');  // a fragmented one in between
+    REQUIRE(a.ch.send(RecordType::kCtl, s.data(), s.size()));
+    sent.push_back(s);
+  }
+  CHECK(a.ch.queued() < 100);  // ~3000 messages in well under a hundred records
+  uint64_t now = 0;
+  while (b.got.size() < sent.size() && now < 100'000'000) {
+    pump(a, ab, now);
+    pump(b, ba, now);
+    now += 50;
+    receive(b, ab, now);
+    receive(a, ba, now);
+  }
+  CHECK(b.got == sent);
+  CHECK(b.ch.stats().reassembly_errors == 0);
+  // A silent peer abandons messages, not records: the count is in messages.
+  ChannelConfig c2;
+  c2.max_tries = 1;
+  Side q(c2);
+  for (int i = 0; i < 10; ++i) REQUIRE(q.ch.send(RecordType::kCtl, "tiny", 4));
+  uint8_t buf[kMaxPacket];
+  uint16_t count = 0;
+  q.ch.fill(0, buf, sizeof buf, count);
+  count = 0;
+  q.ch.fill(UINT64_MAX / 2, buf, sizeof buf, count);
+  CHECK(q.ch.state() == ReliableChannel::State::kDown);
+  CHECK(q.ch.stats().messages_abandoned == 10);
+}
+
+TEST_CASE("fabric channel: a silent peer takes the channel down; its return brings it back") {
+  ChannelConfig cfg;
+  cfg.max_tries = 4;
+  cfg.rto_initial_us = 1000;
+  cfg.rto_max_us = 4000;
+  Side a(cfg), b(cfg);
+  SimLink ab(LinkModel{}, 5), ba(LinkModel{}, 6);
+  ab.up = false;  // b hears nothing
+  std::string s = "lost";
+  REQUIRE(a.ch.send(RecordType::kCtl, s.data(), s.size()));
+  uint64_t now = 0;
+  while (a.ch.state() == ReliableChannel::State::kUp && now < 1'000'000) {
+    pump(a, ab, now);
+    now += 100;
+  }
+  REQUIRE(a.ch.state() == ReliableChannel::State::kDown);
+  CHECK(now < 20'000);  // 1 + 2 + 4 + 4 ms of backoff, not forever
+  CHECK(a.ch.stats().messages_abandoned == 1);
+  CHECK_FALSE(a.ch.send(RecordType::kCtl, s.data(), s.size()));  // fails fast while down
+  // The peer is heard again: new messages flow, and the abandoned one is skipped by b.
+  ab.up = true;
+  a.ch.peer_heard();
+  std::string t = "after";
+  REQUIRE(a.ch.send(RecordType::kCtl, t.data(), t.size()));
+  for (int i = 0; i < 50 && b.got.empty(); ++i) {
+    pump(a, ab, now);
+    now += 100;
+    receive(b, ab, now);
+  }
+  REQUIRE(b.got.size() == 1);
+  CHECK(b.got[0] == "after");
+}
+
+TEST_CASE("fabric channel: reset starts both halves over (peer restarted)") {
+  ChannelConfig cfg;
+  Side a(cfg), b(cfg);
+  SimLink ab(LinkModel{}, 7);
+  std::string s = "one";
+  REQUIRE(a.ch.send(RecordType::kCtl, s.data(), s.size()));
+  pump(a, ab, 0);
+  receive(b, ab, 1000);
+  REQUIRE(b.got.size() == 1);
+  b.ch.reset();
+  a.ch.reset();
+  s = "two";
+  REQUIRE(a.ch.send(RecordType::kCtl, s.data(), s.size()));
+  pump(a, ab, 2000);
+  receive(b, ab, 3000);
+  REQUIRE(b.got.size() == 2);
+  CHECK(b.got[1] == "two");
+}
+
+TEST_CASE("fabric packets: MAC and length checks") {
+  uint8_t key[kKeyBytes];
+  for (size_t i = 0; i < kKeyBytes; ++i) key[i] = static_cast<uint8_t>(i * 7);
+  PacketAuth auth(key);
+  uint8_t pkt[kMaxPacket] = {};
+  PacketHeader h{};
+  h.magic = kMagic;
+  h.version = kVersion;
+  h.src_node = 1;
+  h.dst_node = 2;
+  h.record_count = 1;
+  RecordHeader rh{1, 5, static_cast<uint8_t>(RecordType::kCtl), 0};
+  size_t len = sizeof h + sizeof rh + 5;
+  h.length = static_cast<uint16_t>(len + kMacBytes);
+  std::memcpy(pkt, &h, sizeof h);
+  std::memcpy(pkt + sizeof h, &rh, sizeof rh);
+  std::memcpy(pkt + sizeof h + sizeof rh, "hello", 5);
+  auth.seal(pkt, len);
+  PacketHeader got;
+  CHECK(check_packet(pkt, len + kMacBytes, auth, got) == PacketError::kOk);
+  CHECK(got.src_node == 1);
+  CHECK(check_packet(pkt, len + kMacBytes - 1, auth, got) == PacketError::kBadLength);
+  CHECK(check_packet(pkt, 10, auth, got) == PacketError::kShort);
+  // One flipped payload bit: the MAC fails.
+  pkt[sizeof h + sizeof rh] ^= 1;
+  CHECK(check_packet(pkt, len + kMacBytes, auth, got) == PacketError::kBadMac);
+  pkt[sizeof h + sizeof rh] ^= 1;
+  // Another key: the MAC fails.
+  uint8_t other[kKeyBytes] = {};
+  PacketAuth wrong(other);
+  CHECK(check_packet(pkt, len + kMacBytes, wrong, got) == PacketError::kBadMac);
+  // A record length that overruns, correctly MACed: still refused.
+  rh.length = 500;
+  std::memcpy(pkt + sizeof h, &rh, sizeof rh);
+  auth.seal(pkt, len);
+  CHECK(check_packet(pkt, len + kMacBytes, auth, got) == PacketError::kBadRecords);
+  // Another version.
+  pkt[4] = kVersion + 1;
+  CHECK(check_packet(pkt, len + kMacBytes, auth, got) == PacketError::kBadVersion);
+  // Random garbage of every length up to a packet never passes, never crashes.
+  std::mt19937_64 rng(3);
+  for (size_t n = 0; n <= kMaxPacket; ++n) {
+    std::vector<uint8_t> junk(n);
+    for (auto& c : junk) c = static_cast<uint8_t>(rng());
+    CHECK(check_packet(junk.data(), n, auth, got) != PacketError::kOk);
+  }
+}
+
+TEST_CASE("fabric map: parse, generate, reject mistakes") {
+  auto text = generate({"127.0.0.1", "127.0.0.2"}, 2, 7700, 10);
+  auto m = FabricMap::parse(text, "gen");
+  REQUIRE(m.nodes().size() == 4);
+  REQUIRE(m.find(13) != nullptr);
+  CHECK(m.find(13)->host == "127.0.0.2");
+  CHECK(m.find(13)->port == 7701);
+  CHECK(m.find(14) == nullptr);
+  CHECK_THROWS(FabricMap::parse("[[node]]\nnic = 1\nhost = \"127.0.0.1\"\nport = 1\n[[node]]\nnic = 1\nhost = "
+                                "\"127.0.0.1\"\nport = 2\n",
+                                "dup"));
+  CHECK_THROWS(FabricMap::parse("[[node]]\nnic = 1\nhost = \"127.0.0.1\"\nport = 70000\n", "port"));
+  CHECK_THROWS(FabricMap::parse("[[node]]\nnic = 1\nhost = \"127.0.0.1\"\nport = 5\ncolour = 1\n", "key"));
+  CHECK_THROWS(FabricMap::parse("nodes = 3\n", "top"));
+}
