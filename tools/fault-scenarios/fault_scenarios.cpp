@@ -38,6 +38,7 @@ namespace ctr = nicemu::abi::counters;
 constexpr int kMaxRanks = 4;
 struct RankInfo {
   std::atomic<int> ready;
+  std::atomic<int> connected;  // SMSG set up towards every other rank
   uint32_t addr, inst;
   gni_smsg_attr_t smsg[kMaxRanks];  // our mailbox for messages from rank j
   gni_mem_handle_t mh;              // a registered buffer peers may access
@@ -134,6 +135,10 @@ struct Rank {
       gni_smsg_attr_t remote = pj.smsg[rank];
       CHECK_OR_EXIT(GNI_SmsgInit(ep[size_t(j)], &local[j], &remote) == GNI_RC_SUCCESS);
     }
+    // Nobody starts (and maybe finishes and exits) before every rank has connected: a rank
+    // that is gone by then makes a late peer's GNI_SmsgInit fail.
+    ri.connected.store(1);
+    for (int j = 0; j < ranks; ++j) wait_flag(board()->r[j].connected);
   }
 
   // Sends one message, taking local events as they come; retries while out of credits.
