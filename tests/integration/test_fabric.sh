@@ -19,6 +19,7 @@
 #   DAEMON_ARGs go to every daemon the script starts (e.g. --fabric-io-uring off to test
 #   the recvmmsg receive path).     Exit: 0 pass, 1 fail, 77 skip.
 set -u
+. "$(dirname "$0")/lib.sh"
 
 BUILD=${1:-}
 PACKETS=${2:-}
@@ -34,24 +35,12 @@ done
 command -v python3 >/dev/null || { echo "SKIP: python3 needed" >&2; exit 77; }
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_fabric.XXXXXX") || exit 1
-declare -A DAEMON_PID=()
 cleanup() {
-  local a p
-  for a in "${!DAEMON_PID[@]}"; do kill -TERM "${DAEMON_PID[$a]}" 2>/dev/null; done
-  for a in "${!DAEMON_PID[@]}"; do
-    p=${DAEMON_PID[$a]}
-    for _ in $(seq 20); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$p" 2>/dev/null
-    wait "$p" 2>/dev/null
-  done
+  stop_daemons
   rm -rf "$TMP"
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
-
-FAILS=0
-fail() { echo "FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
-pass() { echo "ok: $*"; }
 
 # Ports: a base derived from the pid, so concurrent runs of other suites do not collide.
 BASE=$((20000 + ($$ % 1500) * 8))  # below the ephemeral range (32768+)

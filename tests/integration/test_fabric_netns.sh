@@ -16,6 +16,7 @@
 # Namespaces and processes are removed on success and failure.
 # Usage: test_fabric_netns.sh BUILD_DIR     Exit: 0 pass, 1 fail, 77 skip.
 set -u
+. "$(dirname "$0")/lib.sh"
 
 BUILD=${1:-}
 DAEMON=$BUILD/nicemu/daemon/nicemu
@@ -33,18 +34,11 @@ SW=${TAG}sw
 NS=("${TAG}a" "${TAG}b" "${TAG}c")
 NET=10.213.$(($$ % 200)).
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_fabric_netns.XXXXXX") || exit 1
-declare -A DAEMON_PID=()
 PIDS=()
 cleanup() {
-  local a p
+  local p
   for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
-  for a in "${!DAEMON_PID[@]}"; do kill -TERM "${DAEMON_PID[$a]}" 2>/dev/null; done
-  for a in "${!DAEMON_PID[@]}"; do
-    p=${DAEMON_PID[$a]}
-    for _ in $(seq 20); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$p" 2>/dev/null
-    wait "$p" 2>/dev/null
-  done
+  stop_daemons
   # Deleting a namespace deletes its end of the veth pair, and with it the other end.
   for n in "${NS[@]}" "$SW"; do ip netns del "$n" 2>/dev/null; done
   rm -rf "$TMP"
@@ -78,10 +72,6 @@ if ! ip netns exec "${NS[0]}" ping -c 1 -W 2 "${NET}2" >/dev/null 2>&1; then
   sleep 1
   ip netns exec "${NS[0]}" ping -c 1 -W 2 "${NET}2" >/dev/null 2>&1 || true
 fi
-
-FAILS=0
-fail() { echo "FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
-pass() { echo "ok: $*"; }
 
 KEY=$TMP/fabric.key
 "$CTL" keygen "$KEY" || exit 1

@@ -4,6 +4,7 @@
 # daemon (clean exit within 2 s), and the error for a run dir without daemons.
 # Usage: test_nicemuctl.sh BUILD_DIR     Exit: 0 pass, 1 fail, 77 skip.
 set -u
+. "$(dirname "$0")/lib.sh"
 
 BUILD=${1:-}
 DAEMON=$BUILD/nicemu/daemon/nicemu
@@ -19,25 +20,13 @@ fi
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_nicemuctl.XXXXXX") || exit 1
 RUNDIR=$TMP/run
-declare -A DAEMON_PID=()
 cleanup() {
   # Every daemon this script started: SIGTERM, a moment to exit, then SIGKILL.
-  local a p
-  for a in "${!DAEMON_PID[@]}"; do kill -TERM "${DAEMON_PID[$a]}" 2>/dev/null; done
-  for a in "${!DAEMON_PID[@]}"; do
-    p=${DAEMON_PID[$a]}
-    for _ in $(seq 20); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$p" 2>/dev/null
-    wait "$p" 2>/dev/null
-  done
+  stop_daemons
   rm -rf "$TMP"
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
-
-FAILS=0
-fail() { echo "FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
-pass() { echo "ok: $*"; }
 
 # ctl NAME ARGS...: runs nicemuctl on the test run dir; output in $TMP/NAME.out / .err,
 # status in RC.

@@ -6,6 +6,7 @@
 # SIGHUP reloads (a live setting applied, a restart-only one reported, a broken file refused).
 # Usage: test_observability.sh BUILD_DIR SOURCE_DIR     Exit: 0 pass, 1 fail, 77 skip.
 set -u
+. "$(dirname "$0")/lib.sh"
 
 BUILD=${1:-}
 SRC=${2:-}
@@ -25,27 +26,16 @@ PROM_PY=python3
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_observability.XXXXXX") || exit 1
 RUNDIR=$TMP/run
 CFG=$TMP/nicemu.toml
-declare -A DAEMON_PID=()
 CLIENT_PID=""
 cleanup() {
-  local a p
   [[ -n "$CLIENT_PID" ]] && kill -KILL "$CLIENT_PID" 2>/dev/null && wait "$CLIENT_PID" 2>/dev/null
   exec 7>&- 2>/dev/null
-  for a in "${!DAEMON_PID[@]}"; do kill -TERM "${DAEMON_PID[$a]}" 2>/dev/null; done
-  for a in "${!DAEMON_PID[@]}"; do
-    p=${DAEMON_PID[$a]}
-    for _ in $(seq 20); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$p" 2>/dev/null
-    wait "$p" 2>/dev/null
-  done
+  stop_daemons
   rm -rf "$TMP"
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 
-FAILS=0
-fail() { echo "FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
-pass() { echo "ok: $*"; }
 ctl() { "$CTL" --rundir "$RUNDIR" "$@"; }
 # json_get FILE PYTHON-EXPRESSION-ON-d
 json_get() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
