@@ -58,6 +58,7 @@ struct Held {
   Class cls = kDefault;
   bool posted = true;
   bool smsg = false;      // counts in ep->smsg_held (a message not yet in the mailbox)
+  bool rdma = false;      // an RDMA post (a later fenced one of its EP waits for it)
   std::function<void()> run;
 };
 
@@ -135,13 +136,15 @@ bool may_pass(const Held& y, Ep* ep, Class cls, bool posted, bool smsg) {
 }
 
 // When a new transaction of `n` may run: 0 = now. `passed` tells whether it overtakes a
-// held transaction. Under the engine's lock.
-uint64_t due_time(Engine& e, Nic* n, Ep* ep, Class cls, bool posted, bool smsg, uint32_t hold_us, bool& passed) {
+// held transaction. `rdma_fence`: an RDMA post with GNI_RDMAMODE_FENCE, which never passes
+// an earlier RDMA post of its EP. Under the engine's lock.
+uint64_t due_time(Engine& e, Nic* n, Ep* ep, Class cls, bool posted, bool smsg, uint32_t hold_us, bool& passed,
+                  bool rdma_fence = false) {
   uint64_t after = 0;
   passed = false;
   for (const auto& [key, y] : e.q) {
     if (y.nic != n) continue;
-    if (may_pass(y, ep, cls, posted, smsg))
+    if (may_pass(y, ep, cls, posted, smsg) && !(rdma_fence && y.rdma && y.ep == ep))
       passed = true;
     else
       after = std::max(after, key.first);  // ties run in sequence order: after y
@@ -477,7 +480,8 @@ bool fault_post_rdma(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, int32_t tid
   }
   const bool posted = !get;
   bool passed = false;
-  const uint64_t due = due_time(e, n, ep, cls, posted, false, hold, passed);
+  const bool fence = (d->rdma_mode & GNI_RDMAMODE_FENCE) != 0;
+  const uint64_t due = due_time(e, n, ep, cls, posted, false, hold, passed, fence);
   if (passed) count(n->counters, ctr::cdm::reorder_passed);
   // A duplicated PUT writes the same bytes again; a GET is answered once.
   const int runs = dec.action == af::kDup && posted ? 2 : 1;
@@ -508,6 +512,7 @@ bool fault_post_rdma(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, int32_t tid
   h.ep = ep;
   h.cls = cls;
   h.posted = posted;
+  h.rdma = true;
   h.run = std::move(run);
   e.hold(due, std::move(h));
   return true;
