@@ -75,6 +75,12 @@ twice "envelope relaxed rdma (d)" envelope --seed 5 --ordering relaxed --count 1
 grep -q ' payload_first=0 \| envelope_first=0 ' <<<"$LAST" && fail "relaxed rdma envelope showed one order only: $LAST"
 twice "envelope strict rdma (d)" envelope --seed 5 --ordering strict --count 100 --rdma
 grep -q ' envelope_first=0 ' <<<"$LAST" || fail "strict rdma envelope passed its payload: $LAST"
+strict=$LAST
+# Under injection a same-host RDMA post runs in the library even with the one-copy path off
+# (NICEMU_RDMA_DIRECT=0), so the daemon's BTE engine never has it in flight behind the
+# envelope: the same outcome.
+NICEMU_RDMA_DIRECT=0 twice "envelope strict rdma, direct path off (d)" envelope --seed 5 --ordering strict --count 100 --rdma
+[[ $LAST == "$strict" ]] || fail "strict rdma envelope differs with NICEMU_RDMA_DIRECT=0: '$LAST' vs '$strict'"
 # (e) is timing-dependent in which operations fail; its outcome (all finished) is not.
 twice "kill (e)" kill --seed 9
 

@@ -485,7 +485,10 @@ bool fault_post_rdma(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, int32_t tid
   if (passed) count(n->counters, ctr::cdm::reorder_passed);
   // A duplicated PUT writes the same bytes again; a GET is answered once.
   const int runs = dec.action == af::kDup && posted ? 2 : 1;
-  if (due == 0 && runs == 1) return false;  // runs now, on the usual path
+  // Under injection every post to a reachable target runs here with the one-copy transfer
+  // (now or when due), whatever NICEMU_RDMA_DIRECT says: a post queued for the daemon's BTE
+  // engine would still be in flight when a later SMSG or FMA transaction runs, which a
+  // strict class forbids and the engine cannot see.
   count(n->counters, ctr::cdm::rdma_posts);
   count(n->counters, ctr::cdm::rdma_bytes, d->length);
   auto run = [n, op, target, cq, tid, runs] {

@@ -51,11 +51,11 @@ uint64_t rdma_execute_on(Nic* n, const RdmaOp& op, const Region& target, uint32_
 void rdma_post_events(const RdmaOp& op, const Region& target, Cq* cq, int32_t tid, uint64_t st, uint32_t dst_cq);
 
 // GNI_PostRdma under injection or reordering: true if the post was taken here — failed
-// (error events pushed; a PUT's data may have been written, error_done), or executed /
-// held by the reorder engine, which runs it later with the one-copy transfer; false if it
-// goes on as usual (one-copy path or the daemon's BTE engine). A post is held only if its
-// target resolves to a process of this host and `ring_idle` (no post of the CDM queued for
-// the daemon is in flight, so a held post never overtakes one of those).
+// (error events pushed; the data may have been moved, error_done), or run now or held by
+// the reorder engine, which runs it later, with the one-copy transfer; false if it goes to
+// the daemon's BTE engine as usual. A post is run or held here only if its target resolves
+// to a process of this host and `ring_idle` (no post of the CDM queued for the daemon is in
+// flight, so it never overtakes one of those).
 bool fault_post_rdma(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, int32_t tid, bool ring_idle);
 
 // Transactions held for `ep` / `n` are dropped (GNI_EpDestroy, GNI_CdmDestroy).
