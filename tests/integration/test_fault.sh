@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fault injection end to end: each scenario of tools/fault-scenarios (issue 5 a-e) passes
 # and prints the same outcome line when repeated with its seed; race and envelope differ
-# between relaxed and strict as the ordering model says; nicemuctl fault changes a running
+# between relaxed and strict as the ordering model says, with the payload by FMA and by RDMA;
+# a fenced RDMA PUT never passes a held earlier one; nicemuctl fault changes a running
 # daemon's configuration live, refuses malformed specs, and stats shows the counter.
 # Usage: test_fault.sh BUILD_DIR     Exit: 0 pass, 1 fail, 77 skip.
 set -u
@@ -65,6 +66,27 @@ grep -q ' stale=0 ' <<<"$relaxed" && fail "relaxed race never saw stale data: $r
 twice "envelope relaxed (d)" envelope --seed 5 --ordering relaxed --count 100
 twice "envelope strict (d)" envelope --seed 5 --ordering strict --count 100
 grep -q ' envelope_first=0 ' <<<"$LAST" || fail "strict envelope passed its payload: $LAST"
+# The same with the payload PUT by GNI_PostRdma: held RDMA posts are ordered like FMA ones.
+twice "race relaxed rdma (c)" race --seed 3 --ordering relaxed --count 100 --rdma
+relaxed=$LAST
+twice "race strict rdma (c)" race --seed 3 --ordering strict --count 100 --rdma
+grep -q ' stale=0 ' <<<"$LAST" || fail "strict rdma race saw stale data: $LAST"
+grep -q ' stale=0 ' <<<"$relaxed" && fail "relaxed rdma race never saw stale data: $relaxed"
+twice "envelope relaxed rdma (d)" envelope --seed 5 --ordering relaxed --count 100 --rdma
+grep -q ' payload_first=0 \| envelope_first=0 ' <<<"$LAST" && fail "relaxed rdma envelope showed one order only: $LAST"
+twice "envelope strict rdma (d)" envelope --seed 5 --ordering strict --count 100 --rdma
+grep -q ' envelope_first=0 ' <<<"$LAST" || fail "strict rdma envelope passed its payload: $LAST"
+strict=$LAST
+# Under injection a same-host RDMA post runs in the library even with the one-copy path off
+# (NICEMU_RDMA_DIRECT=0), so the daemon's BTE engine never has it in flight behind the
+# envelope: the same outcome.
+NICEMU_RDMA_DIRECT=0 twice "envelope strict rdma, direct path off (d)" envelope --seed 5 --ordering strict --count 100 --rdma
+[[ $LAST == "$strict" ]] || fail "strict rdma envelope differs with NICEMU_RDMA_DIRECT=0: '$LAST' vs '$strict'"
+# GNI_RDMAMODE_FENCE: a fenced RDMA PUT never passes a held earlier one of its EP.
+twice "rdma fence" fence --seed 2 --count 100
+grep -q ' old_won=0 ' <<<"$LAST" || fail "fenced rdma put passed the earlier one: $LAST"
+twice "rdma no fence" fence --seed 2 --count 100 --no-fence
+grep -q ' old_won=0 ' <<<"$LAST" && fail "unfenced rdma puts were never permuted: $LAST"
 # (e) is timing-dependent in which operations fail; its outcome (all finished) is not.
 twice "kill (e)" kill --seed 9
 

@@ -6,8 +6,9 @@
 //
 //   fault-scenarios smsg     --seed N [--count N]           (a) exactly once, in order
 //   fault-scenarios rdma     --seed N [--count N]           (b) transient errors, replayed
-//   fault-scenarios race     --seed N --ordering M [--count N]  (c) Get passes Put
-//   fault-scenarios envelope --seed N --ordering M [--count N]  (d) payload vs envelope order
+//   fault-scenarios race     --seed N --ordering M [--count N] [--rdma]  (c) Get passes Put
+//   fault-scenarios envelope --seed N --ordering M [--count N] [--rdma]  (d) payload vs envelope
+//   fault-scenarios fence    --seed N [--count N] [--no-fence]  RDMA FENCE vs held RDMA PUTs
 //   fault-scenarios kill     --seed N [--count N]           (e) a rank dies mid-run
 //   fault-scenarios amo      --seed N [--count N]           AMO effect done or not on error
 #include <fcntl.h>
@@ -237,6 +238,8 @@ struct Opts {
   uint64_t count = 0;
   std::string ordering = "relaxed";
   std::string extra;  // more fault-spec tokens (smsg scenario)
+  bool no_fence = false;  // fence: the second PUT without GNI_RDMAMODE_FENCE
+  bool rdma = false;  // race, envelope: the payload PUT by GNI_PostRdma (BTE), not GNI_PostFma
 };
 
 std::vector<std::string> daemon_args(const std::string& spec) {
@@ -440,6 +443,13 @@ int scenario_amo(const Opts& o) {
   return ok ? 0 : 1;
 }
 
+// Half of the payload PUTs (FMA, or RDMA with --rdma) held 20-40 ms: far above scheduling
+// noise, so which message passes which repeats with the seed.
+std::string payload_delay_spec(const Opts& o) {
+  return "seed=" + std::to_string(o.seed) + (o.rdma ? " rdma.delay=0.5" : " put.delay=0.5") +
+         " delay_us=20000..40000";
+}
+
 uint32_t ordering_flags(const std::string& m) {
   if (m == "strict") return GNI_MEM_STRICT_PI_ORDERING;
   if (m == "relaxed") return GNI_MEM_RELAXED_PI_ORDERING;
@@ -450,8 +460,7 @@ uint32_t ordering_flags(const std::string& m) {
 // Relaxed: a delayed PUT is passed by the notification, the GET returns the old value.
 int scenario_race(const Opts& o) {
   const uint64_t n = o.count ? o.count : 200;
-  std::string spec = "seed=" + std::to_string(o.seed) + " put.delay=0.5 delay_us=20000..40000";
-  Cluster cl(1, daemon_args(spec));
+  Cluster cl(1, daemon_args(payload_delay_spec(o)));
   Cred c = cl.credential();
   uint64_t* res = shared_u64(4);  // stale, fresh
   const uint32_t flags = ordering_flags(o.ordering);
@@ -468,8 +477,9 @@ int scenario_race(const Opts& o) {
     RankInfo& t = board()->r[2];
     for (uint64_t k = 1; k <= n; ++k) {
       r.buf[0] = k;
-      auto put = harness::make_desc(GNI_POST_FMA_PUT, uint64_t(&r.buf[0]), r.buf_mh, t.va, t.mh, 8);
-      CHECK_OR_EXIT(GNI_PostFma(r.ep[2], &put) == GNI_RC_SUCCESS);
+      auto put = harness::make_desc(o.rdma ? GNI_POST_RDMA_PUT : GNI_POST_FMA_PUT, uint64_t(&r.buf[0]), r.buf_mh,
+                                    t.va, t.mh, 8);
+      CHECK_OR_EXIT((o.rdma ? GNI_PostRdma(r.ep[2], &put) : GNI_PostFma(r.ep[2], &put)) == GNI_RC_SUCCESS);
       r.send(1, &k, sizeof k);  // the notification
       uint64_t seen = 0;
       CHECK_OR_EXIT(r.recv(1, &seen, sizeof seen));
@@ -497,8 +507,9 @@ int scenario_race(const Opts& o) {
     return 0;
   });
   bool ok = wait_all(cl, {putter, getter, tgt});
-  std::printf("outcome: race seed=%" PRIu64 " ordering=%s trials=%" PRIu64 " stale=%" PRIu64 " fresh=%" PRIu64 "\n",
-              o.seed, o.ordering.c_str(), n, res[0], res[1]);
+  std::printf("outcome: race seed=%" PRIu64 " ordering=%s payload=%s trials=%" PRIu64 " stale=%" PRIu64
+              " fresh=%" PRIu64 "\n",
+              o.seed, o.ordering.c_str(), o.rdma ? "rdma" : "fma", n, res[0], res[1]);
   // Relaxed must show the race; strict and default never.
   ok = ok && res[0] + res[1] == n && (o.ordering == "relaxed" ? res[0] > 0 : res[0] == 0);
   return ok ? 0 : 1;
@@ -509,8 +520,7 @@ int scenario_race(const Opts& o) {
 // (target-side reassembly).
 int scenario_envelope(const Opts& o) {
   const uint64_t n = o.count ? o.count : 200;
-  std::string spec = "seed=" + std::to_string(o.seed) + " put.delay=0.5 delay_us=20000..40000";
-  Cluster cl(1, daemon_args(spec));
+  Cluster cl(1, daemon_args(payload_delay_spec(o)));
   Cred c = cl.credential();
   uint64_t* res = shared_u64(4);  // payload first, envelope first, reassembly failures
   const uint32_t flags = ordering_flags(o.ordering);
@@ -522,9 +532,9 @@ int scenario_envelope(const Opts& o) {
     for (uint64_t k = 1; k <= n; ++k) {
       const uint64_t slot = k % 512;
       r.buf[0] = k;
-      auto put = harness::make_desc(GNI_POST_FMA_PUT, uint64_t(&r.buf[0]), r.buf_mh, t.va + slot * 8, t.mh, 8,
-                                    GNI_CQMODE_GLOBAL_EVENT);
-      CHECK_OR_EXIT(GNI_PostFma(r.ep[1], &put) == GNI_RC_SUCCESS);
+      auto put = harness::make_desc(o.rdma ? GNI_POST_RDMA_PUT : GNI_POST_FMA_PUT, uint64_t(&r.buf[0]), r.buf_mh,
+                                    t.va + slot * 8, t.mh, 8, GNI_CQMODE_GLOBAL_EVENT);
+      CHECK_OR_EXIT((o.rdma ? GNI_PostRdma(r.ep[1], &put) : GNI_PostFma(r.ep[1], &put)) == GNI_RC_SUCCESS);
       r.send(1, &k, sizeof k);
       uint64_t ack = 0;
       CHECK_OR_EXIT(r.recv(1, &ack, sizeof ack) && ack == k);
@@ -554,11 +564,57 @@ int scenario_envelope(const Opts& o) {
     return 0;
   });
   bool ok = wait_all(cl, {tx, rx});
-  std::printf("outcome: envelope seed=%" PRIu64 " ordering=%s messages=%" PRIu64 " payload_first=%" PRIu64
-              " envelope_first=%" PRIu64 " reassembly_failures=%" PRIu64 "\n",
-              o.seed, o.ordering.c_str(), n, res[0], res[1], res[2]);
+  std::printf("outcome: envelope seed=%" PRIu64 " ordering=%s payload=%s messages=%" PRIu64
+              " payload_first=%" PRIu64 " envelope_first=%" PRIu64 " reassembly_failures=%" PRIu64 "\n",
+              o.seed, o.ordering.c_str(), o.rdma ? "rdma" : "fma", n, res[0], res[1], res[2]);
   ok = ok && res[0] + res[1] == n && res[2] == 0 &&
        (o.ordering == "relaxed" ? res[0] > 0 && res[1] > 0 : res[1] == 0);
+  return ok ? 0 : 1;
+}
+
+// RDMA FENCE under reordering: rank 0 PUTs an old then a new value into the same word of
+// rank 1 (relaxed memory, half of the RDMA posts delayed), the second with
+// GNI_RDMAMODE_FENCE, waits for both and reads the word back. Fenced: the new value always
+// wins. --no-fence: a delayed first PUT may land last (the old value wins).
+int scenario_fence(const Opts& o) {
+  const uint64_t n = o.count ? o.count : 100;
+  Cluster cl(1, daemon_args("seed=" + std::to_string(o.seed) + " rdma.delay=0.5 delay_us=2000..4000"));
+  Cred c = cl.credential();
+  uint64_t* res = shared_u64(4);  // new value won, old value won, other
+  const uint32_t flags = GNI_MEM_RELAXED_PI_ORDERING;
+  pid_t tgt = cl.spawn(0, [&] {
+    Rank r;
+    r.open(1, 2, c, flags);
+    wait_flag(board()->done[0]);
+    return 0;
+  });
+  pid_t ini = cl.spawn(0, [&] {
+    Rank r;
+    r.open(0, 2, c, flags);
+    wait_flag(board()->r[1].ready);
+    RankInfo& t = board()->r[1];
+    for (uint64_t k = 1; k <= n; ++k) {
+      r.buf[2] = 2 * k;      // old
+      r.buf[3] = 2 * k + 1;  // new
+      auto a = harness::make_desc(GNI_POST_RDMA_PUT, uint64_t(&r.buf[2]), r.buf_mh, t.va, t.mh, 8);
+      auto b = harness::make_desc(GNI_POST_RDMA_PUT, uint64_t(&r.buf[3]), r.buf_mh, t.va, t.mh, 8);
+      if (!o.no_fence) b.rdma_mode = GNI_RDMAMODE_FENCE;
+      CHECK_OR_EXIT(GNI_PostRdma(r.ep[1], &a) == GNI_RC_SUCCESS);
+      CHECK_OR_EXIT(GNI_PostRdma(r.ep[1], &b) == GNI_RC_SUCCESS);
+      r.wait_posts(2 * k);
+      r.buf[4] = 0;
+      auto get = harness::make_desc(GNI_POST_FMA_GET, uint64_t(&r.buf[4]), r.buf_mh, t.va, t.mh, 8);
+      CHECK_OR_EXIT(harness::post_and_wait(r.g.cq, r.ep[1], get) == 0);
+      res[r.buf[4] == 2 * k + 1 ? 0 : r.buf[4] == 2 * k ? 1 : 2]++;
+    }
+    board()->done[0].store(1);
+    return 0;
+  });
+  bool ok = wait_all(cl, {ini, tgt});
+  std::printf("outcome: fence seed=%" PRIu64 " fenced=%s trials=%" PRIu64 " new_won=%" PRIu64 " old_won=%" PRIu64
+              " other=%" PRIu64 "\n",
+              o.seed, o.no_fence ? "no" : "yes", n, res[0], res[1], res[2]);
+  ok = ok && res[2] == 0 && res[0] + res[1] == n && (o.no_fence ? res[1] > 0 : res[1] == 0);
   return ok ? 0 : 1;
 }
 
@@ -674,8 +730,12 @@ int main(int argc, char** argv) {
   auto* race = add("race", "(c) a Get passes an earlier Put (relaxed) or never does (strict, default)", true);
   auto* env =
       add("envelope", "(d) payload PUT and envelope SMSG in both orders (relaxed), in issue order (strict)", true);
+  for (auto* s : {race, env})
+    s->add_flag("--rdma", o.rdma, "the payload PUT by GNI_PostRdma (BTE) instead of GNI_PostFma (rdma.delay rules)");
   auto* amo =
       add("amo", "AMO FADDs under injected errors, replayed: failed AMOs whose effect was done count twice", false);
+  auto* fen = add("fence", "RDMA PUTs to one word under delays: a fenced second PUT always lands last", false);
+  fen->add_flag("--no-fence", o.no_fence, "post the second PUT without GNI_RDMAMODE_FENCE (the old value may win)");
   auto* kil = add("kill", "(e) a rank killed mid-run: every posted operation completes or fails", false);
   CLI11_PARSE(app, argc, argv);
   if (!daemon.empty()) setenv("NICEMU_DAEMON", daemon.c_str(), 1);
@@ -688,6 +748,7 @@ int main(int argc, char** argv) {
     if (race->parsed()) return scenario_race(o);
     if (env->parsed()) return scenario_envelope(o);
     if (kil->parsed()) return scenario_kill(o);
+    if (fen->parsed()) return scenario_fence(o);
     if (amo->parsed()) return scenario_amo(o);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fault-scenarios: %s\n", e.what());

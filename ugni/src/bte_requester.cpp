@@ -76,6 +76,20 @@ bool ring_idle(const Nic* n) {
   return q.view.ctl->done.load(std::memory_order_acquire) == q.view.ctl->tail.load(std::memory_order_acquire);
 }
 
+RdmaOp rdma_op(const Ep* ep, const gni_post_descriptor_t* d, bool get) {
+  RdmaOp op;
+  op.get = get;
+  op.local_addr = d->local_addr;
+  op.remote_addr = d->remote_addr;
+  op.length = d->length;
+  op.local_mem_hndl = d->local_mem_hndl;
+  op.remote_mem_hndl = d->remote_mem_hndl;
+  op.cq_mode = d->cq_mode;
+  op.local_event = ep->local_event;
+  op.remote_event = ep->remote_event;
+  return op;
+}
+
 // The one-copy path. False if the target is not a process of this host we can reach
 // (the daemon then executes the post). Completes the post, errors included, otherwise.
 bool run_direct(Nic* n, Ep* ep, Cq* cq, const gni_post_descriptor_t* d, bool get, int32_t tid) {
@@ -86,24 +100,10 @@ bool run_direct(Nic* n, Ep* ep, Cq* cq, const gni_post_descriptor_t* d, bool get
     ep->peer = std::move(peer);
   }
   const Region& target = *ep->peer;
+  const RdmaOp op = rdma_op(ep, d, get);
   uint32_t dst_cq = abi::kNoCq;
-  abi::Extents local, remote;
-  if (translate_access(*n->self, d->local_mem_hndl, d->local_addr, d->length, get, nullptr, local)) {
-    st = cqe::kErrLocalProtection;
-  } else {
-    st = translate_access(target, d->remote_mem_hndl, d->remote_addr, d->length, !get, &dst_cq, remote);
-    if (!st) st = get ? xmem_read_scatter(target.pid, remote, local) : xmem_write_gather(target.pid, remote, local);
-    // The target may have died while we worked on its memory; a failure then is its death.
-    if (!target.alive()) st = cqe::kErrPeerGone;
-  }
-  if (st == cqe::kOk && (d->cq_mode & GNI_CQMODE_REMOTE_EVENT) && dst_cq != abi::kNoCq)
-    push_remote_event(target, dst_cq, cqe::make(cqe::kSrcRemoteDma, cqe::kTypePost, cqe::kOk, 0, 0, ep->remote_event));
-  if (tid >= 0) {
-    if (d->cq_mode & GNI_CQMODE_LOCAL_EVENT)
-      cq->ring.push(cqe::make(cqe::kSrcBte, cqe::kTypePost, st, cqe::kInfoLocal, uint64_t(tid), ep->local_event));
-    if (d->cq_mode & GNI_CQMODE_GLOBAL_EVENT)
-      cq->ring.push(cqe::make(cqe::kSrcBte, cqe::kTypePost, st, cqe::kInfoGlobal, uint64_t(tid), ep->local_event));
-  }
+  st = rdma_execute_on(n, op, target, &dst_cq);
+  rdma_post_events(op, target, cq, tid, st, dst_cq);
   return true;
 }
 
@@ -115,6 +115,32 @@ void release_tid(Nic* n, int32_t tid) {
 }
 
 }  // namespace
+
+namespace nicemu::ugni {
+
+uint64_t rdma_execute_on(Nic* n, const RdmaOp& op, const Region& target, uint32_t* dst_cq) {
+  abi::Extents local, remote;
+  if (translate_access(*n->self, op.local_mem_hndl, op.local_addr, op.length, op.get, nullptr, local))
+    return cqe::kErrLocalProtection;
+  uint64_t st = translate_access(target, op.remote_mem_hndl, op.remote_addr, op.length, !op.get, dst_cq, remote);
+  if (!st) st = op.get ? xmem_read_scatter(target.pid, remote, local) : xmem_write_gather(target.pid, remote, local);
+  // The target may have died while we worked on its memory; a failure then is its death.
+  if (!target.alive()) st = cqe::kErrPeerGone;
+  return st;
+}
+
+void rdma_post_events(const RdmaOp& op, const Region& target, Cq* cq, int32_t tid, uint64_t st, uint32_t dst_cq) {
+  if (st == cqe::kOk && (op.cq_mode & GNI_CQMODE_REMOTE_EVENT) && dst_cq != abi::kNoCq)
+    push_remote_event(target, dst_cq, cqe::make(cqe::kSrcRemoteDma, cqe::kTypePost, cqe::kOk, 0, 0, op.remote_event));
+  if (tid >= 0 && cq) {
+    if (op.cq_mode & GNI_CQMODE_LOCAL_EVENT)
+      cq->ring.push(cqe::make(cqe::kSrcBte, cqe::kTypePost, st, cqe::kInfoLocal, uint64_t(tid), op.local_event));
+    if (op.cq_mode & GNI_CQMODE_GLOBAL_EVENT)
+      cq->ring.push(cqe::make(cqe::kSrcBte, cqe::kTypePost, st, cqe::kInfoGlobal, uint64_t(tid), op.local_event));
+  }
+}
+
+}  // namespace nicemu::ugni
 
 extern "C" {
 
@@ -174,9 +200,10 @@ gni_return_t GNI_PostRdma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
                               ep->local_event));
     return GNI_RC_SUCCESS;
   }
-  if (fault_path(n) && fault_fail_rdma(ep, cq, d, tid)) [[unlikely]]
-    return GNI_RC_SUCCESS;  // failed by injection: its error events are in the CQ
-  // Injection decides first, so a post the one-copy path runs can be failed like any other.
+  // Injection and reordering decide first: a post may be failed (its error events are in
+  // the CQ) or held by the reorder engine, which runs it later with the one-copy transfer.
+  if (fault_path(n) && fault_post_rdma(ep, cq, d, tid, ring_idle(n))) [[unlikely]]
+    return GNI_RC_SUCCESS;
   if (direct_enabled() && ring_idle(n) && run_direct(n, ep, cq, d, get, tid)) {
     count(n->counters, ctr::cdm::rdma_posts);
     count(n->counters, ctr::cdm::rdma_bytes, d->length);

@@ -58,6 +58,7 @@ struct Held {
   Class cls = kDefault;
   bool posted = true;
   bool smsg = false;      // counts in ep->smsg_held (a message not yet in the mailbox)
+  bool rdma = false;      // an RDMA post (a later fenced one of its EP waits for it)
   std::function<void()> run;
 };
 
@@ -135,13 +136,15 @@ bool may_pass(const Held& y, Ep* ep, Class cls, bool posted, bool smsg) {
 }
 
 // When a new transaction of `n` may run: 0 = now. `passed` tells whether it overtakes a
-// held transaction. Under the engine's lock.
-uint64_t due_time(Engine& e, Nic* n, Ep* ep, Class cls, bool posted, bool smsg, uint32_t hold_us, bool& passed) {
+// held transaction. `rdma_fence`: an RDMA post with GNI_RDMAMODE_FENCE, which never passes
+// an earlier RDMA post of its EP. Under the engine's lock.
+uint64_t due_time(Engine& e, Nic* n, Ep* ep, Class cls, bool posted, bool smsg, uint32_t hold_us, bool& passed,
+                  bool rdma_fence = false) {
   uint64_t after = 0;
   passed = false;
   for (const auto& [key, y] : e.q) {
     if (y.nic != n) continue;
-    if (may_pass(y, ep, cls, posted, smsg))
+    if (may_pass(y, ep, cls, posted, smsg) && !(rdma_fence && y.rdma && y.ep == ep))
       passed = true;
     else
       after = std::max(after, key.first);  // ties run in sequence order: after y
@@ -150,15 +153,20 @@ uint64_t due_time(Engine& e, Nic* n, Ep* ep, Class cls, bool posted, bool smsg, 
   return std::max(due, after);
 }
 
-// The class of an FMA transaction: the target registration's PI flags are read from its
-// table (a handle that does not decode gets the default class; the access fails anyway).
-Class fma_class(const af::Config& c, const FmaOp& op, uint16_t dlvr_mode, const Region& target) {
+// The class of a transaction into the registration `hndl` of `target`: its PI flags are
+// read from the target's table (a handle that does not decode gets the default class; the
+// access fails anyway).
+Class reg_class(const af::Config& c, const gni_mem_handle_t& hndl, uint16_t dlvr_mode, const Region& target) {
   uint32_t flags = 0;
-  if (auto f = abi::mdh::decode(op.remote_mem_hndl.qword1, op.remote_mem_hndl.qword2)) {
+  if (auto f = abi::mdh::decode(hndl.qword1, hndl.qword2)) {
     abi::RegEntry e{};
     if (target.read_reg(f->slot, e) && e.state == abi::kRegLive) flags = e.flags;
   }
   return ordering::class_of(c.ordering, dlvr_mode, flags);
+}
+
+Class fma_class(const af::Config& c, const FmaOp& op, uint16_t dlvr_mode, const Region& target) {
+  return reg_class(c, op.remote_mem_hndl, dlvr_mode, target);
 }
 
 Class smsg_class(const af::Config& c, const Nic* n) { return ordering::smsg_class_of(c.ordering, n->smsg_dlvr_mode); }
@@ -422,21 +430,94 @@ gni_return_t fault_smsg_send(Ep* ep, const void* header, uint32_t header_length,
   return GNI_RC_SUCCESS;
 }
 
-bool fault_fail_rdma(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, int32_t tid) {
+bool fault_post_rdma(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, int32_t tid, bool ring_idle) {
   Nic* n = ep->nic;
-  Engine& e = engine();
-  Decision dec;
-  {
-    std::lock_guard<std::mutex> lk(e.mu);
-    FaultState& s = state(n);
-    const bool get = post_type(d) == GNI_POST_RDMA_GET;
-    dec = s.inj.decide(get ? af::kRdmaGet : af::kRdmaPut, ep->remote_addr, monotonic_ns());
+  const bool get = post_type(d) == GNI_POST_RDMA_GET;
+  const uint16_t all = GNI_CQMODE_LOCAL_EVENT | GNI_CQMODE_GLOBAL_EVENT;
+  // Only a target the one-copy transfer reaches can be held (or have a failed PUT's effect
+  // done); any other goes to the daemon's BTE engine, which knows the right error or route.
+  std::shared_ptr<Region> target;
+  if (ring_idle) {
+    uint64_t st = cqe::kOk;
+    if (!ep->peer || !ep->peer->alive()) ep->peer = n->resolve(ep->remote_addr, ep->remote_id, st);
+    target = ep->peer;  // held transactions keep the mapping alive
   }
-  if (!is_failure(dec.action)) return false;
-  // The BTE transfer fails before it moves data (nicemu does not inject partial RDMA effects).
-  count_failure(n, dec);
-  push_event(cq, d->cq_mode, GNI_CQMODE_LOCAL_EVENT | GNI_CQMODE_GLOBAL_EVENT, cqe::kSrcBte, cqe::kErrInjected, tid,
-             ep->local_event);
+  RdmaOp op;
+  op.get = get;
+  op.local_addr = d->local_addr;
+  op.remote_addr = d->remote_addr;
+  op.length = d->length;
+  op.local_mem_hndl = d->local_mem_hndl;
+  op.remote_mem_hndl = d->remote_mem_hndl;
+  op.cq_mode = d->cq_mode;
+  op.local_event = ep->local_event;
+  op.remote_event = ep->remote_event;
+
+  Engine& e = engine();
+  std::unique_lock<std::mutex> lk(e.mu);
+  FaultState& s = state(n);
+  const af::Config& c = s.inj.config();
+  const Decision dec = s.inj.decide(get ? af::kRdmaGet : af::kRdmaPut, ep->remote_addr, monotonic_ns());
+  if (is_failure(dec.action)) {
+    lk.unlock();
+    count_failure(n, dec);
+    // As an FMA PUT: the transfer may have taken effect before the completion was lost.
+    if (dec.action == af::kError && dec.effect_done && target) {
+      count(n->counters, ctr::cdm::fault_errors_effect_done);
+      uint32_t dst_cq = abi::kNoCq;
+      rdma_execute_on(n, op, *target, &dst_cq);
+    }
+    push_event(cq, d->cq_mode, all, cqe::kSrcBte, cqe::kErrInjected, tid, ep->local_event);
+    return true;
+  }
+  if (!target) return false;
+  const Class cls = reg_class(c, op.remote_mem_hndl, d->dlvr_mode, *target);
+  uint32_t hold = cls == kStrict ? 0 : s.inj.reorder_hold_us();
+  if (hold && n->fault_held.load(std::memory_order_relaxed) >= c.reorder_window) hold = 0;
+  if (dec.action == af::kDelay) {
+    count(n->counters, ctr::cdm::fault_delays);
+    hold = std::max(hold, dec.delay_us);
+  }
+  const bool posted = !get;
+  bool passed = false;
+  const bool fence = (d->rdma_mode & GNI_RDMAMODE_FENCE) != 0;
+  const uint64_t due = due_time(e, n, ep, cls, posted, false, hold, passed, fence);
+  if (passed) count(n->counters, ctr::cdm::reorder_passed);
+  // A duplicated PUT writes the same bytes again; a GET is answered once.
+  const int runs = dec.action == af::kDup && posted ? 2 : 1;
+  // Under injection every post to a reachable target runs here with the one-copy transfer
+  // (now or when due), whatever NICEMU_RDMA_DIRECT says: a post queued for the daemon's BTE
+  // engine would still be in flight when a later SMSG or FMA transaction runs, which a
+  // strict class forbids and the engine cannot see.
+  count(n->counters, ctr::cdm::rdma_posts);
+  count(n->counters, ctr::cdm::rdma_bytes, d->length);
+  auto run = [n, op, target, cq, tid, runs] {
+    uint32_t dst_cq = abi::kNoCq;
+    uint64_t st = cqe::kOk;
+    if (n->nic_down.load(std::memory_order_relaxed)) {
+      st = cqe::kErrNicDown;
+    } else {
+      for (int i = 1; i < runs; ++i) rdma_execute_on(n, op, *target, &dst_cq);
+      st = rdma_execute_on(n, op, *target, &dst_cq);
+    }
+    rdma_post_events(op, *target, cq, tid, st, dst_cq);
+  };
+  if (due == 0) {
+    lk.unlock();
+    run();
+    return true;
+  }
+  // The data moves when the engine runs it, so every completion event (local ones too:
+  // the source buffer is read then) comes from there.
+  count(n->counters, ctr::cdm::reorder_held);
+  Held h;
+  h.nic = n;
+  h.ep = ep;
+  h.cls = cls;
+  h.posted = posted;
+  h.rdma = true;
+  h.run = std::move(run);
+  e.hold(due, std::move(h));
   return true;
 }
 

@@ -26,9 +26,37 @@ gni_return_t fault_post_fma(const FmaOp& op, gni_post_descriptor_t* d, int32_t t
 gni_return_t fault_smsg_send(Ep* ep, const void* header, uint32_t header_length, const void* data,
                              uint32_t data_length, uint32_t msg_id, uint8_t tag);
 
-// GNI_PostRdma under injection: true if the post was failed (its error events are pushed);
-// false if it goes to the BTE engine as usual.
-bool fault_fail_rdma(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, int32_t tid);
+// One GNI_PostRdma as the one-copy path runs it (bte_requester.cpp), captured so the
+// reorder engine can run it later.
+struct RdmaOp {
+  bool get = false;
+  uint64_t local_addr = 0;
+  uint64_t remote_addr = 0;
+  uint64_t length = 0;
+  gni_mem_handle_t local_mem_hndl{};
+  gni_mem_handle_t remote_mem_hndl{};
+  uint16_t cq_mode = 0;
+  uint32_t local_event = 0;
+  uint32_t remote_event = 0;
+};
+
+// The one-copy transfer of `op` into / out of `target` (a process of this host): validates
+// both sides, moves the data, returns the completion status; `dst_cq` gets the target's
+// CQ for the remote event. No events.
+uint64_t rdma_execute_on(Nic* n, const RdmaOp& op, const Region& target, uint32_t* dst_cq);
+
+// Posts the events of an RDMA transfer that finished with status `st`: the remote event
+// (remote DMA source) if asked and it succeeded, and the local/global ones with the BTE
+// source if the post has a transaction id.
+void rdma_post_events(const RdmaOp& op, const Region& target, Cq* cq, int32_t tid, uint64_t st, uint32_t dst_cq);
+
+// GNI_PostRdma under injection or reordering: true if the post was taken here — failed
+// (error events pushed; the data may have been moved, error_done), or run now or held by
+// the reorder engine, which runs it later, with the one-copy transfer; false if it goes to
+// the daemon's BTE engine as usual. A post is run or held here only if its target resolves
+// to a process of this host and `ring_idle` (no post of the CDM queued for the daemon is in
+// flight, so it never overtakes one of those).
+bool fault_post_rdma(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, int32_t tid, bool ring_idle);
 
 // Transactions held for `ep` / `n` are dropped (GNI_EpDestroy, GNI_CdmDestroy).
 void fault_forget_ep(Ep* ep);
