@@ -103,3 +103,9 @@ write("fabric_map", "one_node", '# comment\n[[node]]\nnic = 5\nhost = "127.0.0.1
 write("fabric_map", "duplicate", '[[node]]\nnic = 0\nhost = "10.0.0.1"\nport = 7700\n'
       '[[node]]\nnic = 0\nhost = "10.0.0.1"\nport = 7701\n')
 write("fabric_map", "empty", "")
+
+# --- settings: the daemon's config file (nicemu/daemon/settings.h, nicemu --help-config) ----
+write("settings", "basic", 'node = 3\nlog_level = "debug"\nregion_size_mb = 64\nbte_channels = 2\n')
+write("settings", "limits", "allow_any_credential = true\nmax_cdms_per_process = 4\nmax_cqs_per_credential = 100\n")
+write("settings", "fault", 'fault = "seed=1 smsg.drop=0.1"\ndevice = "aries"\n')
+write("settings", "unknown_key", "no_such_setting = 1\n")
