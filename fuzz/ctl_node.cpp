@@ -13,6 +13,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,11 +28,14 @@ using nicemu::daemon::Node;
 // has it (above the kernel's pid_max), so nothing ever touches a real process's memory.
 static constexpr pid_t kFuzzPid = 0x7ffffff0;
 
+static char g_rundir[] = "/tmp/nicemu-fuzz-XXXXXX";
+
 static Node& node() {
   static std::unique_ptr<Node> n = [] {
     spdlog::set_level(spdlog::level::off);
-    char dir[] = "/tmp/nicemu-fuzz-XXXXXX";
-    if (!mkdtemp(dir)) std::abort();
+    char* dir = mkdtemp(g_rundir);
+    if (!dir) std::abort();
+    std::atexit([] { std::filesystem::remove_all(g_rundir); });
     nicemu::daemon::NodeConfig cfg;
     cfg.nic_addr = 0;
     cfg.rundir = dir;
