@@ -62,9 +62,11 @@ FabricMap FabricMap::parse(const std::string& text, const std::string& origin) {
     if (!n) fail(where + " is not a table");
     for (auto&& [k, v] : *n)
       if (k != "nic" && k != "host" && k != "port") fail(where + ": unknown key '" + std::string(k.str()) + "'");
-    auto nic = (*n)["nic"].value<int64_t>();
-    auto host = (*n)["host"].value<std::string>();
-    auto port = (*n)["port"].value<int64_t>();
+    // value_exact: whole numbers only. value<int64_t>() converts a float, which is
+    // undefined behaviour out of range (found by fuzzing: fuzz/regressions/fabric_map).
+    auto nic = (*n)["nic"].value_exact<int64_t>();
+    auto host = (*n)["host"].value_exact<std::string>();
+    auto port = (*n)["port"].value_exact<int64_t>();
     if (!nic || *nic < 0 || *nic > 0xFFFFFFFFll) fail(where + ": nic must be a NIC address (0..2^32-1)");
     if (!host || host->empty()) fail(where + ": host missing");
     if (!port || *port <= 0 || *port > 65535) fail(where + ": port must be 1..65535");

@@ -130,10 +130,14 @@ bool parse_spec(std::string_view spec, af::Config& c, std::string& error, bool* 
     if (j > i) toks.push_back(spec.substr(i, j - i));
     i = j;
   }
+  // An explicit on/off (the last one) decides over the enabling by rules, so the canonical
+  // text of a disabled configuration ("off seed=... reorder=0 ...", to_spec) parses back
+  // disabled. Found by fuzzing (fuzz/regressions/fault_spec).
+  int explicit_enabled = -1;
   for (std::string_view t : toks) {
     auto bad = [&] { return error = "bad fault token '" + std::string(t) + "'", false; };
-    if (t == "on") { c.enabled = 1; continue; }
-    if (t == "off") { c.enabled = 0; continue; }
+    if (t == "on") { c.enabled = 1, explicit_enabled = 1; continue; }
+    if (t == "off") { c.enabled = 0, explicit_enabled = 0; continue; }
     size_t eq = t.find('=');
     if (eq == std::string_view::npos) return bad();
     std::string_view key = t.substr(0, eq), val = t.substr(eq + 1);
@@ -209,6 +213,7 @@ bool parse_spec(std::string_view spec, af::Config& c, std::string& error, bool* 
       c.enabled = 1;
     }
   }
+  if (explicit_enabled >= 0) c.enabled = static_cast<uint32_t>(explicit_enabled);
   return valid_config(c, error);
 }
 

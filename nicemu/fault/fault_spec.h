@@ -1,6 +1,7 @@
 // The text form of a fault configuration, shared by the daemon (--fault, the `fault` config
 // key) and `nicemuctl fault set`. Tokens separated by spaces or commas:
-//   on | off                      enable / disable injection (a spec with rules enables it)
+//   on | off                      enable / disable injection (a spec with rules enables it,
+//                                 unless it says on or off: the last of those decides)
 //   seed=N                        generator seed (default: chosen at random and logged)
 //   KIND.ACTION=P[@PEER]          probability P (0..1) of ACTION for KIND, optionally to one
 //                                 peer NIC address; KIND: smsg put get amo rdma_put rdma_get

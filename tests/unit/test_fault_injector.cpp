@@ -130,6 +130,15 @@ TEST_CASE("fault spec: round trip and errors") {
   REQUIRE_MESSAGE(nicemu::fault::parse_spec(text, d, err), err);
   CHECK(std::memcmp(&c, &d, sizeof c) == 0);
   CHECK(nicemu::fault::to_spec(d) == text);
+  // A disabled configuration's text parses back disabled, rules kept: an explicit off
+  // decides over the enabling by rules (found by fuzzing, fuzz/regressions/fault_spec).
+  af::Config off = c;
+  off.enabled = 0;
+  af::Config e = nicemu::fault::default_config();
+  REQUIRE_MESSAGE(nicemu::fault::parse_spec(nicemu::fault::to_spec(off), e, err), err);
+  CHECK(e.enabled == 0);
+  CHECK(e.rule_count == c.rule_count);
+  CHECK(std::memcmp(&off, &e, sizeof off) == 0);
   // A live change of one knob replaces the rule instead of adding one.
   REQUIRE(nicemu::fault::parse_spec("smsg.drop=0.3", d, err));
   CHECK(d.rule_count == c.rule_count);
