@@ -95,8 +95,7 @@ bool Connection::connect(const std::string& path) {
   return true;
 }
 
-bool Connection::send(void* req, size_t req_size) {
-  std::lock_guard<std::mutex> lk(mu_);
+bool Connection::send_locked(void* req, size_t req_size) {
   if (fd_ < 0) return false;
   auto* h = static_cast<abi::ctl::Header*>(req);
   h->magic = abi::ctl::kMagic;
@@ -110,21 +109,16 @@ bool Connection::send(void* req, size_t req_size) {
   return s == static_cast<ssize_t>(req_size);
 }
 
+bool Connection::send(void* req, size_t req_size) {
+  std::lock_guard<std::mutex> lk(mu_);
+  return send_locked(req, req_size);
+}
+
 long Connection::call(void* req, size_t req_size, void* reply, size_t reply_size, int* fd_out, size_t max_fds) {
   std::lock_guard<std::mutex> lk(mu_);
   if (!fd_out) max_fds = 0;
   for (size_t i = 0; i < max_fds; ++i) fd_out[i] = -1;
-  if (fd_ < 0) return -1;
-  auto* h = static_cast<abi::ctl::Header*>(req);
-  h->magic = abi::ctl::kMagic;
-  h->version = abi::ctl::kVersion;
-  h->seq = ++seq_;
-  h->length = static_cast<uint32_t>(req_size);
-  ssize_t s;
-  do {
-    s = ::send(fd_, req, req_size, MSG_NOSIGNAL);
-  } while (s < 0 && errno == EINTR);
-  if (s != static_cast<ssize_t>(req_size)) return -1;
+  if (!send_locked(req, req_size)) return -1;
 
   iovec iov{reply, reply_size};
   constexpr size_t kMaxPassed = 2;  // a CDM region: read-only section and heap
@@ -155,7 +149,7 @@ long Connection::call(void* req, size_t req_size, void* reply, size_t reply_size
   }
   if (static_cast<size_t>(n) < sizeof(abi::ctl::Reply)) return -1;
   auto* rh = static_cast<abi::ctl::Header*>(reply);
-  if (rh->magic != abi::ctl::kMagic || rh->seq != h->seq) return -1;
+  if (rh->magic != abi::ctl::kMagic || rh->seq != static_cast<abi::ctl::Header*>(req)->seq) return -1;
   return n;
 }
 

@@ -62,6 +62,8 @@ class Connection {
   std::optional<std::string> status_json();
 
  private:
+  // Stamps the header and sends `req` whole; under mu_.
+  bool send_locked(void* req, size_t req_size);
   int fd_ = -1;
   uint32_t seq_ = 0;
   std::mutex mu_;

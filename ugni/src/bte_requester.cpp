@@ -76,20 +76,6 @@ bool ring_idle(const Nic* n) {
   return q.view.ctl->done.load(std::memory_order_acquire) == q.view.ctl->tail.load(std::memory_order_acquire);
 }
 
-RdmaOp rdma_op(const Ep* ep, const gni_post_descriptor_t* d, bool get) {
-  RdmaOp op;
-  op.get = get;
-  op.local_addr = d->local_addr;
-  op.remote_addr = d->remote_addr;
-  op.length = d->length;
-  op.local_mem_hndl = d->local_mem_hndl;
-  op.remote_mem_hndl = d->remote_mem_hndl;
-  op.cq_mode = d->cq_mode;
-  op.local_event = ep->local_event;
-  op.remote_event = ep->remote_event;
-  return op;
-}
-
 // The one-copy path. False if the target is not a process of this host we can reach
 // (the daemon then executes the post). Completes the post, errors included, otherwise.
 bool run_direct(Nic* n, Ep* ep, Cq* cq, const gni_post_descriptor_t* d, bool get, int32_t tid) {
@@ -117,6 +103,20 @@ void release_tid(Nic* n, int32_t tid) {
 }  // namespace
 
 namespace nicemu::ugni {
+
+RdmaOp rdma_op(const Ep* ep, const gni_post_descriptor_t* d, bool get) {
+  RdmaOp op;
+  op.get = get;
+  op.local_addr = d->local_addr;
+  op.remote_addr = d->remote_addr;
+  op.length = d->length;
+  op.local_mem_hndl = d->local_mem_hndl;
+  op.remote_mem_hndl = d->remote_mem_hndl;
+  op.cq_mode = d->cq_mode;
+  op.local_event = ep->local_event;
+  op.remote_event = ep->remote_event;
+  return op;
+}
 
 uint64_t rdma_execute_on(Nic* n, const RdmaOp& op, const Region& target, uint32_t* dst_cq) {
   abi::Extents local, remote;

@@ -442,16 +442,7 @@ bool fault_post_rdma(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, int32_t tid
     if (!ep->peer || !ep->peer->alive()) ep->peer = n->resolve(ep->remote_addr, ep->remote_id, st);
     target = ep->peer;  // held transactions keep the mapping alive
   }
-  RdmaOp op;
-  op.get = get;
-  op.local_addr = d->local_addr;
-  op.remote_addr = d->remote_addr;
-  op.length = d->length;
-  op.local_mem_hndl = d->local_mem_hndl;
-  op.remote_mem_hndl = d->remote_mem_hndl;
-  op.cq_mode = d->cq_mode;
-  op.local_event = ep->local_event;
-  op.remote_event = ep->remote_event;
+  RdmaOp op = rdma_op(ep, d, get);
 
   Engine& e = engine();
   std::unique_lock<std::mutex> lk(e.mu);

@@ -40,6 +40,9 @@ struct RdmaOp {
   uint32_t remote_event = 0;
 };
 
+// `d` posted on `ep` as an RdmaOp (a GET when `get`).
+RdmaOp rdma_op(const Ep* ep, const gni_post_descriptor_t* d, bool get);
+
 // The one-copy transfer of `op` into / out of `target` (a process of this host): validates
 // both sides, moves the data, returns the completion status; `dst_cq` gets the target's
 // CQ for the remote event. No events.
