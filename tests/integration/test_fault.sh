@@ -85,8 +85,14 @@ NICEMU_RDMA_DIRECT=0 twice "envelope strict rdma, direct path off (d)" envelope 
 # GNI_RDMAMODE_FENCE: a fenced RDMA PUT never passes a held earlier one of its EP.
 twice "rdma fence" fence --seed 2 --count 100
 grep -q ' old_won=0 ' <<<"$LAST" || fail "fenced rdma put passed the earlier one: $LAST"
-twice "rdma no fence" fence --seed 2 --count 100 --no-fence
-grep -q ' old_won=0 ' <<<"$LAST" && fail "unfenced rdma puts were never permuted: $LAST"
+# Without the fence, which of two puts held with random delays lands last can depend on the
+# engine thread's timing (63/37 and 64/36 seen under load): run once, check both orders occur.
+out=$(timeout 60 "$FS" fence --seed 2 --count 100 --no-fence 2>&1)
+if [[ $? -eq 0 && $out != *" old_won=0 "* && $out != *" new_won=0 "* ]]; then
+  pass "rdma no fence: $(grep '^outcome:' <<<"$out")"
+else
+  fail "unfenced rdma puts were never permuted: $out"
+fi
 # (e) is timing-dependent in which operations fail; its outcome (all finished) is not.
 twice "kill (e)" kill --seed 9
 
