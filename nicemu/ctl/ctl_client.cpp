@@ -23,10 +23,10 @@ std::string daemon_rundir() {
 }
 
 std::string default_rundir() {
-  if (const char* d = std::getenv(params::param("rundir").env.data()); d && *d) return d;
   // Daemons started by the system (nicemu@.service) serve every user of the host.
-  if (geteuid() == 0 || !list_nodes(kSystemRundir).empty()) return kSystemRundir;
-  return "/tmp/nicemu-" + std::to_string(geteuid());
+  const char* d = std::getenv(params::param("rundir").env.data());
+  if (!(d && *d) && !list_nodes(kSystemRundir).empty()) return kSystemRundir;
+  return daemon_rundir();
 }
 
 std::string socket_path(const std::string& rundir, uint32_t nic_addr) {
