@@ -36,16 +36,23 @@ constexpr uint64_t kTicket = uint64_t(1) << 32;
 uint32_t serving(uint64_t w) { return uint32_t(w); }
 uint32_t ticket(uint64_t w) { return uint32_t(w >> 32); }
 
-// Every slot in use: the caller holds DMAPP_MAX_LOCKS locks already.
-dmapp_return_t make_handle(dmapp_lock_desc_t* a, dmapp_seg_desc_t* seg, dmapp_pe_t host, dmapp_lock_handle_t* h) {
+// A slot for (a, seg, host), taken before the lock is: a full table (the caller holds
+// DMAPP_MAX_LOCKS locks already) is refused while the remote lock is still free, never
+// after it is held. nullptr if every slot is in use.
+dmapp_lock* reserve(dmapp_lock_desc_t* a, dmapp_seg_desc_t* seg, dmapp_pe_t host) {
   std::lock_guard<std::mutex> lk(g_locks_mu);
   for (dmapp_lock& l : g_locks)
     if (!l.held) {
       l = dmapp_lock{a, *seg, host, true};
-      *h = &l;
-      return DMAPP_RC_SUCCESS;
+      return &l;
     }
-  return DMAPP_RC_RESOURCE_ERROR;
+  return nullptr;
+}
+
+dmapp_return_t unreserve(dmapp_lock* l, dmapp_return_t rc) {
+  std::lock_guard<std::mutex> lk(g_locks_mu);
+  l->held = false;
+  return rc;
 }
 
 }  // namespace
@@ -55,29 +62,36 @@ extern "C" {
 dmapp_return_t dmapp_lock_acquire(dmapp_lock_desc_t* a, dmapp_seg_desc_t* seg, dmapp_pe_t host, uint64_t,
                                   dmapp_lock_handle_t* h) {
   if (!a || !seg || !h) return DMAPP_RC_INVALID_PARAM;
+  dmapp_lock* slot = reserve(a, seg, host);
+  if (!slot) return DMAPP_RC_RESOURCE_ERROR;
   alignas(8) uint64_t old = 0;
   dmapp_return_t rc = dmapp_afadd_qw(&old, a, seg, host, int64_t(kTicket));
-  if (rc != DMAPP_RC_SUCCESS) return rc;
+  if (rc != DMAPP_RC_SUCCESS) return unreserve(slot, rc);
   const uint32_t mine = ticket(old);
   uint64_t w = old;
   while (serving(w) != mine) {
     sched_yield();  // the holder may need this core to finish
-    if ((rc = dmapp_get(&w, a, seg, host, 1, DMAPP_QW)) != DMAPP_RC_SUCCESS) return rc;
+    // (A failed read leaves our ticket drawn: the lock is lost either way, as on hardware.)
+    if ((rc = dmapp_get(&w, a, seg, host, 1, DMAPP_QW)) != DMAPP_RC_SUCCESS) return unreserve(slot, rc);
   }
-  return make_handle(a, seg, host, h);
+  *h = slot;
+  return DMAPP_RC_SUCCESS;
 }
 
 dmapp_return_t dmapp_lock_try(dmapp_lock_desc_t* a, dmapp_seg_desc_t* seg, dmapp_pe_t host, uint64_t,
                               dmapp_lock_handle_t* h) {
   if (!a || !seg || !h) return DMAPP_RC_INVALID_PARAM;
+  dmapp_lock* slot = reserve(a, seg, host);
+  if (!slot) return DMAPP_RC_RESOURCE_ERROR;
   alignas(8) uint64_t w = 0, old = 0;
   dmapp_return_t rc = dmapp_get(&w, a, seg, host, 1, DMAPP_QW);
-  if (rc != DMAPP_RC_SUCCESS) return rc;
-  if (ticket(w) != serving(w)) return DMAPP_RC_NOT_DONE;  // held (the 2012 prototype's answer)
+  if (rc != DMAPP_RC_SUCCESS) return unreserve(slot, rc);
+  if (ticket(w) != serving(w)) return unreserve(slot, DMAPP_RC_NOT_DONE);  // held (the 2012 prototype's answer)
   rc = dmapp_acswap_qw(&old, a, seg, host, int64_t(w), int64_t(w + kTicket));
-  if (rc != DMAPP_RC_SUCCESS) return rc;
-  if (old != w) return DMAPP_RC_NOT_DONE;
-  return make_handle(a, seg, host, h);
+  if (rc != DMAPP_RC_SUCCESS) return unreserve(slot, rc);
+  if (old != w) return unreserve(slot, DMAPP_RC_NOT_DONE);
+  *h = slot;
+  return DMAPP_RC_SUCCESS;
 }
 
 dmapp_return_t dmapp_lock_release(dmapp_lock_handle_t h, uint64_t) {
