@@ -141,6 +141,9 @@ struct Nic {
   std::mutex peers_mu;
   std::map<std::pair<uint32_t, uint32_t>, std::shared_ptr<Region>> peers;  // (addr, inst) -> region
   std::map<uint32_t, std::unique_ptr<nicemu::ctl::Connection>> daemons;           // other nodes' daemons
+  // NIC addresses with no daemon on this host, and until when (CLOCK_MONOTONIC ns) that is
+  // believed without trying to connect again: posts to another host's node fail fast.
+  std::map<uint32_t, uint64_t> no_daemon_until;
 
   std::atomic<uint32_t> stats[GNI_NUM_STATS] = {};
   abi::counters::CdmCounterBlock* counters = unbound_counter_block();  // in `self` once attached

@@ -23,16 +23,25 @@ std::shared_ptr<Region> Nic::resolve(uint32_t addr, uint32_t inst, uint64_t& sta
   if (addr == nic_addr) {
     c = &conn;
   } else {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    const uint64_t now = uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+    if (auto it = no_daemon_until.find(addr); it != no_daemon_until.end() && now < it->second) {
+      status = cqe::kErrNoPeer;
+      return nullptr;
+    }
     auto& d = daemons[addr];
     if (!d || !d->connected()) {
       d = std::make_unique<nicemu::ctl::Connection>();
       if (!d->connect(nicemu::ctl::socket_path(rundir, addr))) {
+        daemons.erase(addr);
+        no_daemon_until[addr] = now + 1000000000ull;  // a daemon started later is found within 1 s
         // Not on this host. Across hosts only datagrams (GNI_EpPostData*) are carried so
-        // far (docs/fabric.md); FMA, SMSG, MSGQ and CQ writes to it fail with NO_PEER.
+        // far (docs/fabric.md); FMA, RDMA, SMSG, MSGQ and CQ writes to it fail with NO_PEER.
         static std::once_flag told;
         std::call_once(told, [addr] {
           std::fprintf(stderr,
-                       "libugni (nicemu): NIC address %u has no daemon on this host; FMA, SMSG, MSGQ and CQ writes "
+                       "libugni (nicemu): NIC address %u has no daemon on this host; FMA, RDMA, SMSG, MSGQ and CQ writes "
                        "across hosts are not implemented yet, only datagrams are (see docs/fabric.md)\n",
                        addr);
         });
