@@ -35,8 +35,13 @@ int DaemonLinks::connect_to(uint32_t node) {
   return fd;
 }
 
-bool DaemonLinks::local(uint32_t node) const {
-  return fds_.contains(node) || ::access(ctl::socket_path(rundir_, node).c_str(), F_OK) == 0;
+bool DaemonLinks::local(uint32_t node) {
+  if (fds_.contains(node)) return true;
+  const auto now = std::chrono::steady_clock::now();
+  if (auto it = remote_until_.find(node); it != remote_until_.end() && now < it->second) return false;
+  if (::access(ctl::socket_path(rundir_, node).c_str(), F_OK) == 0) return true;
+  remote_until_[node] = now + std::chrono::seconds(1);  // a daemon started here later is found within 1 s
+  return false;
 }
 
 bool DaemonLinks::send(uint32_t node, const void* msg, size_t len) {
