@@ -55,6 +55,10 @@ enum class Op : uint16_t {
   kMsgqConnect = 53,      // -> MsgqConnReply                   GNI_MsgqConnect
   kMsgqConnRelease = 54,  // -> Reply                           GNI_MsgqConnRelease
   kMsgqLookup = 55,       // -> MsgqLookupReply + segment memfd  a sender maps a node's segment
+  // Memory operations on NIC addresses of other hosts (remote_ops.h).
+  kRemotePost = 80,   // no reply: a CDM's FMA/AMO/RDMA/CQ-write post for another host's node
+  kRmaRequest = 81,   // daemon -> daemon over the fabric: execute one piece at the target
+  kRmaReply = 82,     // daemon -> daemon over the fabric: its outcome
 };
 
 // Reply codes are gni_return_t values, so libugni can return them unchanged.

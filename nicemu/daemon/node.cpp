@@ -49,7 +49,11 @@ Node::Node(NodeConfig cfg)
             auto it = cdms_.find(id);
             return it == cdms_.end() ? nullptr : it->second.get();
           },
-          [this](const Credential& c, uint32_t inst) { return find_cdm(c, inst); }) {
+          [this](const Credential& c, uint32_t inst) { return find_cdm(c, inst); }),
+      remote_out_([this](uint32_t node, const void* m, size_t n) { return fabric_ && fabric_->send(node, m, n); },
+                  [this](uint32_t node) { return fabric_reach(node); }),
+      remote_in_(cfg_.nic_addr, bte_.regions(),
+                 [this](uint32_t node, const void* m, size_t n) { return fabric_ && fabric_->send(node, m, n); }) {
   // Cookies come from the kernel's CSPRNG (libsodium): a user must not be able to predict
   // the credential of another user's next job.
   if (sodium_init() < 0) throw std::runtime_error("libsodium initialisation failed");
@@ -424,6 +428,11 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
     case Op::kMsgqConnRelease:
     case Op::kMsgqLookup:
       return handle_msgq(peer, h, msg, len, reply, pass_fds);
+    case Op::kRemotePost:
+      return remote_post(peer, msg, len);
+    case Op::kRmaRequest:  // daemon-to-daemon, only over the fabric
+    case Op::kRmaReply:
+      break;
     case Op::kBteOpen: {
       ctl::BteOpen req;
       if (!parse(msg, len, req)) return bad();
@@ -527,6 +536,45 @@ void Node::handle_datagram(Peer& peer, const ctl::Header& h, const char* msg, si
   }
 }
 
+void Node::set_fabric(UdpFabric* f) {
+  fabric_ = f;
+  if (!f) return;
+  f->on_peer_lost([this](uint32_t nic) {
+    remote_out_.peer_lost(nic);
+    remote_in_.peer_lost(nic);
+  });
+  f->on_progress([this] {
+    if (remote_in_.backlog()) remote_in_.retry();
+    if (remote_out_.waiting()) remote_out_.pump();
+  });
+}
+
+uint64_t Node::fabric_reach(uint32_t node) {
+  if (!fabric_ || !fabric_->has(node) || links_.local(node)) return abi::cqe::kErrNoPeer;
+  return fabric_->peer_up(node) ? abi::cqe::kOk : abi::cqe::kErrTransient;
+}
+
+// A post of one of our CDMs for a node of another host (one-way: its outcome is CQ events).
+void Node::remote_post(Peer& peer, const char* msg, size_t len) {
+  abi::remote::RemotePost p;
+  CdmRegion* cdm = owned_cdm(peer);
+  if (!cdm || len < sizeof p) {
+    ++ctr_.malformed_messages;
+    return;
+  }
+  std::memcpy(&p, msg, sizeof p);
+  if (p.inline_length != len - sizeof p || p.inline_length > abi::remote::kInlineMax) {
+    ++ctr_.malformed_messages;
+    return;
+  }
+  auto region = bte_.regions().local(cdm->attach_id());
+  if (!region) {
+    ++ctr_.malformed_messages;
+    return;
+  }
+  remote_out_.post(region, p, reinterpret_cast<const uint8_t*>(msg) + sizeof p);
+}
+
 void Node::fabric_message(uint32_t from, const uint8_t* msg, size_t len) {
   ctl::Header h;
   auto drop = [&](const char* why) {
@@ -556,6 +604,12 @@ void Node::fabric_message(uint32_t from, const uint8_t* msg, size_t len) {
       if (r.origin_node != from) return drop("DgramRetract about another node");
       return dgrams_.retract(r);
     }
+    case Op::kRmaRequest:
+      if (!remote_in_.request(from, msg, len)) return drop("bad RmaRequest");
+      return;
+    case Op::kRmaReply:
+      if (!remote_out_.reply(from, msg, len)) return drop("bad RmaReply");
+      return;
     default:
       return drop("not a daemon-to-daemon message");
   }
@@ -848,6 +902,7 @@ nlohmann::json Node::status(const Peer* viewer) const {
               {"credentials", creds},
               {"cdms", cdms},
               {"bte", bte_.status()},
+              {"remote_ops", {{"initiator", remote_out_.status()}, {"target", remote_in_.status()}}},
               {"msgq", msgqs},
               {"fault", {{"enabled", fault_.config().enabled != 0},
                          {"seed", fault_.config().seed},
