@@ -3,8 +3,9 @@
  * udp, mpiexec.hydra), one rank per emulated node; every pair of ranks then crosses the
  * UDP fabric.
  *
- *   fabric_rma ROUNDS     each round, towards every other rank: FMA PUT of a pattern, FMA
- *                         GET back and compare; RDMA PUT of 1 MiB, RDMA GET back and
+ *   fabric_rma ROUNDS [SLOT]  each round, towards every other rank: FMA PUT of a pattern, FMA
+ *                         GET back and compare; RDMA PUT of SLOT bytes (default 1 MiB,
+ *                         at least 4 KiB), RDMA GET back and
  *                         compare; a fetch-and-add on the peer's counter; a CQ write into
  *                         the peer's CQ. At the end every rank checks, in its own memory
  *                         and CQ, what the others did: its counter, its slots' bytes, one
@@ -22,7 +23,6 @@
 #include "pmi.h"
 
 #define MAX_RANKS 16
-#define SLOT (1u << 20)          /* bytes of a rank's window per peer */
 #define SMALL 4096u              /* the FMA part of a slot */
 #define BENCH_BYTES (4u << 20)
 
@@ -33,6 +33,7 @@ struct peer_info {
 };
 
 static int rank, nranks;
+static uint64_t SLOT = 1u << 20; /* bytes of a rank's window per peer */
 static gni_nic_handle_t nic;
 static gni_cq_handle_t cq, rcq;
 
@@ -127,10 +128,12 @@ static int bench(gni_ep_handle_t ep, const struct peer_info *t) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 2) {
-    fprintf(stderr, "usage: fabric_rma ROUNDS | fabric_rma bench\n");
+  if (argc != 2 && argc != 3) {
+    fprintf(stderr, "usage: fabric_rma ROUNDS [SLOT_BYTES] | fabric_rma bench\n");
     return 2;
   }
+  if (argc == 3) SLOT = strtoull(argv[2], NULL, 0) & ~4095ull;
+  if (SLOT < SMALL) return 2;
   const int bench_mode = strcmp(argv[1], "bench") == 0;
   const int rounds = bench_mode ? 0 : atoi(argv[1]);
   int spawned;
