@@ -233,7 +233,6 @@ RMA=$BUILD/tests/integration/fabric_rma
 for impair in "" "loss=0.05,dup=0.03,reorder=0.05,seed=11"; do
   what="fabric_rma on 3 hosts${impair:+ with impairment $impair}"
   rounds=5
-  [[ -n $impair ]] && rounds=2  # a lost piece waits for its retransmission timeout
   if NICEMU_FABRIC_IMPAIR="$impair" timeout -k 5 90 "$RUN" --fabric udp --rundir "$TMP/launcher" -n 3 --nodes 3 \
       --timeout 80 "$RMA" "$rounds" >"$TMP/rma.log" 2>&1; then
     n=$(grep -c 'rounds with 2 peers verified' "$TMP/rma.log")
