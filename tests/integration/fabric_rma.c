@@ -11,7 +11,7 @@
  *                         and CQ, what the others did: its counter, its slots' bytes, one
  *                         CQ-write entry per peer and round (each value once).
  *   fabric_rma bench      rank 0 -> rank 1: FMA PUT 8 B latency; FMA PUT, RDMA PUT and
- *                         RDMA GET bandwidth from 8 B to 4 MiB (up to 16 posts in flight).
+ *                         RDMA GET bandwidth, 8 B .. 4 MiB (up to 16 posts in flight).
  * Exit 0 = everything verified. */
 #include <stdint.h>
 #include <stdio.h>
@@ -99,12 +99,14 @@ static int bench(gni_ep_handle_t ep, const struct peer_info *t) {
   }
   printf("fabric_rma bench: FMA PUT 8 B round trip %.1f us\n", (now_s() - t0) / lat_iters * 1e6);
   printf("fabric_rma bench: %-10s %10s %10s %10s\n", "bytes", "FMA PUT", "RDMA PUT", "RDMA GET");
-  for (uint64_t len = 8; len <= BENCH_BYTES; len *= 4) {
+  static const uint64_t sizes[] = {8, 64, 512, 4096, 32768, 262144, 1048576, BENCH_BYTES};
+  for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; ++si) {
+    const uint64_t len = sizes[si];
     double mbs[3];
     for (int kind = 0; kind < 3; ++kind) {
       const int rdma = kind > 0;
       const gni_post_type_t type = kind == 0 ? GNI_POST_FMA_PUT : kind == 1 ? GNI_POST_RDMA_PUT : GNI_POST_RDMA_GET;
-      uint64_t total = len >= (1u << 20) ? 64ull << 20 : len >= 4096 ? 32ull << 20 : len * 20000;
+      uint64_t total = len >= (1u << 20) ? 32ull << 20 : len >= 4096 ? 16ull << 20 : len * 5000;
       uint64_t iters = total / len, posted = 0, done = 0;
       if (iters < 16) iters = 16;
       t0 = now_s();
