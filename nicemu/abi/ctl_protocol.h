@@ -59,6 +59,8 @@ enum class Op : uint16_t {
   kRemotePost = 80,   // no reply: a CDM's FMA/AMO/RDMA/CQ-write post for another host's node
   kRmaRequest = 81,   // daemon -> daemon over the fabric: execute one piece at the target
   kRmaReply = 82,     // daemon -> daemon over the fabric: its outcome
+  kMsgqRemoteSend = 83,  // no reply: a CDM's GNI_MsgqSend to a node of another host
+  kMsgqDeliver = 84,     // daemon -> daemon over the fabric: into the target node's segment
 };
 
 // Reply codes are gni_return_t values, so libugni can return them unchanged.

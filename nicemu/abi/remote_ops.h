@@ -120,4 +120,42 @@ struct RmaReply {
 static_assert(sizeof(RmaReply) == 56);
 static_assert(sizeof(RmaRequest) + kRmaPiece <= 64 * 1024 && sizeof(RmaReply) + kRmaPiece <= 64 * 1024);
 
+// MSGQ across hosts. GNI_MsgqSend to a node of another host: the library sends
+// MsgqRemoteSend to its daemon (it checked the connection and the size, and posts its local
+// completion as for a same-host send); the daemon checks the sender is a member connected to
+// that node and forwards MsgqDeliver; the target's daemon puts the entry into its segment's
+// ring for the origin node, for the destination instance, as a same-host sender would, and
+// wakes it. A full ring holds the message at the target's daemon (in order) until there is
+// room. A message nobody can take (no ring for the origin, no such destination) is dropped
+// and counted there: the sender is not told.
+inline constexpr uint32_t kMsgqMaxPayload = 128;  // msgq::kMaxMsgSize (GNI_MSGQ_MSG_SZ_MAX)
+
+struct MsgqRemoteSend {
+  ctl::Header h;
+  uint32_t dst_pe;
+  uint32_t dst_inst;
+  uint16_t hdr_len;
+  uint16_t msg_len;
+  uint8_t tag;
+  uint8_t reserved[3];
+  uint8_t payload[kMsgqMaxPayload];  // header then message
+};
+static_assert(sizeof(MsgqRemoteSend) == 160);
+
+struct MsgqDeliver {
+  ctl::Header h;
+  uint32_t origin_pe;  // the sending node (must be the fabric peer it came from)
+  uint32_t src_inst;   // the sender's instance (its daemon's word)
+  uint32_t dst_inst;
+  uint32_t ptag;       // the sender's protection domain: selects the target's segment
+  uint32_t cookie;
+  uint16_t hdr_len;
+  uint16_t msg_len;
+  uint8_t tag;
+  uint8_t reserved[7];
+  uint8_t payload[kMsgqMaxPayload];
+};
+static_assert(sizeof(MsgqDeliver) == 176);
+static_assert(offsetof(MsgqDeliver, payload) == 48);
+
 }  // namespace nicemu::abi::remote

@@ -244,3 +244,60 @@ nlohmann::json MsgqSegment::status() const {
 }
 
 }  // namespace nicemu::daemon
+
+namespace nicemu::daemon {
+
+bool MsgqSegment::connected_to(uint32_t pe) const {
+  for (uint32_t i = 0; i < view_.attrs.num_msgq_eps; ++i) {
+    uint32_t rpe, g;
+    if (view_.read_tx(i, rpe, g) && rpe == pe) return true;
+  }
+  return false;
+}
+
+int MsgqSegment::deliver_remote(uint32_t src_pe, uint32_t src_inst, uint32_t dst_inst, uint8_t tag, const void* hdr,
+                                uint32_t hdr_len, const void* msg, uint32_t msg_len) {
+  if (view_.header()->state.load() != kSegmentAlive) return rc::kInvalidState;
+  if (uint64_t{hdr_len} + msg_len > view_.attrs.max_msg_sz) return rc::kInvalidState;
+  int ring = -1;
+  for (uint32_t i = 0; i < view_.attrs.num_msgq_eps && ring < 0; ++i) {
+    uint32_t rpe, g;
+    if (view_.read_rx(i, rpe, g) && rpe == src_pe) ring = int(i);
+  }
+  int member = -1;
+  uint32_t gen = 0;
+  for (uint32_t i = 0; i < view_.attrs.nloc_insts && member < 0; ++i) {
+    uint32_t id, g;
+    if (view_.read_member(i, id, g) && id == dst_inst) {
+      member = int(i);
+      gen = g;
+    }
+  }
+  if (ring < 0 || member < 0) return rc::kInvalidState;
+  RingView r = RingView::at(view_.ring(uint32_t(ring)), view_.attrs.smsg_q_sz, view_.lay.slot_size);
+  EntryHeader e{};
+  e.dst_inst = dst_inst;
+  e.dst_gen = gen;
+  e.src_inst = src_inst;
+  e.src_pe = src_pe;
+  e.dst_member = static_cast<uint16_t>(member);
+  e.tag = tag;
+  const auto pid = static_cast<uint32_t>(getpid());
+  auto res = r.push(e, hdr, hdr_len, msg, msg_len, pid);
+  if (res == RingView::Push::kFull) {
+    // Room held by taken entries or departed receivers is reclaimed first, as senders do.
+    r.recycle([this](const EntryHeader& x) { return view_.destination_live(x); }, [](uint32_t) { return false; });
+    res = r.push(e, hdr, hdr_len, msg, msg_len, pid);
+  }
+  if (res == RingView::Push::kFull) return rc::kNotDone;
+  if (res == RingView::Push::kCorrupt) return rc::kInvalidState;
+  MemberRw* rw = view_.member_rw(uint32_t(member));
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (rw->waiters.load(std::memory_order_relaxed) != 0) {
+    rw->futex.fetch_add(1, std::memory_order_release);
+    abi::futex_wake_all(&rw->futex);
+  }
+  return rc::kSuccess;
+}
+
+}  // namespace nicemu::daemon

@@ -39,6 +39,14 @@ class MsgqSegment {
   int conn_release(uint32_t remote_pe);
 
   bool is_member(uint64_t attach_id) const { return find_member(attach_id) >= 0; }
+  // A member here connected to send to `pe` (GNI_MsgqConnect)?
+  bool connected_to(uint32_t pe) const;
+  // A message from instance `src_inst` of node `src_pe` (another host's) for instance
+  // `dst_inst` here, put into the ring this node opened for `src_pe` as a sender there would.
+  // kSuccess; kNotDone: the ring is full (retry later); kInvalidState: no ring for that node,
+  // no such destination, or the segment is dead (nobody can ever take it).
+  int deliver_remote(uint32_t src_pe, uint32_t src_inst, uint32_t dst_inst, uint8_t tag, const void* hdr,
+                     uint32_t hdr_len, const void* msg, uint32_t msg_len);
   uint32_t live_members() const;
   // Marks the segment dead (last member gone) or NIC down and wakes every sleeper.
   void kill(abi::msgq::SegmentState why);

@@ -53,7 +53,13 @@ Node::Node(NodeConfig cfg)
       remote_out_([this](uint32_t node, const void* m, size_t n) { return fabric_ && fabric_->send(node, m, n); },
                   [this](uint32_t node) { return fabric_reach(node); }),
       remote_in_(cfg_.nic_addr, bte_.regions(),
-                 [this](uint32_t node, const void* m, size_t n) { return fabric_ && fabric_->send(node, m, n); }) {
+                 [this](uint32_t node, const void* m, size_t n) { return fabric_ && fabric_->send(node, m, n); }),
+      msgq_relay_(
+          cfg_.nic_addr, [this](uint32_t node, const void* m, size_t n) { return fabric_ && fabric_->send(node, m, n); },
+          [this](const Credential& c) -> MsgqSegment* {
+            auto it = msgqs_.find(c);
+            return it == msgqs_.end() ? nullptr : it->second.get();
+          }) {
   // Cookies come from the kernel's CSPRNG (libsodium): a user must not be able to predict
   // the credential of another user's next job.
   if (sodium_init() < 0) throw std::runtime_error("libsodium initialisation failed");
@@ -135,6 +141,8 @@ void Node::count_link(uint32_t node, size_t bytes, bool ok) {
 }
 
 void Node::refresh_counters() {
+  // Also the periodic tick for MSGQ messages from other hosts waiting for ring room.
+  if (msgq_relay_.holding()) msgq_relay_.retry();
   for (auto& [id, r] : cdms_) stats_.refresh(id, r->counter_block());
   stats_.refreshed();
 }
@@ -427,7 +435,10 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
     case Op::kMsgqConnect:
     case Op::kMsgqConnRelease:
     case Op::kMsgqLookup:
+    case Op::kMsgqRemoteSend:
       return handle_msgq(peer, h, msg, len, reply, pass_fds);
+    case Op::kMsgqDeliver:  // daemon-to-daemon, only over the fabric
+      break;
     case Op::kRemotePost:
       return remote_post(peer, msg, len);
     case Op::kRmaRequest:  // daemon-to-daemon, only over the fabric
@@ -544,6 +555,11 @@ void Node::set_fabric(UdpFabric* f) {
     remote_in_.peer_lost(nic);
   });
   f->on_progress([this] {
+    if (msgq_relay_.holding()) {
+      msgq_relay_.retry();
+      // Receivers make room without telling anybody: look again shortly.
+      if (msgq_relay_.holding()) fabric_->progress_in(200);
+    }
     if (remote_in_.backlog()) remote_in_.retry();
     if (remote_out_.waiting()) remote_out_.pump();
   });
@@ -610,6 +626,10 @@ void Node::fabric_message(uint32_t from, const uint8_t* msg, size_t len) {
     case Op::kRmaReply:
       if (!remote_out_.reply(from, msg, len)) return drop("bad RmaReply");
       return;
+    case Op::kMsgqDeliver:
+      if (!msgq_relay_.deliver(from, msg, len)) return drop("bad MsgqDeliver");
+      if (msgq_relay_.holding()) fabric_->progress_in(200);
+      return;
     default:
       return drop("not a daemon-to-daemon message");
   }
@@ -673,6 +693,17 @@ void Node::handle_msgq(Peer& peer, const ctl::Header& h, const char* msg, size_t
       }
       msgq_leave(*cdm);
       r.r.rc = rc::kSuccess;
+      return;
+    }
+    case Op::kMsgqRemoteSend: {  // one-way: a refusal is counted, the sender not told
+      abi::remote::MsgqRemoteSend req;
+      if (len != sizeof req || !member) {
+        ++ctr_.malformed_messages;
+        return;
+      }
+      std::memcpy(&req, msg, sizeof req);
+      if (!fabric_ || fabric_reach(req.dst_pe) == abi::cqe::kErrNoPeer || !msgq_relay_.forward(*cdm, *seg, req))
+        ++ctr_.malformed_messages;
       return;
     }
     case Op::kMsgqConnOpen:
@@ -903,6 +934,7 @@ nlohmann::json Node::status(const Peer* viewer) const {
               {"cdms", cdms},
               {"bte", bte_.status()},
               {"remote_ops", {{"initiator", remote_out_.status()}, {"target", remote_in_.status()}}},
+              {"msgq_relay", msgq_relay_.status()},
               {"msgq", msgqs},
               {"fault", {{"enabled", fault_.config().enabled != 0},
                          {"seed", fault_.config().seed},

@@ -20,6 +20,7 @@
 #include "nicemu/daemon/daemon_links.h"
 #include "nicemu/daemon/datagram_matcher.h"
 #include "nicemu/daemon/lease_keeper.h"
+#include "nicemu/daemon/msgq_relay.h"
 #include "nicemu/daemon/msgq_segment.h"
 #include "nicemu/daemon/remote_requester.h"
 #include "nicemu/daemon/remote_responder.h"
@@ -163,6 +164,7 @@ class Node {
   // on our CDMs as target.
   RemoteRequester remote_out_;
   RemoteResponder remote_in_;
+  MsgqRelay msgq_relay_;  // after msgqs_, which it looks segments up in
   // The fabric's view of `node`: cqe::kOk if reachable, kErrNoPeer, kErrTransient if down.
   uint64_t fabric_reach(uint32_t node);
   void remote_post(Peer& peer, const char* msg, size_t len);

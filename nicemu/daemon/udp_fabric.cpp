@@ -48,7 +48,8 @@ UdpFabric::UdpFabric(asio::io_context& io, uint32_t self, fabric::FabricMap map,
       ccfg_(ccfg),
       sd_(io),
       uring_sd_(io),
-      timer_(io) {
+      timer_(io),
+      progress_timer_(io) {
   const fabric::Endpoint* me = map_.find(self_);
   if (!me) throw std::runtime_error("fabric map has no entry for this node (NIC address " + std::to_string(self_) + ")");
   do randombytes_buf(&epoch_, sizeof epoch_);
@@ -159,6 +160,7 @@ void UdpFabric::stop() {
   stopped_ = true;
   asio::error_code ec;
   timer_.cancel();
+  progress_timer_.cancel();
   sd_.cancel(ec);
   uring_sd_.cancel(ec);
   uring_sd_.close(ec);
@@ -363,6 +365,16 @@ void UdpFabric::lost(uint32_t nic) {
   if (!peer_lost_) return;
   asio::post(io_, [this, nic] {
     if (!stopped_ && peer_lost_) peer_lost_(nic);
+  });
+}
+
+void UdpFabric::progress_in(uint64_t us) {
+  if (stopped_ || progress_armed_) return;
+  progress_armed_ = true;
+  progress_timer_.expires_after(std::chrono::microseconds(us));
+  progress_timer_.async_wait([this](const asio::error_code& e) {
+    progress_armed_ = false;
+    if (!e && !stopped_) flush_all();
   });
 }
 

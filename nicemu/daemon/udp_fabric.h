@@ -73,6 +73,9 @@ class UdpFabric {
   // Called before every flush (after each receive batch, timer or queued flush): senders
   // that were refused for backlog room queue more then.
   void on_progress(std::function<void()> f) { progress_ = std::move(f); }
+  // Runs the progress hook (and a flush) in `us` microseconds even if nothing arrives: for
+  // work that waits on something other than the network (a full MSGQ ring).
+  void progress_in(uint64_t us);
 
  private:
   struct Peer {
@@ -121,6 +124,8 @@ class UdpFabric {
   asio::posix::stream_descriptor uring_sd_;  // its completion eventfd
   std::string data_plane_;
   asio::steady_timer timer_;
+  asio::steady_timer progress_timer_;
+  bool progress_armed_ = false;
   bool stopped_ = false;
   bool in_rx_ = false;
   bool flush_posted_ = false;               // a flush is queued on the loop

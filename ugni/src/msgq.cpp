@@ -31,6 +31,7 @@
 #include "nicemu/abi/msgq_layout.h"
 #include "nicemu/abi/msgq_ring.h"
 #include "nicemu/abi/region_map.h"
+#include "nicemu/abi/remote_ops.h"
 
 using namespace nicemu;
 using namespace nicemu::ugni;
@@ -38,6 +39,7 @@ namespace cqe = nicemu::abi::cqe;
 namespace mq = nicemu::abi::msgq;
 
 static_assert(GNI_MSGQ_MSG_SZ_MAX == mq::kMaxMsgSize && GNI_MSGQ_NODE_INSTS_MAX == mq::kMaxLocalInsts);
+static_assert(abi::remote::kMsgqMaxPayload == mq::kMaxMsgSize);
 static_assert(GNI_MSGQ_MODE_BLOCKING == mq::kModeBlocking && GNI_CQ_EVENT_TYPE_MSGQ == cqe::kTypeMsgq);
 
 namespace {
@@ -321,6 +323,31 @@ void wake(const Segment& s, uint32_t member) {
   }
 }
 
+// A node of another host: its segment cannot be mapped here, so our daemon carries the
+// message (nicemu/abi/remote_ops.h); the local completion is posted as for a same-host send.
+gni_return_t send_other_host(Msgq* q, Ep* ep, const void* hdr, uint32_t hdr_len, const void* msg, uint32_t msg_len,
+                             uint32_t msg_id, uint8_t tag) {
+  {
+    std::lock_guard<std::mutex> lk(q->mu);
+    if (!connected_locked(q, ep->remote_addr)) return GNI_RC_NO_MATCH;
+  }
+  abi::remote::MsgqRemoteSend m{};
+  m.h = abi::ctl::Header{abi::ctl::kMagic, abi::ctl::kVersion, static_cast<uint16_t>(abi::ctl::Op::kMsgqRemoteSend), 0,
+                         sizeof m};
+  m.dst_pe = ep->remote_addr;
+  m.dst_inst = ep->remote_id;
+  m.hdr_len = static_cast<uint16_t>(hdr_len);
+  m.msg_len = static_cast<uint16_t>(msg_len);
+  m.tag = tag;
+  if (hdr_len) std::memcpy(m.payload, hdr, hdr_len);
+  if (msg_len) std::memcpy(m.payload + hdr_len, msg, msg_len);
+  if (!q->nic->conn.send(&m, sizeof m)) return GNI_RC_INVALID_STATE;
+  q->nic->stats[GNI_STAT_FMA_LAUNCH_COUNT].fetch_add(1, std::memory_order_relaxed);
+  if (q->snd_cq)
+    q->snd_cq->ring.push(cqe::make(cqe::kSrcLocalResponse, cqe::kTypeMsgq, cqe::kOk, cqe::kInfoGlobal, 0, msg_id));
+  return GNI_RC_SUCCESS;
+}
+
 gni_return_t send(Msgq* q, Ep* ep, const void* hdr, uint32_t hdr_len, const void* msg, uint32_t msg_len,
                   uint32_t msg_id, uint8_t tag) {
   if (!ep->bound || ep->nic != q->nic) return GNI_RC_INVALID_PARAM;
@@ -328,6 +355,8 @@ gni_return_t send(Msgq* q, Ep* ep, const void* hdr, uint32_t hdr_len, const void
   if (uint64_t{hdr_len} + msg_len > q->attrs.max_msg_sz) return GNI_RC_SIZE_ERROR;
   if (!member_live(q) || q->nic->nic_down.load(std::memory_order_relaxed)) return GNI_RC_INVALID_STATE;
   const uint32_t pe = ep->remote_addr, inst = ep->remote_id;
+  if (q->nic->on_other_host(pe)) [[unlikely]]
+    return send_other_host(q, ep, hdr, hdr_len, msg, msg_len, msg_id, tag);
   std::shared_ptr<Segment> seg;
   uint32_t ring_index, member, gen;
   {
