@@ -49,7 +49,26 @@ Node::Node(NodeConfig cfg)
             auto it = cdms_.find(id);
             return it == cdms_.end() ? nullptr : it->second.get();
           },
-          [this](const Credential& c, uint32_t inst) { return find_cdm(c, inst); }) {
+          [this](const Credential& c, uint32_t inst) { return find_cdm(c, inst); }),
+      smsg_(cfg_.nic_addr, stats_,
+            SmsgRelayEnv{
+                [this](uint64_t id) -> CdmRegion* {
+                  auto it = cdms_.find(id);
+                  return it == cdms_.end() ? nullptr : it->second.get();
+                },
+                [this](const Credential& c, uint32_t inst) { return find_cdm(c, inst); },
+                [this](CdmRegion& t) {
+                  Peer remote{};  // a mailbox opened for a sender of another host counts as the receiver's
+                  remote.uid = static_cast<uid_t>(-1);
+                  return may_take(remote, Resource::kMailboxes, t.pid(), t.credential());
+                },
+                [this](uint32_t node) { return fabric_ && fabric_->has(node) && !links_.local(node); },
+                [this](uint32_t node, const void* m, size_t n) {
+                  bool ok = fabric_ && fabric_->send(node, m, n);
+                  if (ok) count_link(node, n, true);
+                  return ok;
+                },
+                [this](uint32_t node) { return fabric_ && fabric_->peer_up(node); }}) {
   // Cookies come from the kernel's CSPRNG (libsodium): a user must not be able to predict
   // the credential of another user's next job.
   if (sodium_init() < 0) throw std::runtime_error("libsodium initialisation failed");
@@ -121,6 +140,14 @@ void Node::handle_fault(Peer& peer, const ctl::Header& h, const char* msg, size_
   if (!seed_given && req.replace) c.seed = 0;  // a fresh configuration gets a fresh seed
   publish_fault(c, seed_given, "nicemuctl");
   answer(rc::kSuccess, "");
+}
+
+void Node::set_fabric(UdpFabric* f) {
+  fabric_ = f;
+  if (f)
+    smsg_.start(f->io());
+  else
+    smsg_.stop();
 }
 
 void Node::count_link(uint32_t node, size_t bytes, bool ok) {
@@ -389,6 +416,24 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
       if (r.r.rc == rc::kSuccess) ++ctr_.mbox_opens;
       return;
     }
+    case Op::kSmsgRelayOpen: {
+      ctl::SmsgRelayOpen req;
+      if (!parse(msg, len, req)) return bad();
+      auto& r = init_reply<ctl::SmsgRelayOpenReply>(reply, h);
+      CdmRegion* cdm = owned_cdm(peer);
+      r.r.rc = cdm ? smsg_.open(*cdm, req, r) : rc::kInvalidState;
+      return;
+    }
+    case Op::kSmsgRelaySend: {  // one-way (variable length): no reply, refusals counted
+      CdmRegion* cdm = owned_cdm(peer);
+      if (!cdm || !smsg_.send(*cdm, msg, len)) ++ctr_.malformed_messages;
+      return;
+    }
+    case Op::kSmsgOpen:
+    case Op::kSmsgData:
+    case Op::kSmsgAck:
+    case Op::kSmsgClose:
+      return bad();  // daemon-to-daemon over the fabric only
     case Op::kCredIssue:
     case Op::kCredGrant:
     case Op::kCredRevoke: {
@@ -556,6 +601,12 @@ void Node::fabric_message(uint32_t from, const uint8_t* msg, size_t len) {
       if (r.origin_node != from) return drop("DgramRetract about another node");
       return dgrams_.retract(r);
     }
+    case Op::kSmsgOpen:
+    case Op::kSmsgData:
+    case Op::kSmsgAck:
+    case Op::kSmsgClose:
+      if (const char* why = smsg_.fabric_message(from, h, m, len)) return drop(why);
+      return;
     default:
       return drop("not a daemon-to-daemon message");
   }
@@ -781,6 +832,7 @@ void Node::connection_closed(Peer& peer) {
   auto it = cdms_.find(peer.attach_id);
   if (it == cdms_.end()) return;
   dgrams_.cdm_gone(peer.attach_id);
+  smsg_.cdm_gone(peer.attach_id);
   msgq_leave(*it->second);
   it->second->kill(kRegionDead);
   bte_.region_gone(peer.attach_id);
@@ -797,6 +849,7 @@ void Node::connection_closed(Peer& peer) {
 }
 
 void Node::shutdown() {
+  smsg_.stop();
   for (auto& [id, r] : cdms_) {
     r->kill(kRegionNicDown);
     bte_.region_gone(id);
@@ -854,6 +907,7 @@ nlohmann::json Node::status(const Peer* viewer) const {
                          {"spec", nicemu::fault::to_spec(fault_.config())},
                          {"page", fault_.path()}}},
               {"fabric", fabric_ ? fabric_->status() : nlohmann::json(nullptr)},
+              {"smsg_relay", smsg_.status()},
               {"counters",
                {{"connections", ctr_.connections},
                 {"attaches", ctr_.attaches},

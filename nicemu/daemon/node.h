@@ -22,6 +22,7 @@
 #include "nicemu/daemon/lease_keeper.h"
 #include "nicemu/daemon/msgq_segment.h"
 #include "nicemu/daemon/resource_limits.h"
+#include "nicemu/daemon/smsg_relay.h"
 #include "nicemu/daemon/stats_page.h"
 #include "nicemu/fault/fault_page.h"
 
@@ -104,7 +105,8 @@ class Node {
   void refresh_counters();
   // The UDP transport to other hosts' daemons (udp_fabric.h), when a fabric map is given;
   // messages to a node without a daemon socket on this host go through it.
-  void set_fabric(UdpFabric* f) { fabric_ = f; }
+  // SMSG across hosts is relayed over it (smsg_relay.h), on its loop.
+  void set_fabric(UdpFabric* f);
   // The fault configuration in force (nicemuctl fault / --fault): the fabric consults its
   // `packet` rules for every packet it sends.
   const abi::fault::Config& fault_config() const { return fault_.config(); }
@@ -159,6 +161,7 @@ class Node {
   BteEngine bte_{BteConfig{cfg_.nic_addr, cfg_.rundir, cfg_.bte_channels}};
   bool shutdown_requested_ = false;
   UdpFabric* fabric_ = nullptr;
+  SmsgRelay smsg_;  // SMSG to and from nodes of other hosts (after cdms_ and stats_: uses both)
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };
 
