@@ -29,8 +29,9 @@
 //    remote CQE (the sender EP's remote event data) goes into the receiver's CQ;
 //  - acks are coalesced: one per relay per turn of the loop, after the messages that
 //    caused them; releases without new traffic are noticed by a poll of the relays that
-//    have unreleased messages, on an adaptive timer (100 µs after a change, doubling to
-//    5 ms while nothing moves, off when everything is released).
+//    have unreleased messages, on an adaptive timer (every 100 µs while releases came in
+//    the last 2 ms, then doubling to 5 ms while nothing moves, off when everything is
+//    released).
 // Single-threaded: every call comes from the daemon's loop.
 #pragma once
 #include <chrono>
@@ -64,6 +65,8 @@ struct SmsgRelayEnv {
 };
 
 class SmsgRelay {
+  using Clock = std::chrono::steady_clock;
+
  public:
   // An ack not received this long after its message was handed to the fabric means the
   // message was lost with a channel reset (peer restarted): the relay fails.
@@ -148,6 +151,7 @@ class SmsgRelay {
   std::chrono::steady_clock::time_point timer_at_ = std::chrono::steady_clock::time_point::max();
   uint64_t timer_gen_ = 0;
   std::chrono::microseconds poll_{100};
+  Clock::time_point last_move_{};   // last time a watched receiver released something
   bool flush_posted_ = false;
 
   std::map<uint32_t, Tx> tx_;
