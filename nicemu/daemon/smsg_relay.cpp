@@ -232,6 +232,10 @@ void SmsgRelay::on_ack(uint32_t from, const ctl::SmsgAck& a) {
 // ---- receiver's daemon ----
 
 const char* SmsgRelay::fabric_message(uint32_t from, const ctl::Header& h, const char* msg, size_t len) {
+  // Any message from `from` is a chance to report releases to it without waiting for the
+  // poll: its acks ride along with this turn's (one check per watched relay of that node).
+  for (auto it = watch_.lower_bound(RxKey{from, 0}); it != watch_.end() && it->first == from; ++it)
+    if (released_moved(*it)) ack_soon(*it);
   switch (static_cast<Op>(h.op)) {
     case Op::kSmsgOpen: {
       ctl::SmsgOpen o;
@@ -365,6 +369,16 @@ const char* SmsgRelay::on_data(uint32_t from, const char* msg, size_t len) {
   return nullptr;
 }
 
+bool SmsgRelay::released_moved(const RxKey& k) const {
+  auto it = rx_.find(k);
+  if (it == rx_.end()) return false;
+  const Rx& r = it->second;
+  CdmRegion* c = env_.cdm(r.attach_id);
+  char* mem = c && c->alive() ? c->heap_ptr(r.mbox_offset, r.mbox_bytes) : nullptr;
+  if (!mem) return true;  // the receiver is gone: send_ack says so
+  return reinterpret_cast<MboxCtl*>(mem)->released.load(std::memory_order_acquire) - r.base != r.reported;
+}
+
 void SmsgRelay::nack(uint32_t node, uint32_t relay, uint32_t status) {
   auto a = message<ctl::SmsgAck>(Op::kSmsgAck);
   a.relay = relay;
@@ -478,10 +492,7 @@ void SmsgRelay::tick() {
       continue;
     }
     Rx& r = it->second;
-    CdmRegion* c = env_.cdm(r.attach_id);
-    char* mem = c && c->alive() ? c->heap_ptr(r.mbox_offset, r.mbox_bytes) : nullptr;
-    if (mem && reinterpret_cast<MboxCtl*>(mem)->released.load(std::memory_order_acquire) - r.base == r.reported)
-      continue;
+    if (!released_moved(k)) continue;
     moved = true;
     send_ack(k, r);
   }

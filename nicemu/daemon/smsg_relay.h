@@ -28,10 +28,11 @@
 //    (ugni/src/smsg_channel.h: smsg_write_at, duplicates dropped by smsg_seen), then the
 //    remote CQE (the sender EP's remote event data) goes into the receiver's CQ;
 //  - acks are coalesced: one per relay per turn of the loop, after the messages that
-//    caused them; releases without new traffic are noticed by a poll of the relays that
-//    have unreleased messages, on an adaptive timer (every 100 µs while releases came in
-//    the last 2 ms, then doubling to 5 ms while nothing moves, off when everything is
-//    released).
+//    caused them, and for every relay whose receiver released something whenever any
+//    message comes from its sending node; releases without traffic are noticed by a poll
+//    of the relays that have unreleased messages, on an adaptive timer (every 100 µs while
+//    releases came in the last 2 ms, then doubling to 5 ms while nothing moves, off when
+//    everything is released).
 // Single-threaded: every call comes from the daemon's loop.
 #pragma once
 #include <chrono>
@@ -137,6 +138,7 @@ class SmsgRelay {
   const char* on_open(uint32_t from, const abi::ctl::SmsgOpen& o);
   const char* on_data(uint32_t from, const char* msg, size_t len);
   void send_ack(const RxKey& k, Rx& r);
+  bool released_moved(const RxKey& k) const;  // the receiver released since the last report
   void nack(uint32_t node, uint32_t relay, uint32_t status);
   void ack_soon(const RxKey& k);
   void flush_acks();

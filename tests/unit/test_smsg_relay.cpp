@@ -55,6 +55,7 @@ std::vector<uint64_t> drain(CdmRegion& r, uint32_t cq) {
 struct Wire {  // one direction of the fake fabric
   std::deque<std::vector<char>> q;
   bool up = true;
+  int refuse = 0;  // sends refused as by a full backlog (the channel stays up)
 };
 
 struct Rig {
@@ -84,6 +85,7 @@ struct Rig {
     e.send = [this, self](uint32_t node, const void* m, size_t n) {
       Wire& w = self == 0 ? to1 : to0;
       if (node == self || !w.up) return false;
+      if (w.refuse > 0) return --w.refuse, false;
       w.q.emplace_back(static_cast<const char*>(m), static_cast<const char*>(m) + n);
       return true;
     };
@@ -338,4 +340,28 @@ TEST_CASE("SMSG relay: receiver gone and peer down complete messages in flight w
     REQUIRE(local.size() == 1);
     CHECK(cqe::status_of(local[0]) == cqe::kErrPeerGone);
   }
+}
+
+TEST_CASE("SMSG relay: messages the fabric refuses for a full backlog wait, in order, and go later") {
+  Rig r;
+  ctl::SmsgRelayOpenReply rep{};
+  abi::SmsgRelayCtl* blk = r.open(rep, r.attrs());
+  r.to1.refuse = 1;  // the SmsgOpen is refused: it and everything behind it wait
+  for (uint32_t i = 0; i < 3; ++i) CHECK(r.send(rep.relay, i, "queued " + std::to_string(i), i));
+  CHECK(r.to1.q.empty());
+  for (int i = 0; i < 100 && r.to1.q.empty(); ++i) {
+    r.io.run_for(std::chrono::milliseconds(1));
+    r.io.restart();
+  }
+  CHECK(r.to1.q.size() == 4);  // open + 3 messages
+  CHECK(r.pump().empty());
+  ugni::MailboxView v = r.mailbox();
+  for (uint32_t i = 0; i < 3; ++i) {
+    abi::MboxSlotHeader* s = ugni::smsg_peek(v);
+    REQUIRE(s);
+    CHECK(std::string(reinterpret_cast<char*>(s + 1), s->length) == "queued " + std::to_string(i));
+    ugni::smsg_release(v);
+  }
+  CHECK(blk->delivered.load() == 3);
+  CHECK(blk->state.load() == 0);
 }
