@@ -63,6 +63,10 @@ enum class Op : uint16_t {
   kSmsgData = 73,         // daemon -> daemon, no reply: one message (variable length)
   kSmsgAck = 74,          // daemon -> daemon, no reply: delivered / released / failure of a relay
   kSmsgClose = 75,        // daemon -> daemon, no reply: the sender's CDM is gone, forget the relay
+  // Memory operations on NIC addresses of other hosts (remote_ops.h).
+  kRemotePost = 80,   // no reply: a CDM's FMA/AMO/RDMA/CQ-write post for another host's node
+  kRmaRequest = 81,   // daemon -> daemon over the fabric: execute one piece at the target
+  kRmaReply = 82,     // daemon -> daemon over the fabric: its outcome
 };
 
 // Reply codes are gni_return_t values, so libugni can return them unchanged.

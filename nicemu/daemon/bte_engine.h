@@ -52,6 +52,8 @@ class BteEngine {
 
   nlohmann::json status() const;
   uint32_t channels() const { return cfg_.channels; }
+  // The engine's mappings of this node's CDM regions (also used for other hosts' operations).
+  RegionDirectory& regions() { return regions_; }
 
  private:
   void dispatch_loop();

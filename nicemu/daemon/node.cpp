@@ -50,6 +50,10 @@ Node::Node(NodeConfig cfg)
             return it == cdms_.end() ? nullptr : it->second.get();
           },
           [this](const Credential& c, uint32_t inst) { return find_cdm(c, inst); }),
+      remote_out_([this](uint32_t node, const void* m, size_t n) { return fabric_ && fabric_->send(node, m, n); },
+                  [this](uint32_t node) { return fabric_reach(node); }),
+      remote_in_(cfg_.nic_addr, bte_.regions(),
+                 [this](uint32_t node, const void* m, size_t n) { return fabric_ && fabric_->send(node, m, n); }),
       smsg_(cfg_.nic_addr, stats_,
             SmsgRelayEnv{
                 [this](uint64_t id) -> CdmRegion* {
@@ -140,14 +144,6 @@ void Node::handle_fault(Peer& peer, const ctl::Header& h, const char* msg, size_
   if (!seed_given && req.replace) c.seed = 0;  // a fresh configuration gets a fresh seed
   publish_fault(c, seed_given, "nicemuctl");
   answer(rc::kSuccess, "");
-}
-
-void Node::set_fabric(UdpFabric* f) {
-  fabric_ = f;
-  if (f)
-    smsg_.start(f->io());
-  else
-    smsg_.stop();
 }
 
 void Node::count_link(uint32_t node, size_t bytes, bool ok) {
@@ -469,6 +465,11 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
     case Op::kMsgqConnRelease:
     case Op::kMsgqLookup:
       return handle_msgq(peer, h, msg, len, reply, pass_fds);
+    case Op::kRemotePost:
+      return remote_post(peer, msg, len);
+    case Op::kRmaRequest:  // daemon-to-daemon, only over the fabric
+    case Op::kRmaReply:
+      break;
     case Op::kBteOpen: {
       ctl::BteOpen req;
       if (!parse(msg, len, req)) return bad();
@@ -572,6 +573,48 @@ void Node::handle_datagram(Peer& peer, const ctl::Header& h, const char* msg, si
   }
 }
 
+void Node::set_fabric(UdpFabric* f) {
+  fabric_ = f;
+  if (!f) return smsg_.stop();
+  smsg_.start(f->io());
+  f->on_peer_lost([this](uint32_t nic) {
+    remote_out_.peer_lost(nic);
+    remote_in_.peer_lost(nic);
+    smsg_.peer_lost(nic);
+  });
+  f->on_progress([this] {
+    if (remote_in_.backlog()) remote_in_.retry();
+    if (remote_out_.waiting()) remote_out_.pump();
+    smsg_.progress();
+  });
+}
+
+uint64_t Node::fabric_reach(uint32_t node) {
+  if (!fabric_ || !fabric_->has(node) || links_.local(node)) return abi::cqe::kErrNoPeer;
+  return fabric_->peer_up(node) ? abi::cqe::kOk : abi::cqe::kErrTransient;
+}
+
+// A post of one of our CDMs for a node of another host (one-way: its outcome is CQ events).
+void Node::remote_post(Peer& peer, const char* msg, size_t len) {
+  abi::remote::RemotePost p;
+  CdmRegion* cdm = owned_cdm(peer);
+  if (!cdm || len < sizeof p) {
+    ++ctr_.malformed_messages;
+    return;
+  }
+  std::memcpy(&p, msg, sizeof p);
+  if (p.inline_length != len - sizeof p || p.inline_length > abi::remote::kInlineMax) {
+    ++ctr_.malformed_messages;
+    return;
+  }
+  auto region = bte_.regions().local(cdm->attach_id());
+  if (!region) {
+    ++ctr_.malformed_messages;
+    return;
+  }
+  remote_out_.post(region, p, reinterpret_cast<const uint8_t*>(msg) + sizeof p);
+}
+
 void Node::fabric_message(uint32_t from, const uint8_t* msg, size_t len) {
   ctl::Header h;
   auto drop = [&](const char* why) {
@@ -606,6 +649,12 @@ void Node::fabric_message(uint32_t from, const uint8_t* msg, size_t len) {
     case Op::kSmsgAck:
     case Op::kSmsgClose:
       if (const char* why = smsg_.fabric_message(from, h, m, len)) return drop(why);
+      return;
+    case Op::kRmaRequest:
+      if (!remote_in_.request(from, msg, len)) return drop("bad RmaRequest");
+      return;
+    case Op::kRmaReply:
+      if (!remote_out_.reply(from, msg, len)) return drop("bad RmaReply");
       return;
     default:
       return drop("not a daemon-to-daemon message");
@@ -901,6 +950,7 @@ nlohmann::json Node::status(const Peer* viewer) const {
               {"credentials", creds},
               {"cdms", cdms},
               {"bte", bte_.status()},
+              {"remote_ops", {{"initiator", remote_out_.status()}, {"target", remote_in_.status()}}},
               {"msgq", msgqs},
               {"fault", {{"enabled", fault_.config().enabled != 0},
                          {"seed", fault_.config().seed},

@@ -21,6 +21,8 @@
 #include "nicemu/daemon/datagram_matcher.h"
 #include "nicemu/daemon/lease_keeper.h"
 #include "nicemu/daemon/msgq_segment.h"
+#include "nicemu/daemon/remote_requester.h"
+#include "nicemu/daemon/remote_responder.h"
 #include "nicemu/daemon/resource_limits.h"
 #include "nicemu/daemon/smsg_relay.h"
 #include "nicemu/daemon/stats_page.h"
@@ -159,6 +161,13 @@ class Node {
   uint64_t next_msgq_ = 1;
   // Its threads only touch their own mappings of the regions, so it may outlive cdms_.
   BteEngine bte_{BteConfig{cfg_.nic_addr, cfg_.rundir, cfg_.bte_channels}};
+  // Memory operations on other hosts' nodes (abi/remote_ops.h): ours as initiator, theirs
+  // on our CDMs as target.
+  RemoteRequester remote_out_;
+  RemoteResponder remote_in_;
+  // The fabric's view of `node`: cqe::kOk if reachable, kErrNoPeer, kErrTransient if down.
+  uint64_t fabric_reach(uint32_t node);
+  void remote_post(Peer& peer, const char* msg, size_t len);
   bool shutdown_requested_ = false;
   UdpFabric* fabric_ = nullptr;
   SmsgRelay smsg_;  // SMSG to and from nodes of other hosts (after cdms_ and stats_: uses both)

@@ -171,6 +171,22 @@ void SmsgRelay::drain_queue(uint32_t node) {
   if (q.empty()) queued_.erase(it);
 }
 
+void SmsgRelay::peer_lost(uint32_t node) {
+  queued_.erase(node);
+  for (auto& [id, t] : tx_)
+    if (t.attrs.peer_addr == node && t.opened && !t.failed)
+      fail(t, cqe::kErrPeerGone,
+           "the fabric lost the channel to node " + std::to_string(node) +
+               " (silent past the retry budget, or its daemon restarted)");
+}
+
+void SmsgRelay::progress() {
+  if (queued_.empty()) return;
+  std::vector<uint32_t> nodes;
+  for (auto& [node, q] : queued_) nodes.push_back(node);
+  for (uint32_t n : nodes) drain_queue(n);
+}
+
 void SmsgRelay::peer_down(uint32_t node) {
   queued_.erase(node);
   for (auto& [id, t] : tx_)
@@ -479,9 +495,7 @@ void SmsgRelay::arm(std::chrono::microseconds in) {
 
 void SmsgRelay::tick() {
   if (!io_) return;
-  std::vector<uint32_t> nodes;
-  for (auto& [node, q] : queued_) nodes.push_back(node);
-  for (uint32_t n : nodes) drain_queue(n);
+  progress();
   // Receivers' releases since the last report: an ack for each relay that moved.
   bool moved = false;
   std::vector<RxKey> watched(watch_.begin(), watch_.end());

@@ -90,6 +90,12 @@ class SmsgRelay {
   // accepted, else why it is malformed (the caller counts and logs it).
   const char* fabric_message(uint32_t from, const abi::ctl::Header& h, const char* msg, size_t len);
 
+  // The fabric lost what it had queued for `node` (channel down after the retry budget, or
+  // the peer restarted): relays to it fail now. progress(): the fabric is about to flush,
+  // messages waiting for backlog room go first.
+  void peer_lost(uint32_t node);
+  void progress();
+
   // The CDM detached or died: its tx relays are closed at their peers, its rx relays
   // answered with a failure so their senders learn at once.
   void cdm_gone(uint64_t attach_id);

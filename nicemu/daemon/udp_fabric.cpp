@@ -277,6 +277,7 @@ void UdpFabric::receive_one(const uint8_t* p, size_t n, const sockaddr_in& from)
       std::move_backward(peer.retired.begin(), peer.retired.end() - 1, peer.retired.end());
       peer.retired[0] = peer.epoch;
       peer.ch->reset();
+      lost(peer.nic);
     }
     peer.epoch = h.src_epoch;
   }
@@ -349,6 +350,7 @@ void UdpFabric::flush(Peer& p, uint64_t now) {
                    "fail until it answers",
                    p.nic);
       p.next_probe_us = now + kProbeIntervalUs;
+      lost(p.nic);
     }
     // Ask for an ack when the window fills, so the sender is not stalled on a delayed one.
     uint8_t flags = p.ch->queued() >= ccfg_.window / 2 ? kFlagAckRequested : 0;
@@ -357,7 +359,15 @@ void UdpFabric::flush(Peer& p, uint64_t now) {
   }
 }
 
+void UdpFabric::lost(uint32_t nic) {
+  if (!peer_lost_) return;
+  asio::post(io_, [this, nic] {
+    if (!stopped_ && peer_lost_) peer_lost_(nic);
+  });
+}
+
 void UdpFabric::flush_all() {
+  if (progress_) progress_();
   uint64_t now = now_us();
   for (auto& [nic, p] : peers_) flush(p, now);
   send_batch();

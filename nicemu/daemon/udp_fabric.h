@@ -68,6 +68,12 @@ class UdpFabric {
   uint16_t port() const { return port_; }
   asio::io_context& io() { return io_; }  // the loop it runs on
   nlohmann::json status() const;
+  // Called (from the loop, never inside a send) when a peer's channel goes down after the
+  // retry budget or the peer restarts: what was sent to it is lost.
+  void on_peer_lost(std::function<void(uint32_t nic)> f) { peer_lost_ = std::move(f); }
+  // Called before every flush (after each receive batch, timer or queued flush): senders
+  // that were refused for backlog room queue more then.
+  void on_progress(std::function<void()> f) { progress_ = std::move(f); }
 
  private:
   struct Peer {
@@ -104,6 +110,9 @@ class UdpFabric {
   fabric::PacketAuth auth_;
   StatsPage& stats_;
   Deliver deliver_;
+  std::function<void(uint32_t)> peer_lost_;
+  std::function<void()> progress_;
+  void lost(uint32_t nic);
   fabric::ChannelConfig ccfg_;
   uint64_t epoch_ = 0;
   uint16_t port_ = 0;

@@ -3,8 +3,9 @@
  * then for ROUNDS rounds exchanges a directed datagram with every peer (directed <->
  * directed matching, done by the daemons across the UDP fabric) and checks each payload
  * names the peer and the round. With FABRIC_DGRAM_REMOTE_FMA set, an FMA PUT and an RDMA
- * PUT towards the first peer, which lives on another host, must fail promptly (not
- * implemented across hosts yet), not hang. (SMSG does cross hosts: fabric_smsg.c.)
+ * PUT towards the first peer, which lives on another host, with a memory handle that peer
+ * never registered, must complete with an error (validated by the target's daemon), not
+ * hang. (SMSG across hosts: fabric_smsg.c.)
  *   fabric_dgram INST ROUNDS PEER_ADDR:PEER_INST...       exit 0 = all verified
  *   fabric_dgram pmi ROUNDS      under a PMI launcher (nicemu-run --fabric udp, mpiexec):
  *                                inst = rank, every other rank is a peer */
@@ -107,7 +108,7 @@ int main(int argc, char **argv) {
   clock_gettime(CLOCK_MONOTONIC, &t1);
   double us = ((double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3) / (rounds ? rounds : 1);
   printf("fabric_dgram %u/%u: %.1f us per round (post to every peer, wait for every match)\n", my_addr, inst, us);
-  /* An operation not carried across hosts yet must fail, promptly. */
+  /* Bad accesses across hosts fail at the target's daemon, promptly. */
   if (npeers > 0 && getenv("FABRIC_DGRAM_REMOTE_FMA")) {
     static uint64_t src = 42;
     gni_mem_handle_t mh;
@@ -128,11 +129,11 @@ int main(int argc, char **argv) {
       rc = GNI_CqWaitEvent(cq, 5000, &ev);
       if (rc == GNI_RC_TIMEOUT) return fail("remote FMA completion (hung)", rc);
       if (rc == GNI_RC_SUCCESS) return fail("remote FMA should not succeed", rc);
-      printf("fabric_dgram %u/%u: remote FMA PUT completed with an error, as documented\n", my_addr, inst);
+      printf("fabric_dgram %u/%u: remote FMA PUT with a foreign handle completed with an error\n", my_addr, inst);
     } else {
       printf("fabric_dgram %u/%u: remote FMA PUT refused at post (rc %d), as documented\n", my_addr, inst, rc);
     }
-    /* BTE: the engine cannot reach the target's region either. */
+    /* RDMA: the same handle, refused the same way. */
     static uint64_t big[512];
     gni_mem_handle_t bh;
     if ((rc = GNI_MemRegister(nic, (uint64_t)big, sizeof big, NULL, GNI_MEM_READWRITE, -1, &bh)) != GNI_RC_SUCCESS)
@@ -153,7 +154,7 @@ int main(int argc, char **argv) {
       if (rc == GNI_RC_SUCCESS) return fail("remote RDMA should not succeed", rc);
       gni_post_descriptor_t *done = NULL;
       GNI_GetCompleted(cq, ev, &done);
-      printf("fabric_dgram %u/%u: remote RDMA PUT completed with an error, as documented\n", my_addr, inst);
+      printf("fabric_dgram %u/%u: remote RDMA PUT with a foreign handle completed with an error\n", my_addr, inst);
     } else {
       printf("fabric_dgram %u/%u: remote RDMA PUT refused at post (rc %d), as documented\n", my_addr, inst, rc);
     }

@@ -1,6 +1,11 @@
 // Integration-test harness: real nicemu daemons in a private run directory, real child
 // processes, and a socketpair for the out-of-band exchange that PMI does in applications.
 // Every daemon and child is killed when the fixture goes away, on failure too.
+//
+// NICEMU_TEST_FABRIC=1 puts every daemon on a "host" of its own: a run directory each (so
+// no daemon or client finds another node's socket) and the UDP fabric on loopback between
+// them (a fresh cluster key and fabric map per Cluster). The same tests then check that
+// operations across hosts keep the semantics they have on one host.
 #pragma once
 #include <signal.h>
 #include <sys/socket.h>
@@ -11,6 +16,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <random>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -49,8 +56,12 @@ class Cluster {
     rundir_ = tmpl;
     setenv("NICEMU_RUNDIR", rundir_.c_str(), 1);
     setenv("NICEMU_SPIN_US", "20", 1);
+    const char* f = std::getenv("NICEMU_TEST_FABRIC");
+    fabric_ = f && std::string(f) == "1";
+    if (fabric_) write_fabric(nodes);
     for (int i = 0; i < nodes; ++i) start_daemon(uint32_t(10 + i), extra_args);
   }
+  bool fabric() const { return fabric_; }
   ~Cluster() {
     for (pid_t c : children_) {
       kill(c, SIGKILL);
@@ -66,14 +77,21 @@ class Cluster {
   }
 
   uint32_t addr(int node) const { return uint32_t(10 + node); }
-  std::string socket(int node) const { return nicemu::ctl::socket_path(rundir_, addr(node)); }
+  // The run directory of emulated node `addr` (its own with NICEMU_TEST_FABRIC=1).
+  std::string rundir_of(uint32_t addr) const {
+    return fabric_ ? rundir_ + "/host" + std::to_string(addr) : rundir_;
+  }
+  std::string socket(int node) const { return nicemu::ctl::socket_path(rundir_of(addr(node)), addr(node)); }
   pid_t daemon_pid(int node) const { return daemons_.at(size_t(node)); }
 
   void start_daemon(uint32_t addr, const std::vector<std::string>& extra) {
     std::string bin = daemon_binary();
     pid_t p = fork();
     if (p == 0) {
-      std::vector<std::string> args = {bin, "--node", std::to_string(addr), "--rundir", rundir_, "--log-level", "warn"};
+      std::vector<std::string> args = {bin, "--node", std::to_string(addr), "--rundir", rundir_of(addr),
+                                       "--log-level", "warn"};
+      if (fabric_)
+        args.insert(args.end(), {"--fabric", rundir_ + "/fabric.toml", "--fabric-key", rundir_ + "/fabric.key"});
       args.insert(args.end(), extra.begin(), extra.end());
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
@@ -82,7 +100,7 @@ class Cluster {
       _exit(127);
     }
     daemons_.push_back(p);
-    std::string sock = nicemu::ctl::socket_path(rundir_, addr);
+    std::string sock = nicemu::ctl::socket_path(rundir_of(addr), addr);
     for (int i = 0; i < 2000 && !daemon_answers(sock); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     if (!daemon_answers(sock)) throw std::runtime_error("daemon did not start on " + sock);
   }
@@ -129,6 +147,7 @@ class Cluster {
     pid_t p = fork();
     if (p == 0) {
       setenv("NICEMU_NODE", std::to_string(addr(node)).c_str(), 1);
+      setenv("NICEMU_RUNDIR", rundir_of(addr(node)).c_str(), 1);
       int rc = 1;
       try {
         rc = fn();
@@ -159,6 +178,30 @@ class Cluster {
   }
 
  private:
+  // Key and map for `nodes` daemons on loopback ports (a base from the pid, so concurrent
+  // runs do not collide; below the ephemeral range).
+  void write_fabric(int nodes) {
+    std::random_device rd;
+    {
+      std::ofstream k(rundir_ + "/fabric.key");
+      for (int i = 0; i < 32; ++i) {
+        char h[3];
+        std::snprintf(h, sizeof h, "%02x", unsigned(rd() & 0xFF));
+        k << h;
+      }
+      k << "\n";
+    }
+    std::filesystem::permissions(rundir_ + "/fabric.key", std::filesystem::perms::owner_read |
+                                                              std::filesystem::perms::owner_write);
+    const int base = 21000 + int(getpid() % 1400) * 8;
+    std::ofstream m(rundir_ + "/fabric.toml");
+    for (int i = 0; i < nodes; ++i) {
+      std::filesystem::create_directories(rundir_of(addr(i)));
+      m << "[[node]]\nnic = " << addr(i) << "\nhost = \"127.0.0.1\"\nport = " << base + i << "\n\n";
+    }
+  }
+
+  bool fabric_ = false;
   std::string rundir_;
   std::vector<pid_t> daemons_;
   std::vector<pid_t> children_;

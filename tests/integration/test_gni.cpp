@@ -193,6 +193,11 @@ void fma_between(int nodes) {
   pid_t i = cl.spawn(0, [&] { return initiator_process(oob, c, 3, 0); });
   CHECK(cl.wait(i) == 0);
   CHECK(cl.wait(t) == 0);
+  // Across hosts (NICEMU_TEST_FABRIC=1) every post went through the daemons.
+  if (cl.fabric() && nodes > 1) {
+    CHECK(cl.status(0)["remote_ops"]["initiator"]["posts"].get<uint64_t>() >= 15);
+    CHECK(cl.status(1)["remote_ops"]["target"]["requests"].get<uint64_t>() >= 14);
+  }
 }
 
 }  // namespace

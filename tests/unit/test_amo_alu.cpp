@@ -11,13 +11,13 @@
 #include <string>
 #include <vector>
 
-#include "amo_alu.h"
+#include "nicemu/amo/amo_alu.h"
 #include "gni_pub.h"
 
-using nicemu::ugni::amo::apply;
-using nicemu::ugni::amo::Command;
-using nicemu::ugni::amo::decode;
-using nicemu::ugni::amo::Op;
+using nicemu::amo::apply;
+using nicemu::amo::Command;
+using nicemu::amo::decode;
+using nicemu::amo::Op;
 
 namespace {
 
@@ -219,5 +219,5 @@ TEST_CASE("fetching and non-fetching forms compute the same value") {
     CHECK(x.new_value == y.new_value);
     CHECK(x.fetched == y.fetched);
   }
-  CHECK(std::string(nicemu::ugni::amo::op_name(Op::kFpadd)) == "FPADD");
+  CHECK(std::string(nicemu::amo::op_name(Op::kFpadd)) == "FPADD");
 }

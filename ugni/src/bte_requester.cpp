@@ -19,6 +19,7 @@
 
 #include "fault_engine.h"
 #include "internal.h"
+#include "nicemu/abi/remote_ops.h"
 #include "nicemu/common/params.h"
 
 using namespace nicemu;
@@ -199,6 +200,12 @@ gni_return_t GNI_PostRdma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
       cq->ring.push(cqe::make(cqe::kSrcBte, cqe::kTypePost, cqe::kErrNicDown, cqe::kInfoGlobal, uint64_t(tid),
                               ep->local_event));
     return GNI_RC_SUCCESS;
+  }
+  // A target on another host: our daemon carries it over the fabric (remote_post.cpp).
+  if (!ep->peer && n->on_other_host(ep->remote_addr)) [[unlikely]] {
+    count(n->counters, ctr::cdm::rdma_posts);
+    count(n->counters, ctr::cdm::rdma_bytes, d->length);
+    return post_remote(ep, cq, d, get ? abi::remote::kGet : abi::remote::kPut, abi::remote::kBte, tid);
   }
   // Injection and reordering decide first: a post may be failed (its error events are in
   // the CQ) or held by the reorder engine, which runs it later with the one-copy transfer.

@@ -6,6 +6,7 @@
 // initiator, never an entry in anybody's CQ. Open MPI wakes its own progress thread this
 // way (a CQ write to itself), GASNet and Charm++ send small control words with it.
 #include "fma_requester.h"
+#include "nicemu/abi/remote_ops.h"
 
 namespace nicemu::ugni {
 
@@ -84,6 +85,8 @@ gni_return_t GNI_PostCqWrite(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) 
   // A CQ write is an FMA transaction on the hardware.
   ep->nic->stats[GNI_STAT_FMA_LAUNCH_COUNT].fetch_add(1, std::memory_order_relaxed);
   count(ep->nic->counters, ctr::cdm::cq_write_posts);
+  if (!ep->peer && ep->nic->on_other_host(ep->remote_addr)) [[unlikely]]
+    return post_remote(ep, cq, d, abi::remote::kCqWrite, abi::remote::kFma, tid);
   const uint64_t st = execute_cq_write(ep, d->remote_mem_hndl, d->cqwrite_value);
   // Local events as for FMA posts: the tid finds the descriptor in GNI_GetCompleted.
   complete_fma(cq, d, ep->local_event, st, tid);

@@ -10,9 +10,10 @@
 #include <bit>
 #include <cstring>
 
-#include "amo_alu.h"
+#include "nicemu/amo/amo_alu.h"
 #include "amo_lock.h"
 #include "fault_engine.h"
+#include "nicemu/abi/remote_ops.h"
 
 namespace nicemu::ugni {
 
@@ -231,6 +232,13 @@ gni_return_t GNI_PostFma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
   d->cq_mode_complete = 0;
   ep->nic->stats[GNI_STAT_FMA_LAUNCH_COUNT].fetch_add(1, std::memory_order_relaxed);
   count_post(ep->nic->counters, post_type(d), d->length);
+  // A target on another host: our daemon carries it (remote_post.cpp).
+  if (!ep->peer && ep->nic->on_other_host(ep->remote_addr)) [[unlikely]] {
+    namespace rop = nicemu::abi::remote;
+    const int t = post_type(d);
+    const uint16_t kind = t == GNI_POST_FMA_GET ? rop::kGet : t == GNI_POST_AMO ? rop::kAmo : rop::kPut;
+    return post_remote(ep, ep->src_cq, d, kind, rop::kFma, tid);
+  }
   if (fault_path(ep->nic)) [[unlikely]]
     return fault_post_fma(op, d, tid);  // fault_engine.cpp: injection and the reorder engine
   uint32_t dst_cq = abi::kNoCq;

@@ -144,6 +144,10 @@ struct Nic {
   // NIC addresses with no daemon on this host, and until when (CLOCK_MONOTONIC ns) that is
   // believed without trying to connect again: posts to another host's node fail fast.
   std::map<uint32_t, uint64_t> no_daemon_until;
+  // Whether a NIC address lives on another host (no daemon socket here), and until when
+  // that answer stands (CLOCK_MONOTONIC ns). Under peers_mu.
+  std::map<uint32_t, std::pair<bool, uint64_t>> other_host_cache;
+  bool on_other_host(uint32_t addr);
 
   std::atomic<uint32_t> stats[GNI_NUM_STATS] = {};
   abi::counters::CdmCounterBlock* counters = unbound_counter_block();  // in `self` once attached
@@ -221,6 +225,12 @@ struct Ep {
   uint32_t smsg_held = 0;         // messages accepted but held by the reorder engine (its lock)
   uint32_t smsg_next = 0;         // next SMSG sequence number while some are held (its lock)
 };
+
+// Posts for a NIC address of another host (remote_post.cpp): handed to our daemon, which
+// carries them over the fabric; their events arrive in `cq` later. `kind`/`engine` are
+// abi::remote values. Always GNI_RC_SUCCESS once the post is accepted (errors are events).
+gni_return_t post_remote(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t engine,
+                         int32_t tid);
 
 // Process-wide helpers.
 std::string daemon_socket();                       // the socket of this process's node

@@ -36,13 +36,14 @@ std::shared_ptr<Region> Nic::resolve(uint32_t addr, uint32_t inst, uint64_t& sta
       if (!d->connect(nicemu::ctl::socket_path(rundir, addr))) {
         daemons.erase(addr);
         no_daemon_until[addr] = now + 1000000000ull;  // a daemon started later is found within 1 s
-        // Not on this host. Across hosts datagrams (GNI_EpPostData*) and SMSG are carried
-        // so far (docs/fabric.md); FMA, RDMA, MSGQ and CQ writes to it fail with NO_PEER.
+        // Not on this host: FMA, RDMA, CQ writes and datagrams go through our daemon
+        // (remote_post.cpp, datagram.cpp), SMSG is relayed by the daemons (smsg_relay.cpp);
+        // what needs the peer's region here (MSGQ) fails with NO_PEER.
         static std::once_flag told;
         std::call_once(told, [addr] {
           std::fprintf(stderr,
-                       "libugni (nicemu): NIC address %u has no daemon on this host; FMA, RDMA, MSGQ and CQ writes "
-                       "across hosts are not implemented yet, only datagrams and SMSG are (see docs/fabric.md)\n",
+                       "libugni (nicemu): NIC address %u has no daemon on this host; MSGQ across hosts is "
+                       "not implemented yet (FMA, RDMA, CQ writes, SMSG and datagrams are; see docs/fabric.md)\n",
                        addr);
         });
         status = cqe::kErrNoPeer;

@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <optional>
 
-namespace nicemu::ugni::amo {
+namespace nicemu::amo {
 
 enum class Op : uint8_t { kAdd, kAnd, kOr, kXor, kAx, kCswap, kSwap, kImin, kImax, kFpmin, kFpmax, kFpadd };
 
@@ -41,4 +41,4 @@ Outcome apply(const Command& c, uint64_t old, uint64_t first, uint64_t second);
 
 const char* op_name(Op op);
 
-}  // namespace nicemu::ugni::amo
+}  // namespace nicemu::amo

@@ -1,11 +1,11 @@
 // The AMO arithmetic unit (decisions in amo_alu.h).
-#include "amo_alu.h"
+#include "nicemu/amo/amo_alu.h"
 
 #include <bit>
 #include <cmath>
 #include <iterator>
 
-namespace nicemu::ugni::amo {
+namespace nicemu::amo {
 
 namespace {
 
@@ -133,4 +133,4 @@ const char* op_name(Op op) {
   return i < std::size(kNames) ? kNames[i] : "?";
 }
 
-}  // namespace nicemu::ugni::amo
+}  // namespace nicemu::amo

@@ -1,0 +1,123 @@
+// Memory operations on a NIC address of another host: FMA PUT/GET, AMOs, RDMA (BTE) and CQ
+// writes, defined once for the library, the initiating daemon and the target daemon.
+//
+//   library --RemotePost (one-way, attach socket)--> its daemon (the initiating NIC)
+//   initiating daemon --RmaRequest (fabric)--> target daemon: validates against the target
+//       CDM's registration table, moves the bytes with process_vm_readv/writev, runs the
+//       AMO under the target's AMO lock, posts the remote event / the CQ write entry
+//   target daemon --RmaReply (fabric)--> initiating daemon: status, GET bytes, the fetched
+//       AMO value; when every piece is answered it posts the local/global events
+//
+// A transfer longer than kRmaPiece travels as several pieces (each its own request and
+// reply), kept within a per-peer window of bytes in flight. The target validates the whole
+// transfer ([base_addr, base_addr + total_length)) with every piece, so an access outside the
+// registration writes nothing at all. The reliable channel under these messages delivers
+// each exactly once and in order: a request is never executed twice, and an answer lost on
+// the wire is retransmitted from the target's send window (the responder's cache), never
+// recomputed.
+//
+// All integers little-endian, fixed width; every message starts with ctl::Header (its op
+// and exact length are checked before anything else).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "nicemu/abi/ctl_protocol.h"
+
+namespace nicemu::abi::remote {
+
+// Ops: ctl::Op::kRemotePost (library -> its daemon, no reply), kRmaRequest and kRmaReply
+// (daemon -> daemon, over the fabric).
+
+enum Kind : uint16_t {
+  kPut = 1,      // initiator bytes -> target registration (FMA PUT, PUT_W_SYNCFLAG, RDMA PUT)
+  kGet = 2,      // target registration -> initiator registration (FMA GET, RDMA GET)
+  kAmo = 3,      // GNI_POST_AMO: amo_cmd, operands; fetching forms write the old value back
+  kCqWrite = 4,  // GNI_PostCqWrite: operand1's low 48 bits into the CQ of the target handle
+};
+
+enum Engine : uint16_t {
+  kFma = 0,  // local events with the FMA sources, remote event as a remote request
+  kBte = 1,  // local events with the BTE source, remote event as a remote DMA
+};
+
+enum Flags : uint16_t {
+  kFlagSyncFlag = 1,     // PUT_W_SYNCFLAG: the 8-byte flag is written after the data
+  kFlagRemoteEvent = 2,  // GNI_CQMODE_REMOTE_EVENT: an event into the target's CQ at the end
+  kFlagLast = 4,         // (RmaRequest) the last piece of the transfer
+};
+
+// Bytes of one piece: well inside the fabric's largest message (64 KiB).
+inline constexpr uint64_t kRmaPiece = 32 * 1024;
+// FMA PUT payloads up to this size travel inside RemotePost (copied when posted, so the
+// caller may reuse its buffer at once, as with the hardware's FMA window); longer ones are
+// read from the caller's memory when sent.
+inline constexpr uint32_t kInlineMax = 16 * 1024;
+
+struct RemotePost {
+  ctl::Header h;
+  uint16_t kind;          // Kind
+  uint16_t engine;        // Engine
+  uint16_t flags;         // Flags (kFlagSyncFlag, kFlagRemoteEvent)
+  uint16_t cq_mode;       // GNI_CQMODE_* local/global bits
+  uint32_t src_cq;        // initiator's CQ slot for the local events, or kNoCq
+  uint32_t tid;           // CQE tid of the local events, or kBteNoTid (none requested)
+  uint32_t local_event;
+  uint32_t remote_event;
+  uint32_t remote_nic;    // target NIC address and instance (the EP's binding)
+  uint32_t remote_inst;
+  uint32_t amo_cmd;       // gni_fma_cmd_type_t value (kAmo)
+  uint32_t inline_length; // PUT bytes following this struct (0: read from local_addr)
+  uint64_t local_addr;
+  uint64_t local_qword1;  // initiator's registration (GET, RDMA PUT, fetching AMO)
+  uint64_t local_qword2;
+  uint64_t remote_addr;
+  uint64_t remote_qword1;
+  uint64_t remote_qword2;
+  uint64_t length;
+  uint64_t operand1;      // AMO first operand; CQ write value; sync flag value
+  uint64_t operand2;      // AMO second operand (compare-and-swap)
+  uint64_t sync_flag_addr;
+};
+static_assert(sizeof(RemotePost) == 136);
+static_assert(offsetof(RemotePost, local_addr) == 56 && offsetof(RemotePost, sync_flag_addr) == 128);
+static_assert(sizeof(RemotePost) + kInlineMax <= ctl::kMaxMessage);
+
+struct RmaRequest {
+  ctl::Header h;
+  uint64_t id;            // the initiating daemon's operation id, echoed in the reply
+  uint16_t kind;          // Kind
+  uint16_t engine;        // Engine
+  uint16_t flags;         // Flags
+  uint16_t reserved0;
+  uint32_t target_inst;
+  uint32_t ptag;          // the initiator's protection domain (its daemon's word)
+  uint32_t cookie;
+  uint32_t remote_event;
+  uint32_t amo_cmd;
+  uint32_t reserved1;
+  uint64_t base_addr;     // the whole transfer, validated with every piece
+  uint64_t total_length;
+  uint64_t offset;        // this piece: [base_addr + offset, + length)
+  uint64_t length;        // PUT: this many bytes follow the struct
+  uint64_t qword1;        // the target's registration
+  uint64_t qword2;
+  uint64_t operand1;
+  uint64_t operand2;
+  uint64_t sync_flag_addr;
+};
+static_assert(sizeof(RmaRequest) == 128);
+static_assert(offsetof(RmaRequest, base_addr) == 56 && offsetof(RmaRequest, sync_flag_addr) == 120);
+
+struct RmaReply {
+  ctl::Header h;
+  uint64_t id;
+  uint64_t offset;   // the piece answered
+  uint64_t status;   // a CQE status (cq_entry.h)
+  uint64_t fetched;  // AMO: the target's old value
+  uint64_t length;   // GET: this many bytes follow the struct
+};
+static_assert(sizeof(RmaReply) == 56);
+static_assert(sizeof(RmaRequest) + kRmaPiece <= 64 * 1024 && sizeof(RmaReply) + kRmaPiece <= 64 * 1024);
+
+}  // namespace nicemu::abi::remote

@@ -1,0 +1,103 @@
+// Posts for NIC addresses of other hosts (nicemu/abi/remote_ops.h). The library cannot
+// reach a process on another machine, so an FMA PUT/GET, AMO, RDMA or CQ write bound for
+// one goes to our daemon as a one-way RemotePost on the attach connection; the daemon
+// carries it over the fabric to the target's daemon and posts our events into the CQ when
+// the answer is in (errors included). FMA PUT payloads up to kInlineMax travel inside the
+// message, so the caller may reuse its buffer when the post returns, as with the FMA window
+// of the hardware; longer ones are read from the caller's buffer when sent (which it must
+// leave alone until the local completion, as for RDMA).
+#include <time.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
+
+#include "internal.h"
+#include "nicemu/abi/remote_ops.h"
+#include "nicemu/ctl/ctl_client.h"
+
+namespace nicemu::ugni {
+
+namespace cqe = nicemu::abi::cqe;
+namespace rop = nicemu::abi::remote;
+
+bool Nic::on_other_host(uint32_t addr) {
+  if (addr == nic_addr) return false;
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  const uint64_t now = uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+  std::lock_guard<std::mutex> lk(peers_mu);
+  auto& [other, until] = other_host_cache[addr];
+  if (now < until) return other;
+  // No daemon socket for it here: another host's node (or none at all, which its daemon's
+  // fabric map decides). Believed for 1 s, so a daemon started later is found.
+  other = ::access(nicemu::ctl::socket_path(rundir, addr).c_str(), F_OK) != 0;
+  until = now + 1000000000ull;
+  return other;
+}
+
+gni_return_t post_remote(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t engine,
+                         int32_t tid) {
+  Nic* n = ep->nic;
+  rop::RemotePost p{};
+  p.kind = kind;
+  p.engine = engine;
+  p.cq_mode = d->cq_mode & (GNI_CQMODE_LOCAL_EVENT | GNI_CQMODE_GLOBAL_EVENT);
+  if (d->cq_mode & GNI_CQMODE_REMOTE_EVENT) p.flags |= rop::kFlagRemoteEvent;
+  p.src_cq = cq ? cq->slot : abi::kNoCq;
+  p.tid = tid < 0 ? abi::kBteNoTid : static_cast<uint32_t>(tid);
+  p.local_event = ep->local_event;
+  p.remote_event = ep->remote_event;
+  p.remote_nic = ep->remote_addr;
+  p.remote_inst = ep->remote_id;
+  p.local_addr = d->local_addr;
+  p.local_qword1 = d->local_mem_hndl.qword1;
+  p.local_qword2 = d->local_mem_hndl.qword2;
+  p.remote_addr = d->remote_addr;
+  p.remote_qword1 = d->remote_mem_hndl.qword1;
+  p.remote_qword2 = d->remote_mem_hndl.qword2;
+  p.length = d->length;
+  int type;
+  std::memcpy(&type, &d->type, sizeof type);
+  switch (kind) {
+    case rop::kPut:
+      if (type == GNI_POST_FMA_PUT_W_SYNCFLAG) {
+        p.flags |= rop::kFlagSyncFlag;
+        p.operand1 = d->sync_flag_value;
+        p.sync_flag_addr = d->sync_flag_addr;
+      }
+      if (engine == rop::kFma && d->length <= rop::kInlineMax) p.inline_length = static_cast<uint32_t>(d->length);
+      break;
+    case rop::kAmo:
+      std::memcpy(&p.amo_cmd, &d->amo_cmd, sizeof p.amo_cmd);
+      p.operand1 = d->first_operand;
+      p.operand2 = d->second_operand;
+      break;
+    case rop::kCqWrite:
+      p.operand1 = d->cqwrite_value;
+      p.length = 0;
+      break;
+    default:
+      break;
+  }
+  thread_local std::vector<char> buf;
+  buf.resize(sizeof p + p.inline_length);
+  p.h = abi::ctl::Header{abi::ctl::kMagic, abi::ctl::kVersion, static_cast<uint16_t>(abi::ctl::Op::kRemotePost), 0,
+                         static_cast<uint32_t>(buf.size())};
+  std::memcpy(buf.data(), &p, sizeof p);
+  if (p.inline_length) std::memcpy(buf.data() + sizeof p, reinterpret_cast<const void*>(d->local_addr), p.inline_length);
+  if (!n->nic_down.load(std::memory_order_relaxed) && n->conn.send(buf.data(), buf.size())) return GNI_RC_SUCCESS;
+  // Our daemon is gone: nobody will carry it. Complete it here as every post after NIC down.
+  if (cq && tid >= 0) {
+    const bool bte = engine == rop::kBte;
+    if (d->cq_mode & GNI_CQMODE_LOCAL_EVENT)
+      cq->ring.push(cqe::make(bte ? cqe::kSrcBte : cqe::kSrcLocalRequest, cqe::kTypePost, cqe::kErrNicDown,
+                              cqe::kInfoLocal, uint64_t(tid), ep->local_event));
+    if (d->cq_mode & GNI_CQMODE_GLOBAL_EVENT)
+      cq->ring.push(cqe::make(bte ? cqe::kSrcBte : cqe::kSrcLocalResponse, cqe::kTypePost, cqe::kErrNicDown,
+                              cqe::kInfoGlobal, uint64_t(tid), ep->local_event));
+  }
+  return GNI_RC_SUCCESS;
+}
+
+}  // namespace nicemu::ugni
