@@ -14,9 +14,10 @@
 //    (their local completion CQEs, msg_id, are pushed into the sender's CQ then) and how
 //    many the receiver released (copied into the block: credits come back);
 //  - failure is final and reported, never a hang: a negative ack (receiver gone, mailbox
-//    refused, relay unknown after a restart), the fabric channel down (peer silent past
-//    the retry budget) or an ack older than kAckDeadline mark the block failed and complete
-//    every message not yet delivered with an error CQE; later sends fail in the library.
+//    refused, relay unknown after a restart), the fabric losing the channel (peer silent
+//    past the retry budget, or restarted: peer_lost) or an ack older than kAckDeadline mark
+//    the block failed and complete every message not yet delivered with an error CQE;
+//    later sends fail in the library.
 //  Messages the fabric refuses for a full backlog wait in a per-node queue, in order.
 //
 // Receiver's daemon (an "rx" relay, keyed by (sending node, relay)):

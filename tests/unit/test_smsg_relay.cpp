@@ -324,6 +324,18 @@ TEST_CASE("SMSG relay: receiver gone and peer down complete messages in flight w
     CHECK(cqe::status_of(local[0]) == 0);
     CHECK(cqe::status_of(local[1]) == cqe::kErrPeerGone);
   }
+  SUBCASE("the fabric reports the peer lost (retry budget, restart)") {
+    Rig r;
+    ctl::SmsgRelayOpenReply rep{};
+    abi::SmsgRelayCtl* blk = r.open(rep, r.attrs());
+    CHECK(r.send(rep.relay, 0, "one", 1));
+    r.to1.q.clear();  // abandoned by the channel
+    r.a.peer_lost(1);
+    CHECK(blk->state.load() == cqe::kErrPeerGone);
+    auto local = drain(*r.sender, r.scq);
+    REQUIRE(local.size() == 1);
+    CHECK(cqe::status_of(local[0]) == cqe::kErrPeerGone);
+  }
   SUBCASE("the fabric channel to the peer is down") {
     Rig r;
     ctl::SmsgRelayOpenReply rep{};
@@ -349,10 +361,13 @@ TEST_CASE("SMSG relay: messages the fabric refuses for a full backlog wait, in o
   r.to1.refuse = 1;  // the SmsgOpen is refused: it and everything behind it wait
   for (uint32_t i = 0; i < 3; ++i) CHECK(r.send(rep.relay, i, "queued " + std::to_string(i), i));
   CHECK(r.to1.q.empty());
-  for (int i = 0; i < 100 && r.to1.q.empty(); ++i) {
-    r.io.run_for(std::chrono::milliseconds(1));
-    r.io.restart();
+  SUBCASE("retried by the timer") {
+    for (int i = 0; i < 100 && r.to1.q.empty(); ++i) {
+      r.io.run_for(std::chrono::milliseconds(1));
+      r.io.restart();
+    }
   }
+  SUBCASE("sent at the fabric's next flush") { r.a.progress(); }
   CHECK(r.to1.q.size() == 4);  // open + 3 messages
   CHECK(r.pump().empty());
   ugni::MailboxView v = r.mailbox();
