@@ -545,8 +545,11 @@ nlohmann::json SmsgRelay::status() const {
     failed += t.failed != 0;
   }
   for (const auto& [n, q] : queued_) queued += q.size();
-  return nlohmann::json{{"tx_relays", tx_.size()},     {"tx_failed", failed},       {"tx_in_flight", in_flight},
-                        {"tx_queued", queued},         {"rx_relays", rx_.size()},   {"rx_watched", watch_.size()}};
+  return nlohmann::json{{"tx_relays", tx_.size()},       {"tx_failed", failed},
+                        {"tx_in_flight", in_flight},     {"tx_queued", queued},
+                        {"rx_relays", rx_.size()},       {"rx_watched", watch_.size()},
+                        {"sent", sent_.value()},         {"delivered", delivered_.value()},
+                        {"credit_updates", credit_updates_.value()}, {"failures", failures_.value()}};
 }
 
 }  // namespace nicemu::daemon
