@@ -70,12 +70,21 @@ int SmsgRelay::open(CdmRegion& cdm, const ctl::SmsgRelayOpen& req, ctl::SmsgRela
            a.buff_size == req.buff_size && a.credits == req.credits && a.max_size == req.max_size;
   };
   // The same channel again (GNI_SmsgInit on a re-created EP): it resumes where it was.
-  for (auto& [id, t] : tx_)
-    if (t.attach_id == cdm.attach_id() && !t.failed && same(t.attrs)) {
+  size_t mine = 0;
+  for (auto& [id, t] : tx_) {
+    if (t.attach_id != cdm.attach_id()) continue;
+    ++mine;
+    if (!t.failed && same(t.attrs)) {
       rep.ctl_offset = t.ctl_offset;
       rep.relay = id;
       return rc::kSuccess;
     }
+  }
+  if (mine >= kMaxRelaysPerCdm) {
+    spdlog::warn("nic {}: SMSG relay for inst {} to node {} refused: the CDM has {} relays already", self_,
+                 cdm.inst_id(), req.peer_addr, mine);
+    return rc::kErrorResource;
+  }
   auto off = cdm.heap_block(sizeof(SmsgRelayCtl));
   if (!off) return rc::kErrorNomem;
   auto* b = new (cdm.heap_ptr(*off, sizeof(SmsgRelayCtl))) SmsgRelayCtl{};

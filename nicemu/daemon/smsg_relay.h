@@ -73,6 +73,9 @@ class SmsgRelay {
   // An ack not received this long after its message was handed to the fabric means the
   // message was lost with a channel reset (peer restarted): the relay fails.
   static constexpr std::chrono::milliseconds kAckDeadline{5000};
+  // Relays one CDM may open (each holds daemon memory and a block of its heap); beyond,
+  // GNI_SmsgInit to another host returns GNI_RC_ERROR_RESOURCE.
+  static constexpr size_t kMaxRelaysPerCdm = 16384;
 
   SmsgRelay(uint32_t self, StatsPage& stats, SmsgRelayEnv env);
   SmsgRelay(const SmsgRelay&) = delete;

@@ -1,28 +1,12 @@
 // SMSG across hosts, the library's side (smsg_relay.h).
 #include "smsg_relay.h"
 
-#include <unistd.h>
-
 #include <cstring>
-#include <ctime>
 
 using namespace nicemu;
 namespace cqe = nicemu::abi::cqe;
 
 namespace nicemu::ugni {
-
-bool on_other_host(Nic* n, uint32_t addr) {
-  if (addr == n->nic_addr) return false;
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  const uint64_t now = uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-  std::lock_guard<std::mutex> lk(n->peers_mu);
-  if (auto it = n->no_daemon_until.find(addr); it != n->no_daemon_until.end() && now < it->second) return true;
-  if (auto it = n->daemons.find(addr); it != n->daemons.end() && it->second->connected()) return false;
-  if (access(nicemu::ctl::socket_path(n->rundir, addr).c_str(), F_OK) == 0) return false;
-  n->no_daemon_until[addr] = now + 1000000000ull;  // as Nic::resolve remembers it
-  return true;
-}
 
 gni_return_t relay_open(Ep* ep, const gni_smsg_attr_t* a, Mailbox& out) {
   Nic* n = ep->nic;

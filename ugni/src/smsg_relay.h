@@ -9,9 +9,7 @@
 
 namespace nicemu::ugni {
 
-// Whether NIC address `addr` has no daemon on this host (so SMSG to it is relayed).
-bool on_other_host(Nic* n, uint32_t addr);
-// GNI_SmsgInit's send side towards another host: the relay of (this CDM, peer, mailbox).
+// GNI_SmsgInit's send side towards another host (Nic::on_other_host): the relay of (this CDM, peer, mailbox).
 gni_return_t relay_open(Ep* ep, const gni_smsg_attr_t* remote, Mailbox& out);
 // GNI_SmsgSend[WTag] on a relayed channel (arguments already checked).
 gni_return_t relay_send(Ep* ep, const void* header, uint32_t header_length, const void* data, uint32_t data_length,
