@@ -7,7 +7,7 @@
  * with its tag; one remote SMSG CQE per message in the CQ bound to the mailbox, carrying the
  * sender EP's remote event data; one local completion CQE per message, in msg_id order;
  * GNI_RC_NOT_DONE when out of credits, the send succeeding later. A datagram round with
- * every peer at the end keeps everybody's mailbox alive until all are done.
+ * every peer after the checks keeps everybody's mailbox alive until all are done.
  *   fabric_smsg pmi COUNT                      every other rank is a peer
  *   fabric_smsg INST COUNT PEER_ADDR:PEER_INST...
  * FABRIC_SMSG_MODE (after the verified exchange):
@@ -300,6 +300,9 @@ int main(int argc, char **argv) {
     void *m;
     if ((rc = GNI_SmsgGetNext(p[k].ep, &m)) != GNI_RC_NOT_DONE) return fail("GNI_SmsgGetNext after the last message", rc);
   }
+  /* Everybody done checking before anybody goes away (a receiver that left would make its
+   * peers' last checks see the channel broken). */
+  if (dgram_round(p, npeers, 3, din, sizeof din, dout, sizeof dout[0])) return 1;
   printf("fabric_smsg %u/%u: %u messages each way with %d peers verified in %.2f s (%.0f messages/s sent), %llu "
          "credit stalls\n",
          my_addr, my_inst, count, npeers, secs, secs > 0 ? count * npeers / secs : 0.0, (unsigned long long)stalls);
@@ -337,8 +340,6 @@ int main(int argc, char **argv) {
     _exit(0);
   }
 
-  /* Everybody done before mailboxes go away. */
-  if (dgram_round(p, npeers, 3, din, sizeof din, dout, sizeof dout[0])) return 1;
   for (int i = 0; i < npeers; ++i) {
     GNI_EpDestroy(p[i].ep);
     GNI_MemDeregister(nic, &p[i].mh);
