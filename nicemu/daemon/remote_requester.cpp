@@ -62,6 +62,11 @@ void RemoteRequester::post(const std::shared_ptr<MappedRegion>& initiator, const
              ? cqe::kErrLocalProtection
              : cqe::kOk;
   if (st == cqe::kOk) st = reachable_(p.remote_nic);
+  if (auto it = per_initiator_.find(initiator->attach_id());
+      st == cqe::kOk && it != per_initiator_.end() && it->second >= kMaxPerInitiator) {
+    ++ctr_.refused;
+    st = cqe::kErrTransient;
+  }
   op.id = next_id_++;
   if (st != cqe::kOk) {
     op.status = st;
@@ -69,6 +74,8 @@ void RemoteRequester::post(const std::shared_ptr<MappedRegion>& initiator, const
     return;
   }
   if (p.inline_length) op.inline_data.assign(inline_data, inline_data + p.inline_length);
+  ++per_initiator_[initiator->attach_id()];
+  op.counted = true;
   const uint64_t id = op.id;
   const uint32_t node = p.remote_nic;
   ops_.emplace(id, std::move(op));
@@ -240,6 +247,11 @@ void RemoteRequester::peer_lost(uint32_t node) {
 
 void RemoteRequester::complete(Op& op) {
   const RemotePost& p = op.post;
+  if (op.counted) {
+    auto it = per_initiator_.find(op.initiator->attach_id());
+    if (it != per_initiator_.end() && --it->second == 0) per_initiator_.erase(it);
+    op.counted = false;
+  }
   if (op.status == kGone || !op.initiator->alive()) {
     ++ctr_.dropped;
     return;
@@ -262,7 +274,7 @@ nlohmann::json RemoteRequester::status() const {
   for (auto& [n, p] : peers_) in_flight += p.bytes_in_flight;
   return nlohmann::json{{"posts", ctr_.posts},       {"pieces", ctr_.pieces},   {"bytes_out", ctr_.bytes_out},
                         {"bytes_in", ctr_.bytes_in}, {"errors", ctr_.errors},   {"peer_lost", ctr_.lost},
-                        {"dropped", ctr_.dropped},   {"outstanding", ops_.size()}, {"bytes_in_flight", in_flight}};
+                        {"dropped", ctr_.dropped},   {"refused", ctr_.refused}, {"outstanding", ops_.size()}, {"bytes_in_flight", in_flight}};
 }
 
 }  // namespace nicemu::daemon

@@ -30,6 +30,9 @@ class RemoteRequester {
   // another host in the fabric map) or kErrTransient (its channel is down).
   using Reachable = std::function<uint64_t(uint32_t node)>;
   static constexpr uint64_t kPeerWindow = 128 * 1024;
+  // Operations one CDM may have outstanding; beyond, a post completes at once with a
+  // recoverable error (the client reposts), so daemon memory stays bounded.
+  static constexpr uint32_t kMaxPerInitiator = 4096;
 
   RemoteRequester(Send send, Reachable reachable);
 
@@ -58,6 +61,7 @@ class RemoteRequester {
     uint32_t in_flight = 0;    // pieces sent, not answered
     uint64_t status = 0;       // first error
     bool sent_all = false;
+    bool counted = false;      // in per_initiator_
   };
   struct PeerState {
     uint64_t bytes_in_flight = 0;
@@ -73,11 +77,12 @@ class RemoteRequester {
   Reachable reachable_;
   uint64_t next_id_ = 1;
   std::map<uint64_t, Op> ops_;
+  std::map<uint64_t, uint32_t> per_initiator_;  // attach id -> outstanding operations
   std::map<uint32_t, PeerState> peers_;
   std::deque<uint32_t> queue_;  // peers with pieces waiting for room
   std::vector<char> buf_;       // the piece being built
   struct {
-    uint64_t posts = 0, pieces = 0, bytes_out = 0, bytes_in = 0, errors = 0, lost = 0, dropped = 0;
+    uint64_t posts = 0, pieces = 0, bytes_out = 0, bytes_in = 0, errors = 0, lost = 0, dropped = 0, refused = 0;
   } ctr_;
 };
 

@@ -498,6 +498,7 @@ nlohmann::json UdpFabric::status() const {
                      {"messages_sent", s.messages_sent},
                      {"messages_received", s.messages_received},
                      {"retransmits", s.retransmits},
+                     {"fast_retransmits", s.fast_retransmits},
                      {"duplicates", s.duplicates},
                      {"messages_abandoned", s.messages_abandoned}});
   }

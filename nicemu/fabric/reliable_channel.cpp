@@ -46,6 +46,7 @@ bool ReliableChannel::send(RecordType type, const void* data, size_t len) {
       r->type = static_cast<uint8_t>(type);
       r->flags = kRecordPacked;
       r->acked = false;
+      r->fast = r->fast_done = false;
       r->tries = 0;
       r->due_us = 0;
       ++next_;
@@ -73,6 +74,7 @@ bool ReliableChannel::send(RecordType type, const void* data, size_t len) {
     r.type = static_cast<uint8_t>(type);
     r.flags = i + 1 < nrec ? kRecordMore : 0;
     r.acked = false;
+    r.fast = r.fast_done = false;
     r.tries = 0;
     r.due_us = 0;
     if (n) std::memcpy(r.data, p + i * kMaxRecordPayload, n);
@@ -105,10 +107,16 @@ size_t ReliableChannel::fill(uint64_t now_us, uint8_t* buf, size_t cap, uint16_t
     if (!put(r)) return used;
     ++r.tries;
     ++st_.retransmits;
-    r.rto_us = std::min(r.rto_us * 2, cfg_.rto_max_us);
-    // The backoff also applies to new records until a clean sample arrives; otherwise a
-    // path slower than the initial timeout would never yield one (every record resent).
-    rto_ = std::max(rto_, r.rto_us);
+    if (r.fast) {
+      // Resent because later records were acknowledged: a loss, not a slow path; no backoff.
+      r.fast = false;
+      ++st_.fast_retransmits;
+    } else {
+      r.rto_us = std::min(r.rto_us * 2, cfg_.rto_max_us);
+      // The backoff also applies to new records until a clean sample arrives; otherwise a
+      // path slower than the initial timeout would never yield one (every record resent).
+      rto_ = std::max(rto_, r.rto_us);
+    }
     r.due_us = now_us + r.rto_us;
   }
   // New records, as far as the window (the receiver's buffer) allows.
@@ -161,6 +169,19 @@ void ReliableChannel::on_ack(uint32_t ack, uint64_t sack, uint64_t now_us) {
   }
   if (sampled) rtt_sample(now_us - newest);
   advance_base();
+  // Fast retransmit: an unacknowledged record with kFastRetransmitAfter later records
+  // acknowledged was lost (reordering that far is rare); it is resent with the next flush
+  // instead of after its timeout, once per record (a second loss waits for the timeout).
+  uint32_t acked_above = 0;
+  for (uint32_t s = sent_upto_; s != base_;) {
+    OutRecord& r = out(--s);
+    if (r.acked) {
+      ++acked_above;
+    } else if (acked_above >= kFastRetransmitAfter && !r.fast_done && r.tries > 0) {
+      r.fast = r.fast_done = true;
+      r.due_us = now_us;
+    }
+  }
 }
 
 void ReliableChannel::advance_base() {

@@ -45,7 +45,11 @@ struct ChannelStats {
   uint64_t messages_received = 0, records_received = 0;
   uint64_t duplicates = 0, out_of_window = 0, reassembly_errors = 0;
   uint64_t messages_abandoned = 0, refused = 0, downs = 0;
+  uint64_t fast_retransmits = 0;  // of retransmits: resent on selective acks, before the timeout
 };
+
+// Records acknowledged after an unacknowledged one before it is resent at once.
+inline constexpr uint32_t kFastRetransmitAfter = 3;
 
 class ReliableChannel {
  public:
@@ -102,6 +106,8 @@ class ReliableChannel {
     uint16_t msgs = 0;     // whole messages ending in this record (packed: several)
     uint8_t type = 0, flags = 0;
     bool acked = false;
+    bool fast = false;       // due now: later records were acknowledged (fast retransmit)
+    bool fast_done = false;  // fast-retransmitted once already
     uint32_t tries = 0;
     uint64_t due_us = 0;   // next (re)transmission time once sent
     uint64_t rto_us = 0;

@@ -35,6 +35,13 @@ def packet(key, src, dst, epoch, records=(), dst_epoch=0, version=VERSION, lengt
     return hdr + body + mac(key, hdr + body)
 
 
+def rma_request(kind, length=0, inst=0):
+    # RmaRequest: header, id, kind/engine/flags, target inst, ptag, cookie, remote event,
+    # AMO command, then base address, total length, offset, length, handle, operands, flag.
+    return struct.pack("<IHHIIQHHHHIIIIIIQQQQQQQQQ", CTL_MAGIC, CTL_VERSION, 81, 0, 128, 1, kind, 0, 4, 0, inst,
+                       1, 2, 0, 0, 0, 0x1000, max(length, 8), 0, length, 0, 0, 0, 0, 0)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--key", required=True)
@@ -115,6 +122,12 @@ def main():
         struct.pack("<IHHII6I3Q4I", CTL_MAGIC, CTL_VERSION, 72, 0, 80, src, 5, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 64),
         struct.pack("<IHHII4IB7x4s", CTL_MAGIC, CTL_VERSION, 73, 0, 44, 5, 0, 0, 100, 1, b"data"),
         struct.pack("<IHHII3I", CTL_MAGIC, CTL_VERSION, 74, 0, 28, 5, 0, 0),
+        # Memory operations (nicemu/abi/remote_ops.h): a request cut short, one of an unknown
+        # kind, a PUT whose payload is not there, an answer whose length lies.
+        struct.pack("<IHHII", CTL_MAGIC, CTL_VERSION, 81, 0, 16),
+        rma_request(kind=9),
+        rma_request(kind=1, length=100),
+        struct.pack("<IHHIIQQQQQ", CTL_MAGIC, CTL_VERSION, 82, 0, 56, 1, 0, 0, 0, 4096),
     ]
     first = packet(key, src, dst, epoch, records=[(1, 1, garbage[0])])
     send(me, first, 10)

@@ -14,7 +14,10 @@
 #   4. a live daemon under a barrage of random bytes, truncated headers, bad MACs, other
 #      versions, unknown sources, replays and garbage inside valid packets
 #      (fabric_packets.py): it keeps running and its counters show every drop;
-#   5. nicemu-run --fabric udp: a 4-rank PMI job over 3 nodes, each on its own "host".
+#   5. nicemu-run --fabric udp: a 4-rank PMI job over 3 nodes, each on its own "host";
+#      then fabric_rma (FMA PUT/GET, RDMA PUT/GET of 1 MiB, AMOs, CQ writes between every
+#      pair, verified at both ends) on 3 hosts, clean and with the daemons' seeded packet
+#      loss, duplication and reordering.
 # Usage: test_fabric.sh BUILD_DIR FABRIC_PACKETS_PY [DAEMON_ARG...]
 #   DAEMON_ARGs go to every daemon the script starts (e.g. --fabric-io-uring off to test
 #   the recvmmsg receive path).     Exit: 0 pass, 1 fail, 77 skip.
@@ -226,6 +229,19 @@ if timeout -k 5 60 "$RUN" --fabric udp --rundir "$TMP/launcher" -n 4 --nodes 3 -
 else
   fail "nicemu-run --fabric udp"; sed 's/^/    /' "$TMP/run.log" >&2
 fi
+RMA=$BUILD/tests/integration/fabric_rma
+for impair in "" "loss=0.05,dup=0.03,reorder=0.05,seed=11"; do
+  what="fabric_rma on 3 hosts${impair:+ with impairment $impair}"
+  rounds=5
+  if NICEMU_FABRIC_IMPAIR="$impair" timeout -k 5 90 "$RUN" --fabric udp --rundir "$TMP/launcher" -n 3 --nodes 3 \
+      --timeout 80 "$RMA" "$rounds" >"$TMP/rma.log" 2>&1; then
+    n=$(grep -c 'rounds with 2 peers verified' "$TMP/rma.log")
+    [[ $n -eq 3 ]] && pass "$what: FMA, RDMA, AMO and CQ writes verified by all 3 ranks" ||
+      { fail "$what: $n of 3 ranks verified"; sed 's/^/    /' "$TMP/rma.log" >&2; }
+  else
+    fail "$what"; sed 's/^/    /' "$TMP/rma.log" >&2
+  fi
+done
 left=$(find "$TMP/launcher" -mindepth 1 -maxdepth 1 -name 'fabric-*' 2>/dev/null | wc -l)
 [[ $left -eq 0 ]] && pass "nicemu-run removed its fabric directory" || fail "nicemu-run left $left fabric directories"
 

@@ -10,9 +10,11 @@
 # instead (NICEMU_FABRIC_IMPAIR, seeded: loss, duplication, reordering; no delay) and the
 # test says so.
 # Then SMSG between every pair on the same impaired links (fabric_smsg: exactly once, in
-# order, CQEs). Then, where MPICH's Hydra is installed (mpiexec.hydra), a 6-rank PMI job over the three
-# namespace hosts launched by Hydra (its rsh launcher replaced by `ip netns exec`), each
-# rank verifying datagrams with every other rank; skipped with a note otherwise.
+# order, CQEs). Then, where MPICH's Hydra is installed (mpiexec.hydra), a 6-rank PMI job
+# over the three namespace hosts launched by Hydra (its rsh launcher replaced by `ip netns exec`), each
+# rank verifying datagrams with every other rank, then fabric_rma (FMA PUT/GET, RDMA PUT/GET,
+# FADD, CQ writes between every pair, verified at both ends) the same way, on the
+# impaired links; skipped with a note otherwise.
 # Needs root and ip with netns support; otherwise skipped (77).
 # Namespaces and processes are removed on success and failure.
 # Usage: test_fabric_netns.sh BUILD_DIR     Exit: 0 pass, 1 fail, 77 skip.
@@ -202,6 +204,18 @@ EOF2
       { fail "Hydra: $n of 6 ranks verified, on $hosts nodes"; sed 's/^/    /' "$TMP/hydra.log" >&2; }
   else
     fail "Hydra job"; sed 's/^/    /' "$TMP/hydra.log" >&2
+  fi
+  # Memory operations between every pair (two ranks per host: same-host pairs too).
+  RMA=$BUILD/tests/integration/fabric_rma
+  if ip netns exec "${NS[0]}" env NICEMU_RUNDIR="$TMP/host0" NICEMU_NODE=0 timeout -k 5 120 "$HYDRA" \
+      -launcher rsh -launcher-exec "$TMP/netns-rsh" -hosts "${NET}1,${NET}2,${NET}3" -n 6 -ppn 2 -genvnone \
+      -genv PMI_GNI_PTAG "$PMI_GNI_PTAG" -genv PMI_GNI_COOKIE "$PMI_GNI_COOKIE" "$RMA" 2 65536 \
+      >"$TMP/hydra-rma.log" 2>&1; then
+    n=$(grep -c 'rounds with 5 peers verified' "$TMP/hydra-rma.log")
+    [[ $n -eq 6 ]] && pass "Hydra: fabric_rma on 6 ranks, 3 hosts, $how: FMA, RDMA, AMO, CQ writes verified" ||
+      { fail "Hydra fabric_rma: $n of 6 ranks verified"; sed 's/^/    /' "$TMP/hydra-rma.log" >&2; }
+  else
+    fail "Hydra fabric_rma job"; sed 's/^/    /' "$TMP/hydra-rma.log" >&2
   fi
 else
   echo "note: mpiexec.hydra not installed (Debian mpich); the Hydra phase is skipped"

@@ -1,0 +1,261 @@
+/* Memory operations across hosts, verified (test_fabric.sh, test_fabric_netns.sh), and
+ * their bandwidth and latency (bench mode). Run under a PMI launcher (nicemu-run --fabric
+ * udp, mpiexec.hydra), one rank per emulated node; every pair of ranks then crosses the
+ * UDP fabric.
+ *
+ *   fabric_rma ROUNDS [SLOT]  each round, towards every other rank: FMA PUT of a pattern, FMA
+ *                         GET back and compare; RDMA PUT of SLOT bytes (default 1 MiB,
+ *                         at least 4 KiB), RDMA GET back and
+ *                         compare; a fetch-and-add on the peer's counter; a CQ write into
+ *                         the peer's CQ. At the end every rank checks, in its own memory
+ *                         and CQ, what the others did: its counter, its slots' bytes, one
+ *                         CQ-write entry per peer and round (each value once).
+ *   fabric_rma bench      rank 0 -> rank 1: FMA PUT 8 B latency; FMA PUT, RDMA PUT and
+ *                         RDMA GET bandwidth, 8 B .. 4 MiB (up to 16 posts in flight).
+ * Exit 0 = everything verified. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gni_pub.h"
+#include "pmi.h"
+
+#define MAX_RANKS 16
+#define SMALL 4096u              /* the FMA part of a slot */
+#define BENCH_BYTES (4u << 20)
+
+struct peer_info {
+  uint32_t addr, inst;
+  uint64_t win;
+  gni_mem_handle_t win_h;
+};
+
+static int rank, nranks;
+static uint64_t SLOT = 1u << 20; /* bytes of a rank's window per peer */
+static gni_nic_handle_t nic;
+static gni_cq_handle_t cq, rcq;
+
+static int fail(const char *what, long v) {
+  fprintf(stderr, "fabric_rma rank %d: %s (%ld)\n", rank, what, v);
+  return 1;
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static uint8_t pattern(uint32_t seed, uint64_t i) { return (uint8_t)((i * 2654435761u + seed * 40503u) >> 13); }
+
+static void fill(uint8_t *p, uint64_t n, uint32_t seed) {
+  for (uint64_t i = 0; i < n; ++i) p[i] = pattern(seed, i);
+}
+
+/* Waits for one completion; returns its CQE status (0 = ok) or -1 on timeout/error. */
+static long complete_one(void) {
+  gni_cq_entry_t e;
+  gni_return_t rc = GNI_CqWaitEvent(cq, 20000, &e);
+  if (rc != GNI_RC_SUCCESS) return -1;
+  gni_post_descriptor_t *d = NULL;
+  if (GNI_GetCompleted(cq, e, &d) != GNI_RC_SUCCESS || !d) return -1;
+  return GNI_CQ_STATUS_OK(e) ? 0 : (long)GNI_CQ_GET_STATUS(e) + 1;
+}
+
+static long post_wait(gni_ep_handle_t ep, gni_post_descriptor_t *d, int rdma) {
+  gni_return_t rc = rdma ? GNI_PostRdma(ep, d) : GNI_PostFma(ep, d);
+  if (rc != GNI_RC_SUCCESS) return -100 - rc;
+  return complete_one();
+}
+
+static void desc(gni_post_descriptor_t *d, gni_post_type_t type, void *local, gni_mem_handle_t lh, uint64_t remote,
+                 gni_mem_handle_t rh, uint64_t len) {
+  memset(d, 0, sizeof *d);
+  d->type = type;
+  d->cq_mode = GNI_CQMODE_GLOBAL_EVENT;
+  d->dlvr_mode = GNI_DLVMODE_PERFORMANCE;
+  d->local_addr = (uint64_t)local;
+  d->local_mem_hndl = lh;
+  d->remote_addr = remote;
+  d->remote_mem_hndl = rh;
+  d->length = len;
+}
+
+static int bench(gni_ep_handle_t ep, const struct peer_info *t) {
+  uint8_t *src = aligned_alloc(4096, BENCH_BYTES);
+  gni_mem_handle_t sh;
+  if (!src || GNI_MemRegister(nic, (uint64_t)src, BENCH_BYTES, NULL, GNI_MEM_READWRITE, -1, &sh) != GNI_RC_SUCCESS)
+    return fail("register bench buffer", 0);
+  fill(src, BENCH_BYTES, 7);
+  static gni_post_descriptor_t ds[16];
+  /* Latency: one 8-byte FMA PUT at a time, to its global completion. */
+  const int lat_iters = 2000;
+  double t0 = now_s();
+  for (int i = 0; i < lat_iters; ++i) {
+    desc(&ds[0], GNI_POST_FMA_PUT, src, sh, t->win, t->win_h, 8);
+    if (post_wait(ep, &ds[0], 0) != 0) return fail("latency put", i);
+  }
+  printf("fabric_rma bench: FMA PUT 8 B round trip %.1f us\n", (now_s() - t0) / lat_iters * 1e6);
+  printf("fabric_rma bench: %-10s %10s %10s %10s\n", "bytes", "FMA PUT", "RDMA PUT", "RDMA GET");
+  static const uint64_t sizes[] = {8, 64, 512, 4096, 32768, 262144, 1048576, BENCH_BYTES};
+  for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; ++si) {
+    const uint64_t len = sizes[si];
+    double mbs[3];
+    for (int kind = 0; kind < 3; ++kind) {
+      const int rdma = kind > 0;
+      const gni_post_type_t type = kind == 0 ? GNI_POST_FMA_PUT : kind == 1 ? GNI_POST_RDMA_PUT : GNI_POST_RDMA_GET;
+      uint64_t total = len >= (1u << 20) ? 32ull << 20 : len >= 4096 ? 16ull << 20 : len * 5000;
+      uint64_t iters = total / len, posted = 0, done = 0;
+      if (iters < 16) iters = 16;
+      t0 = now_s();
+      while (done < iters) {
+        while (posted < iters && posted - done < 16) {
+          gni_post_descriptor_t *d = &ds[posted % 16];
+          desc(d, type, src, sh, t->win, t->win_h, len);
+          gni_return_t rc = rdma ? GNI_PostRdma(ep, d) : GNI_PostFma(ep, d);
+          if (rc != GNI_RC_SUCCESS) return fail("bench post", rc);
+          ++posted;
+        }
+        if (complete_one() != 0) return fail("bench completion", (long)len);
+        ++done;
+      }
+      mbs[kind] = (double)(iters * len) / (now_s() - t0) / 1e6;
+    }
+    printf("fabric_rma bench: %-10llu %8.1f MB/s %8.1f MB/s %8.1f MB/s\n", (unsigned long long)len, mbs[0], mbs[1],
+           mbs[2]);
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2 && argc != 3) {
+    fprintf(stderr, "usage: fabric_rma ROUNDS [SLOT_BYTES] | fabric_rma bench\n");
+    return 2;
+  }
+  if (argc == 3) SLOT = strtoull(argv[2], NULL, 0) & ~4095ull;
+  if (SLOT < SMALL) return 2;
+  const int bench_mode = strcmp(argv[1], "bench") == 0;
+  const int rounds = bench_mode ? 0 : atoi(argv[1]);
+  int spawned;
+  if (PMI_Init(&spawned) != PMI_SUCCESS || PMI_Get_rank(&rank) != PMI_SUCCESS || PMI_Get_size(&nranks) != PMI_SUCCESS)
+    return fail("PMI_Init", -1);
+  if (nranks < 2 || nranks > MAX_RANKS) return fail("need 2..16 ranks", nranks);
+  const char *ptag_s = getenv("PMI_GNI_PTAG"), *cookie_s = getenv("PMI_GNI_COOKIE");
+  if (!ptag_s || !cookie_s) return fail("no credential in the environment", 0);
+  gni_cdm_handle_t cdm;
+  uint32_t my_addr = 0;
+  gni_return_t rc = GNI_CdmCreate((uint32_t)rank, (uint8_t)strtoul(ptag_s, NULL, 0),
+                                  (uint32_t)strtoul(cookie_s, NULL, 0), 0, &cdm);
+  if (rc == GNI_RC_SUCCESS) rc = GNI_CdmAttach(cdm, 0, &my_addr, &nic);
+  if (rc == GNI_RC_SUCCESS) rc = GNI_CqCreate(nic, 256, 0, GNI_CQ_BLOCKING, NULL, NULL, &cq);
+  if (rc == GNI_RC_SUCCESS) rc = GNI_CqCreate(nic, 4096, 0, GNI_CQ_BLOCKING, NULL, NULL, &rcq);
+  if (rc != GNI_RC_SUCCESS) return fail("attach", rc);
+
+  /* The window: a counter word, then one slot per rank. Remote events go to rcq. */
+  const uint64_t win_bytes = 4096 + (uint64_t)nranks * SLOT + BENCH_BYTES;
+  uint8_t *win = aligned_alloc(4096, win_bytes);
+  if (!win) return fail("alloc", 0);
+  memset(win, 0, win_bytes);
+  struct peer_info me = {my_addr, (uint32_t)rank, (uint64_t)win, {0, 0}}, all[MAX_RANKS];
+  if ((rc = GNI_MemRegister(nic, (uint64_t)win, win_bytes, rcq, GNI_MEM_READWRITE, -1, &me.win_h)) != GNI_RC_SUCCESS)
+    return fail("register window", rc);
+  if (PMI_Allgather(&me, all, sizeof me) != PMI_SUCCESS) return fail("PMI_Allgather", 0);
+  gni_ep_handle_t ep[MAX_RANKS] = {0};
+  for (int p = 0; p < nranks; ++p) {
+    if (p == rank) continue;
+    if ((rc = GNI_EpCreate(nic, cq, &ep[p])) != GNI_RC_SUCCESS || (rc = GNI_EpBind(ep[p], all[p].addr, all[p].inst)))
+      return fail("EP", rc);
+  }
+
+  if (bench_mode) {
+    int r = rank == 0 ? bench(ep[1], &all[1]) : 0;
+    PMI_Barrier();
+    PMI_Finalize();
+    return r;
+  }
+
+  uint8_t *src = aligned_alloc(4096, SLOT), *back = aligned_alloc(4096, SLOT);
+  uint64_t *fetched = aligned_alloc(64, 64);
+  gni_mem_handle_t src_h, back_h, f_h;
+  if (!src || !back || !fetched) return fail("alloc", 0);
+  if (GNI_MemRegister(nic, (uint64_t)src, SLOT, NULL, GNI_MEM_READWRITE, -1, &src_h) != GNI_RC_SUCCESS ||
+      GNI_MemRegister(nic, (uint64_t)back, SLOT, NULL, GNI_MEM_READWRITE, -1, &back_h) != GNI_RC_SUCCESS ||
+      GNI_MemRegister(nic, (uint64_t)fetched, 64, NULL, GNI_MEM_READWRITE, -1, &f_h) != GNI_RC_SUCCESS)
+    return fail("register", 0);
+  gni_post_descriptor_t d;
+  double t0 = now_s();
+  uint64_t bytes = 0;
+  for (int r = 0; r < rounds; ++r) {
+    for (int p = 0; p < nranks; ++p) {
+      if (p == rank) continue;
+      const uint64_t slot = all[p].win + 4096 + (uint64_t)rank * SLOT;
+      const uint32_t seed = (uint32_t)(r * 1000 + rank * 31 + p);
+      long st;
+      /* FMA PUT of the small part, GET back. */
+      fill(src, SMALL, seed);
+      desc(&d, GNI_POST_FMA_PUT, src, src_h, slot, all[p].win_h, SMALL);
+      if ((st = post_wait(ep[p], &d, 0)) != 0) return fail("FMA PUT", st);
+      memset(back, 0, SMALL);
+      desc(&d, GNI_POST_FMA_GET, back, back_h, slot, all[p].win_h, SMALL);
+      if ((st = post_wait(ep[p], &d, 0)) != 0) return fail("FMA GET", st);
+      if (memcmp(back, src, SMALL) != 0) return fail("FMA GET returned other bytes than PUT wrote", p);
+      /* RDMA PUT of the whole slot (over the FMA part), GET back. */
+      fill(src, SLOT, seed + 1);
+      desc(&d, GNI_POST_RDMA_PUT, src, src_h, slot, all[p].win_h, SLOT);
+      if ((st = post_wait(ep[p], &d, 1)) != 0) return fail("RDMA PUT", st);
+      memset(back, 0, SLOT);
+      desc(&d, GNI_POST_RDMA_GET, back, back_h, slot, all[p].win_h, SLOT);
+      if ((st = post_wait(ep[p], &d, 1)) != 0) return fail("RDMA GET", st);
+      if (memcmp(back, src, SLOT) != 0) return fail("RDMA GET returned other bytes than PUT wrote", p);
+      bytes += 2 * SLOT + 2 * SMALL;
+      /* Fetch-and-add 1 on the peer's counter. */
+      desc(&d, GNI_POST_AMO, fetched, f_h, all[p].win, all[p].win_h, 8);
+      d.amo_cmd = GNI_FMA_ATOMIC_FADD;
+      d.first_operand = 1;
+      *fetched = ~0ull;
+      if ((st = post_wait(ep[p], &d, 0)) != 0) return fail("AMO FADD", st);
+      if (*fetched >= (uint64_t)rounds * (uint64_t)(nranks - 1)) return fail("AMO fetched an impossible value", (long)*fetched);
+      /* A CQ write naming this rank and round. */
+      memset(&d, 0, sizeof d);
+      d.type = GNI_POST_CQWRITE;
+      d.cq_mode = GNI_CQMODE_GLOBAL_EVENT;
+      d.remote_mem_hndl = all[p].win_h;
+      d.cqwrite_value = ((uint64_t)rank << 32) | (uint32_t)r;
+      if ((rc = GNI_PostCqWrite(ep[p], &d)) != GNI_RC_SUCCESS) return fail("GNI_PostCqWrite", rc);
+      if ((st = complete_one()) != 0) return fail("CQ write completion", st);
+    }
+  }
+  const double secs = now_s() - t0;
+  if (PMI_Barrier() != PMI_SUCCESS) return fail("PMI_Barrier", 0);
+
+  /* What the others did here. */
+  const uint64_t want = (uint64_t)rounds * (uint64_t)(nranks - 1);
+  if (*(volatile uint64_t *)win != want) return fail("counter after every FADD", (long)*(volatile uint64_t *)win);
+  for (int q = 0; q < nranks && rounds > 0; ++q) {
+    if (q == rank) continue;
+    fill(src, SLOT, (uint32_t)((rounds - 1) * 1000 + q * 31 + rank) + 1);
+    if (memcmp(win + 4096 + (uint64_t)q * SLOT, src, SLOT) != 0) return fail("slot bytes of rank", q);
+  }
+  static uint8_t seen[MAX_RANKS][1024];
+  uint64_t writes = 0;
+  for (;;) {
+    gni_cq_entry_t e;
+    rc = GNI_CqGetEvent(rcq, &e);
+    if (rc == GNI_RC_NOT_DONE) break;
+    if (rc != GNI_RC_SUCCESS) return fail("remote CQ", rc);
+    uint64_t v = GNI_CQ_GET_DATA(e);
+    uint32_t from = (uint32_t)(v >> 32), rr = (uint32_t)(v & 0xFFFF);
+    if (from >= (uint32_t)nranks || from == (uint32_t)rank || rr >= (uint32_t)rounds || rr >= 1024 || seen[from][rr])
+      return fail("unexpected or duplicated CQ write", (long)v);
+    seen[from][rr] = 1;
+    ++writes;
+  }
+  if (writes != want) return fail("CQ writes received", (long)writes);
+  printf("fabric_rma rank %d (NIC %u): %d rounds with %d peers verified, %.1f MB/s moved\n", rank, my_addr, rounds,
+         nranks - 1, (double)bytes / secs / 1e6);
+  PMI_Barrier();
+  PMI_Finalize();
+  return 0;
+}
