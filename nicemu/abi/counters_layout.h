@@ -84,7 +84,11 @@ enum Kind : uint8_t { kCounter = 0, kGauge = 1 };
   X(fabric_peer_downs, kCounter, "UDP fabric: channels taken down after the retry budget")   \
   X(fabric_send_refused, kCounter, "UDP fabric: messages refused at once (peer down, backlog full)") \
   X(fabric_messages_abandoned, kCounter, "UDP fabric: queued messages given up (peer down or restarted)") \
-  X(fabric_send_errors, kCounter, "UDP fabric: sendmmsg failures")
+  X(fabric_send_errors, kCounter, "UDP fabric: sendmmsg failures")                          \
+  X(smsg_relay_sent, kCounter, "SMSG across hosts: messages relayed to another host's daemon") \
+  X(smsg_relay_delivered, kCounter, "SMSG across hosts: messages from another host written into a mailbox here") \
+  X(smsg_relay_credit_updates, kCounter, "SMSG across hosts: receivers' releases reported back to senders") \
+  X(smsg_relay_failures, kCounter, "SMSG across hosts: relays failed (receiver gone, peer daemon silent)")
 
 // Per-CDM counters: written by libugni into its CdmCounterBlock, copied by the daemon.
 // Error completions are counted by class (the CQE status, nicemu/abi/cq_entry.h) when the

@@ -13,8 +13,8 @@ namespace nicemu::abi::ctl {
 
 inline constexpr uint32_t kMagic = 0x4E43544C;  // "NCTL"
 inline constexpr uint16_t kVersion = 1;
-inline constexpr size_t kMaxMessage = 32768;    // every message but a status reply (the largest:
-                                                // GNI_MemRegisterSegments, 1024 segments)
+inline constexpr size_t kMaxMessage = 73728;    // every message but a status reply (the largest:
+                                                // SmsgRelaySend of a 64 KiB SMSG message)
 inline constexpr size_t kMaxStatusReply = 1u << 20;
 
 enum class Op : uint16_t {
@@ -55,6 +55,14 @@ enum class Op : uint16_t {
   kMsgqConnect = 53,      // -> MsgqConnReply                   GNI_MsgqConnect
   kMsgqConnRelease = 54,  // -> Reply                           GNI_MsgqConnRelease
   kMsgqLookup = 55,       // -> MsgqLookupReply + segment memfd  a sender maps a node's segment
+  // SMSG to a node of another host (docs/fabric.md, "SMSG across hosts"): the sender's
+  // daemon relays each message over the fabric to the receiver's daemon.
+  kSmsgRelayOpen = 70,    // -> SmsgRelayOpenReply   GNI_SmsgInit towards another host
+  kSmsgRelaySend = 71,    // no reply: one message (variable length), checked by the library
+  kSmsgOpen = 72,         // daemon -> daemon, no reply: open the receiver's mailbox for a relay
+  kSmsgData = 73,         // daemon -> daemon, no reply: one message (variable length)
+  kSmsgAck = 74,          // daemon -> daemon, no reply: delivered / released / failure of a relay
+  kSmsgClose = 75,        // daemon -> daemon, no reply: the sender's CDM is gone, forget the relay
   // Memory operations on NIC addresses of other hosts (remote_ops.h).
   kRemotePost = 80,   // no reply: a CDM's FMA/AMO/RDMA/CQ-write post for another host's node
   kRmaRequest = 81,   // daemon -> daemon over the fabric: execute one piece at the target
@@ -403,6 +411,91 @@ struct MsgqLookupReply {
   uint64_t segment_id;
   uint64_t size;
 };
+
+// On the attach connection: GNI_SmsgInit towards a NIC address of another host. The daemon
+// finds or creates the relay of (this CDM, peer, mailbox) and its SmsgRelayCtl in our heap
+// (shm_layout.h); the same attributes give the same relay, which resumes where it was.
+struct SmsgRelayOpen {
+  Header h;
+  uint32_t peer_addr;   // receiver's NIC address (on another host)
+  uint32_t peer_inst;
+  uint64_t qword1;      // receiver's registration of its mailbox area (its remote attrs)
+  uint64_t qword2;
+  uint64_t msg_buffer;
+  uint32_t mbox_offset;
+  uint32_t buff_size;
+  uint32_t credits;
+  uint32_t max_size;
+};
+struct SmsgRelayOpenReply {
+  Reply r;
+  uint64_t ctl_offset;  // SmsgRelayCtl in our heap
+  uint32_t relay;       // names the relay in SmsgRelaySend
+  uint32_t reserved;
+};
+
+// One message, one-way on the attach connection; `length` bytes (header then data) follow
+// the struct. The library sends message `seq` only with a credit (seq - released <
+// credits) and in sequence order; the local completion (msg_id, into CQ slot `src_cq`)
+// is pushed by the daemon once the receiver's daemon has written the message.
+struct SmsgRelaySend {
+  Header h;
+  uint32_t relay;
+  uint32_t seq;
+  uint32_t msg_id;
+  uint32_t remote_event;  // the EP's remote event data: the receiver's CQE carries it
+  uint32_t src_cq;        // our CQ slot for the local completion, or kNoCq
+  uint32_t length;
+  uint8_t tag;
+  uint8_t reserved[7];
+};
+
+// Between daemons (over the fabric). `relay` is the sender daemon's name of the channel;
+// the receiver's daemon keys its state by (sending node, relay).
+struct SmsgOpen {
+  Header h;
+  uint32_t origin_node;  // must be the fabric sender
+  uint32_t relay;
+  uint32_t from_inst;    // sender CDM (on origin_node)
+  uint32_t to_inst;      // receiver CDM, here
+  uint32_t ptag;
+  uint32_t cookie;
+  uint64_t qword1;
+  uint64_t qword2;
+  uint64_t msg_buffer;
+  uint32_t mbox_offset;
+  uint32_t buff_size;
+  uint32_t credits;
+  uint32_t max_size;
+};
+struct SmsgData {
+  Header h;
+  uint32_t relay;
+  uint32_t seq;          // the relay's numbering, from 0
+  uint32_t remote_event;
+  uint32_t length;       // bytes following the struct
+  uint8_t tag;
+  uint8_t reserved[7];
+};
+// Receiver's daemon -> sender's daemon: messages [0, delivered) are in the mailbox, the
+// receiver released [0, released); status != 0 (a cqe:: error status): the relay is dead.
+struct SmsgAck {
+  Header h;
+  uint32_t relay;
+  uint32_t delivered;
+  uint32_t released;
+  uint32_t status;
+};
+struct SmsgClose {
+  Header h;
+  uint32_t relay;
+  uint32_t reserved;
+};
+// Largest SMSG message (header + data) carried across hosts: an SmsgData must fit one
+// fabric message (wire::kMaxMessage, 64 KiB).
+inline constexpr uint32_t kSmsgRelayMaxSize = 65536 - sizeof(SmsgData);
+static_assert(sizeof(SmsgRelaySend) + kSmsgRelayMaxSize <= kMaxMessage);
+static_assert(sizeof(SmsgData) == 40 && sizeof(SmsgOpen) == 80 && sizeof(SmsgAck) == 32);
 
 static_assert(sizeof(Attach) <= kMaxMessage && sizeof(MboxOpen) <= kMaxMessage);
 static_assert(sizeof(MemRegisterSegments) <= kMaxMessage);

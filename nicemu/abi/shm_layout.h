@@ -215,6 +215,31 @@ struct MboxCtl {
 static_assert(sizeof(MboxCtl) == 192);
 inline constexpr uint32_t kMboxMagic = 0x4D424F58;  // "MBOX"
 
+// Cross-host SMSG (docs/fabric.md, "SMSG across hosts"): the sender's side of a channel
+// whose mailbox is in a region on another host. The library cannot store into that
+// mailbox; it hands each message to its daemon (ctl::SmsgRelaySend), which carries it over
+// the fabric to the receiver's daemon, which writes it into the real mailbox. This block
+// lives in the *sender's* heap so credits and failures reach the library without a call:
+//  - library: `sent` (messages handed over; it only grows, the library's own index);
+//  - daemon: `released` (the receiver's releases as last reported over the fabric, on the
+//    sender's numbering: credits are free while sent - released < credits), `delivered`
+//    (messages written into the receiver's mailbox) and `state` (0 while the channel works,
+//    else the CQE error status it failed with, for good: receiver gone, peer daemon silent
+//    past the fabric's retry budget). The library reads them with acquire.
+struct SmsgRelayCtl {
+  alignas(64) std::atomic<uint32_t> sent;       // written by the library only
+  alignas(64) std::atomic<uint32_t> released;   // written by the daemon only
+  std::atomic<uint32_t> delivered;              // daemon
+  std::atomic<uint32_t> state;                  // daemon: 0 = up, else a cqe:: error status
+  alignas(64) uint32_t magic;
+  uint32_t credits;
+  uint32_t max_size;
+  uint32_t reserved;
+};
+static_assert(sizeof(SmsgRelayCtl) == 192);
+static_assert(offsetof(SmsgRelayCtl, released) == 64 && offsetof(SmsgRelayCtl, state) == 72);
+inline constexpr uint32_t kRelayMagic = 0x524C4159;  // "RLAY"
+
 struct MboxSlotHeader {
   std::atomic<uint32_t> seq;
   uint32_t length;   // header + data bytes

@@ -14,6 +14,7 @@
 #include "nicemu/abi/futex.h"
 #include "nicemu/abi/gni_values.h"
 #include "nicemu/abi/mem_handle.h"
+#include "nicemu/abi/region_access.h"
 #include "nicemu/abi/region_map.h"
 
 namespace nicemu::daemon {
@@ -326,6 +327,24 @@ bool CdmRegion::push_datagram(const DgramEvent& e) {
 void CdmRegion::notify_datagram() {
   header()->dgram_seq.fetch_add(1, std::memory_order_release);
   futex_wake_all(&header()->dgram_seq);
+}
+
+std::optional<uint64_t> CdmRegion::heap_block(uint64_t bytes) {
+  if (!alive()) return std::nullopt;
+  auto off = heap_.allocate(bytes);
+  if (off) std::memset(base_ + *off, 0, bytes);
+  return off;
+}
+
+char* CdmRegion::heap_ptr(uint64_t offset, uint64_t bytes) const {
+  if (!region_in_heap(size_, offset, bytes)) return nullptr;
+  return base_ + offset;
+}
+
+bool CdmRegion::push_cqe(uint32_t slot, uint64_t entry) const {
+  if (!alive()) return false;
+  CqRingView v = region_cq_view(base_, size_, slot);
+  return v.valid() && v.push(entry);
 }
 
 void CdmRegion::kill(RegionState why) {

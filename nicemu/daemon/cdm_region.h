@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -88,6 +89,14 @@ class CdmRegion {
   bool has_dgram_ring() const { return dgram_ring_.valid(); }
   // A datagram of this CDM changed state: wake its waiters (EpPostDataWait, probes).
   void notify_datagram();
+
+  // For the daemon's own structures in the heap (SMSG relay blocks, smsg_relay.h): a zeroed
+  // block, nullopt if the heap is full; and a pointer to [offset, offset + bytes) of the
+  // heap, nullptr if that is not inside it.
+  std::optional<uint64_t> heap_block(uint64_t bytes);
+  char* heap_ptr(uint64_t offset, uint64_t bytes) const;
+  // Pushes `entry` into CQ `slot` (a CQ destroyed meanwhile is skipped); false if not pushed.
+  bool push_cqe(uint32_t slot, uint64_t entry) const;
 
   // Marks the region dead (owner gone) or NIC down, invalidates every registration and
   // wakes every waiter so nobody sleeps on a region that will never change again.

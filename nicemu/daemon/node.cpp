@@ -59,7 +59,26 @@ Node::Node(NodeConfig cfg)
           [this](const Credential& c) -> MsgqSegment* {
             auto it = msgqs_.find(c);
             return it == msgqs_.end() ? nullptr : it->second.get();
-          }) {
+          }),
+      smsg_(cfg_.nic_addr, stats_,
+            SmsgRelayEnv{
+                [this](uint64_t id) -> CdmRegion* {
+                  auto it = cdms_.find(id);
+                  return it == cdms_.end() ? nullptr : it->second.get();
+                },
+                [this](const Credential& c, uint32_t inst) { return find_cdm(c, inst); },
+                [this](CdmRegion& t) {
+                  Peer remote{};  // a mailbox opened for a sender of another host counts as the receiver's
+                  remote.uid = static_cast<uid_t>(-1);
+                  return may_take(remote, Resource::kMailboxes, t.pid(), t.credential());
+                },
+                [this](uint32_t node) { return fabric_ && fabric_->has(node) && !links_.local(node); },
+                [this](uint32_t node, const void* m, size_t n) {
+                  bool ok = fabric_ && fabric_->send(node, m, n);
+                  if (ok) count_link(node, n, true);
+                  return ok;
+                },
+                [this](uint32_t node) { return fabric_ && fabric_->peer_up(node); }}) {
   // Cookies come from the kernel's CSPRNG (libsodium): a user must not be able to predict
   // the credential of another user's next job.
   if (sodium_init() < 0) throw std::runtime_error("libsodium initialisation failed");
@@ -401,6 +420,24 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
       if (r.r.rc == rc::kSuccess) ++ctr_.mbox_opens;
       return;
     }
+    case Op::kSmsgRelayOpen: {
+      ctl::SmsgRelayOpen req;
+      if (!parse(msg, len, req)) return bad();
+      auto& r = init_reply<ctl::SmsgRelayOpenReply>(reply, h);
+      CdmRegion* cdm = owned_cdm(peer);
+      r.r.rc = cdm ? smsg_.open(*cdm, req, r) : rc::kInvalidState;
+      return;
+    }
+    case Op::kSmsgRelaySend: {  // one-way (variable length): no reply, refusals counted
+      CdmRegion* cdm = owned_cdm(peer);
+      if (!cdm || !smsg_.send(*cdm, msg, len)) ++ctr_.malformed_messages;
+      return;
+    }
+    case Op::kSmsgOpen:
+    case Op::kSmsgData:
+    case Op::kSmsgAck:
+    case Op::kSmsgClose:
+      return bad();  // daemon-to-daemon over the fabric only
     case Op::kCredIssue:
     case Op::kCredGrant:
     case Op::kCredRevoke: {
@@ -549,10 +586,12 @@ void Node::handle_datagram(Peer& peer, const ctl::Header& h, const char* msg, si
 
 void Node::set_fabric(UdpFabric* f) {
   fabric_ = f;
-  if (!f) return;
+  if (!f) return smsg_.stop();
+  smsg_.start(f->io());
   f->on_peer_lost([this](uint32_t nic) {
     remote_out_.peer_lost(nic);
     remote_in_.peer_lost(nic);
+    smsg_.peer_lost(nic);
   });
   f->on_progress([this] {
     if (msgq_relay_.holding()) {
@@ -562,6 +601,7 @@ void Node::set_fabric(UdpFabric* f) {
     }
     if (remote_in_.backlog()) remote_in_.retry();
     if (remote_out_.waiting()) remote_out_.pump();
+    smsg_.progress();
   });
 }
 
@@ -620,6 +660,12 @@ void Node::fabric_message(uint32_t from, const uint8_t* msg, size_t len) {
       if (r.origin_node != from) return drop("DgramRetract about another node");
       return dgrams_.retract(r);
     }
+    case Op::kSmsgOpen:
+    case Op::kSmsgData:
+    case Op::kSmsgAck:
+    case Op::kSmsgClose:
+      if (const char* why = smsg_.fabric_message(from, h, m, len)) return drop(why);
+      return;
     case Op::kRmaRequest:
       if (!remote_in_.request(from, msg, len)) return drop("bad RmaRequest");
       return;
@@ -866,6 +912,7 @@ void Node::connection_closed(Peer& peer) {
   auto it = cdms_.find(peer.attach_id);
   if (it == cdms_.end()) return;
   dgrams_.cdm_gone(peer.attach_id);
+  smsg_.cdm_gone(peer.attach_id);
   msgq_leave(*it->second);
   it->second->kill(kRegionDead);
   bte_.region_gone(peer.attach_id);
@@ -882,6 +929,7 @@ void Node::connection_closed(Peer& peer) {
 }
 
 void Node::shutdown() {
+  smsg_.stop();
   for (auto& [id, r] : cdms_) {
     r->kill(kRegionNicDown);
     bte_.region_gone(id);
@@ -941,6 +989,7 @@ nlohmann::json Node::status(const Peer* viewer) const {
                          {"spec", nicemu::fault::to_spec(fault_.config())},
                          {"page", fault_.path()}}},
               {"fabric", fabric_ ? fabric_->status() : nlohmann::json(nullptr)},
+              {"smsg_relay", smsg_.status()},
               {"counters",
                {{"connections", ctr_.connections},
                 {"attaches", ctr_.attaches},

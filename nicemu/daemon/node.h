@@ -25,6 +25,7 @@
 #include "nicemu/daemon/remote_requester.h"
 #include "nicemu/daemon/remote_responder.h"
 #include "nicemu/daemon/resource_limits.h"
+#include "nicemu/daemon/smsg_relay.h"
 #include "nicemu/daemon/stats_page.h"
 #include "nicemu/fault/fault_page.h"
 
@@ -107,6 +108,7 @@ class Node {
   void refresh_counters();
   // The UDP transport to other hosts' daemons (udp_fabric.h), when a fabric map is given;
   // messages to a node without a daemon socket on this host go through it.
+  // SMSG across hosts is relayed over it (smsg_relay.h), on its loop.
   void set_fabric(UdpFabric* f);
   // The fault configuration in force (nicemuctl fault / --fault): the fabric consults its
   // `packet` rules for every packet it sends.
@@ -170,6 +172,7 @@ class Node {
   void remote_post(Peer& peer, const char* msg, size_t len);
   bool shutdown_requested_ = false;
   UdpFabric* fabric_ = nullptr;
+  SmsgRelay smsg_;  // SMSG to and from nodes of other hosts (after cdms_ and stats_: uses both)
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };
 

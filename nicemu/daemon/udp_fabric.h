@@ -66,6 +66,7 @@ class UdpFabric {
   // peer by a seeded injector. Null: none.
   void set_fault_config(const abi::fault::Config* cfg) { fault_cfg_ = cfg; }
   uint16_t port() const { return port_; }
+  asio::io_context& io() { return io_; }  // the loop it runs on
   nlohmann::json status() const;
   // Called (from the loop, never inside a send) when a peer's channel goes down after the
   // retry budget or the peer restarts: what was sent to it is lost.

@@ -5,7 +5,7 @@
  * names the peer and the round. With FABRIC_DGRAM_REMOTE_FMA set, an FMA PUT and an RDMA
  * PUT towards the first peer, which lives on another host, with a memory handle that peer
  * never registered, must complete with an error (validated by the target's daemon), not
- * hang; GNI_SmsgInit towards it is refused (SMSG is not carried across hosts yet).
+ * hang. (SMSG across hosts: fabric_smsg.c.)
  *   fabric_dgram INST ROUNDS PEER_ADDR:PEER_INST...       exit 0 = all verified
  *   fabric_dgram pmi ROUNDS      under a PMI launcher (nicemu-run --fabric udp, mpiexec):
  *                                inst = rank, every other rank is a peer */
@@ -158,29 +158,8 @@ int main(int argc, char **argv) {
     } else {
       printf("fabric_dgram %u/%u: remote RDMA PUT refused at post (rc %d), as documented\n", my_addr, inst, rc);
     }
-    /* SMSG: the peer's mailbox cannot be opened. */
-    gni_smsg_attr_t a;
-    memset(&a, 0, sizeof a);
-    a.msg_type = GNI_SMSG_TYPE_MBOX_AUTO_RETRANSMIT;
-    a.mbox_maxcredit = 4;
-    a.msg_maxsize = 64;
-    unsigned need = 0;
-    GNI_SmsgBufferSizeNeeded(&a, &need);
-    char *mbox = calloc(1, need);
-    gni_mem_handle_t mbh;
-    if ((rc = GNI_MemRegister(nic, (uint64_t)mbox, need, cq, GNI_MEM_READWRITE, -1, &mbh)) != GNI_RC_SUCCESS)
-      return fail("GNI_MemRegister", rc);
-    a.msg_buffer = mbox;
-    a.buff_size = need;
-    a.mem_hndl = mbh;
-    gni_smsg_attr_t remote = a;
-    rc = GNI_SmsgInit(ep[0], &a, &remote);
-    if (rc == GNI_RC_SUCCESS) return fail("remote GNI_SmsgInit should not succeed", rc);
-    printf("fabric_dgram %u/%u: remote GNI_SmsgInit refused (rc %d), as documented\n", my_addr, inst, rc);
-    GNI_MemDeregister(nic, &mbh);
     GNI_MemDeregister(nic, &bh);
     GNI_MemDeregister(nic, &mh);
-    free(mbox);
   }
   printf("fabric_dgram %u/%u: %d rounds with %d peers verified\n", my_addr, inst, rounds, npeers);
   for (int i = 0; i < npeers; ++i) GNI_EpDestroy(ep[i]);

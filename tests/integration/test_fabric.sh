@@ -3,7 +3,7 @@
 # host, so nothing is reachable by Unix socket) talk over UDP with a cluster key.
 #   1. two daemons: processes on each exchange directed datagrams (matching across the
 #      fabric), 20 rounds, payloads verified; FMA and RDMA with a handle the remote target
-#      never registered complete with errors (validated there), SmsgInit is refused;
+#      never registered complete with errors (validated there); SMSG: test_fabric_smsg.sh;
 #   2. three daemons, three processes, every pair, 20 rounds;
 #   2b. the fault injector's packet rules (nicemuctl fault set packet.drop=... on daemons 0
 #      and 1): datagrams still verified, drops retransmitted, corrupted packets counted as
@@ -116,7 +116,7 @@ echo "receive path: $(grep -ho 'nodes in the map; .*' "$TMP/daemon0.log" | head 
 cred 1
 FABRIC_DGRAM_REMOTE_FMA=1 run 0 0 20 1:1
 run 1 1 20 0:0
-wait_all "two daemons: 20 rounds of directed datagrams across the fabric, bad remote FMA/RDMA are error completions, SmsgInit refused"
+wait_all "two daemons: 20 rounds of directed datagrams across the fabric, bad remote FMA/RDMA are error completions"
 rx=$(counter 0 fabric_rx_packets)
 [[ $rx -gt 0 ]] && pass "daemon 0 received $rx fabric packets" || fail "no fabric packets counted"
 

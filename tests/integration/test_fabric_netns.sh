@@ -9,8 +9,9 @@
 # no netem (containers, minimal kernels), the daemons impair their own outgoing packets
 # instead (NICEMU_FABRIC_IMPAIR, seeded: loss, duplication, reordering; no delay) and the
 # test says so.
-# Then, where MPICH's Hydra is installed (mpiexec.hydra), a 6-rank PMI job over the three
-# namespace hosts launched by Hydra (its rsh launcher replaced by `ip netns exec`), each
+# Then SMSG between every pair on the same impaired links (fabric_smsg: exactly once, in
+# order, CQEs). Then, where MPICH's Hydra is installed (mpiexec.hydra), a 6-rank PMI job
+# over the three namespace hosts launched by Hydra (its rsh launcher replaced by `ip netns exec`), each
 # rank verifying datagrams with every other rank, then fabric_rma (FMA PUT/GET, RDMA PUT/GET,
 # FADD, CQ writes between every pair, verified at both ends) the same way, on the
 # impaired links; skipped with a note otherwise.
@@ -150,6 +151,32 @@ rtx=$(( $(counter 0 fabric_retransmits) + $(counter 1 fabric_retransmits) + $(co
 dup=$(( $(counter 0 fabric_duplicates) + $(counter 1 fabric_duplicates) + $(counter 2 fabric_duplicates) - dup0 ))
 [[ $rtx -gt 0 ]] && pass "lost packets were retransmitted ($rtx records)" || fail "no retransmissions under 10% loss"
 [[ $dup -gt 0 ]] && pass "duplicates were suppressed ($dup records)" || fail "no duplicates counted under netem duplicate"
+
+# SMSG across the namespace hosts on the same impaired links: three processes, every pair,
+# 1000 messages each way, each exactly once and in order with its CQEs (fabric_smsg.c).
+SMSG=$BUILD/tests/integration/fabric_smsg
+if [[ -x "$SMSG" ]]; then
+  PIDS=()
+  ok=1
+  for i in 0 1 2; do
+    peers=()
+    for j in 0 1 2; do [[ $j -ne $i ]] && peers+=("$j:$((200 + j))"); done
+    ip netns exec "${NS[$i]}" env NICEMU_RUNDIR="$TMP/host$i" NICEMU_NODE=$i \
+      timeout -k 5 60 "$SMSG" $((200 + i)) 1000 "${peers[@]}" >>"$TMP/prog.log" 2>&1 &
+    PIDS+=($!)
+  done
+  for p in "${PIDS[@]}"; do wait "$p" || ok=0; done
+  PIDS=()
+  if [[ $ok -eq 1 && $(grep -c '1000 messages each way with 2 peers verified' "$TMP/prog.log") -eq 3 ]]; then
+    pass "SMSG on the impaired links: every pair, 1000 messages each way, exactly once, in order"
+    grep -o 'verified in .*' "$TMP/prog.log" | head -1 | sed 's/^/    /'
+  else
+    fail "SMSG on the impaired links"; sed 's/^/    /' "$TMP/prog.log" >&2
+  fi
+  : >"$TMP/prog.log"
+else
+  echo "note: fabric_smsg not built; the SMSG phase is skipped"
+fi
 
 # ---- Hydra across the namespaces ----
 HYDRA=$(command -v mpiexec.hydra)

@@ -193,7 +193,12 @@ struct Mailbox {
   uint32_t dst_cq = abi::kNoCq;    // receiver's CQ for remote SMSG events
   const abi::CqRingCtl* dst_ctl = nullptr;  // the ring `dst_head_seen` belongs to
   uint64_t dst_head_seen = 0;      // our private copy of that ring's head
-  bool valid() const { return view.ctl != nullptr; }
+  // Across hosts (smsg_relay.h): no mailbox mapped (`region` null, view without ctl); the
+  // daemon relays, and this block in our own heap says credits and failure.
+  abi::SmsgRelayCtl* relay = nullptr;
+  uint32_t relay_id = 0;
+  std::vector<char> relay_buf;     // the SmsgRelaySend being built
+  bool valid() const { return view.ctl != nullptr || relay != nullptr; }
 };
 
 struct Ep {

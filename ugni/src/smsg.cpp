@@ -1,10 +1,12 @@
-// SMSG channel: per-peer mailboxes with credits, in-order delivery and 8-bit tags. The
-// sender writes straight into the receiver's mailbox in the receiver's region and posts
-// the remote event into the receiver's CQ; no daemon on the message path.
+// SMSG channel: per-peer mailboxes with credits, in-order delivery and 8-bit tags. On one
+// host the sender writes straight into the receiver's mailbox in the receiver's region and
+// posts the remote event into the receiver's CQ; no daemon on the message path. Towards a
+// node of another host the daemons relay the messages (smsg_relay.h).
 #include <cstring>
 
 #include "fault_engine.h"
 #include "internal.h"
+#include "smsg_relay.h"
 
 using namespace nicemu;
 using namespace nicemu::ugni;
@@ -64,6 +66,7 @@ gni_return_t send(Ep* ep, const void* header, uint32_t header_length, const void
   if (!m.valid()) return GNI_RC_INVALID_PARAM;
   if ((header_length && !header) || (data_length && !data)) return GNI_RC_INVALID_PARAM;
   if (uint64_t{header_length} + data_length > m.view.max_size) return GNI_RC_ERROR_RESOURCE;
+  if (m.relay) return relay_send(ep, header, header_length, data, data_length, msg_id, tag);
   if (!m.region->alive() || ep->nic->nic_down.load(std::memory_order_relaxed)) {
     // The receiver is gone: as a retransmit-exhausted send, an error event in our CQ.
     uint64_t st = ep->nic->nic_down ? cqe::kErrNicDown : cqe::kErrPeerGone;
@@ -98,7 +101,8 @@ gni_return_t get_next(Ep* ep, void** header, uint8_t* tag) {
   abi::MboxSlotHeader* slot = smsg_peek(m.view);
   if (!slot) {
     // Nothing more will come from a peer that died: say the connection is broken.
-    if (ep->tx.valid() && !ep->tx.region->alive()) return GNI_RC_INVALID_STATE;
+    if (ep->tx.valid() && (ep->tx.relay ? relay_failed(ep->tx) : !ep->tx.region->alive()))
+      return GNI_RC_INVALID_STATE;
     return GNI_RC_NOT_DONE;
   }
   uint8_t t = slot->tag;
@@ -128,11 +132,15 @@ gni_return_t GNI_SmsgInit(gni_ep_handle_t ep_hndl, gni_smsg_attr_t* local_smsg_a
   Nic* n = ep->nic;
   gni_return_t rc = open_mailbox(ep, n->nic_addr, n->cdm->inst_id, local_smsg_attr, rx);
   if (rc != GNI_RC_SUCCESS) return rc;
-  rc = open_mailbox(ep, ep->remote_addr, ep->remote_id, remote_smsg_attr, tx);
+  // A peer on another host: our daemon relays to its daemon (smsg_relay.h).
+  if (n->on_other_host(ep->remote_addr))
+    rc = relay_open(ep, remote_smsg_attr, tx);
+  else
+    rc = open_mailbox(ep, ep->remote_addr, ep->remote_id, remote_smsg_attr, tx);
   if (rc != GNI_RC_SUCCESS) return rc;
   ep->rx = std::move(rx);
   ep->tx = std::move(tx);
-  ep->peer = ep->tx.region;
+  if (ep->tx.region) ep->peer = ep->tx.region;
   ep->rx_holding = false;
   return GNI_RC_SUCCESS;
 }

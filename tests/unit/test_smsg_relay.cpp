@@ -1,0 +1,382 @@
+// The daemons' SMSG relay (nicemu/daemon/smsg_relay.h) without sockets: two relays, a
+// sender's (node 0) and a receiver's (node 1), over a fake fabric the test pumps by hand,
+// with real CDM regions. Delivery into the mailbox, remote and local CQEs, credits coming
+// back through the relay block; the receiver's checks (forged, out-of-sequence, oversized
+// and over-credit messages refused before the mailbox is touched, a mailbox outside any
+// registration refused); failures (receiver gone, peer down) reported as error CQEs.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <deque>
+#include <vector>
+
+#include "nicemu/abi/cq_entry.h"
+#include "nicemu/abi/gni_values.h"
+#include "nicemu/abi/mem_handle.h"
+#include "nicemu/abi/region_access.h"
+#include "nicemu/daemon/smsg_relay.h"
+#include "smsg_channel.h"
+
+using namespace nicemu;
+using namespace nicemu::daemon;
+namespace ctl = nicemu::abi::ctl;
+namespace cqe = nicemu::abi::cqe;
+
+namespace {
+
+constexpr uint32_t kPtag = 7, kCookie = 0x12340000, kCredits = 4, kMax = 256;
+constexpr uint64_t kRegion = abi::kRoSize + (4u << 20);
+
+std::unique_ptr<CdmRegion> make_cdm(uint32_t node, uint32_t inst, uint64_t attach_id) {
+  ctl::Attach a{};
+  a.inst_id = inst;
+  a.ptag = kPtag;
+  a.cookie = kCookie;
+  return std::make_unique<CdmRegion>(node, abi::gni::kDeviceAries, a, getpid(), attach_id, kRegion);
+}
+
+uint32_t make_cq(CdmRegion& r) {
+  ctl::CqCreate req{};
+  req.entry_count = 256;
+  ctl::CqCreateReply rep{};
+  REQUIRE(r.cq_create(req, rep) == abi::gni::kSuccess);
+  return rep.cq_index;
+}
+
+std::vector<uint64_t> drain(CdmRegion& r, uint32_t cq) {
+  std::vector<uint64_t> out;
+  abi::CqRingView v = abi::region_cq_view(reinterpret_cast<char*>(r.header()), kRegion, cq);
+  REQUIRE(v.valid());
+  for (uint64_t e; (e = v.pop()) != 0;) out.push_back(e);
+  return out;
+}
+
+struct Wire {  // one direction of the fake fabric
+  std::deque<std::vector<char>> q;
+  bool up = true;
+  int refuse = 0;  // sends refused as by a full backlog (the channel stays up)
+};
+
+struct Rig {
+  asio::io_context io;
+  StatsPage stats0{"", 0}, stats1{"", 1};
+  Wire to1, to0;  // messages to node 1, to node 0
+  std::unique_ptr<CdmRegion> sender = make_cdm(0, 10, 1), receiver = make_cdm(1, 20, 2);
+  bool receiver_attached = true;
+  SmsgRelay a{0, stats0, env(0)}, b{1, stats1, env(1)};
+  uint32_t scq = make_cq(*sender), rcq = make_cq(*receiver);
+  std::vector<char> mbox_mem = std::vector<char>(abi::smsg_buffer_size(kCredits, kMax) + 4096);
+  uint64_t q1 = 0, q2 = 0;
+
+  SmsgRelayEnv env(uint32_t self) {
+    SmsgRelayEnv e;
+    e.cdm = [this, self](uint64_t id) -> CdmRegion* {
+      if (self == 0) return id == 1 ? sender.get() : nullptr;
+      return id == 2 && receiver_attached ? receiver.get() : nullptr;
+    };
+    e.find_cdm = [this, self](const Credential& c, uint32_t inst) -> CdmRegion* {
+      bool ok = c == Credential{kPtag, kCookie};
+      if (self == 1) return ok && inst == 20 && receiver_attached ? receiver.get() : nullptr;
+      return ok && inst == 10 ? sender.get() : nullptr;
+    };
+    e.may_open_mailbox = [](CdmRegion&) { return true; };
+    e.remote = [self](uint32_t node) { return node != self; };
+    e.send = [this, self](uint32_t node, const void* m, size_t n) {
+      Wire& w = self == 0 ? to1 : to0;
+      if (node == self || !w.up) return false;
+      if (w.refuse > 0) return --w.refuse, false;
+      w.q.emplace_back(static_cast<const char*>(m), static_cast<const char*>(m) + n);
+      return true;
+    };
+    e.peer_up = [this, self](uint32_t) { return (self == 0 ? to1 : to0).up; };
+    return e;
+  }
+
+  Rig() {
+    a.start(io);
+    b.start(io);
+    // The receiver's mailbox memory, registered with its CQ for remote events.
+    RegSpec spec{reinterpret_cast<uint64_t>(mbox_mem.data()), mbox_mem.size(), 0, rcq, {}};
+    REQUIRE(receiver->reg_store(3, 1, spec, rcq, 2) == abi::gni::kSuccess);
+    abi::mdh::encode(abi::mdh::registration_fields(spec.address, spec.length, 1, 3, false), q1, q2);
+  }
+
+  // Delivers what is on the wires (and what the relays post meanwhile) until quiet;
+  // returns the malformed reasons.
+  std::vector<std::string> pump() {
+    std::vector<std::string> bad;
+    for (int round = 0; round < 100; ++round) {
+      io.poll();
+      io.restart();
+      if (to1.q.empty() && to0.q.empty()) break;
+      auto deliver = [&](Wire& w, SmsgRelay& r, uint32_t from) {
+        while (!w.q.empty()) {
+          std::vector<char> m = std::move(w.q.front());
+          w.q.pop_front();
+          ctl::Header h;
+          std::memcpy(&h, m.data(), sizeof h);
+          if (const char* why = r.fabric_message(from, h, m.data(), m.size())) bad.emplace_back(why);
+        }
+      };
+      deliver(to1, b, 0);
+      deliver(to0, a, 1);
+    }
+    return bad;
+  }
+
+  ctl::SmsgRelayOpen attrs() const {
+    ctl::SmsgRelayOpen o{};
+    o.peer_addr = 1;
+    o.peer_inst = 20;
+    o.qword1 = q1;
+    o.qword2 = q2;
+    o.msg_buffer = reinterpret_cast<uint64_t>(mbox_mem.data());
+    o.mbox_offset = 0;
+    o.buff_size = static_cast<uint32_t>(mbox_mem.size());
+    o.credits = kCredits;
+    o.max_size = kMax;
+    return o;
+  }
+
+  abi::SmsgRelayCtl* open(ctl::SmsgRelayOpenReply& rep, const ctl::SmsgRelayOpen& o) {
+    REQUIRE(a.open(*sender, o, rep) == abi::gni::kSuccess);
+    return reinterpret_cast<abi::SmsgRelayCtl*>(sender->heap_ptr(rep.ctl_offset, sizeof(abi::SmsgRelayCtl)));
+  }
+
+  bool send(uint32_t relay, uint32_t seq, const std::string& text, uint32_t msg_id) {
+    std::vector<char> m(sizeof(ctl::SmsgRelaySend) + text.size());
+    ctl::SmsgRelaySend s{};
+    s.h = ctl::Header{ctl::kMagic, ctl::kVersion, static_cast<uint16_t>(ctl::Op::kSmsgRelaySend), 0,
+                      static_cast<uint32_t>(m.size())};
+    s.relay = relay;
+    s.seq = seq;
+    s.msg_id = msg_id;
+    s.remote_event = 0xABC;
+    s.src_cq = scq;
+    s.length = static_cast<uint32_t>(text.size());
+    s.tag = static_cast<uint8_t>(seq + 1);
+    std::memcpy(m.data(), &s, sizeof s);
+    std::memcpy(m.data() + sizeof s, text.data(), text.size());
+    return a.send(*sender, m.data(), m.size());
+  }
+
+  // The receiver's view of the mailbox (found through a kMboxOpen as its GNI_SmsgInit does).
+  ugni::MailboxView mailbox() {
+    ctl::MboxOpen req{};
+    ctl::SmsgRelayOpen o = attrs();
+    req.inst_id = 20;
+    req.ptag = kPtag;
+    req.cookie = kCookie;
+    req.qword1 = o.qword1;
+    req.qword2 = o.qword2;
+    req.msg_buffer = o.msg_buffer;
+    req.buff_size = o.buff_size;
+    req.credits = kCredits;
+    req.max_size = kMax;
+    ctl::MboxOpenReply rep{};
+    REQUIRE(receiver->mbox_open(req, rep) == abi::gni::kSuccess);
+    char* mem = receiver->heap_ptr(rep.ctl_offset, rep.bytes);
+    ugni::MailboxView v;
+    v.ctl = reinterpret_cast<abi::MboxCtl*>(mem);
+    v.slots = mem + sizeof(abi::MboxCtl);
+    v.credits = kCredits;
+    v.slot_size = abi::mbox_slot_size(kMax);
+    v.max_size = kMax;
+    return v;
+  }
+};
+
+std::vector<char> data_msg(uint32_t relay, uint32_t seq, uint32_t length, uint32_t declared) {
+  std::vector<char> m(sizeof(ctl::SmsgData) + length, 'x');
+  ctl::SmsgData d{};
+  d.h = ctl::Header{ctl::kMagic, ctl::kVersion, static_cast<uint16_t>(ctl::Op::kSmsgData), 0,
+                    static_cast<uint32_t>(m.size())};
+  d.relay = relay;
+  d.seq = seq;
+  d.length = declared;
+  std::memcpy(m.data(), &d, sizeof d);
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("SMSG relay: messages land in the mailbox in order, CQEs on both sides, credits come back") {
+  Rig r;
+  ctl::SmsgRelayOpenReply rep{};
+  abi::SmsgRelayCtl* blk = r.open(rep, r.attrs());
+  REQUIRE(blk);
+  CHECK(blk->magic == abi::kRelayMagic);
+  CHECK(blk->credits == kCredits);
+  for (uint32_t i = 0; i < kCredits; ++i) CHECK(r.send(rep.relay, i, "message " + std::to_string(i), 100 + i));
+  // A fifth would exceed the credits: the daemon refuses it as malformed (the library checks first).
+  CHECK_FALSE(r.send(rep.relay, kCredits, "too many", 200));
+  CHECK(r.pump().empty());
+  ugni::MailboxView v = r.mailbox();
+  for (uint32_t i = 0; i < kCredits; ++i) {
+    abi::MboxSlotHeader* s = ugni::smsg_peek(v);
+    REQUIRE(s);
+    CHECK(std::string(reinterpret_cast<char*>(s + 1), s->length) == "message " + std::to_string(i));
+    CHECK(s->tag == i + 1);
+    ugni::smsg_release(v);
+  }
+  CHECK(ugni::smsg_peek(v) == nullptr);
+  auto remote = drain(*r.receiver, r.rcq);
+  REQUIRE(remote.size() == kCredits);
+  for (uint64_t e : remote) {
+    CHECK(cqe::type_of(e) == cqe::kTypeSmsg);
+    CHECK(cqe::status_of(e) == 0);
+    CHECK(cqe::id_of(e) == 0xABC);  // the sender EP's remote event data
+  }
+  auto local = drain(*r.sender, r.scq);
+  REQUIRE(local.size() == kCredits);
+  for (uint32_t i = 0; i < kCredits; ++i) {
+    CHECK(cqe::status_of(local[i]) == 0);
+    CHECK(cqe::id_of(local[i]) == 100 + i);  // msg_id, in order
+  }
+  CHECK(blk->delivered.load() == kCredits);
+  // The releases reach the sender through the poll (no new traffic).
+  for (int i = 0; i < 200 && blk->released.load() != kCredits; ++i) {
+    r.io.run_for(std::chrono::milliseconds(1));
+    r.io.restart();
+    r.pump();
+  }
+  CHECK(blk->released.load() == kCredits);
+  CHECK(blk->state.load() == 0);
+  // Credits back: the next message goes.
+  CHECK(r.send(rep.relay, kCredits, "after release", 300));
+  CHECK(r.pump().empty());
+  REQUIRE(ugni::smsg_peek(v));
+  // The same attributes again resume the same relay.
+  ctl::SmsgRelayOpenReply again{};
+  CHECK(r.open(again, r.attrs()) == blk);
+  CHECK(again.relay == rep.relay);
+}
+
+TEST_CASE("SMSG relay: the receiver's daemon refuses forged and malformed messages before writing") {
+  Rig r;
+  ctl::SmsgRelayOpenReply rep{};
+  r.open(rep, r.attrs());
+  CHECK(r.send(rep.relay, 0, "first", 1));
+  CHECK(r.pump().empty());
+  ugni::MailboxView v = r.mailbox();
+  const uint32_t sent_before = v.ctl->sent.load();
+  auto inject = [&](const std::vector<char>& m, uint32_t from = 0) {
+    ctl::Header h;
+    std::memcpy(&h, m.data(), sizeof h);
+    const char* why = r.b.fabric_message(from, h, m.data(), m.size());
+    return why ? std::string(why) : std::string();
+  };
+  CHECK(inject(data_msg(rep.relay, 5, 4, 4)) == "SmsgData out of sequence");
+  CHECK(inject(data_msg(rep.relay, 1, 4, 100)) == "SmsgData length does not match");
+  CHECK(inject(data_msg(rep.relay, 1, kMax + 1, kMax + 1)) == "SmsgData longer than the mailbox's messages");
+  // Fill the credits (message 0 is unreleased), then one more is refused.
+  for (uint32_t s = 1; s < kCredits; ++s) CHECK(inject(data_msg(rep.relay, s, 4, 4)).empty());
+  CHECK(inject(data_msg(rep.relay, kCredits, 4, 4)) == "SmsgData beyond the credits");
+  CHECK(inject(data_msg(rep.relay, 0, 4, 4)).empty());  // a duplicate: ignored, not written again
+  CHECK(v.ctl->sent.load() == sent_before + kCredits - 1);
+  // An open that speaks for another node.
+  ctl::SmsgOpen o{};
+  o.h = ctl::make_header<ctl::SmsgOpen>(ctl::Op::kSmsgOpen, 0);
+  o.origin_node = 5;
+  o.credits = kCredits;
+  o.max_size = kMax;
+  std::vector<char> om(reinterpret_cast<char*>(&o), reinterpret_cast<char*>(&o) + sizeof o);
+  CHECK(inject(om) == "SmsgOpen about another node");
+  // Data from another node for this relay is not this relay's: it gets a failure answer.
+  CHECK(inject(data_msg(rep.relay, 1, 4, 4), 3).empty());
+  CHECK(r.to0.q.size() == 1);
+}
+
+TEST_CASE("SMSG relay: a mailbox outside the receiver's registration is refused, the sender fails") {
+  Rig r;
+  ctl::SmsgRelayOpen o = r.attrs();
+  o.mbox_offset = 4096 * 16;  // beyond the registered buffer
+  ctl::SmsgRelayOpenReply rep{};
+  abi::SmsgRelayCtl* blk = r.open(rep, o);
+  CHECK(r.send(rep.relay, 0, "lost", 7));
+  CHECK(r.pump().empty());
+  CHECK(blk->state.load() == cqe::kErrProtection);
+  auto local = drain(*r.sender, r.scq);
+  REQUIRE(local.size() == 1);
+  CHECK(cqe::status_of(local[0]) == cqe::kErrProtection);
+  CHECK(cqe::id_of(local[0]) == 7);
+  CHECK(drain(*r.receiver, r.rcq).empty());
+  // A re-open after the failure is a new relay.
+  ctl::SmsgRelayOpenReply rep2{};
+  CHECK(r.open(rep2, o) != blk);
+}
+
+TEST_CASE("SMSG relay: receiver gone and peer down complete messages in flight with errors") {
+  SUBCASE("the receiving CDM is reclaimed") {
+    Rig r;
+    ctl::SmsgRelayOpenReply rep{};
+    abi::SmsgRelayCtl* blk = r.open(rep, r.attrs());
+    CHECK(r.send(rep.relay, 0, "one", 1));
+    CHECK(r.pump().empty());
+    r.receiver_attached = false;
+    r.b.cdm_gone(2);
+    CHECK(r.send(rep.relay, 1, "two", 2));  // before the failure is known
+    CHECK(r.pump().empty());
+    CHECK(blk->state.load() == cqe::kErrPeerGone);
+    auto local = drain(*r.sender, r.scq);
+    REQUIRE(local.size() == 2);
+    CHECK(cqe::status_of(local[0]) == 0);
+    CHECK(cqe::status_of(local[1]) == cqe::kErrPeerGone);
+  }
+  SUBCASE("the fabric reports the peer lost (retry budget, restart)") {
+    Rig r;
+    ctl::SmsgRelayOpenReply rep{};
+    abi::SmsgRelayCtl* blk = r.open(rep, r.attrs());
+    CHECK(r.send(rep.relay, 0, "one", 1));
+    r.to1.q.clear();  // abandoned by the channel
+    r.a.peer_lost(1);
+    CHECK(blk->state.load() == cqe::kErrPeerGone);
+    auto local = drain(*r.sender, r.scq);
+    REQUIRE(local.size() == 1);
+    CHECK(cqe::status_of(local[0]) == cqe::kErrPeerGone);
+  }
+  SUBCASE("the fabric channel to the peer is down") {
+    Rig r;
+    ctl::SmsgRelayOpenReply rep{};
+    abi::SmsgRelayCtl* blk = r.open(rep, r.attrs());
+    CHECK(r.send(rep.relay, 0, "one", 1));
+    r.to1.q.clear();  // lost with the channel
+    r.to1.up = false;
+    for (int i = 0; i < 200 && blk->state.load() == 0; ++i) {
+      r.io.run_for(std::chrono::milliseconds(1));
+      r.io.restart();
+    }
+    CHECK(blk->state.load() == cqe::kErrPeerGone);
+    auto local = drain(*r.sender, r.scq);
+    REQUIRE(local.size() == 1);
+    CHECK(cqe::status_of(local[0]) == cqe::kErrPeerGone);
+  }
+}
+
+TEST_CASE("SMSG relay: messages the fabric refuses for a full backlog wait, in order, and go later") {
+  Rig r;
+  ctl::SmsgRelayOpenReply rep{};
+  abi::SmsgRelayCtl* blk = r.open(rep, r.attrs());
+  r.to1.refuse = 1;  // the SmsgOpen is refused: it and everything behind it wait
+  for (uint32_t i = 0; i < 3; ++i) CHECK(r.send(rep.relay, i, "queued " + std::to_string(i), i));
+  CHECK(r.to1.q.empty());
+  SUBCASE("retried by the timer") {
+    for (int i = 0; i < 100 && r.to1.q.empty(); ++i) {
+      r.io.run_for(std::chrono::milliseconds(1));
+      r.io.restart();
+    }
+  }
+  SUBCASE("sent at the fabric's next flush") { r.a.progress(); }
+  CHECK(r.to1.q.size() == 4);  // open + 3 messages
+  CHECK(r.pump().empty());
+  ugni::MailboxView v = r.mailbox();
+  for (uint32_t i = 0; i < 3; ++i) {
+    abi::MboxSlotHeader* s = ugni::smsg_peek(v);
+    REQUIRE(s);
+    CHECK(std::string(reinterpret_cast<char*>(s + 1), s->length) == "queued " + std::to_string(i));
+    ugni::smsg_release(v);
+  }
+  CHECK(blk->delivered.load() == 3);
+  CHECK(blk->state.load() == 0);
+}

@@ -1,0 +1,20 @@
+// SMSG to a node of another host (docs/fabric.md, "SMSG across hosts"): the library cannot
+// store into a mailbox it cannot map, so it hands each message to its own daemon, which
+// relays it over the fabric (nicemu/daemon/smsg_relay.h). Credits and failure come back
+// through a SmsgRelayCtl block in our own heap (shm_layout.h), so a send makes one one-way
+// write on the attach socket and no call; the local completion CQE is pushed by the daemon
+// once the receiver's daemon has the message in the mailbox.
+#pragma once
+#include "internal.h"
+
+namespace nicemu::ugni {
+
+// GNI_SmsgInit's send side towards another host (Nic::on_other_host): the relay of (this CDM, peer, mailbox).
+gni_return_t relay_open(Ep* ep, const gni_smsg_attr_t* remote, Mailbox& out);
+// GNI_SmsgSend[WTag] on a relayed channel (arguments already checked).
+gni_return_t relay_send(Ep* ep, const void* header, uint32_t header_length, const void* data, uint32_t data_length,
+                        uint32_t msg_id, uint8_t tag);
+// The channel failed for good (receiver gone, peer silent): nothing more will come.
+inline bool relay_failed(const Mailbox& m) { return m.relay && m.relay->state.load(std::memory_order_acquire) != 0; }
+
+}  // namespace nicemu::ugni
