@@ -200,6 +200,51 @@ TEST_CASE("cancellation, EpDestroy waking a blocked probe, timeouts and errors")
   CHECK(cl.wait(p) == 0);
 }
 
+// UCX's udt destroys an EP after GNI_EpPostDataCancelById returned NO_MATCH, taking that
+// to mean the other thread consumed the post; Lustre's gnilnd requires SUCCESS when it
+// cancels a post it has not reaped. A matched post not yet consumed must therefore cancel
+// with SUCCESS and stay COMPLETED; and once its EP is destroyed, no probe may report it.
+TEST_CASE("cancelling a matched post that was not consumed, and destroying its EP") {
+  Cluster cl(1);
+  Cred c = cl.credential();
+  pid_t p = cl.spawn(0, [&] {
+    Gni g;
+    CHILD_CHECK(g.open(1, c) == GNI_RC_SUCCESS);
+    gni_ep_handle_t any, a, b;
+    CHILD_CHECK(GNI_EpCreate(g.nic, nullptr, &any) == GNI_RC_SUCCESS);
+    CHILD_CHECK(GNI_EpCreate(g.nic, nullptr, &a) == GNI_RC_SUCCESS);
+    CHILD_CHECK(GNI_EpCreate(g.nic, nullptr, &b) == GNI_RC_SUCCESS);
+    CHILD_CHECK(GNI_EpBind(a, g.addr, 1) == GNI_RC_SUCCESS);  // our own CDM's wildcard
+    CHILD_CHECK(GNI_EpBind(b, g.addr, 1) == GNI_RC_SUCCESS);
+    gni_post_state_t st;
+    uint32_t ra, ri;
+    uint64_t id = 0;
+    uint32_t in = 7, out = 0, got = 0;
+    // Post a matches the wildcard; both finish. Cancelling a before it is consumed succeeds
+    // and changes nothing: the wait reports COMPLETED with the reply.
+    CHILD_CHECK(GNI_EpPostDataWId(any, &in, sizeof in, &got, sizeof got, 0) == GNI_RC_SUCCESS);
+    CHILD_CHECK(GNI_EpPostDataWId(a, &in, sizeof in, &out, sizeof out, 11) == GNI_RC_SUCCESS);
+    CHILD_CHECK(GNI_EpPostDataWaitById(any, 0, 2000, &st, &ra, &ri) == GNI_RC_SUCCESS && st == GNI_POST_COMPLETED);
+    CHILD_CHECK(GNI_PostdataProbeWaitById(g.nic, 2000, &id) == GNI_RC_SUCCESS && id == 11);
+    CHILD_CHECK(GNI_EpPostDataCancelById(a, 11) == GNI_RC_SUCCESS);
+    CHILD_CHECK(GNI_EpPostDataWaitById(a, 11, 100, &st, &ra, &ri) == GNI_RC_SUCCESS);
+    CHILD_CHECK(st == GNI_POST_COMPLETED && out == 7);
+    CHILD_CHECK(GNI_EpPostDataCancelById(a, 11) == GNI_RC_NO_MATCH);  // consumed: nothing left
+    // Post b matches a new wildcard and its EP is destroyed unconsumed: the post goes with
+    // it, and no probe reports id 12 afterwards.
+    CHILD_CHECK(GNI_EpPostDataWId(any, &in, sizeof in, &got, sizeof got, 0) == GNI_RC_SUCCESS);
+    CHILD_CHECK(GNI_EpPostDataWId(b, &in, sizeof in, &out, sizeof out, 12) == GNI_RC_SUCCESS);
+    CHILD_CHECK(GNI_EpPostDataWaitById(any, 0, 2000, &st, &ra, &ri) == GNI_RC_SUCCESS && st == GNI_POST_COMPLETED);
+    CHILD_CHECK(GNI_PostdataProbeWaitById(g.nic, 2000, &id) == GNI_RC_SUCCESS && id == 12);
+    CHILD_CHECK(GNI_EpDestroy(b) == GNI_RC_SUCCESS);
+    CHILD_CHECK(GNI_PostDataProbeById(g.nic, &id) == GNI_RC_NO_MATCH);
+    GNI_EpDestroy(a);
+    GNI_EpDestroy(any);
+    return 0;
+  });
+  CHECK(cl.wait(p) == 0);
+}
+
 TEST_CASE("a CDM that dies takes its posts with it") {
   Cluster cl(2);
   Cred c = cl.credential();

@@ -188,12 +188,27 @@ gni_return_t probe(Nic* n, bool by_id, uint64_t* id, uint32_t* remote_addr, uint
   return GNI_RC_NO_MATCH;
 }
 
+// Whether the EP's post was matched (COMPLETED) and not yet consumed by a Test or Wait.
+// Such a post still belongs to the EP: cancelling it succeeds and leaves it completed, so
+// the next Test/Wait reports COMPLETED and consumes it. The device behaves so: Lustre's
+// gnilnd cancels posts it has not reaped yet and requires SUCCESS even if a match is
+// pending, and UCX's udt takes NO_MATCH to mean "already consumed by the other thread" (it
+// then destroys the EP, whose finished post a probe would report forever). Under dgram.mu.
+bool matched_unconsumed(const Ep* ep) {
+  Nic* n = ep->nic;
+  if (ep->dgram_seq == 0) return false;
+  drain(n);  // the daemon published the match before it answered the cancel
+  auto it = n->dgram.finished.find(ep->dgram_seq);
+  return it != n->dgram.finished.end() && it->second.state == GNI_POST_COMPLETED;
+}
+
 gni_return_t cancel(Ep* ep, bool by_id, uint64_t id) {
   Nic* n = ep->nic;
   std::lock_guard<std::mutex> lk(n->dgram.mu);
   if (!names(ep, by_id, id)) return GNI_RC_NO_MATCH;
-  // Only the daemon knows whether the post is still pending; if it finished meanwhile its
-  // event is on the ring and the answer is NO_MATCH, as for any finished post.
+  // Only the daemon knows whether the post is still pending. If it was matched meanwhile,
+  // its event is on the ring and the cancel succeeds without changing it (matched_unconsumed);
+  // a post already terminated (cancelled, refused) gives NO_MATCH.
   actl::DgramCancel req{};
   req.h.op = static_cast<uint16_t>(actl::Op::kDgramCancel);
   req.ep = ep->dgram_key;
@@ -201,7 +216,9 @@ gni_return_t cancel(Ep* ep, bool by_id, uint64_t id) {
   req.by_id = by_id;
   actl::Reply rep{};
   if (!n->conn.call(req, rep)) return GNI_RC_ERROR_RESOURCE;
-  return static_cast<gni_return_t>(rep.rc);
+  const auto rc = static_cast<gni_return_t>(rep.rc);
+  if (rc == GNI_RC_NO_MATCH && matched_unconsumed(ep)) return GNI_RC_SUCCESS;
+  return rc;
 }
 
 }  // namespace
@@ -210,6 +227,10 @@ namespace nicemu::ugni {
 void cancel_datagram_of(Ep* ep) {
   (void)cancel(ep, false, 0);
   std::lock_guard<std::mutex> lk(ep->nic->dgram.mu);
+  // A post that had completed is dropped with its EP: nobody can consume it any more, and
+  // a probe would otherwise report its id (naming an EP that is gone) forever. A post the
+  // cancel terminated stays visible to probes, which is how UCX wakes its probe thread.
+  if (matched_unconsumed(ep)) ep->nic->dgram.finished.erase(ep->dgram_seq);
   if (ep->dgram_seq != 0) {  // the EP goes away: its post no longer counts
     ep->dgram_seq = 0;
     g_outstanding.fetch_sub(1, std::memory_order_relaxed);
