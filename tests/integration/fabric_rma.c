@@ -126,7 +126,17 @@ static int bench(gni_ep_handle_t ep, const struct peer_info *t) {
     printf("fabric_rma bench: %-10llu %8.1f MB/s %8.1f MB/s %8.1f MB/s\n", (unsigned long long)len, mbs[0], mbs[1],
            mbs[2]);
   }
+  GNI_MemDeregister(nic, &sh);
+  free(src);
   return 0;
+}
+
+static void teardown(gni_cdm_handle_t cdm, gni_ep_handle_t *ep) {
+  for (int p = 0; p < nranks; ++p)
+    if (ep[p]) GNI_EpDestroy(ep[p]);
+  GNI_CqDestroy(cq);
+  GNI_CqDestroy(rcq);
+  GNI_CdmDestroy(cdm);
 }
 
 int main(int argc, char **argv) {
@@ -173,6 +183,8 @@ int main(int argc, char **argv) {
     int r = rank == 0 ? bench(ep[1], &all[1]) : 0;
     PMI_Barrier();
     PMI_Finalize();
+    teardown(cdm, ep);
+    free(win);
     return r;
   }
 
@@ -257,5 +269,10 @@ int main(int argc, char **argv) {
          nranks - 1, (double)bytes / secs / 1e6);
   PMI_Barrier();
   PMI_Finalize();
+  teardown(cdm, ep);
+  free(src);
+  free(back);
+  free(fetched);
+  free(win);
   return 0;
 }
