@@ -88,19 +88,21 @@ bool RemoteResponder::request(uint32_t from, const uint8_t* msg, size_t len) {
     if (v.valid()) v.push(cqe::make(src, cqe::kTypePost, cqe::kOk, 0, 0, q.remote_event));
   }
 
-  std::vector<char> out(sizeof(RmaReply) + (st == cqe::kOk ? buf_.size() : 0));
+  // Built in place after the GET bytes already in buf_ (no allocation per answer).
+  const size_t data = st == cqe::kOk ? buf_.size() : 0;
+  out_.resize(sizeof(RmaReply) + data);
   RmaReply r{};
   r.h = abi::ctl::Header{abi::ctl::kMagic, abi::ctl::kVersion, static_cast<uint16_t>(abi::ctl::Op::kRmaReply), 0,
-                    static_cast<uint32_t>(out.size())};
+                         static_cast<uint32_t>(out_.size())};
   r.id = q.id;
   r.offset = q.offset;
   r.status = st;
   r.fetched = fetched;
-  r.length = out.size() - sizeof r;
-  std::memcpy(out.data(), &r, sizeof r);
-  if (r.length) std::memcpy(out.data() + sizeof r, buf_.data(), r.length);
-  ctr_.bytes_out += r.length;
-  answer(from, std::move(out));
+  r.length = data;
+  std::memcpy(out_.data(), &r, sizeof r);
+  if (data) std::memcpy(out_.data() + sizeof r, buf_.data(), data);
+  ctr_.bytes_out += data;
+  answer(from, out_);
   return true;
 }
 
@@ -169,14 +171,12 @@ uint64_t RemoteResponder::execute(const RmaRequest& q, const uint8_t* data, Mapp
   }
 }
 
-void RemoteResponder::answer(uint32_t to, std::vector<char> msg) {
-  auto& q = pending_[to];
-  if (q.empty() && send_(to, msg.data(), msg.size())) {
-    pending_.erase(to);
-    return;
-  }
+void RemoteResponder::answer(uint32_t to, const std::vector<char>& msg) {
+  auto it = pending_.find(to);
+  if (it == pending_.end() && send_(to, msg.data(), msg.size())) return;
+  // Behind answers already waiting (order), or the fabric has no room now: kept, retried.
   ++ctr_.deferred;
-  q.push_back(std::move(msg));
+  pending_[to].push_back(msg);
 }
 
 void RemoteResponder::retry() {

@@ -43,13 +43,14 @@ class RemoteResponder {
  private:
   uint64_t execute(const abi::remote::RmaRequest& q, const uint8_t* data, MappedRegion& target, uint64_t& fetched,
                    std::vector<char>& out, uint32_t& dst_cq);
-  void answer(uint32_t to, std::vector<char> msg);
+  void answer(uint32_t to, const std::vector<char>& msg);
 
   const uint32_t self_;
   RegionDirectory& regions_;
   Send send_;
   const uint64_t lock_owner_;  // this daemon's AMO lock owner value
   std::vector<char> buf_;      // GET bytes of the piece being answered
+  std::vector<char> out_;      // the answer being sent
   // Transfers with a failed piece, until their last piece: no remote event for them.
   std::set<std::pair<uint32_t, uint64_t>> failed_;
   std::map<uint32_t, std::deque<std::vector<char>>> pending_;  // unsent answers per peer
