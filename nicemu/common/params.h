@@ -102,6 +102,11 @@ inline constexpr Param kTable[] = {
     {.name = "fabric_io_uring", .type = Type::kChoice, .default_text = "auto", .config_key = "fabric_io_uring",
      .flag = "--fabric-io-uring", .choices = "auto|off",
      .doc = "fabric receive path: io_uring multishot recvmsg where the kernel allows (auto), else or when off recvmmsg"},
+    {.name = "poll_us", .type = Type::kUint, .default_text = "0", .config_key = "poll_us", .flag = "--poll-us",
+     .max = 100000,
+     .doc = "adaptive polling: after handling work the daemon's loop keeps polling for this many microseconds "
+            "before it sleeps (lower latency across hosts where a core is to spare; 0 sleeps at once, the right "
+            "choice when ranks spin on every core)"},
     {.name = "stats_interval_ms", .type = Type::kUint, .default_text = "250", .config_key = "stats_interval_ms",
      .flag = "--stats-interval-ms", .min = 10, .max = 60000, .live = true,
      .doc = "how often the daemon copies the per-CDM counters of its clients into its counter page"},
