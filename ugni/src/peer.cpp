@@ -37,13 +37,15 @@ std::shared_ptr<Region> Nic::resolve(uint32_t addr, uint32_t inst, uint64_t& sta
         daemons.erase(addr);
         no_daemon_until[addr] = now + 1000000000ull;  // a daemon started later is found within 1 s
         // Not on this host: FMA, RDMA, CQ writes and datagrams go through our daemon
-        // (remote_post.cpp, datagram.cpp), SMSG is relayed by the daemons (smsg_relay.cpp);
-        // what needs the peer's region here (MSGQ) fails with NO_PEER.
+        // (remote_post.cpp, datagram.cpp), SMSG and MSGQ are relayed by the daemons (smsg_relay.cpp,
+        // msgq.cpp);
+        // what still needs the peer's region here (chained FMA) fails with NO_PEER.
         static std::once_flag told;
         std::call_once(told, [addr] {
           std::fprintf(stderr,
-                       "libugni (nicemu): NIC address %u has no daemon on this host; MSGQ across hosts is "
-                       "not implemented yet (FMA, RDMA, CQ writes, SMSG and datagrams are; see docs/fabric.md)\n",
+                       "libugni (nicemu): NIC address %u has no daemon on this host; chained FMA (GNI_CtPostFma) "
+                       "is not carried across hosts (FMA, RDMA, CQ writes, SMSG, MSGQ and datagrams are; see "
+                       "docs/fabric.md)\n",
                        addr);
         });
         status = cqe::kErrNoPeer;
