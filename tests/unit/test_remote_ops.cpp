@@ -1,0 +1,319 @@
+// Memory operations across hosts (nicemu/daemon/remote_requester.h, remote_responder.h)
+// without sockets: an initiating daemon's requester (node 0) and a target daemon's responder
+// (node 1) over a fake fabric pumped by hand, with real CDM regions of this process. PUT and
+// GET in several pieces, AMOs, CQ writes, remote events; a transfer outside the target's
+// registration writes nothing; forged answers are refused; the per-peer window holds; a
+// lost peer fails what is outstanding with a recoverable error.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <deque>
+#include <vector>
+
+#include "nicemu/abi/bte_ring.h"
+#include "nicemu/abi/cq_entry.h"
+#include "nicemu/abi/gni_values.h"
+#include "nicemu/abi/mem_handle.h"
+#include "nicemu/abi/region_access.h"
+#include "nicemu/daemon/cdm_region.h"
+#include "nicemu/daemon/remote_requester.h"
+#include "nicemu/daemon/remote_responder.h"
+
+using namespace nicemu;
+using namespace nicemu::daemon;
+namespace actl = nicemu::abi::ctl;
+namespace cqe = nicemu::abi::cqe;
+namespace rop = nicemu::abi::remote;
+
+namespace {
+
+constexpr uint32_t kPtag = 9, kCookie = 0x55660000;
+constexpr uint64_t kRegion = abi::kRoSize + (4u << 20);
+constexpr uint32_t kFetchAdd = 0x008;  // GNI_FMA_ATOMIC_FADD
+
+std::unique_ptr<CdmRegion> make_cdm(uint32_t node, uint32_t inst, uint64_t attach_id) {
+  actl::Attach a{};
+  a.inst_id = inst;
+  a.ptag = kPtag;
+  a.cookie = kCookie;
+  return std::make_unique<CdmRegion>(node, abi::gni::kDeviceAries, a, getpid(), attach_id, kRegion);
+}
+
+uint32_t make_cq(CdmRegion& r) {
+  actl::CqCreate req{};
+  req.entry_count = 256;
+  actl::CqCreateReply rep{};
+  REQUIRE(r.cq_create(req, rep) == abi::gni::kSuccess);
+  return rep.cq_index;
+}
+
+std::vector<uint64_t> drain(CdmRegion& r, uint32_t cq) {
+  std::vector<uint64_t> out;
+  abi::CqRingView v = abi::region_cq_view(reinterpret_cast<char*>(r.header()), kRegion, cq);
+  REQUIRE(v.valid());
+  for (uint64_t e; (e = v.pop()) != 0;) out.push_back(e);
+  return out;
+}
+
+struct Handle {
+  uint64_t q1 = 0, q2 = 0;
+};
+
+Handle reg(CdmRegion& r, uint32_t slot, std::vector<char>& mem, uint32_t dst_cq) {
+  RegSpec spec{reinterpret_cast<uint64_t>(mem.data()), mem.size(), 0, dst_cq, {}};
+  REQUIRE(r.reg_store(slot, 1, spec, dst_cq, 1) == abi::gni::kSuccess);
+  Handle h;
+  abi::mdh::encode(abi::mdh::registration_fields(spec.address, spec.length, 1, slot, false), h.q1, h.q2);
+  return h;
+}
+
+struct Rig {
+  std::unique_ptr<CdmRegion> init = make_cdm(0, 10, 1), target = make_cdm(1, 20, 2);
+  RegionDirectory dir1{1, "/nonexistent"};
+  std::shared_ptr<MappedRegion> init_map;
+  std::deque<std::vector<char>> to1, to0;  // the wires
+  bool up = true;
+  int refuse = 0;  // the requester's sends refused as by a full backlog
+  uint64_t reach = cqe::kOk;
+  RemoteRequester req{[this](uint32_t node, const void* m, size_t n) { return wire(node, 1, m, n); },
+                      [this](uint32_t) { return reach; }};
+  RemoteResponder resp{1, dir1, [this](uint32_t node, const void* m, size_t n) { return wire(node, 0, m, n); }};
+  uint32_t icq = make_cq(*init), tcq = make_cq(*target);
+  std::vector<char> tmem = std::vector<char>(256 * 1024), imem = std::vector<char>(256 * 1024);
+  Handle th, ih;
+
+  bool wire(uint32_t node, uint32_t want, const void* m, size_t n) {
+    if (node != want || !up) return false;
+    if (want == 1 && refuse > 0) return --refuse, false;
+    (want == 1 ? to1 : to0).emplace_back(static_cast<const char*>(m), static_cast<const char*>(m) + n);
+    return true;
+  }
+
+  Rig() {
+    init_map = MappedRegion::map(init->ro_memfd(), init->heap_memfd(), kRegion, getpid());
+    REQUIRE(init_map);
+    REQUIRE(dir1.add_local(target->ro_memfd(), target->heap_memfd(), kRegion, getpid()));
+    th = reg(*target, 3, tmem, tcq);
+    ih = reg(*init, 4, imem, abi::kNoCq);
+  }
+
+  // Delivers both ways until quiet; returns how many messages were refused as malformed.
+  int pump() {
+    int bad = 0;
+    for (int round = 0; round < 10000 && (!to1.empty() || !to0.empty()); ++round) {
+      while (!to1.empty()) {
+        auto m = std::move(to1.front());
+        to1.pop_front();
+        if (!resp.request(0, reinterpret_cast<const uint8_t*>(m.data()), m.size())) ++bad;
+      }
+      while (!to0.empty()) {
+        auto m = std::move(to0.front());
+        to0.pop_front();
+        if (!req.reply(1, reinterpret_cast<const uint8_t*>(m.data()), m.size())) ++bad;
+      }
+    }
+    return bad;
+  }
+
+  rop::RemotePost post(uint16_t kind, uint16_t engine, uint64_t local, uint64_t remote, uint64_t len,
+                       uint32_t tid = 7) {
+    rop::RemotePost p{};
+    p.kind = kind;
+    p.engine = engine;
+    p.cq_mode = abi::kBteEventGlobal;
+    p.src_cq = icq;
+    p.tid = tid;
+    p.local_event = 0x11;
+    p.remote_event = 0x22;
+    p.remote_nic = 1;
+    p.remote_inst = 20;
+    p.local_addr = local;
+    p.local_qword1 = ih.q1;
+    p.local_qword2 = ih.q2;
+    p.remote_addr = remote;
+    p.remote_qword1 = th.q1;
+    p.remote_qword2 = th.q2;
+    p.length = len;
+    return p;
+  }
+  uint64_t taddr(uint64_t off) const { return reinterpret_cast<uint64_t>(tmem.data()) + off; }
+  uint64_t iaddr(uint64_t off) const { return reinterpret_cast<uint64_t>(imem.data()) + off; }
+};
+
+}  // namespace
+
+TEST_CASE("remote ops: RDMA PUT and GET in pieces, events, and the bytes at both ends") {
+  Rig r;
+  const uint64_t len = 100 * 1024 + 12;  // four pieces, the last one short
+  for (uint64_t i = 0; i < len; ++i) r.imem[i] = static_cast<char>(i * 7 + 1);
+  auto p = r.post(rop::kPut, rop::kBte, r.iaddr(0), r.taddr(64), len);
+  p.flags = rop::kFlagRemoteEvent;
+  r.req.post(r.init_map, p, nullptr);
+  CHECK(r.pump() == 0);
+  CHECK(std::memcmp(r.tmem.data() + 64, r.imem.data(), len) == 0);
+  auto local = drain(*r.init, r.icq);
+  REQUIRE(local.size() == 1);
+  CHECK(cqe::status_of(local[0]) == cqe::kOk);
+  CHECK(cqe::tid_of(local[0]) == 7);
+  auto remote = drain(*r.target, r.tcq);
+  REQUIRE(remote.size() == 1);  // one remote event for the whole transfer, not per piece
+  CHECK(remote[0] == cqe::make(cqe::kSrcRemoteDma, cqe::kTypePost, cqe::kOk, 0, 0, 0x22));
+
+  // GET it back into another part of the initiator's registration.
+  r.req.post(r.init_map, r.post(rop::kGet, rop::kBte, r.iaddr(128 * 1024), r.taddr(64), len), nullptr);
+  CHECK(r.pump() == 0);
+  CHECK(std::memcmp(r.imem.data() + 128 * 1024, r.imem.data(), len) == 0);
+  local = drain(*r.init, r.icq);
+  REQUIRE(local.size() == 1);
+  CHECK(cqe::status_of(local[0]) == cqe::kOk);
+  CHECK(r.req.status()["outstanding"] == 0);
+}
+
+TEST_CASE("remote ops: FMA PUT inline, fetching AMO, CQ write") {
+  Rig r;
+  const char text[] = "across hosts";
+  auto p = r.post(rop::kPut, rop::kFma, 0, r.taddr(8), sizeof text);
+  p.inline_length = sizeof text;
+  r.req.post(r.init_map, p, reinterpret_cast<const uint8_t*>(text));
+  CHECK(r.pump() == 0);
+  CHECK(std::memcmp(r.tmem.data() + 8, text, sizeof text) == 0);
+
+  uint64_t start = 40;
+  std::memcpy(r.tmem.data() + 4096, &start, 8);
+  for (int k = 0; k < 3; ++k) {
+    auto a = r.post(rop::kAmo, rop::kFma, r.iaddr(0), r.taddr(4096), 8);
+    a.amo_cmd = kFetchAdd;
+    a.operand1 = 2;
+    r.req.post(r.init_map, a, nullptr);
+    CHECK(r.pump() == 0);
+    uint64_t fetched = 0, now = 0;
+    std::memcpy(&fetched, r.imem.data(), 8);
+    std::memcpy(&now, r.tmem.data() + 4096, 8);
+    CHECK(fetched == 40 + 2 * uint64_t(k));
+    CHECK(now == 42 + 2 * uint64_t(k));
+  }
+
+  auto w = r.post(rop::kCqWrite, rop::kFma, 0, 0, 0);
+  w.operand1 = 0xABCDEF123456ull;
+  r.req.post(r.init_map, w, nullptr);
+  CHECK(r.pump() == 0);
+  auto remote = drain(*r.target, r.tcq);
+  REQUIRE(remote.size() == 1);
+  CHECK(remote[0] == cqe::make_cqwrite(0xABCDEF123456ull));
+  auto local = drain(*r.init, r.icq);
+  CHECK(local.size() == 5);  // PUT, 3 AMOs, CQ write
+  for (uint64_t e : local) CHECK(cqe::status_of(e) == cqe::kOk);
+}
+
+TEST_CASE("remote ops: out of bounds writes nothing; bad handles and forged answers") {
+  Rig r;
+  std::memset(r.imem.data(), 'x', r.imem.size());
+  // Starts inside the registration, ends past it: every piece refused, no byte written.
+  auto p = r.post(rop::kPut, rop::kBte, r.iaddr(0), r.taddr(r.tmem.size() - 40 * 1024), 64 * 1024);
+  r.req.post(r.init_map, p, nullptr);
+  CHECK(r.pump() == 0);
+  for (char c : r.tmem) REQUIRE(c == 0);
+  auto local = drain(*r.init, r.icq);
+  REQUIRE(local.size() == 1);
+  CHECK(cqe::status_of(local[0]) == cqe::kErrBounds);
+
+  // A forged target handle; a target instance that does not exist.
+  auto f = r.post(rop::kGet, rop::kBte, r.iaddr(0), r.taddr(0), 64);
+  f.remote_qword1 ^= 0x10;
+  r.req.post(r.init_map, f, nullptr);
+  auto g = r.post(rop::kGet, rop::kBte, r.iaddr(0), r.taddr(0), 64);
+  g.remote_inst = 99;
+  r.req.post(r.init_map, g, nullptr);
+  CHECK(r.pump() == 0);
+  local = drain(*r.init, r.icq);
+  REQUIRE(local.size() == 2);
+  CHECK(cqe::status_of(local[0]) == cqe::kErrProtection);
+  CHECK(cqe::status_of(local[1]) == cqe::kErrNoPeer);
+
+  // A GET into local memory that is not registered fails at the initiator, nothing sent.
+  auto l = r.post(rop::kGet, rop::kBte, r.iaddr(0), r.taddr(0), 64);
+  l.local_qword1 ^= 0x10;
+  r.req.post(r.init_map, l, nullptr);
+  CHECK(r.to1.empty());
+  local = drain(*r.init, r.icq);
+  REQUIRE(local.size() == 1);
+  CHECK(cqe::status_of(local[0]) == cqe::kErrLocalProtection);
+
+  // Answers: for nothing outstanding (stale: ignored), from the wrong node, lying lengths.
+  abi::remote::RmaReply a{};
+  a.h = actl::Header{actl::kMagic, actl::kVersion, static_cast<uint16_t>(actl::Op::kRmaReply), 0, sizeof a};
+  a.id = 12345;
+  CHECK(r.req.reply(1, reinterpret_cast<const uint8_t*>(&a), sizeof a));
+  r.req.post(r.init_map, r.post(rop::kGet, rop::kBte, r.iaddr(0), r.taddr(0), 64), nullptr);
+  REQUIRE(r.to1.size() == 1);
+  abi::remote::RmaRequest q;
+  std::memcpy(&q, r.to1.front().data(), sizeof q);
+  a.id = q.id;
+  CHECK_FALSE(r.req.reply(2, reinterpret_cast<const uint8_t*>(&a), sizeof a));   // not the target
+  CHECK_FALSE(r.req.reply(1, reinterpret_cast<const uint8_t*>(&a), sizeof a));   // GET without its bytes
+  a.length = 64;
+  CHECK_FALSE(r.req.reply(1, reinterpret_cast<const uint8_t*>(&a), sizeof a));   // length lies
+  CHECK(r.pump() == 0);  // the real answer still completes it
+  local = drain(*r.init, r.icq);
+  REQUIRE(local.size() == 1);
+  CHECK(cqe::status_of(local[0]) == cqe::kOk);
+
+  // Requests the responder refuses as malformed.
+  q.kind = 9;
+  CHECK_FALSE(r.resp.request(0, reinterpret_cast<const uint8_t*>(&q), sizeof q));
+  q.kind = rop::kPut;
+  q.length = 100;  // and no payload
+  CHECK_FALSE(r.resp.request(0, reinterpret_cast<const uint8_t*>(&q), sizeof q));
+}
+
+TEST_CASE("remote ops: the per-peer window, backlog refusals, and a lost peer") {
+  Rig r;
+  const uint64_t len = 1024 * 1024;
+  std::vector<char> big(len, 'b');
+  Handle bh = reg(*r.init, 5, big, abi::kNoCq);
+  std::vector<char> tbig(len);
+  Handle tb = reg(*r.target, 6, tbig, abi::kNoCq);
+  auto p = r.post(rop::kPut, rop::kBte, reinterpret_cast<uint64_t>(big.data()), reinterpret_cast<uint64_t>(tbig.data()),
+                  len);
+  p.local_qword1 = bh.q1;
+  p.local_qword2 = bh.q2;
+  p.remote_qword1 = tb.q1;
+  p.remote_qword2 = tb.q2;
+  r.req.post(r.init_map, p, nullptr);
+  // Only the window's worth went out before any answer.
+  uint64_t bytes = 0;
+  for (auto& m : r.to1) bytes += m.size() - sizeof(abi::remote::RmaRequest);
+  CHECK(bytes == RemoteRequester::kPeerWindow);
+  // The fabric refuses (backlog full): the pieces wait and go out on pump().
+  r.refuse = 1000;
+  CHECK(r.pump() == 0);
+  CHECK(r.req.waiting());
+  r.refuse = 0;
+  r.req.pump();
+  CHECK(r.pump() == 0);
+  CHECK(std::memcmp(tbig.data(), big.data(), len) == 0);
+  auto local = drain(*r.init, r.icq);
+  REQUIRE(local.size() == 1);
+  CHECK(cqe::status_of(local[0]) == cqe::kOk);
+
+  // The peer goes silent mid-transfer: everything outstanding fails, recoverably.
+  r.req.post(r.init_map, p, nullptr);
+  r.req.post(r.init_map, r.post(rop::kGet, rop::kBte, r.iaddr(0), r.taddr(0), 64), nullptr);
+  r.to1.clear();
+  r.req.peer_lost(1);
+  local = drain(*r.init, r.icq);
+  REQUIRE(local.size() == 2);
+  for (uint64_t e : local) {
+    CHECK(cqe::status_of(e) == cqe::kErrTransient);
+    CHECK(cqe::status_recoverable(cqe::status_of(e)));
+  }
+  CHECK(r.req.status()["outstanding"] == 0);
+  // And while it is down, new posts fail at once.
+  r.reach = cqe::kErrTransient;
+  r.req.post(r.init_map, r.post(rop::kGet, rop::kBte, r.iaddr(0), r.taddr(0), 64), nullptr);
+  CHECK(r.to1.empty());
+  local = drain(*r.init, r.icq);
+  REQUIRE(local.size() == 1);
+  CHECK(cqe::status_of(local[0]) == cqe::kErrTransient);
+}
