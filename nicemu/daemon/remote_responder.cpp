@@ -77,7 +77,12 @@ bool RemoteResponder::request(uint32_t from, const uint8_t* msg, size_t len) {
   const bool last = q.flags & kFlagLast;
   if (st != cqe::kOk) {
     ++ctr_.errors;
-    if (!last) failed_.insert(key);
+    // The initiator stops a failed transfer, so its last piece may never come: the set is
+    // bounded (forgetting an old entry can only matter for a last piece that never comes).
+    if (!last) {
+      if (failed_.size() >= kMaxFailed) failed_.clear();
+      failed_.insert(key);
+    }
   }
   bool ok_whole = st == cqe::kOk;
   if (last) ok_whole = ok_whole && failed_.erase(key) == 0;

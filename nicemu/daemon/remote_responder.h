@@ -52,6 +52,7 @@ class RemoteResponder {
   std::vector<char> buf_;      // GET bytes of the piece being answered
   std::vector<char> out_;      // the answer being sent
   // Transfers with a failed piece, until their last piece: no remote event for them.
+  static constexpr size_t kMaxFailed = 4096;
   std::set<std::pair<uint32_t, uint64_t>> failed_;
   std::map<uint32_t, std::deque<std::vector<char>>> pending_;  // unsent answers per peer
   struct {
