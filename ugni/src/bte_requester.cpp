@@ -133,12 +133,15 @@ uint64_t rdma_execute_on(Nic* n, const RdmaOp& op, const Region& target, uint32_
 void rdma_post_events(const RdmaOp& op, const Region& target, Cq* cq, int32_t tid, uint64_t st, uint32_t dst_cq) {
   if (st == cqe::kOk && (op.cq_mode & GNI_CQMODE_REMOTE_EVENT) && dst_cq != abi::kNoCq)
     push_remote_event(target, dst_cq, cqe::make(cqe::kSrcRemoteDma, cqe::kTypePost, cqe::kOk, 0, 0, op.remote_event));
-  if (tid >= 0 && cq) {
-    if (op.cq_mode & GNI_CQMODE_LOCAL_EVENT)
-      cq->ring.push(cqe::make(cqe::kSrcBte, cqe::kTypePost, st, cqe::kInfoLocal, uint64_t(tid), op.local_event));
-    if (op.cq_mode & GNI_CQMODE_GLOBAL_EVENT)
-      cq->ring.push(cqe::make(cqe::kSrcBte, cqe::kTypePost, st, cqe::kInfoGlobal, uint64_t(tid), op.local_event));
-  }
+  rdma_local_events(cq, op.cq_mode, op.local_event, tid, st);
+}
+
+void rdma_local_events(Cq* cq, uint16_t cq_mode, uint32_t local_event, int32_t tid, uint64_t st) {
+  if (tid < 0 || !cq) return;
+  if (cq_mode & GNI_CQMODE_LOCAL_EVENT)
+    cq->ring.push(cqe::make(cqe::kSrcBte, cqe::kTypePost, st, cqe::kInfoLocal, uint64_t(tid), local_event));
+  if (cq_mode & GNI_CQMODE_GLOBAL_EVENT)
+    cq->ring.push(cqe::make(cqe::kSrcBte, cqe::kTypePost, st, cqe::kInfoGlobal, uint64_t(tid), local_event));
 }
 
 }  // namespace nicemu::ugni
@@ -193,16 +196,11 @@ gni_return_t GNI_PostRdma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
   d->cq_mode_complete = 0;
   if (n->nic_down.load(std::memory_order_relaxed)) {
     // Nobody will execute it: complete it here, as an error, like every post after NIC down.
-    if (d->cq_mode & GNI_CQMODE_LOCAL_EVENT)
-      cq->ring.push(cqe::make(cqe::kSrcBte, cqe::kTypePost, cqe::kErrNicDown, cqe::kInfoLocal, uint64_t(tid),
-                              ep->local_event));
-    if (d->cq_mode & GNI_CQMODE_GLOBAL_EVENT)
-      cq->ring.push(cqe::make(cqe::kSrcBte, cqe::kTypePost, cqe::kErrNicDown, cqe::kInfoGlobal, uint64_t(tid),
-                              ep->local_event));
+    rdma_local_events(cq, d->cq_mode, ep->local_event, tid, cqe::kErrNicDown);
     return GNI_RC_SUCCESS;
   }
   // A target on another host: our daemon carries it over the fabric (remote_post.cpp).
-  if (!ep->peer && n->on_other_host(ep->remote_addr)) [[unlikely]] {
+  if (!ep->peer && ep->other_host()) [[unlikely]] {
     count(n->counters, ctr::cdm::rdma_posts);
     count(n->counters, ctr::cdm::rdma_bytes, d->length);
     return post_remote(ep, cq, d, get ? abi::remote::kGet : abi::remote::kPut, abi::remote::kBte, tid);

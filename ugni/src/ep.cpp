@@ -31,6 +31,7 @@ gni_return_t GNI_EpBind(gni_ep_handle_t ep_hndl, uint32_t remote_addr, uint32_t 
   ep->bound = true;
   ep->remote_addr = remote_addr;
   ep->remote_id = remote_id;
+  ep->host_route.store(-1, std::memory_order_relaxed);
   ep->local_event = remote_id;            // defaults per the API: what our CQ reports
   ep->remote_event = ep->nic->cdm->inst_id;  // and what the peer's CQ reports
   ep->peer.reset();

@@ -52,6 +52,8 @@ uint64_t rdma_execute_on(Nic* n, const RdmaOp& op, const Region& target, uint32_
 // (remote DMA source) if asked and it succeeded, and the local/global ones with the BTE
 // source if the post has a transaction id.
 void rdma_post_events(const RdmaOp& op, const Region& target, Cq* cq, int32_t tid, uint64_t st, uint32_t dst_cq);
+// The local/global events (BTE source) that `cq_mode` asks for, with `st`; none without a tid.
+void rdma_local_events(Cq* cq, uint16_t cq_mode, uint32_t local_event, int32_t tid, uint64_t st);
 
 // GNI_PostRdma under injection or reordering: true if the post was taken here — failed
 // (error events pushed; the data may have been moved, error_done), or run now or held by

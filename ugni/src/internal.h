@@ -211,6 +211,10 @@ struct Ep {
   uint32_t local_event = 0;
   uint32_t remote_event = 0;
   std::shared_ptr<Region> peer;   // resolved lazily
+  // Whether remote_addr lives on another host: -1 not known yet, else 0/1. Decided once per
+  // binding (other_host()), so posts and MSGQ sends do not ask the NIC each time.
+  std::atomic<int8_t> host_route{-1};
+  bool other_host();
   Mailbox tx;                     // peer's mailbox we send into
   Mailbox rx;                     // our mailbox the peer sends into
   bool rx_holding = false;        // a message returned by GetNext awaits SmsgRelease

@@ -355,7 +355,7 @@ gni_return_t send(Msgq* q, Ep* ep, const void* hdr, uint32_t hdr_len, const void
   if (uint64_t{hdr_len} + msg_len > q->attrs.max_msg_sz) return GNI_RC_SIZE_ERROR;
   if (!member_live(q) || q->nic->nic_down.load(std::memory_order_relaxed)) return GNI_RC_INVALID_STATE;
   const uint32_t pe = ep->remote_addr, inst = ep->remote_id;
-  if (q->nic->on_other_host(pe)) [[unlikely]]
+  if (ep->other_host()) [[unlikely]]
     return send_other_host(q, ep, hdr, hdr_len, msg, msg_len, msg_id, tag);
   std::shared_ptr<Segment> seg;
   uint32_t ring_index, member, gen;

@@ -12,6 +12,8 @@
 #include <cstring>
 #include <vector>
 
+#include "fault_engine.h"
+#include "fma_requester.h"
 #include "internal.h"
 #include "nicemu/abi/remote_ops.h"
 #include "nicemu/ctl/ctl_client.h"
@@ -34,6 +36,15 @@ bool Nic::on_other_host(uint32_t addr) {
   other = ::access(nicemu::ctl::socket_path(rundir, addr).c_str(), F_OK) != 0;
   until = now + 1000000000ull;
   return other;
+}
+
+bool Ep::other_host() {
+  int8_t r = host_route.load(std::memory_order_relaxed);
+  if (r < 0) {
+    r = nic->on_other_host(remote_addr) ? 1 : 0;
+    host_route.store(r, std::memory_order_relaxed);
+  }
+  return r == 1;
 }
 
 gni_return_t post_remote(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t engine,
@@ -88,15 +99,10 @@ gni_return_t post_remote(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_
   if (p.inline_length) std::memcpy(buf.data() + sizeof p, reinterpret_cast<const void*>(d->local_addr), p.inline_length);
   if (!n->nic_down.load(std::memory_order_relaxed) && n->conn.send(buf.data(), buf.size())) return GNI_RC_SUCCESS;
   // Our daemon is gone: nobody will carry it. Complete it here as every post after NIC down.
-  if (cq && tid >= 0) {
-    const bool bte = engine == rop::kBte;
-    if (d->cq_mode & GNI_CQMODE_LOCAL_EVENT)
-      cq->ring.push(cqe::make(bte ? cqe::kSrcBte : cqe::kSrcLocalRequest, cqe::kTypePost, cqe::kErrNicDown,
-                              cqe::kInfoLocal, uint64_t(tid), ep->local_event));
-    if (d->cq_mode & GNI_CQMODE_GLOBAL_EVENT)
-      cq->ring.push(cqe::make(bte ? cqe::kSrcBte : cqe::kSrcLocalResponse, cqe::kTypePost, cqe::kErrNicDown,
-                              cqe::kInfoGlobal, uint64_t(tid), ep->local_event));
-  }
+  if (engine == rop::kBte)
+    rdma_local_events(cq, d->cq_mode, ep->local_event, tid, cqe::kErrNicDown);
+  else
+    complete_fma(cq, d, ep->local_event, cqe::kErrNicDown, tid);
   return GNI_RC_SUCCESS;
 }
 

@@ -133,7 +133,7 @@ gni_return_t GNI_SmsgInit(gni_ep_handle_t ep_hndl, gni_smsg_attr_t* local_smsg_a
   gni_return_t rc = open_mailbox(ep, n->nic_addr, n->cdm->inst_id, local_smsg_attr, rx);
   if (rc != GNI_RC_SUCCESS) return rc;
   // A peer on another host: our daemon relays to its daemon (smsg_relay.h).
-  if (n->on_other_host(ep->remote_addr))
+  if (ep->other_host())
     rc = relay_open(ep, remote_smsg_attr, tx);
   else
     rc = open_mailbox(ep, ep->remote_addr, ep->remote_id, remote_smsg_attr, tx);
