@@ -16,6 +16,7 @@
 #include "nicemu/abi/gni_values.h"
 #include "nicemu/abi/mem_handle.h"
 #include "nicemu/abi/region_access.h"
+#include "cdm_fixture.h"
 #include "nicemu/daemon/cdm_region.h"
 #include "nicemu/daemon/remote_requester.h"
 #include "nicemu/daemon/remote_responder.h"
@@ -29,32 +30,14 @@ namespace rop = nicemu::abi::remote;
 namespace {
 
 constexpr uint32_t kPtag = 9, kCookie = 0x55660000;
-constexpr uint64_t kRegion = abi::kRoSize + (4u << 20);
 constexpr uint32_t kFetchAdd = 0x008;  // GNI_FMA_ATOMIC_FADD
 
 std::unique_ptr<CdmRegion> make_cdm(uint32_t node, uint32_t inst, uint64_t attach_id) {
-  actl::Attach a{};
-  a.inst_id = inst;
-  a.ptag = kPtag;
-  a.cookie = kCookie;
-  return std::make_unique<CdmRegion>(node, abi::gni::kDeviceAries, a, getpid(), attach_id, kRegion);
+  return cdm_fixture::make_cdm(node, inst, attach_id, kPtag, kCookie);
 }
-
-uint32_t make_cq(CdmRegion& r) {
-  actl::CqCreate req{};
-  req.entry_count = 256;
-  actl::CqCreateReply rep{};
-  REQUIRE(r.cq_create(req, rep) == abi::gni::kSuccess);
-  return rep.cq_index;
-}
-
-std::vector<uint64_t> drain(CdmRegion& r, uint32_t cq) {
-  std::vector<uint64_t> out;
-  abi::CqRingView v = abi::region_cq_view(reinterpret_cast<char*>(r.header()), kRegion, cq);
-  REQUIRE(v.valid());
-  for (uint64_t e; (e = v.pop()) != 0;) out.push_back(e);
-  return out;
-}
+using cdm_fixture::drain;
+using cdm_fixture::kRegion;
+using cdm_fixture::make_cq;
 
 struct Handle {
   uint64_t q1 = 0, q2 = 0;

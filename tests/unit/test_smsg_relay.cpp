@@ -15,6 +15,7 @@
 #include "nicemu/abi/gni_values.h"
 #include "nicemu/abi/mem_handle.h"
 #include "nicemu/abi/region_access.h"
+#include "cdm_fixture.h"
 #include "nicemu/daemon/smsg_relay.h"
 #include "smsg_channel.h"
 
@@ -26,31 +27,13 @@ namespace cqe = nicemu::abi::cqe;
 namespace {
 
 constexpr uint32_t kPtag = 7, kCookie = 0x12340000, kCredits = 4, kMax = 256;
-constexpr uint64_t kRegion = abi::kRoSize + (4u << 20);
 
 std::unique_ptr<CdmRegion> make_cdm(uint32_t node, uint32_t inst, uint64_t attach_id) {
-  ctl::Attach a{};
-  a.inst_id = inst;
-  a.ptag = kPtag;
-  a.cookie = kCookie;
-  return std::make_unique<CdmRegion>(node, abi::gni::kDeviceAries, a, getpid(), attach_id, kRegion);
+  return cdm_fixture::make_cdm(node, inst, attach_id, kPtag, kCookie);
 }
-
-uint32_t make_cq(CdmRegion& r) {
-  ctl::CqCreate req{};
-  req.entry_count = 256;
-  ctl::CqCreateReply rep{};
-  REQUIRE(r.cq_create(req, rep) == abi::gni::kSuccess);
-  return rep.cq_index;
-}
-
-std::vector<uint64_t> drain(CdmRegion& r, uint32_t cq) {
-  std::vector<uint64_t> out;
-  abi::CqRingView v = abi::region_cq_view(reinterpret_cast<char*>(r.header()), kRegion, cq);
-  REQUIRE(v.valid());
-  for (uint64_t e; (e = v.pop()) != 0;) out.push_back(e);
-  return out;
-}
+using cdm_fixture::drain;
+using cdm_fixture::kRegion;
+using cdm_fixture::make_cq;
 
 struct Wire {  // one direction of the fake fabric
   std::deque<std::vector<char>> q;
