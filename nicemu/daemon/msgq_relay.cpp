@@ -33,8 +33,10 @@ bool MsgqRelay::forward(const CdmRegion& cdm, const MsgqSegment& seg, const Msgq
   if (send_(m.dst_pe, &d, sizeof d)) {
     ++ctr_.forwarded;
   } else {
-    ++ctr_.send_failed;  // peer down or its backlog full: the message is lost, counted
-    spdlog::warn("nic {}: MSGQ message for node {} inst {} could not be sent (fabric refused)", self_, m.dst_pe,
+    // Peer down or its backlog full: the message is lost, counted (logged the first time and
+    // every 1000th, so a dead peer cannot flood the log).
+    if (ctr_.send_failed++ % 1000 == 0)
+      spdlog::warn("nic {}: MSGQ message for node {} inst {} could not be sent (fabric refused)", self_, m.dst_pe,
                  m.dst_inst);
   }
   return true;
@@ -60,8 +62,8 @@ bool MsgqRelay::deliver(uint32_t from, const uint8_t* msg, size_t len) {
       return true;
     }
     if (r != rc::kNotDone) {
-      ++ctr_.undeliverable;
-      spdlog::warn("nic {}: MSGQ message from node {} inst {} for inst {} dropped: no ring for that node or no such "
+      if (ctr_.undeliverable++ % 1000 == 0)
+        spdlog::warn("nic {}: MSGQ message from node {} inst {} for inst {} dropped: no ring for that node or no such "
                    "destination here",
                    self_, d.origin_pe, d.src_inst, d.dst_inst);
       return true;
