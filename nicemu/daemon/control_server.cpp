@@ -52,21 +52,31 @@ class ControlServer::Session : public std::enable_shared_from_this<ControlServer
     });
   }
 
+  // Drains up to kBatch messages per wake-up: a rank streaming one-way messages (SMSG or
+  // MSGQ to another host, remote posts) has them handled in one turn of the loop, so the
+  // fabric flush queued behind this handler coalesces them into shared packets.
+  static constexpr int kBatch = 64;
+
   void on_readable() {
-    ssize_t n = ::recv(sock_.native_handle(), buf_.data(), buf_.size(), MSG_DONTWAIT | MSG_TRUNC);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return wait_readable();
-    if (n <= 0) return close();  // EOF: the client closed or died
-    if (static_cast<size_t>(n) > abi::ctl::kMaxMessage) {
-      ++node_.counters().malformed_messages;
-      spdlog::warn("oversized control message ({} bytes) from pid {} dropped", n, peer_.pid);
-      return wait_readable();
+    for (int i = 0; i < kBatch; ++i) {
+      ssize_t n = ::recv(sock_.native_handle(), buf_.data(), buf_.size(), MSG_DONTWAIT | MSG_TRUNC);
+      if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;
+      if (n <= 0) return close();  // EOF: the client closed or died
+      if (static_cast<size_t>(n) > abi::ctl::kMaxMessage) {
+        ++node_.counters().malformed_messages;
+        spdlog::warn("oversized control message ({} bytes) from pid {} dropped", n, peer_.pid);
+        continue;
+      }
+      PassFds pass_fds{-1, -1};
+      uint64_t attached_before = peer_.attach_id;
+      node_.handle(peer_, buf_.data(), static_cast<size_t>(n), reply_, pass_fds);
+      if (!reply_.empty() && !send_reply(pass_fds)) return close();
+      if (attached_before == 0 && peer_.attach_id != 0) watch_process();
+      if (node_.shutdown_requested()) {
+        raise(SIGTERM);
+        break;
+      }
     }
-    PassFds pass_fds{-1, -1};
-    uint64_t attached_before = peer_.attach_id;
-    node_.handle(peer_, buf_.data(), static_cast<size_t>(n), reply_, pass_fds);
-    if (!reply_.empty() && !send_reply(pass_fds)) return close();
-    if (attached_before == 0 && peer_.attach_id != 0) watch_process();
-    if (node_.shutdown_requested()) raise(SIGTERM);
     wait_readable();
   }
 

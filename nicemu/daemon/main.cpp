@@ -1,4 +1,5 @@
 // nicemu: the daemon that emulates one node's NIC. One process per emulated node.
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -54,7 +55,7 @@ void run_loop(asio::io_context& io, std::chrono::microseconds window) {
       continue;
     }
     if (std::chrono::steady_clock::now() - last < window) {
-      __builtin_ia32_pause();
+      sched_yield();  // let a rank on this CPU run: polling must not starve it
       continue;
     }
     if (io.run_one() == 0) break;  // stopped

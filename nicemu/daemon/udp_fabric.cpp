@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/udp.h>
 #include <sodium.h>
 #include <unistd.h>
 
@@ -73,11 +74,18 @@ UdpFabric::UdpFabric(asio::io_context& io, uint32_t self, fabric::FabricMap map,
   }
   port_ = me->port;
   sd_.assign(fd_);
+  // UDP GRO (Linux 5.0+): the kernel hands a sender's run of packets over as one datagram,
+  // so the receive path too is paid once per run rather than once per packet.
+  {
+    int on = 1;
+    gro_ = ::setsockopt(fd_, SOL_UDP, UDP_GRO, &on, sizeof on) == 0;
+    rx_slot_ = gro_ ? 65536 : kMaxPacket;
+  }
   data_plane_ = "recvmmsg/sendmmsg (io_uring off)";
   if (use_uring) {
     auto u = std::make_unique<UringReceiver>();
     std::string why;
-    if (u->init(fd_, kMaxPacket, why)) {
+    if (u->init(fd_, rx_slot_, why)) {
       uring_sd_.assign(::dup(u->event_fd()));
       uring_ = std::move(u);
       data_plane_ = "io_uring multishot recvmsg + provided buffers, sendmmsg";
@@ -87,12 +95,21 @@ UdpFabric::UdpFabric(asio::io_context& io, uint32_t self, fabric::FabricMap map,
     }
   }
 
-  rx_buf_.resize(kBatch * kMaxPacket);
-  tx_buf_.resize(kBatch * kMaxPacket);
+  rx_buf_.resize(kBatch * rx_slot_);
+  tx_buf_.resize(kTxBatch * kMaxPacket);
   scratch_.resize(kMaxPacket);
-  for (size_t i = 0; i < kBatch; ++i) {
-    rx_iov_[i] = {rx_buf_.data() + i * kMaxPacket, kMaxPacket};
-    tx_iov_[i] = {tx_buf_.data() + i * kMaxPacket, 0};
+  for (size_t i = 0; i < kBatch; ++i) rx_iov_[i] = {rx_buf_.data() + i * rx_slot_, rx_slot_};
+  for (size_t i = 0; i < kTxBatch; ++i) tx_iov_[i] = {tx_buf_.data() + i * kMaxPacket, 0};
+  // UDP GSO (Linux 4.18+): the per-packet cost of the kernel's send path (most of a bulk
+  // transfer's CPU time here) is paid once per run of packets. Each packet stays a whole
+  // datagram with its own header and MAC; only the system call and the stack are shared.
+  {
+    int seg = static_cast<int>(kMaxPacket);
+    gso_ = ::setsockopt(fd_, SOL_UDP, UDP_SEGMENT, &seg, sizeof seg) == 0;
+    seg = 0;
+    if (gso_) ::setsockopt(fd_, SOL_UDP, UDP_SEGMENT, &seg, sizeof seg);  // per send, not per socket
+    data_plane_ += gso_ ? ", UDP GSO" : ", no UDP GSO";
+    data_plane_ += gro_ ? ", UDP GRO" : ", no UDP GRO";
   }
   if (const char* s = std::getenv("NICEMU_FABRIC_IMPAIR"); s && *s) {
     uint64_t seed = 1;
@@ -148,8 +165,8 @@ void UdpFabric::arm_uring() {
 
 void UdpFabric::on_uring() {
   in_rx_ = true;
-  uring_->drain([this](const uint8_t* p, size_t n, const sockaddr_in& from, bool trunc) {
-    receive_one(p, trunc ? kMaxPacket + 1 : std::min(n, kMaxPacket + 1), from);
+  uring_->drain([this](const uint8_t* p, size_t n, const sockaddr_in& from, bool trunc, size_t segment) {
+    receive_datagram(p, n, from, trunc, segment);
   });
   in_rx_ = false;
   flush_all();
@@ -231,20 +248,36 @@ void UdpFabric::on_readable() {
       rx_msgs_[i].msg_hdr.msg_namelen = sizeof(sockaddr_in);
       rx_msgs_[i].msg_hdr.msg_iov = &rx_iov_[i];
       rx_msgs_[i].msg_hdr.msg_iovlen = 1;
+      rx_msgs_[i].msg_hdr.msg_control = rx_cmsg_[i].buf;
+      rx_msgs_[i].msg_hdr.msg_controllen = sizeof rx_cmsg_[i].buf;
     }
     int n = ::recvmmsg(fd_, rx_msgs_.data(), kBatch, MSG_DONTWAIT, nullptr);
     if (n <= 0) break;
     for (int i = 0; i < n; ++i) {
-      // A datagram larger than our buffer arrives truncated: its length field will not
-      // match, so it is dropped as malformed.
-      size_t len = rx_msgs_[i].msg_len;
-      if (rx_msgs_[i].msg_hdr.msg_flags & MSG_TRUNC) len = kMaxPacket + 1;
-      receive_one(rx_buf_.data() + i * kMaxPacket, std::min(len, kMaxPacket + 1), rx_addr_[i]);
+      msghdr& m = rx_msgs_[i].msg_hdr;
+      size_t segment = 0;
+      for (cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
+        if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO && c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+          int v = 0;
+          std::memcpy(&v, CMSG_DATA(c), sizeof v);
+          if (v > 0) segment = static_cast<size_t>(v);
+        }
+      receive_datagram(rx_buf_.data() + i * rx_slot_, rx_msgs_[i].msg_len, rx_addr_[i], (m.msg_flags & MSG_TRUNC) != 0,
+                       segment);
     }
     if (n < static_cast<int>(kBatch)) break;
   }
   in_rx_ = false;
   flush_all();
+}
+
+void UdpFabric::receive_datagram(const uint8_t* p, size_t n, const sockaddr_in& from, bool truncated,
+                                 size_t segment) {
+  // A datagram larger than our buffer arrives truncated: its length field will not match,
+  // so it is dropped as malformed. Lengths above kMaxPacket likewise.
+  if (truncated) return receive_one(p, kMaxPacket + 1, from);
+  if (segment == 0 || segment >= n) return receive_one(p, std::min(n, kMaxPacket + 1), from);
+  for (size_t off = 0; off < n; off += segment) receive_one(p + off, std::min({segment, n - off, kMaxPacket + 1}), from);
 }
 
 void UdpFabric::receive_one(const uint8_t* p, size_t n, const sockaddr_in& from) {
@@ -306,7 +339,7 @@ void UdpFabric::receive_one(const uint8_t* p, size_t n, const sockaddr_in& from)
 }
 
 void UdpFabric::queue_packet(Peer& p, uint8_t flags, const uint8_t* records, size_t rec_bytes, uint16_t count) {
-  if (tx_count_ == kBatch) send_batch();
+  if (tx_count_ == kTxBatch) send_batch();
   uint8_t* pkt = tx_buf_.data() + tx_count_ * kMaxPacket;
   PacketHeader h{};
   h.magic = kMagic;
@@ -429,30 +462,77 @@ void UdpFabric::impaired_send() {
   tx_count_ = 0;
 }
 
+// Packets [first, first + count) one datagram each (no GSO).
+void UdpFabric::send_plain(size_t first, size_t count) {
+  for (size_t i = first; i < first + count; ++i) {
+    if (::sendto(fd_, tx_iov_[i].iov_base, tx_iov_[i].iov_len, MSG_DONTWAIT,
+                 reinterpret_cast<const sockaddr*>(&tx_addr_[i]), sizeof tx_addr_[i]) ==
+        static_cast<ssize_t>(tx_iov_[i].iov_len)) {
+      ++ctr_.tx_packets;
+      ctr_.tx_bytes.add(tx_iov_[i].iov_len);
+    } else if (errno != EAGAIN && errno != ECONNREFUSED) {
+      ++ctr_.send_errors;
+    }
+  }
+}
+
 void UdpFabric::send_batch() {
   if (faults_on()) return impaired_send();
-  size_t done = 0;
-  while (done < tx_count_) {
-    for (size_t i = done; i < tx_count_; ++i) {
-      tx_msgs_[i].msg_hdr = msghdr{};
-      tx_msgs_[i].msg_hdr.msg_name = &tx_addr_[i];
-      tx_msgs_[i].msg_hdr.msg_namelen = sizeof(sockaddr_in);
-      tx_msgs_[i].msg_hdr.msg_iov = &tx_iov_[i];
-      tx_msgs_[i].msg_hdr.msg_iovlen = 1;
+  // One sendmmsg entry per run of packets to the same peer that GSO can carry: every packet
+  // but the last of the run exactly as long as the first (the kernel cuts at that length).
+  size_t nmsg = 0;
+  std::array<size_t, kTxBatch> first{};
+  for (size_t i = 0; i < tx_count_;) {
+    const size_t seg = tx_iov_[i].iov_len;
+    size_t j = i + 1, bytes = seg;
+    while (gso_ && j < tx_count_ && j - i < kGsoMaxSegments && tx_peer_[j] == tx_peer_[i] &&
+           tx_iov_[j - 1].iov_len == seg && tx_iov_[j].iov_len <= seg && bytes + tx_iov_[j].iov_len <= kGsoMaxBytes)
+      bytes += tx_iov_[j++].iov_len;
+    mmsghdr& m = tx_msgs_[nmsg];
+    m = mmsghdr{};
+    m.msg_hdr.msg_name = &tx_addr_[i];
+    m.msg_hdr.msg_namelen = sizeof(sockaddr_in);
+    m.msg_hdr.msg_iov = &tx_iov_[i];
+    m.msg_hdr.msg_iovlen = j - i;
+    if (j - i > 1) {
+      m.msg_hdr.msg_control = tx_cmsg_[nmsg].buf;
+      m.msg_hdr.msg_controllen = sizeof tx_cmsg_[nmsg].buf;
+      cmsghdr* c = CMSG_FIRSTHDR(&m.msg_hdr);
+      c->cmsg_level = SOL_UDP;
+      c->cmsg_type = UDP_SEGMENT;
+      c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+      const uint16_t s16 = static_cast<uint16_t>(seg);
+      std::memcpy(CMSG_DATA(c), &s16, sizeof s16);
     }
-    int n = ::sendmmsg(fd_, tx_msgs_.data() + done, static_cast<unsigned>(tx_count_ - done), MSG_DONTWAIT);
+    tx_segs_[nmsg] = static_cast<uint16_t>(j - i);
+    first[nmsg] = i;
+    ++nmsg;
+    i = j;
+  }
+  size_t done = 0;
+  while (done < nmsg) {
+    int n = ::sendmmsg(fd_, tx_msgs_.data() + done, static_cast<unsigned>(nmsg - done), MSG_DONTWAIT);
     if (n <= 0) {
-      // A full socket buffer or an unreachable peer: the packets are lost like any other
-      // loss; the channels retransmit.
-      if (n < 0 && errno != EAGAIN && errno != ECONNREFUSED) ++ctr_.send_errors;
-      ++done;  // skip the packet that failed, keep the rest
+      const int e = errno;
+      if (n < 0 && tx_segs_[done] > 1 && e != EAGAIN && e != ECONNREFUSED) {
+        // A device or kernel that refuses GSO after all: packets one by one from now on.
+        spdlog::warn("fabric: UDP GSO send failed ({}); sending packet by packet", std::strerror(e));
+        gso_ = false;
+        send_plain(first[done], tx_segs_[done]);
+      } else if (n < 0 && e != EAGAIN && e != ECONNREFUSED) {
+        // A full socket buffer or an unreachable peer: the packets are lost like any other
+        // loss; the channels retransmit.
+        ++ctr_.send_errors;
+      }
+      ++done;  // skip the entry that failed, keep the rest
       continue;
     }
-    for (int i = 0; i < n; ++i) {
-      ++ctr_.tx_packets;
-      ctr_.tx_bytes.add(tx_iov_[done + i].iov_len);
+    for (int k = 0; k < n; ++k) {
+      const size_t m = done + static_cast<size_t>(k);
+      ctr_.tx_packets.add(tx_segs_[m]);
+      for (size_t i = first[m]; i < first[m] + tx_segs_[m]; ++i) ctr_.tx_bytes.add(tx_iov_[i].iov_len);
     }
-    done += n;
+    done += static_cast<size_t>(n);
   }
   tx_count_ = 0;
 }

@@ -92,6 +92,12 @@ class UdpFabric {
     std::unique_ptr<fabric::ReliableChannel> ch;
   };
   static constexpr size_t kBatch = 32;
+  // Packets queued for one flush: a full channel window to one peer fits twice.
+  static constexpr size_t kTxBatch = 128;
+  // A UDP GSO send (one system call, one pass through the stack, cut into packets by the
+  // kernel or the device): at most this many packets and bytes.
+  static constexpr size_t kGsoMaxSegments = 64;
+  static constexpr size_t kGsoMaxBytes = 65000;
 
   Peer* peer(uint32_t nic);
   void arm_read();
@@ -99,6 +105,9 @@ class UdpFabric {
   void arm_uring();
   void on_uring();
   void receive_one(const uint8_t* p, size_t n, const sockaddr_in& from);
+  // A datagram as the socket gave it: with UDP GRO possibly several packets of one sender,
+  // each `segment` bytes (the last possibly shorter).
+  void receive_datagram(const uint8_t* p, size_t n, const sockaddr_in& from, bool truncated, size_t segment);
   void flush_all();
   void flush(Peer& p, uint64_t now);
   void queue_packet(Peer& p, uint8_t flags, const uint8_t* records, size_t rec_bytes, uint16_t count);
@@ -133,13 +142,29 @@ class UdpFabric {
   uint64_t timer_at_ = UINT64_MAX;          // when the armed timer fires (UINT64_MAX: none)
   std::map<uint32_t, Peer> peers_;
 
+  struct GsoCmsgInt {
+    alignas(cmsghdr) char buf[CMSG_SPACE(sizeof(int))];
+  };
   // Receive and send buffers, allocated once.
   std::vector<uint8_t> rx_buf_, tx_buf_;
-  std::array<mmsghdr, kBatch> rx_msgs_{}, tx_msgs_{};
-  std::array<iovec, kBatch> rx_iov_{}, tx_iov_{};
-  std::array<sockaddr_in, kBatch> rx_addr_{}, tx_addr_{};
-  std::array<Peer*, kBatch> tx_peer_{};
+  std::array<mmsghdr, kBatch> rx_msgs_{};
+  std::array<GsoCmsgInt, kBatch> rx_cmsg_{};
+  bool gro_ = false;       // the socket coalesces a sender's packets (UDP_GRO)
+  size_t rx_slot_ = 0;     // receive buffer per datagram: kMaxPacket, or 64 KiB with GRO
+  std::array<iovec, kBatch> rx_iov_{};
+  std::array<sockaddr_in, kBatch> rx_addr_{};
+  std::array<mmsghdr, kTxBatch> tx_msgs_{};
+  std::array<iovec, kTxBatch> tx_iov_{};
+  std::array<sockaddr_in, kTxBatch> tx_addr_{};
+  std::array<Peer*, kTxBatch> tx_peer_{};
+  std::array<uint16_t, kTxBatch> tx_segs_{};  // packets in each sendmmsg entry
+  struct GsoCmsg {
+    alignas(cmsghdr) char buf[CMSG_SPACE(sizeof(uint16_t))];
+  };
+  std::array<GsoCmsg, kTxBatch> tx_cmsg_{};
   size_t tx_count_ = 0;
+  bool gso_ = false;  // the kernel takes UDP_SEGMENT: runs of packets to one peer go as one send
+  void send_plain(size_t first, size_t count);
   std::vector<uint8_t> scratch_;  // records of the packet being built
 
   // Test-only impairment of outgoing packets (NICEMU_FABRIC_IMPAIR="loss=P,dup=P,

@@ -2,6 +2,7 @@
 
 #include <liburing.h>
 #include <sys/eventfd.h>
+#include <netinet/udp.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -11,7 +12,7 @@
 namespace nicemu::daemon {
 
 namespace {
-constexpr unsigned kBuffers = 256;  // datagrams the kernel can hold for us between drains
+constexpr unsigned kBuffers = 128;  // datagrams the kernel can hold for us between drains
 constexpr unsigned kGroup = 1;      // provided-buffer group id
 msghdr g_shape{};                   // only namelen/controllen matter to the helpers
 }  // namespace
@@ -44,7 +45,7 @@ UringReceiver::~UringReceiver() {
   if (efd_ >= 0) ::close(efd_);
 }
 
-bool UringReceiver::init(int sock, size_t max_packet, std::string& why) {
+bool UringReceiver::init(int sock, size_t max_datagram, std::string& why) {
   sock_ = sock;
   ring_ = new io_uring{};
   int rc = io_uring_queue_init(64, ring_, 0);
@@ -53,11 +54,13 @@ bool UringReceiver::init(int sock, size_t max_packet, std::string& why) {
     return false;
   }
   ring_ok_ = true;
-  // Provided buffers: recvmsg_out header, the source address, then the datagram; one byte
-  // more than the largest packet, so an oversized datagram shows as truncated.
+  // Provided buffers: recvmsg_out header, the source address, room for a UDP_GRO control
+  // message, then the datagram; one byte more than the largest, so an oversized datagram
+  // shows as truncated.
   // Rounded to a cache line: the kernel writes an io_uring_recvmsg_out at the start of
   // each buffer, which must be aligned (UBSan caught 1433-byte strides).
-  buf_size_ = (sizeof(io_uring_recvmsg_out) + sizeof(sockaddr_in) + max_packet + 1 + 63) / 64 * 64;
+  buf_size_ = (sizeof(io_uring_recvmsg_out) + sizeof(sockaddr_in) + CMSG_SPACE(sizeof(int)) + max_datagram + 1 + 63) /
+              64 * 64;
   bufs_ = new uint8_t[buf_size_ * kBuffers];
   br_bytes_ = sizeof(io_uring_buf) * kBuffers;
   void* mem = mmap(nullptr, br_bytes_, PROT_READ | PROT_WRITE, MAP_ANONYMOUS | MAP_PRIVATE, -1, 0);
@@ -88,7 +91,7 @@ bool UringReceiver::init(int sock, size_t max_packet, std::string& why) {
     return false;
   }
   g_shape.msg_namelen = sizeof(sockaddr_in);
-  g_shape.msg_controllen = 0;
+  g_shape.msg_controllen = CMSG_SPACE(sizeof(int));
   if (!arm()) {
     why = "cannot submit a multishot recvmsg";
     return false;
@@ -133,7 +136,15 @@ size_t UringReceiver::drain(const Packet& f) {
           std::memcpy(&from, io_uring_recvmsg_name(o), sizeof from);
           const auto* p = static_cast<const uint8_t*>(io_uring_recvmsg_payload(o, &g_shape));
           size_t len = io_uring_recvmsg_payload_length(o, cqe->res, &g_shape);
-          f(p, len, from, (o->flags & MSG_TRUNC) != 0);
+          size_t segment = 0;
+          for (cmsghdr* c = io_uring_recvmsg_cmsg_firsthdr(o, &g_shape); c;
+               c = io_uring_recvmsg_cmsg_nexthdr(o, &g_shape, c))
+            if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO && c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+              int v = 0;
+              std::memcpy(&v, CMSG_DATA(c), sizeof v);
+              if (v > 0) segment = static_cast<size_t>(v);
+            }
+          f(p, len, from, (o->flags & MSG_TRUNC) != 0, segment);
           ++n;
         }
         // Back to the kernel at once: the callback copied what it keeps.

@@ -19,8 +19,10 @@ namespace nicemu::daemon {
 
 class UringReceiver {
  public:
-  // f(packet, length, source, truncated) for each datagram received.
-  using Packet = std::function<void(const uint8_t*, size_t, const sockaddr_in&, bool)>;
+  // f(datagram, length, source, truncated, segment) for each datagram received; `segment`
+  // is the UDP GRO segment size when the kernel coalesced several datagrams of one sender
+  // into this one (each `segment` bytes, the last possibly shorter), else 0.
+  using Packet = std::function<void(const uint8_t*, size_t, const sockaddr_in&, bool, size_t)>;
 
   UringReceiver() = default;
   ~UringReceiver();
@@ -29,7 +31,8 @@ class UringReceiver {
 
   // Sets up the ring, its buffers and the first multishot receive on `sock`; false with
   // the reason in `why` if this kernel cannot.
-  bool init(int sock, size_t max_packet, std::string& why);
+  // `max_datagram`: the largest datagram to receive whole (64 KiB with UDP GRO on).
+  bool init(int sock, size_t max_datagram, std::string& why);
   int event_fd() const { return efd_; }
   // Handles every completion available now; returns the number of datagrams.
   size_t drain(const Packet& f);
