@@ -63,6 +63,7 @@ enum class Op : uint16_t {
   kSmsgData = 73,         // daemon -> daemon, no reply: one message (variable length)
   kSmsgAck = 74,          // daemon -> daemon, no reply: delivered / released / failure of a relay
   kSmsgClose = 75,        // daemon -> daemon, no reply: the sender's CDM is gone, forget the relay
+  kSmsgRelayReleased = 76,  // no reply: a receiver released relayed messages; report credits now
   // Memory operations on NIC addresses of other hosts (remote_ops.h).
   kRemotePost = 80,   // no reply: a CDM's FMA/AMO/RDMA/CQ-write post for another host's node
   kRmaRequest = 81,   // daemon -> daemon over the fabric: execute one piece at the target
@@ -491,11 +492,19 @@ struct SmsgClose {
   uint32_t relay;
   uint32_t reserved;
 };
+// Library -> its daemon, one-way: this CDM released messages of mailboxes whose senders are
+// on other hosts (batched: every half of a mailbox's credits), so the daemon reports the
+// credits at once instead of at its next poll of the receivers.
+struct SmsgRelayReleased {
+  Header h;
+  uint32_t reserved[2];
+};
 // Largest SMSG message (header + data) carried across hosts: an SmsgData must fit one
 // fabric message (wire::kMaxMessage, 64 KiB).
 inline constexpr uint32_t kSmsgRelayMaxSize = 65536 - sizeof(SmsgData);
 static_assert(sizeof(SmsgRelaySend) + kSmsgRelayMaxSize <= kMaxMessage);
 static_assert(sizeof(SmsgData) == 40 && sizeof(SmsgOpen) == 80 && sizeof(SmsgAck) == 32);
+static_assert(sizeof(SmsgRelayReleased) == sizeof(Header) + 8);
 
 static_assert(sizeof(Attach) <= kMaxMessage && sizeof(MboxOpen) <= kMaxMessage);
 static_assert(sizeof(MemRegisterSegments) <= kMaxMessage);

@@ -256,6 +256,12 @@ void SmsgRelay::on_ack(uint32_t from, const ctl::SmsgAck& a) {
 
 // ---- receiver's daemon ----
 
+void SmsgRelay::released(CdmRegion& cdm) {
+  for (const RxKey& k : watch_)
+    if (auto it = rx_.find(k); it != rx_.end() && it->second.attach_id == cdm.attach_id() && released_moved(k))
+      ack_soon(k);
+}
+
 const char* SmsgRelay::fabric_message(uint32_t from, const ctl::Header& h, const char* msg, size_t len) {
   // Any message from `from` is a chance to report releases to it without waiting for the
   // poll: its acks ride along with this turn's (one check per watched relay of that node).

@@ -89,6 +89,8 @@ class SmsgRelay {
   // send returns false for a malformed message (the caller counts it).
   int open(CdmRegion& cdm, const abi::ctl::SmsgRelayOpen& req, abi::ctl::SmsgRelayOpenReply& rep);
   bool send(CdmRegion& cdm, const char* msg, size_t len);
+  // The library says `cdm` released relayed messages: their senders get credits now.
+  void released(CdmRegion& cdm);
 
   // A daemon-to-daemon message from `from` (ops kSmsgOpen .. kSmsgClose). nullptr if
   // accepted, else why it is malformed (the caller counts and logs it).

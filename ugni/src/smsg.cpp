@@ -2,6 +2,7 @@
 // host the sender writes straight into the receiver's mailbox in the receiver's region and
 // posts the remote event into the receiver's CQ; no daemon on the message path. Towards a
 // node of another host the daemons relay the messages (smsg_relay.h).
+#include <algorithm>
 #include <cstring>
 
 #include "fault_engine.h"
@@ -196,6 +197,15 @@ gni_return_t GNI_SmsgRelease(gni_ep_handle_t ep_hndl) {
   if (!ep->rx_holding) return GNI_RC_NOT_DONE;
   smsg_release(ep->rx.view);
   ep->rx_holding = false;
+  // The sender is on another host: its credits come back through the daemons. Telling our
+  // daemon every half mailbox spares a credit-starved sender the daemon's poll interval.
+  if (ep->other_host() && ++ep->rx_unreported >= std::max<uint32_t>(1, ep->rx.view.credits / 2)) {
+    ep->rx_unreported = 0;
+    abi::ctl::SmsgRelayReleased note{};
+    note.h.op = static_cast<uint16_t>(abi::ctl::Op::kSmsgRelayReleased);
+    note.h.length = sizeof note;
+    ep->nic->conn.send(&note, sizeof note);  // a lost note only delays the credits to the poll
+  }
   count(ep->nic->counters, ctr::cdm::smsg_receives);
   return GNI_RC_SUCCESS;
 }
