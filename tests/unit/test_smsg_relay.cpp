@@ -236,6 +236,32 @@ TEST_CASE("SMSG relay: messages land in the mailbox in order, CQEs on both sides
   CHECK(again.relay == rep.relay);
 }
 
+TEST_CASE("SMSG relay: the receiver's release note returns the credits without waiting for the poll") {
+  Rig r;
+  ctl::SmsgRelayOpenReply rep{};
+  abi::SmsgRelayCtl* blk = r.open(rep, r.attrs());
+  REQUIRE(blk);
+  for (uint32_t i = 0; i < kCredits; ++i) CHECK(r.send(rep.relay, i, "m" + std::to_string(i), i));
+  CHECK(r.pump().empty());
+  ugni::MailboxView v = r.mailbox();
+  for (uint32_t i = 0; i < kCredits / 2; ++i) {
+    REQUIRE(ugni::smsg_peek(v));
+    ugni::smsg_release(v);
+  }
+  // pump() runs only handlers that are ready, never the poll timer: without the note the
+  // releases stay unreported.
+  CHECK(r.pump().empty());
+  CHECK(blk->released.load() == 0);
+  r.b.released(*r.receiver);
+  CHECK(r.pump().empty());
+  CHECK(blk->released.load() == kCredits / 2);
+  // A note from a CDM that released nothing of a relay sends nothing.
+  r.b.released(*r.sender);
+  r.io.poll();
+  r.io.restart();
+  CHECK(r.to0.q.empty());
+}
+
 TEST_CASE("SMSG relay: the receiver's daemon refuses forged and malformed messages before writing") {
   Rig r;
   ctl::SmsgRelayOpenReply rep{};
