@@ -64,6 +64,7 @@ enum class Op : uint16_t {
   kSmsgAck = 74,          // daemon -> daemon, no reply: delivered / released / failure of a relay
   kSmsgClose = 75,        // daemon -> daemon, no reply: the sender's CDM is gone, forget the relay
   kSmsgRelayReleased = 76,  // no reply: a receiver released relayed messages; report credits now
+  kSmsgRelayDoorbell = 77,  // no reply: the CDM's relay ring (relay_ring.h) has messages
   // Memory operations on NIC addresses of other hosts (remote_ops.h).
   kRemotePost = 80,   // no reply: a CDM's FMA/AMO/RDMA/CQ-write post for another host's node
   kRmaRequest = 81,   // daemon -> daemon over the fabric: execute one piece at the target
@@ -430,9 +431,10 @@ struct SmsgRelayOpen {
 };
 struct SmsgRelayOpenReply {
   Reply r;
-  uint64_t ctl_offset;  // SmsgRelayCtl in our heap
-  uint32_t relay;       // names the relay in SmsgRelaySend
+  uint64_t ctl_offset;   // SmsgRelayCtl in our heap
+  uint32_t relay;        // names the relay in SmsgRelaySend
   uint32_t reserved;
+  uint64_t ring_offset;  // the CDM's relay ring (relay_ring.h) in our heap: every relay's sends
 };
 
 // One message, one-way on the attach connection; `length` bytes (header then data) follow
@@ -496,6 +498,12 @@ struct SmsgClose {
 // on other hosts (batched: every half of a mailbox's credits), so the daemon reports the
 // credits at once instead of at its next poll of the receivers.
 struct SmsgRelayReleased {
+  Header h;
+  uint32_t reserved[2];
+};
+// Library -> its daemon, one-way: the CDM's relay ring has records and the daemon had
+// armed the doorbell (relay_ring.h).
+struct SmsgRelayDoorbell {
   Header h;
   uint32_t reserved[2];
 };

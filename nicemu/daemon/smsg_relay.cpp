@@ -7,6 +7,7 @@
 
 #include "nicemu/abi/cq_entry.h"
 #include "nicemu/abi/gni_values.h"
+#include "nicemu/abi/relay_ring.h"
 #include "ugni/src/smsg_channel.h"
 
 namespace nicemu::daemon {
@@ -43,10 +44,13 @@ SmsgRelay::SmsgRelay(uint32_t self, StatsPage& stats, SmsgRelayEnv env)
 void SmsgRelay::start(asio::io_context& io) {
   io_ = &io;
   timer_.emplace(io);
+  nap_timer_.emplace(io);
 }
 
 void SmsgRelay::stop() {
   if (timer_) timer_->cancel();
+  if (nap_timer_) nap_timer_->cancel();
+  nap_armed_ = false;
   ++timer_gen_;
   timer_at_ = Clock::time_point::max();
   io_ = nullptr;
@@ -75,8 +79,11 @@ int SmsgRelay::open(CdmRegion& cdm, const ctl::SmsgRelayOpen& req, ctl::SmsgRela
     if (t.attach_id != cdm.attach_id()) continue;
     ++mine;
     if (!t.failed && same(t.attrs)) {
+      auto ring = ring_for(cdm);
+      if (!ring) return rc::kErrorNomem;
       rep.ctl_offset = t.ctl_offset;
       rep.relay = id;
+      rep.ring_offset = *ring;
       return rc::kSuccess;
     }
   }
@@ -85,6 +92,8 @@ int SmsgRelay::open(CdmRegion& cdm, const ctl::SmsgRelayOpen& req, ctl::SmsgRela
                  cdm.inst_id(), req.peer_addr, mine);
     return rc::kErrorResource;
   }
+  auto ring = ring_for(cdm);
+  if (!ring) return rc::kErrorNomem;
   auto off = cdm.heap_block(sizeof(SmsgRelayCtl));
   if (!off) return rc::kErrorNomem;
   auto* b = new (cdm.heap_ptr(*off, sizeof(SmsgRelayCtl))) SmsgRelayCtl{};
@@ -102,9 +111,131 @@ int SmsgRelay::open(CdmRegion& cdm, const ctl::SmsgRelayOpen& req, ctl::SmsgRela
   t.ctl_offset = *off;
   rep.ctl_offset = *off;
   rep.relay = id;
+  rep.ring_offset = *ring;
   spdlog::debug("nic {}: SMSG relay {} opened: inst {} -> node {} inst {} ({} credits, {} bytes)", self_, id,
                 t.inst, req.peer_addr, req.peer_inst, req.credits, req.max_size);
   return rc::kSuccess;
+}
+
+std::optional<uint64_t> SmsgRelay::ring_for(CdmRegion& cdm) {
+  if (auto it = rings_.find(cdm.attach_id()); it != rings_.end()) return it->second.offset;
+  auto off = cdm.heap_block(kRelayRingBytes);
+  if (!off) return std::nullopt;
+  auto* r = new (cdm.heap_ptr(*off, kRelayRingBytes)) RelayRingCtl{};
+  r->magic = kRelayRingMagic;
+  r->capacity = kRelayRingCapacity;
+  r->armed.store(1, std::memory_order_seq_cst);  // idle: the first message rings
+  rings_[cdm.attach_id()].offset = *off;
+  return *off;
+}
+
+size_t SmsgRelay::drain(CdmRegion& cdm, Ring& r) {
+  auto* ctl = reinterpret_cast<RelayRingCtl*>(cdm.heap_ptr(r.offset, kRelayRingBytes));
+  if (!ctl || r.broken) return 0;
+  const char* data = relay_ring_data(ctl);
+  const uint64_t tail = ctl->tail.load(std::memory_order_acquire);
+  auto broken = [&](const char* why) {
+    r.broken = true;
+    ++ring_malformed_;
+    spdlog::warn("nic {}: SMSG relay ring of inst {} (pid {}) is corrupt ({}); its relayed sends stop", self_,
+                 cdm.inst_id(), cdm.pid(), why);
+  };
+  if (tail - r.head > kRelayRingCapacity) {
+    broken("tail out of range");
+    return 0;
+  }
+  if (ring_buf_.size() < ctl::kMaxMessage) ring_buf_.resize(ctl::kMaxMessage);
+  size_t n = 0;
+  while (r.head != tail) {
+    const uint64_t off = r.head % kRelayRingCapacity;
+    uint32_t len;
+    std::memcpy(&len, data + off, sizeof len);
+    if (len == kRelayPad) {
+      if (tail - r.head < kRelayRingCapacity - off) return broken("pad record past the tail"), n;
+      r.head += kRelayRingCapacity - off;
+      continue;
+    }
+    const uint64_t bytes = relay_record_bytes(len);
+    if (len > ctl::kMaxMessage || 4 + uint64_t{len} > kRelayRingCapacity - off || bytes > tail - r.head)
+      return broken("record length"), n;
+    // Copied out first: the library could change the bytes while we check them.
+    std::memcpy(ring_buf_.data(), data + off + 4, len);
+    r.head += bytes;
+    ++n;
+    ctl::Header h;
+    if (len < sizeof h) {
+      ++ring_malformed_;
+      continue;
+    }
+    std::memcpy(&h, ring_buf_.data(), sizeof h);
+    if (h.op != static_cast<uint16_t>(Op::kSmsgRelaySend) || !send(cdm, ring_buf_.data(), len)) ++ring_malformed_;
+  }
+  ctl->head.store(r.head, std::memory_order_release);
+  ring_messages_ += n;
+  return n;
+}
+
+void SmsgRelay::doorbell(CdmRegion& cdm) {
+  auto it = rings_.find(cdm.attach_id());
+  if (it == rings_.end()) return;
+  Ring& r = it->second;
+  ++doorbells_;
+  drain(cdm, r);
+  const auto now = Clock::now();
+  const bool streaming = now - r.last_bell < kStreaming;
+  r.last_bell = now;
+  if (!streaming) return arm_ring(cdm, r);
+  // Keep the doorbell disarmed a little: a sender streaming messages fills the ring
+  // without system calls, and the next drain takes them as one batch.
+  r.napping = true;
+  schedule_nap();
+}
+
+// Nothing more to take: arm the doorbell, then look once more (a message published before
+// the library could see `armed` is taken now, and the ring keeps napping).
+void SmsgRelay::arm_ring(CdmRegion& cdm, Ring& r) {
+  auto* ctl = reinterpret_cast<RelayRingCtl*>(cdm.heap_ptr(r.offset, kRelayRingBytes));
+  if (!ctl || r.broken) return;
+  ctl->armed.store(1, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (ctl->tail.load(std::memory_order_seq_cst) == r.head) {
+    r.napping = false;
+    return;
+  }
+  ctl->armed.store(0, std::memory_order_relaxed);
+  drain(cdm, r);
+  r.napping = true;
+  schedule_nap();
+}
+
+void SmsgRelay::nap_tick() {
+  bool again = false;
+  for (auto it = rings_.begin(); it != rings_.end();) {
+    Ring& r = it->second;
+    CdmRegion* cdm = env_.cdm(it->first);
+    if (!cdm) {
+      it = rings_.erase(it);
+      continue;
+    }
+    if (r.napping && !r.broken) {
+      if (drain(*cdm, r) > 0)
+        again = true;
+      else
+        arm_ring(*cdm, r);  // napping again only if a message slipped in
+    }
+    ++it;
+  }
+  if (again) schedule_nap();
+}
+
+void SmsgRelay::schedule_nap() {
+  if (nap_armed_ || !nap_timer_) return;
+  nap_armed_ = true;
+  nap_timer_->expires_after(kNap);
+  nap_timer_->async_wait([this](const asio::error_code& e) {
+    nap_armed_ = false;
+    if (!e && io_) nap_tick();
+  });
 }
 
 bool SmsgRelay::send(CdmRegion& cdm, const char* msg, size_t len) {
@@ -466,6 +597,11 @@ void SmsgRelay::flush_acks() {
 }
 
 void SmsgRelay::cdm_gone(uint64_t attach_id) {
+  if (auto it = rings_.find(attach_id); it != rings_.end()) {
+    // What the library put in the ring before it went is sent, as over a socket.
+    if (CdmRegion* c = env_.cdm(attach_id)) drain(*c, it->second);
+    rings_.erase(it);
+  }
   flush_acks();  // what was delivered is acknowledged before any failure
   for (auto it = tx_.begin(); it != tx_.end();) {
     if (it->second.attach_id != attach_id) {
@@ -564,7 +700,9 @@ nlohmann::json SmsgRelay::status() const {
                         {"tx_in_flight", in_flight},     {"tx_queued", queued},
                         {"rx_relays", rx_.size()},       {"rx_watched", watch_.size()},
                         {"sent", sent_.value()},         {"delivered", delivered_.value()},
-                        {"credit_updates", credit_updates_.value()}, {"failures", failures_.value()}};
+                        {"credit_updates", credit_updates_.value()}, {"failures", failures_.value()},
+                        {"rings", rings_.size()},        {"ring_messages", ring_messages_},
+                        {"doorbells", doorbells_},       {"ring_malformed", ring_malformed_}};
 }
 
 }  // namespace nicemu::daemon

@@ -91,6 +91,13 @@ class SmsgRelay {
   bool send(CdmRegion& cdm, const char* msg, size_t len);
   // The library says `cdm` released relayed messages: their senders get credits now.
   void released(CdmRegion& cdm);
+  // The library rang the doorbell of `cdm`'s relay ring (abi/relay_ring.h): its messages
+  // are taken now. A doorbell soon after the previous one (within kStreaming) means the
+  // library is streaming: the ring is drained again every kNap while more keep coming
+  // before the doorbell is armed again. Otherwise (one message now and then, a ping-pong)
+  // the doorbell is armed again at once.
+  void doorbell(CdmRegion& cdm);
+  static constexpr std::chrono::microseconds kNap{25}, kStreaming{100};
 
   // A daemon-to-daemon message from `from` (ops kSmsgOpen .. kSmsgClose). nullptr if
   // accepted, else why it is malformed (the caller counts and logs it).
@@ -140,6 +147,18 @@ class SmsgRelay {
     uint32_t status = 0;              // != 0: refused / receiver gone; every message gets it back
   };
   using RxKey = std::pair<uint32_t, uint32_t>;  // (sending node, relay)
+  struct Ring {                  // a CDM's relay ring
+    uint64_t offset = 0;         // RelayRingCtl in its heap
+    uint64_t head = 0;           // our own copy: the shared one is only published
+    bool napping = false;        // drained lately: the doorbell stays disarmed
+    bool broken = false;         // the library wrote nonsense: nothing more is read
+    std::chrono::steady_clock::time_point last_bell{};
+  };
+  void arm_ring(CdmRegion& cdm, Ring& r);
+  std::optional<uint64_t> ring_for(CdmRegion& cdm);
+  size_t drain(CdmRegion& cdm, Ring& r);
+  void nap_tick();
+  void schedule_nap();
 
   abi::SmsgRelayCtl* block(const Tx& t) const;
   void to_peer(uint32_t node, const void* msg, size_t len);
@@ -174,6 +193,11 @@ class SmsgRelay {
   std::set<RxKey> ack_due_;                                 // rx relays owing an ack this turn
   std::set<RxKey> watch_;                                   // rx relays with unreleased messages
   std::map<uint32_t, std::deque<std::vector<char>>> queued_;  // node -> messages the fabric refused
+  std::map<uint64_t, Ring> rings_;                          // attach id -> its relay ring
+  std::optional<asio::steady_timer> nap_timer_;
+  bool nap_armed_ = false;
+  uint64_t ring_messages_ = 0, ring_malformed_ = 0, doorbells_ = 0;
+  std::vector<char> ring_buf_;                              // the record being handled
   std::vector<char> buf_;                                   // message being built
 };
 

@@ -17,7 +17,7 @@
  *   idle  wait for the file $FABRIC_SMSG_GO (30 s at most), then exit without cleanup;
  *   die   exit at once (the peer's sends must then fail);
  *   bench (two ranks) SMSG 8-byte ping-pong latency (half the round trip, median of 2000)
- *         and message rate (20000 messages of 8 bytes streamed within the credits), printed
+ *         and message rate (20000 messages of 8 bytes streamed within 128 credits), printed
  *         by the rank with the lower inst (tools/bench-fabric).
  * Prints one "verified" line per process; exit 0 = everything checked. */
 #include <sched.h>
@@ -32,7 +32,9 @@
 #include "pmi.h"
 
 #define MAX_PEERS 8
-#define CREDITS 16
+#define CREDITS 16        /* verify and fault modes: few credits, so stalls happen */
+#define BENCH_CREDITS 128 /* bench mode: a streaming window, as message-rate benchmarks use */
+static int credits = CREDITS;
 #define MAXSIZE 1024
 #define MAGIC 0x534d5347u
 
@@ -212,7 +214,7 @@ static int bench(struct peer *p, gni_cq_handle_t rcq, gni_cq_handle_t cq) {
   if (lead)
     printf("fabric_smsg bench: SMSG 8 B latency %.1f us (half the median round trip of %d), message rate %.0f "
            "messages/s (%d streamed, %d credits)\n",
-           rtt[iters / 2] / 2 * 1e6, iters, stream / secs, stream, CREDITS);
+           rtt[iters / 2] / 2 * 1e6, iters, stream / secs, stream, credits);
   fflush(stdout);
   return 0;
 }
@@ -233,6 +235,7 @@ int main(int argc, char **argv) {
   }
   const char *mode = getenv("FABRIC_SMSG_MODE");
   if (!mode) mode = "verify";
+  if (strcmp(mode, "bench") == 0) credits = BENCH_CREDITS;
   int rank = 0, size = 1;
   if (use_pmi) {
     int spawned;
@@ -282,7 +285,7 @@ int main(int argc, char **argv) {
     gni_smsg_attr_t *a = &local[i];
     memset(a, 0, sizeof *a);
     a->msg_type = GNI_SMSG_TYPE_MBOX_AUTO_RETRANSMIT;
-    a->mbox_maxcredit = CREDITS;
+    a->mbox_maxcredit = credits;
     a->msg_maxsize = MAXSIZE;
     unsigned need = 0;
     if ((rc = GNI_SmsgBufferSizeNeeded(a, &need)) != GNI_RC_SUCCESS) return fail("GNI_SmsgBufferSizeNeeded", rc);

@@ -15,6 +15,7 @@
 #include "nicemu/abi/gni_values.h"
 #include "nicemu/abi/mem_handle.h"
 #include "nicemu/abi/region_access.h"
+#include "nicemu/abi/relay_ring.h"
 #include "cdm_fixture.h"
 #include "nicemu/daemon/smsg_relay.h"
 #include "smsg_channel.h"
@@ -128,6 +129,30 @@ struct Rig {
   }
 
   bool send(uint32_t relay, uint32_t seq, const std::string& text, uint32_t msg_id) {
+    std::vector<char> m = build(relay, seq, text, msg_id);
+    return a.send(*sender, m.data(), m.size());
+  }
+
+  // As the library: one record into the CDM's relay ring (abi/relay_ring.h) at its tail;
+  // true when the daemon had armed the doorbell.
+  bool ring_push(abi::RelayRingCtl* r, const std::vector<char>& m) {
+    uint64_t tail = r->tail.load();
+    uint64_t off = tail % abi::kRelayRingCapacity;
+    const uint64_t need = abi::relay_record_bytes(m.size());
+    if (abi::kRelayRingCapacity - off < need) {
+      const uint32_t pad = abi::kRelayPad;
+      std::memcpy(abi::relay_ring_data(r) + off, &pad, 4);
+      tail += abi::kRelayRingCapacity - off;
+      off = 0;
+    }
+    const uint32_t len = static_cast<uint32_t>(m.size());
+    std::memcpy(abi::relay_ring_data(r) + off, &len, 4);
+    std::memcpy(abi::relay_ring_data(r) + off + 4, m.data(), m.size());
+    r->tail.store(tail + need);
+    return r->armed.exchange(0) != 0;
+  }
+  // A message as send() builds it, without handing it to the daemon.
+  std::vector<char> build(uint32_t relay, uint32_t seq, const std::string& text, uint32_t msg_id) {
     std::vector<char> m(sizeof(ctl::SmsgRelaySend) + text.size());
     ctl::SmsgRelaySend s{};
     s.h = ctl::Header{ctl::kMagic, ctl::kVersion, static_cast<uint16_t>(ctl::Op::kSmsgRelaySend), 0,
@@ -141,7 +166,7 @@ struct Rig {
     s.tag = static_cast<uint8_t>(seq + 1);
     std::memcpy(m.data(), &s, sizeof s);
     std::memcpy(m.data() + sizeof s, text.data(), text.size());
-    return a.send(*sender, m.data(), m.size());
+    return m;
   }
 
   // The receiver's view of the mailbox (found through a kMboxOpen as its GNI_SmsgInit does).
@@ -260,6 +285,66 @@ TEST_CASE("SMSG relay: the receiver's release note returns the credits without w
   r.io.poll();
   r.io.restart();
   CHECK(r.to0.q.empty());
+}
+
+TEST_CASE("SMSG relay: messages through the relay ring arrive in order; the doorbell is re-armed when idle") {
+  Rig r;
+  ctl::SmsgRelayOpenReply rep{};
+  REQUIRE(r.open(rep, r.attrs()));
+  auto* ring = reinterpret_cast<abi::RelayRingCtl*>(r.sender->heap_ptr(rep.ring_offset, abi::kRelayRingBytes));
+  REQUIRE(ring);
+  CHECK(ring->magic == abi::kRelayRingMagic);
+  CHECK(ring->capacity == abi::kRelayRingCapacity);
+  CHECK(ring->armed.load() == 1);  // idle: the first message rings
+  // A second relay of the same CDM shares the ring.
+  ctl::SmsgRelayOpen other = r.attrs();
+  other.peer_inst = 21;
+  ctl::SmsgRelayOpenReply rep2{};
+  REQUIRE(r.a.open(*r.sender, other, rep2) == abi::gni::kSuccess);
+  CHECK(rep2.ring_offset == rep.ring_offset);
+  CHECK(r.ring_push(ring, r.build(rep.relay, 0, "first", 1)));       // rings
+  CHECK_FALSE(r.ring_push(ring, r.build(rep.relay, 1, "second", 2)));  // already rung
+  r.a.doorbell(*r.sender);
+  CHECK(ring->head.load() == ring->tail.load());
+  CHECK(r.pump().empty());
+  ugni::MailboxView v = r.mailbox();
+  for (const char* want : {"first", "second"}) {
+    abi::MboxSlotHeader* s = ugni::smsg_peek(v);
+    REQUIRE(s);
+    CHECK(std::string(reinterpret_cast<char*>(s + 1), s->length) == want);
+    ugni::smsg_release(v);
+  }
+  // One doorbell, one message: not streaming, so the doorbell is armed again at once.
+  CHECK(ring->armed.load() == 1);
+  CHECK(r.a.status()["ring_messages"] == 2);
+  CHECK(r.a.status()["ring_malformed"] == 0);
+}
+
+TEST_CASE("SMSG relay: a corrupt relay ring is refused without a byte sent") {
+  Rig r;
+  ctl::SmsgRelayOpenReply rep{};
+  REQUIRE(r.open(rep, r.attrs()));
+  auto* ring = reinterpret_cast<abi::RelayRingCtl*>(r.sender->heap_ptr(rep.ring_offset, abi::kRelayRingBytes));
+  REQUIRE(ring);
+  SUBCASE("a record longer than the ring holds") {
+    const uint32_t len = 0x7FFFFFF0;
+    std::memcpy(abi::relay_ring_data(ring), &len, 4);
+    ring->tail.store(64);
+  }
+  SUBCASE("a tail beyond the capacity") { ring->tail.store(abi::kRelayRingCapacity + 8); }
+  SUBCASE("a pad record past the tail") {
+    const uint32_t pad = abi::kRelayPad;
+    std::memcpy(abi::relay_ring_data(ring), &pad, 4);
+    ring->tail.store(8);
+  }
+  r.a.doorbell(*r.sender);
+  CHECK(r.a.status()["ring_malformed"] == 1);
+  CHECK(r.a.status()["ring_messages"] == 0);
+  CHECK(r.to1.q.empty());
+  // Broken for good: later records are not read either.
+  r.ring_push(ring, r.build(rep.relay, 0, "late", 1));
+  r.a.doorbell(*r.sender);
+  CHECK(r.to1.q.empty());
 }
 
 TEST_CASE("SMSG relay: the receiver's daemon refuses forged and malformed messages before writing") {

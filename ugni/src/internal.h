@@ -24,6 +24,7 @@
 #include "nicemu/abi/gni_values.h"
 #include "nicemu/abi/mem_handle.h"
 #include "nicemu/abi/region_access.h"
+#include "nicemu/abi/relay_ring.h"
 #include "nicemu/abi/shm_layout.h"
 #include "nicemu/ctl/ctl_client.h"
 #include "counters.h"
@@ -157,6 +158,10 @@ struct Nic {
   std::atomic<uint32_t> live_cqs{0};
   std::atomic<uint32_t> live_regs{0};
   BteQueue bte;
+  // The relay ring (abi/relay_ring.h) every SMSG send to another host goes through; set by
+  // the first relay open. relay_mu serialises producers.
+  std::mutex relay_mu;
+  abi::RelayRingCtl* relay_ring = nullptr;
   DgramState dgram;
   std::atomic<uint64_t> ep_serial{0};
   // Fault injection (fault_engine.h): the daemon's fault page, mapped at attach (an all-off
@@ -197,7 +202,6 @@ struct Mailbox {
   // daemon relays, and this block in our own heap says credits and failure.
   abi::SmsgRelayCtl* relay = nullptr;
   uint32_t relay_id = 0;
-  std::vector<char> relay_buf;     // the SmsgRelaySend being built
   bool valid() const { return view.ctl != nullptr || relay != nullptr; }
 };
 

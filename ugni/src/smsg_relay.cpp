@@ -24,10 +24,19 @@ gni_return_t relay_open(Ep* ep, const gni_smsg_attr_t* a, Mailbox& out) {
   abi::ctl::SmsgRelayOpenReply rep{};
   if (!n->conn.call(req, rep)) return GNI_RC_INVALID_STATE;
   if (rep.r.rc != GNI_RC_SUCCESS) return static_cast<gni_return_t>(rep.r.rc);
-  if (!n->self->in_heap(rep.ctl_offset, sizeof(abi::SmsgRelayCtl))) return GNI_RC_INVALID_STATE;
+  if (!n->self->in_heap(rep.ctl_offset, sizeof(abi::SmsgRelayCtl)) ||
+      !n->self->in_heap(rep.ring_offset, abi::kRelayRingBytes))
+    return GNI_RC_INVALID_STATE;
   auto* b = reinterpret_cast<abi::SmsgRelayCtl*>(n->self->base + rep.ctl_offset);
   if (b->magic != abi::kRelayMagic || b->credits != a->mbox_maxcredit || b->max_size != a->msg_maxsize)
     return GNI_RC_INVALID_STATE;
+  auto* ring = reinterpret_cast<abi::RelayRingCtl*>(n->self->base + rep.ring_offset);
+  if (ring->magic != abi::kRelayRingMagic || ring->capacity != abi::kRelayRingCapacity) return GNI_RC_INVALID_STATE;
+  {
+    std::lock_guard g(n->relay_mu);
+    if (n->relay_ring && n->relay_ring != ring) return GNI_RC_INVALID_STATE;  // one ring per CDM
+    n->relay_ring = ring;
+  }
   out.region = nullptr;  // the mailbox is on another host; the block is in our own region
   out.relay = b;
   out.relay_id = rep.relay;
@@ -35,7 +44,6 @@ gni_return_t relay_open(Ep* ep, const gni_smsg_attr_t* a, Mailbox& out) {
   out.view.credits = a->mbox_maxcredit;
   out.view.max_size = a->msg_maxsize;
   out.view.released_seen = b->released.load(std::memory_order_acquire);
-  out.relay_buf.assign(sizeof(abi::ctl::SmsgRelaySend) + a->msg_maxsize, 0);
   return GNI_RC_SUCCESS;
 }
 
@@ -71,15 +79,49 @@ gni_return_t relay_send(Ep* ep, const void* header, uint32_t header_length, cons
   req.src_cq = ep->src_cq ? ep->src_cq->slot : abi::kNoCq;
   req.length = total;
   req.tag = tag;
-  char* p = m.relay_buf.data();
-  std::memcpy(p, &req, sizeof req);
-  if (header_length) std::memcpy(p + sizeof req, header, header_length);
-  if (data_length) std::memcpy(p + sizeof req + header_length, data, data_length);
-  if (!n->conn.send(p, sizeof req + total)) {
-    n->nic_down = true;
-    return failed(cqe::kErrNicDown);
+  // Into the CDM's relay ring (abi/relay_ring.h); the daemon takes it from there, and only
+  // a daemon that had gone idle needs the doorbell (a system call).
+  bool ring_doorbell = false;
+  {
+    std::lock_guard g(n->relay_mu);
+    abi::RelayRingCtl* r = n->relay_ring;
+    if (!r) return GNI_RC_INVALID_STATE;
+    const uint64_t cap = abi::kRelayRingCapacity, len = sizeof req + total;
+    const uint64_t need = abi::relay_record_bytes(len);
+    uint64_t tail = r->tail.load(std::memory_order_relaxed);  // ours alone to write
+    const uint64_t head = r->head.load(std::memory_order_acquire);
+    uint64_t off = tail % cap;
+    const uint64_t pad = cap - off < need ? cap - off : 0;
+    if (tail + pad + need - head > cap) {
+      n->stats[GNI_STAT_SMSG_MBOX_CREDITS_STALL].fetch_add(1, std::memory_order_relaxed);
+      return GNI_RC_NOT_DONE;  // the daemon is behind: like a credit stall, try again
+    }
+    char* d = abi::relay_ring_data(r);
+    if (pad) {
+      const uint32_t p32 = abi::kRelayPad;
+      std::memcpy(d + off, &p32, sizeof p32);
+      tail += pad;
+      off = 0;
+    }
+    const uint32_t l32 = static_cast<uint32_t>(len);
+    std::memcpy(d + off, &l32, sizeof l32);
+    std::memcpy(d + off + 4, &req, sizeof req);
+    if (header_length) std::memcpy(d + off + 4 + sizeof req, header, header_length);
+    if (data_length) std::memcpy(d + off + 4 + sizeof req + header_length, data, data_length);
+    r->tail.store(tail + need, std::memory_order_release);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    ring_doorbell = r->armed.load(std::memory_order_relaxed) != 0 && r->armed.exchange(0) != 0;
+    m.relay->sent.store(s + 1, std::memory_order_release);
   }
-  m.relay->sent.store(s + 1, std::memory_order_release);
+  if (ring_doorbell) {
+    abi::ctl::SmsgRelayDoorbell bell{};
+    bell.h.op = static_cast<uint16_t>(abi::ctl::Op::kSmsgRelayDoorbell);
+    bell.h.length = sizeof bell;
+    if (!n->conn.send(&bell, sizeof bell)) {
+      n->nic_down = true;
+      return failed(cqe::kErrNicDown);
+    }
+  }
   n->stats[GNI_STAT_FMA_LAUNCH_COUNT].fetch_add(1, std::memory_order_relaxed);
   count(n->counters, ctr::cdm::smsg_sends);
   count(n->counters, ctr::cdm::smsg_send_bytes, total);
