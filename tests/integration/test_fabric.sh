@@ -189,7 +189,7 @@ restarts=$(counter 0 fabric_peer_restarts)
 stop_daemon 2
 before=$(counter 0 malformed_messages)
 if python3 "$PACKETS" --key "$KEY" --target-port "$BASE" --target-nic 0 --as-nic 2 --as-port $((BASE + 2)) \
-    --expect-json "$TMP/expect.json" >"$TMP/packets.log" 2>&1; then
+    --expect-json "$TMP/expect.json" --sealer "$BUILD/tests/integration/fabric_seal" >"$TMP/packets.log" 2>&1; then
   sleep 0.5  # the daemon drains its socket
   if ! kill -0 "${DAEMON_PID[0]}" 2>/dev/null; then
     fail "daemon 0 died under the malformed-packet barrage"; sed 's/^/    /' "$TMP/daemon0.log" >&2
