@@ -1,6 +1,7 @@
 // The daemon's UDP transport to the daemons of other hosts: one socket, one reliable channel
 // per peer NIC address (nicemu/fabric/reliable_channel.h), every packet authenticated with
-// the cluster key (packet_codec.h), peers named by the fabric map (fabric_map.h).
+// an AEAD tag under this daemon's subkey of the cluster key, nonce a packet number counted
+// per epoch (packet_codec.h), peers named by the fabric map (fabric_map.h).
 //
 // Data plane: packets arrive through io_uring (one multishot recvmsg over a ring of provided
 // buffers, uring_receiver.h) whose completion eventfd the daemon's Asio loop (epoll) watches;
