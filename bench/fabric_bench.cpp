@@ -5,6 +5,7 @@
 // every message, in order. Prints messages/s, MB/s, UDP packets each way and messages per
 // packet (the coalescing factor). Both ends share one core, so the rate is per core.
 //   fabric_bench [--messages N] [--size BYTES] [--port P] [--uring auto|off]
+//                [--mac auto|aes256gcm|chacha20poly1305]
 #include <unistd.h>
 
 #include <chrono>
@@ -27,11 +28,13 @@ int main(int argc, char** argv) {
   size_t size = 64;
   uint16_t port = 0;
   std::string uring = "auto";
+  std::string mac = "auto";
   CLI::App app{"fabric_bench: UDP fabric message rate between two endpoints on loopback"};
   app.add_option("--messages", messages, "messages to send")->check(CLI::Range(1ull, 100'000'000ull));
   app.add_option("--size", size, "bytes per message")->check(CLI::Range(1ul, 60'000ul));
   app.add_option("--port", port, "first UDP port (default: derived from the pid)");
   app.add_option("--uring", uring, "receive path")->check(CLI::IsMember({"auto", "off"}));
+  app.add_option("--mac", mac, "packet AEAD")->check(CLI::IsMember({"auto", "aes256gcm", "chacha20poly1305"}));
   CLI11_PARSE(app, argc, argv);
   if (port == 0) port = static_cast<uint16_t>(21000 + (getpid() % 1000) * 2);
   spdlog::set_level(spdlog::level::warn);
@@ -44,7 +47,7 @@ int main(int argc, char** argv) {
   uint64_t received = 0, bad_order = 0;
   std::vector<uint8_t> msg(size, 0x5a);
   daemon::UdpFabric a(io_a, 0, fabric::FabricMap::parse(map_text, "bench"), key, page_a,
-                      [](uint32_t, const uint8_t*, size_t) {}, uring != "off");
+                      [](uint32_t, const uint8_t*, size_t) {}, uring != "off", fabric::parse_mac_alg(mac));
   daemon::UdpFabric b(
       io_b, 1, fabric::FabricMap::parse(map_text, "bench"), key, page_b,
       [&](uint32_t, const uint8_t* m, size_t n) {
@@ -53,7 +56,7 @@ int main(int argc, char** argv) {
         if (n != size || seq != received) ++bad_order;
         ++received;
       },
-      uring != "off");
+      uring != "off", fabric::parse_mac_alg(mac));
   a.start();
   b.start();
   namespace nc = abi::counters::node;

@@ -51,14 +51,15 @@ write("ctl_node", "getters", hello + bi_get + fault_get + cred_issue)
 write("ctl_node", "attach_msgq", attach() + msgq_join)
 
 # --- packet: mode byte, then [u16 length][packet without MAC] (nicemu/abi/wire_protocol.h) --
-WIRE_MAGIC, WIRE_VERSION = 0x4E464142, 1
+WIRE_MAGIC, WIRE_VERSION = 0x4E464142, 2
 
 
-def packet(records, ack=0, base=0, sack=0, src=1, dst=0, flags=0):
+def packet(records, ack=0, base=0, sack=0, src=1, dst=0, flags=0, pn=1):
     body = b"".join(struct.pack("<IHBB", seq, len(p), typ, fl) + p for seq, typ, fl, p in records)
-    total = 56 + len(body) + 16
-    hdr = struct.pack("<IBBHIIQQIIQHHI", WIRE_MAGIC, WIRE_VERSION, flags, total, src, dst, 7, 0, ack, base, sack,
-                      len(records), 0, 0)
+    total = 64 + len(body) + 16
+    # mac_alg 0: the harness's seal writes its own; pn: the packet number (AEAD nonce)
+    hdr = struct.pack("<IBBHIIQQIIQHBBIQ", WIRE_MAGIC, WIRE_VERSION, flags, total, src, dst, 7, 0, ack, base, sack,
+                      len(records), 0, 0, 0, pn)
     return hdr + body
 
 
@@ -69,7 +70,7 @@ def framed(*pkts, seal=1):
 write("packet", "ack_only", framed(packet([], ack=1)))
 write("packet", "one_record", framed(packet([(0, 1, 0, b"hello")])))
 write("packet", "probe", framed(packet([(0, 2, 0, b"")])))
-write("packet", "two_packets", framed(packet([(0, 1, 0, b"a" * 40)]), packet([(1, 1, 0, b"b" * 40)], ack=2)))
+write("packet", "two_packets", framed(packet([(0, 1, 0, b"a" * 40)]), packet([(1, 1, 0, b"b" * 40)], ack=2, pn=2)))
 write("packet", "unsealed", framed(packet([(0, 1, 0, b"x")]) + bytes(16), seal=0))
 
 # --- region_access: see region_access.cpp for the layout ------------------------------------

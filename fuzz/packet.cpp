@@ -1,10 +1,11 @@
 // Fuzz target: the receive path of the UDP fabric (nicemu/fabric): check_packet (lengths,
-// magic, version, keyed MAC, record walk) and, for packets that pass, what UdpFabric does
+// magic, version, AEAD tag, record walk) and, for packets that pass, what UdpFabric does
 // with them: the reliable channel's on_peer_base / on_ack / on_record and reassembly.
 //
 // Input: one mode byte, then packets as [u16 little-endian length][bytes]. Mode bit 0 set:
 // the harness writes the packet's length field and seals it with the test key (as a peer
-// holding the cluster key would), so the fuzzer gets past the MAC; clear: the bytes are
+// holding the cluster key would; the header's src_node, src_epoch and packet_number as the
+// fuzzer wrote them pick the subkey and nonce), so the fuzzer gets past the MAC; clear: the bytes are
 // checked as they came (a forger without the key). One channel lives for the whole input,
 // with a few messages of its own in flight so acknowledgements have something to act on.
 #include <cstddef>
@@ -21,7 +22,7 @@ using nicemu::fabric::PacketError;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const uint8_t key[wire::kKeyBytes] = {1, 2, 3, 4, 5, 6, 7, 8};
-  static const nicemu::fabric::PacketAuth auth(key);
+  static nicemu::fabric::PacketAuth auth(key);
   if (size < 1) return 0;
   const bool seal = data[0] & 1;
   size_t off = 1;

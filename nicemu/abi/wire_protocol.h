@@ -2,12 +2,21 @@
 //
 // One UDP datagram = one packet:
 //
-//   PacketHeader            fixed 56 bytes: version, sender/receiver NIC addresses and
-//                           epochs, the piggybacked acknowledgement (cumulative + selective)
-//                           and the sender's window base
+//   PacketHeader            fixed 64 bytes: version, sender/receiver NIC addresses and
+//                           epochs, the piggybacked acknowledgement (cumulative + selective),
+//                           the sender's window base, the MAC algorithm and the sender's
+//                           packet number
 //   Record * record_count   each: RecordHeader (8 bytes) + `length` payload bytes; a record
 //                           is one reliable message or a fragment of one
-//   MAC                     kMacBytes of keyed BLAKE2b over everything before it
+//   MAC                     kMacBytes: the tag of an AEAD (MacAlg) with an empty message and
+//                           everything before it as associated data; nothing is encrypted
+//
+// The AEAD key is not the cluster key but a per-sender subkey, keyed BLAKE2b (cluster key)
+// of kSubkeyContext, the algorithm, src_node and src_epoch; the nonce is packet_number, a
+// counter from 1 for each sender epoch. A daemon restarts with its counter at 1 but with a
+// fresh random epoch, hence a fresh subkey, so no (key, nonce) pair is ever used twice
+// (which would break GCM and Poly1305). The receiver derives the same subkey from the header
+// (unauthenticated until the tag checks: wrong values give a wrong key and a failed tag).
 //
 // All fields little-endian (the supported hosts are), fixed width, no pointers. A packet
 // whose lengths do not add up exactly, whose version or magic differ, whose MAC does not
@@ -25,13 +34,23 @@
 namespace nicemu::abi::wire {
 
 inline constexpr uint32_t kMagic = 0x4E464142;  // "NFAB"
-inline constexpr uint8_t kVersion = 1;
+inline constexpr uint8_t kVersion = 2;  // 2: AEAD tag, packet number (1: BLAKE2b MAC)
 
 // Largest UDP payload we send: below a 1500-byte Ethernet MTU minus IPv4/IPv6 and UDP
 // headers, so no packet is IP-fragmented (a lost fragment loses the whole datagram).
 inline constexpr size_t kMaxPacket = 1400;
-inline constexpr size_t kMacBytes = 16;  // crypto_generichash (BLAKE2b) output, keyed
-inline constexpr size_t kKeyBytes = 32;  // cluster key (crypto_generichash_KEYBYTES)
+inline constexpr size_t kMacBytes = 16;  // AEAD tag (AES-GCM and Poly1305 alike)
+inline constexpr size_t kKeyBytes = 32;  // cluster key and derived subkeys
+inline constexpr size_t kNonceBytes = 12;  // packet_number little-endian, then 4 zero bytes
+
+// The AEAD that made a packet's tag (PacketHeader::mac_alg). Any other value: dropped.
+enum class MacAlg : uint8_t {
+  kAes256Gcm = 1,         // where the CPU has AES-NI and PCLMUL: fastest
+  kChaCha20Poly1305 = 2,  // IETF variant, 96-bit nonce: everywhere
+};
+// The subkey derivation's context, padded with zeros to 32 bytes; then the MacAlg byte,
+// src_node (4 bytes) and src_epoch (8 bytes), little-endian: 45 bytes of BLAKE2b input.
+inline constexpr char kSubkeyContext[32] = "nicemu fabric packet subkey v2";
 
 // Records a sender may have unacknowledged on one channel; the receiver buffers this many
 // out-of-order records, so it can always hold what the sender may send (credit-based flow
@@ -56,12 +75,16 @@ struct PacketHeader {
                           // gave up on (peer silent past the retry budget) are skipped
   uint64_t sack;          // bit i set: record ack + 1 + i was received (selective)
   uint16_t record_count;
-  uint16_t reserved0;
+  uint8_t mac_alg;        // MacAlg
+  uint8_t reserved0;
   uint32_t reserved1;
+  uint64_t packet_number; // the AEAD nonce: from 1 per sender epoch, never reused
 };
-static_assert(sizeof(PacketHeader) == 56);
+static_assert(sizeof(PacketHeader) == 64);
+static_assert(offsetof(PacketHeader, src_node) == 8 && offsetof(PacketHeader, length) == 6);
 static_assert(offsetof(PacketHeader, src_epoch) == 16 && offsetof(PacketHeader, ack) == 32);
 static_assert(offsetof(PacketHeader, sack) == 40 && offsetof(PacketHeader, record_count) == 48);
+static_assert(offsetof(PacketHeader, mac_alg) == 50 && offsetof(PacketHeader, packet_number) == 56);
 static_assert(std::is_trivially_copyable_v<PacketHeader>);
 
 enum RecordFlags : uint8_t {

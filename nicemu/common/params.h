@@ -102,6 +102,11 @@ inline constexpr Param kTable[] = {
     {.name = "fabric_io_uring", .type = Type::kChoice, .default_text = "auto", .config_key = "fabric_io_uring",
      .flag = "--fabric-io-uring", .choices = "auto|off",
      .doc = "fabric receive path: io_uring multishot recvmsg where the kernel allows (auto), else or when off recvmmsg"},
+    {.name = "fabric_mac", .type = Type::kChoice, .default_text = "auto", .config_key = "fabric_mac",
+     .flag = "--fabric-mac", .choices = "auto|aes256gcm|chacha20poly1305",
+     .doc = "AEAD whose tag authenticates the fabric packets this daemon sends: aes256gcm where the CPU has "
+            "AES-NI (auto), else chacha20poly1305; a daemon verifies either, but GCM only with AES-NI, so a "
+            "cluster with hosts lacking it pins chacha20poly1305 everywhere"},
     {.name = "poll_us", .type = Type::kUint, .default_text = "0", .config_key = "poll_us", .flag = "--poll-us",
      .max = 100000,
      .doc = "adaptive polling: after handling work the daemon's loop keeps polling for this many microseconds "

@@ -39,11 +39,12 @@ uint64_t UdpFabric::now_us() {
 }
 
 UdpFabric::UdpFabric(asio::io_context& io, uint32_t self, fabric::FabricMap map, const uint8_t (&key)[kKeyBytes],
-                     StatsPage& stats, Deliver deliver, bool use_uring, fabric::ChannelConfig ccfg)
+                     StatsPage& stats, Deliver deliver, bool use_uring, std::optional<MacAlg> mac,
+                     fabric::ChannelConfig ccfg)
     : io_(io),
       self_(self),
       map_(std::move(map)),
-      auth_(key),
+      auth_(key, mac ? *mac : *fabric::parse_mac_alg("auto")),
       stats_(stats),
       deliver_(std::move(deliver)),
       ccfg_(ccfg),
@@ -141,8 +142,9 @@ UdpFabric::UdpFabric(asio::io_context& io, uint32_t self, fabric::FabricMap map,
              c(nc::fabric_duplicates),     c(nc::fabric_out_of_window),     c(nc::fabric_retransmits),
              c(nc::fabric_peer_downs),     c(nc::fabric_send_refused),      c(nc::fabric_messages_abandoned),
              c(nc::fabric_send_errors)};
-  spdlog::info("fabric: NIC address {} on udp {} (epoch {:#x}), {} nodes in the map; {}", self_,
-               endpoint_text(me->addr), epoch_, map_.nodes().size(), data_plane_);
+  spdlog::info("fabric: NIC address {} on udp {} (epoch {:#x}), {} nodes in the map; {}; packets sealed with {}",
+               self_, endpoint_text(me->addr), epoch_, map_.nodes().size(), data_plane_,
+               fabric::mac_alg_name(auth_.alg()));
 }
 
 UdpFabric::~UdpFabric() { stop(); }
@@ -362,6 +364,8 @@ void UdpFabric::queue_packet(Peer& p, uint8_t flags, const uint8_t* records, siz
   h.base = p.ch->send_base();
   h.sack = p.ch->sack();
   h.record_count = count;
+  h.mac_alg = static_cast<uint8_t>(auth_.alg());
+  h.packet_number = next_packet_number_++;
   std::memcpy(pkt, &h, sizeof h);
   if (rec_bytes) std::memcpy(pkt + sizeof h, records, rec_bytes);
   auth_.seal(pkt, sizeof h + rec_bytes);
@@ -605,7 +609,8 @@ nlohmann::json UdpFabric::status() const {
                      {"duplicates", s.duplicates},
                      {"messages_abandoned", s.messages_abandoned}});
   }
-  return {{"port", port_}, {"epoch", epoch_}, {"data_plane", data_plane_}, {"nodes_in_map", map_.nodes().size()}, {"peers", peers}};
+  return {{"port", port_}, {"epoch", epoch_}, {"data_plane", data_plane_},
+          {"mac", fabric::mac_alg_name(auth_.alg())}, {"nodes_in_map", map_.nodes().size()}, {"peers", peers}};
 }
 
 }  // namespace nicemu::daemon

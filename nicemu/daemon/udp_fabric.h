@@ -1,6 +1,7 @@
 // The daemon's UDP transport to the daemons of other hosts: one socket, one reliable channel
 // per peer NIC address (nicemu/fabric/reliable_channel.h), every packet authenticated with
-// the cluster key (packet_codec.h), peers named by the fabric map (fabric_map.h).
+// an AEAD tag under this daemon's subkey of the cluster key, nonce a packet number counted
+// per epoch (packet_codec.h), peers named by the fabric map (fabric_map.h).
 //
 // Data plane: packets arrive through io_uring (one multishot recvmsg over a ring of provided
 // buffers, uring_receiver.h) whose completion eventfd the daemon's Asio loop (epoll) watches;
@@ -24,6 +25,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -45,9 +47,12 @@ class UdpFabric {
   // A complete message from the daemon of `from_nic` (authenticated, in order, once).
   using Deliver = std::function<void(uint32_t from_nic, const uint8_t* msg, size_t len)>;
 
-  // Binds the port of `self` in `map`; throws std::runtime_error on failure.
+  // Binds the port of `self` in `map`; throws std::runtime_error on failure (also when
+  // `mac` is aes256gcm and the CPU lacks AES-NI). `mac`: the AEAD that seals this daemon's
+  // packets (nullopt: the best the CPU has); any peer's supported algorithm is accepted.
   UdpFabric(asio::io_context& io, uint32_t self, fabric::FabricMap map, const uint8_t (&key)[abi::wire::kKeyBytes],
-            StatsPage& stats, Deliver deliver, bool use_uring = true, fabric::ChannelConfig ccfg = {});
+            StatsPage& stats, Deliver deliver, bool use_uring = true,
+            std::optional<abi::wire::MacAlg> mac = std::nullopt, fabric::ChannelConfig ccfg = {});
   ~UdpFabric();
   UdpFabric(const UdpFabric&) = delete;
   UdpFabric& operator=(const UdpFabric&) = delete;
@@ -133,6 +138,9 @@ class UdpFabric {
   void lost(uint32_t nic);
   fabric::ChannelConfig ccfg_;
   uint64_t epoch_ = 0;
+  // The AEAD nonce of the next packet sent: from 1, never reused within epoch_ (a restart
+  // draws a new epoch, hence a new subkey; packet_codec.h).
+  uint64_t next_packet_number_ = 1;
   uint16_t port_ = 0;
   int fd_ = -1;
   asio::posix::stream_descriptor sd_;

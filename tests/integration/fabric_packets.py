@@ -3,36 +3,49 @@
 
 Speaks the wire format of nicemu/abi/wire_protocol.h from the address of a node in the
 daemon's fabric map (whose daemon is stopped), with the cluster key where a class of bad
-packet needs a valid MAC. Writes, as JSON, the minimum each drop counter must have grown by.
+packet needs a valid MAC. The AEAD tag comes from fabric_seal (built next to the daemon:
+the standard library has no AES-GCM or ChaCha20-Poly1305). Writes, as JSON, the minimum
+each drop counter must have grown by.
 """
 import argparse
-import hashlib
 import json
 import os
 import random
 import socket
 import struct
+import subprocess
 import time
 
 MAGIC = 0x4E464142
-VERSION = 1
-HDR = struct.Struct("<IBBHIIQQIIQHHI")  # PacketHeader, 56 bytes
-REC = struct.Struct("<IHBB")            # RecordHeader, 8 bytes
+VERSION = 2
+HDR = struct.Struct("<IBBHIIQQIIQHBBIQ")  # PacketHeader, 64 bytes
+REC = struct.Struct("<IHBB")              # RecordHeader, 8 bytes
 MAC = 16
+MAC_ALG_OFFSET = 50                       # PacketHeader::mac_alg
 CTL_MAGIC, CTL_VERSION = 0x4E43544C, 1
-assert HDR.size == 56 and REC.size == 8
+assert HDR.size == 64 and REC.size == 8
+SEALER = None
+next_pn = 1  # the packet number (AEAD nonce): never reused within our epoch
 
 
-def mac(key, data):
-    return hashlib.blake2b(data, digest_size=MAC, key=key).digest()
+def seal(key, data, alg="auto"):
+    """data + its tag, as the daemon's PacketAuth seals it (writes the algorithm byte)."""
+    out = subprocess.run([SEALER, alg], input=key.hex() + "\n" + data.hex() + "\n", capture_output=True, text=True,
+                         check=True).stdout
+    return bytes.fromhex(out.strip())
+
+
+def header(version, length, src, dst, epoch, dst_epoch, ack, base, count):
+    global next_pn
+    next_pn += 1
+    return HDR.pack(MAGIC, version, 0, length & 0xFFFF, src, dst, epoch, dst_epoch, ack, base, 0, count, 0, 0, 0,
+                    next_pn - 1)
 
 
 def packet(key, src, dst, epoch, records=(), dst_epoch=0, version=VERSION, length_delta=0, ack=0, base=1):
     body = b"".join(REC.pack(seq, len(p), typ, 0) + p for seq, typ, p in records)
     length = HDR.size + len(body) + MAC + length_delta
-    hdr = HDR.pack(MAGIC, version, 0, length & 0xFFFF, src, dst, epoch, dst_epoch, ack, base, 0,
-                   len(records), 0, 0)
-    return hdr + body + mac(key, hdr + body)
+    return seal(key, header(version, length, src, dst, epoch, dst_epoch, ack, base, len(records)) + body)
 
 
 def rma_request(kind, length=0, inst=0):
@@ -50,7 +63,10 @@ def main():
     ap.add_argument("--as-nic", type=int, required=True)
     ap.add_argument("--as-port", type=int, required=True)
     ap.add_argument("--expect-json", required=True)
+    ap.add_argument("--sealer", required=True, help="fabric_seal executable")
     a = ap.parse_args()
+    global SEALER
+    SEALER = a.sealer
     key = bytes.fromhex(open(a.key).read().strip())
     rnd = random.Random(4)
     target = ("127.0.0.1", a.target_port)
@@ -71,32 +87,40 @@ def main():
     for _ in range(30):
         send(me, bytes(rnd.getrandbits(8) for _ in range(rnd.randint(72, 1400))))
     want["fabric_drop_magic"] = 30
-    # Truncated headers (0 .. 71 bytes) and length fields that lie.
+    # Truncated headers (0 .. 79 bytes) and length fields that lie.
     good = packet(key, src, dst, epoch)
-    for n in range(0, 72, 4):
+    for n in range(0, 80, 4):
         send(me, good[:n])
     for delta in (-1, 1, 100, -40):
         send(me, packet(key, src, dst, epoch, length_delta=delta))
     bigger = packet(key, src, dst, epoch) + b"\0" * 2000  # larger than any packet we accept
     send(me, bigger)
-    want["fabric_drop_length"] = 18 + 4 + 1
+    want["fabric_drop_length"] = 20 + 4 + 1
     # Another protocol version.
     send(me, packet(key, src, dst, epoch, version=VERSION + 1), 10)
     want["fabric_drop_version"] = 10
-    # Bad MACs: another key, and one flipped bit.
+    # Bad MACs: another key, one flipped bit, a changed epoch or packet number (another
+    # subkey or nonce), an unknown algorithm id.
     wrong = os.urandom(32)
     send(me, packet(wrong, src, dst, epoch, records=[(1, 1, b"x" * 40)]), 10)
     flipped = bytearray(packet(key, src, dst, epoch, records=[(1, 1, b"y" * 40)]))
-    flipped[70] ^= 0x10
+    flipped[78] ^= 0x10
     send(me, bytes(flipped), 10)
-    want["fabric_drop_mac"] = 20
+    for off in (16, 56):  # src_epoch, packet_number
+        moved = bytearray(packet(key, src, dst, epoch, records=[(1, 1, b"w" * 40)]))
+        moved[off] ^= 0x01
+        send(me, bytes(moved), 5)
+    unknown = bytearray(packet(key, src, dst, epoch, records=[(1, 1, b"v" * 40)]))
+    unknown[MAC_ALG_OFFSET] = 0x7F
+    send(me, bytes(unknown), 5)
+    want["fabric_drop_mac"] = 35
     # Correct MAC, record lengths that do not add up or an unknown record type.
-    hdr_only = HDR.pack(MAGIC, VERSION, 0, HDR.size + REC.size + 4 + MAC, src, dst, epoch, 0, 0, 1, 0, 2, 0, 0)
+    hdr_only = header(VERSION, HDR.size + REC.size + 4 + MAC, src, dst, epoch, 0, 0, 1, 2)
     body = REC.pack(1, 4, 1, 0) + b"abcd"  # header says 2 records, there is one
-    send(me, hdr_only + body + mac(key, hdr_only + body), 5)
+    send(me, seal(key, hdr_only + body), 5)
     body = REC.pack(1, 4, 99, 0) + b"abcd"
-    hdr_one = HDR.pack(MAGIC, VERSION, 0, HDR.size + REC.size + 4 + MAC, src, dst, epoch, 0, 0, 1, 0, 1, 0, 0)
-    send(me, hdr_one + body + mac(key, hdr_one + body), 5)
+    hdr_one = header(VERSION, HDR.size + REC.size + 4 + MAC, src, dst, epoch, 0, 0, 1, 1)
+    send(me, seal(key, hdr_one + body), 5)
     want["fabric_drop_records"] = 10
     # Unknown sources: a valid packet from an address not in the map, one naming a NIC
     # address not in the map, and one addressed to another node.

@@ -1,7 +1,7 @@
 // Reliable channels (nicemu/fabric/reliable_channel.h) over a simulated link that loses,
 // duplicates, reorders and delays packets: every message arrives exactly once, in order,
 // whole; a silent peer takes the channel down and its return brings it back. Also the
-// packet checks (MAC, lengths) and the fabric map parser.
+// packet checks (MAC, lengths) and the fabric map parser; test_packet_auth.cpp: the AEAD.
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -369,6 +369,8 @@ TEST_CASE("fabric packets: MAC and length checks") {
   h.version = kVersion;
   h.src_node = 1;
   h.dst_node = 2;
+  h.src_epoch = 0x1234;
+  h.packet_number = 1;
   h.record_count = 1;
   RecordHeader rh{1, 5, static_cast<uint8_t>(RecordType::kCtl), 0};
   size_t len = sizeof h + sizeof rh + 5;
