@@ -334,18 +334,10 @@ void UdpFabric::receive_one(const uint8_t* p, size_t n, const sockaddr_in& from)
   if (h.flags & kFlagAckRequested) peer.ack_now = true;
   peer.ch->on_peer_base(h.base);
   peer.ch->on_ack(h.ack, h.sack, peer.last_heard_us);
-  const uint64_t dups_before = peer.ch->stats().duplicates + peer.ch->stats().out_of_window;
   fabric::for_each_record(p, h, [&](const RecordHeader& rh, const uint8_t* payload) {
     if (rh.type == static_cast<uint8_t>(RecordType::kProbe)) return;  // unsequenced keep-alive
     peer.ch->on_record(rh, payload);
   });
-  if (peer.ch->ack_owed()) {
-    // A pure ack costs the peer a wake-up: it waits for data going the same way, briefly.
-    if (peer.ch->sack() != 0 || peer.ch->stats().duplicates + peer.ch->stats().out_of_window != dups_before)
-      peer.ack_now = true;
-    else if (peer.ack_due_us == 0)
-      peer.ack_due_us = peer.last_heard_us + kAckDelayUs;
-  }
 }
 
 void UdpFabric::queue_packet(Peer& p, uint8_t flags, const uint8_t* records, size_t rec_bytes, uint16_t count) {
@@ -375,7 +367,6 @@ void UdpFabric::queue_packet(Peer& p, uint8_t flags, const uint8_t* records, siz
   ++tx_count_;
   p.ch->ack_sent();
   p.ack_now = false;
-  p.ack_due_us = 0;
 }
 
 void UdpFabric::flush(Peer& p, uint64_t now) {
@@ -402,8 +393,7 @@ void UdpFabric::flush(Peer& p, uint64_t now) {
     }
     // Ask for an ack when the window fills, so the sender is not stalled on a delayed one.
     uint8_t flags = p.ch->queued() >= ccfg_.window / 2 ? kFlagAckRequested : 0;
-    const bool ack_due = p.ack_now || (p.ch->ack_owed() && now >= p.ack_due_us);
-    if (count > 0 || ack_due) queue_packet(p, flags, scratch_.data(), used, count);
+    if (count > 0 || p.ch->ack_owed() || p.ack_now) queue_packet(p, flags, scratch_.data(), used, count);
     if (count == 0 || used == 0) break;
   }
 }
@@ -559,7 +549,6 @@ void UdpFabric::arm_timer() {
       next = std::min(next, p.next_probe_us);
     else
       next = std::min(next, p.ch->next_deadline());
-    if (p.ch->ack_owed() && p.ack_due_us) next = std::min(next, p.ack_due_us);
   }
   if (next == UINT64_MAX) return;
   // Re-arming costs a system call: only when the deadline moves earlier. A timer that fires

@@ -92,17 +92,11 @@ class UdpFabric {
     uint64_t last_heard_us = 0;
     uint64_t next_probe_us = 0;
     bool ack_now = false;                // an ack is owed regardless of records
-    uint64_t ack_due_us = 0;             // a delayed ack goes out by then (0: none owed)
     fault::Injector inj;                 // packet faults towards this peer
     abi::fault::Config inj_cfg{};        // the configuration `inj` was made from
     std::unique_ptr<fabric::ReliableChannel> ch;
   };
   static constexpr size_t kBatch = 32;
-  // How long an ack may wait for a packet to ride on (data to the same peer) before it goes
-  // alone. Far below the retransmission timeout's floor (ChannelConfig::rto_min_us), so it
-  // never causes a retransmission; acks go at once when the sender asks (window half full),
-  // after a gap (selective acks drive fast retransmit) and after a duplicate.
-  static constexpr uint64_t kAckDelayUs = 500;
   // Packets queued for one flush: a full channel window to one peer fits twice.
   static constexpr size_t kTxBatch = 128;
   // A UDP GSO send (one system call, one pass through the stack, cut into packets by the
