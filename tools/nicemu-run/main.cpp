@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
   std::string fabric_mode;
   app.add_option("--fabric", fabric_mode,
                  "udp: put every node on a host of its own (own run directory; the daemons talk over UDP on "
-                 "loopback, as across a cluster). Only datagrams cross hosts so far (docs/fabric.md)")
+                 "loopback, as across a cluster; every operation crosses them, docs/fabric.md)")
       ->check(CLI::IsMember({"udp"}));
   app.add_flag("--no-nic", no_nic,
                "PMI only: start no daemons and set no PMI_GNI_* variables");
