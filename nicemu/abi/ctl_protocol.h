@@ -494,16 +494,12 @@ struct SmsgClose {
   uint32_t relay;
   uint32_t reserved;
 };
-// Library -> its daemon, one-way: this CDM released messages of mailboxes whose senders are
-// on other hosts (batched: every half of a mailbox's credits), so the daemon reports the
-// credits at once instead of at its next poll of the receivers.
-struct SmsgRelayReleased {
-  Header h;
-  uint32_t reserved[2];
-};
-// Library -> its daemon, one-way: the CDM's relay ring has records and the daemon had
-// armed the doorbell (relay_ring.h).
-struct SmsgRelayDoorbell {
+// Library -> its daemon, one-way notes about a CDM's relays (ops kSmsgRelayReleased and
+// kSmsgRelayDoorbell): it released relayed messages (sent every half of a mailbox's
+// credits, so the daemon reports the credits at once instead of at its next poll of the
+// receivers), or its relay ring has records and the daemon had armed the doorbell
+// (relay_ring.h).
+struct SmsgRelayNote {
   Header h;
   uint32_t reserved[2];
 };
@@ -512,7 +508,7 @@ struct SmsgRelayDoorbell {
 inline constexpr uint32_t kSmsgRelayMaxSize = 65536 - sizeof(SmsgData);
 static_assert(sizeof(SmsgRelaySend) + kSmsgRelayMaxSize <= kMaxMessage);
 static_assert(sizeof(SmsgData) == 40 && sizeof(SmsgOpen) == 80 && sizeof(SmsgAck) == 32);
-static_assert(sizeof(SmsgRelayReleased) == sizeof(Header) + 8);
+static_assert(sizeof(SmsgRelayNote) == sizeof(Header) + 8);
 
 static_assert(sizeof(Attach) <= kMaxMessage && sizeof(MboxOpen) <= kMaxMessage);
 static_assert(sizeof(MemRegisterSegments) <= kMaxMessage);

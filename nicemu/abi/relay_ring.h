@@ -18,7 +18,8 @@
 //    out before validating it (the ring is untrusted input), then publishes head (release);
 //  - doorbell: a consumer that finds the ring empty after a pause stores armed = 1
 //    (seq_cst), re-checks, and waits; a producer publishes, fences seq_cst, and only if
-//    `armed` is 1 exchanges it to 0 and sends ctl::SmsgRelayDoorbell on its connection.
+//    `armed` is 1 exchanges it to 0 and sends a ctl::SmsgRelayNote (op kSmsgRelayDoorbell)
+//    on its connection.
 //    While the daemon is draining or pausing between drains (armed = 0), messages cost the
 //    producer no system call: a stream of sends becomes one wake-up per batch, and the
 //    batch shares fabric packets.

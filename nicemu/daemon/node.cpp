@@ -433,18 +433,15 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
       if (!cdm || !smsg_.send(*cdm, msg, len)) ++ctr_.malformed_messages;
       return;
     }
-    case Op::kSmsgRelayDoorbell: {  // one-way: no reply
-      ctl::SmsgRelayDoorbell req;
+    case Op::kSmsgRelayDoorbell:
+    case Op::kSmsgRelayReleased: {  // one-way notes: no reply
+      ctl::SmsgRelayNote req;
       CdmRegion* cdm = owned_cdm(peer);
       if (!parse(msg, len, req) || !cdm) return bad();
-      smsg_.doorbell(*cdm);
-      return;
-    }
-    case Op::kSmsgRelayReleased: {  // one-way: no reply
-      ctl::SmsgRelayReleased req;
-      CdmRegion* cdm = owned_cdm(peer);
-      if (!parse(msg, len, req) || !cdm) return bad();
-      smsg_.released(*cdm);
+      if (static_cast<Op>(h.op) == Op::kSmsgRelayDoorbell)
+        smsg_.doorbell(*cdm);
+      else
+        smsg_.released(*cdm);
       return;
     }
     case Op::kSmsgOpen:

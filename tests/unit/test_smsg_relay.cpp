@@ -133,6 +133,14 @@ struct Rig {
     return a.send(*sender, m.data(), m.size());
   }
 
+  // Opens the usual relay; its CDM's relay ring.
+  abi::RelayRingCtl* open_ring(ctl::SmsgRelayOpenReply& rep) {
+    REQUIRE(open(rep, attrs()));
+    auto* ring = reinterpret_cast<abi::RelayRingCtl*>(sender->heap_ptr(rep.ring_offset, abi::kRelayRingBytes));
+    REQUIRE(ring);
+    return ring;
+  }
+
   // As the library: one record into the CDM's relay ring (abi/relay_ring.h) at its tail;
   // true when the daemon had armed the doorbell.
   bool ring_push(abi::RelayRingCtl* r, const std::vector<char>& m) {
@@ -290,9 +298,7 @@ TEST_CASE("SMSG relay: the receiver's release note returns the credits without w
 TEST_CASE("SMSG relay: messages through the relay ring arrive in order; the doorbell is re-armed when idle") {
   Rig r;
   ctl::SmsgRelayOpenReply rep{};
-  REQUIRE(r.open(rep, r.attrs()));
-  auto* ring = reinterpret_cast<abi::RelayRingCtl*>(r.sender->heap_ptr(rep.ring_offset, abi::kRelayRingBytes));
-  REQUIRE(ring);
+  abi::RelayRingCtl* ring = r.open_ring(rep);
   CHECK(ring->magic == abi::kRelayRingMagic);
   CHECK(ring->capacity == abi::kRelayRingCapacity);
   CHECK(ring->armed.load() == 1);  // idle: the first message rings
@@ -323,9 +329,7 @@ TEST_CASE("SMSG relay: messages through the relay ring arrive in order; the door
 TEST_CASE("SMSG relay: a corrupt relay ring is refused without a byte sent") {
   Rig r;
   ctl::SmsgRelayOpenReply rep{};
-  REQUIRE(r.open(rep, r.attrs()));
-  auto* ring = reinterpret_cast<abi::RelayRingCtl*>(r.sender->heap_ptr(rep.ring_offset, abi::kRelayRingBytes));
-  REQUIRE(ring);
+  abi::RelayRingCtl* ring = r.open_ring(rep);
   SUBCASE("a record longer than the ring holds") {
     const uint32_t len = 0x7FFFFFF0;
     std::memcpy(abi::relay_ring_data(ring), &len, 4);

@@ -201,7 +201,7 @@ gni_return_t GNI_SmsgRelease(gni_ep_handle_t ep_hndl) {
   // daemon every half mailbox spares a credit-starved sender the daemon's poll interval.
   if (ep->other_host() && ++ep->rx_unreported >= std::max<uint32_t>(1, ep->rx.view.credits / 2)) {
     ep->rx_unreported = 0;
-    abi::ctl::SmsgRelayReleased note{};
+    abi::ctl::SmsgRelayNote note{};
     note.h.op = static_cast<uint16_t>(abi::ctl::Op::kSmsgRelayReleased);
     note.h.length = sizeof note;
     ep->nic->conn.send(&note, sizeof note);  // a lost note only delays the credits to the poll

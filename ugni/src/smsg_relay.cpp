@@ -114,7 +114,7 @@ gni_return_t relay_send(Ep* ep, const void* header, uint32_t header_length, cons
     m.relay->sent.store(s + 1, std::memory_order_release);
   }
   if (ring_doorbell) {
-    abi::ctl::SmsgRelayDoorbell bell{};
+    abi::ctl::SmsgRelayNote bell{};
     bell.h.op = static_cast<uint16_t>(abi::ctl::Op::kSmsgRelayDoorbell);
     bell.h.length = sizeof bell;
     if (!n->conn.send(&bell, sizeof bell)) {
