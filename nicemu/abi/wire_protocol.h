@@ -55,7 +55,7 @@ inline constexpr char kSubkeyContext[32] = "nicemu fabric packet subkey v2";
 // Records a sender may have unacknowledged on one channel; the receiver buffers this many
 // out-of-order records, so it can always hold what the sender may send (credit-based flow
 // control: no record is ever sent that the receiver would have to drop for lack of room).
-inline constexpr uint32_t kWindow = 64;
+inline constexpr uint32_t kWindow = 256;
 
 enum PacketFlags : uint8_t {
   kFlagAckRequested = 1,  // the sender wants an ack soon (window getting full, or a probe)
@@ -116,7 +116,11 @@ inline constexpr size_t kMaxRecordPayload = kMaxPacket - sizeof(PacketHeader) - 
 // fragment stream growing beyond it at the receiver is a protocol error (dropped, counted).
 inline constexpr size_t kMaxMessage = 64 * 1024;
 static_assert(kMaxRecordPayload >= 1024, "a datagram record must hold any control message");
-static_assert(kWindow <= 64 + 1, "the selective-ack bitmap covers the window");
+// The selective-ack bitmap covers the 64 records after the cumulative ack; records further
+// out are held by the receiver all the same and acknowledged cumulatively once the gap
+// before them closes (fast retransmit repairs the gap; their own timeouts, 5 ms at the
+// least, rarely run out first).
+static_assert(kWindow >= 64);
 static_assert(kMaxMessage <= 0xFFFF * 64, "fragment count stays small");
 
 }  // namespace nicemu::abi::wire

@@ -245,17 +245,17 @@ TEST_CASE("fabric channel: the window bounds records in flight") {
   ChannelConfig cfg;
   Side a(cfg);
   std::string s(1000, 'x');  // above kPackMax: one record each
-  for (int i = 0; i < 200; ++i) REQUIRE(a.ch.send(RecordType::kCtl, s.data(), s.size()));
+  for (uint32_t i = 0; i < cfg.window + cfg.window / 2 + 16; ++i) REQUIRE(a.ch.send(RecordType::kCtl, s.data(), s.size()));
   uint8_t buf[64 * kMaxPacket];
   uint16_t count = 0;
   size_t total = 0;
-  for (int i = 0; i < 100; ++i) total += a.ch.fill(0, buf + total % (60 * kMaxPacket), kMaxPacket, count);
+  for (uint32_t i = 0; i < 2 * cfg.window; ++i) total += a.ch.fill(0, buf + total % (60 * kMaxPacket), kMaxPacket, count);
   CHECK(count == cfg.window);  // no more than the receiver can buffer
   CHECK(a.ch.has_unsent() == false);
   // An ack of the first half opens the window by as much.
   a.ch.on_ack(1 + cfg.window / 2, 0, 1);
   count = 0;
-  for (int i = 0; i < 100; ++i) a.ch.fill(1, buf, kMaxPacket, count);
+  for (uint32_t i = 0; i < 2 * cfg.window; ++i) a.ch.fill(1, buf, kMaxPacket, count);
   CHECK(count == cfg.window / 2);
 }
 
