@@ -218,7 +218,9 @@ void SmsgRelay::nap_tick() {
       continue;
     }
     if (r.napping && !r.broken) {
-      if (drain(*cdm, r) > 0)
+      // More than one message since the last drain: still streaming, nap again. One or
+      // none (a ping-pong faster than kStreaming looks like this): arm the doorbell.
+      if (drain(*cdm, r) > 1)
         again = true;
       else
         arm_ring(*cdm, r);  // napping again only if a message slipped in

@@ -93,11 +93,14 @@ class SmsgRelay {
   void released(CdmRegion& cdm);
   // The library rang the doorbell of `cdm`'s relay ring (abi/relay_ring.h): its messages
   // are taken now. A doorbell soon after the previous one (within kStreaming) means the
-  // library is streaming: the ring is drained again every kNap while more keep coming
-  // before the doorbell is armed again. Otherwise (one message now and then, a ping-pong)
-  // the doorbell is armed again at once.
+  // library is streaming: the ring is drained again every kNap while each drain finds
+  // several messages, before the doorbell is armed again. Otherwise (one message now and
+  // then, a ping-pong) the doorbell is armed again at once. The price: a ping-pong whose
+  // round trip is shorter than kStreaming can have a message wait up to kNap once before
+  // the relay sees it is not a stream (on these VMs a round trip across hosts is over
+  // 100 µs, and a streaming library rings every 20-30 µs).
   void doorbell(CdmRegion& cdm);
-  static constexpr std::chrono::microseconds kNap{25}, kStreaming{100};
+  static constexpr std::chrono::microseconds kNap{50}, kStreaming{50};
 
   // A daemon-to-daemon message from `from` (ops kSmsgOpen .. kSmsgClose). nullptr if
   // accepted, else why it is malformed (the caller counts and logs it).
