@@ -64,6 +64,35 @@ abi::ctl::CredReply cred_call(const std::string& socket, abi::ctl::Op op, uid_t 
 
 }  // namespace
 
+// Starts `bin --node addr args...` and waits (10 s at most) until it answers on `sock`;
+// throws if it exits or does not come up.
+void DaemonSet::spawn(const std::string& bin, uint32_t addr, const std::string& sock,
+                      const std::vector<std::string>& args) {
+  const std::string node = std::to_string(addr);
+  std::vector<const char*> argv{bin.c_str(), "--node", node.c_str()};
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  argv.push_back(nullptr);
+  pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork failed starting nicemu");
+  if (pid == 0) {
+    execvp(bin.c_str(), const_cast<char* const*>(argv.data()));
+    std::fprintf(stderr, "nicemu-run: cannot execute %s: %s\n", bin.c_str(), strerror(errno));
+    _exit(127);
+  }
+  started_.push_back(pid);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!answers(sock)) {
+    int st;
+    if (waitpid(pid, &st, WNOHANG) == pid) {
+      std::erase(started_, pid);
+      throw std::runtime_error("nicemu for NIC address " + node + " exited at start-up");
+    }
+    if (std::chrono::steady_clock::now() > deadline)
+      throw std::runtime_error("nicemu for NIC address " + node + " did not come up on " + sock);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
 std::unique_ptr<DaemonSet> DaemonSet::start_or_find(int nodes, const std::string& rundir,
                                                     const std::string& log_level) {
   if (nodes < 1) throw std::runtime_error("--nodes must be at least 1");
@@ -87,27 +116,7 @@ std::unique_ptr<DaemonSet> DaemonSet::start_or_find(int nodes, const std::string
     while (std::find(running.begin(), running.end(), next) != running.end()) ++next;
     uint32_t addr = next++;
     std::string sock = ctl::socket_path(rundir, addr);
-    pid_t pid = fork();
-    if (pid < 0) throw std::runtime_error("fork failed starting nicemu");
-    if (pid == 0) {
-      std::string node = std::to_string(addr);
-      execlp(bin.c_str(), bin.c_str(), "--node", node.c_str(), "--rundir", rundir.c_str(), "--log-level",
-             log_level.c_str(), static_cast<char*>(nullptr));
-      std::fprintf(stderr, "nicemu-run: cannot execute %s: %s\n", bin.c_str(), strerror(errno));
-      _exit(127);
-    }
-    set->started_.push_back(pid);
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!answers(sock)) {
-      int st;
-      if (waitpid(pid, &st, WNOHANG) == pid) {
-        std::erase(set->started_, pid);
-        throw std::runtime_error("nicemu for NIC address " + std::to_string(addr) + " exited at start-up");
-      }
-      if (std::chrono::steady_clock::now() > deadline)
-        throw std::runtime_error("nicemu for NIC address " + std::to_string(addr) + " did not come up on " + sock);
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    set->spawn(bin, addr, sock, {"--rundir", rundir, "--log-level", log_level});
     set->nodes_.push_back(Node{addr, sock, rundir});
   }
   return set;
@@ -161,27 +170,7 @@ std::unique_ptr<DaemonSet> DaemonSet::start_fabric(int nodes, const std::string&
     std::string host_dir = set->fabric_dir_ + "/host-" + std::to_string(addr);
     std::filesystem::create_directories(host_dir, ec);
     std::string sock = ctl::socket_path(host_dir, addr);
-    pid_t pid = fork();
-    if (pid < 0) throw std::runtime_error("fork failed starting nicemu");
-    if (pid == 0) {
-      std::string node = std::to_string(addr);
-      execlp(bin.c_str(), bin.c_str(), "--node", node.c_str(), "--rundir", host_dir.c_str(), "--log-level",
-             log_level.c_str(), "--fabric", map.c_str(), "--fabric-key", key.c_str(), static_cast<char*>(nullptr));
-      std::fprintf(stderr, "nicemu-run: cannot execute %s: %s\n", bin.c_str(), strerror(errno));
-      _exit(127);
-    }
-    set->started_.push_back(pid);
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!answers(sock)) {
-      int st;
-      if (waitpid(pid, &st, WNOHANG) == pid) {
-        std::erase(set->started_, pid);
-        throw std::runtime_error("nicemu for NIC address " + std::to_string(addr) + " exited at start-up");
-      }
-      if (std::chrono::steady_clock::now() > deadline)
-        throw std::runtime_error("nicemu for NIC address " + std::to_string(addr) + " did not come up on " + sock);
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    set->spawn(bin, addr, sock, {"--rundir", host_dir, "--log-level", log_level, "--fabric", map, "--fabric-key", key});
     set->nodes_.push_back(Node{addr, sock, host_dir});
   }
   return set;

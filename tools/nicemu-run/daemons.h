@@ -45,6 +45,7 @@ class DaemonSet {
   std::string rundir_;
   std::vector<Node> nodes_;
   std::vector<pid_t> started_;
+  void spawn(const std::string& bin, uint32_t addr, const std::string& sock, const std::vector<std::string>& args);
   std::string fabric_dir_;  // removed with the set
 };
 
