@@ -288,6 +288,14 @@ bool SmsgRelay::send(CdmRegion& cdm, const char* msg, size_t len) {
   std::memcpy(buf_.data() + sizeof d, msg + sizeof s, s.length);
   ++sent_;
   to_peer(peer, buf_.data(), buf_.size());  // may fail `t` (peer down): do not touch it after
+  // Releases of relays from that node ride along in the same packet: in a ping-pong the
+  // reply carries the credit of the message it answers, and no separate ack (nor its wake-up
+  // of the peer) is needed.
+  ride_.clear();
+  for (auto w = watch_.lower_bound(RxKey{peer, 0}); w != watch_.end() && w->first == peer; ++w)
+    if (released_moved(*w)) ride_.push_back(*w);
+  for (const RxKey& k : ride_)
+    if (auto r = rx_.find(k); r != rx_.end() && !r->second.status) send_ack(k, r->second);
   arm(kLiveness);
   return true;
 }

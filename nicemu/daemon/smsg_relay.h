@@ -201,6 +201,7 @@ class SmsgRelay {
   bool nap_armed_ = false;
   uint64_t ring_messages_ = 0, ring_malformed_ = 0, doorbells_ = 0;
   std::vector<char> ring_buf_;                              // the record being handled
+  std::vector<RxKey> ride_;                                 // acks riding on a send (send())
   std::vector<char> buf_;                                   // message being built
 };
 
