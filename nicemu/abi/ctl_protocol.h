@@ -58,7 +58,7 @@ enum class Op : uint16_t {
   // SMSG to a node of another host (docs/fabric.md, "SMSG across hosts"): the sender's
   // daemon relays each message over the fabric to the receiver's daemon.
   kSmsgRelayOpen = 70,    // -> SmsgRelayOpenReply   GNI_SmsgInit towards another host
-  kSmsgRelaySend = 71,    // no reply: one message (variable length), checked by the library
+  kSmsgRelaySend = 71,    // a record of the relay ring (relay_ring.h), never on the socket
   kSmsgOpen = 72,         // daemon -> daemon, no reply: open the receiver's mailbox for a relay
   kSmsgData = 73,         // daemon -> daemon, no reply: one message (variable length)
   kSmsgAck = 74,          // daemon -> daemon, no reply: delivered / released / failure of a relay
@@ -437,7 +437,7 @@ struct SmsgRelayOpenReply {
   uint64_t ring_offset;  // the CDM's relay ring (relay_ring.h) in our heap: every relay's sends
 };
 
-// One message, one-way on the attach connection; `length` bytes (header then data) follow
+// One message, a record of the CDM's relay ring (relay_ring.h); `length` bytes (header then data) follow
 // the struct. The library sends message `seq` only with a credit (seq - released <
 // credits) and in sequence order; the local completion (msg_id, into CQ slot `src_cq`)
 // is pushed by the daemon once the receiver's daemon has written the message.

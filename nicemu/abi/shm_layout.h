@@ -217,7 +217,8 @@ inline constexpr uint32_t kMboxMagic = 0x4D424F58;  // "MBOX"
 
 // Cross-host SMSG (docs/fabric.md, "SMSG across hosts"): the sender's side of a channel
 // whose mailbox is in a region on another host. The library cannot store into that
-// mailbox; it hands each message to its daemon (ctl::SmsgRelaySend), which carries it over
+// mailbox; it hands each message to its daemon (ctl::SmsgRelaySend in the relay ring,
+// relay_ring.h), which carries it over
 // the fabric to the receiver's daemon, which writes it into the real mailbox. This block
 // lives in the *sender's* heap so credits and failures reach the library without a call:
 //  - library: `sent` (messages handed over; it only grows, the library's own index);

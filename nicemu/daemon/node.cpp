@@ -428,11 +428,6 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
       r.r.rc = cdm ? smsg_.open(*cdm, req, r) : rc::kInvalidState;
       return;
     }
-    case Op::kSmsgRelaySend: {  // one-way (variable length): no reply, refusals counted
-      CdmRegion* cdm = owned_cdm(peer);
-      if (!cdm || !smsg_.send(*cdm, msg, len)) ++ctr_.malformed_messages;
-      return;
-    }
     case Op::kSmsgRelayDoorbell:
     case Op::kSmsgRelayReleased: {  // one-way notes: no reply
       ctl::SmsgRelayNote req;
@@ -444,6 +439,7 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
         smsg_.released(*cdm);
       return;
     }
+    case Op::kSmsgRelaySend:  // only as a record of the relay ring: one path keeps sends in order
     case Op::kSmsgOpen:
     case Op::kSmsgData:
     case Op::kSmsgAck:

@@ -287,15 +287,11 @@ bool SmsgRelay::send(CdmRegion& cdm, const char* msg, size_t len) {
   std::memcpy(buf_.data(), &d, sizeof d);
   std::memcpy(buf_.data() + sizeof d, msg + sizeof s, s.length);
   ++sent_;
+  // Releases of that node's relays to us ride in the same packet: in a ping-pong the reply
+  // carries the credit of the message it answers, with no ack (and wake-up) of its own.
+  // Queued before the message, so the acks' flush is on the loop ahead of the fabric's.
+  ack_released_of(peer);
   to_peer(peer, buf_.data(), buf_.size());  // may fail `t` (peer down): do not touch it after
-  // Releases of relays from that node ride along in the same packet: in a ping-pong the
-  // reply carries the credit of the message it answers, and no separate ack (nor its wake-up
-  // of the peer) is needed.
-  ride_.clear();
-  for (auto w = watch_.lower_bound(RxKey{peer, 0}); w != watch_.end() && w->first == peer; ++w)
-    if (released_moved(*w)) ride_.push_back(*w);
-  for (const RxKey& k : ride_)
-    if (auto r = rx_.find(k); r != rx_.end() && !r->second.status) send_ack(k, r->second);
   arm(kLiveness);
   return true;
 }
@@ -405,9 +401,8 @@ void SmsgRelay::released(CdmRegion& cdm) {
 
 const char* SmsgRelay::fabric_message(uint32_t from, const ctl::Header& h, const char* msg, size_t len) {
   // Any message from `from` is a chance to report releases to it without waiting for the
-  // poll: its acks ride along with this turn's (one check per watched relay of that node).
-  for (auto it = watch_.lower_bound(RxKey{from, 0}); it != watch_.end() && it->first == from; ++it)
-    if (released_moved(*it)) ack_soon(*it);
+  // poll: its acks ride along with this turn's.
+  ack_released_of(from);
   switch (static_cast<Op>(h.op)) {
     case Op::kSmsgOpen: {
       ctl::SmsgOpen o;
@@ -582,6 +577,11 @@ void SmsgRelay::send_ack(const RxKey& k, Rx& r) {
     watch_.insert(k);
   else
     watch_.erase(k);
+}
+
+void SmsgRelay::ack_released_of(uint32_t node) {
+  for (auto it = watch_.lower_bound(RxKey{node, 0}); it != watch_.end() && it->first == node; ++it)
+    if (released_moved(*it)) ack_soon(*it);
 }
 
 void SmsgRelay::ack_soon(const RxKey& k) {

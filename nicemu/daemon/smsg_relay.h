@@ -7,7 +7,8 @@
 //    SmsgRelayCtl block in the sender's own heap (shm_layout.h) through which the library
 //    sees credits (`released`) and failure (`state`) without calls. No round trip to the
 //    peer: the sender already has the receiver's mailbox attributes.
-//  - each message comes one-way on the attach connection (ctl::SmsgRelaySend) and goes on
+//  - each message comes as a ctl::SmsgRelaySend record of the CDM's relay ring
+//    (abi/relay_ring.h; drain(), doorbell(), nap_tick()) and goes on
 //    over the fabric as ctl::SmsgData, after one ctl::SmsgOpen naming the mailbox (the
 //    reliable channel keeps them in order);
 //  - ctl::SmsgAck from the receiver's daemon says how many messages are in the mailbox
@@ -175,6 +176,7 @@ class SmsgRelay {
   bool released_moved(const RxKey& k) const;  // the receiver released since the last report
   void nack(uint32_t node, uint32_t relay, uint32_t status);
   void ack_soon(const RxKey& k);
+  void ack_released_of(uint32_t node);  // ack_soon every relay from `node` whose receiver released
   void flush_acks();
   void tick();
   void arm(std::chrono::microseconds in);
@@ -201,7 +203,6 @@ class SmsgRelay {
   bool nap_armed_ = false;
   uint64_t ring_messages_ = 0, ring_malformed_ = 0, doorbells_ = 0;
   std::vector<char> ring_buf_;                              // the record being handled
-  std::vector<RxKey> ride_;                                 // acks riding on a send (send())
   std::vector<char> buf_;                                   // message being built
 };
 

@@ -485,7 +485,7 @@ void UdpFabric::send_batch() {
   // One sendmmsg entry per run of packets to the same peer that GSO can carry: every packet
   // but the last of the run exactly as long as the first (the kernel cuts at that length).
   size_t nmsg = 0;
-  std::array<size_t, kTxBatch> first{};
+  auto& first = tx_first_;
   for (size_t i = 0; i < tx_count_;) {
     const size_t seg = tx_iov_[i].iov_len;
     size_t j = i + 1, bytes = seg;

@@ -166,6 +166,7 @@ class UdpFabric {
   std::array<sockaddr_in, kTxBatch> tx_addr_{};
   std::array<Peer*, kTxBatch> tx_peer_{};
   std::array<uint16_t, kTxBatch> tx_segs_{};  // packets in each sendmmsg entry
+  std::array<size_t, kTxBatch> tx_first_{};   // first packet of each sendmmsg entry
   struct GsoCmsg {
     alignas(cmsghdr) char buf[CMSG_SPACE(sizeof(uint16_t))];
   };
