@@ -495,9 +495,9 @@ struct SmsgClose {
   uint32_t reserved;
 };
 // Library -> its daemon, one-way notes about a CDM's relays (ops kSmsgRelayReleased and
-// kSmsgRelayDoorbell): it released relayed messages (sent every half of a mailbox's
-// credits, so the daemon reports the credits at once instead of at its next poll of the
-// receivers), or its relay ring has records and the daemon had armed the doorbell
+// kSmsgRelayDoorbell): it released relayed messages up to the mailbox's note_at (shm_layout.h,
+// MboxCtl), so the daemon reports the credits at once instead of at its next poll of the
+// receivers, or its relay ring has records and the daemon had armed the doorbell
 // (relay_ring.h).
 struct SmsgRelayNote {
   Header h;

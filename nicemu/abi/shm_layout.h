@@ -22,7 +22,7 @@
 namespace nicemu::abi {
 
 inline constexpr uint32_t kRegionMagic = 0x4E494345;  // "NICE"
-inline constexpr uint16_t kAbiVersion = 3;  // 2: segment table, RegEntry.seg_*; 3: two memfds (region_map.h), lease
+inline constexpr uint16_t kAbiVersion = 4;  // 2: segment table, RegEntry.seg_*; 3: two memfds (region_map.h), lease; 4: MboxCtl.note_at
 inline constexpr uint32_t kRegSlots = 16384;          // = mdh::kMaxSlots
 inline constexpr uint32_t kCqSlots = 1024;
 inline constexpr uint32_t kNoCq = 0xFFFFFFFF;
@@ -204,6 +204,14 @@ static_assert(offsetof(CqRingCtl, head) == 64);
 //    after GNI_SmsgRelease it stores released = next + 1 (release), returning the credit.
 // `sent` and `released` live in shared memory so a re-initialised endpoint resumes the
 // channel where it was.
+// A mailbox whose sender is on another host is written by the receiver's daemon, and the
+// sender's credits travel back through the daemons. `note_at` (written by that daemon) is
+// the release count at which the receiver tells its daemon (ctl::SmsgRelayNote): half a
+// mailbox past what the daemon last reported to the sender. While messages keep arriving the
+// daemon reports releases with its acks and moves `note_at` ahead, so a streaming receiver
+// sends no notes; a sender that ran out of credits gets them back at the note. Both sides
+// store, then load the other's word with seq_cst (the daemon re-checks `released` after
+// moving `note_at`), so a note is never missed.
 struct MboxCtl {
   alignas(64) std::atomic<uint32_t> sent;      // written by the sender only
   alignas(64) std::atomic<uint32_t> released;  // written by the receiver only
@@ -211,8 +219,10 @@ struct MboxCtl {
   uint32_t credits;
   uint32_t slot_size;
   uint32_t max_size;
+  std::atomic<uint32_t> note_at;  // relayed mailboxes only: written by the receiver's daemon
 };
 static_assert(sizeof(MboxCtl) == 192);
+static_assert(offsetof(MboxCtl, released) == 64 && offsetof(MboxCtl, note_at) == 144);
 inline constexpr uint32_t kMboxMagic = 0x4D424F58;  // "MBOX"
 
 // Cross-host SMSG (docs/fabric.md, "SMSG across hosts"): the sender's side of a channel

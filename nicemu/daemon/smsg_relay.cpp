@@ -485,6 +485,7 @@ const char* SmsgRelay::on_open(uint32_t from, const ctl::SmsgOpen& o) {
   r.dst_cq = rep.dst_cq;
   // The mailbox may have carried messages before (a channel re-initialised): ours follow.
   r.base = m->sent.load(std::memory_order_acquire);
+  move_note(k, r, *m);
   return nullptr;
 }
 
@@ -564,10 +565,12 @@ void SmsgRelay::send_ack(const RxKey& k, Rx& r) {
     }
     return;
   }
-  uint32_t rel = reinterpret_cast<MboxCtl*>(mem)->released.load(std::memory_order_acquire) - r.base;
+  auto* m = reinterpret_cast<MboxCtl*>(mem);
+  uint32_t rel = m->released.load(std::memory_order_acquire) - r.base;
   if (rel - r.reported > r.next - r.reported) rel = r.reported;  // outside [reported, next]: not believed
   if (rel != r.reported) ++credit_updates_;
   r.reported = rel;
+  move_note(k, r, *m);
   auto a = message<ctl::SmsgAck>(Op::kSmsgAck);
   a.relay = k.second;
   a.delivered = r.next;
@@ -577,6 +580,16 @@ void SmsgRelay::send_ack(const RxKey& k, Rx& r) {
     watch_.insert(k);
   else
     watch_.erase(k);
+}
+
+// The receiver tells us (a note) once it has released half a mailbox past what the sender
+// was told: until then the sender has credits, and the acks of the messages it keeps sending
+// carry the releases. If it already has, the next flush reports them. Store, then re-load,
+// both seq_cst: the library does the same the other way round (smsg_note_due).
+void SmsgRelay::move_note(const RxKey& k, const Rx& r, MboxCtl& m) {
+  const uint32_t at = r.base + r.reported + std::max<uint32_t>(1, r.credits / 2);
+  m.note_at.store(at, std::memory_order_seq_cst);
+  if (static_cast<int32_t>(m.released.load(std::memory_order_seq_cst) - at) >= 0) ack_soon(k);
 }
 
 void SmsgRelay::ack_released_of(uint32_t node) {

@@ -174,6 +174,7 @@ class SmsgRelay {
   const char* on_data(uint32_t from, const char* msg, size_t len);
   void send_ack(const RxKey& k, Rx& r);
   bool released_moved(const RxKey& k) const;  // the receiver released since the last report
+  void move_note(const RxKey& k, const Rx& r, abi::MboxCtl& m);  // MboxCtl::note_at past `reported`
   void nack(uint32_t node, uint32_t relay, uint32_t status);
   void ack_soon(const RxKey& k);
   void ack_released_of(uint32_t node);  // ack_soon every relay from `node` whose receiver released

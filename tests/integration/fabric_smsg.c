@@ -17,8 +17,8 @@
  *   idle  wait for the file $FABRIC_SMSG_GO (30 s at most), then exit without cleanup;
  *   die   exit at once (the peer's sends must then fail);
  *   bench (two ranks) SMSG 8-byte ping-pong latency (half the round trip, median of 2000)
- *         and message rate (20000 messages of 8 bytes streamed within 128 credits), printed
- *         by the rank with the lower inst (tools/bench-fabric).
+ *         and message rate (20000 messages of 8 bytes, or $FABRIC_SMSG_STREAM, streamed within
+ *         128 credits), printed by the rank with the lower inst (tools/bench-fabric).
  * Prints one "verified" line per process; exit 0 = everything checked. */
 #include <sched.h>
 #include <stdint.h>
@@ -198,7 +198,9 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 static int bench(struct peer *p, gni_cq_handle_t rcq, gni_cq_handle_t cq) {
-  const int lead = my_inst < p->inst, iters = 2000, stream = 20000;
+  const int lead = my_inst < p->inst, iters = 2000;
+  const char *ns = getenv("FABRIC_SMSG_STREAM"); /* a longer stream for profiling */
+  const int stream = ns && atoi(ns) > 0 ? atoi(ns) : 20000;
   static double rtt[2000];
   for (int i = 0; i < iters; ++i) {
     double t0 = now_s();

@@ -222,7 +222,7 @@ struct Ep {
   Mailbox tx;                     // peer's mailbox we send into
   Mailbox rx;                     // our mailbox the peer sends into
   bool rx_holding = false;        // a message returned by GetNext awaits SmsgRelease
-  uint32_t rx_unreported = 0;     // releases of a relayed mailbox not yet told to the daemon
+  uint32_t rx_noted = ~0u;        // the MboxCtl::note_at this EP last sent a note for
   uint32_t bte_id = 0;            // ordering domain of its RDMA posts (0 = none yet)
   uint64_t dgram_key = 0;         // names this EP's datagrams at the daemon (never reused)
   // The datagram outstanding on this EP (posted, not consumed), under nic->dgram.mu.

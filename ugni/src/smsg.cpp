@@ -197,10 +197,11 @@ gni_return_t GNI_SmsgRelease(gni_ep_handle_t ep_hndl) {
   if (!ep->rx_holding) return GNI_RC_NOT_DONE;
   smsg_release(ep->rx.view);
   ep->rx_holding = false;
-  // The sender is on another host: its credits come back through the daemons. Telling our
-  // daemon every half mailbox spares a credit-starved sender the daemon's poll interval.
-  if (ep->other_host() && ++ep->rx_unreported >= std::max<uint32_t>(1, ep->rx.view.credits / 2)) {
-    ep->rx_unreported = 0;
+  // The sender is on another host: its credits come back through the daemons, which report
+  // releases with their acks while messages flow. Past MboxCtl::note_at the daemon has not
+  // seen half a mailbox of releases (the sender may be waiting for credits): tell it now
+  // instead of leaving the sender to the daemon's poll.
+  if (ep->other_host() && smsg_note_due(ep->rx.view, ep->rx_noted)) {
     abi::ctl::SmsgRelayNote note{};
     note.h.op = static_cast<uint16_t>(abi::ctl::Op::kSmsgRelayReleased);
     note.h.length = sizeof note;

@@ -82,4 +82,17 @@ inline void smsg_release(const MailboxView& m) {
   m.ctl->released.store(next + 1, std::memory_order_release);
 }
 
+// A relayed mailbox (sender on another host), after a release: whether the releases have
+// reached the daemon's MboxCtl::note_at, so the receiver must tell its daemon now. True once
+// per note_at value (`noted` keeps the last). The seq_cst read-modify-write of our own
+// `released` orders it before the load of note_at, pairing with the daemon's store of
+// note_at and re-load of `released` (a fence would do on x86, but TSan does not model one).
+inline bool smsg_note_due(const MailboxView& m, uint32_t& noted) {
+  const uint32_t released = m.ctl->released.fetch_add(0, std::memory_order_seq_cst);
+  const uint32_t at = m.ctl->note_at.load(std::memory_order_seq_cst);
+  if (static_cast<int32_t>(released - at) < 0 || at == noted) return false;
+  noted = at;
+  return true;
+}
+
 }  // namespace nicemu::ugni
