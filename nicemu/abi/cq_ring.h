@@ -1,6 +1,8 @@
 // Operations on a CQ ring (layout and index contract in shm_layout.h). Header-only: used by
 // libugni (consumer, local and same-host producers) and the daemon (producer of errors).
 #pragma once
+#include <algorithm>
+#include <cstddef>
 #include "nicemu/abi/futex.h"
 #include "nicemu/abi/shm_layout.h"
 
@@ -44,6 +46,39 @@ struct CqRingView {
     entries[t & mask].store(entry, std::memory_order_release);
     wake();
     return true;
+  }
+
+  // Pushes n entries in order with one reservation of the tail and one wake: a producer
+  // delivering a batch touches the shared lines once, not n times. Returns how many went
+  // in; the rest found the ring full and are dropped with overrun flagged, as by push.
+  size_t push_n(const uint64_t* e, size_t n, uint64_t* head_cache = nullptr) const {
+    if (n == 0) return 0;
+    const uint64_t cap = mask + 1;
+    auto room = [cap](uint64_t t, uint64_t h) { return t - h <= cap ? cap - (t - h) : 0; };
+    uint64_t t = ctl->tail.load(std::memory_order_relaxed);
+    uint64_t h = head_cache ? *head_cache : 0;
+    uint64_t k = 0;
+    for (uint32_t tries = 0;; ++tries) {
+      if (tries == kMaxPushTries) {
+        ctl->overrun.store(1, std::memory_order_release);
+        return 0;
+      }
+      if (room(t, h) < n) {
+        h = ctl->head.load(std::memory_order_acquire);
+        if (head_cache) *head_cache = h;
+      }
+      k = std::min<uint64_t>(n, room(t, h));
+      if (k == 0) {
+        ctl->overrun.store(1, std::memory_order_release);
+        wake();
+        return 0;
+      }
+      if (ctl->tail.compare_exchange_weak(t, t + k, std::memory_order_acq_rel, std::memory_order_relaxed)) break;
+    }
+    for (uint64_t i = 0; i < k; ++i) entries[(t + i) & mask].store(e[i], std::memory_order_release);
+    if (k < n) ctl->overrun.store(1, std::memory_order_release);
+    wake();
+    return k;
   }
 
   void wake() const {

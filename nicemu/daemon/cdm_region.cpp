@@ -347,6 +347,12 @@ bool CdmRegion::push_cqe(uint32_t slot, uint64_t entry) const {
   return v.valid() && v.push(entry);
 }
 
+size_t CdmRegion::push_cqes(uint32_t slot, const uint64_t* entries, size_t n) const {
+  if (!alive()) return 0;
+  CqRingView v = region_cq_view(base_, size_, slot);
+  return v.valid() ? v.push_n(entries, n) : 0;
+}
+
 void CdmRegion::kill(RegionState why) {
   RegionHeader* h = header();
   if (h->state.load() != kRegionAlive) return;

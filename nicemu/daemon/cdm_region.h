@@ -97,6 +97,7 @@ class CdmRegion {
   char* heap_ptr(uint64_t offset, uint64_t bytes) const;
   // Pushes `entry` into CQ `slot` (a CQ destroyed meanwhile is skipped); false if not pushed.
   bool push_cqe(uint32_t slot, uint64_t entry) const;
+  size_t push_cqes(uint32_t slot, const uint64_t* entries, size_t n) const;  // in order; how many went in
 
   // Marks the region dead (owner gone) or NIC down, invalidates every registration and
   // wakes every waiter so nobody sleeps on a region that will never change again.

@@ -145,6 +145,7 @@ size_t SmsgRelay::drain(CdmRegion& cdm, Ring& r) {
     return 0;
   }
   if (ring_buf_.size() < ctl::kMaxMessage) ring_buf_.resize(ctl::kMaxMessage);
+  const auto now = Clock::now();  // one clock read per drain: the ack deadline is seconds
   size_t n = 0;
   while (r.head != tail) {
     const uint64_t off = r.head % kRelayRingCapacity;
@@ -168,7 +169,7 @@ size_t SmsgRelay::drain(CdmRegion& cdm, Ring& r) {
       continue;
     }
     std::memcpy(&h, ring_buf_.data(), sizeof h);
-    if (h.op != static_cast<uint16_t>(Op::kSmsgRelaySend) || !send(cdm, ring_buf_.data(), len)) ++ring_malformed_;
+    if (h.op != static_cast<uint16_t>(Op::kSmsgRelaySend) || !send(cdm, ring_buf_.data(), len, now)) ++ring_malformed_;
   }
   ctl->head.store(r.head, std::memory_order_release);
   ring_messages_ += n;
@@ -240,7 +241,7 @@ void SmsgRelay::schedule_nap() {
   });
 }
 
-bool SmsgRelay::send(CdmRegion& cdm, const char* msg, size_t len) {
+bool SmsgRelay::send(CdmRegion& cdm, const char* msg, size_t len, Clock::time_point now) {
   ctl::SmsgRelaySend s;
   if (len < sizeof s) return false;
   std::memcpy(&s, msg, sizeof s);
@@ -255,7 +256,7 @@ bool SmsgRelay::send(CdmRegion& cdm, const char* msg, size_t len) {
     cdm.push_cqe(s.src_cq, cqe::make(cqe::kSrcLocalRequest, cqe::kTypeSmsg, t.failed, cqe::kInfoGlobal, 0, s.msg_id));
     return true;
   }
-  t.unacked.push_back(Pending{s.seq, s.msg_id, s.src_cq, Clock::now()});
+  t.unacked.push_back(Pending{s.seq, s.msg_id, s.src_cq, now});
   if (!t.opened) {
     auto o = message<ctl::SmsgOpen>(Op::kSmsgOpen);
     o.origin_node = self_;
@@ -377,12 +378,13 @@ void SmsgRelay::on_ack(uint32_t from, const ctl::SmsgAck& a) {
                  self_, from, a.relay, a.delivered, a.released);
     return;
   }
-  CdmRegion* c = env_.cdm(t.attach_id);
   while (!t.unacked.empty() && static_cast<int32_t>(a.delivered - t.unacked.front().seq) > 0) {
     const Pending& p = t.unacked.front();
-    if (c) c->push_cqe(p.src_cq, cqe::make(cqe::kSrcLocalResponse, cqe::kTypeSmsg, cqe::kOk, cqe::kInfoGlobal, 0, p.msg_id));
+    queue_cqe(tx_cqes_, t.attach_id, p.src_cq,
+              cqe::make(cqe::kSrcLocalResponse, cqe::kTypeSmsg, cqe::kOk, cqe::kInfoGlobal, 0, p.msg_id));
     t.unacked.pop_front();
   }
+  flush_cqes(tx_cqes_);
   t.delivered = a.delivered;
   t.released = a.released;
   if (SmsgRelayCtl* b = block(t)) {
@@ -529,7 +531,7 @@ const char* SmsgRelay::on_data(uint32_t from, const char* msg, size_t len) {
   if (!ugni::smsg_seen(v, at)) {
     ugni::smsg_write_at(v, at, msg + sizeof d, d.length, nullptr, 0, d.tag);
     if (r.dst_cq != kNoCq)
-      c->push_cqe(r.dst_cq, cqe::make(cqe::kSrcRemoteRequest, cqe::kTypeSmsg, cqe::kOk, 0, 0, d.remote_event));
+      queue_cqe(rx_cqes_, r.attach_id, r.dst_cq, cqe::make(cqe::kSrcRemoteRequest, cqe::kTypeSmsg, cqe::kOk, 0, 0, d.remote_event));
     ++delivered_;
   }
   ++r.next;
@@ -608,7 +610,21 @@ void SmsgRelay::ack_soon(const RxKey& k) {
   });
 }
 
+void SmsgRelay::queue_cqe(CqeBatch& b, uint64_t attach_id, uint32_t cq, uint64_t entry) {
+  if (!b.entries.empty() && (b.attach_id != attach_id || b.cq != cq)) flush_cqes(b);  // keeps each CQ's order
+  b.attach_id = attach_id;
+  b.cq = cq;
+  b.entries.push_back(entry);
+}
+
+void SmsgRelay::flush_cqes(CqeBatch& b) {
+  if (b.entries.empty()) return;
+  if (CdmRegion* c = env_.cdm(b.attach_id)) c->push_cqes(b.cq, b.entries.data(), b.entries.size());
+  b.entries.clear();
+}
+
 void SmsgRelay::flush_acks() {
+  flush_cqes(rx_cqes_);  // the receiver's events before the sender's completions
   for (const RxKey& k : ack_due_)
     if (auto it = rx_.find(k); it != rx_.end() && !it->second.status) send_ack(k, it->second);
   ack_due_.clear();

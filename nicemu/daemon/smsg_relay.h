@@ -89,7 +89,7 @@ class SmsgRelay {
   // Library side, on the attach connection of `cdm`. open returns a gni_return_t value;
   // send returns false for a malformed message (the caller counts it).
   int open(CdmRegion& cdm, const abi::ctl::SmsgRelayOpen& req, abi::ctl::SmsgRelayOpenReply& rep);
-  bool send(CdmRegion& cdm, const char* msg, size_t len);
+  bool send(CdmRegion& cdm, const char* msg, size_t len, Clock::time_point now = Clock::now());  // now: for the ack deadline
   // The library says `cdm` released relayed messages: their senders get credits now.
   void released(CdmRegion& cdm);
   // The library rang the doorbell of `cdm`'s relay ring (abi/relay_ring.h): its messages
@@ -205,6 +205,17 @@ class SmsgRelay {
   uint64_t ring_messages_ = 0, ring_malformed_ = 0, doorbells_ = 0;
   std::vector<char> ring_buf_;                              // the record being handled
   std::vector<char> buf_;                                   // message being built
+  // CQEs pushed as a batch (one tail reservation, one wake per CQ, fewer cross-core misses
+  // on lines the rank is polling): the remote events of a receive turn, before its acks;
+  // the local completions of one ack.
+  struct CqeBatch {
+    uint64_t attach_id = 0;
+    uint32_t cq = 0;
+    std::vector<uint64_t> entries;
+  };
+  CqeBatch rx_cqes_, tx_cqes_;
+  void queue_cqe(CqeBatch& b, uint64_t attach_id, uint32_t cq, uint64_t entry);
+  void flush_cqes(CqeBatch& b);
 };
 
 }  // namespace nicemu::daemon

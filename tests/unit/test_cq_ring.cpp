@@ -42,6 +42,30 @@ TEST_CASE("a full ring reports overrun once and keeps earlier entries") {
   CHECK(cqe::id_of(r.view.pop()) == 1);
 }
 
+TEST_CASE("a batch push keeps its order, fills what room there is and flags the rest as overrun") {
+  Ring r(16);
+  std::vector<uint64_t> batch;
+  for (uint64_t i = 1; i <= 10; ++i) batch.push_back(cqe::make(1, 0, 0, 0, 0, i));
+  uint64_t head_cache = 0;
+  CHECK(r.view.push_n(batch.data(), batch.size(), &head_cache) == 10);
+  CHECK_FALSE(r.view.has_overrun());
+  // Six slots left: six of the next ten go in, the rest are dropped with overrun.
+  for (auto& e : batch) e = cqe::make(1, 0, 0, 0, 0, cqe::id_of(e) + 10);
+  CHECK(r.view.push_n(batch.data(), batch.size(), &head_cache) == 6);
+  CHECK(r.view.take_overrun());
+  for (uint64_t i = 1; i <= 16; ++i) CHECK(cqe::id_of(r.view.pop()) == i);
+  CHECK(r.view.pop() == 0);
+  // The stale head cache (0) is re-read when it makes the ring look full, and it wraps.
+  CHECK(r.view.push_n(batch.data(), 10, &head_cache) == 10);
+  CHECK(head_cache == 16);
+  for (uint64_t i = 11; i <= 20; ++i) CHECK(cqe::id_of(r.view.pop()) == i);
+  CHECK(r.view.push_n(batch.data(), 0) == 0);
+  // A full ring takes none.
+  for (uint64_t i = 0; i < 16; ++i) REQUIRE(r.view.push(cqe::make(1, 0, 0, 0, 0, 1)));
+  CHECK(r.view.push_n(batch.data(), 1) == 0);
+  CHECK(r.view.take_overrun());
+}
+
 TEST_CASE("four producers, one consumer: nothing lost, per-producer order kept") {
   Ring r(64);
   constexpr int kProducers = 4, kPer = 20000;
