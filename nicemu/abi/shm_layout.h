@@ -206,8 +206,8 @@ static_assert(offsetof(CqRingCtl, head) == 64);
 // channel where it was.
 // A mailbox whose sender is on another host is written by the receiver's daemon, and the
 // sender's credits travel back through the daemons. `note_at` (written by that daemon) is
-// the release count at which the receiver tells its daemon (ctl::SmsgRelayNote): half a
-// mailbox past what the daemon last reported to the sender. While messages keep arriving the
+// the release count at which the receiver tells its daemon (ctl::SmsgRelayNote): a quarter
+// of a mailbox past what the daemon last reported to the sender. While messages keep arriving the
 // daemon reports releases with its acks and moves `note_at` ahead, so a streaming receiver
 // sends no notes; a sender that ran out of credits gets them back at the note. Both sides
 // store, then load the other's word with seq_cst (the daemon re-checks `released` after

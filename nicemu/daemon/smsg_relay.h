@@ -148,6 +148,7 @@ class SmsgRelay {
     uint32_t base = 0;                // mailbox sequence number of the relay's message 0
     uint32_t next = 0;                // next relay sequence number expected
     uint32_t reported = 0;            // releases last reported to the sender
+    uint32_t released_seen = 0;       // the mailbox's `released` as last read (it only grows)
     uint32_t status = 0;              // != 0: refused / receiver gone; every message gets it back
   };
   using RxKey = std::pair<uint32_t, uint32_t>;  // (sending node, relay)

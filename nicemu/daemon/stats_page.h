@@ -15,18 +15,20 @@
 
 namespace nicemu::daemon {
 
-// One counter slot of the page. Relaxed atomics: the daemon is the only writer, readers
-// want a recent value, not an ordering.
+// One counter slot of the page. Relaxed atomics: readers want a recent value, not an
+// ordering. One writer, the daemon's event loop (the BTE threads keep no page counters), so
+// an increment is a plain load and store: a locked add on the hot paths would wait for the
+// stores before it, into lines a rank is polling, at every message.
 class Counter {
  public:
   Counter() = default;
   explicit Counter(std::atomic<uint64_t>* slot) : slot_(slot) {}
   Counter& operator++() {
-    slot_->fetch_add(1, std::memory_order_relaxed);
+    add(1);
     return *this;
   }
-  void operator++(int) { slot_->fetch_add(1, std::memory_order_relaxed); }
-  void add(uint64_t n) { slot_->fetch_add(n, std::memory_order_relaxed); }
+  void operator++(int) { add(1); }
+  void add(uint64_t n) { slot_->store(slot_->load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
   void set(uint64_t n) { slot_->store(n, std::memory_order_relaxed); }
   uint64_t value() const { return slot_->load(std::memory_order_relaxed); }
   operator uint64_t() const { return value(); }

@@ -64,9 +64,14 @@ inline void smsg_write_at(MailboxView& m, uint32_t seq, const void* header, uint
 }
 
 // Whether message `seq` is already in the mailbox or consumed: a duplicate of it is discarded.
-inline bool smsg_seen(const MailboxView& m, uint32_t seq) {
-  if (static_cast<int32_t>(m.ctl->released.load(std::memory_order_acquire) - seq) > 0) return true;
+// `released`: the receiver's released count as last read (it only grows: an older value
+// only sends the check to the slot).
+inline bool smsg_seen(const MailboxView& m, uint32_t seq, uint32_t released) {
+  if (static_cast<int32_t>(released - seq) > 0) return true;
   return static_cast<int32_t>(m.slot(seq)->seq.load(std::memory_order_acquire) - (seq + 1)) >= 0;
+}
+inline bool smsg_seen(const MailboxView& m, uint32_t seq) {
+  return smsg_seen(m, seq, m.ctl->released.load(std::memory_order_acquire));
 }
 
 // The next message in order, or nullptr. Does not consume it.
