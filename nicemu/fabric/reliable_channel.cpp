@@ -21,6 +21,8 @@ ReliableChannel::ReliableChannel(ChannelConfig cfg, Deliver deliver)
   rto_ = cfg_.rto_initial_us;
   out_ = std::make_unique<OutRecord[]>(cfg_.backlog);
   in_ = std::make_unique<InRecord[]>(cfg_.window);
+  out_data_ = std::make_unique<uint8_t[]>(uint64_t{cfg_.backlog} * kMaxRecordPayload);
+  in_data_ = std::make_unique<uint8_t[]>(uint64_t{cfg_.window} * kMaxRecordPayload);
 }
 
 bool ReliableChannel::send(RecordType type, const void* data, size_t len) {
@@ -52,8 +54,9 @@ bool ReliableChannel::send(RecordType type, const void* data, size_t len) {
       ++next_;
     }
     uint16_t l16 = static_cast<uint16_t>(len);
-    std::memcpy(r->data + r->len, &l16, sizeof l16);
-    if (len) std::memcpy(r->data + r->len + sizeof l16, data, len);
+    uint8_t* d = out_data(r->seq);
+    std::memcpy(d + r->len, &l16, sizeof l16);
+    if (len) std::memcpy(d + r->len + sizeof l16, data, len);
     r->len = static_cast<uint16_t>(r->len + need);
     ++r->msgs;
     ++st_.messages_sent;
@@ -77,7 +80,7 @@ bool ReliableChannel::send(RecordType type, const void* data, size_t len) {
     r.fast = r.fast_done = false;
     r.tries = 0;
     r.due_us = 0;
-    if (n) std::memcpy(r.data, p + i * kMaxRecordPayload, n);
+    if (n) std::memcpy(out_data(r.seq), p + i * kMaxRecordPayload, n);
     ++next_;
   }
   ++st_.messages_sent;
@@ -90,34 +93,47 @@ size_t ReliableChannel::fill(uint64_t now_us, uint8_t* buf, size_t cap, uint16_t
     if (used + sizeof(RecordHeader) + r.len > cap) return false;
     RecordHeader rh{r.seq, r.len, r.type, r.flags};
     std::memcpy(buf + used, &rh, sizeof rh);
-    std::memcpy(buf + used + sizeof rh, r.data, r.len);
+    std::memcpy(buf + used + sizeof rh, out_data(r.seq), r.len);
     used += sizeof rh + r.len;
     ++count;
     return true;
   };
   if (state_ == State::kDown) return 0;
-  // Expired records first, oldest first: they hold the window back.
-  for (uint32_t s = base_; s != sent_upto_; ++s) {
-    OutRecord& r = out(s);
-    if (r.acked || r.due_us > now_us) continue;
-    if (r.tries >= cfg_.max_tries) {
-      go_down();
-      return used;
+  // Expired records first, oldest first: they hold the window back. The scan also finds
+  // when the next one is due; until then it is skipped.
+  if (now_us >= due_floor_) {
+    uint64_t floor = UINT64_MAX;
+    for (uint32_t s = base_; s != sent_upto_; ++s) {
+      OutRecord& r = out(s);
+      if (r.acked) continue;
+      if (r.due_us > now_us) {
+        floor = std::min(floor, r.due_us);
+        continue;
+      }
+      if (r.tries >= cfg_.max_tries) {
+        go_down();
+        return used;
+      }
+      if (!put(r)) {
+        due_floor_ = 0;  // not all of them fitted: look again next time
+        return used;
+      }
+      ++r.tries;
+      ++st_.retransmits;
+      if (r.fast) {
+        // Resent because later records were acknowledged: a loss, not a slow path; no backoff.
+        r.fast = false;
+        ++st_.fast_retransmits;
+      } else {
+        r.rto_us = std::min(r.rto_us * 2, cfg_.rto_max_us);
+        // The backoff also applies to new records until a clean sample arrives; otherwise a
+        // path slower than the initial timeout would never yield one (every record resent).
+        rto_ = std::max(rto_, r.rto_us);
+      }
+      r.due_us = now_us + r.rto_us;
+      floor = std::min(floor, r.due_us);
     }
-    if (!put(r)) return used;
-    ++r.tries;
-    ++st_.retransmits;
-    if (r.fast) {
-      // Resent because later records were acknowledged: a loss, not a slow path; no backoff.
-      r.fast = false;
-      ++st_.fast_retransmits;
-    } else {
-      r.rto_us = std::min(r.rto_us * 2, cfg_.rto_max_us);
-      // The backoff also applies to new records until a clean sample arrives; otherwise a
-      // path slower than the initial timeout would never yield one (every record resent).
-      rto_ = std::max(rto_, r.rto_us);
-    }
-    r.due_us = now_us + r.rto_us;
+    due_floor_ = floor;
   }
   // New records, as far as the window (the receiver's buffer) allows.
   while (sent_upto_ != next_ && sent_upto_ - base_ < cfg_.window) {
@@ -127,6 +143,7 @@ size_t ReliableChannel::fill(uint64_t now_us, uint8_t* buf, size_t cap, uint16_t
     r.rto_us = rto_;
     r.sent_us = now_us;
     r.due_us = now_us + r.rto_us;
+    due_floor_ = std::min(due_floor_, r.due_us);
     ++st_.records_sent;
     ++sent_upto_;
   }
@@ -180,6 +197,7 @@ void ReliableChannel::on_ack(uint32_t ack, uint64_t sack, uint64_t now_us) {
     } else if (acked_above >= kFastRetransmitAfter && !r.fast_done && r.tries > 0) {
       r.fast = r.fast_done = true;
       r.due_us = now_us;
+      due_floor_ = 0;
     }
   }
 }
@@ -191,12 +209,9 @@ void ReliableChannel::advance_base() {
 uint64_t ReliableChannel::next_deadline() const {
   if (state_ == State::kDown) return UINT64_MAX;
   if (has_unsent()) return 0;
-  uint64_t t = UINT64_MAX;
-  for (uint32_t s = base_; s != sent_upto_; ++s) {
-    const OutRecord& r = out_[s % cfg_.backlog];
-    if (!r.acked) t = std::min(t, r.due_us);
-  }
-  return t;
+  // A lower bound is enough: a timer that fires early finds nothing due, and fill's scan
+  // makes the bound exact again.
+  return in_flight() == 0 ? UINT64_MAX : due_floor_;
 }
 
 uint64_t ReliableChannel::queued_messages() const {
@@ -238,20 +253,21 @@ void ReliableChannel::on_record(const RecordHeader& rh, const uint8_t* payload) 
   slot.len = rh.length;
   slot.type = rh.type;
   slot.flags = rh.flags;
-  std::memcpy(slot.data, payload, rh.length);
+  std::memcpy(in_data(rh.seq), payload, rh.length);
   deliver_ready();
 }
 
 void ReliableChannel::deliver_ready() {
   while (in(rx_next_).present) {
     InRecord& slot = in(rx_next_);
+    const uint8_t* data = in_data(rx_next_);
     slot.present = false;
     ++rx_next_;
     if (slot.flags & kRecordPacked) {
-      deliver_packed(slot.type, slot.data, slot.len);
+      deliver_packed(slot.type, data, slot.len);
       continue;
     }
-    switch (reasm_.add(slot.type, slot.flags, slot.data, slot.len)) {
+    switch (reasm_.add(slot.type, slot.flags, data, slot.len)) {
       case Reassembly::Result::kPartial:
         break;
       case Reassembly::Result::kError:
@@ -310,6 +326,7 @@ void ReliableChannel::reset() {
   st_.messages_abandoned += queued_messages();
   base_ = sent_upto_ = next_ = 1;
   rx_next_ = 1;
+  due_floor_ = UINT64_MAX;
   for (uint32_t i = 0; i < cfg_.window; ++i) in_[i].present = false;
   reasm_.abandon();
   ack_owed_ = false;

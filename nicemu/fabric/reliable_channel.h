@@ -32,7 +32,7 @@ namespace nicemu::fabric {
 
 struct ChannelConfig {
   uint32_t window = abi::wire::kWindow;
-  uint32_t backlog = 512;           // records queued (in flight + waiting), fixed ring
+  uint32_t backlog = 1024;          // records queued (in flight + waiting), fixed ring
   uint64_t rto_initial_us = 10000;  // retransmission timeout before any round trip is measured
   uint64_t rto_min_us = 5000;       // floor of the measured timeout: a process on an oversubscribed
                                     // host is often descheduled for milliseconds
@@ -112,16 +112,19 @@ class ReliableChannel {
     uint64_t due_us = 0;   // next (re)transmission time once sent
     uint64_t rto_us = 0;
     uint64_t sent_us = 0;  // first transmission (RTT sample when acked after one try)
-    uint8_t data[abi::wire::kMaxRecordPayload];
   };
   struct InRecord {
     bool present = false;
     uint16_t len = 0;
     uint8_t type = 0, flags = 0;
-    uint8_t data[abi::wire::kMaxRecordPayload];
   };
+  // Records' state and payloads live apart: the scans over the window (expired records,
+  // fast retransmit, selective acks) then read a few KiB, not a 1.4 KB payload line per
+  // record.
   OutRecord& out(uint32_t seq) { return out_[seq % cfg_.backlog]; }
   InRecord& in(uint32_t seq) { return in_[seq % cfg_.window]; }
+  uint8_t* out_data(uint32_t seq) { return &out_data_[uint64_t{seq % cfg_.backlog} * abi::wire::kMaxRecordPayload]; }
+  uint8_t* in_data(uint32_t seq) { return &in_data_[uint64_t{seq % cfg_.window} * abi::wire::kMaxRecordPayload]; }
   void advance_base();
   void go_down();
   void deliver_ready();
@@ -133,6 +136,10 @@ class ReliableChannel {
   Reassembly reasm_;
   std::unique_ptr<OutRecord[]> out_;
   std::unique_ptr<InRecord[]> in_;
+  std::unique_ptr<uint8_t[]> out_data_, in_data_;
+  // No record sent is due before this (a lower bound, exact after each scan): fill() skips
+  // its scan for expired records until then.
+  uint64_t due_floor_ = UINT64_MAX;
   State state_ = State::kUp;
   // Sender: [base_, sent_upto_) sent at least once, [sent_upto_, next_) not yet sent.
   uint32_t base_ = 1, sent_upto_ = 1, next_ = 1;

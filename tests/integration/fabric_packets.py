@@ -17,7 +17,7 @@ import subprocess
 import time
 
 MAGIC = 0x4E464142
-VERSION = 2
+VERSION = None  # wire::kVersion, asked from fabric_seal (built from the same header)
 HDR = struct.Struct("<IBBHIIQQIIQHBBIQ")  # PacketHeader, 64 bytes
 REC = struct.Struct("<IHBB")              # RecordHeader, 8 bytes
 MAC = 16
@@ -42,10 +42,10 @@ def header(version, length, src, dst, epoch, dst_epoch, ack, base, count):
                     next_pn - 1)
 
 
-def packet(key, src, dst, epoch, records=(), dst_epoch=0, version=VERSION, length_delta=0, ack=0, base=1):
+def packet(key, src, dst, epoch, records=(), dst_epoch=0, version=None, length_delta=0, ack=0, base=1):
     body = b"".join(REC.pack(seq, len(p), typ, 0) + p for seq, typ, p in records)
     length = HDR.size + len(body) + MAC + length_delta
-    return seal(key, header(version, length, src, dst, epoch, dst_epoch, ack, base, len(records)) + body)
+    return seal(key, header(VERSION if version is None else version, length, src, dst, epoch, dst_epoch, ack, base, len(records)) + body)
 
 
 def rma_request(kind, length=0, inst=0):
@@ -65,8 +65,9 @@ def main():
     ap.add_argument("--expect-json", required=True)
     ap.add_argument("--sealer", required=True, help="fabric_seal executable")
     a = ap.parse_args()
-    global SEALER
+    global SEALER, VERSION
     SEALER = a.sealer
+    VERSION = int(subprocess.run([SEALER, "--wire-version"], capture_output=True, text=True, check=True).stdout)
     key = bytes.fromhex(open(a.key).read().strip())
     rnd = random.Random(4)
     target = ("127.0.0.1", a.target_port)

@@ -11,7 +11,8 @@
  *                         and CQ, what the others did: its counter, its slots' bytes, one
  *                         CQ-write entry per peer and round (each value once).
  *   fabric_rma bench      rank 0 -> rank 1: FMA PUT 8 B latency; FMA PUT, RDMA PUT and
- *                         RDMA GET bandwidth, 8 B .. 4 MiB (up to 16 posts in flight).
+ *                         RDMA GET bandwidth, 8 B .. 4 MiB (up to 16 posts in flight;
+ *                         FABRIC_RMA_BENCH_REPEAT=N moves N times the data, for profiling).
  * Exit 0 = everything verified. */
 #include <stdint.h>
 #include <stdio.h>
@@ -90,6 +91,8 @@ static int bench(gni_ep_handle_t ep, const struct peer_info *t) {
     return fail("register bench buffer", 0);
   fill(src, BENCH_BYTES, 7);
   static gni_post_descriptor_t ds[16];
+  const char *rep_s = getenv("FABRIC_RMA_BENCH_REPEAT"); /* more data per size, for profiling */
+  const uint64_t repeat = rep_s && atoi(rep_s) > 0 ? (uint64_t)atoi(rep_s) : 1;
   /* Latency: one 8-byte FMA PUT at a time, to its global completion. */
   const int lat_iters = 2000;
   double t0 = now_s();
@@ -107,6 +110,7 @@ static int bench(gni_ep_handle_t ep, const struct peer_info *t) {
       const int rdma = kind > 0;
       const gni_post_type_t type = kind == 0 ? GNI_POST_FMA_PUT : kind == 1 ? GNI_POST_RDMA_PUT : GNI_POST_RDMA_GET;
       uint64_t total = len >= (1u << 20) ? 32ull << 20 : len >= 4096 ? 16ull << 20 : len * 5000;
+      total *= repeat;
       uint64_t iters = total / len, posted = 0, done = 0;
       if (iters < 16) iters = 16;
       t0 = now_s();

@@ -4,6 +4,7 @@
 // hex, header and records without the MAC (src_node, src_epoch and packet_number already
 // set: they pick the subkey and nonce). stdout: each packet sealed (tag appended), in hex.
 //   fabric_seal [auto|aes256gcm|chacha20poly1305]
+//   fabric_seal --wire-version      prints wire::kVersion (the script's packets follow it)
 #include <sodium.h>
 
 #include <cstdio>
@@ -16,6 +17,10 @@
 namespace wire = nicemu::abi::wire;
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--wire-version") {
+    std::printf("%u\n", unsigned{wire::kVersion});
+    return 0;
+  }
   auto alg = nicemu::fabric::parse_mac_alg(argc > 1 ? argv[1] : "auto");
   if (!alg) {
     std::fprintf(stderr, "fabric_seal: unknown algorithm %s\n", argv[1]);

@@ -119,7 +119,12 @@ void run_exchange(LinkModel m, uint64_t seed, int n) {
   std::vector<std::string> sent_a, sent_b;
   uint64_t now = 0;
   int ia = 0, ib = 0;
-  while ((a.got.size() < static_cast<size_t>(n) || b.got.size() < static_cast<size_t>(n)) && now < 600'000'000) {
+  // Until everything arrived and was acknowledged (the round trips feed the RTT estimate).
+  auto done = [&] {
+    return a.got.size() == static_cast<size_t>(n) && b.got.size() == static_cast<size_t>(n) && a.ch.in_flight() == 0 &&
+           b.ch.in_flight() == 0 && ia == n && ib == n;
+  };
+  while (!done() && now < 600'000'000) {
     // Offer new messages until the backlog pushes back.
     while (ia < n) {
       std::string s = message(rng, ia);

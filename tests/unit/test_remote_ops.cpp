@@ -252,7 +252,7 @@ TEST_CASE("remote ops: out of bounds writes nothing; bad handles and forged answ
 
 TEST_CASE("remote ops: the per-peer window, backlog refusals, and a lost peer") {
   Rig r;
-  const uint64_t len = 1024 * 1024;
+  const uint64_t len = 2 * RemoteRequester::kPeerWindow;
   std::vector<char> big(len, 'b');
   Handle bh = reg(*r.init, 5, big, abi::kNoCq);
   std::vector<char> tbig(len);
