@@ -206,10 +206,11 @@ static_assert(offsetof(CqRingCtl, head) == 64);
 // channel where it was.
 // A mailbox whose sender is on another host is written by the receiver's daemon, and the
 // sender's credits travel back through the daemons. `note_at` (written by that daemon) is
-// the release count at which the receiver tells its daemon (ctl::SmsgRelayNote): a quarter
-// of a mailbox past what the daemon last reported to the sender. While messages keep arriving the
-// daemon reports releases with its acks and moves `note_at` ahead, so a streaming receiver
-// sends no notes; a sender that ran out of credits gets them back at the note. Both sides
+// the release count at which the receiver tells its daemon (ctl::SmsgRelayNote): an eighth
+// of a mailbox past what the daemon last reported to the sender. While messages keep arriving
+// the daemon reports releases with its acks and moves `note_at` ahead, so a receiver notes
+// only when it got ahead of those acks (a sender short of credits then gets them back at the
+// note), not every so many releases. Both sides
 // store, then load the other's word with seq_cst (the daemon re-checks `released` after
 // moving `note_at`), so a note is never missed.
 struct MboxCtl {

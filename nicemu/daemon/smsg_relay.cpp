@@ -396,6 +396,7 @@ void SmsgRelay::on_ack(uint32_t from, const ctl::SmsgAck& a) {
 // ---- receiver's daemon ----
 
 void SmsgRelay::released(CdmRegion& cdm) {
+  ++release_notes_;
   for (const RxKey& k : watch_)
     if (auto it = rx_.find(k); it != rx_.end() && it->second.attach_id == cdm.attach_id() && released_moved(k))
       ack_soon(k);
@@ -590,12 +591,12 @@ void SmsgRelay::send_ack(const RxKey& k, Rx& r) {
     watch_.erase(k);
 }
 
-// The receiver tells us (a note) once it has released a quarter of a mailbox past what the sender
+// The receiver tells us (a note) once it has released an eighth of a mailbox past what the sender
 // was told: until then the sender has credits, and the acks of the messages it keeps sending
 // carry the releases. If it already has, the next flush reports them. Store, then re-load,
 // both seq_cst: the library does the same the other way round (smsg_note_due).
 void SmsgRelay::move_note(const RxKey& k, const Rx& r, MboxCtl& m) {
-  const uint32_t at = r.base + r.reported + std::max<uint32_t>(1, r.credits / 4);
+  const uint32_t at = r.base + r.reported + std::max<uint32_t>(1, r.credits / 8);
   m.note_at.store(at, std::memory_order_seq_cst);
   if (static_cast<int32_t>(m.released.load(std::memory_order_seq_cst) - at) >= 0) ack_soon(k);
 }
@@ -747,7 +748,8 @@ nlohmann::json SmsgRelay::status() const {
                         {"sent", sent_.value()},         {"delivered", delivered_.value()},
                         {"credit_updates", credit_updates_.value()}, {"failures", failures_.value()},
                         {"rings", rings_.size()},        {"ring_messages", ring_messages_},
-                        {"doorbells", doorbells_},       {"ring_malformed", ring_malformed_}};
+                        {"doorbells", doorbells_},       {"ring_malformed", ring_malformed_},
+                        {"release_notes", release_notes_}};
 }
 
 }  // namespace nicemu::daemon

@@ -203,7 +203,7 @@ class SmsgRelay {
   std::map<uint64_t, Ring> rings_;                          // attach id -> its relay ring
   std::optional<asio::steady_timer> nap_timer_;
   bool nap_armed_ = false;
-  uint64_t ring_messages_ = 0, ring_malformed_ = 0, doorbells_ = 0;
+  uint64_t ring_messages_ = 0, ring_malformed_ = 0, doorbells_ = 0, release_notes_ = 0;
   std::vector<char> ring_buf_;                              // the record being handled
   std::vector<char> buf_;                                   // message being built
   // CQEs pushed as a batch (one tail reservation, one wake per CQ, fewer cross-core misses

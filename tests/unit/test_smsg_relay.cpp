@@ -278,9 +278,9 @@ TEST_CASE("SMSG relay: the receiver's release note returns the credits without w
   const auto t0 = std::chrono::steady_clock::now();  // the receiver's poll timer starts now
   CHECK(r.pump().empty());
   ugni::MailboxView v = r.mailbox();
-  // The receiving daemon asks for a note a quarter of a mailbox past what it reported
+  // The receiving daemon asks for a note an eighth of a mailbox past what it reported
   // (nothing yet): the library's release that reaches it says so, once.
-  constexpr uint32_t kNoteEvery = std::max<uint32_t>(1, kCredits / 4);
+  constexpr uint32_t kNoteEvery = std::max<uint32_t>(1, kCredits / 8);
   CHECK(v.ctl->note_at.load() == kNoteEvery);
   uint32_t noted = ~0u;
   for (uint32_t i = 0; i < kCredits / 2; ++i) {
@@ -296,7 +296,7 @@ TEST_CASE("SMSG relay: the receiver's release note returns the credits without w
   r.b.released(*r.receiver);
   CHECK(r.pump().empty());
   CHECK(blk->released.load() == kCredits / 2);
-  // Reported: the next note is due a quarter of a mailbox further on.
+  // Reported: the next note is due an eighth of a mailbox further on.
   CHECK(v.ctl->note_at.load() == kCredits / 2 + kNoteEvery);
   REQUIRE(ugni::smsg_peek(v));
   ugni::smsg_release(v);

@@ -199,7 +199,7 @@ gni_return_t GNI_SmsgRelease(gni_ep_handle_t ep_hndl) {
   ep->rx_holding = false;
   // The sender is on another host: its credits come back through the daemons, which report
   // releases with their acks while messages flow. Past MboxCtl::note_at the daemon has not
-  // seen a quarter of a mailbox of releases (the sender may be waiting for credits): tell it now
+  // seen an eighth of a mailbox of releases (the sender may be waiting for credits): tell it now
   // instead of leaving the sender to the daemon's poll.
   if (ep->other_host() && smsg_note_due(ep->rx.view, ep->rx_noted)) {
     abi::ctl::SmsgRelayNote note{};
