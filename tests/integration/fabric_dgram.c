@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "fabric_job.h"
 #include "gni_pub.h"
 #include "pmi.h"
 
@@ -25,47 +26,17 @@ static int fail(const char *what, int rc) {
 }
 
 int main(int argc, char **argv) {
-  int use_pmi = argc == 3 && strcmp(argv[1], "pmi") == 0;
-  if (argc < 4 && !use_pmi) {
-    fprintf(stderr, "usage: fabric_dgram INST ROUNDS PEER_ADDR:PEER_INST...\n");
-    return 2;
-  }
-  int rank = 0, size = 1;
-  if (use_pmi) {
-    int spawned;
-    if (PMI_Init(&spawned) != PMI_SUCCESS || PMI_Get_rank(&rank) != PMI_SUCCESS || PMI_Get_size(&size) != PMI_SUCCESS)
-      return fail("PMI_Init", -1);
-    if (size - 1 > MAX_PEERS) return 2;
-  }
-  uint32_t inst = use_pmi ? (uint32_t)rank : (uint32_t)strtoul(argv[1], NULL, 0);
-  int rounds = atoi(argv[2]);
-  int npeers = use_pmi ? size - 1 : argc - 3;
-  if (npeers > MAX_PEERS) return 2;
-  uint32_t paddr[MAX_PEERS], pinst[MAX_PEERS];
-  for (int i = 0; i < npeers && !use_pmi; ++i)
-    if (sscanf(argv[3 + i], "%u:%u", &paddr[i], &pinst[i]) != 2) return 2;
-  const char *ptag_s = getenv("PMI_GNI_PTAG"), *cookie_s = getenv("PMI_GNI_COOKIE");
-  if (!ptag_s || !cookie_s) return fail("credential from the environment", -1);
-  uint8_t ptag = (uint8_t)strtoul(ptag_s, NULL, 0);
-  uint32_t cookie = (uint32_t)strtoul(cookie_s, NULL, 0);
-
-  gni_cdm_handle_t cdm;
-  gni_nic_handle_t nic;
-  uint32_t my_addr = 0;
-  gni_return_t rc = GNI_CdmCreate(inst, ptag, cookie, 0, &cdm);
-  if (rc != GNI_RC_SUCCESS) return fail("GNI_CdmCreate", rc);
-  rc = GNI_CdmAttach(cdm, 0, &my_addr, &nic);
-  if (rc != GNI_RC_SUCCESS) return fail("GNI_CdmAttach", rc);
-  if (use_pmi) {
-    uint32_t me[2] = {my_addr, inst}, all[2 * (MAX_PEERS + 1)];
-    if (PMI_Allgather(me, all, sizeof me) != PMI_SUCCESS) return fail("PMI_Allgather", -1);
-    int k = 0;
-    for (int i = 0; i < size; ++i)
-      if (all[2 * i + 1] != inst) {
-        paddr[k] = all[2 * i];
-        pinst[k++] = all[2 * i + 1];
-      }
-  }
+  struct fabric_job job;
+  int r = fabric_job_start(argc, argv, "fabric_dgram",
+                           "fabric_dgram pmi ROUNDS | fabric_dgram INST ROUNDS PEER_ADDR:PEER_INST...", MAX_PEERS, &job);
+  if (r != 0) return r;
+  const uint32_t inst = job.inst;
+  const int rounds = (int)job.count, npeers = job.npeers, use_pmi = job.use_pmi;
+  const uint32_t *paddr = job.peer_addr, *pinst = job.peer_inst;
+  gni_cdm_handle_t cdm = job.cdm;
+  gni_nic_handle_t nic = job.nic;
+  const uint32_t my_addr = job.my_addr;
+  gni_return_t rc;
   gni_cq_handle_t cq;
   rc = GNI_CqCreate(nic, 64, 0, GNI_CQ_BLOCKING, NULL, NULL, &cq);
   if (rc != GNI_RC_SUCCESS) return fail("GNI_CqCreate", rc);

@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fabric_job.h"
 #include "gni_pub.h"
 #include "pmi.h"
 
@@ -230,50 +231,27 @@ static int send_one(struct peer *p, int k, uint8_t *buf, gni_return_t *out) {
 }
 
 int main(int argc, char **argv) {
-  int use_pmi = argc == 3 && strcmp(argv[1], "pmi") == 0;
-  if (argc < 4 && !use_pmi) {
-    fprintf(stderr, "usage: fabric_smsg pmi COUNT | fabric_smsg INST COUNT PEER_ADDR:PEER_INST...\n");
-    return 2;
-  }
   const char *mode = getenv("FABRIC_SMSG_MODE");
   if (!mode) mode = "verify";
   if (strcmp(mode, "bench") == 0) credits = BENCH_CREDITS;
-  int rank = 0, size = 1;
-  if (use_pmi) {
-    int spawned;
-    if (PMI_Init(&spawned) != PMI_SUCCESS || PMI_Get_rank(&rank) != PMI_SUCCESS || PMI_Get_size(&size) != PMI_SUCCESS)
-      return fail("PMI_Init", -1);
-    if (size - 1 > MAX_PEERS) return 2;
-  }
-  my_inst = use_pmi ? (uint32_t)rank : (uint32_t)strtoul(argv[1], NULL, 0);
-  uint32_t count = (uint32_t)strtoul(argv[2], NULL, 0);
-  int npeers = use_pmi ? size - 1 : argc - 3;
-  if (npeers > MAX_PEERS || count >= (1u << 24)) return 2;
+  struct fabric_job job;
+  int r = fabric_job_start(argc, argv, "fabric_smsg",
+                           "fabric_smsg pmi COUNT | fabric_smsg INST COUNT PEER_ADDR:PEER_INST...", MAX_PEERS, &job);
+  if (r != 0) return r;
+  my_inst = job.inst;
+  const uint32_t count = job.count;
+  const int npeers = job.npeers, use_pmi = job.use_pmi;
+  if (count >= (1u << 24)) return 2;
   struct peer p[MAX_PEERS];
   memset(p, 0, sizeof p);
-  for (int i = 0; i < npeers && !use_pmi; ++i)
-    if (sscanf(argv[3 + i], "%u:%u", &p[i].addr, &p[i].inst) != 2) return 2;
-  const char *ptag_s = getenv("PMI_GNI_PTAG"), *cookie_s = getenv("PMI_GNI_COOKIE");
-  if (!ptag_s || !cookie_s) return fail("credential from the environment", -1);
-  uint8_t ptag = (uint8_t)strtoul(ptag_s, NULL, 0);
-  uint32_t cookie = (uint32_t)strtoul(cookie_s, NULL, 0);
-
-  gni_cdm_handle_t cdm;
-  gni_nic_handle_t nic;
-  uint32_t my_addr = 0;
-  gni_return_t rc = GNI_CdmCreate(my_inst, ptag, cookie, 0, &cdm);
-  if (rc != GNI_RC_SUCCESS) return fail("GNI_CdmCreate", rc);
-  if ((rc = GNI_CdmAttach(cdm, 0, &my_addr, &nic)) != GNI_RC_SUCCESS) return fail("GNI_CdmAttach", rc);
-  if (use_pmi) {
-    uint32_t me[2] = {my_addr, my_inst}, all[2 * (MAX_PEERS + 1)];
-    if (PMI_Allgather(me, all, sizeof me) != PMI_SUCCESS) return fail("PMI_Allgather", -1);
-    int k = 0;
-    for (int i = 0; i < size; ++i)
-      if (all[2 * i + 1] != my_inst) {
-        p[k].addr = all[2 * i];
-        p[k++].inst = all[2 * i + 1];
-      }
+  for (int i = 0; i < npeers; ++i) {
+    p[i].addr = job.peer_addr[i];
+    p[i].inst = job.peer_inst[i];
   }
+  gni_nic_handle_t nic = job.nic;
+  gni_cdm_handle_t cdm = job.cdm;
+  const uint32_t my_addr = job.my_addr;
+  gni_return_t rc;
   gni_cq_handle_t cq, rcq;  /* local completions; remote SMSG events (bound to the mailboxes) */
   if ((rc = GNI_CqCreate(nic, 4096, 0, GNI_CQ_NOBLOCK, NULL, NULL, &cq)) != GNI_RC_SUCCESS) return fail("GNI_CqCreate", rc);
   if ((rc = GNI_CqCreate(nic, 4096, 0, GNI_CQ_NOBLOCK, NULL, NULL, &rcq)) != GNI_RC_SUCCESS) return fail("GNI_CqCreate", rc);

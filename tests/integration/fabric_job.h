@@ -1,0 +1,90 @@
+/* The start shared by the cross-host test programs (fabric_smsg.c, fabric_dgram.c): the
+ * job's shape from a PMI launcher (first argument "pmi": inst = rank, every other rank is a
+ * peer) or from the command line (INST COUNT PEER_ADDR:PEER_INST...), the credential from
+ * PMI_GNI_PTAG / PMI_GNI_COOKIE, the CDM created and attached to the daemon named by
+ * NICEMU_RUNDIR / NICEMU_NODE (or placed by the launcher), and under PMI every other rank's
+ * NIC address and inst gathered. */
+#ifndef NICEMU_TESTS_FABRIC_JOB_H
+#define NICEMU_TESTS_FABRIC_JOB_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gni_pub.h"
+#include "pmi.h"
+
+#define FABRIC_JOB_MAX_PEERS 16
+
+struct fabric_job {
+  int use_pmi, rank, size;
+  uint32_t inst, count, my_addr;
+  int npeers;
+  uint32_t peer_addr[FABRIC_JOB_MAX_PEERS], peer_inst[FABRIC_JOB_MAX_PEERS];
+  gni_cdm_handle_t cdm;
+  gni_nic_handle_t nic;
+};
+
+/* 0: ready. 2: bad arguments (usage printed) or more than max_peers peers. 1: a call
+ * failed (said on stderr, prefixed with prog). */
+static int fabric_job_start(int argc, char **argv, const char *prog, const char *usage, int max_peers,
+                            struct fabric_job *j) {
+  memset(j, 0, sizeof *j);
+  j->use_pmi = argc == 3 && strcmp(argv[1], "pmi") == 0;
+  j->size = 1;
+  if (argc < 4 && !j->use_pmi) {
+    fprintf(stderr, "usage: %s\n", usage);
+    return 2;
+  }
+  if (max_peers > FABRIC_JOB_MAX_PEERS) max_peers = FABRIC_JOB_MAX_PEERS;
+  if (j->use_pmi) {
+    int spawned;
+    if (PMI_Init(&spawned) != PMI_SUCCESS || PMI_Get_rank(&j->rank) != PMI_SUCCESS ||
+        PMI_Get_size(&j->size) != PMI_SUCCESS) {
+      fprintf(stderr, "%s: PMI_Init failed\n", prog);
+      return 1;
+    }
+  }
+  j->inst = j->use_pmi ? (uint32_t)j->rank : (uint32_t)strtoul(argv[1], NULL, 0);
+  j->count = (uint32_t)strtoul(argv[2], NULL, 0);
+  j->npeers = j->use_pmi ? j->size - 1 : argc - 3;
+  if (j->npeers > max_peers) {
+    fprintf(stderr, "%s: %d peers, at most %d\n", prog, j->npeers, max_peers);
+    return 2;
+  }
+  for (int i = 0; i < j->npeers && !j->use_pmi; ++i)
+    if (sscanf(argv[3 + i], "%u:%u", &j->peer_addr[i], &j->peer_inst[i]) != 2) {
+      fprintf(stderr, "usage: %s\n", usage);
+      return 2;
+    }
+  const char *ptag_s = getenv("PMI_GNI_PTAG"), *cookie_s = getenv("PMI_GNI_COOKIE");
+  if (!ptag_s || !cookie_s) {
+    fprintf(stderr, "%s: no credential in PMI_GNI_PTAG / PMI_GNI_COOKIE\n", prog);
+    return 1;
+  }
+  uint8_t ptag = (uint8_t)strtoul(ptag_s, NULL, 0);
+  uint32_t cookie = (uint32_t)strtoul(cookie_s, NULL, 0);
+  gni_return_t rc = GNI_CdmCreate(j->inst, ptag, cookie, 0, &j->cdm);
+  if (rc == GNI_RC_SUCCESS) rc = GNI_CdmAttach(j->cdm, 0, &j->my_addr, &j->nic);
+  if (rc != GNI_RC_SUCCESS) {
+    fprintf(stderr, "%s: GNI_CdmCreate/GNI_CdmAttach failed (rc %d)\n", prog, (int)rc);
+    return 1;
+  }
+  if (j->use_pmi) {
+    uint32_t me[2] = {j->my_addr, j->inst}, all[2 * (FABRIC_JOB_MAX_PEERS + 1)];
+    if (PMI_Allgather(me, all, sizeof me) != PMI_SUCCESS) {
+      fprintf(stderr, "%s: PMI_Allgather failed\n", prog);
+      return 1;
+    }
+    int k = 0;
+    for (int i = 0; i < j->size; ++i)
+      if (all[2 * i + 1] != j->inst) {
+        j->peer_addr[k] = all[2 * i];
+        j->peer_inst[k++] = all[2 * i + 1];
+      }
+  }
+  return 0;
+}
+
+#endif
