@@ -23,30 +23,7 @@ struct CqRingView {
   // The ring is in its owner's heap, so the owner can keep rewriting `tail`: the CAS is
   // retried a bounded number of times (far beyond real contention), then the entry is
   // dropped as on overrun, so a hostile owner cannot hold a peer or the daemon here.
-  bool push(uint64_t entry, uint64_t* head_cache = nullptr) const {
-    uint64_t t = ctl->tail.load(std::memory_order_relaxed);
-    uint64_t h = head_cache ? *head_cache : 0;
-    for (uint32_t tries = 0;; ++tries) {
-      if (tries == kMaxPushTries) {
-        ctl->overrun.store(1, std::memory_order_release);
-        return false;
-      }
-      if (t - h > mask) {
-        h = ctl->head.load(std::memory_order_acquire);
-        if (head_cache) *head_cache = h;
-        if (t - h > mask) {
-          ctl->overrun.store(1, std::memory_order_release);
-          wake();
-          return false;
-        }
-      }
-      if (ctl->tail.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel, std::memory_order_relaxed))
-        break;
-    }
-    entries[t & mask].store(entry, std::memory_order_release);
-    wake();
-    return true;
-  }
+  bool push(uint64_t entry, uint64_t* head_cache = nullptr) const { return push_n(&entry, 1, head_cache) == 1; }
 
   // Pushes n entries in order with one reservation of the tail and one wake: a producer
   // delivering a batch touches the shared lines once, not n times. Returns how many went

@@ -341,11 +341,7 @@ char* CdmRegion::heap_ptr(uint64_t offset, uint64_t bytes) const {
   return base_ + offset;
 }
 
-bool CdmRegion::push_cqe(uint32_t slot, uint64_t entry) const {
-  if (!alive()) return false;
-  CqRingView v = region_cq_view(base_, size_, slot);
-  return v.valid() && v.push(entry);
-}
+bool CdmRegion::push_cqe(uint32_t slot, uint64_t entry) const { return push_cqes(slot, &entry, 1) == 1; }
 
 size_t CdmRegion::push_cqes(uint32_t slot, const uint64_t* entries, size_t n) const {
   if (!alive()) return 0;
