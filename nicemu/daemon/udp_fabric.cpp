@@ -89,7 +89,8 @@ UdpFabric::UdpFabric(asio::io_context& io, uint32_t self, fabric::FabricMap map,
     if (u->init(fd_, rx_slot_, why)) {
       uring_sd_.assign(::dup(u->event_fd()));
       uring_ = std::move(u);
-      data_plane_ = "io_uring multishot recvmsg + provided buffers, sendmmsg";
+      data_plane_ = std::string("io_uring multishot recvmsg + provided buffers") +
+                    (uring_->cooperative() ? " (cooperative task running)" : "") + ", sendmmsg";
     } else {
       data_plane_ = "recvmmsg/sendmmsg (io_uring unavailable: " + why + ")";
       spdlog::warn("fabric: io_uring receive unavailable ({}); using recvmmsg", why);

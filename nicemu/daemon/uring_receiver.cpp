@@ -48,7 +48,13 @@ UringReceiver::~UringReceiver() {
 bool UringReceiver::init(int sock, size_t max_datagram, std::string& why) {
   sock_ = sock;
   ring_ = new io_uring{};
-  int rc = io_uring_queue_init(64, ring_, 0);
+  // Cooperative task running (Linux 5.19+): a datagram for us, while the daemon runs, is
+  // received at its next system call instead of by interrupting it with an IPI, which the
+  // sending CPU pays for (half of the send path's wake-up cost in a bulk stream). A
+  // sleeping daemon is woken as before. TASKRUN_FLAG tells drain() that work waits.
+  int rc = io_uring_queue_init(64, ring_, IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG);
+  coop_ = rc >= 0;
+  if (rc == -EINVAL) rc = io_uring_queue_init(64, ring_, 0);
   if (rc < 0) {
     why = std::string("io_uring_queue_init: ") + std::strerror(-rc);
     return false;
@@ -124,6 +130,13 @@ size_t UringReceiver::drain(const Packet& f) {
   size_t n = 0;
   bool rearm = false;
   io_uring_cqe* cqe;
+  // With cooperative task running, receives the kernel has queued for us complete only
+  // when we enter it: do so while it says work waits (bounded: datagrams keep coming).
+  for (int round = 0; round < 4; ++round) {
+    if (round > 0) {
+      if (!coop_ || !(IO_URING_READ_ONCE(*ring_->sq.kflags) & IORING_SQ_TASKRUN)) break;
+      io_uring_get_events(ring_);
+    }
   while (io_uring_peek_cqe(ring_, &cqe) == 0) {
     if (!(cqe->flags & IORING_CQE_F_MORE)) rearm = true;  // the kernel ended this receive
     if (cqe->res >= 0 && (cqe->flags & IORING_CQE_F_BUFFER)) {
@@ -154,6 +167,7 @@ size_t UringReceiver::drain(const Packet& f) {
       }
     }
     io_uring_cqe_seen(ring_, cqe);
+  }
   }
   if (rearm) arm();
   return n;

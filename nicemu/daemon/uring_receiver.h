@@ -37,6 +37,8 @@ class UringReceiver {
   // Handles every completion available now; returns the number of datagrams.
   size_t drain(const Packet& f);
   uint64_t rearms() const { return rearms_; }
+  // Whether the ring runs completions cooperatively (IORING_SETUP_COOP_TASKRUN).
+  bool cooperative() const { return coop_; }
 
  private:
   bool arm();
@@ -46,6 +48,7 @@ class UringReceiver {
   size_t buf_size_ = 0, br_bytes_ = 0;
   int sock_ = -1, efd_ = -1;
   bool ring_ok_ = false;
+  bool coop_ = false;
   uint64_t rearms_ = 0;
 };
 

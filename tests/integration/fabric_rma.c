@@ -12,7 +12,8 @@
  *                         CQ-write entry per peer and round (each value once).
  *   fabric_rma bench      rank 0 -> rank 1: FMA PUT 8 B latency; FMA PUT, RDMA PUT and
  *                         RDMA GET bandwidth, 8 B .. 4 MiB (up to 16 posts in flight;
- *                         FABRIC_RMA_BENCH_REPEAT=N moves N times the data, for profiling).
+ *                         FABRIC_RMA_BENCH_REPEAT=N moves N times the data and
+ *                         FABRIC_RMA_BENCH_SIZE=N measures only that size, for profiling).
  * Exit 0 = everything verified. */
 #include <stdint.h>
 #include <stdio.h>
@@ -93,6 +94,8 @@ static int bench(gni_ep_handle_t ep, const struct peer_info *t) {
   static gni_post_descriptor_t ds[16];
   const char *rep_s = getenv("FABRIC_RMA_BENCH_REPEAT"); /* more data per size, for profiling */
   const uint64_t repeat = rep_s && atoi(rep_s) > 0 ? (uint64_t)atoi(rep_s) : 1;
+  const char *only_s = getenv("FABRIC_RMA_BENCH_SIZE");
+  const uint64_t only = only_s ? strtoull(only_s, NULL, 10) : 0;
   /* Latency: one 8-byte FMA PUT at a time, to its global completion. */
   const int lat_iters = 2000;
   double t0 = now_s();
@@ -105,6 +108,7 @@ static int bench(gni_ep_handle_t ep, const struct peer_info *t) {
   static const uint64_t sizes[] = {8, 64, 512, 4096, 32768, 262144, 1048576, BENCH_BYTES};
   for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; ++si) {
     const uint64_t len = sizes[si];
+    if (only && len != only) continue;
     double mbs[3];
     for (int kind = 0; kind < 3; ++kind) {
       const int rdma = kind > 0;
