@@ -173,6 +173,7 @@ void ReliableChannel::on_ack(uint32_t ack, uint64_t sack, uint64_t now_us) {
   auto take = [&](OutRecord& r) {
     if (r.acked) return;
     r.acked = true;
+    ++acked_in_flight_;
     if (r.tries == 1 && r.sent_us <= now_us && (!sampled || r.sent_us > newest)) {
       newest = r.sent_us;
       sampled = true;
@@ -186,6 +187,9 @@ void ReliableChannel::on_ack(uint32_t ack, uint64_t sack, uint64_t now_us) {
   }
   if (sampled) rtt_sample(now_us - newest);
   advance_base();
+  // Every acknowledged record is below base_ now (no selective acks outstanding): none can
+  // be behind an unacknowledged one, so there is nothing to retransmit fast.
+  if (acked_in_flight_ == 0) return;
   // Fast retransmit: an unacknowledged record with kFastRetransmitAfter later records
   // acknowledged was lost (reordering that far is rare); it is resent with the next flush
   // instead of after its timeout, once per record (a second loss waits for the timeout).
@@ -203,7 +207,10 @@ void ReliableChannel::on_ack(uint32_t ack, uint64_t sack, uint64_t now_us) {
 }
 
 void ReliableChannel::advance_base() {
-  while (base_ != sent_upto_ && out(base_).acked) ++base_;
+  while (base_ != sent_upto_ && out(base_).acked) {
+    ++base_;
+    --acked_in_flight_;
+  }
 }
 
 uint64_t ReliableChannel::next_deadline() const {
@@ -224,6 +231,7 @@ void ReliableChannel::go_down() {
   st_.messages_abandoned += queued_messages();
   // Everything queued is given up; the header's base tells the peer to skip it.
   base_ = sent_upto_ = next_;
+  acked_in_flight_ = 0;
   state_ = State::kDown;
   ++st_.downs;
 }
@@ -250,6 +258,7 @@ void ReliableChannel::on_record(const RecordHeader& rh, const uint8_t* payload) 
     return;
   }
   slot.present = true;
+  ++held_;
   slot.len = rh.length;
   slot.type = rh.type;
   slot.flags = rh.flags;
@@ -262,6 +271,7 @@ void ReliableChannel::deliver_ready() {
     InRecord& slot = in(rx_next_);
     const uint8_t* data = in_data(rx_next_);
     slot.present = false;
+    --held_;
     ++rx_next_;
     if (slot.flags & kRecordPacked) {
       deliver_packed(slot.type, data, slot.len);
@@ -309,6 +319,8 @@ void ReliableChannel::on_peer_base(uint32_t base) {
   for (uint32_t i = 0; i < std::min(skip, cfg_.window); ++i) in(rx_next_ + i).present = false;
   if (skip >= cfg_.window)
     for (uint32_t i = 0; i < cfg_.window; ++i) in_[i].present = false;
+  held_ = 0;
+  for (uint32_t i = 0; i < cfg_.window; ++i) held_ += in_[i].present;
   reasm_.abandon();
   rx_next_ = base;
   ack_owed_ = true;
@@ -317,6 +329,7 @@ void ReliableChannel::on_peer_base(uint32_t base) {
 
 uint64_t ReliableChannel::sack() const {
   uint64_t bits = 0;
+  if (held_ == 0) return 0;  // the common case: everything received was delivered in order
   for (uint32_t i = 0; i < 64 && i + 1 < cfg_.window; ++i)
     if (in_[(rx_next_ + 1 + i) % cfg_.window].present) bits |= uint64_t{1} << i;
   return bits;
@@ -325,7 +338,9 @@ uint64_t ReliableChannel::sack() const {
 void ReliableChannel::reset() {
   st_.messages_abandoned += queued_messages();
   base_ = sent_upto_ = next_ = 1;
+  acked_in_flight_ = 0;
   rx_next_ = 1;
+  held_ = 0;
   due_floor_ = UINT64_MAX;
   for (uint32_t i = 0; i < cfg_.window; ++i) in_[i].present = false;
   reasm_.abandon();

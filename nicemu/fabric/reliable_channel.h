@@ -143,8 +143,12 @@ class ReliableChannel {
   State state_ = State::kUp;
   // Sender: [base_, sent_upto_) sent at least once, [sent_upto_, next_) not yet sent.
   uint32_t base_ = 1, sent_upto_ = 1, next_ = 1;
-  // Receiver: every record below rx_next_ delivered.
+  // Sender: records in [base_, sent_upto_) acknowledged selectively (above a missing one).
+  uint32_t acked_in_flight_ = 0;
+  // Receiver: every record below rx_next_ delivered; held_ records above it wait for the
+  // missing ones (out of order).
   uint32_t rx_next_ = 1;
+  uint32_t held_ = 0;
   // Round-trip estimate (microseconds); srtt_ 0 = no sample yet.
   uint64_t srtt_ = 0, rttvar_ = 0, rto_ = 0;
   void rtt_sample(uint64_t rtt);

@@ -225,6 +225,8 @@ TEST_CASE("fabric channel: a lost record is resent on selective acks, long befor
   }
   CHECK(packet == 10);
   CHECK(b.got.size() == 1);  // record 2 missing: nothing after it can be delivered in order
+  CHECK(b.ch.ack() == 2);
+  CHECK(b.ch.sack() == 0xFF);  // records 3..10 held, above the missing one
   now += 100;             // far below the 10 ms initial timeout
   a.ch.on_ack(b.ch.ack(), b.ch.sack(), now);
   uint16_t count = 0;
@@ -236,6 +238,8 @@ TEST_CASE("fabric channel: a lost record is resent on selective acks, long befor
   CHECK(used == sizeof rh + rh.length);
   b.ch.on_record(rh, buf + sizeof rh);
   CHECK(b.got.size() == 10);
+  CHECK(b.ch.ack() == 11);
+  CHECK(b.ch.sack() == 0);  // nothing held once the gap is filled
   CHECK(a.ch.stats().fast_retransmits == 1);
   CHECK(a.ch.stats().retransmits == 1);
   // The same acknowledgement again resends nothing more (once per record).
