@@ -16,7 +16,8 @@
  *         error (exit 0), never hang;
  *   idle  wait for the file $FABRIC_SMSG_GO (30 s at most), then exit without cleanup;
  *   die   exit at once (the peer's sends must then fail);
- *   bench (two ranks) SMSG 8-byte ping-pong latency (half the round trip, median of 2000)
+ *   bench (two ranks) SMSG 8-byte ping-pong latency (half the round trip, median of 2000, or
+ *         $FABRIC_SMSG_PINGPONG)
  *         and message rate (20000 messages of 8 bytes, or $FABRIC_SMSG_STREAM, streamed within
  *         128 credits), printed by the rank with the lower inst (tools/bench-fabric).
  * Prints one "verified" line per process; exit 0 = everything checked. */
@@ -199,16 +200,24 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 static int bench(struct peer *p, gni_cq_handle_t rcq, gni_cq_handle_t cq) {
-  const int lead = my_inst < p->inst, iters = 2000;
+  const int lead = my_inst < p->inst;
   const char *ns = getenv("FABRIC_SMSG_STREAM"); /* a longer stream for profiling */
   const int stream = ns && atoi(ns) > 0 ? atoi(ns) : 20000;
-  static double rtt[2000];
+  const char *np = getenv("FABRIC_SMSG_PINGPONG"); /* more round trips, for tracing */
+  const int iters = np && atoi(np) > 0 ? atoi(np) : 2000;
+  double *rtt = malloc(sizeof *rtt * (size_t)iters);
+  if (!rtt) return fail("malloc", iters);
   for (int i = 0; i < iters; ++i) {
     double t0 = now_s();
-    if (lead ? bench_send(p, cq) || bench_take(p, rcq, cq) : bench_take(p, rcq, cq) || bench_send(p, cq)) return 1;
+    if (lead ? bench_send(p, cq) || bench_take(p, rcq, cq) : bench_take(p, rcq, cq) || bench_send(p, cq)) {
+      free(rtt);
+      return 1;
+    }
     rtt[i] = now_s() - t0;
   }
   qsort(rtt, iters, sizeof rtt[0], cmp_double);
+  const double median_rtt = rtt[iters / 2];
+  free(rtt);
   double t0 = now_s();
   for (int i = 0; i < stream; ++i)
     if (lead ? bench_send(p, cq) : bench_take(p, rcq, cq)) return 1;
@@ -217,7 +226,7 @@ static int bench(struct peer *p, gni_cq_handle_t rcq, gni_cq_handle_t cq) {
   if (lead)
     printf("fabric_smsg bench: SMSG 8 B latency %.1f us (half the median round trip of %d), message rate %.0f "
            "messages/s (%d streamed, %d credits)\n",
-           rtt[iters / 2] / 2 * 1e6, iters, stream / secs, stream, credits);
+           median_rtt / 2 * 1e6, iters, stream / secs, stream, credits);
   fflush(stdout);
   return 0;
 }
