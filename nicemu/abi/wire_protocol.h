@@ -34,7 +34,7 @@
 namespace nicemu::abi::wire {
 
 inline constexpr uint32_t kMagic = 0x4E464142;  // "NFAB"
-inline constexpr uint8_t kVersion = 3;  // 3: 512-record window; 2: AEAD tag, packet number (1: BLAKE2b MAC)
+inline constexpr uint8_t kVersion = 4;  // 4: 1024-record window; 3: 512; 2: AEAD tag, packet number (1: BLAKE2b MAC)
 
 // Largest UDP payload we send: below a 1500-byte Ethernet MTU minus IPv4/IPv6 and UDP
 // headers, so no packet is IP-fragmented (a lost fragment loses the whole datagram).
@@ -55,7 +55,7 @@ inline constexpr char kSubkeyContext[32] = "nicemu fabric packet subkey v2";
 // Records a sender may have unacknowledged on one channel; the receiver buffers this many
 // out-of-order records, so it can always hold what the sender may send (credit-based flow
 // control: no record is ever sent that the receiver would have to drop for lack of room).
-inline constexpr uint32_t kWindow = 512;
+inline constexpr uint32_t kWindow = 1024;
 
 enum PacketFlags : uint8_t {
   kFlagAckRequested = 1,  // the sender wants an ack soon (window getting full, or a probe)

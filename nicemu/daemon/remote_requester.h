@@ -29,7 +29,7 @@ class RemoteRequester {
   // Whether the fabric carries messages to `node`: cqe::kOk, kErrNoPeer (not a node of
   // another host in the fabric map) or kErrTransient (its channel is down).
   using Reachable = std::function<uint64_t(uint32_t node)>;
-  static constexpr uint64_t kPeerWindow = 1024 * 1024;
+  static constexpr uint64_t kPeerWindow = 2048 * 1024;
   // Operations one CDM may have outstanding; beyond, a post completes at once with a
   // recoverable error (the client reposts), so daemon memory stays bounded.
   static constexpr uint32_t kMaxPerInitiator = 4096;

@@ -21,8 +21,10 @@ ReliableChannel::ReliableChannel(ChannelConfig cfg, Deliver deliver)
   rto_ = cfg_.rto_initial_us;
   out_ = std::make_unique<OutRecord[]>(cfg_.backlog);
   in_ = std::make_unique<InRecord[]>(cfg_.window);
-  out_data_ = std::make_unique<uint8_t[]>(uint64_t{cfg_.backlog} * kMaxRecordPayload);
-  in_data_ = std::make_unique<uint8_t[]>(uint64_t{cfg_.window} * kMaxRecordPayload);
+  // Payload rings are not cleared: their pages are committed only as records use them, so a
+  // peer that only ever exchanges small messages costs a few pages, not the full rings.
+  out_data_ = std::make_unique_for_overwrite<uint8_t[]>(uint64_t{cfg_.backlog} * kMaxRecordPayload);
+  in_data_ = std::make_unique_for_overwrite<uint8_t[]>(uint64_t{cfg_.window} * kMaxRecordPayload);
 }
 
 bool ReliableChannel::send(RecordType type, const void* data, size_t len) {

@@ -32,7 +32,7 @@ namespace nicemu::fabric {
 
 struct ChannelConfig {
   uint32_t window = abi::wire::kWindow;
-  uint32_t backlog = 1024;          // records queued (in flight + waiting), fixed ring
+  uint32_t backlog = 2048;          // records queued (in flight + waiting), fixed ring
   uint64_t rto_initial_us = 10000;  // retransmission timeout before any round trip is measured
   uint64_t rto_min_us = 5000;       // floor of the measured timeout: a process on an oversubscribed
                                     // host is often descheduled for milliseconds
