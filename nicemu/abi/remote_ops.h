@@ -78,9 +78,23 @@ struct RemotePost {
   uint64_t operand1;      // AMO first operand; CQ write value; sync flag value
   uint64_t operand2;      // AMO second operand (compare-and-swap)
   uint64_t sync_flag_addr;
+  // A member of a chain (GNI_CtPostFma, GNI_CtPostCqWrite) whose target is on another host:
+  // every such member is its own RemotePost with the same chain_id and the first
+  // descriptor's event fields (src_cq, tid, cq_mode, local_event). The daemon posts the
+  // chain's one local event when the last of them is answered, with the status of the
+  // lowest-indexed member that failed: its own members' or the one the library reports for
+  // the members it ran itself (same host). chain_id 0: not a chain member.
+  uint64_t chain_id;           // unique among the CDM's chains
+  uint32_t chain_members;      // members of the chain posted to the daemon, 1..kMaxChainMembers
+  uint32_t chain_index;        // this member's place in the chain (0: the first descriptor)
+  uint32_t chain_fail_index;   // the first member the library ran that failed, or kNoChainFailure
+  uint32_t chain_fail_status;  // its CQE status
 };
-static_assert(sizeof(RemotePost) == 136);
-static_assert(offsetof(RemotePost, local_addr) == 56 && offsetof(RemotePost, sync_flag_addr) == 128);
+static_assert(sizeof(RemotePost) == 160);
+static_assert(offsetof(RemotePost, local_addr) == 56 && offsetof(RemotePost, sync_flag_addr) == 128 &&
+              offsetof(RemotePost, chain_id) == 136 && offsetof(RemotePost, chain_fail_status) == 156);
+inline constexpr uint32_t kMaxChainMembers = 1u << 16;  // the library's longest chain
+inline constexpr uint32_t kNoChainFailure = 0xFFFFFFFFu;
 static_assert(sizeof(RemotePost) + kInlineMax <= ctl::kMaxMessage);
 
 struct RmaRequest {

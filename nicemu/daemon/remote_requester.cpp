@@ -43,7 +43,19 @@ void RemoteRequester::post(const std::shared_ptr<MappedRegion>& initiator, const
   Op op;
   op.post = in;
   op.initiator = initiator;
-  const RemotePost& p = op.post;
+  RemotePost& p = op.post;
+  if (p.chain_id != 0 &&
+      (p.chain_members == 0 || p.chain_members > kMaxChainMembers || p.chain_index >= kMaxChainMembers ||
+       (p.chain_fail_index != kNoChainFailure &&
+        (p.chain_fail_index >= kMaxChainMembers || p.chain_fail_status == cqe::kOk ||
+         p.chain_fail_status >= cqe::kErrStatusLast)))) {
+    // Not a chain the library could have made: an error event of its own, as a plain post.
+    p.chain_id = 0;
+    op.id = next_id_++;
+    op.status = cqe::kErrProtection;
+    complete(op);
+    return;
+  }
   uint64_t st = cqe::kOk;
   // The library checked all of this; a post that fails here is forged or corrupted.
   const bool kind_ok = p.kind == kPut || p.kind == kGet || p.kind == kAmo || p.kind == kCqWrite;
@@ -252,20 +264,66 @@ void RemoteRequester::complete(Op& op) {
     if (it != per_initiator_.end() && --it->second == 0) per_initiator_.erase(it);
     op.counted = false;
   }
+  if (p.chain_id != 0) return chain_member_done(op);
   if (op.status == kGone || !op.initiator->alive()) {
     ++ctr_.dropped;
     return;
   }
   if (op.status != cqe::kOk) ++ctr_.errors;
+  post_events(*op.initiator, p, op.status);
+}
+
+void RemoteRequester::chain_member_done(Op& op) {
+  const RemotePost& p = op.post;
+  const auto key = std::make_pair(op.initiator->attach_id(), p.chain_id);
+  auto it = chains_.find(key);
+  if (it == chains_.end()) {
+    if (chains_.size() >= kMaxChains)
+      std::erase_if(chains_, [](const auto& c) { return !c.second.initiator->alive(); });
+    if (chains_.size() >= kMaxChains) {
+      // No room (chains abandoned by live CDMs): this member reports alone.
+      ++ctr_.refused;
+      if (op.initiator->alive()) post_events(*op.initiator, p, cqe::kErrTransient);
+      return;
+    }
+    ++ctr_.chains;
+    Chain c;
+    c.initiator = op.initiator;
+    c.first = p;
+    c.remaining = p.chain_members;
+    it = chains_.emplace(key, std::move(c)).first;
+  }
+  Chain& c = it->second;
+  // What the library ran itself (every member says the same; taken from each all the same).
+  if (p.chain_fail_index < c.fail_index) {
+    c.fail_index = p.chain_fail_index;
+    c.fail_status = p.chain_fail_status;
+  }
+  if (op.status != cqe::kOk && op.status != kGone && p.chain_index < c.fail_index) {
+    c.fail_index = p.chain_index;
+    c.fail_status = op.status;
+  }
+  if (--c.remaining > 0) return;
+  const uint64_t st = c.fail_index == kNoChainFailure ? cqe::kOk : c.fail_status;
+  if (op.status == kGone || !c.initiator->alive()) {
+    ++ctr_.dropped;
+  } else {
+    if (st != cqe::kOk) ++ctr_.errors;
+    post_events(*c.initiator, c.first, st);
+  }
+  chains_.erase(it);
+}
+
+void RemoteRequester::post_events(MappedRegion& initiator, const RemotePost& p, uint64_t status) {
   if (p.tid == kBteNoTid || p.tid > cqe::kTidMask) return;
-  CqRingView v = op.initiator->cq_view(p.src_cq);
+  CqRingView v = initiator.cq_view(p.src_cq);
   if (!v.valid()) return;  // the CQ was destroyed meanwhile
   const bool bte = p.engine == kBte;
   if (p.cq_mode & kBteEventLocal)
-    v.push(cqe::make(bte ? cqe::kSrcBte : cqe::kSrcLocalRequest, cqe::kTypePost, op.status, cqe::kInfoLocal, p.tid,
+    v.push(cqe::make(bte ? cqe::kSrcBte : cqe::kSrcLocalRequest, cqe::kTypePost, status, cqe::kInfoLocal, p.tid,
                      p.local_event));
   if (p.cq_mode & kBteEventGlobal)
-    v.push(cqe::make(bte ? cqe::kSrcBte : cqe::kSrcLocalResponse, cqe::kTypePost, op.status, cqe::kInfoGlobal, p.tid,
+    v.push(cqe::make(bte ? cqe::kSrcBte : cqe::kSrcLocalResponse, cqe::kTypePost, status, cqe::kInfoGlobal, p.tid,
                      p.local_event));
 }
 
@@ -274,7 +332,8 @@ nlohmann::json RemoteRequester::status() const {
   for (auto& [n, p] : peers_) in_flight += p.bytes_in_flight;
   return nlohmann::json{{"posts", ctr_.posts},       {"pieces", ctr_.pieces},   {"bytes_out", ctr_.bytes_out},
                         {"bytes_in", ctr_.bytes_in}, {"errors", ctr_.errors},   {"peer_lost", ctr_.lost},
-                        {"dropped", ctr_.dropped},   {"refused", ctr_.refused}, {"outstanding", ops_.size()}, {"bytes_in_flight", in_flight}};
+                        {"dropped", ctr_.dropped},   {"refused", ctr_.refused}, {"chains", ctr_.chains},
+                        {"chains_open", chains_.size()}, {"outstanding", ops_.size()}, {"bytes_in_flight", in_flight}};
 }
 
 }  // namespace nicemu::daemon

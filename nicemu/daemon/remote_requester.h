@@ -7,6 +7,8 @@
 // into the initiator's CQ with the first error seen. A peer that goes silent past the
 // fabric's retry budget, or restarts, fails every operation outstanding towards it with a
 // recoverable transaction error; an initiator that died is forgotten without events.
+// Members of a chained post (RemotePost::chain_id) post no events of their own: the chain's
+// one local event goes out when its last member here is answered (see remote_ops.h).
 // Runs on the daemon's event loop (single thread).
 #pragma once
 #include <cstdint>
@@ -68,8 +70,22 @@ class RemoteRequester {
     std::deque<uint64_t> ops;  // ids in posting order; the front ones may have pieces to send
   };
 
+  // A chain whose members are not all answered yet, keyed by (attach id, chain id).
+  struct Chain {
+    std::shared_ptr<MappedRegion> initiator;
+    abi::remote::RemotePost first{};  // the event fields (those of the member seen first)
+    uint32_t remaining = 0;           // members not yet complete
+    uint32_t fail_index = abi::remote::kNoChainFailure;
+    uint64_t fail_status = 0;
+  };
+  // Chains outstanding at once; a chain whose members never all come (a library killed
+  // mid-post, a forged post) stays until its CDM is gone and room is needed.
+  static constexpr size_t kMaxChains = 65536;
+
   enum class Sent { kSent, kWindowFull, kRefused };
   void complete(Op& op);
+  void chain_member_done(Op& op);
+  void post_events(MappedRegion& initiator, const abi::remote::RemotePost& p, uint64_t status);
   Sent send_piece(Op& op, PeerState& p);
   void pump_peer(uint32_t node, PeerState& p);
 
@@ -79,10 +95,12 @@ class RemoteRequester {
   std::map<uint64_t, Op> ops_;
   std::map<uint64_t, uint32_t> per_initiator_;  // attach id -> outstanding operations
   std::map<uint32_t, PeerState> peers_;
+  std::map<std::pair<uint64_t, uint64_t>, Chain> chains_;
   std::deque<uint32_t> queue_;  // peers with pieces waiting for room
   std::vector<char> buf_;       // the piece being built
   struct {
-    uint64_t posts = 0, pieces = 0, bytes_out = 0, bytes_in = 0, errors = 0, lost = 0, dropped = 0, refused = 0;
+    uint64_t posts = 0, pieces = 0, bytes_out = 0, bytes_in = 0, errors = 0, lost = 0, dropped = 0, refused = 0,
+             chains = 0;
   } ctr_;
 };
 

@@ -7,9 +7,14 @@
  *                         GET back and compare; RDMA PUT of SLOT bytes (default 1 MiB,
  *                         at least 4 KiB), RDMA GET back and
  *                         compare; a fetch-and-add on the peer's counter; a CQ write into
- *                         the peer's CQ. At the end every rank checks, in its own memory
- *                         and CQ, what the others did: its counter, its slots' bytes, one
- *                         CQ-write entry per peer and round (each value once).
+ *                         the peer's CQ. Then chained posts (GNI_CtPostFma,
+ *                         GNI_CtPostCqWrite) with one member per peer (same-host peers too
+ *                         where ranks share a node): an AMO ADD on every counter, a PUT
+ *                         of CHUNK bytes into our chunk of every peer's first page, a GET
+ *                         of them back, a CQ write into every CQ; one event each.
+ *                         At the end every rank checks, in its own memory
+ *                         and CQ, what the others did: its counter, its slots' and chunks'
+ *                         bytes, two CQ-write entries per peer and round (each value once).
  *   fabric_rma bench      rank 0 -> rank 1: FMA PUT 8 B latency; FMA PUT, RDMA PUT and
  *                         RDMA GET bandwidth, 8 B .. 4 MiB (up to 16 posts in flight;
  *                         FABRIC_RMA_BENCH_REPEAT=N moves N times the data and
@@ -27,6 +32,8 @@
 #define MAX_RANKS 16
 #define SMALL 4096u              /* the FMA part of a slot */
 #define BENCH_BYTES (4u << 20)
+#define CHUNK 128u               /* chained PUT/GET: rank r's chunk at 128 * (r + 1) of page 0 */
+#define CHAIN_CQW (1u << 16)     /* marks the CQ write of a chain */
 
 struct peer_info {
   uint32_t addr, inst;
@@ -83,6 +90,60 @@ static void desc(gni_post_descriptor_t *d, gni_post_type_t type, void *local, gn
   d->remote_addr = remote;
   d->remote_mem_hndl = rh;
   d->length = len;
+}
+
+/* One chained FMA post of `type` with a member per peer (all ranks but ours), each built
+ * by `member` (the first in `d`, on the first peer's EP); waits for its one event. */
+static long chain_wait(gni_ep_handle_t *ep, const struct peer_info *all, gni_post_type_t type, uint8_t *local,
+                       gni_mem_handle_t lh) {
+  static gni_ct_amo_post_descriptor_t amo[MAX_RANKS];
+  static gni_ct_put_post_descriptor_t put[MAX_RANKS];
+  static gni_ct_get_post_descriptor_t get[MAX_RANKS];
+  gni_post_descriptor_t d;
+  void *prev = NULL;
+  int first = -1;
+  for (int p = 0; p < nranks; ++p) {
+    if (p == rank) continue;
+    const uint64_t chunk = all[p].win + CHUNK * (uint64_t)(rank + 1);
+    uint8_t *mine = local + CHUNK * (uint64_t)p;
+    if (first < 0) {
+      first = p;
+      desc(&d, type, mine, lh, type == GNI_POST_AMO ? all[p].win : chunk, all[p].win_h, type == GNI_POST_AMO ? 8 : CHUNK);
+      if (type == GNI_POST_AMO) {
+        d.amo_cmd = GNI_FMA_ATOMIC_ADD;
+        d.first_operand = 1;
+      }
+      continue;
+    }
+    void *e;
+    if (type == GNI_POST_AMO) {
+      amo[p] = (gni_ct_amo_post_descriptor_t){.ep_hndl = ep[p], .length = 8, .remote_addr = all[p].win,
+                                              .remote_mem_hndl = all[p].win_h, .local_addr = (uint64_t)mine,
+                                              .local_mem_hndl = lh, .amo_cmd = GNI_FMA_ATOMIC_ADD, .first_operand = 1};
+      e = &amo[p];
+    } else if (type == GNI_POST_FMA_PUT) {
+      put[p] = (gni_ct_put_post_descriptor_t){.ep_hndl = ep[p], .length = CHUNK, .remote_addr = chunk,
+                                              .remote_mem_hndl = all[p].win_h, .local_addr = (uint64_t)mine};
+      e = &put[p];
+    } else {
+      get[p] = (gni_ct_get_post_descriptor_t){.ep_hndl = ep[p], .length = CHUNK, .remote_addr = chunk,
+                                              .remote_mem_hndl = all[p].win_h, .local_addr = (uint64_t)mine,
+                                              .local_mem_hndl = lh};
+      e = &get[p];
+    }
+    if (prev == NULL)
+      d.next_descr = e;
+    else
+      *(void **)prev = e; /* next_descr is every element's first member */
+    prev = e;
+  }
+  gni_return_t rc = GNI_CtPostFma(ep[first], &d);
+  if (rc != GNI_RC_SUCCESS) return -100 - rc;
+  long st = complete_one();
+  if (st != 0) return st;
+  /* Exactly one event for the whole chain. */
+  gni_cq_entry_t e;
+  return GNI_CqGetEvent(cq, &e) == GNI_RC_NOT_DONE ? 0 : -99;
 }
 
 static int bench(gni_ep_handle_t ep, const struct peer_info *t) {
@@ -236,7 +297,8 @@ int main(int argc, char **argv) {
       d.first_operand = 1;
       *fetched = ~0ull;
       if ((st = post_wait(ep[p], &d, 0)) != 0) return fail("AMO FADD", st);
-      if (*fetched >= (uint64_t)rounds * (uint64_t)(nranks - 1)) return fail("AMO fetched an impossible value", (long)*fetched);
+      if (*fetched >= 2 * (uint64_t)rounds * (uint64_t)(nranks - 1))
+        return fail("AMO fetched an impossible value", (long)*fetched);
       /* A CQ write naming this rank and round. */
       memset(&d, 0, sizeof d);
       d.type = GNI_POST_CQWRITE;
@@ -246,19 +308,60 @@ int main(int argc, char **argv) {
       if ((rc = GNI_PostCqWrite(ep[p], &d)) != GNI_RC_SUCCESS) return fail("GNI_PostCqWrite", rc);
       if ((st = complete_one()) != 0) return fail("CQ write completion", st);
     }
+    /* Chained posts, one member per peer. */
+    long st;
+    for (int p = 0; p < nranks; ++p) fill(src + CHUNK * (uint64_t)p, CHUNK, (uint32_t)(r * 7919 + rank * 101 + p));
+    if ((st = chain_wait(ep, all, GNI_POST_FMA_PUT, src, src_h)) != 0) return fail("chained FMA PUT", st);
+    memset(back, 0, CHUNK * (uint64_t)nranks);
+    if ((st = chain_wait(ep, all, GNI_POST_FMA_GET, back, back_h)) != 0) return fail("chained FMA GET", st);
+    for (int p = 0; p < nranks; ++p)
+      if (p != rank && memcmp(back + CHUNK * (uint64_t)p, src + CHUNK * (uint64_t)p, CHUNK) != 0)
+        return fail("chained GET returned other bytes than the chained PUT wrote, peer", p);
+    if ((st = chain_wait(ep, all, GNI_POST_AMO, back, back_h)) != 0) return fail("chained AMO ADD", st);
+    static gni_ct_cqw_post_descriptor_t cqw[MAX_RANKS];
+    void *prev = NULL;
+    int first = -1;
+    for (int p = 0; p < nranks; ++p) {
+      if (p == rank) continue;
+      const uint64_t v = ((uint64_t)rank << 32) | CHAIN_CQW | (uint32_t)r;
+      if (first < 0) {
+        first = p;
+        memset(&d, 0, sizeof d);
+        d.type = GNI_POST_CQWRITE;
+        d.cq_mode = GNI_CQMODE_GLOBAL_EVENT;
+        d.remote_mem_hndl = all[p].win_h;
+        d.cqwrite_value = v;
+        continue;
+      }
+      cqw[p] = (gni_ct_cqw_post_descriptor_t){.ep_hndl = ep[p], .remote_mem_hndl = all[p].win_h, .cqwrite_value = v};
+      if (prev == NULL)
+        d.next_descr = &cqw[p];
+      else
+        ((gni_ct_cqw_post_descriptor_t *)prev)->next_descr = &cqw[p];
+      prev = &cqw[p];
+    }
+    if ((rc = GNI_CtPostCqWrite(ep[first], &d)) != GNI_RC_SUCCESS) return fail("GNI_CtPostCqWrite", rc);
+    if ((st = complete_one()) != 0) return fail("chained CQ write completion", st);
   }
   const double secs = now_s() - t0;
   if (PMI_Barrier() != PMI_SUCCESS) return fail("PMI_Barrier", 0);
 
   /* What the others did here. */
   const uint64_t want = (uint64_t)rounds * (uint64_t)(nranks - 1);
-  if (*(volatile uint64_t *)win != want) return fail("counter after every FADD", (long)*(volatile uint64_t *)win);
+  if (*(volatile uint64_t *)win != 2 * want)
+    return fail("counter after every FADD and chained ADD", (long)*(volatile uint64_t *)win);
+  {
+    gni_cq_entry_t e;
+    if (GNI_CqGetEvent(cq, &e) != GNI_RC_NOT_DONE) return fail("an event more than the posts made", 0);
+  }
   for (int q = 0; q < nranks && rounds > 0; ++q) {
     if (q == rank) continue;
     fill(src, SLOT, (uint32_t)((rounds - 1) * 1000 + q * 31 + rank) + 1);
     if (memcmp(win + 4096 + (uint64_t)q * SLOT, src, SLOT) != 0) return fail("slot bytes of rank", q);
+    fill(src, CHUNK, (uint32_t)((rounds - 1) * 7919 + q * 101 + rank));
+    if (memcmp(win + CHUNK * (uint64_t)(q + 1), src, CHUNK) != 0) return fail("chained PUT bytes of rank", q);
   }
-  static uint8_t seen[MAX_RANKS][1024];
+  static uint8_t seen[2][MAX_RANKS][1024];
   uint64_t writes = 0;
   for (;;) {
     gni_cq_entry_t e;
@@ -266,13 +369,14 @@ int main(int argc, char **argv) {
     if (rc == GNI_RC_NOT_DONE) break;
     if (rc != GNI_RC_SUCCESS) return fail("remote CQ", rc);
     uint64_t v = GNI_CQ_GET_DATA(e);
-    uint32_t from = (uint32_t)(v >> 32), rr = (uint32_t)(v & 0xFFFF);
-    if (from >= (uint32_t)nranks || from == (uint32_t)rank || rr >= (uint32_t)rounds || rr >= 1024 || seen[from][rr])
+    uint32_t from = (uint32_t)(v >> 32), rr = (uint32_t)(v & 0xFFFF), chained = (v & CHAIN_CQW) != 0;
+    if (from >= (uint32_t)nranks || from == (uint32_t)rank || rr >= (uint32_t)rounds || rr >= 1024 ||
+        (v & 0xFFFF0000u & ~CHAIN_CQW) || seen[chained][from][rr])
       return fail("unexpected or duplicated CQ write", (long)v);
-    seen[from][rr] = 1;
+    seen[chained][from][rr] = 1;
     ++writes;
   }
-  if (writes != want) return fail("CQ writes received", (long)writes);
+  if (writes != 2 * want) return fail("CQ writes received", (long)writes);
   printf("fabric_rma rank %d (NIC %u): %d rounds with %d peers verified, %.1f MB/s moved\n", rank, my_addr, rounds,
          nranks - 1, (double)bytes / secs / 1e6);
   PMI_Barrier();

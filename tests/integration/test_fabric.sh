@@ -243,7 +243,7 @@ for impair in "" "loss=0.05,dup=0.03,reorder=0.05,seed=11"; do
   if NICEMU_FABRIC_IMPAIR="$impair" timeout -k 5 90 "$RUN" --fabric udp --rundir "$TMP/launcher" -n 3 --nodes 3 \
       --timeout 80 "$RMA" "$rounds" >"$TMP/rma.log" 2>&1; then
     n=$(grep -c 'rounds with 2 peers verified' "$TMP/rma.log")
-    [[ $n -eq 3 ]] && pass "$what: FMA, RDMA, AMO and CQ writes verified by all 3 ranks" ||
+    [[ $n -eq 3 ]] && pass "$what: FMA, RDMA, AMO, CQ writes and chains verified by all 3 ranks" ||
       { fail "$what: $n of 3 ranks verified"; sed 's/^/    /' "$TMP/rma.log" >&2; }
   else
     fail "$what"; sed 's/^/    /' "$TMP/rma.log" >&2

@@ -212,7 +212,7 @@ EOF2
       -genv PMI_GNI_PTAG "$PMI_GNI_PTAG" -genv PMI_GNI_COOKIE "$PMI_GNI_COOKIE" "$RMA" 2 65536 \
       >"$TMP/hydra-rma.log" 2>&1; then
     n=$(grep -c 'rounds with 5 peers verified' "$TMP/hydra-rma.log")
-    [[ $n -eq 6 ]] && pass "Hydra: fabric_rma on 6 ranks, 3 hosts, $how: FMA, RDMA, AMO, CQ writes verified" ||
+    [[ $n -eq 6 ]] && pass "Hydra: fabric_rma on 6 ranks, 3 hosts, $how: FMA, RDMA, AMO, CQ writes, chains (mixed same-host and other-host members) verified" ||
       { fail "Hydra fabric_rma: $n of 6 ranks verified"; sed 's/^/    /' "$TMP/hydra-rma.log" >&2; }
   else
     fail "Hydra fabric_rma job"; sed 's/^/    /' "$TMP/hydra-rma.log" >&2

@@ -300,3 +300,69 @@ TEST_CASE("remote ops: the per-peer window, backlog refusals, and a lost peer") 
   REQUIRE(local.size() == 1);
   CHECK(cqe::status_of(local[0]) == cqe::kErrTransient);
 }
+
+TEST_CASE("remote ops: a chain's members post one event, with the first failure's status") {
+  Rig r;
+  auto member = [&](uint64_t id, uint32_t members, uint32_t index, uint64_t remote,
+                    uint32_t fail_index = rop::kNoChainFailure, uint32_t fail_status = 0) {
+    auto p = r.post(rop::kPut, rop::kFma, 0, remote, 8);
+    static const char eight[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    p.inline_length = 8;
+    p.chain_id = id;
+    p.chain_members = members;
+    p.chain_index = index;
+    p.chain_fail_index = fail_index;
+    p.chain_fail_status = fail_status;
+    r.req.post(r.init_map, p, reinterpret_cast<const uint8_t*>(eight));
+    return p;
+  };
+  // Three members, all fine: nothing until the last is answered, then one OK event.
+  member(1, 3, 0, r.taddr(0));
+  member(1, 3, 1, r.taddr(8));
+  CHECK(r.pump() == 0);
+  CHECK(drain(*r.init, r.icq).empty());
+  CHECK(r.req.status()["chains_open"] == 1);
+  member(1, 3, 2, r.taddr(16));
+  CHECK(r.pump() == 0);
+  auto local = drain(*r.init, r.icq);
+  REQUIRE(local.size() == 1);
+  CHECK(cqe::status_of(local[0]) == cqe::kOk);
+  CHECK(cqe::tid_of(local[0]) == 7);
+  CHECK(r.req.status()["chains_open"] == 0);
+  CHECK(r.tmem[16] == 1);
+
+  // Members 1 and 3 here, member 2 ran in the library and failed: its status wins over
+  // member 3's out-of-bounds failure (the lower index), member 1 is fine.
+  member(2, 2, 1, r.taddr(24), 2, cqe::kErrMemAccess);
+  member(2, 2, 3, r.taddr(r.tmem.size() + 4096), 2, cqe::kErrMemAccess);
+  CHECK(r.pump() == 0);
+  local = drain(*r.init, r.icq);
+  REQUIRE(local.size() == 1);
+  CHECK(cqe::status_of(local[0]) == cqe::kErrMemAccess);
+
+  // Only the remote member fails: its status.
+  member(3, 1, 0, r.taddr(r.tmem.size() + 4096));
+  CHECK(r.pump() == 0);
+  local = drain(*r.init, r.icq);
+  REQUIRE(local.size() == 1);
+  CHECK(cqe::status_of(local[0]) != cqe::kOk);
+
+  // A lost peer fails every member; still one event.
+  r.up = false;
+  member(4, 2, 0, r.taddr(0));
+  member(4, 2, 1, r.taddr(8));
+  r.req.peer_lost(1);
+  local = drain(*r.init, r.icq);
+  REQUIRE(local.size() == 1);
+  CHECK(cqe::status_of(local[0]) == cqe::kErrTransient);
+
+  // Chain fields no library makes: an error event of its own.
+  r.up = true;
+  member(5, 0, 0, r.taddr(0));
+  member(6, 1, 0, r.taddr(0), 0, cqe::kOk);  // a failure with no error status
+  local = drain(*r.init, r.icq);
+  REQUIRE(local.size() == 2);
+  CHECK(cqe::status_of(local[0]) == cqe::kErrProtection);
+  CHECK(cqe::status_of(local[1]) == cqe::kErrProtection);
+  CHECK(r.req.status()["chains_open"] == 0);
+}

@@ -8,10 +8,16 @@
 // descriptor. Its status is that of the first element that failed (all are attempted, as
 // independent transactions on the hardware are). REMOTE_EVENT gives each target whose
 // element succeeded its remote event, as a plain post to it would.
+//
+// Members whose target is on another host go to our daemon, one RemotePost each, marked
+// with the chain's id (abi/remote_ops.h); the library runs the same-host members first and
+// tells the daemon the first of them that failed, and the daemon posts the chain's event
+// when its last member is answered.
 #include <cstring>
 #include <vector>
 
 #include "fma_requester.h"
+#include "nicemu/abi/remote_ops.h"
 
 using namespace nicemu;
 using namespace nicemu::ugni;
@@ -57,6 +63,38 @@ gni_return_t check_events(const Ep* ep, const Cq* cq, const gni_post_descriptor_
     return GNI_RC_INVALID_PARAM;
   if (local && !cq) return GNI_RC_INVALID_PARAM;
   return GNI_RC_SUCCESS;
+}
+
+bool remote_target(Ep* ep) { return !ep->peer && ep->other_host(); }
+
+// The members of a chain that crosses hosts: `run_local(i)` runs same-host member i and
+// returns its status; `post(i, chain)` sends member i to the daemon (false: the daemon is
+// gone). `d` is the first descriptor, `cq` where the chain's event goes.
+template <typename RunLocal, typename PostRemote>
+void run_split_chain(Ep* ep, Cq* cq, gni_post_descriptor_t* d, int32_t tid, size_t n, const std::vector<bool>& remote,
+                     RunLocal run_local, PostRemote post) {
+  RemoteChainMember chain{};
+  chain.id = ep->nic->next_chain_id.fetch_add(1, std::memory_order_relaxed);
+  chain.fail_index = abi::remote::kNoChainFailure;
+  chain.local_event = ep->local_event;
+  for (size_t i = 0; i < n; ++i) {
+    if (remote[i]) {
+      ++chain.members;
+      continue;
+    }
+    const uint64_t st = run_local(i);
+    if (st != cqe::kOk && chain.fail_index == abi::remote::kNoChainFailure) {
+      chain.fail_index = static_cast<uint32_t>(i);
+      chain.fail_status = static_cast<uint32_t>(st);
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (!remote[i]) continue;
+    chain.index = static_cast<uint32_t>(i);
+    // Our daemon is gone: it posts nothing for the members it had, so the chain completes
+    // here, once.
+    if (!post(i, chain)) return complete_fma(cq, d, ep->local_event, cqe::kErrNicDown, tid);
+  }
 }
 
 // Takes the tid the chain's local event carries (-1: none asked for).
@@ -105,6 +143,39 @@ gni_return_t GNI_CtPostFma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
   d->status = 0;
   d->cq_mode_complete = 0;
   ep->nic->stats[GNI_STAT_FMA_LAUNCH_COUNT].fetch_add(static_cast<uint32_t>(ops.size()), std::memory_order_relaxed);
+  std::vector<bool> remote(ops.size());
+  bool any_remote = false;
+  for (size_t i = 0; i < ops.size(); ++i) any_remote |= remote[i] = remote_target(ops[i].ep);
+  if (any_remote) {
+    namespace rop = nicemu::abi::remote;
+    const uint16_t kind = type == GNI_POST_FMA_GET ? rop::kGet : type == GNI_POST_AMO ? rop::kAmo : rop::kPut;
+    run_split_chain(
+        ep, ep->src_cq, d, tid, ops.size(), remote,
+        [&](size_t i) {
+          uint32_t dst_cq = abi::kNoCq;
+          const uint64_t st = execute_fma(ops[i], &dst_cq);
+          if (st == cqe::kOk && (d->cq_mode & GNI_CQMODE_REMOTE_EVENT)) push_fma_remote_event(ops[i], dst_cq);
+          return st;
+        },
+        [&](size_t i, const RemoteChainMember& chain) {
+          // The member as a plain descriptor of the chain's type and event mode.
+          const FmaOp& op = ops[i];
+          gni_post_descriptor_t m{};
+          m.type = d->type;
+          m.cq_mode = d->cq_mode;
+          m.dlvr_mode = d->dlvr_mode;
+          m.local_addr = op.local_addr;
+          m.local_mem_hndl = op.local_mem_hndl;
+          m.remote_addr = op.remote_addr;
+          m.remote_mem_hndl = op.remote_mem_hndl;
+          m.length = op.length;
+          std::memcpy(&m.amo_cmd, &op.amo_cmd, sizeof m.amo_cmd);
+          m.first_operand = op.first_operand;
+          m.second_operand = op.second_operand;
+          return send_remote_post(op.ep, ep->src_cq, &m, kind, rop::kFma, tid, &chain);
+        });
+    return GNI_RC_SUCCESS;
+  }
   uint64_t chain_status = cqe::kOk;
   for (const FmaOp& op : ops) {
     uint32_t dst_cq = abi::kNoCq;
@@ -150,6 +221,23 @@ gni_return_t GNI_CtPostCqWrite(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d
   d->status = 0;
   d->cq_mode_complete = 0;
   ep->nic->stats[GNI_STAT_FMA_LAUNCH_COUNT].fetch_add(static_cast<uint32_t>(writes.size()), std::memory_order_relaxed);
+  std::vector<bool> remote(writes.size());
+  bool any_remote = false;
+  for (size_t i = 0; i < writes.size(); ++i) any_remote |= remote[i] = remote_target(writes[i].ep);
+  if (any_remote) {
+    run_split_chain(
+        ep, cq, d, tid, writes.size(), remote,
+        [&](size_t i) { return execute_cq_write(writes[i].ep, writes[i].hndl, writes[i].value); },
+        [&](size_t i, const RemoteChainMember& chain) {
+          gni_post_descriptor_t m{};
+          m.type = GNI_POST_CQWRITE;
+          m.cq_mode = d->cq_mode;
+          m.remote_mem_hndl = writes[i].hndl;
+          m.cqwrite_value = writes[i].value;
+          return send_remote_post(writes[i].ep, cq, &m, abi::remote::kCqWrite, abi::remote::kFma, tid, &chain);
+        });
+    return GNI_RC_SUCCESS;
+  }
   uint64_t chain_status = cqe::kOk;
   for (const Write& w : writes) {
     const uint64_t st = execute_cq_write(w.ep, w.hndl, w.value);

@@ -149,6 +149,8 @@ struct Nic {
   // that answer stands (CLOCK_MONOTONIC ns). Under peers_mu.
   std::map<uint32_t, std::pair<bool, uint64_t>> other_host_cache;
   bool on_other_host(uint32_t addr);
+  // Chains with members on other hosts, numbered for the daemon (RemotePost::chain_id).
+  std::atomic<uint64_t> next_chain_id{1};
 
   std::atomic<uint32_t> stats[GNI_NUM_STATS] = {};
   abi::counters::CdmCounterBlock* counters = unbound_counter_block();  // in `self` once attached
@@ -240,6 +242,18 @@ struct Ep {
 // abi::remote values. Always GNI_RC_SUCCESS once the post is accepted (errors are events).
 gni_return_t post_remote(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t engine,
                          int32_t tid);
+
+// A member of a chained post whose target is on another host (ct_requester.cpp): the
+// daemon posts the chain's one event (abi/remote_ops.h, RemotePost::chain_id).
+struct RemoteChainMember {
+  uint64_t id;
+  uint32_t members, index, fail_index, fail_status;
+  uint32_t local_event;  // the first EP's, which the chain's event carries
+};
+// Sends one post to our daemon as post_remote does; false (nothing sent, no event) when
+// the daemon is gone.
+bool send_remote_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t engine, int32_t tid,
+                      const RemoteChainMember* chain);
 
 // Process-wide helpers.
 std::string daemon_socket();                       // the socket of this process's node

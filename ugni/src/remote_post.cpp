@@ -5,7 +5,8 @@
 // the answer is in (errors included). FMA PUT payloads up to kInlineMax travel inside the
 // message, so the caller may reuse its buffer when the post returns, as with the FMA window
 // of the hardware; longer ones are read from the caller's buffer when sent (which it must
-// leave alone until the local completion, as for RDMA).
+// leave alone until the local completion, as for RDMA). Members of a chain (ct_requester.cpp)
+// go the same way, marked so the daemon posts one event for the chain.
 #include <time.h>
 #include <unistd.h>
 
@@ -47,8 +48,8 @@ bool Ep::other_host() {
   return r == 1;
 }
 
-gni_return_t post_remote(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t engine,
-                         int32_t tid) {
+bool send_remote_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t engine, int32_t tid,
+                      const RemoteChainMember* chain) {
   Nic* n = ep->nic;
   rop::RemotePost p{};
   p.kind = kind;
@@ -57,8 +58,15 @@ gni_return_t post_remote(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_
   if (d->cq_mode & GNI_CQMODE_REMOTE_EVENT) p.flags |= rop::kFlagRemoteEvent;
   p.src_cq = cq ? cq->slot : abi::kNoCq;
   p.tid = tid < 0 ? abi::kBteNoTid : static_cast<uint32_t>(tid);
-  p.local_event = ep->local_event;
+  p.local_event = chain ? chain->local_event : ep->local_event;
   p.remote_event = ep->remote_event;
+  if (chain) {
+    p.chain_id = chain->id;
+    p.chain_members = chain->members;
+    p.chain_index = chain->index;
+    p.chain_fail_index = chain->fail_index;
+    p.chain_fail_status = chain->fail_status;
+  }
   p.remote_nic = ep->remote_addr;
   p.remote_inst = ep->remote_id;
   p.local_addr = d->local_addr;
@@ -97,7 +105,12 @@ gni_return_t post_remote(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_
                          static_cast<uint32_t>(buf.size())};
   std::memcpy(buf.data(), &p, sizeof p);
   if (p.inline_length) std::memcpy(buf.data() + sizeof p, reinterpret_cast<const void*>(d->local_addr), p.inline_length);
-  if (!n->nic_down.load(std::memory_order_relaxed) && n->conn.send(buf.data(), buf.size())) return GNI_RC_SUCCESS;
+  return !n->nic_down.load(std::memory_order_relaxed) && n->conn.send(buf.data(), buf.size());
+}
+
+gni_return_t post_remote(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t engine,
+                         int32_t tid) {
+  if (send_remote_post(ep, cq, d, kind, engine, tid, nullptr)) return GNI_RC_SUCCESS;
   // Our daemon is gone: nobody will carry it. Complete it here as every post after NIC down.
   if (engine == rop::kBte)
     rdma_local_events(cq, d->cq_mode, ep->local_event, tid, cqe::kErrNicDown);
