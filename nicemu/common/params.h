@@ -100,8 +100,9 @@ inline constexpr Param kTable[] = {
      .flag = "--fabric-key",
      .doc = "cluster key (nicemuctl keygen) that authenticates every fabric packet; same file on every host, mode 0600"},
     {.name = "fabric_io_uring", .type = Type::kChoice, .default_text = "auto", .config_key = "fabric_io_uring",
-     .flag = "--fabric-io-uring", .choices = "auto|off",
-     .doc = "fabric receive path: io_uring multishot recvmsg where the kernel allows (auto), else or when off recvmmsg"},
+     .flag = "--fabric-io-uring", .choices = "auto|all|off",
+     .doc = "fabric data plane: io_uring multishot recvmsg where the kernel allows, sends with sendmmsg (auto); sends "
+            "through io_uring too (all); recvmmsg and sendmmsg (off)"},
     {.name = "fabric_mac", .type = Type::kChoice, .default_text = "auto", .config_key = "fabric_mac",
      .flag = "--fabric-mac", .choices = "auto|aes256gcm|chacha20poly1305",
      .doc = "AEAD whose tag authenticates the fabric packets this daemon sends: aes256gcm where the CPU has "

@@ -179,6 +179,7 @@ int main(int argc, char** argv) {
       std::memset(key, 0, sizeof key);
       node.set_fabric(fabric.get());
       fabric->set_fault_config(&node.fault_config());
+      if (settings.str("fabric_io_uring") == "all") fabric->use_uring_send();
       fabric->start();
     }
     asio::signal_set signals(io, SIGTERM, SIGINT);

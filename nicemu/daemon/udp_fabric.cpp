@@ -481,6 +481,19 @@ void UdpFabric::send_plain(size_t first, size_t count) {
   }
 }
 
+bool UdpFabric::use_uring_send() {
+  auto u = std::make_unique<UringSender>();
+  std::string why;
+  if (!u->init(fd_, kTxBatch, why)) {
+    spdlog::warn("fabric: io_uring send unavailable ({}); using sendmmsg", why);
+    return false;
+  }
+  uring_tx_ = std::move(u);
+  const auto at = data_plane_.rfind("sendmmsg");
+  if (at != std::string::npos) data_plane_.replace(at, 8, "io_uring sendmsg batches");
+  return true;
+}
+
 void UdpFabric::send_batch() {
   if (faults_on()) return impaired_send();
   // One sendmmsg entry per run of packets to the same peer that GSO can carry: every packet
@@ -515,10 +528,23 @@ void UdpFabric::send_batch() {
     i = j;
   }
   size_t done = 0;
+  if (uring_tx_ && !uring_tx_->send(tx_msgs_.data(), nmsg, tx_result_.data())) {
+    spdlog::warn("fabric: io_uring send failed; using sendmmsg from now on");
+    uring_tx_.reset();
+  }
   while (done < nmsg) {
-    int n = ::sendmmsg(fd_, tx_msgs_.data() + done, static_cast<unsigned>(nmsg - done), MSG_DONTWAIT);
+    // Through io_uring every entry has its own result (all are sent by now); else sendmmsg
+    // sends a prefix and stops at the first entry that fails.
+    int n;
+    int e = 0;
+    if (uring_tx_) {
+      n = tx_result_[done] >= 0 ? 1 : -1;
+      e = -tx_result_[done];
+    } else {
+      n = ::sendmmsg(fd_, tx_msgs_.data() + done, static_cast<unsigned>(nmsg - done), MSG_DONTWAIT);
+      e = errno;
+    }
     if (n <= 0) {
-      const int e = errno;
       if (n < 0 && tx_segs_[done] > 1 && e != EAGAIN && e != ECONNREFUSED) {
         // A device or kernel that refuses GSO after all: packets one by one from now on.
         spdlog::warn("fabric: UDP GSO send failed ({}); sending packet by packet", std::strerror(e));

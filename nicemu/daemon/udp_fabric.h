@@ -8,8 +8,9 @@
 // where the kernel cannot, the non-blocking socket itself is watched and drained in batches
 // with recvmmsg into buffers allocated once. Either way an idle daemon sleeps. After a
 // batch every peer's channel is flushed: its due records (new, retransmitted) and its
-// acknowledgement are coalesced into as few packets as fit and sent with one sendmmsg. A timer wakes the loop for retransmissions and probes of silent
-// peers. No allocation per packet.
+// acknowledgement are coalesced into as few packets as fit and sent with one sendmmsg, or one
+// io_uring submission (use_uring_send, uring_sender.h). A timer wakes the loop for
+// retransmissions and probes of silent peers. No allocation per packet.
 //
 // Epochs: each daemon draws a random epoch at start. A packet from a peer with a new epoch
 // means the peer restarted: its channel is reset (queued messages abandoned, counted) and
@@ -35,6 +36,7 @@
 #include "nicemu/abi/wire_protocol.h"
 #include "nicemu/daemon/stats_page.h"
 #include "nicemu/daemon/uring_receiver.h"
+#include "nicemu/daemon/uring_sender.h"
 #include "nicemu/fabric/fabric_map.h"
 #include "nicemu/fabric/packet_codec.h"
 #include "nicemu/fabric/reliable_channel.h"
@@ -59,6 +61,9 @@ class UdpFabric {
 
   void start();
   void stop();
+  // Sends through io_uring (uring_sender.h) instead of sendmmsg; false (and sendmmsg kept)
+  // where the kernel cannot.
+  bool use_uring_send();
   // Whether `nic` is reachable through the fabric (in the map, not this node).
   bool has(uint32_t nic) const { return nic != self_ && map_.find(nic) != nullptr; }
   // Queues a message for the daemon of `nic`; false at once if the peer is down (silent
@@ -139,6 +144,8 @@ class UdpFabric {
   int fd_ = -1;
   asio::posix::stream_descriptor sd_;
   std::unique_ptr<UringReceiver> uring_;   // null: recvmmsg fallback
+  std::unique_ptr<UringSender> uring_tx_;  // null: sendmmsg
+  std::array<int, kTxBatch> tx_result_{};
   asio::posix::stream_descriptor uring_sd_;  // its completion eventfd
   std::string data_plane_;
   asio::steady_timer timer_;

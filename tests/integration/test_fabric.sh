@@ -20,7 +20,7 @@
 #      loss, duplication and reordering.
 # Usage: test_fabric.sh BUILD_DIR FABRIC_PACKETS_PY [DAEMON_ARG...]
 #   DAEMON_ARGs go to every daemon the script starts (e.g. --fabric-io-uring off to test
-#   the recvmmsg receive path).     Exit: 0 pass, 1 fail, 77 skip.
+#   the recvmmsg receive path, all to send through io_uring too).     Exit: 0 pass, 1 fail, 77 skip.
 set -u
 . "$(dirname "$0")/lib.sh"
 
@@ -119,6 +119,15 @@ run 1 1 20 0:0
 wait_all "two daemons: 20 rounds of directed datagrams across the fabric, bad remote FMA/RDMA are error completions"
 rx=$(counter 0 fabric_rx_packets)
 [[ $rx -gt 0 ]] && pass "daemon 0 received $rx fabric packets" || fail "no fabric packets counted"
+plane=$("$CTL" --rundir "$TMP/host0" status --json | python3 -c '
+import json, sys
+print(json.load(sys.stdin)["nodes"][0]["fabric"]["data_plane"])')
+case " ${EXTRA[*]} " in
+  *" all "*) want="io_uring sendmsg" ;;
+  *" off "*) want="recvmmsg/sendmmsg" ;;
+  *) want="sendmmsg" ;;
+esac
+[[ $plane == *"$want"* ]] && pass "data plane as asked: $plane" || fail "data plane '$plane', wanted '$want'"
 
 # ---- 2. three daemons, every pair ----
 # Daemon 2 pins ChaCha20-Poly1305 (as on a host without AES-NI); the others use the best
