@@ -259,6 +259,13 @@ void ReliableChannel::on_record(const RecordHeader& rh, const uint8_t* payload) 
     ++st_.duplicates;
     return;
   }
+  if (diff == 0) {
+    // The next in order (the usual case): handed on from the packet, not copied to the ring.
+    ++rx_next_;
+    deliver_record(rh.type, rh.flags, payload, rh.length);
+    deliver_ready();
+    return;
+  }
   slot.present = true;
   ++held_;
   slot.len = rh.length;
@@ -275,21 +282,22 @@ void ReliableChannel::deliver_ready() {
     slot.present = false;
     --held_;
     ++rx_next_;
-    if (slot.flags & kRecordPacked) {
-      deliver_packed(slot.type, data, slot.len);
-      continue;
-    }
-    switch (reasm_.add(slot.type, slot.flags, data, slot.len)) {
-      case Reassembly::Result::kPartial:
-        break;
-      case Reassembly::Result::kError:
-        ++st_.reassembly_errors;
-        break;
-      case Reassembly::Result::kComplete:
-        ++st_.messages_received;
-        deliver_(static_cast<RecordType>(reasm_.type()), reasm_.message(), reasm_.size());
-        break;
-    }
+    deliver_record(slot.type, slot.flags, data, slot.len);
+  }
+}
+
+void ReliableChannel::deliver_record(uint8_t type, uint8_t flags, const uint8_t* data, size_t len) {
+  if (flags & kRecordPacked) return deliver_packed(type, data, len);
+  switch (reasm_.add(type, flags, data, len)) {
+    case Reassembly::Result::kPartial:
+      break;
+    case Reassembly::Result::kError:
+      ++st_.reassembly_errors;
+      break;
+    case Reassembly::Result::kComplete:
+      ++st_.messages_received;
+      deliver_(static_cast<RecordType>(reasm_.type()), reasm_.message(), reasm_.size());
+      break;
   }
 }
 

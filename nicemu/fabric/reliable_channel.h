@@ -128,6 +128,7 @@ class ReliableChannel {
   void advance_base();
   void go_down();
   void deliver_ready();
+  void deliver_record(uint8_t type, uint8_t flags, const uint8_t* data, size_t len);
   void deliver_packed(uint8_t type, const uint8_t* data, size_t len);
   uint64_t queued_messages() const;
 
