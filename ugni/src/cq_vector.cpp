@@ -37,12 +37,6 @@ uint64_t now_ns() {
   return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
 }
 
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-
 // The vector after validation: every handle is a live CQ in BLOCKING mode.
 struct Vector {
   gni_cq_handle_t* h;
@@ -114,7 +108,7 @@ int sleep_once(const Vector& v, uint64_t slice_ns) {
 // deadline passes (TIMEOUT), a CQ is masked (NOT_DONE), or — with `stop_on_signal` — a
 // signal interrupts the sleep (INVALID_STATE, GNI_CqVectorMonitor's documented code).
 gni_return_t wait_ready(const Vector& v, uint64_t deadline, bool stop_on_signal, uint32_t* which) {
-  const uint64_t spin_until = now_ns() + spin_ns();
+  const uint64_t start = now_ns(), spin_until = start + spin_ns();
   for (;;) {
     if (any_masked(v)) return GNI_RC_NOT_DONE;
     if (int64_t r = first_ready(v); r >= 0) {
@@ -124,7 +118,7 @@ gni_return_t wait_ready(const Vector& v, uint64_t deadline, bool stop_on_signal,
     const uint64_t t = now_ns();
     if (t >= deadline) return GNI_RC_TIMEOUT;
     if (t < spin_until) {  // a futex wake across cores costs tens of microseconds here
-      cpu_relax();
+      spin_step(t - start);
       continue;
     }
     if (sleep_once(v, std::min(kSliceNs, deadline - t)) == EINTR && stop_on_signal) return GNI_RC_INVALID_STATE;
