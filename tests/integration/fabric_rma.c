@@ -92,8 +92,10 @@ static void desc(gni_post_descriptor_t *d, gni_post_type_t type, void *local, gn
   d->length = len;
 }
 
-/* One chained FMA post of `type` with a member per peer (all ranks but ours), each built
- * by `member` (the first in `d`, on the first peer's EP); waits for its one event. */
+/* One chained FMA post of `type` with a member per peer (all ranks but ours): the first is
+ * the post descriptor, on the first peer's EP, the others gni_ct_*_post_descriptor_t
+ * elements on theirs; each member works on CHUNK bytes of `local` at the peer's index.
+ * Waits for the chain's one event and checks no second one follows. */
 static long chain_wait(gni_ep_handle_t *ep, const struct peer_info *all, gni_post_type_t type, uint8_t *local,
                        gni_mem_handle_t lh) {
   static gni_ct_amo_post_descriptor_t amo[MAX_RANKS];
@@ -134,7 +136,7 @@ static long chain_wait(gni_ep_handle_t *ep, const struct peer_info *all, gni_pos
     if (prev == NULL)
       d.next_descr = e;
     else
-      *(void **)prev = e; /* next_descr is every element's first member */
+      *(void **)prev = e; /* next_descr is the first member of every gni_ct_* element */
     prev = e;
   }
   gni_return_t rc = GNI_CtPostFma(ep[first], &d);
