@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <ctime>
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -68,6 +69,21 @@ inline int futex_wait_any(FutexWaitv* v, uint32_t n, int64_t timeout_ns) {
   long r = syscall(kSysFutexWaitv, v, n, 0, tsp, CLOCK_MONOTONIC);
   if (r >= 0 || errno == EAGAIN) return 0;
   return errno;
+}
+
+// One step of a spin before a futex sleep, `spun_ns` into it: a pause for the first 5 µs,
+// then a yield, so that what the spinner waits for — a daemon, a lock holder or a peer
+// sharing its CPU — is not held off by the spinning (a yield returns at once when nothing
+// else waits for the CPU).
+inline void spin_step(uint64_t spun_ns) {
+  constexpr uint64_t kPureSpinNs = 5000;
+  if (spun_ns >= kPureSpinNs) {
+    sched_yield();
+    return;
+  }
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
 }
 
 }  // namespace nicemu::abi

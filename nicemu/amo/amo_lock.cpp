@@ -2,7 +2,6 @@
 #include "nicemu/amo/amo_lock.h"
 
 #include <fcntl.h>
-#include <sched.h>
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -107,14 +106,11 @@ LockResult lock_acquire(abi::AmoLock* l, uint64_t me, uint64_t spin_ns, int64_t 
     return LockResult::kAcquired;
 
   // Spin first: the holder's critical section is two system calls, and a futex wake across
-  // cores costs more than that here. After the first 5 µs the spin yields at each turn: the
+  // cores costs more than that here. The spin yields after its first microseconds: the
   // holder may be waiting for this very CPU.
   const uint64_t spin_start = now_ns(), spin_until = spin_start + spin_ns;
   do {
-    if (now_ns() - spin_start < 5000)
-      __builtin_ia32_pause();
-    else
-      sched_yield();
+    abi::spin_step(now_ns() - spin_start);
     expected = l->owner.load(std::memory_order_relaxed);
     if (expected == 0 &&
         l->owner.compare_exchange_weak(expected, me, std::memory_order_acquire, std::memory_order_relaxed))

@@ -128,7 +128,7 @@ gni_return_t GNI_CqWaitEvent(gni_cq_handle_t cq_hndl, uint64_t timeout, gni_cq_e
     uint64_t t = now_ns();
     if (t >= deadline) return GNI_RC_TIMEOUT;
     if (t < spin_until) {
-      spin_step(t - start);
+      abi::spin_step(t - start);
       continue;
     }
     auto* ctl = cq->ring.ctl;

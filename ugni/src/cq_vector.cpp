@@ -118,7 +118,7 @@ gni_return_t wait_ready(const Vector& v, uint64_t deadline, bool stop_on_signal,
     const uint64_t t = now_ns();
     if (t >= deadline) return GNI_RC_TIMEOUT;
     if (t < spin_until) {  // a futex wake across cores costs tens of microseconds here
-      spin_step(t - start);
+      abi::spin_step(t - start);
       continue;
     }
     if (sleep_once(v, std::min(kSliceNs, deadline - t)) == EINTR && stop_on_signal) return GNI_RC_INVALID_STATE;

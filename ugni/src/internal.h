@@ -258,11 +258,7 @@ bool send_remote_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t k
 // Process-wide helpers.
 std::string daemon_socket();                       // the socket of this process's node
 bool daemon_hello(abi::ctl::HelloReply& out);      // cached HELLO to that daemon
-uint32_t spin_ns();                                // spin budget before blocking
-// One step of a blocking wait's spin, `spun_ns` into it: a pause for the first few
-// microseconds, then a yield, so that what we wait for — a daemon or a peer sharing this
-// CPU — is not starved by our spinning (a yield returns at once when nothing else waits).
-void spin_step(uint64_t spun_ns);
+uint32_t spin_ns();                                // spin budget before blocking (then abi::spin_step)
 
 // Dequeues one entry of `cq` as GNI_CqGetEvent does (overrun first, the handler, NIC-down
 // detection); shared by the single-CQ and the vector waits (cq.cpp).

@@ -633,7 +633,7 @@ gni_return_t GNI_MsgqProgress(gni_msgq_handle_t msgq_hndl, uint32_t timeout) {
     const uint64_t t = now_ns();
     if (t >= deadline) return GNI_RC_NOT_DONE;
     if (t < spin_until) {
-      spin_step(t - start);
+      abi::spin_step(t - start);
       continue;
     }
     mq::MemberRw* rw = q->self->view.member_rw(q->member);

@@ -2,7 +2,6 @@
 // primitives the requester uses on peers' memory.
 #include <poll.h>
 #include <pthread.h>
-#include <sched.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -97,16 +96,6 @@ bool daemon_hello(abi::ctl::HelloReply& out) {
 uint32_t spin_ns() {
   static const uint32_t ns = static_cast<uint32_t>(params::env_uint(params::param("spin_us")) * 1000);
   return ns;
-}
-
-void spin_step(uint64_t spun_ns) {
-  constexpr uint64_t kPureSpinNs = 5000;
-  if (spun_ns >= kPureSpinNs)
-    sched_yield();
-#if defined(__x86_64__) || defined(__i386__)
-  else
-    __builtin_ia32_pause();
-#endif
 }
 
 namespace {
