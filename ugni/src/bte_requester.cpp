@@ -200,7 +200,7 @@ gni_return_t GNI_PostRdma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
     return GNI_RC_SUCCESS;
   }
   // A target on another host: our daemon carries it over the fabric (remote_post.cpp).
-  if (!ep->peer && ep->other_host()) [[unlikely]] {
+  if (posts_through_daemon(ep)) [[unlikely]] {
     count(n->counters, ctr::cdm::rdma_posts);
     count(n->counters, ctr::cdm::rdma_bytes, d->length);
     return post_remote(ep, cq, d, get ? abi::remote::kGet : abi::remote::kPut, abi::remote::kBte, tid);

@@ -85,7 +85,7 @@ gni_return_t GNI_PostCqWrite(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) 
   // A CQ write is an FMA transaction on the hardware.
   ep->nic->stats[GNI_STAT_FMA_LAUNCH_COUNT].fetch_add(1, std::memory_order_relaxed);
   count(ep->nic->counters, ctr::cdm::cq_write_posts);
-  if (!ep->peer && ep->other_host()) [[unlikely]]
+  if (posts_through_daemon(ep)) [[unlikely]]
     return post_remote(ep, cq, d, abi::remote::kCqWrite, abi::remote::kFma, tid);
   const uint64_t st = execute_cq_write(ep, d->remote_mem_hndl, d->cqwrite_value);
   // Local events as for FMA posts: the tid finds the descriptor in GNI_GetCompleted.

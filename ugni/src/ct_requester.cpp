@@ -13,6 +13,7 @@
 // with the chain's id (abi/remote_ops.h); the library runs the same-host members first and
 // tells the daemon the first of them that failed, and the daemon posts the chain's event
 // when its last member is answered.
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -65,20 +66,19 @@ gni_return_t check_events(const Ep* ep, const Cq* cq, const gni_post_descriptor_
   return GNI_RC_SUCCESS;
 }
 
-bool remote_target(Ep* ep) { return !ep->peer && ep->other_host(); }
-
-// The members of a chain that crosses hosts: `run_local(i)` runs same-host member i and
-// returns its status; `post(i, chain)` sends member i to the daemon (false: the daemon is
-// gone). `d` is the first descriptor, `cq` where the chain's event goes.
-template <typename RunLocal, typename PostRemote>
-void run_split_chain(Ep* ep, Cq* cq, gni_post_descriptor_t* d, int32_t tid, size_t n, const std::vector<bool>& remote,
+// The members of a chain that crosses hosts: `remote(i)` says whether member i's target is
+// on another host; `run_local(i)` runs a same-host member and returns its status;
+// `post(i, chain)` sends a member to the daemon (false: the daemon is gone). `d` is the
+// first descriptor, `cq` where the chain's event goes.
+template <typename Remote, typename RunLocal, typename PostRemote>
+void run_split_chain(Ep* ep, Cq* cq, gni_post_descriptor_t* d, int32_t tid, size_t n, Remote remote,
                      RunLocal run_local, PostRemote post) {
   RemoteChainMember chain{};
   chain.id = ep->nic->next_chain_id.fetch_add(1, std::memory_order_relaxed);
   chain.fail_index = abi::remote::kNoChainFailure;
   chain.local_event = ep->local_event;
   for (size_t i = 0; i < n; ++i) {
-    if (remote[i]) {
+    if (remote(i)) {
       ++chain.members;
       continue;
     }
@@ -89,7 +89,7 @@ void run_split_chain(Ep* ep, Cq* cq, gni_post_descriptor_t* d, int32_t tid, size
     }
   }
   for (size_t i = 0; i < n; ++i) {
-    if (!remote[i]) continue;
+    if (!remote(i)) continue;
     chain.index = static_cast<uint32_t>(i);
     // Our daemon is gone: it posts nothing for the members it had, so the chain completes
     // here, once.
@@ -143,10 +143,8 @@ gni_return_t GNI_CtPostFma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
   d->status = 0;
   d->cq_mode_complete = 0;
   ep->nic->stats[GNI_STAT_FMA_LAUNCH_COUNT].fetch_add(static_cast<uint32_t>(ops.size()), std::memory_order_relaxed);
-  std::vector<bool> remote(ops.size());
-  bool any_remote = false;
-  for (size_t i = 0; i < ops.size(); ++i) any_remote |= remote[i] = remote_target(ops[i].ep);
-  if (any_remote) {
+  auto remote = [&](size_t i) { return posts_through_daemon(ops[i].ep); };
+  if (std::any_of(ops.begin(), ops.end(), [](const FmaOp& op) { return posts_through_daemon(op.ep); })) {
     namespace rop = nicemu::abi::remote;
     const uint16_t kind = type == GNI_POST_FMA_GET ? rop::kGet : type == GNI_POST_AMO ? rop::kAmo : rop::kPut;
     run_split_chain(
@@ -221,10 +219,8 @@ gni_return_t GNI_CtPostCqWrite(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d
   d->status = 0;
   d->cq_mode_complete = 0;
   ep->nic->stats[GNI_STAT_FMA_LAUNCH_COUNT].fetch_add(static_cast<uint32_t>(writes.size()), std::memory_order_relaxed);
-  std::vector<bool> remote(writes.size());
-  bool any_remote = false;
-  for (size_t i = 0; i < writes.size(); ++i) any_remote |= remote[i] = remote_target(writes[i].ep);
-  if (any_remote) {
+  auto remote = [&](size_t i) { return posts_through_daemon(writes[i].ep); };
+  if (std::any_of(writes.begin(), writes.end(), [](const Write& w) { return posts_through_daemon(w.ep); })) {
     run_split_chain(
         ep, cq, d, tid, writes.size(), remote,
         [&](size_t i) { return execute_cq_write(writes[i].ep, writes[i].hndl, writes[i].value); },

@@ -233,7 +233,7 @@ gni_return_t GNI_PostFma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
   ep->nic->stats[GNI_STAT_FMA_LAUNCH_COUNT].fetch_add(1, std::memory_order_relaxed);
   count_post(ep->nic->counters, post_type(d), d->length);
   // A target on another host: our daemon carries it (remote_post.cpp).
-  if (!ep->peer && ep->other_host()) [[unlikely]] {
+  if (posts_through_daemon(ep)) [[unlikely]] {
     namespace rop = nicemu::abi::remote;
     const int t = post_type(d);
     const uint16_t kind = t == GNI_POST_FMA_GET ? rop::kGet : t == GNI_POST_AMO ? rop::kAmo : rop::kPut;

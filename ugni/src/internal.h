@@ -237,6 +237,10 @@ struct Ep {
   uint32_t smsg_next = 0;         // next SMSG sequence number while some are held (its lock)
 };
 
+// Whether a post on `ep` goes to our daemon (its target is on another host): a peer already
+// resolved is on this host.
+inline bool posts_through_daemon(Ep* ep) { return !ep->peer && ep->other_host(); }
+
 // Posts for a NIC address of another host (remote_post.cpp): handed to our daemon, which
 // carries them over the fabric; their events arrive in `cq` later. `kind`/`engine` are
 // abi::remote values. Always GNI_RC_SUCCESS once the post is accepted (errors are events).
