@@ -124,50 +124,48 @@ bool UringReceiver::arm() {
 }
 
 size_t UringReceiver::drain(const Packet& f) {
-  uint64_t v;
-  while (::read(efd_, &v, sizeof v) > 0) {
-  }
+  // One read empties the eventfd (a counter, not a semaphore).
+  uint64_t signals;
+  [[maybe_unused]] ssize_t got = ::read(efd_, &signals, sizeof signals);
   size_t n = 0;
   bool rearm = false;
   io_uring_cqe* cqe;
-  // With cooperative task running, receives the kernel has queued for us complete only
-  // when we enter it: do so while it says work waits (bounded: datagrams keep coming).
-  for (int round = 0; round < 4; ++round) {
-    if (round > 0) {
-      if (!coop_ || !(IO_URING_READ_ONCE(*ring_->sq.kflags) & IORING_SQ_TASKRUN)) break;
-      io_uring_get_events(ring_);
-    }
-  while (io_uring_peek_cqe(ring_, &cqe) == 0) {
-    if (!(cqe->flags & IORING_CQE_F_MORE)) rearm = true;  // the kernel ended this receive
-    if (cqe->res >= 0 && (cqe->flags & IORING_CQE_F_BUFFER)) {
-      unsigned bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
-      if (bid < kBuffers) {
-        uint8_t* buf = bufs_ + bid * buf_size_;
-        io_uring_recvmsg_out* o = io_uring_recvmsg_validate(buf, cqe->res, &g_shape);
-        if (o && o->namelen >= sizeof(sockaddr_in)) {
-          sockaddr_in from;
-          std::memcpy(&from, io_uring_recvmsg_name(o), sizeof from);
-          const auto* p = static_cast<const uint8_t*>(io_uring_recvmsg_payload(o, &g_shape));
-          size_t len = io_uring_recvmsg_payload_length(o, cqe->res, &g_shape);
-          size_t segment = 0;
-          for (cmsghdr* c = io_uring_recvmsg_cmsg_firsthdr(o, &g_shape); c;
-               c = io_uring_recvmsg_cmsg_nexthdr(o, &g_shape, c))
-            if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO && c->cmsg_len >= CMSG_LEN(sizeof(int))) {
-              int v = 0;
-              std::memcpy(&v, CMSG_DATA(c), sizeof v);
-              if (v > 0) segment = static_cast<size_t>(v);
-            }
-          f(p, len, from, (o->flags & MSG_TRUNC) != 0, segment);
-          ++n;
+  for (int entered = 0;;) {
+    while (io_uring_peek_cqe(ring_, &cqe) == 0) {
+      if (!(cqe->flags & IORING_CQE_F_MORE)) rearm = true;  // the kernel ended this receive
+      if (cqe->res >= 0 && (cqe->flags & IORING_CQE_F_BUFFER)) {
+        unsigned bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
+        if (bid < kBuffers) {
+          uint8_t* buf = bufs_ + bid * buf_size_;
+          io_uring_recvmsg_out* o = io_uring_recvmsg_validate(buf, cqe->res, &g_shape);
+          if (o && o->namelen >= sizeof(sockaddr_in)) {
+            sockaddr_in from;
+            std::memcpy(&from, io_uring_recvmsg_name(o), sizeof from);
+            const auto* p = static_cast<const uint8_t*>(io_uring_recvmsg_payload(o, &g_shape));
+            size_t len = io_uring_recvmsg_payload_length(o, cqe->res, &g_shape);
+            size_t segment = 0;
+            for (cmsghdr* c = io_uring_recvmsg_cmsg_firsthdr(o, &g_shape); c;
+                 c = io_uring_recvmsg_cmsg_nexthdr(o, &g_shape, c))
+              if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO && c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+                int v = 0;
+                std::memcpy(&v, CMSG_DATA(c), sizeof v);
+                if (v > 0) segment = static_cast<size_t>(v);
+              }
+            f(p, len, from, (o->flags & MSG_TRUNC) != 0, segment);
+            ++n;
+          }
+          // Back to the kernel at once: the callback copied what it keeps.
+          io_uring_buf_ring_add(br_, buf, static_cast<unsigned>(buf_size_), static_cast<unsigned short>(bid),
+                                io_uring_buf_ring_mask(kBuffers), 0);
+          io_uring_buf_ring_advance(br_, 1);
         }
-        // Back to the kernel at once: the callback copied what it keeps.
-        io_uring_buf_ring_add(br_, buf, static_cast<unsigned>(buf_size_), static_cast<unsigned short>(bid),
-                              io_uring_buf_ring_mask(kBuffers), 0);
-        io_uring_buf_ring_advance(br_, 1);
       }
+      io_uring_cqe_seen(ring_, cqe);
     }
-    io_uring_cqe_seen(ring_, cqe);
-  }
+    // With cooperative task running, receives the kernel has queued for us complete only
+    // when we enter it: do so while it says work waits (bounded: datagrams keep coming).
+    if (!coop_ || ++entered > 3 || !(IO_URING_READ_ONCE(*ring_->sq.kflags) & IORING_SQ_TASKRUN)) break;
+    io_uring_get_events(ring_);
   }
   if (rearm) arm();
   return n;
