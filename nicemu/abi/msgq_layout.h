@@ -10,6 +10,7 @@
 //              RxConn[num_msgq_eps]          |  membership and connections cannot be forged
 //              TxConn[num_msgq_eps]         /
 //   ro_size    MemberRw[nloc_insts]            read-write section: receivers' futex words,
+//              TxCredit[num_msgq_eps]          credits of the send connections to other hosts,
 //              Ring[num_msgq_eps]              receive rings (RingCtl, then the slots)
 //
 // Offsets follow from the attributes alone (segment_layout), so each party computes them
@@ -43,6 +44,12 @@
 //    slot already freed only moves head. On the way, an entry for a member that left or
 //    died is voided (CAS to consumed), and so is a slot whose claimer died before
 //    publishing: a dead party cannot block a ring;
+//  - across hosts (docs/fabric.md, "MSGQ across hosts") the producer of a ring is the
+//    target's daemon. Senders cannot see that ring, so each send connection (TxConn i) to a
+//    node of another host has credits, TxCredit i: a sender takes one (CAS of `sent` while
+//    sent - returned < smsg_q_sz, else GNI_RC_NOT_DONE), the sender's daemon adds to
+//    `returned` what the target's daemon reports recycled. A ring never holds more than
+//    its depth of one node's messages, as on one host;
 //  - wakeups: a receiver about to sleep reads MemberRw.futex, increments `waiters` (seq_cst),
 //    scans again, then futex-waits; a producer publishes, fences seq_cst, and only if
 //    `waiters` is non-zero bumps `futex` and wakes it, so the non-blocking path makes no
@@ -60,7 +67,7 @@
 namespace nicemu::abi::msgq {
 
 inline constexpr uint32_t kSegmentMagic = 0x4D534751;  // "MSGQ"
-inline constexpr uint16_t kVersion = 2;  // 2: tables and rings in two memfds, tables sealed (region_map.h)
+inline constexpr uint16_t kVersion = 3;  // 2: tables and rings in two memfds, tables sealed (region_map.h); 3: TxCredit
 inline constexpr uint64_t kPageSize = 4096;
 
 inline constexpr uint32_t kMaxMsgSize = 128;       // GNI_MSGQ_MSG_SZ_MAX: header + message
@@ -152,6 +159,17 @@ struct MemberRw {
 };
 static_assert(sizeof(MemberRw) == 128 && offsetof(MemberRw, delivered) == 64);
 
+// Credits of send connection i (TxConn i) when its node is on another host. The daemon
+// sets returned = sent when it (re)connects or the peer is lost, and only ever adds
+// otherwise. Members can forge it: that only lets this node's senders overrun their own
+// ring at the target, whose daemon then holds the excess (bounded, counted).
+struct TxCredit {
+  alignas(64) std::atomic<uint64_t> sent;  // taken by senders
+  std::atomic<uint64_t> returned;          // given back by the daemon
+  uint64_t reserved[6];
+};
+static_assert(sizeof(TxCredit) == 64 && offsetof(TxCredit, returned) == 8);
+
 struct RingCtl {
   alignas(64) std::atomic<uint64_t> tail;
   alignas(64) std::atomic<uint64_t> head;
@@ -204,7 +222,7 @@ constexpr uint32_t slot_size(uint32_t max_msg_sz) {
 
 struct Layout {
   uint64_t members_offset, rx_offset, tx_offset, ro_size;
-  uint64_t member_rw_offset, rings_offset, ring_bytes, total_size;
+  uint64_t member_rw_offset, tx_credit_offset, rings_offset, ring_bytes, total_size;
   uint32_t slot_size;
 };
 
@@ -215,7 +233,8 @@ constexpr Layout segment_layout(const Attrs& a) {
   l.tx_offset = align_up(l.rx_offset + uint64_t{a.num_msgq_eps} * sizeof(RxConn), 64);
   l.ro_size = align_up(l.tx_offset + uint64_t{a.num_msgq_eps} * sizeof(TxConn), kPageSize);
   l.member_rw_offset = l.ro_size;
-  l.rings_offset = align_up(l.member_rw_offset + uint64_t{a.nloc_insts} * sizeof(MemberRw), 64);
+  l.tx_credit_offset = align_up(l.member_rw_offset + uint64_t{a.nloc_insts} * sizeof(MemberRw), 64);
+  l.rings_offset = align_up(l.tx_credit_offset + uint64_t{a.num_msgq_eps} * sizeof(TxCredit), 64);
   l.slot_size = slot_size(a.max_msg_sz);
   l.ring_bytes = sizeof(RingCtl) + uint64_t{a.smsg_q_sz} * l.slot_size;
   l.total_size = align_up(l.rings_offset + uint64_t{a.num_msgq_eps} * l.ring_bytes, kPageSize);
@@ -245,6 +264,7 @@ struct SegmentView {
   RxConn* rx(uint32_t i) const { return reinterpret_cast<RxConn*>(base + lay.rx_offset) + i; }
   TxConn* tx(uint32_t i) const { return reinterpret_cast<TxConn*>(base + lay.tx_offset) + i; }
   MemberRw* member_rw(uint32_t i) const { return reinterpret_cast<MemberRw*>(base + lay.member_rw_offset) + i; }
+  TxCredit* tx_credit(uint32_t i) const { return reinterpret_cast<TxCredit*>(base + lay.tx_credit_offset) + i; }
   char* ring(uint32_t i) const { return base + lay.rings_offset + uint64_t{i} * lay.ring_bytes; }
   uint64_t ring_offset(uint32_t i) const { return lay.rings_offset + uint64_t{i} * lay.ring_bytes; }
 

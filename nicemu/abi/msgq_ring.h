@@ -71,9 +71,9 @@ struct RingView {
 
   // Producer: claims the next position, writes header then message after the entry, and
   // publishes. `e.length` is set here. The caller checked hdr_len + msg_len <= kMaxMsgSize
-  // and <= payload_capacity().
+  // and <= payload_capacity(). `pos`, if given, gets the position taken.
   Push push(EntryHeader e, const void* hdr, uint32_t hdr_len, const void* msg, uint32_t msg_len,
-            uint32_t pid) const {
+            uint32_t pid, uint64_t* pos = nullptr) const {
     uint64_t t = ctl->tail.load(std::memory_order_acquire);
     for (uint32_t tries = 0; tries < 4 * capacity + 1024; ++tries) {
       Slot* s = slot(t);
@@ -92,6 +92,7 @@ struct RingView {
         if (msg_len) std::memcpy(buf + sizeof e + hdr_len, msg, msg_len);
         store_words(reinterpret_cast<char*>(&s->entry), buf, static_cast<uint32_t>(sizeof e + hdr_len + msg_len + 7) / 8);
         s->word.store(slot_word(t, pid, kPublished), std::memory_order_release);
+        if (pos) *pos = t;
         return Push::kOk;
       }
       if (p == (t & kPosMask)) {  // claimed at t by another producer: help tail on

@@ -139,9 +139,12 @@ static_assert(sizeof(RmaRequest) + kRmaPiece <= 64 * 1024 && sizeof(RmaReply) + 
 // completion as for a same-host send); the daemon checks the sender is a member connected to
 // that node and forwards MsgqDeliver; the target's daemon puts the entry into its segment's
 // ring for the origin node, for the destination instance, as a same-host sender would, and
-// wakes it. A full ring holds the message at the target's daemon (in order) until there is
-// room. A message nobody can take (no ring for the origin, no such destination) is dropped
-// and counted there: the sender is not told.
+// wakes it. Senders take a credit per message (msgq_layout.h, TxCredit: at most the ring's
+// depth in flight per node pair, GNI_RC_NOT_DONE beyond); the target's daemon sends
+// MsgqCredit back as receivers free ring slots. A ring full anyway (credits forged, depths
+// that differ) holds the message at the target's daemon, in order, until there is room. A
+// message nobody can take (no ring for the origin, no such destination) is dropped and
+// counted there, its credit returned: the sender is not told.
 inline constexpr uint32_t kMsgqMaxPayload = 128;  // msgq::kMaxMsgSize (GNI_MSGQ_MSG_SZ_MAX)
 
 struct MsgqRemoteSend {
@@ -171,5 +174,14 @@ struct MsgqDeliver {
 };
 static_assert(sizeof(MsgqDeliver) == 176);
 static_assert(offsetof(MsgqDeliver, payload) == 48);
+
+struct MsgqCredit {
+  ctl::Header h;
+  uint32_t origin_pe;  // the node whose ring freed slots (must be the fabric peer it came from)
+  uint32_t ptag;       // the domain: selects the receiving daemon's segment
+  uint32_t cookie;
+  uint32_t freed;      // slots freed since the last MsgqCredit: added to TxCredit::returned
+};
+static_assert(sizeof(MsgqCredit) == 32);
 
 }  // namespace nicemu::abi::remote

@@ -1,5 +1,6 @@
 #include "nicemu/daemon/msgq_relay.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <spdlog/spdlog.h>
@@ -11,8 +12,12 @@ namespace nicemu::daemon {
 using namespace nicemu::abi::remote;
 namespace rc = nicemu::abi::gni;
 
-MsgqRelay::MsgqRelay(uint32_t self, Send send, FindSegment find)
-    : self_(self), send_(std::move(send)), find_(std::move(find)) {}
+namespace {
+constexpr uint64_t kPollMinUs = 100, kPollMaxUs = 5000;
+}
+
+MsgqRelay::MsgqRelay(uint32_t self, Send send, PeerUp up, FindSegment find, EachSegment each)
+    : self_(self), send_(std::move(send)), up_(std::move(up)), find_(std::move(find)), each_(std::move(each)) {}
 
 bool MsgqRelay::forward(const CdmRegion& cdm, const MsgqSegment& seg, const MsgqRemoteSend& m) {
   if (uint32_t{m.hdr_len} + m.msg_len > seg.attrs().max_msg_sz || m.dst_pe == self_) return false;
@@ -30,23 +35,82 @@ bool MsgqRelay::forward(const CdmRegion& cdm, const MsgqSegment& seg, const Msgq
   d.msg_len = m.msg_len;
   d.tag = m.tag;
   std::memcpy(d.payload, m.payload, uint32_t{m.hdr_len} + m.msg_len);
-  if (send_(m.dst_pe, &d, sizeof d)) {
+  auto w = waiting_.find(m.dst_pe);
+  if (w == waiting_.end() && send_(m.dst_pe, &d, sizeof d)) {
     ++ctr_.forwarded;
+  } else if (up_(m.dst_pe)) {
+    // The fabric's backlog to that node is full: behind the others, in order.
+    ++ctr_.waited;
+    waiting_[m.dst_pe].push_back(d);
   } else {
-    // Peer down or its backlog full: the message is lost, counted (logged the first time and
-    // every 1000th, so a dead peer cannot flood the log).
+    // The peer is down: the message is lost, counted (logged the first time and every
+    // 1000th, so a dead peer cannot flood the log); its credit comes back at once.
     if (ctr_.send_failed++ % 1000 == 0)
-      spdlog::warn("nic {}: MSGQ message for node {} inst {} could not be sent (fabric refused)", self_, m.dst_pe,
-                 m.dst_inst);
+      spdlog::warn("nic {}: MSGQ message for node {} inst {} lost: the fabric channel to it is down", self_, m.dst_pe,
+                   m.dst_inst);
+    give_back(m.dst_pe, d.ptag, d.cookie, 1);
   }
   return true;
+}
+
+void MsgqRelay::give_back(uint32_t node, uint32_t ptag, uint32_t cookie, uint64_t n) {
+  MsgqSegment* seg = find_(Credential{ptag, cookie});
+  abi::msgq::TxCredit* cr = seg ? seg->tx_credit(node) : nullptr;
+  if (!cr) {
+    ++ctr_.stale_credits;  // the connection (or the whole queue) is gone: nothing to give back to
+    return;
+  }
+  // The daemon alone writes `returned`; it never passes `sent` (a report cannot be larger
+  // than what was sent, unless the peer lies or the connection was renewed meanwhile).
+  const uint64_t sent = cr->sent.load(std::memory_order_acquire);
+  const uint64_t r = cr->returned.load(std::memory_order_relaxed);
+  cr->returned.store(std::min(r + n, std::max(sent, r)), std::memory_order_release);
+  ctr_.credits_received += n;
+}
+
+void MsgqRelay::drain_waiting() {
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    auto& q = it->second;
+    while (!q.empty() && send_(it->first, &q.front(), sizeof q.front())) {
+      ++ctr_.forwarded;
+      q.pop_front();
+    }
+    if (!q.empty() && !up_(it->first)) {
+      ctr_.send_failed += q.size();
+      for (const MsgqDeliver& d : q) give_back(it->first, d.ptag, d.cookie, 1);
+      q.clear();
+    }
+    it = q.empty() ? waiting_.erase(it) : std::next(it);
+  }
 }
 
 int MsgqRelay::put(const MsgqDeliver& d) {
   MsgqSegment* seg = find_(Credential{d.ptag, d.cookie});
   if (!seg) return rc::kInvalidState;
-  return seg->deliver_remote(d.origin_pe, d.src_inst, d.dst_inst, d.tag, d.payload, d.hdr_len,
-                             d.payload + d.hdr_len, d.msg_len);
+  MsgqSegment::RingPos at;
+  const int r = seg->deliver_remote(d.origin_pe, d.src_inst, d.dst_inst, d.tag, d.payload, d.hdr_len,
+                                    d.payload + d.hdr_len, d.msg_len, &at);
+  if (r != rc::kNotDone) stored(d, r, at);
+  return r;
+}
+
+// Target side: a message stored (its credit comes back when the ring's head passes it) or
+// refused for good (its credit comes back with the next report).
+void MsgqRelay::stored(const MsgqDeliver& d, int r, const MsgqSegment::RingPos& at) {
+  Outstanding& o = out_[Key{d.ptag, d.cookie, d.origin_pe}];
+  if (r != rc::kSuccess) {
+    ++ctr_.undeliverable;
+    ++o.unreported;
+    return;
+  }
+  ++ctr_.delivered;
+  if (!o.pos.empty() && (o.ring != at.ring || o.gen != at.gen)) {  // the old ring is gone
+    o.unreported += o.pos.size();
+    o.pos.clear();
+  }
+  o.ring = at.ring;
+  o.gen = at.gen;
+  o.pos.push_back(at.pos);
 }
 
 bool MsgqRelay::deliver(uint32_t from, const uint8_t* msg, size_t len) {
@@ -57,45 +121,117 @@ bool MsgqRelay::deliver(uint32_t from, const uint8_t* msg, size_t len) {
   // Behind held messages: order per origin is kept by never overtaking them.
   if (held_.empty()) {
     const int r = put(d);
-    if (r == rc::kSuccess) {
-      ++ctr_.delivered;
-      return true;
-    }
     if (r != rc::kNotDone) {
-      if (ctr_.undeliverable++ % 1000 == 0)
+      if (r != rc::kSuccess && (ctr_.undeliverable - 1) % 1000 == 0)
         spdlog::warn("nic {}: MSGQ message from node {} inst {} for inst {} dropped: no ring for that node or no such "
-                   "destination here",
-                   self_, d.origin_pe, d.src_inst, d.dst_inst);
+                     "destination here",
+                     self_, d.origin_pe, d.src_inst, d.dst_inst);
       return true;
     }
   }
   if (held_.size() >= kMaxHeld) {
     ++ctr_.overflow;
+    ++out_[Key{d.ptag, d.cookie, d.origin_pe}].unreported;
     return true;
   }
   ++ctr_.held;
   held_.push_back(d);
-  retry();
+  retry_held();
   return true;
 }
 
-void MsgqRelay::retry() {
+bool MsgqRelay::credit(uint32_t from, const uint8_t* msg, size_t len) {
+  MsgqCredit c;
+  if (len != sizeof c) return false;
+  std::memcpy(&c, msg, sizeof c);
+  if (c.origin_pe != from) return false;
+  ++ctr_.credit_reports;
+  give_back(from, c.ptag, c.cookie, c.freed);
+  return true;
+}
+
+void MsgqRelay::retry_held() {
   while (!held_.empty()) {
-    const int r = put(held_.front());
-    if (r == rc::kNotDone) return;
-    if (r == rc::kSuccess)
-      ++ctr_.delivered;
-    else
-      ++ctr_.undeliverable;
+    if (put(held_.front()) == rc::kNotDone) return;
     held_.pop_front();
   }
 }
 
+// Target side: reports what receivers freed, one MsgqCredit per (domain, origin).
+void MsgqRelay::settle() {
+  bool moved = false;
+  for (auto it = out_.begin(); it != out_.end();) {
+    auto& [key, o] = *it;
+    const auto [ptag, cookie, origin] = key;
+    MsgqSegment* seg = find_(Credential{ptag, cookie});
+    std::optional<uint64_t> head = seg && !o.pos.empty() ? seg->ring_head(o.ring, o.gen) : std::nullopt;
+    if (!head) {  // no segment or ring any more: every slot it held is free
+      o.unreported += o.pos.size();
+      o.pos.clear();
+    } else {
+      while (!o.pos.empty() && o.pos.front() < *head) {
+        o.pos.pop_front();
+        ++o.unreported;
+      }
+    }
+    if (o.unreported) {
+      moved = true;
+      MsgqCredit c{};
+      c.h = abi::ctl::Header{abi::ctl::kMagic, abi::ctl::kVersion, static_cast<uint16_t>(abi::ctl::Op::kMsgqCredit), 0,
+                             sizeof c};
+      c.origin_pe = self_;
+      c.ptag = ptag;
+      c.cookie = cookie;
+      c.freed = static_cast<uint32_t>(std::min<uint64_t>(o.unreported, UINT32_MAX));
+      if (send_(origin, &c, sizeof c)) {  // refused (backlog full): again next turn
+        ctr_.credits_sent += c.freed;
+        o.unreported -= c.freed;
+      }
+    }
+    it = o.pos.empty() && o.unreported == 0 ? out_.erase(it) : std::next(it);
+  }
+  poll_us_ = moved ? kPollMinUs : std::min(poll_us_ * 2, kPollMaxUs);
+}
+
+void MsgqRelay::progress() {
+  retry_held();
+  drain_waiting();
+  settle();
+}
+
+void MsgqRelay::peer_lost(uint32_t node) {
+  // Sender side: what waited for it is lost, and so is whatever it had not reported freed
+  // (its daemon restarted or is unreachable): every credit of connections to it comes back.
+  if (auto w = waiting_.find(node); w != waiting_.end()) {
+    ctr_.send_failed += w->second.size();
+    waiting_.erase(w);
+  }
+  each_([&](MsgqSegment& seg) {
+    if (abi::msgq::TxCredit* cr = seg.tx_credit(node))
+      cr->returned.store(cr->sent.load(std::memory_order_acquire), std::memory_order_release);
+  });
+  // Target side: its senders start over with all their credits, so nothing is owed them.
+  for (auto it = out_.begin(); it != out_.end();) it = std::get<2>(it->first) == node ? out_.erase(it) : std::next(it);
+}
+
 nlohmann::json MsgqRelay::status() const {
-  return nlohmann::json{{"forwarded", ctr_.forwarded}, {"send_failed", ctr_.send_failed},
-                        {"delivered", ctr_.delivered}, {"held", ctr_.held},
-                        {"holding", held_.size()},     {"undeliverable", ctr_.undeliverable},
-                        {"overflow", ctr_.overflow}};
+  return nlohmann::json{{"forwarded", ctr_.forwarded},
+                        {"send_failed", ctr_.send_failed},
+                        {"waited", ctr_.waited},
+                        {"waiting", [&] {
+                           size_t n = 0;
+                           for (auto& [node, q] : waiting_) n += q.size();
+                           return n;
+                         }()},
+                        {"delivered", ctr_.delivered},
+                        {"held", ctr_.held},
+                        {"holding", held_.size()},
+                        {"undeliverable", ctr_.undeliverable},
+                        {"overflow", ctr_.overflow},
+                        {"credits_sent", ctr_.credits_sent},
+                        {"credit_reports", ctr_.credit_reports},
+                        {"credits_received", ctr_.credits_received},
+                        {"stale_credits", ctr_.stale_credits}};
 }
 
 }  // namespace nicemu::daemon

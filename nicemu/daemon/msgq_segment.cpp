@@ -180,6 +180,9 @@ int MsgqSegment::connect(uint32_t remote_pe, uint32_t remote_insts, uint32_t& co
     e.remote_pe = remote_pe;
     e.remote_insts = remote_insts;
   });
+  // A new connection starts with every credit (what an earlier one left is void).
+  TxCredit* cr = view_.tx_credit(i);
+  cr->returned.store(cr->sent.load(std::memory_order_acquire), std::memory_order_release);
   conn = i;
   gen = view_.tx(i)->gen.load(std::memory_order_relaxed);
   return rc::kSuccess;
@@ -255,14 +258,34 @@ bool MsgqSegment::connected_to(uint32_t pe) const {
   return false;
 }
 
+TxCredit* MsgqSegment::tx_credit(uint32_t pe) const {
+  for (uint32_t i = 0; i < view_.attrs.num_msgq_eps; ++i) {
+    uint32_t rpe, g;
+    if (view_.read_tx(i, rpe, g) && rpe == pe) return view_.tx_credit(i);
+  }
+  return nullptr;
+}
+
+std::optional<uint64_t> MsgqSegment::ring_head(uint32_t ring, uint32_t gen) const {
+  uint32_t rpe, g;
+  if (view_.header()->state.load() != kSegmentAlive || !view_.read_rx(ring, rpe, g) || g != gen) return std::nullopt;
+  RingView r = RingView::at(view_.ring(ring), view_.attrs.smsg_q_sz, view_.lay.slot_size);
+  r.recycle([this](const EntryHeader& x) { return view_.destination_live(x); }, claimer_unknown);
+  return r.ctl->head.load(std::memory_order_acquire);
+}
+
 int MsgqSegment::deliver_remote(uint32_t src_pe, uint32_t src_inst, uint32_t dst_inst, uint8_t tag, const void* hdr,
-                                uint32_t hdr_len, const void* msg, uint32_t msg_len) {
+                                uint32_t hdr_len, const void* msg, uint32_t msg_len, RingPos* at) {
   if (view_.header()->state.load() != kSegmentAlive) return rc::kInvalidState;
   if (uint64_t{hdr_len} + msg_len > view_.attrs.max_msg_sz) return rc::kInvalidState;
   int ring = -1;
+  uint32_t ring_gen = 0;
   for (uint32_t i = 0; i < view_.attrs.num_msgq_eps && ring < 0; ++i) {
     uint32_t rpe, g;
-    if (view_.read_rx(i, rpe, g) && rpe == src_pe) ring = int(i);
+    if (view_.read_rx(i, rpe, g) && rpe == src_pe) {
+      ring = int(i);
+      ring_gen = g;
+    }
   }
   int member = -1;
   uint32_t gen = 0;
@@ -283,14 +306,16 @@ int MsgqSegment::deliver_remote(uint32_t src_pe, uint32_t src_inst, uint32_t dst
   e.dst_member = static_cast<uint16_t>(member);
   e.tag = tag;
   const auto pid = static_cast<uint32_t>(getpid());
-  auto res = r.push(e, hdr, hdr_len, msg, msg_len, pid);
+  uint64_t pos = 0;
+  auto res = r.push(e, hdr, hdr_len, msg, msg_len, pid, &pos);
   if (res == RingView::Push::kFull) {
     // Room held by taken entries or departed receivers is reclaimed first, as senders do.
-    r.recycle([this](const EntryHeader& x) { return view_.destination_live(x); }, [](uint32_t) { return false; });
-    res = r.push(e, hdr, hdr_len, msg, msg_len, pid);
+    r.recycle([this](const EntryHeader& x) { return view_.destination_live(x); }, claimer_unknown);
+    res = r.push(e, hdr, hdr_len, msg, msg_len, pid, &pos);
   }
   if (res == RingView::Push::kFull) return rc::kNotDone;
   if (res == RingView::Push::kCorrupt) return rc::kInvalidState;
+  if (at) *at = RingPos{uint32_t(ring), ring_gen, pos};
   MemberRw* rw = view_.member_rw(uint32_t(member));
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (rw->waiters.load(std::memory_order_relaxed) != 0) {

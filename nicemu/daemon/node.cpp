@@ -56,9 +56,13 @@ Node::Node(NodeConfig cfg)
                  [this](uint32_t node, const void* m, size_t n) { return fabric_ && fabric_->send(node, m, n); }),
       msgq_relay_(
           cfg_.nic_addr, [this](uint32_t node, const void* m, size_t n) { return fabric_ && fabric_->send(node, m, n); },
+          [this](uint32_t node) { return fabric_ && fabric_->peer_up(node); },
           [this](const Credential& c) -> MsgqSegment* {
             auto it = msgqs_.find(c);
             return it == msgqs_.end() ? nullptr : it->second.get();
+          },
+          [this](const std::function<void(MsgqSegment&)>& f) {
+            for (auto& [cred, seg] : msgqs_) f(*seg);
           }),
       smsg_(cfg_.nic_addr, stats_,
             SmsgRelayEnv{
@@ -160,8 +164,9 @@ void Node::count_link(uint32_t node, size_t bytes, bool ok) {
 }
 
 void Node::refresh_counters() {
-  // Also the periodic tick for MSGQ messages from other hosts waiting for ring room.
-  if (msgq_relay_.holding()) msgq_relay_.retry();
+  // Also the periodic tick for MSGQ messages from other hosts (held for ring room, or
+  // waiting for the fabric) and the credits of their ring slots.
+  if (msgq_relay_.busy()) msgq_relay_.progress();
   for (auto& [id, r] : cdms_) stats_.refresh(id, r->counter_block());
   stats_.refreshed();
 }
@@ -482,6 +487,7 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
     case Op::kMsgqRemoteSend:
       return handle_msgq(peer, h, msg, len, reply, pass_fds);
     case Op::kMsgqDeliver:  // daemon-to-daemon, only over the fabric
+    case Op::kMsgqCredit:
       break;
     case Op::kRemotePost:
       return remote_post(peer, msg, len);
@@ -599,12 +605,13 @@ void Node::set_fabric(UdpFabric* f) {
     remote_out_.peer_lost(nic);
     remote_in_.peer_lost(nic);
     smsg_.peer_lost(nic);
+    msgq_relay_.peer_lost(nic);
   });
   f->on_progress([this] {
-    if (msgq_relay_.holding()) {
-      msgq_relay_.retry();
-      // Receivers make room without telling anybody: look again shortly.
-      if (msgq_relay_.holding()) fabric_->progress_in(200);
+    if (msgq_relay_.busy()) {
+      msgq_relay_.progress();
+      // Receivers free ring slots without telling anybody: look again shortly.
+      if (msgq_relay_.busy()) fabric_->progress_in(msgq_relay_.poll_us());
     }
     if (remote_in_.backlog()) remote_in_.retry();
     if (remote_out_.waiting()) remote_out_.pump();
@@ -679,9 +686,11 @@ void Node::fabric_message(uint32_t from, const uint8_t* msg, size_t len) {
     case Op::kRmaReply:
       if (!remote_out_.reply(from, msg, len)) return drop("bad RmaReply");
       return;
-    case Op::kMsgqDeliver:
+    case Op::kMsgqDeliver:  // the progress hook after this receive batch reports credits
       if (!msgq_relay_.deliver(from, msg, len)) return drop("bad MsgqDeliver");
-      if (msgq_relay_.holding()) fabric_->progress_in(200);
+      return;
+    case Op::kMsgqCredit:
+      if (!msgq_relay_.credit(from, msg, len)) return drop("bad MsgqCredit");
       return;
     default:
       return drop("not a daemon-to-daemon message");

@@ -235,6 +235,103 @@ TEST_CASE("two nodes, two instances each: every message once, in order, both way
   CHECK(cl.status(1)["msgq"].empty());
 }
 
+// Same semantics on one host and across hosts (NICEMU_TEST_FABRIC=1: credits, msgq_layout.h
+// TxCredit): a node's senders never have more than the ring's depth of messages in flight.
+TEST_CASE("two senders, one ring: NOT_DONE at its depth, room again once the receiver took them") {
+  Cluster cl(2);
+  Cred c = cl.credential();
+  Shared* s = make_shared_state();
+  constexpr uint32_t kDepth = 16, kN = 500;
+  const gni_msgq_attr_t attrs = make_attrs(kDepth, 2);
+  auto sender = [&](uint32_t inst) {
+    return [&, inst] {
+      Client cli;
+      CHILD_CHECK(cli.init(inst, c, attrs, cl.addr(1)) == GNI_RC_SUCCESS);
+      barrier(s, 0, 3);
+      barrier(s, 1, 3);  // the receiver's attributes are out
+      if (inst == 1) {
+        gni_msgq_ep_attr_t peer{};
+        std::memcpy(&peer, &s->attrs[1], s->attrs_size[1]);
+        CHILD_CHECK(GNI_MsgqConnect(cli.q, cl.addr(1), &peer) == GNI_RC_SUCCESS);
+      }
+      barrier(s, 2, 3);
+      uint32_t seq = 0;
+      if (inst == 1) {  // fills the ring alone
+        while (seq < kDepth && cli.send(cl.addr(1), 3, seq, seq % 40, seq) == GNI_RC_SUCCESS) ++seq;
+        CHILD_CHECK(seq == kDepth);
+      }
+      barrier(s, 3, 3);
+      // Full for both senders of the node, and it stays so while nobody takes anything.
+      for (int i = 0; i < 20; ++i) {
+        CHILD_CHECK(cli.send(cl.addr(1), 3, seq, 0, seq) == GNI_RC_NOT_DONE);
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      barrier(s, 4, 3);
+      barrier(s, 5, 3);  // the receiver took the first kDepth
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      for (; seq < kN; ++seq) {
+        gni_return_t rc;
+        while ((rc = cli.send(cl.addr(1), 3, seq, seq % 40, seq)) == GNI_RC_NOT_DONE) {
+          CHILD_CHECK(std::chrono::steady_clock::now() < deadline);
+          std::this_thread::yield();
+        }
+        CHILD_CHECK(rc == GNI_RC_SUCCESS);
+        cli.drain_send_events();
+      }
+      cli.drain_send_events();
+      CHILD_CHECK(cli.next_event_id == kN);
+      if (cl.fabric() && inst == 1) {
+        // Every slot's credit comes back once the receiver took its message.
+        auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (cl.status(0)["msgq_relay"]["credits_received"].get<uint64_t>() < 2 * kN &&
+               std::chrono::steady_clock::now() < until)
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        CHILD_CHECK(cl.status(0)["msgq_relay"]["credits_received"].get<uint64_t>() == 2 * kN);
+      }
+      barrier(s, 6, 3);
+      CHILD_CHECK(GNI_MsgqRelease(cli.q) == GNI_RC_SUCCESS);
+      return 0;
+    };
+  };
+  pid_t receiver = cl.spawn(1, [&] {
+    Client cli;
+    CHILD_CHECK(cli.init(3, c, attrs, cl.addr(0)) == GNI_RC_SUCCESS);
+    barrier(s, 0, 3);
+    CHILD_CHECK(GNI_MsgqGetConnAttrs(cli.q, cl.addr(0), &s->attrs[1], &s->attrs_size[1]) == GNI_RC_SUCCESS);
+    barrier(s, 1, 3);
+    barrier(s, 2, 3);
+    barrier(s, 3, 3);
+    barrier(s, 4, 3);
+    if (cl.fabric()) {
+      // The target's daemon stored every message; none had to wait there for room.
+      auto r = cl.status(1)["msgq_relay"];
+      CHILD_CHECK(r["delivered"].get<uint64_t>() == kDepth);
+      CHILD_CHECK(r["held"].get<uint64_t>() == 0);
+    }
+    CHILD_CHECK(GNI_MsgqProgress(cli.q, 0) == GNI_RC_SUCCESS);
+    CHILD_CHECK(cli.rx.got == kDepth);
+    barrier(s, 5, 3);
+    cli.receive_until(2 * kN);
+    CHILD_CHECK(cli.rx.bad == 0 && cli.rx.next[1] == kN && cli.rx.next[2] == kN);
+    barrier(s, 6, 3);
+    CHILD_CHECK(GNI_MsgqRelease(cli.q) == GNI_RC_SUCCESS);
+    return 0;
+  });
+  pid_t one = cl.spawn(0, sender(1)), two = cl.spawn(0, sender(2));
+  CHECK(cl.wait(one, 120) == 0);
+  CHECK(cl.wait(two, 120) == 0);
+  CHECK(cl.wait(receiver, 120) == 0);
+  if (cl.fabric()) {
+    auto in = cl.status(1)["msgq_relay"], out = cl.status(0)["msgq_relay"];
+    CHECK(in["delivered"].get<uint64_t>() == 2 * kN);
+    CHECK(in["held"].get<uint64_t>() == 0);
+    CHECK(in["overflow"].get<uint64_t>() == 0);
+    CHECK(out["forwarded"].get<uint64_t>() == 2 * kN);
+    CHECK(out["send_failed"].get<uint64_t>() == 0);
+    CHECK(in["credits_sent"].get<uint64_t>() == 2 * kN);
+  }
+}
+
 TEST_CASE("flow control, size errors and connection errors between two nodes") {
   Cluster cl(2);
   Cred c = cl.credential();

@@ -327,10 +327,19 @@ void wake(const Segment& s, uint32_t member) {
 // message (nicemu/abi/remote_ops.h); the local completion is posted as for a same-host send.
 gni_return_t send_other_host(Msgq* q, Ep* ep, const void* hdr, uint32_t hdr_len, const void* msg, uint32_t msg_len,
                              uint32_t msg_id, uint8_t tag) {
+  mq::TxCredit* cr;
   {
     std::lock_guard<std::mutex> lk(q->mu);
     if (!connected_locked(q, ep->remote_addr)) return GNI_RC_NO_MATCH;
+    cr = q->self->view.tx_credit(q->tx[ep->remote_addr].first);
   }
+  // One credit per message: at most the ring's depth in flight to that node, as on one host
+  // (msgq_layout.h, TxCredit). Signed: a forged `returned` past `sent` must not wrap.
+  const int64_t window = q->attrs.smsg_q_sz;
+  uint64_t s = cr->sent.load(std::memory_order_acquire);
+  do {
+    if (static_cast<int64_t>(s - cr->returned.load(std::memory_order_acquire)) >= window) return GNI_RC_NOT_DONE;
+  } while (!cr->sent.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire));
   abi::remote::MsgqRemoteSend m{};
   m.h = abi::ctl::Header{abi::ctl::kMagic, abi::ctl::kVersion, static_cast<uint16_t>(abi::ctl::Op::kMsgqRemoteSend), 0,
                          sizeof m};
