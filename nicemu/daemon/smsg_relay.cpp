@@ -325,6 +325,14 @@ void SmsgRelay::peer_lost(uint32_t node) {
       fail(t, cqe::kErrPeerGone,
            "the fabric lost the channel to node " + std::to_string(node) +
                " (silent past the retry budget, or its daemon restarted)");
+  // Its relays towards us are stale too: a restarted daemon opens new ones (SmsgOpen), and
+  // data for a forgotten relay is refused, so its sender fails instead of waiting on acks.
+  // What they delivered stays in the mailboxes for the receivers.
+  for (auto it = rx_.lower_bound(RxKey{node, 0}); it != rx_.end() && it->first.first == node;) {
+    watch_.erase(it->first);
+    ack_due_.erase(it->first);
+    it = rx_.erase(it);
+  }
 }
 
 void SmsgRelay::progress() {

@@ -448,6 +448,24 @@ TEST_CASE("SMSG relay: receiver gone and peer down complete messages in flight w
     REQUIRE(local.size() == 1);
     CHECK(cqe::status_of(local[0]) == cqe::kErrPeerGone);
   }
+  SUBCASE("the receiver's daemon lost the sender's: the relay is forgotten, later data refused") {
+    Rig r;
+    ctl::SmsgRelayOpenReply rep{};
+    abi::SmsgRelayCtl* blk = r.open(rep, r.attrs());
+    CHECK(r.send(rep.relay, 0, "one", 1));
+    CHECK(r.pump().empty());
+    CHECK(r.b.status()["rx_relays"] == 1);
+    r.b.peer_lost(0);
+    CHECK(r.b.status()["rx_relays"] == 0);
+    CHECK(r.b.status()["rx_watched"] == 0);
+    CHECK(r.send(rep.relay, 1, "two", 2));
+    r.pump();
+    CHECK(blk->state.load() == cqe::kErrPeerGone);
+    auto local = drain(*r.sender, r.scq);
+    REQUIRE(local.size() == 2);
+    CHECK(cqe::status_of(local[0]) == 0);  // delivered before: stays in the mailbox
+    CHECK(cqe::status_of(local[1]) == cqe::kErrPeerGone);
+  }
   SUBCASE("the fabric channel to the peer is down") {
     Rig r;
     ctl::SmsgRelayOpenReply rep{};
