@@ -72,6 +72,7 @@ enum class Op : uint16_t {
   kMsgqRemoteSend = 83,  // no reply: a CDM's GNI_MsgqSend to a node of another host
   kMsgqDeliver = 84,     // daemon -> daemon over the fabric: into the target node's segment
   kMsgqCredit = 85,      // daemon -> daemon over the fabric: ring slots freed, credits back
+  kMsgqResult = 86,      // daemon -> daemon over the fabric: messages stored or refused, in order
 };
 
 // Reply codes are gni_return_t values, so libugni can return them unchanged.

@@ -135,11 +135,13 @@ static_assert(sizeof(RmaReply) == 56);
 static_assert(sizeof(RmaRequest) + kRmaPiece <= 64 * 1024 && sizeof(RmaReply) + kRmaPiece <= 64 * 1024);
 
 // MSGQ across hosts. GNI_MsgqSend to a node of another host: the library sends
-// MsgqRemoteSend to its daemon (it checked the connection and the size, and posts its local
-// completion as for a same-host send); the daemon checks the sender is a member connected to
-// that node and forwards MsgqDeliver; the target's daemon puts the entry into its segment's
-// ring for the origin node, for the destination instance, as a same-host sender would, and
-// wakes it. Senders take a credit per message (msgq_layout.h, TxCredit: at most the ring's
+// MsgqRemoteSend to its daemon (it checked the connection and the size); the daemon checks
+// the sender is a member connected to that node and forwards MsgqDeliver; the target's
+// daemon puts the entry into its segment's ring for the origin node, for the destination
+// instance, as a same-host sender would, and wakes it. Its outcomes go back in order, as
+// MsgqResult runs per origin node, and the sender's daemon posts each message's local
+// completion then (an error status if it could not be stored), as the hardware's FMA PUT
+// completes when the target answers. Senders take a credit per message (msgq_layout.h, TxCredit: at most the ring's
 // depth in flight per node pair, GNI_RC_NOT_DONE beyond); the target's daemon sends
 // MsgqCredit back as receivers free ring slots. A ring full anyway (credits forged, depths
 // that differ) holds the message at the target's daemon, in order, until there is room. A
@@ -155,9 +157,11 @@ struct MsgqRemoteSend {
   uint16_t msg_len;
   uint8_t tag;
   uint8_t reserved[3];
+  uint32_t snd_cq;   // the sender's CQ slot for the local completion, or kNoCq
+  uint32_t msg_id;   // the completion's msg_id
   uint8_t payload[kMsgqMaxPayload];  // header then message
 };
-static_assert(sizeof(MsgqRemoteSend) == 160);
+static_assert(sizeof(MsgqRemoteSend) == 168 && offsetof(MsgqRemoteSend, payload) == 40);
 
 struct MsgqDeliver {
   ctl::Header h;
@@ -174,6 +178,20 @@ struct MsgqDeliver {
 };
 static_assert(sizeof(MsgqDeliver) == 176);
 static_assert(offsetof(MsgqDeliver, payload) == 48);
+
+// The target's outcomes of an origin's messages, in the order they arrived: `count`
+// messages with CQE status `status` (0: stored), run after run.
+struct MsgqResultRun {
+  uint32_t count;
+  uint32_t status;
+};
+inline constexpr uint32_t kMsgqMaxRuns = 256;
+struct MsgqResult {
+  ctl::Header h;
+  uint32_t origin_pe;  // the node whose daemon stored them (must be the fabric peer it came from)
+  uint32_t runs;       // MsgqResultRun entries following the struct, 1..kMsgqMaxRuns
+};
+static_assert(sizeof(MsgqResult) == 24 && sizeof(MsgqResultRun) == 8);
 
 struct MsgqCredit {
   ctl::Header h;

@@ -5,19 +5,46 @@
 
 #include <spdlog/spdlog.h>
 
+#include "nicemu/abi/cq_entry.h"
 #include "nicemu/abi/gni_values.h"
+#include "nicemu/abi/shm_layout.h"
 
 namespace nicemu::daemon {
 
 using namespace nicemu::abi::remote;
 namespace rc = nicemu::abi::gni;
+namespace cqe = nicemu::abi::cqe;
 
 namespace {
 constexpr uint64_t kPollMinUs = 100, kPollMaxUs = 5000;
 }
 
-MsgqRelay::MsgqRelay(uint32_t self, Send send, PeerUp up, FindSegment find, EachSegment each)
-    : self_(self), send_(std::move(send)), up_(std::move(up)), find_(std::move(find)), each_(std::move(each)) {}
+MsgqRelay::MsgqRelay(uint32_t self, Send send, PeerUp up, FindSegment find, EachSegment each, PostCqe post)
+    : self_(self),
+      send_(std::move(send)),
+      up_(std::move(up)),
+      find_(std::move(find)),
+      each_(std::move(each)),
+      post_(std::move(post)) {}
+
+void MsgqRelay::complete(uint64_t attach_id, uint32_t cq, uint32_t msg_id, uint32_t status) {
+  ++ctr_.completed;
+  if (status != cqe::kOk) ++ctr_.completed_errors;
+  if (cq != abi::kNoCq)
+    post_(attach_id, cq, cqe::make(cqe::kSrcLocalResponse, cqe::kTypeMsgq, status, cqe::kInfoGlobal, 0, msg_id));
+}
+
+void MsgqRelay::fail_pending(uint32_t node) {
+  if (auto p = pending_.find(node); p != pending_.end()) {
+    for (const Pending& x : p->second) complete(x.attach_id, x.cq, x.msg_id, cqe::kErrTransient);
+    pending_.erase(p);
+  }
+  if (auto w = waiting_.find(node); w != waiting_.end()) {
+    ctr_.send_failed += w->second.size();
+    for (const MsgqDeliver& d : w->second) give_back(node, d.ptag, d.cookie, 1);
+    waiting_.erase(w);
+  }
+}
 
 bool MsgqRelay::forward(const CdmRegion& cdm, const MsgqSegment& seg, const MsgqRemoteSend& m) {
   if (uint32_t{m.hdr_len} + m.msg_len > seg.attrs().max_msg_sz || m.dst_pe == self_) return false;
@@ -44,12 +71,17 @@ bool MsgqRelay::forward(const CdmRegion& cdm, const MsgqSegment& seg, const Msgq
     waiting_[m.dst_pe].push_back(d);
   } else {
     // The peer is down: the message is lost, counted (logged the first time and every
-    // 1000th, so a dead peer cannot flood the log); its credit comes back at once.
+    // 1000th, so a dead peer cannot flood the log), completed with an error after those
+    // before it; its credit comes back at once.
     if (ctr_.send_failed++ % 1000 == 0)
       spdlog::warn("nic {}: MSGQ message for node {} inst {} lost: the fabric channel to it is down", self_, m.dst_pe,
                    m.dst_inst);
+    fail_pending(m.dst_pe);
     give_back(m.dst_pe, d.ptag, d.cookie, 1);
+    complete(cdm.attach_id(), m.snd_cq, m.msg_id, cqe::kErrTransient);
+    return true;
   }
+  pending_[m.dst_pe].push_back(Pending{cdm.attach_id(), m.snd_cq, m.msg_id});
   return true;
 }
 
@@ -76,9 +108,10 @@ void MsgqRelay::drain_waiting() {
       q.pop_front();
     }
     if (!q.empty() && !up_(it->first)) {
-      ctr_.send_failed += q.size();
-      for (const MsgqDeliver& d : q) give_back(it->first, d.ptag, d.cookie, 1);
-      q.clear();
+      const uint32_t node = it->first;
+      ++it;
+      fail_pending(node);  // erases waiting_[node]
+      continue;
     }
     it = q.empty() ? waiting_.erase(it) : std::next(it);
   }
@@ -86,10 +119,10 @@ void MsgqRelay::drain_waiting() {
 
 int MsgqRelay::put(const MsgqDeliver& d) {
   MsgqSegment* seg = find_(Credential{d.ptag, d.cookie});
-  if (!seg) return rc::kInvalidState;
   MsgqSegment::RingPos at;
-  const int r = seg->deliver_remote(d.origin_pe, d.src_inst, d.dst_inst, d.tag, d.payload, d.hdr_len,
-                                    d.payload + d.hdr_len, d.msg_len, &at);
+  const int r = seg ? seg->deliver_remote(d.origin_pe, d.src_inst, d.dst_inst, d.tag, d.payload, d.hdr_len,
+                                          d.payload + d.hdr_len, d.msg_len, &at)
+                    : rc::kInvalidState;  // no queue of that domain here (any more)
   if (r != rc::kNotDone) stored(d, r, at);
   return r;
 }
@@ -101,8 +134,10 @@ void MsgqRelay::stored(const MsgqDeliver& d, int r, const MsgqSegment::RingPos& 
   if (r != rc::kSuccess) {
     ++ctr_.undeliverable;
     ++o.unreported;
+    outcome(d.origin_pe, cqe::kErrPeerGone);
     return;
   }
+  outcome(d.origin_pe, cqe::kOk);
   ++ctr_.delivered;
   if (!o.pos.empty() && (o.ring != at.ring || o.gen != at.gen)) {  // the old ring is gone
     o.unreported += o.pos.size();
@@ -132,6 +167,7 @@ bool MsgqRelay::deliver(uint32_t from, const uint8_t* msg, size_t len) {
   if (held_.size() >= kMaxHeld) {
     ++ctr_.overflow;
     ++out_[Key{d.ptag, d.cookie, d.origin_pe}].unreported;
+    outcome(d.origin_pe, cqe::kErrTransient);
     return true;
   }
   ++ctr_.held;
@@ -147,6 +183,67 @@ bool MsgqRelay::credit(uint32_t from, const uint8_t* msg, size_t len) {
   if (c.origin_pe != from) return false;
   ++ctr_.credit_reports;
   give_back(from, c.ptag, c.cookie, c.freed);
+  return true;
+}
+
+// Target side: the next message of `origin`, in arrival order, had this outcome.
+void MsgqRelay::outcome(uint32_t origin, uint32_t status) {
+  auto& runs = results_[origin];
+  if (!runs.empty() && runs.back().status == status && runs.back().count < UINT32_MAX)
+    ++runs.back().count;
+  else
+    runs.push_back(MsgqResultRun{1, status});
+}
+
+void MsgqRelay::send_results() {
+  for (auto it = results_.begin(); it != results_.end();) {
+    auto& runs = it->second;
+    size_t done = 0;
+    while (done < runs.size()) {
+      const uint32_t n = static_cast<uint32_t>(std::min<size_t>(runs.size() - done, kMsgqMaxRuns));
+      std::vector<uint8_t> buf(sizeof(MsgqResult) + n * sizeof(MsgqResultRun));
+      MsgqResult r{};
+      r.h = abi::ctl::Header{abi::ctl::kMagic, abi::ctl::kVersion, static_cast<uint16_t>(abi::ctl::Op::kMsgqResult), 0,
+                             static_cast<uint32_t>(buf.size())};
+      r.origin_pe = self_;
+      r.runs = n;
+      std::memcpy(buf.data(), &r, sizeof r);
+      std::memcpy(buf.data() + sizeof r, runs.data() + done, n * sizeof(MsgqResultRun));
+      if (!send_(it->first, buf.data(), buf.size())) break;  // backlog full: the rest next turn
+      ++ctr_.result_messages;
+      done += n;
+    }
+    runs.erase(runs.begin(), runs.begin() + static_cast<std::ptrdiff_t>(done));
+    it = runs.empty() ? results_.erase(it) : std::next(it);
+  }
+}
+
+bool MsgqRelay::result(uint32_t from, const uint8_t* msg, size_t len) {
+  MsgqResult r;
+  if (len < sizeof r) return false;
+  std::memcpy(&r, msg, sizeof r);
+  if (r.origin_pe != from || r.runs == 0 || r.runs > kMsgqMaxRuns || len != sizeof r + r.runs * sizeof(MsgqResultRun))
+    return false;
+  auto p = pending_.find(from);
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < r.runs; ++i) {
+    MsgqResultRun run;
+    std::memcpy(&run, msg + sizeof r + i * sizeof run, sizeof run);
+    if (run.status >= cqe::kErrStatusLast) return false;
+    total += run.count;
+  }
+  // About more messages than wait for an answer: a confused or lying peer. Nothing posted.
+  if (p == pending_.end() || total > p->second.size()) return false;
+  for (uint32_t i = 0; i < r.runs; ++i) {
+    MsgqResultRun run;
+    std::memcpy(&run, msg + sizeof r + i * sizeof run, sizeof run);
+    for (uint32_t k = 0; k < run.count; ++k) {
+      const Pending& x = p->second.front();
+      complete(x.attach_id, x.cq, x.msg_id, run.status);
+      p->second.pop_front();
+    }
+  }
+  if (p->second.empty()) pending_.erase(p);
   return true;
 }
 
@@ -196,21 +293,21 @@ void MsgqRelay::settle() {
 void MsgqRelay::progress() {
   retry_held();
   drain_waiting();
+  send_results();
   settle();
 }
 
 void MsgqRelay::peer_lost(uint32_t node) {
   // Sender side: what waited for it is lost, and so is whatever it had not reported freed
   // (its daemon restarted or is unreachable): every credit of connections to it comes back.
-  if (auto w = waiting_.find(node); w != waiting_.end()) {
-    ctr_.send_failed += w->second.size();
-    waiting_.erase(w);
-  }
+  fail_pending(node);
   each_([&](MsgqSegment& seg) {
     if (abi::msgq::TxCredit* cr = seg.tx_credit(node))
       cr->returned.store(cr->sent.load(std::memory_order_acquire), std::memory_order_release);
   });
-  // Target side: its senders start over with all their credits, so nothing is owed them.
+  // Target side: its senders start over with all their credits and completions, so nothing
+  // is owed them.
+  results_.erase(node);
   for (auto it = out_.begin(); it != out_.end();) it = std::get<2>(it->first) == node ? out_.erase(it) : std::next(it);
 }
 
@@ -231,7 +328,15 @@ nlohmann::json MsgqRelay::status() const {
                         {"credits_sent", ctr_.credits_sent},
                         {"credit_reports", ctr_.credit_reports},
                         {"credits_received", ctr_.credits_received},
-                        {"stale_credits", ctr_.stale_credits}};
+                        {"stale_credits", ctr_.stale_credits},
+                        {"completed", ctr_.completed},
+                        {"completed_errors", ctr_.completed_errors},
+                        {"awaiting_results", [&] {
+                           size_t n = 0;
+                           for (auto& [node, q] : pending_) n += q.size();
+                           return n;
+                         }()},
+                        {"result_messages", ctr_.result_messages}};
 }
 
 }  // namespace nicemu::daemon

@@ -63,6 +63,10 @@ Node::Node(NodeConfig cfg)
           },
           [this](const std::function<void(MsgqSegment&)>& f) {
             for (auto& [cred, seg] : msgqs_) f(*seg);
+          },
+          [this](uint64_t attach_id, uint32_t cq, uint64_t entry) {
+            if (auto it = cdms_.find(attach_id); it != cdms_.end() && it->second->alive())
+              it->second->push_cqes(cq, &entry, 1);
           }),
       smsg_(cfg_.nic_addr, stats_,
             SmsgRelayEnv{
@@ -488,6 +492,7 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
       return handle_msgq(peer, h, msg, len, reply, pass_fds);
     case Op::kMsgqDeliver:  // daemon-to-daemon, only over the fabric
     case Op::kMsgqCredit:
+    case Op::kMsgqResult:
       break;
     case Op::kRemotePost:
       return remote_post(peer, msg, len);
@@ -691,6 +696,9 @@ void Node::fabric_message(uint32_t from, const uint8_t* msg, size_t len) {
       return;
     case Op::kMsgqCredit:
       if (!msgq_relay_.credit(from, msg, len)) return drop("bad MsgqCredit");
+      return;
+    case Op::kMsgqResult:
+      if (!msgq_relay_.result(from, msg, len)) return drop("bad MsgqResult");
       return;
     default:
       return drop("not a daemon-to-daemon message");

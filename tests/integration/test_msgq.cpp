@@ -135,6 +135,15 @@ struct Client {
       ++next_event_id;
     }
   }
+  // Waits until `n` local completions came: a send to another host completes when the
+  // target's daemon answered (or fails the child after 30 s).
+  void wait_send_events(uint32_t n) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    for (drain_send_events(); next_event_id < n; drain_send_events()) {
+      CHILD_CHECK(std::chrono::steady_clock::now() < deadline);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
   // Progresses until `n` messages arrived in total (or fails the child after 30 s).
   void receive_until(uint32_t n) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -193,7 +202,7 @@ TEST_CASE("two nodes, two instances each: every message once, in order, both way
           cli.drain_send_events();
         }
       cli.receive_until(2 * kN);
-      cli.drain_send_events();
+      cli.wait_send_events(2 * kN);
       CHILD_CHECK(cli.next_event_id == 2 * kN);
       CHILD_CHECK(cli.rx.bad == 0);
       CHILD_CHECK(cli.rx.got == 2 * kN);
@@ -278,7 +287,7 @@ TEST_CASE("two senders, one ring: NOT_DONE at its depth, room again once the rec
         CHILD_CHECK(rc == GNI_RC_SUCCESS);
         cli.drain_send_events();
       }
-      cli.drain_send_events();
+      cli.wait_send_events(kN);
       CHILD_CHECK(cli.next_event_id == kN);
       if (cl.fabric() && inst == 1) {
         // Every slot's credit comes back once the receiver took its message.
@@ -289,6 +298,29 @@ TEST_CASE("two senders, one ring: NOT_DONE at its depth, room again once the rec
         CHILD_CHECK(cl.status(0)["msgq_relay"]["credits_received"].get<uint64_t>() == 2 * kN);
       }
       barrier(s, 6, 3);
+      if (inst == 2) {
+        // A destination that never joined: on one host the send says so at once; across
+        // hosts the target's daemon refuses it and the local completion carries the error.
+        auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        gni_return_t rc;
+        while ((rc = cli.send(cl.addr(1), 99, 0, 0, 777)) == GNI_RC_NOT_DONE) {
+          CHILD_CHECK(std::chrono::steady_clock::now() < until);
+          std::this_thread::yield();
+        }
+        if (!cl.fabric()) {
+          CHILD_CHECK(rc == GNI_RC_INVALID_STATE);
+        } else {
+          CHILD_CHECK(rc == GNI_RC_SUCCESS);
+          gni_cq_entry_t e;
+          gni_return_t r;
+          while ((r = GNI_CqGetEvent(cli.scq, &e)) == GNI_RC_NOT_DONE) {
+            CHILD_CHECK(std::chrono::steady_clock::now() < until);
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+          CHILD_CHECK(r == GNI_RC_TRANSACTION_ERROR);
+          CHILD_CHECK(GNI_CQ_GET_TYPE(e) == GNI_CQ_EVENT_TYPE_MSGQ && GNI_CQ_GET_MSG_ID(e) == 777);
+        }
+      }
       CHILD_CHECK(GNI_MsgqRelease(cli.q) == GNI_RC_SUCCESS);
       return 0;
     };
@@ -326,9 +358,11 @@ TEST_CASE("two senders, one ring: NOT_DONE at its depth, room again once the rec
     CHECK(in["delivered"].get<uint64_t>() == 2 * kN);
     CHECK(in["held"].get<uint64_t>() == 0);
     CHECK(in["overflow"].get<uint64_t>() == 0);
-    CHECK(out["forwarded"].get<uint64_t>() == 2 * kN);
+    CHECK(out["forwarded"].get<uint64_t>() == 2 * kN + 1);  // and the one for inst 99
     CHECK(out["send_failed"].get<uint64_t>() == 0);
-    CHECK(in["credits_sent"].get<uint64_t>() == 2 * kN);
+    CHECK(out["completed"].get<uint64_t>() == 2 * kN + 1);
+    CHECK(out["completed_errors"].get<uint64_t>() == 1);
+    CHECK(in["undeliverable"].get<uint64_t>() == 1);
   }
 }
 

@@ -1,9 +1,12 @@
 // The daemons' MSGQ relay (nicemu/daemon/msgq_relay.h) without sockets: a sender's relay
 // (node 1) and a target's (node 2) over a fake fabric the test pumps by hand, with real
-// segments. Credits: taken by senders in the sender's segment, reported by the target as
-// receivers free ring slots, never returned past what was sent; a message nobody can take
-// gives its credit back; a lost peer gives every credit back; the fabric's backlog makes
-// messages wait in order at the sender, a down peer loses them (credit back).
+// segments. Local completions: posted in order when the target's results come back, with
+// PEER_GONE for a message nobody could take, TRANSIENT for everything waiting on a peer
+// that is down or lost; results about more than was sent are refused. Credits: taken by
+// senders in the sender's segment, reported by the target as receivers free ring slots,
+// never returned past what was sent; a message nobody can take gives its credit back; a
+// lost peer gives every credit back; the fabric's backlog makes messages wait in order at
+// the sender, a down peer loses them (credit back).
 #include <doctest/doctest.h>
 #include <unistd.h>
 
@@ -12,6 +15,7 @@
 #include <vector>
 
 #include "cdm_fixture.h"
+#include "nicemu/abi/cq_entry.h"
 #include "nicemu/abi/msgq_ring.h"
 #include "nicemu/daemon/msgq_relay.h"
 
@@ -19,15 +23,17 @@ using namespace nicemu;
 using namespace nicemu::daemon;
 namespace mq = nicemu::abi::msgq;
 namespace remote = nicemu::abi::remote;
+namespace cqe = nicemu::abi::cqe;
 
 namespace {
 
 constexpr uint32_t kPtag = 9, kCookie = 0x55660000, kDepth = 4;
 
-struct Link {  // one daemon's side of the fake fabric
+struct Link {  // one daemon's side of the fake fabric, and the CQEs it posted
   std::deque<std::pair<uint32_t, std::vector<uint8_t>>> out;  // (to node, message)
   bool up = true;
   size_t room = SIZE_MAX;  // messages the backlog still takes
+  std::vector<std::pair<uint32_t, uint64_t>> cqes;  // (CQ slot, entry)
 };
 
 MsgqRelay make_relay(uint32_t self, Link& l, MsgqSegment& seg) {
@@ -42,7 +48,11 @@ MsgqRelay make_relay(uint32_t self, Link& l, MsgqSegment& seg) {
       },
       [&l](uint32_t) { return l.up; },
       [&seg](const Credential& c) { return c == seg.credential() ? &seg : nullptr; },
-      [&seg](const std::function<void(MsgqSegment&)>& f) { f(seg); });
+      [&seg](const std::function<void(MsgqSegment&)>& f) { f(seg); },
+      [&l](uint64_t attach_id, uint32_t cq, uint64_t entry) {
+        CHECK(attach_id == 11);
+        l.cqes.emplace_back(cq, entry);
+      });
 }
 
 remote::MsgqRemoteSend request(uint32_t dst_pe, uint32_t dst_inst, uint32_t seq) {
@@ -51,6 +61,8 @@ remote::MsgqRemoteSend request(uint32_t dst_pe, uint32_t dst_inst, uint32_t seq)
   m.dst_inst = dst_inst;
   m.hdr_len = 4;
   m.msg_len = 4;
+  m.snd_cq = 5;
+  m.msg_id = 1000 + seq;
   std::memcpy(m.payload, &seq, 4);
   std::memcpy(m.payload + 4, &seq, 4);
   return m;
@@ -63,6 +75,18 @@ uint16_t op_of(const std::vector<uint8_t>& m) {
 }
 
 // Takes one message for `member` from the ring for node `from`; its sequence number or -1.
+// The local completions posted so far, as (msg_id, status); clears them.
+std::vector<std::pair<uint32_t, uint32_t>> completions(Link& l) {
+  std::vector<std::pair<uint32_t, uint32_t>> out;
+  for (auto [cq, e] : l.cqes) {
+    CHECK(cq == 5);
+    CHECK(cqe::type_of(e) == cqe::kTypeMsgq);
+    out.emplace_back(uint32_t(cqe::id_of(e)), uint32_t(cqe::status_of(e)));
+  }
+  l.cqes.clear();
+  return out;
+}
+
 long take(const MsgqSegment& seg, uint32_t ring, uint16_t member) {
   const mq::SegmentView& v = seg.view();
   mq::RingView r = mq::RingView::at(v.ring(ring), v.attrs.smsg_q_sz, v.lay.slot_size);
@@ -95,6 +119,8 @@ TEST_CASE("MSGQ relay: credits go back as receivers free ring slots, never past 
       auto& [node, m] = from.out.front();
       if (op_of(m) == uint16_t(abi::ctl::Op::kMsgqDeliver))
         REQUIRE(to.deliver(sender, m.data(), m.size()));
+      else if (op_of(m) == uint16_t(abi::ctl::Op::kMsgqResult))
+        REQUIRE(to.result(sender, m.data(), m.size()));
       else
         REQUIRE(to.credit(sender, m.data(), m.size()));
     }
@@ -107,9 +133,15 @@ TEST_CASE("MSGQ relay: credits go back as receivers free ring slots, never past 
   CHECK(carry(la, b, 1) == kDepth);
   CHECK(b.status()["delivered"] == kDepth);
   CHECK(b.status()["held"] == 0);
-  // Nobody took anything: nothing to report, but work outstanding (the timer looks again).
+  // Nobody took anything: no credits yet, but the outcomes go back (one result message) and
+  // complete the sends, in order; work stays outstanding (the timer looks again).
+  CHECK(a.status()["awaiting_results"] == kDepth);
   b.progress();
-  CHECK(lb.out.empty());
+  REQUIRE(lb.out.size() == 1);
+  CHECK(carry(lb, a, 2) == 1);
+  CHECK(completions(la) == std::vector<std::pair<uint32_t, uint32_t>>{{1000, 0}, {1001, 0}, {1002, 0}, {1003, 0}});
+  CHECK(a.status()["awaiting_results"] == 0);
+  CHECK(cr->returned.load() == 0);
   CHECK(b.busy());
   // The receiver takes two: one report of two freed slots, added to `returned`.
   CHECK(take(dst, ring, uint16_t(member)) == 0);
@@ -128,6 +160,30 @@ TEST_CASE("MSGQ relay: credits go back as receivers free ring slots, never past 
   b.progress();
   carry(lb, a, 2);
   CHECK(cr->returned.load() == 3);
+  CHECK(completions(la) == std::vector<std::pair<uint32_t, uint32_t>>{{1004, cqe::kErrPeerGone}});
+  // No queue of that domain at the target at all: the same, and the credit report for a
+  // domain the sender has no queue of either is counted as stale.
+  auto other = cdm_fixture::make_cdm(1, 2, 11, kPtag, kCookie + 1);
+  REQUIRE(a.forward(*other, src, request(2, 3, 5)));
+  carry(la, b, 1);
+  CHECK(b.status()["undeliverable"] == 2);
+  b.progress();
+  carry(lb, a, 2);
+  CHECK(completions(la) == std::vector<std::pair<uint32_t, uint32_t>>{{1005, cqe::kErrPeerGone}});
+  CHECK(a.status()["stale_credits"] == 1);
+  // Results about more messages than wait for one are refused, nothing posted.
+  std::vector<uint8_t> res(sizeof(remote::MsgqResult) + sizeof(remote::MsgqResultRun));
+  remote::MsgqResult rh{};
+  rh.h = abi::ctl::Header{abi::ctl::kMagic, abi::ctl::kVersion, uint16_t(abi::ctl::Op::kMsgqResult), 0,
+                          uint32_t(res.size())};
+  rh.origin_pe = 2;
+  rh.runs = 1;
+  remote::MsgqResultRun run{1, 0};
+  std::memcpy(res.data(), &rh, sizeof rh);
+  std::memcpy(res.data() + sizeof rh, &run, sizeof run);
+  CHECK_FALSE(a.result(2, res.data(), res.size()));
+  CHECK_FALSE(a.result(2, res.data(), res.size() - 1));
+  CHECK(la.cqes.empty());
 
   // A report of more than was sent (a lying or confused peer) stops at `sent`; one that
   // claims to come from another node is refused.
@@ -146,7 +202,7 @@ TEST_CASE("MSGQ relay: credits go back as receivers free ring slots, never past 
   CHECK(take(dst, ring, uint16_t(member)) == 2);
   CHECK(take(dst, ring, uint16_t(member)) == 3);
   b.progress();
-  CHECK(b.status()["credits_sent"] == kDepth + 1);
+  CHECK(b.status()["credits_sent"] == kDepth + 2);
   CHECK_FALSE(b.busy());
 }
 
@@ -176,12 +232,17 @@ TEST_CASE("MSGQ relay: a full backlog makes messages wait in order; a lost peer 
   for (long i = 0; i < 3; ++i) CHECK(take(dst, ring, uint16_t(member)) == i);  // in order
   CHECK(a.status()["forwarded"] == 3);
 
-  // The peer goes down: a message for it is lost at once and its credit given back.
+  // The peer goes down before its results came back: those three sends and the next one
+  // complete with TRANSIENT, in order; the new message is lost at once, its credit back.
   la.up = false;
   cr->sent.fetch_add(1);
   REQUIRE(a.forward(*cdm, src, request(2, 3, 3)));
   CHECK(a.status()["send_failed"] == 1);
   CHECK(cr->returned.load() == 1);
+  CHECK(completions(la) == std::vector<std::pair<uint32_t, uint32_t>>{{1000, cqe::kErrTransient},
+                                                                        {1001, cqe::kErrTransient},
+                                                                        {1002, cqe::kErrTransient},
+                                                                        {1003, cqe::kErrTransient}});
   // Lost for good (it restarted, or stayed silent): credits of what it never reported come
   // back, and the target owes nothing to a sender that forgot it.
   a.peer_lost(2);

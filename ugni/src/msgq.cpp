@@ -324,7 +324,7 @@ void wake(const Segment& s, uint32_t member) {
 }
 
 // A node of another host: its segment cannot be mapped here, so our daemon carries the
-// message (nicemu/abi/remote_ops.h); the local completion is posted as for a same-host send.
+// message (nicemu/abi/remote_ops.h) and posts the local completion when the target answered.
 gni_return_t send_other_host(Msgq* q, Ep* ep, const void* hdr, uint32_t hdr_len, const void* msg, uint32_t msg_len,
                              uint32_t msg_id, uint8_t tag) {
   mq::TxCredit* cr;
@@ -348,12 +348,13 @@ gni_return_t send_other_host(Msgq* q, Ep* ep, const void* hdr, uint32_t hdr_len,
   m.hdr_len = static_cast<uint16_t>(hdr_len);
   m.msg_len = static_cast<uint16_t>(msg_len);
   m.tag = tag;
+  // The daemon posts the local completion once the target stored the message (or could not).
+  m.snd_cq = q->snd_cq ? q->snd_cq->slot : abi::kNoCq;
+  m.msg_id = msg_id;
   if (hdr_len) std::memcpy(m.payload, hdr, hdr_len);
   if (msg_len) std::memcpy(m.payload + hdr_len, msg, msg_len);
   if (!q->nic->conn.send(&m, sizeof m)) return GNI_RC_INVALID_STATE;
   q->nic->stats[GNI_STAT_FMA_LAUNCH_COUNT].fetch_add(1, std::memory_order_relaxed);
-  if (q->snd_cq)
-    q->snd_cq->ring.push(cqe::make(cqe::kSrcLocalResponse, cqe::kTypeMsgq, cqe::kOk, cqe::kInfoGlobal, 0, msg_id));
   return GNI_RC_SUCCESS;
 }
 
