@@ -47,9 +47,14 @@ void MsgqRelay::fail_pending(uint32_t node) {
 }
 
 bool MsgqRelay::forward(const CdmRegion& cdm, const MsgqSegment& seg, const MsgqRemoteSend& m) {
-  if (uint32_t{m.hdr_len} + m.msg_len > seg.attrs().max_msg_sz || m.dst_pe == self_) return false;
-  // As for a same-host send: only to a node this node connected to (GNI_MsgqConnect).
-  if (!seg.connected_to(m.dst_pe)) return false;
+  // As for a same-host send: only to a node this node connected to (GNI_MsgqConnect). The
+  // library checked both; a refusal here (a connection released meanwhile, or a forged
+  // request) still completes the send, with an error, and returns its credit.
+  if (uint32_t{m.hdr_len} + m.msg_len > seg.attrs().max_msg_sz || m.dst_pe == self_ || !seg.connected_to(m.dst_pe)) {
+    give_back(m.dst_pe, cdm.credential().ptag, cdm.credential().cookie, 1);
+    complete(cdm.attach_id(), m.snd_cq, m.msg_id, cqe::kErrNoPeer);
+    return false;
+  }
   MsgqDeliver d{};
   d.h = abi::ctl::Header{abi::ctl::kMagic, abi::ctl::kVersion, static_cast<uint16_t>(abi::ctl::Op::kMsgqDeliver), 0,
                          sizeof d};

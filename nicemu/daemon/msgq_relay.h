@@ -45,7 +45,8 @@ class MsgqRelay {
   MsgqRelay(uint32_t self, Send send, PeerUp up, FindSegment find, EachSegment each, PostCqe post);
 
   // GNI_MsgqSend of `cdm`, a member of `seg`, for a node of another host. False if the
-  // request is malformed or not allowed (not connected to that node): counted by the caller.
+  // request is malformed or not allowed (not connected to that node): counted by the caller,
+  // the send completed with NO_PEER.
   bool forward(const CdmRegion& cdm, const MsgqSegment& seg, const abi::remote::MsgqRemoteSend& m);
   // MsgqDeliver from the daemon of `from`. False if malformed or about another node.
   bool deliver(uint32_t from, const uint8_t* msg, size_t len);

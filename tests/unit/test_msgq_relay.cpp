@@ -185,6 +185,11 @@ TEST_CASE("MSGQ relay: credits go back as receivers free ring slots, never past 
   CHECK_FALSE(a.result(2, res.data(), res.size() - 1));
   CHECK(la.cqes.empty());
 
+  // A send the daemon refuses (node 5: not connected; the library checks, but a connection
+  // can be released meanwhile) completes at once with NO_PEER; nothing goes out.
+  CHECK_FALSE(a.forward(*cdm, src, request(5, 3, 6)));
+  CHECK(la.out.empty());
+  CHECK(completions(la) == std::vector<std::pair<uint32_t, uint32_t>>{{1006, cqe::kErrNoPeer}});
   // A report of more than was sent (a lying or confused peer) stops at `sent`; one that
   // claims to come from another node is refused.
   remote::MsgqCredit lie{};
