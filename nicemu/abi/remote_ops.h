@@ -140,13 +140,13 @@ static_assert(sizeof(RmaRequest) + kRmaPiece <= 64 * 1024 && sizeof(RmaReply) + 
 // daemon puts the entry into its segment's ring for the origin node, for the destination
 // instance, as a same-host sender would, and wakes it. Its outcomes go back in order, as
 // MsgqResult runs per origin node, and the sender's daemon posts each message's local
-// completion then (an error status if it could not be stored), as the hardware's FMA PUT
-// completes when the target answers. Senders take a credit per message (msgq_layout.h, TxCredit: at most the ring's
-// depth in flight per node pair, GNI_RC_NOT_DONE beyond); the target's daemon sends
-// MsgqCredit back as receivers free ring slots. A ring full anyway (credits forged, depths
-// that differ) holds the message at the target's daemon, in order, until there is room. A
-// message nobody can take (no ring for the origin, no such destination) is dropped and
-// counted there, its credit returned: the sender is not told.
+// completion then, as the hardware's FMA PUT completes when the target answers: a message
+// nobody can take (no queue of the domain, no ring for the origin, no such destination)
+// completes with an error. Senders take a credit per message (msgq_layout.h, TxCredit: at
+// most the ring's depth in flight per node pair, GNI_RC_NOT_DONE beyond); the target's
+// daemon sends MsgqCredit back as receivers free ring slots (and for every message it could
+// not store). A ring full anyway (credits forged, depths that differ) holds the message at
+// the target's daemon, in order, until there is room.
 inline constexpr uint32_t kMsgqMaxPayload = 128;  // msgq::kMaxMsgSize (GNI_MSGQ_MSG_SZ_MAX)
 
 struct MsgqRemoteSend {

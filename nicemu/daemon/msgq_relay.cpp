@@ -17,6 +17,13 @@ namespace cqe = nicemu::abi::cqe;
 
 namespace {
 constexpr uint64_t kPollMinUs = 100, kPollMaxUs = 5000;
+
+template <typename Queues>
+size_t queued(const Queues& by_node) {
+  size_t n = 0;
+  for (auto& [node, q] : by_node) n += q.size();
+  return n;
+}
 }
 
 MsgqRelay::MsgqRelay(uint32_t self, Send send, PeerUp up, FindSegment find, EachSegment each, PostCqe post)
@@ -56,8 +63,7 @@ bool MsgqRelay::forward(const CdmRegion& cdm, const MsgqSegment& seg, const Msgq
     return false;
   }
   MsgqDeliver d{};
-  d.h = abi::ctl::Header{abi::ctl::kMagic, abi::ctl::kVersion, static_cast<uint16_t>(abi::ctl::Op::kMsgqDeliver), 0,
-                         sizeof d};
+  d.h = abi::ctl::make_header<MsgqDeliver>(abi::ctl::Op::kMsgqDeliver, 0);
   d.origin_pe = self_;
   d.src_inst = cdm.inst_id();
   d.dst_inst = m.dst_inst;
@@ -137,7 +143,11 @@ int MsgqRelay::put(const MsgqDeliver& d) {
 void MsgqRelay::stored(const MsgqDeliver& d, int r, const MsgqSegment::RingPos& at) {
   Outstanding& o = out_[Key{d.ptag, d.cookie, d.origin_pe}];
   if (r != rc::kSuccess) {
-    ++ctr_.undeliverable;
+    // Logged the first time and every 1000th, so a confused peer cannot flood the log.
+    if (ctr_.undeliverable++ % 1000 == 0)
+      spdlog::warn("nic {}: MSGQ message from node {} inst {} for inst {} refused: no queue of that domain, no ring "
+                   "for that node or no such destination here",
+                   self_, d.origin_pe, d.src_inst, d.dst_inst);
     ++o.unreported;
     outcome(d.origin_pe, cqe::kErrPeerGone);
     return;
@@ -159,16 +169,7 @@ bool MsgqRelay::deliver(uint32_t from, const uint8_t* msg, size_t len) {
   std::memcpy(&d, msg, sizeof d);
   if (d.origin_pe != from || uint32_t{d.hdr_len} + d.msg_len > kMsgqMaxPayload) return false;
   // Behind held messages: order per origin is kept by never overtaking them.
-  if (held_.empty()) {
-    const int r = put(d);
-    if (r != rc::kNotDone) {
-      if (r != rc::kSuccess && (ctr_.undeliverable - 1) % 1000 == 0)
-        spdlog::warn("nic {}: MSGQ message from node {} inst {} for inst {} dropped: no ring for that node or no such "
-                     "destination here",
-                     self_, d.origin_pe, d.src_inst, d.dst_inst);
-      return true;
-    }
-  }
+  if (held_.empty() && put(d) != rc::kNotDone) return true;
   if (held_.size() >= kMaxHeld) {
     ++ctr_.overflow;
     ++out_[Key{d.ptag, d.cookie, d.origin_pe}].unreported;
@@ -208,8 +209,8 @@ void MsgqRelay::send_results() {
       const uint32_t n = static_cast<uint32_t>(std::min<size_t>(runs.size() - done, kMsgqMaxRuns));
       std::vector<uint8_t> buf(sizeof(MsgqResult) + n * sizeof(MsgqResultRun));
       MsgqResult r{};
-      r.h = abi::ctl::Header{abi::ctl::kMagic, abi::ctl::kVersion, static_cast<uint16_t>(abi::ctl::Op::kMsgqResult), 0,
-                             static_cast<uint32_t>(buf.size())};
+      r.h = abi::ctl::make_header<MsgqResult>(abi::ctl::Op::kMsgqResult, 0);
+      r.h.length = static_cast<uint32_t>(buf.size());  // the runs follow
       r.origin_pe = self_;
       r.runs = n;
       std::memcpy(buf.data(), &r, sizeof r);
@@ -279,8 +280,7 @@ void MsgqRelay::settle() {
     if (o.unreported) {
       moved = true;
       MsgqCredit c{};
-      c.h = abi::ctl::Header{abi::ctl::kMagic, abi::ctl::kVersion, static_cast<uint16_t>(abi::ctl::Op::kMsgqCredit), 0,
-                             sizeof c};
+      c.h = abi::ctl::make_header<MsgqCredit>(abi::ctl::Op::kMsgqCredit, 0);
       c.origin_pe = self_;
       c.ptag = ptag;
       c.cookie = cookie;
@@ -320,11 +320,7 @@ nlohmann::json MsgqRelay::status() const {
   return nlohmann::json{{"forwarded", ctr_.forwarded},
                         {"send_failed", ctr_.send_failed},
                         {"waited", ctr_.waited},
-                        {"waiting", [&] {
-                           size_t n = 0;
-                           for (auto& [node, q] : waiting_) n += q.size();
-                           return n;
-                         }()},
+                        {"waiting", queued(waiting_)},
                         {"delivered", ctr_.delivered},
                         {"held", ctr_.held},
                         {"holding", held_.size()},
@@ -336,11 +332,7 @@ nlohmann::json MsgqRelay::status() const {
                         {"stale_credits", ctr_.stale_credits},
                         {"completed", ctr_.completed},
                         {"completed_errors", ctr_.completed_errors},
-                        {"awaiting_results", [&] {
-                           size_t n = 0;
-                           for (auto& [node, q] : pending_) n += q.size();
-                           return n;
-                         }()},
+                        {"awaiting_results", queued(pending_)},
                         {"result_messages", ctr_.result_messages}};
 }
 

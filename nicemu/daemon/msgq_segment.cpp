@@ -250,14 +250,6 @@ nlohmann::json MsgqSegment::status() const {
 
 namespace nicemu::daemon {
 
-bool MsgqSegment::connected_to(uint32_t pe) const {
-  for (uint32_t i = 0; i < view_.attrs.num_msgq_eps; ++i) {
-    uint32_t rpe, g;
-    if (view_.read_tx(i, rpe, g) && rpe == pe) return true;
-  }
-  return false;
-}
-
 TxCredit* MsgqSegment::tx_credit(uint32_t pe) const {
   for (uint32_t i = 0; i < view_.attrs.num_msgq_eps; ++i) {
     uint32_t rpe, g;

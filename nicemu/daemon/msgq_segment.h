@@ -42,7 +42,7 @@ class MsgqSegment {
 
   bool is_member(uint64_t attach_id) const { return find_member(attach_id) >= 0; }
   // A member here connected to send to `pe` (GNI_MsgqConnect)?
-  bool connected_to(uint32_t pe) const;
+  bool connected_to(uint32_t pe) const { return tx_credit(pe) != nullptr; }
   // The credits of the send connection to `pe` (another host's node); null if not connected.
   abi::msgq::TxCredit* tx_credit(uint32_t pe) const;
   // Where deliver_remote put a message: ring (RxConn index and generation) and position.

@@ -12,6 +12,7 @@
 
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <vector>
 
 #include "cdm_fixture.h"
@@ -98,22 +99,26 @@ long take(const MsgqSegment& seg, uint32_t ring, uint16_t member) {
   return long(seq);
 }
 
-}  // namespace
-
-TEST_CASE("MSGQ relay: credits go back as receivers free ring slots, never past what was sent") {
+// Node 1's queue connected to node 2 (credits `cr`), node 2's with member inst 3 and a ring
+// for node 1; each node's relay on its own link; CDM 11 of node 1 sends.
+struct Rig {
   const mq::Attrs attrs{64, kDepth, 1, 2, 2, 0, 16, 0};
-  MsgqSegment src(1, Credential{kPtag, kCookie}, attrs, 1), dst(2, Credential{kPtag, kCookie}, attrs, 1);
-  uint32_t conn, gen, member, mgen, ring, rgen;
-  REQUIRE(src.connect(2, 1, conn, gen) == abi::gni::kSuccess);
-  REQUIRE(dst.join(77, getpid(), 3, member, mgen) == abi::gni::kSuccess);
-  REQUIRE(dst.conn_open(1, ring, rgen) == abi::gni::kSuccess);
-  mq::TxCredit* cr = src.tx_credit(2);
-  REQUIRE(cr);
-  CHECK(src.tx_credit(5) == nullptr);  // not connected to node 5
-  auto cdm = cdm_fixture::make_cdm(1, 1, 11, kPtag, kCookie);
+  MsgqSegment src{1, Credential{kPtag, kCookie}, attrs, 1}, dst{2, Credential{kPtag, kCookie}, attrs, 1};
+  uint32_t conn = 0, gen = 0, member = 0, mgen = 0, ring = 0, rgen = 0;
+  mq::TxCredit* cr = nullptr;
+  std::unique_ptr<CdmRegion> cdm = cdm_fixture::make_cdm(1, 1, 11, kPtag, kCookie);
   Link la, lb;
   MsgqRelay a = make_relay(1, la, src), b = make_relay(2, lb, dst);
-  auto carry = [](Link& from, MsgqRelay& to, uint32_t sender) {  // delivers what `from` sent
+
+  Rig() {
+    REQUIRE(src.connect(2, 1, conn, gen) == abi::gni::kSuccess);
+    REQUIRE(dst.join(77, getpid(), 3, member, mgen) == abi::gni::kSuccess);
+    REQUIRE(dst.conn_open(1, ring, rgen) == abi::gni::kSuccess);
+    cr = src.tx_credit(2);
+    REQUIRE(cr);
+  }
+  // Delivers what `from` sent to the relay `to` (of the other node); how many messages.
+  static size_t carry(Link& from, MsgqRelay& to, uint32_t sender) {
     size_t n = 0;
     for (; !from.out.empty(); from.out.pop_front(), ++n) {
       auto& [node, m] = from.out.front();
@@ -125,7 +130,13 @@ TEST_CASE("MSGQ relay: credits go back as receivers free ring slots, never past 
         REQUIRE(to.credit(sender, m.data(), m.size()));
     }
     return n;
-  };
+  }
+};
+
+}  // namespace
+
+TEST_CASE_FIXTURE(Rig, "MSGQ relay: credits go back as receivers free ring slots, never past what was sent") {
+  CHECK(src.tx_credit(5) == nullptr);  // not connected to node 5
 
   // The library took kDepth credits; the sender's daemon forwards, the target stores.
   cr->sent.store(kDepth);
@@ -211,18 +222,7 @@ TEST_CASE("MSGQ relay: credits go back as receivers free ring slots, never past 
   CHECK_FALSE(b.busy());
 }
 
-TEST_CASE("MSGQ relay: a full backlog makes messages wait in order; a lost peer gives every credit back") {
-  const mq::Attrs attrs{64, kDepth, 1, 2, 2, 0, 16, 0};
-  MsgqSegment src(1, Credential{kPtag, kCookie}, attrs, 1), dst(2, Credential{kPtag, kCookie}, attrs, 1);
-  uint32_t conn, gen, member, mgen, ring, rgen;
-  REQUIRE(src.connect(2, 1, conn, gen) == abi::gni::kSuccess);
-  REQUIRE(dst.join(77, getpid(), 3, member, mgen) == abi::gni::kSuccess);
-  REQUIRE(dst.conn_open(1, ring, rgen) == abi::gni::kSuccess);
-  mq::TxCredit* cr = src.tx_credit(2);
-  auto cdm = cdm_fixture::make_cdm(1, 1, 11, kPtag, kCookie);
-  Link la, lb;
-  MsgqRelay a = make_relay(1, la, src), b = make_relay(2, lb, dst);
-
+TEST_CASE_FIXTURE(Rig, "MSGQ relay: a full backlog makes messages wait in order; a lost peer gives every credit back") {
   cr->sent.store(3);
   la.room = 1;  // the fabric takes one, then refuses for backlog
   for (uint32_t i = 0; i < 3; ++i) REQUIRE(a.forward(*cdm, src, request(2, 3, i)));
