@@ -103,6 +103,10 @@ dmapp_return_t Context::init(const dmapp_rma_attrs_ext_t& req, dmapp_rma_attrs_e
     std::fprintf(stderr, "dmapp_init: PE %d: GNI setup failed: %s\n", pe, gni_err_str[g]);
     return DMAPP_RC_RESOURCE_ERROR;
   }
+  // Gemini refuses GETs into a local address that is not 4-byte aligned; such GETs then go
+  // through the bounce slots (transfers.cpp).
+  gni_nic_device_t device = GNI_DEVICE_ARIES;
+  if (GNI_GetDeviceType(&device) == GNI_RC_SUCCESS && device == GNI_DEVICE_GEMINI) get_local_align_mask = 3;
   const uint32_t flags = GNI_MEM_READWRITE | pi_flags(attrs.PI_ordering);
 
   if (!find_data_segment(data.base, data.len)) {

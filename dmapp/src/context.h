@@ -48,8 +48,9 @@ struct Request {
   bool rdma = false;
   uint8_t retries = 0;
   void* bounce = nullptr;       // this request's slot in the registered bounce arena
-  void* copy_to = nullptr;      // GET into unregistered memory: copy from bounce at completion
+  void* copy_to = nullptr;      // GET through the bounce slot: copy out at completion
   size_t copy_len = 0;
+  uint32_t copy_off = 0;        // where the wanted bytes start in the slot (unaligned GETs)
   bool temp_registered = false; // local side registered for this post only
   gni_mem_handle_t temp_mh{};
   bool flag_pending = false;    // put-with-flag through BTE: the flag follows the data
@@ -107,6 +108,8 @@ class Context {
   // False if `s` is not a live syncid of this context.
   bool release_syncid(dmapp_syncid* s);
   const gni_mem_handle_t& bounce_mh() const { return bounce_mh_; }
+  // 3 on Gemini, whose GETs also need a 4-byte aligned local address; 0 on Aries.
+  uint64_t get_local_align_mask = 0;
   dmapp_syncid implicit;  // all _nbi requests
   std::vector<std::pair<int (*)(void*), void*>> progress_cbs;
 
@@ -132,6 +135,10 @@ class Context {
 uint64_t queue_region_bytes(const dmapp_rma_attrs_ext_t& a);
 void queue_poll(Context& c);
 void queue_forget();
+
+// The attributes dmapp_init uses when given none, and what the attribute queries report
+// before dmapp_init (init_query.cpp).
+dmapp_rma_attrs_ext_t default_attrs();
 
 // Undoes whatever init() managed to set up.
 dmapp_return_t release_all(Context& c);

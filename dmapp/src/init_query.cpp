@@ -6,11 +6,12 @@
 
 using namespace nicemu::dmapp;
 
-namespace {
+namespace nicemu::dmapp {
 
-std::mutex g_init_mu;
-
-dmapp_rma_attrs_ext_t defaults() {
+// The one definition of the defaults: dmapp_init(NULL, ...) uses them, and the attribute
+// queries report them before dmapp_init (programs read them, change a few fields and pass
+// them to init). Routing defaults as Cray's header states them.
+dmapp_rma_attrs_ext_t default_attrs() {
   dmapp_rma_attrs_ext_t a{};
   a.max_outstanding_nb = DMAPP_DEF_OUTSTANDING_NB;
   a.offload_threshold = DMAPP_OFFLOAD_THRESHOLD;
@@ -18,11 +19,19 @@ dmapp_rma_attrs_ext_t defaults() {
   a.get_relaxed_ordering = DMAPP_ROUTING_ADAPTIVE;
   a.max_concurrency = 1;
   a.PI_ordering = DMAPP_PI_ORDERING_STRICT;
+  a.queue_depth = DMAPP_QUEUE_DEFAULT_DEPTH;
+  a.queue_nelems = DMAPP_QUEUE_DEFAULT_NELEMS;
   return a;
 }
 
+}  // namespace nicemu::dmapp
+
+namespace {
+
+std::mutex g_init_mu;
+
 dmapp_rma_attrs_ext_t widen(const dmapp_rma_attrs_t& a) {
-  dmapp_rma_attrs_ext_t e = defaults();
+  dmapp_rma_attrs_ext_t e = default_attrs();
   e.max_outstanding_nb = a.max_outstanding_nb;
   e.offload_threshold = a.offload_threshold;
   e.put_relaxed_ordering = a.put_relaxed_ordering;
@@ -80,14 +89,14 @@ dmapp_return_t dmapp_explain_error(dmapp_return_t rc, const char** msg) {
 }
 
 dmapp_return_t dmapp_init(dmapp_rma_attrs_t* req, dmapp_rma_attrs_t* actual) {
-  dmapp_rma_attrs_ext_t e = req ? widen(*req) : defaults(), out{};
+  dmapp_rma_attrs_ext_t e = req ? widen(*req) : default_attrs(), out{};
   dmapp_return_t rc = init_common(e, &out);
   if (rc == DMAPP_RC_SUCCESS && actual) narrow(out, actual);
   return rc;
 }
 
 dmapp_return_t dmapp_init_ext(dmapp_rma_attrs_ext_t* req, dmapp_rma_attrs_ext_t* actual) {
-  return init_common(req ? *req : defaults(), actual);
+  return init_common(req ? *req : default_attrs(), actual);
 }
 
 dmapp_return_t dmapp_finalize(void) {
@@ -125,19 +134,25 @@ dmapp_return_t dmapp_get_jobinfo(dmapp_jobinfo_t* info) {
   return DMAPP_RC_SUCCESS;
 }
 
+// Before dmapp_init (and after dmapp_finalize): the defaults init would use; then the
+// attributes in force.
 dmapp_return_t dmapp_get_rma_attrs_ext(dmapp_rma_attrs_ext_t* a) {
+  if (!a) return DMAPP_RC_INVALID_PARAM;
   Context* c = context();
-  if (!c || !a) return DMAPP_RC_INVALID_PARAM;
+  if (!c) {
+    *a = default_attrs();
+    return DMAPP_RC_SUCCESS;
+  }
   std::lock_guard<std::recursive_mutex> lk(c->mu);
   *a = c->attrs;
   return DMAPP_RC_SUCCESS;
 }
 
 dmapp_return_t dmapp_get_rma_attrs(dmapp_rma_attrs_t* a) {
-  Context* c = context();
-  if (!c || !a) return DMAPP_RC_INVALID_PARAM;
-  std::lock_guard<std::recursive_mutex> lk(c->mu);
-  narrow(c->attrs, a);
+  if (!a) return DMAPP_RC_INVALID_PARAM;
+  dmapp_rma_attrs_ext_t e{};
+  dmapp_get_rma_attrs_ext(&e);
+  narrow(e, a);
   return DMAPP_RC_SUCCESS;
 }
 

@@ -82,7 +82,9 @@ void Context::complete(Request* r, bool ok, gni_cq_entry_t ev) {
     }
   }
   dmapp_syncid* g = r->group;
-  if (ok && r->copy_to) std::memcpy(r->copy_to, r->bounce, r->copy_len);
+  // The copy-out happens before the group's count drops, so a sync call never reports a GET
+  // complete while its bytes are still in the bounce slot.
+  if (ok && r->copy_to) std::memcpy(r->copy_to, static_cast<char*>(r->bounce) + r->copy_off, r->copy_len);
   if (ok && r->flag_pending) {
     // The data is at the target: now the flag (an 8-byte FMA PUT), in the same group.
     r->flag_pending = false;

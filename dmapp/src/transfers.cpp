@@ -1,7 +1,8 @@
 // The data-motion calls (§5): contiguous, strided, indexed, multi-PE and put-with-flag, in
 // their blocking, _nb and _nbi forms. Each call becomes one or more contiguous pieces; a
 // piece goes to FMA (GNI_PostFma) up to the offload threshold and to the BTE
-// (GNI_PostRdma) above it, as DMAPP switches on Gemini/Aries.
+// (GNI_PostRdma) above it, as DMAPP switches on Gemini/Aries. GETs of any address and
+// length: what GNI's alignment rules refuse goes partly or wholly through bounce slots.
 #include <cstring>
 
 #include "call.h"
@@ -83,10 +84,72 @@ dmapp_return_t put_piece(Call& call, dmapp_pe_t pe, const Remote& r, const void*
   return c.post(q);
 }
 
-dmapp_return_t get_piece(Call& call, dmapp_pe_t pe, const Remote& r, void* dst, uint64_t bytes) {
-  // §3: GETs need 4-byte aligned remote addresses and lengths.
-  if ((r.addr | bytes) & 3) return DMAPP_RC_ALIGNMENT_ERROR;
+namespace {
+
+// One GET of the aligned remote range [raddr, raddr+len), len <= kBounceBytes, into the
+// request's registered bounce slot; at completion `n` bytes from `off` in the slot go to
+// `dst` (Context::complete, before the group counts the request done).
+dmapp_return_t bounce_get(Call& call, dmapp_pe_t pe, uint64_t raddr, const gni_mem_handle_t& mh, uint64_t len,
+                          uint64_t off, void* dst, uint64_t n) {
   Context& c = call.ctx();
+  Request* q = c.alloc_request(call.may_block());
+  if (!q) return DMAPP_RC_NO_SPACE;
+  q->group = call.group();
+  q->pe = pe;
+  q->rdma = len > c.attrs.offload_threshold;
+  q->desc.type = q->rdma ? GNI_POST_RDMA_GET : GNI_POST_FMA_GET;
+  q->desc.dlvr_mode = c.get_dlvr_mode();
+  q->desc.remote_addr = raddr;
+  q->desc.remote_mem_hndl = mh;
+  q->desc.length = len;
+  q->desc.local_addr = reinterpret_cast<uint64_t>(q->bounce);
+  q->desc.local_mem_hndl = c.bounce_mh();
+  q->copy_to = dst;
+  q->copy_off = uint32_t(off);
+  q->copy_len = n;
+  return c.post(q);
+}
+
+// A GET that GNI would refuse for alignment (remote address or length not a multiple of 4;
+// on Gemini also the local address). Cray's DMAPP moves such GETs itself, and so does this:
+// the aligned superset of the remote range is read (segments are registered in whole pages,
+// so the superset is inside the registration) and only the wanted bytes are copied out.
+// Up to one bounce slot it is one GET; above, the unaligned head and tail words go through
+// bounce slots and the aligned middle straight to the engine, as any aligned GET.
+dmapp_return_t unaligned_get(Call& call, dmapp_pe_t pe, const Remote& r, void* dst, uint64_t bytes) {
+  const uint64_t lo = r.addr & ~uint64_t(3), hi = (r.addr + bytes + 3) & ~uint64_t(3);
+  if (hi - lo <= kBounceBytes) return bounce_get(call, pe, lo, r.mh, hi - lo, r.addr - lo, dst, bytes);
+  char* out = static_cast<char*>(dst);
+  const uint64_t head = ((r.addr + 3) & ~uint64_t(3)) - r.addr;  // bytes before the first whole word
+  const uint64_t tail = (r.addr + bytes) & 3;                     // bytes after the last whole word
+  const uint64_t mid = bytes - head - tail;                       // > 0: hi - lo > kBounceBytes
+  dmapp_return_t rc = DMAPP_RC_SUCCESS;
+  if (head) rc = bounce_get(call, pe, lo, r.mh, 4, r.addr - lo, out, head);
+  if (rc != DMAPP_RC_SUCCESS) return rc;
+  const Remote m{r.addr + head, r.mh};
+  if ((reinterpret_cast<uint64_t>(out + head) & call.ctx().get_local_align_mask) == 0) {
+    rc = get_piece(call, pe, m, out + head, mid);
+  } else {
+    // Gemini, and the middle's local address is not 4-byte aligned: no engine can write
+    // there, so the middle goes through bounce slots too.
+    for (uint64_t done = 0; done < mid && rc == DMAPP_RC_SUCCESS; done += kBounceBytes) {
+      const uint64_t n = mid - done < kBounceBytes ? mid - done : kBounceBytes;
+      rc = bounce_get(call, pe, m.addr + done, m.mh, n, 0, out + head + done, n);
+    }
+  }
+  if (rc != DMAPP_RC_SUCCESS) return rc;
+  if (tail) rc = bounce_get(call, pe, hi - 4, r.mh, 4, 0, out + head + mid, tail);
+  return rc;
+}
+
+}  // namespace
+
+dmapp_return_t get_piece(Call& call, dmapp_pe_t pe, const Remote& r, void* dst, uint64_t bytes) {
+  Context& c = call.ctx();
+  // GNI's alignment rules for GETs (4-byte remote address and length; Gemini: local address
+  // too). Anything else takes the slow path; the aligned case costs one test more, no more.
+  if (((r.addr | bytes) & 3) | (reinterpret_cast<uint64_t>(dst) & c.get_local_align_mask)) [[unlikely]]
+    return unaligned_get(call, pe, r, dst, bytes);
   Request* q = c.alloc_request(call.may_block());
   if (!q) return DMAPP_RC_NO_SPACE;
   q->group = call.group();
@@ -171,7 +234,6 @@ dmapp_return_t iget_impl(Mode m, dmapp_syncid_handle_t* sid, void* target, void*
   if (rc != DMAPP_RC_SUCCESS) return rc;
   const uint64_t es = type_size(type);
   if (!es || !target || !nelems || tst < 1 || sst < 1) return call.finish(DMAPP_RC_INVALID_PARAM);
-  if (es < 4) return call.finish(DMAPP_RC_ALIGNMENT_ERROR);  // each element is a GET of es bytes
   Remote r;
   if ((rc = call.ctx().resolve(at(src, ptrdiff_t(nelems - 1) * sst, es), es, seg, pe, r)) != DMAPP_RC_SUCCESS)
     return call.finish(rc);
@@ -183,6 +245,9 @@ dmapp_return_t iget_impl(Mode m, dmapp_syncid_handle_t* sid, void* target, void*
 }
 
 // Indexed: element i goes from source + i to target + tidx[i] (offsets in elements).
+// Elements of any size and address, GETs included: get_piece moves what GNI would refuse.
+// (Cray's header lists DMAPP_BYTE as not supported for indexed GETs; doing them anyway
+// cannot break a program written for that.)
 dmapp_return_t ixput_impl(Mode m, dmapp_syncid_handle_t* sid, void* target, dmapp_seg_desc_t* seg, dmapp_pe_t pe,
                           void* src, ptrdiff_t* tidx, uint64_t nelems, dmapp_type_t type) {
   Call call(m, sid);
@@ -205,7 +270,6 @@ dmapp_return_t ixget_impl(Mode m, dmapp_syncid_handle_t* sid, void* target, void
   Call call(m, sid);
   dmapp_return_t rc = call.begin();
   if (rc != DMAPP_RC_SUCCESS) return rc;
-  if (type == DMAPP_BYTE) return call.finish(DMAPP_RC_NOT_SUPPORTED);  // §5
   const uint64_t es = type_size(type);
   if (!es || !target || !sidx || !nelems) return call.finish(DMAPP_RC_INVALID_PARAM);
   Remote r;
