@@ -52,7 +52,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::memcpy(entry, raw, sizeof raw);
   const auto* e = reinterpret_cast<const abi::RegEntry*>(entry);
   if (mode & 1) {
-    auto f = abi::mdh::registration_fields(e->address, e->length, e->gen, slot, e->flags & abi::gni::kMemReadOnly);
+    auto f = abi::mdh::registration_fields(e->address, e->length, e->domain, slot, e->flags & abi::gni::kMemReadOnly);
     abi::mdh::encode(f, q1, q2);
   }
   // Segments: as many as the rest of the input holds, from seg_first on (clamped).

@@ -56,8 +56,8 @@ struct BteRequest {
   uint32_t local_event;       // id of the local events
   uint32_t remote_event;      // id of the remote event
   uint32_t ep_id;             // initiator EP: one EP's requests run in posting order
-  uint32_t remote_nic;        // target NIC address and instance (EP binding)
-  uint32_t remote_inst;
+  uint32_t remote_nic;        // target NIC address (EP binding); the target CDM is the
+  uint32_t reserved1;         // memory domain of remote_qword1
   uint32_t reserved0;
   uint64_t local_addr;
   uint64_t local_qword1;      // initiator's registration of [local_addr, +length)

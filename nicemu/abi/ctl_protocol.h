@@ -12,7 +12,7 @@
 namespace nicemu::abi::ctl {
 
 inline constexpr uint32_t kMagic = 0x4E43544C;  // "NCTL"
-inline constexpr uint16_t kVersion = 1;
+inline constexpr uint16_t kVersion = 2;  // 2: PeerLookup and MboxOpen name memory domains
 inline constexpr size_t kMaxMessage = 73728;    // every message but a status reply (the largest:
                                                 // SmsgRelaySend of a 64 KiB SMSG message)
 inline constexpr size_t kMaxStatusReply = 1u << 20;
@@ -120,6 +120,8 @@ struct AttachReply {
   uint64_t attach_id;
   uint64_t region_size;
   uint64_t ro_size;
+  uint32_t mem_domain;  // the MDH of the CDM's handles (also in its region's header)
+  uint32_t reserved;
 };
 
 struct MemRegister {
@@ -177,10 +179,12 @@ struct CqDestroy {
 };
 
 // Sent to the daemon of the target NIC (which may be another emulated node on this host).
+// The target is named by its memory domain (the MDH of a handle it issued), as the
+// hardware reaches memory by (NIC address, MDH) whatever id an EP was bound with.
 struct PeerLookup {
   Header h;
   uint32_t nic_addr;
-  uint32_t inst_id;
+  uint32_t mem_domain;
   uint32_t ptag;
   uint32_t cookie;
 };
@@ -197,7 +201,7 @@ struct PeerLookupReply {
 // (for its local attr) and by the sender (for its remote attr); both get the same mailbox.
 struct MboxOpen {
   Header h;
-  uint32_t inst_id;   // receiver instance
+  uint32_t reserved0;  // the receiver is the memory domain of qword1 (mem_handle.h)
   uint32_t ptag;
   uint32_t cookie;
   uint32_t mbox_offset;
@@ -430,6 +434,8 @@ struct SmsgRelayOpen {
   uint32_t buff_size;
   uint32_t credits;
   uint32_t max_size;
+  uint32_t credit_cq;   // our CQ slot for the SMSG event of credits coming back (kNoCq: none)
+  uint32_t reserved;
 };
 struct SmsgRelayOpenReply {
   Reply r;
@@ -490,6 +496,8 @@ struct SmsgAck {
   uint32_t delivered;
   uint32_t released;
   uint32_t status;
+  uint32_t receiver_inst;  // what the sender's credit event carries (the receiver's default event data)
+  uint32_t reserved;
 };
 struct SmsgClose {
   Header h;
@@ -509,7 +517,7 @@ struct SmsgRelayNote {
 // fabric message (wire::kMaxMessage, 64 KiB).
 inline constexpr uint32_t kSmsgRelayMaxSize = 65536 - sizeof(SmsgData);
 static_assert(sizeof(SmsgRelaySend) + kSmsgRelayMaxSize <= kMaxMessage);
-static_assert(sizeof(SmsgData) == 40 && sizeof(SmsgOpen) == 80 && sizeof(SmsgAck) == 32);
+static_assert(sizeof(SmsgData) == 40 && sizeof(SmsgOpen) == 80 && sizeof(SmsgAck) == 40);
 static_assert(sizeof(SmsgRelayNote) == sizeof(Header) + 8);
 
 static_assert(sizeof(Attach) <= kMaxMessage && sizeof(MboxOpen) <= kMaxMessage);

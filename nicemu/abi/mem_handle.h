@@ -1,11 +1,14 @@
 // Memory-handle encoding (gni_mem_handle_t, 16 bytes) — the "format v1" bit layout of the
-// fact sheet, with the registration slot of the owning CDM in the otherwise unused bits:
-//   qword1  51..0  VA >> 12            63..52  MDH = slot generation (12 bits)
+// fact sheet, with the registration slot in the otherwise unused bits:
+//   qword1  51..0  VA >> 12            63..52  MDH: the memory domain (12 bits)
 //   qword2  27..0  pages               33..28  page shift (12)
 //           41..34 flags               55..42  registration slot (14 bits)
 //           63..56 CRC-8 (reflected Dallas/Maxim) of the 15 low bytes
-// A handle names a registration of the CDM the EP is bound to; the target validates slot,
-// generation, CRC, flags and bounds against its daemon-written registration table.
+// The MDH names the memory domain of the registering CDM on its node (the daemon numbers
+// the attached CDMs 1..4095, never 0). As on the hardware, a memory operation reaches its
+// target through (NIC address, MDH) alone, whatever id the EP was bound with; the target
+// then validates slot, domain, page, page count, CRC, flags and bounds against the
+// domain's daemon-written registration table.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -14,7 +17,10 @@ namespace nicemu::abi::mdh {
 
 inline constexpr uint32_t kSlotBits = 14;
 inline constexpr uint32_t kMaxSlots = 1u << kSlotBits;
-inline constexpr uint32_t kGenMask = 0xFFF;
+inline constexpr uint32_t kGenMask = 0xFFF;       // a registration's generation (not in the handle)
+inline constexpr uint32_t kDomainBits = 12;
+inline constexpr uint32_t kMaxDomains = 1u << kDomainBits;  // MDH 0 is never issued
+inline constexpr uint64_t kPagesUnbounded = 0xFFFFFFF;  // a client-built handle's "any length"
 inline constexpr uint32_t kPageShift = 12;
 
 inline constexpr uint32_t kFlagReadOnly = 0x01;
@@ -24,7 +30,7 @@ inline constexpr uint32_t kFlagNewFormat = 0x80;
 struct Fields {
   uint64_t va = 0;        // registered start address (page-truncated in the handle)
   uint64_t npages = 0;    // pages covered
-  uint32_t gen = 0;       // 12-bit generation
+  uint32_t domain = 0;    // 12-bit MDH: the registering CDM's memory domain on its node
   uint32_t slot = 0;      // 14-bit registration slot
   uint32_t flags = 0;     // kFlag*
 };
@@ -45,7 +51,7 @@ constexpr uint8_t crc8(uint64_t q1, uint64_t q2) {
 }
 
 constexpr void encode(const Fields& f, uint64_t& q1, uint64_t& q2) {
-  q1 = ((f.va >> kPageShift) & ((uint64_t{1} << 52) - 1)) | (uint64_t{f.gen & kGenMask} << 52);
+  q1 = ((f.va >> kPageShift) & ((uint64_t{1} << 52) - 1)) | (uint64_t{f.domain & (kMaxDomains - 1)} << 52);
   q2 = (f.npages & 0xFFFFFFF) | (uint64_t{kPageShift} << 28) | (uint64_t{f.flags & 0xFF} << 34) |
        (uint64_t{f.slot & (kMaxSlots - 1)} << 42);
   q2 |= uint64_t{crc8(q1, q2)} << 56;
@@ -54,16 +60,19 @@ constexpr void encode(const Fields& f, uint64_t& q1, uint64_t& q2) {
 // The handle of registration `slot` covering [address, address + length): what the daemon
 // returns from GNI_MemRegister and what GNI_MemQueryHndls rebuilds from the table, so the
 // two are always the same 16 bytes. `read_only` is GNI_MEM_READ_ONLY of the registration.
-constexpr Fields registration_fields(uint64_t address, uint64_t length, uint32_t gen, uint32_t slot,
+constexpr Fields registration_fields(uint64_t address, uint64_t length, uint32_t domain, uint32_t slot,
                                      bool read_only) {
   Fields f;
   f.va = address & ~((uint64_t{1} << kPageShift) - 1);
   f.npages = (address + length - f.va + (uint64_t{1} << kPageShift) - 1) >> kPageShift;
-  f.gen = gen;
+  f.domain = domain;
   f.slot = slot;
   f.flags = read_only ? kFlagReadOnly : 0;
   return f;
 }
+
+// The MDH of a handle without decoding the rest: what finds the target's region.
+constexpr uint32_t domain_of(uint64_t q1) { return static_cast<uint32_t>(q1 >> 52) & (kMaxDomains - 1); }
 
 // Decodes and checks the CRC; nullopt for a handle that was never produced by encode().
 constexpr std::optional<Fields> decode(uint64_t q1, uint64_t q2) {
@@ -72,7 +81,7 @@ constexpr std::optional<Fields> decode(uint64_t q1, uint64_t q2) {
   if (((q2 >> 28) & 0x3F) != kPageShift) return std::nullopt;
   Fields f;
   f.va = (q1 & ((uint64_t{1} << 52) - 1)) << kPageShift;
-  f.gen = static_cast<uint32_t>(q1 >> 52) & kGenMask;
+  f.domain = static_cast<uint32_t>(q1 >> 52) & (kMaxDomains - 1);
   f.npages = q2 & 0xFFFFFFF;
   f.flags = static_cast<uint32_t>(q2 >> 34) & 0xFF;
   f.slot = static_cast<uint32_t>(q2 >> 42) & (kMaxSlots - 1);

@@ -41,6 +41,7 @@ inline bool region_read_reg(const char* base, uint32_t slot, RegEntry& out, uint
     out.dst_cq = e->dst_cq;
     out.seg_count = e->seg_count;
     out.seg_first = e->seg_first;
+    out.domain = e->domain;
     std::atomic_thread_fence(std::memory_order_acquire);
     if (e->seq.load(std::memory_order_relaxed) == s1) {
       if (seq_out) *seq_out = s1;
@@ -68,10 +69,16 @@ inline CqRingView region_cq_view(char* base, uint64_t size, uint32_t slot) {
   return v;
 }
 
-// The access check on a copied entry: the handle names it (slot, generation, page), the
-// range lies inside it, a write does not target read-only memory. A CQE status.
+// The access check on a copied entry: the handle names it (slot, memory domain, first page
+// and page count; a client-built handle may leave the count unbounded), the range lies
+// inside it, a write does not target read-only memory. A CQE status. A slot registered
+// again for exactly the same pages by the same domain accepts the old handle, as the
+// hardware's MDD does: it is the same memory of the same owner.
 inline uint64_t region_check_entry(const mdh::Fields& f, const RegEntry& e, uint64_t addr, uint64_t len, bool write) {
-  if (e.state != kRegLive || e.gen != f.gen || (e.address & ~(kPageSize - 1)) != f.va) return cqe::kErrProtection;
+  if (e.state != kRegLive || e.domain != f.domain || (e.address & ~(kPageSize - 1)) != f.va) return cqe::kErrProtection;
+  if (f.npages != mdh::kPagesUnbounded &&
+      f.npages != mdh::registration_fields(e.address, e.length, 0, 0, false).npages)
+    return cqe::kErrProtection;
   if (addr < e.address || len > e.length || addr - e.address > e.length - len) return cqe::kErrBounds;
   if (write && (e.flags & gni::kMemReadOnly)) return cqe::kErrReadOnly;
   return cqe::kOk;
@@ -89,6 +96,20 @@ inline uint64_t region_check_access(const char* base, uint64_t q1, uint64_t q2, 
   if (!region_read_reg(base, f->slot, e)) return cqe::kErrProtection;
   if (uint64_t st = region_check_entry(*f, e, addr, len, write)) return st;
   if (dst_cq) *dst_cq = e.dst_cq;
+  return cqe::kOk;
+}
+
+// The CQ a CQ write through handle (q1, q2) lands in: the handle must name a live
+// registration of the region (the check of every access, for no bytes) that has a CQ for
+// remote events. A CQE status; `dst_cq` set when allowed.
+inline uint64_t region_cq_write_target(const char* base, uint64_t q1, uint64_t q2, uint32_t& dst_cq) {
+  auto f = mdh::decode(q1, q2);
+  if (!f) return cqe::kErrProtection;
+  RegEntry e;
+  if (!region_read_reg(base, f->slot, e) || region_check_entry(*f, e, e.address, 0, false) != cqe::kOk ||
+      e.dst_cq == kNoCq)
+    return cqe::kErrProtection;  // nowhere to write: as a bad handle
+  dst_cq = e.dst_cq;
   return cqe::kOk;
 }
 

@@ -64,8 +64,8 @@ struct RemotePost {
   uint32_t tid;           // CQE tid of the local events, or kBteNoTid (none requested)
   uint32_t local_event;
   uint32_t remote_event;
-  uint32_t remote_nic;    // target NIC address and instance (the EP's binding)
-  uint32_t remote_inst;
+  uint32_t remote_nic;    // target NIC address (the EP's binding); the target CDM is the
+  uint32_t reserved0;     // memory domain of remote_qword1, whatever id the EP was bound with
   uint32_t amo_cmd;       // gni_fma_cmd_type_t value (kAmo)
   uint32_t inline_length; // PUT bytes following this struct (0: read from local_addr)
   uint64_t local_addr;
@@ -104,7 +104,7 @@ struct RmaRequest {
   uint16_t engine;        // Engine
   uint16_t flags;         // Flags
   uint16_t reserved0;
-  uint32_t target_inst;
+  uint32_t reserved2;     // the target CDM is the memory domain of qword1
   uint32_t ptag;          // the initiator's protection domain (its daemon's word)
   uint32_t cookie;
   uint32_t remote_event;

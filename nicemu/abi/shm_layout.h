@@ -22,7 +22,7 @@
 namespace nicemu::abi {
 
 inline constexpr uint32_t kRegionMagic = 0x4E494345;  // "NICE"
-inline constexpr uint16_t kAbiVersion = 4;  // 2: segment table, RegEntry.seg_*; 3: two memfds (region_map.h), lease; 4: MboxCtl.note_at
+inline constexpr uint16_t kAbiVersion = 5;  // 2: segment table, RegEntry.seg_*; 3: two memfds (region_map.h), lease; 4: MboxCtl.note_at; 5: memory domains (mem_domain, RegEntry.domain), credit_wanted
 inline constexpr uint32_t kRegSlots = 16384;          // = mdh::kMaxSlots
 inline constexpr uint32_t kCqSlots = 1024;
 inline constexpr uint32_t kNoCq = 0xFFFFFFFF;
@@ -58,7 +58,7 @@ struct RegionHeader {
   std::atomic<uint32_t> dgram_seq;   // bumped and woken when a datagram of this CDM changes state
   uint32_t amo_lock_offset;          // AmoLock[amo_lock_count]: the first heap block, so < 4 GiB
   uint32_t counters_offset;          // the client's CdmCounterBlock (counters_layout.h); 0 = none
-  uint32_t reserved0;
+  uint32_t mem_domain;               // MDH of this CDM's registrations on its node (mem_handle.h), 1..4095
   // The daemon's lease: a robust futex word holding the tid of a daemon thread that lives as
   // long as the daemon. However the daemon ends (SIGKILL included) the kernel sets
   // kLeaseOwnerDied in it, so peers see a region of a dead daemon as down without any
@@ -103,7 +103,7 @@ struct RegEntry {
   uint32_t dst_cq;     // CQ slot for remote events, or kNoCq
   uint32_t seg_count;  // 0: one contiguous range at `address`; else segments in the table
   uint32_t seg_first;  // index of the first SegEntry
-  uint32_t reserved0;
+  uint32_t domain;     // MDH of the CDM that registered it (a sibling's copy keeps the origin's)
   uint64_t reserved[2];
 };
 static_assert(sizeof(RegEntry) == 64);
@@ -221,9 +221,14 @@ struct MboxCtl {
   uint32_t slot_size;
   uint32_t max_size;
   std::atomic<uint32_t> note_at;  // relayed mailboxes only: written by the receiver's daemon
+  // Set (seq_cst) by a sender that ran out of credits, then `released` re-read; the
+  // receiver stores `released` (seq_cst), then takes this flag and, if it was set, raises an
+  // SMSG event in the sender's receive CQ, as the credit message of the hardware does.
+  std::atomic<uint32_t> credit_wanted;
 };
 static_assert(sizeof(MboxCtl) == 192);
-static_assert(offsetof(MboxCtl, released) == 64 && offsetof(MboxCtl, note_at) == 144);
+static_assert(offsetof(MboxCtl, released) == 64 && offsetof(MboxCtl, note_at) == 144 &&
+              offsetof(MboxCtl, credit_wanted) == 148);
 inline constexpr uint32_t kMboxMagic = 0x4D424F58;  // "MBOX"
 
 // Cross-host SMSG (docs/fabric.md, "SMSG across hosts"): the sender's side of a channel
@@ -246,7 +251,10 @@ struct SmsgRelayCtl {
   alignas(64) uint32_t magic;
   uint32_t credits;
   uint32_t max_size;
-  uint32_t reserved;
+  // Set (seq_cst) by a library that ran out of credits, then `released` re-read; the daemon
+  // stores `released` (seq_cst), then takes the flag and raises an SMSG event in the CQ the
+  // relay was opened with (SmsgRelayOpen::credit_cq), as with a mailbox on this host.
+  std::atomic<uint32_t> credit_wanted;
 };
 static_assert(sizeof(SmsgRelayCtl) == 192);
 static_assert(offsetof(SmsgRelayCtl, released) == 64 && offsetof(SmsgRelayCtl, state) == 72);

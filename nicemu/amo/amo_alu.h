@@ -30,6 +30,15 @@ struct Command {
 // nullopt for a value that is not one of the 118 enumerators of gni_fma_cmd_type_t.
 std::optional<Command> decode(uint32_t amo_cmd);
 
+// Whether a descriptor's `length` fits command `c`: the operand size, or for the
+// non-fetching two-operand commands (AX, CSWAP and their cached and 32-bit forms) twice
+// that, since programs written for Cray XC machines post them with the length of both
+// operands. Only `size` bytes of the target change either way; a fetching form returns
+// `size` bytes, so it keeps the operand size.
+constexpr bool length_ok(const Command& c, uint64_t length) {
+  return length == c.size || (!c.fetching && (c.op == Op::kAx || c.op == Op::kCswap) && length == 2u * c.size);
+}
+
 struct Outcome {
   uint64_t new_value = 0;  // the target's value after the operation (low `size` bytes)
   uint64_t fetched = 0;    // the old value, zero-extended; meaningful when `fetching`

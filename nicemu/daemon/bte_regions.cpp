@@ -104,14 +104,14 @@ std::shared_ptr<MappedRegion> RegionDirectory::resolve(const RegionKey& key, uin
     if (key.nic_addr == nic_addr_) {
       for (auto& [id, r] : local_) {
         const RegionHeader& h = r->header();
-        if (h.inst_id == key.inst && h.ptag == key.ptag && h.cookie == key.cookie && r->alive()) return r;
+        if (h.mem_domain == key.domain && h.ptag == key.ptag && h.cookie == key.cookie && r->alive()) return r;
       }
       status = cqe::kErrNoPeer;
       return nullptr;
     }
     if (auto it = remote_.find(key); it != remote_.end()) {
       if (it->second->alive()) return it->second;
-      remote_.erase(it);  // died; a new process may have attached with its inst_id
+      remote_.erase(it);  // died; a new CDM may have its memory domain
     }
   }
   auto r = lookup_remote(key, status);
@@ -142,7 +142,7 @@ std::shared_ptr<MappedRegion> RegionDirectory::lookup_remote(const RegionKey& ke
   abi::ctl::PeerLookup req{};
   req.h.op = static_cast<uint16_t>(abi::ctl::Op::kPeerLookup);
   req.nic_addr = key.nic_addr;
-  req.inst_id = key.inst;
+  req.mem_domain = key.domain;
   req.ptag = key.ptag;
   req.cookie = key.cookie;
   abi::ctl::PeerLookupReply rep{};

@@ -60,10 +60,12 @@ class MappedRegion {
   uint64_t attach_id_ = 0;
 };
 
+// A target CDM: its NIC address and memory domain (the MDH of the handle an operation
+// names), and the initiator's protection domain, which the target must be in.
 struct RegionKey {
-  uint32_t nic_addr, inst, ptag, cookie;
+  uint32_t nic_addr, domain, ptag, cookie;
   bool operator<(const RegionKey& o) const {
-    return std::tie(nic_addr, inst, ptag, cookie) < std::tie(o.nic_addr, o.inst, o.ptag, o.cookie);
+    return std::tie(nic_addr, domain, ptag, cookie) < std::tie(o.nic_addr, o.domain, o.ptag, o.cookie);
   }
 };
 

@@ -23,10 +23,11 @@ using namespace nicemu::abi;
 namespace rc = nicemu::abi::gni;
 
 CdmRegion::CdmRegion(uint32_t nic_addr, uint32_t device_type, const ctl::Attach& req, pid_t pid,
-                     uint64_t attach_id, uint64_t region_size)
+                     uint64_t attach_id, uint64_t region_size, uint32_t mem_domain)
     : size_(region_size),
       attach_id_(attach_id),
       inst_id_(req.inst_id),
+      mem_domain_(mem_domain),
       cred_{req.ptag, req.cookie},
       pid_(pid),
       heap_(kRoSize, region_size) {
@@ -60,6 +61,7 @@ CdmRegion::CdmRegion(uint32_t nic_addr, uint32_t device_type, const ctl::Attach&
   h->header_size = sizeof(RegionHeader);
   h->nic_addr = nic_addr;
   h->inst_id = req.inst_id;
+  h->mem_domain = mem_domain;
   h->ptag = req.ptag;
   h->cookie = req.cookie;
   h->owner_pid = static_cast<uint32_t>(pid);
@@ -123,7 +125,8 @@ int CdmRegion::check_register(const RegSpec& spec) const {
 // Several segments are addressed by peers as offsets 0 .. total-1 of their concatenation.
 // The segment list goes into the read-only segment table first; the entry that refers to
 // it is published last, so no reader sees it half written.
-int CdmRegion::reg_store(uint32_t slot, uint32_t gen, const RegSpec& spec, uint32_t dst_cq, uint64_t origin) {
+int CdmRegion::reg_store(uint32_t slot, uint32_t gen, const RegSpec& spec, uint32_t dst_cq, uint64_t origin,
+                         uint32_t domain) {
   RegEntry* e = reg(slot);
   if (e->state != kRegFree) return rc::kErrorResource;
   const uint32_t count = static_cast<uint32_t>(spec.segments.size());
@@ -149,6 +152,7 @@ int CdmRegion::reg_store(uint32_t slot, uint32_t gen, const RegSpec& spec, uint3
   e->dst_cq = dst_cq;
   e->seg_count = count;
   e->seg_first = first;
+  e->domain = domain;
   e->state = kRegLive;
   e->seq.store(seq + 2, std::memory_order_release);
   origin_[slot] = origin;
@@ -257,12 +261,12 @@ int CdmRegion::mbox_open(const ctl::MboxOpen& req, ctl::MboxOpenReply& rep, bool
   auto f = mdh::decode(req.qword1, req.qword2);
   if (!f) return rc::kInvalidParam;
   RegEntry* e = reg(f->slot);
-  if (e->state != kRegLive || e->gen != f->gen) return rc::kInvalidParam;
+  if (e->state != kRegLive || e->domain != f->domain) return rc::kInvalidParam;
   // The mailbox must lie inside the registration, as the RDMA writes of real SMSG would.
   uint64_t need = smsg_buffer_size(req.credits, req.max_size);
   uint64_t start = req.msg_buffer + req.mbox_offset;
   if (start < e->address || start + need > e->address + e->length) return rc::kInvalidParam;
-  MboxKey key{f->slot, f->gen, req.mbox_offset};
+  MboxKey key{f->slot, e->gen, req.mbox_offset};
   if (auto it = mboxes_.find(key); it != mboxes_.end()) {
     if (it->second.credits != req.credits || it->second.max_size != req.max_size) return rc::kInvalidParam;
     rep.ctl_offset = it->second.ctl_offset;

@@ -40,8 +40,10 @@ struct RegSpec {
 class CdmRegion {
  public:
   // Creates the memfd, sizes and maps it, and fills in the header. Throws on failure.
+  // `mem_domain` is the MDH its registrations' handles carry (mem_handle.h), unique among
+  // the node's live CDMs.
   CdmRegion(uint32_t nic_addr, uint32_t device_type, const abi::ctl::Attach& req, pid_t pid,
-            uint64_t attach_id, uint64_t region_size);
+            uint64_t attach_id, uint64_t region_size, uint32_t mem_domain);
   ~CdmRegion();
   CdmRegion(const CdmRegion&) = delete;
   CdmRegion& operator=(const CdmRegion&) = delete;
@@ -51,6 +53,7 @@ class CdmRegion {
   int heap_memfd() const { return heap_fd_; }
   uint64_t attach_id() const { return attach_id_; }
   uint32_t inst_id() const { return inst_id_; }
+  uint32_t mem_domain() const { return mem_domain_; }
   Credential credential() const { return cred_; }
   pid_t pid() const { return pid_; }
   uint64_t region_size() const { return size_; }
@@ -65,8 +68,9 @@ class CdmRegion {
   RegSpec reg_spec(uint32_t slot) const;  // what `slot` registers (live slots)
   // The attach id of the CDM the process registered `slot` through (0 if free).
   uint64_t reg_origin(uint32_t slot) const;
-  // Publishes free `slot` (segments first, then the entry under its seqlock).
-  int reg_store(uint32_t slot, uint32_t gen, const RegSpec& spec, uint32_t dst_cq, uint64_t origin);
+  // Publishes free `slot` (segments first, then the entry under its seqlock). `origin` and
+  // `domain` are the attach id and memory domain of the CDM that registered it.
+  int reg_store(uint32_t slot, uint32_t gen, const RegSpec& spec, uint32_t dst_cq, uint64_t origin, uint32_t domain);
   void reg_clear(uint32_t slot);
   uint32_t reg_hint() const { return next_reg_slot_; }
   void set_reg_hint(uint32_t slot) { next_reg_slot_ = slot % abi::kRegSlots; }
@@ -127,6 +131,7 @@ class CdmRegion {
   uint64_t size_ = 0;
   uint64_t attach_id_ = 0;
   uint32_t inst_id_ = 0;
+  uint32_t mem_domain_ = 0;
   Credential cred_;
   pid_t pid_ = 0;
   HeapAllocator heap_;

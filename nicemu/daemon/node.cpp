@@ -74,7 +74,7 @@ Node::Node(NodeConfig cfg)
                   auto it = cdms_.find(id);
                   return it == cdms_.end() ? nullptr : it->second.get();
                 },
-                [this](const Credential& c, uint32_t inst) { return find_cdm(c, inst); },
+                [this](const Credential& c, uint32_t domain) { return find_cdm_by_domain(c, domain); },
                 [this](CdmRegion& t) {
                   Peer remote{};  // a mailbox opened for a sender of another host counts as the receiver's
                   remote.uid = static_cast<uid_t>(-1);
@@ -264,6 +264,13 @@ CdmRegion* Node::find_cdm(const Credential& c, uint32_t inst_id) {
   return nullptr;
 }
 
+CdmRegion* Node::find_cdm_by_domain(const Credential& c, uint32_t domain) {
+  if (domain == 0 || domain >= domains_.size() || domains_[domain] == 0) return nullptr;
+  auto it = cdms_.find(domains_[domain]);
+  if (it == cdms_.end() || !(it->second->credential() == c) || !it->second->alive()) return nullptr;
+  return it->second.get();
+}
+
 void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& reply, PassFds& pass_fds) {
   pass_fds = {-1, -1};
   reply.clear();
@@ -397,7 +404,7 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
         r.r.rc = rc::kNoMatch;
       } else if (!may_use(peer, c)) {
         r.r.rc = refuse_credential(peer, "peer lookup", c);
-      } else if (!(t = find_cdm(c, req.inst_id))) {
+      } else if (!(t = find_cdm_by_domain(c, req.mem_domain))) {
         r.r.rc = rc::kNoMatch;
       } else {
         r.r.rc = rc::kSuccess;
@@ -409,8 +416,8 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
       }
       if (r.r.rc != rc::kSuccess) {
         ++ctr_.peer_lookup_failures;
-        spdlog::debug("nic {}: peer lookup of inst {} (ptag {}) by pid {} failed: rc {}", cfg_.nic_addr,
-                      req.inst_id, req.ptag, peer.pid, r.r.rc);
+        spdlog::debug("nic {}: peer lookup of memory domain {} (ptag {}) by pid {} failed: rc {}", cfg_.nic_addr,
+                      req.mem_domain, req.ptag, peer.pid, r.r.rc);
       }
       return;
     }
@@ -422,7 +429,7 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
       CdmRegion* t = nullptr;
       if (!may_use(peer, c))
         r.r.rc = refuse_credential(peer, "mailbox open", c);
-      else if (!(t = find_cdm(c, req.inst_id)))
+      else if (!(t = find_cdm_by_domain(c, mdh::domain_of(req.qword1))))
         r.r.rc = rc::kNoMatch;
       else if ((r.r.rc = t->mbox_open(req, r, false)) == rc::kErrorResource)  // not open yet
         r.r.rc = may_take(peer, Resource::kMailboxes, t->pid(), c) ? t->mbox_open(req, r) : rc::kErrorResource;
@@ -906,10 +913,16 @@ int Node::attach(Peer& peer, const ctl::Attach& req, ctl::AttachReply& rep, Pass
   }
   if (find_cdm(c, req.inst_id)) return refuse(rc::kInvalidParam, "inst_id already in use in this domain");
   if (!may_take(peer, Resource::kCdms, peer.pid, c)) return refuse(rc::kErrorResource, "CDM limit reached");
+  uint32_t domain = 0;
+  for (uint32_t i = 0; i < mdh::kMaxDomains && domain == 0; ++i) {
+    uint32_t d = (next_domain_ + i) % mdh::kMaxDomains;
+    if (d != 0 && domains_[d] == 0) domain = d;
+  }
+  if (domain == 0) return refuse(rc::kErrorResource, "no memory domain left (4095 CDMs attached to this NIC)");
   std::unique_ptr<CdmRegion> region;
   try {
     region = std::make_unique<CdmRegion>(cfg_.nic_addr, cfg_.device_type, req, peer.pid, next_attach_++,
-                                         cfg_.region_size);
+                                         cfg_.region_size, domain);
   } catch (const std::exception& e) {
     return refuse(rc::kErrorNomem, e.what());
   }
@@ -918,10 +931,13 @@ int Node::attach(Peer& peer, const ctl::Attach& req, ctl::AttachReply& rep, Pass
   rep.attach_id = region->attach_id();
   rep.region_size = region->region_size();
   rep.ro_size = kRoSize;
+  rep.mem_domain = domain;
   pass_fds = {region->ro_memfd(), region->heap_memfd()};
   peer.attach_id = region->attach_id();
-  spdlog::info("nic {}: pid {} attached inst {} ptag {} (attach {})", cfg_.nic_addr, peer.pid, req.inst_id, req.ptag,
-               peer.attach_id);
+  domains_[domain] = peer.attach_id;
+  next_domain_ = domain + 1;
+  spdlog::info("nic {}: pid {} attached inst {} ptag {} (attach {}, memory domain {})", cfg_.nic_addr, peer.pid,
+               req.inst_id, req.ptag, peer.attach_id, domain);
   bte_.region_attached(region->ro_memfd(), region->heap_memfd(), region->region_size(), peer.pid);
   if (auto sib = family(peer.pid, c); !sib.empty()) mdd_copy_into(*region, *sib.front());
   // The page is readable by every local user: it names the job's uid and ptag, not its cookie.
@@ -947,6 +963,7 @@ void Node::connection_closed(Peer& peer) {
   Credential cred = it->second->credential();
   stats_.cdm_detached(peer.attach_id, it->second->counter_block());
   leases_.remove(it->second->header());
+  domains_[it->second->mem_domain()] = 0;
   cdms_.erase(it);
   mdd_drop_origin(peer.attach_id, family(pid, cred));
   peer.attach_id = 0;
@@ -961,6 +978,7 @@ void Node::shutdown() {
     leases_.remove(r->header());
   }
   cdms_.clear();
+  domains_.fill(0);
   for (auto& [c, seg] : msgqs_) seg->kill(msgq::kSegmentNicDown);
   msgqs_.clear();
   bte_.stop();

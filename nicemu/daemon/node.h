@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "nicemu/abi/mem_handle.h"
 #include "nicemu/daemon/bandwidth_injection.h"
 #include "nicemu/daemon/bte_engine.h"
 #include "nicemu/daemon/cdm_region.h"
@@ -133,6 +134,9 @@ class Node {
   int handle_cred(Peer& peer, const ctl::Header& h, const ctl::Cred& req, ctl::CredReply& r);
   CdmRegion* owned_cdm(const Peer& peer);
   CdmRegion* find_cdm(const Credential& c, uint32_t inst_id);
+  // The live CDM of memory domain `domain` (the MDH of its handles) if it is in domain `c`:
+  // how memory operations find their target, whatever id their EP was bound with.
+  CdmRegion* find_cdm_by_domain(const Credential& c, uint32_t domain);
   // The live CDMs of process `pid` in domain `c` (process_mdd.h).
   std::vector<CdmRegion*> family(pid_t pid, const Credential& c);
   void count_link(uint32_t node, size_t bytes, bool ok);
@@ -153,6 +157,10 @@ class Node {
   // After cdms_, so it ends (marking the regions still mapped NIC down) before they unmap.
   LeaseKeeper leases_;
   uint64_t next_attach_ = 1;
+  // Memory domains (MDH values) of the attached CDMs: attach id per domain, 0 = free.
+  // Handed out round-robin so a domain is reused as late as possible.
+  std::array<uint64_t, abi::mdh::kMaxDomains> domains_{};
+  uint32_t next_domain_ = 1;
   Counters ctr_;
   DaemonLinks links_;
   DatagramMatcher dgrams_;

@@ -24,18 +24,20 @@ int mdd_register(CdmRegion& caller, const std::vector<CdmRegion*>& family, const
   }
   if (slot == kRegSlots) return rc::kErrorResource;
   caller.set_reg_hint(slot + 1);
-  // A generation newer than any the slot had in any region, so no old handle matches.
+  // A generation newer than any the slot had in any region: a mailbox keyed on the old
+  // registration (cdm_region.h, MboxKey) is not mistaken for one in the new.
   uint32_t gen = 0;
   for (const CdmRegion* r : family) gen = std::max(gen, r->reg_entry(slot).gen);
   gen = (gen + 1) & mdh::kGenMask;
   for (CdmRegion* r : family) {
-    if (int e = r->reg_store(slot, gen, spec, r == &caller ? spec.dst_cq : kNoCq, caller.attach_id());
+    if (int e = r->reg_store(slot, gen, spec, r == &caller ? spec.dst_cq : kNoCq, caller.attach_id(),
+                             caller.mem_domain());
         e != rc::kSuccess) {
       for (CdmRegion* done : family) done->reg_clear(slot);  // all or none
       return e;
     }
   }
-  mdh::Fields f = mdh::registration_fields(spec.segments.empty() ? spec.address : 0, spec.length, gen, slot,
+  mdh::Fields f = mdh::registration_fields(spec.segments.empty() ? spec.address : 0, spec.length, caller.mem_domain(), slot,
                                            spec.flags & rc::kMemReadOnly);
   mdh::encode(f, rep.qword1, rep.qword2);
   return rc::kSuccess;
@@ -49,9 +51,9 @@ int mdd_deregister(CdmRegion& caller, const std::vector<CdmRegion*>& family, con
     return rc::kInvalidParam;
   }
   const RegEntry& e = caller.reg_entry(f->slot);
-  if (e.state != kRegLive || e.gen != f->gen || (e.address & ~(kPageSize - 1)) != f->va) {
-    spdlog::debug("deregister by inst {} (pid {}): slot {} gen {} va {:#x} is not live (state {}, gen {})",
-                  caller.inst_id(), caller.pid(), f->slot, f->gen, f->va, e.state, e.gen);
+  if (e.state != kRegLive || e.domain != f->domain || (e.address & ~(kPageSize - 1)) != f->va) {
+    spdlog::debug("deregister by inst {} (pid {}): slot {} domain {} va {:#x} is not live (state {}, domain {})",
+                  caller.inst_id(), caller.pid(), f->slot, f->domain, f->va, e.state, e.domain);
     return rc::kInvalidParam;
   }
   for (CdmRegion* r : family) r->reg_clear(f->slot);
@@ -62,7 +64,7 @@ void mdd_copy_into(CdmRegion& fresh, const CdmRegion& sibling) {
   for (uint32_t s = 0; s < kRegSlots; ++s) {
     const RegEntry& e = sibling.reg_entry(s);
     if (e.state != kRegLive) continue;
-    fresh.reg_store(s, e.gen, sibling.reg_spec(s), kNoCq, sibling.reg_origin(s));
+    fresh.reg_store(s, e.gen, sibling.reg_spec(s), kNoCq, sibling.reg_origin(s), e.domain);
   }
 }
 

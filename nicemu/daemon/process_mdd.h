@@ -4,8 +4,9 @@
 // domain's CDM and posts through each interface's CDM, Open MPI through one of several
 // virtual devices. nicemu validates against the read-only table of the target CDM's region,
 // so the daemon keeps the same entries (same slot, generation, range) in every region the
-// process has attached in one protection domain. A remote event goes to the dst CQ only
-// through the CDM that registered (the CQ lives in that CDM's region); the copies have none.
+// process has attached in one protection domain. The handle carries the memory domain (MDH)
+// of the CDM that registered, so remote accesses find that CDM's region, where the dst CQ
+// lives (the copies have none); the copies serve the process's own local-handle checks.
 #pragma once
 #include <vector>
 

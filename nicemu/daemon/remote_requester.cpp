@@ -61,7 +61,7 @@ void RemoteRequester::post(const std::shared_ptr<MappedRegion>& initiator, const
   const bool kind_ok = p.kind == kPut || p.kind == kGet || p.kind == kAmo || p.kind == kCqWrite;
   if (!kind_ok || (p.engine != kFma && p.engine != kBte) || (p.inline_length && (p.kind != kPut || p.inline_length != p.length)))
     st = cqe::kErrProtection;
-  else if (p.kind == kAmo && (!amo::decode(p.amo_cmd) || amo::decode(p.amo_cmd)->size != p.length))
+  else if (p.kind == kAmo && (!amo::decode(p.amo_cmd) || !amo::length_ok(*amo::decode(p.amo_cmd), p.length)))
     st = cqe::kErrProtection;
   // The initiator's side: GET and fetching AMOs write into its registration, RDMA PUT
   // reads from one (an FMA PUT reads the caller's buffer by address, registered or not).
@@ -109,7 +109,6 @@ RemoteRequester::Sent RemoteRequester::send_piece(Op& op, PeerState& ps) {
   q.engine = p.engine;
   const bool last = p.kind == kAmo || p.kind == kCqWrite || op.next + n >= p.length;
   q.flags = static_cast<uint16_t>((p.flags & (kFlagSyncFlag | kFlagRemoteEvent)) | (last ? kFlagLast : 0));
-  q.target_inst = p.remote_inst;
   // The domain is the initiator's, from its daemon-written header: a post cannot name another
   // protection domain's memory.
   q.ptag = op.initiator->header().ptag;

@@ -24,19 +24,6 @@ namespace {
 // with a recoverable error: the daemon's loop serves everybody else meanwhile.
 constexpr int64_t kAmoLockWaitNs = 200'000'000;
 
-// The CQ a CQ write names: the registration must be live, of that generation and page, and
-// have a CQ for remote events (as libugni's same-host check, cq_write.cpp).
-uint64_t cq_write_target(const MappedRegion& r, uint64_t q1, uint64_t q2, uint32_t& dst_cq) {
-  auto f = mdh::decode(q1, q2);
-  if (!f) return cqe::kErrProtection;
-  RegEntry e;
-  if (!region_read_reg(r.base(), f->slot, e) || e.state != kRegLive || e.gen != f->gen ||
-      (e.address & ~(kPageSize - 1)) != f->va || e.dst_cq == kNoCq)
-    return cqe::kErrProtection;
-  dst_cq = e.dst_cq;
-  return cqe::kOk;
-}
-
 }  // namespace
 
 RemoteResponder::RemoteResponder(uint32_t self, RegionDirectory& regions, Send send)
@@ -69,7 +56,7 @@ bool RemoteResponder::request(uint32_t from, const uint8_t* msg, size_t len) {
   uint64_t st = cqe::kOk, fetched = 0;
   uint32_t dst_cq = kNoCq;
   buf_.clear();
-  auto target = regions_.resolve(RegionKey{self_, q.target_inst, q.ptag, q.cookie}, st);
+  auto target = regions_.resolve(RegionKey{self_, mdh::domain_of(q.qword1), q.ptag, q.cookie}, st);
   if (target) st = execute(q, msg + sizeof q, *target, fetched, buf_, dst_cq);
   if (st && target && !target->alive()) st = target->gone_status();
 
@@ -140,7 +127,7 @@ uint64_t RemoteResponder::execute(const RmaRequest& q, const uint8_t* data, Mapp
     case kAmo: {
       ++ctr_.amos;
       auto c = amo::decode(q.amo_cmd);
-      if (!c || q.total_length != c->size || q.length != c->size || (q.base_addr & (c->size - 1)))
+      if (!c || !amo::length_ok(*c, q.total_length) || q.length != q.total_length || (q.base_addr & (c->size - 1)))
         return cqe::kErrProtection;  // the initiating library checked these: a forged request
       Extents word;
       if (uint64_t st = t.translate(q.qword1, q.qword2, q.base_addr, c->size, true, word)) return st;
@@ -165,7 +152,7 @@ uint64_t RemoteResponder::execute(const RmaRequest& q, const uint8_t* data, Mapp
     case kCqWrite: {
       ++ctr_.cq_writes;
       uint32_t cq = kNoCq;
-      if (uint64_t st = cq_write_target(t, q.qword1, q.qword2, cq)) return st;
+      if (uint64_t st = region_cq_write_target(t.base(), q.qword1, q.qword2, cq)) return st;
       // A full target CQ loses the entry and flags its overrun, as the hardware does.
       CqRingView v = t.cq_view(cq);
       if (v.valid()) v.push(cqe::make_cqwrite(q.operand1));

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "nicemu/abi/cq_entry.h"
+#include "nicemu/abi/mem_handle.h"
 #include "nicemu/abi/gni_values.h"
 #include "nicemu/abi/relay_ring.h"
 #include "ugni/src/smsg_channel.h"
@@ -397,7 +398,16 @@ void SmsgRelay::on_ack(uint32_t from, const ctl::SmsgAck& a) {
   t.released = a.released;
   if (SmsgRelayCtl* b = block(t)) {
     b->delivered.store(a.delivered, std::memory_order_release);
-    b->released.store(a.released, std::memory_order_release);
+    b->released.store(a.released, std::memory_order_seq_cst);
+    // The library ran out of credits and waits on its receive CQ: the SMSG event the
+    // hardware's credit message would raise (SmsgRelayCtl::credit_wanted).
+    if (t.next_seq - a.released < t.attrs.credits && t.attrs.credit_cq != kNoCq &&
+        b->credit_wanted.load(std::memory_order_seq_cst) != 0 &&
+        b->credit_wanted.exchange(0, std::memory_order_relaxed) != 0) {
+      queue_cqe(tx_cqes_, t.attach_id, t.attrs.credit_cq,
+                cqe::make(cqe::kSrcRemoteRequest, cqe::kTypeSmsg, cqe::kOk, 0, 0, a.receiver_inst));
+      flush_cqes(tx_cqes_);
+    }
   }
 }
 
@@ -463,10 +473,11 @@ const char* SmsgRelay::on_open(uint32_t from, const ctl::SmsgOpen& o) {
     nack(from, o.relay, status);
     return nullptr;
   };
-  CdmRegion* t = env_.find_cdm(Credential{o.ptag, o.cookie}, o.to_inst);
-  if (!t) return refuse(cqe::kErrPeerGone, "no such instance in that domain here");
+  // The receiver is the CDM whose registration the mailbox handle names, whatever id the
+  // sender's EP was bound with.
+  CdmRegion* t = env_.find_domain(Credential{o.ptag, o.cookie}, mdh::domain_of(o.qword1));
+  if (!t) return refuse(cqe::kErrPeerGone, "no CDM of the mailbox handle's memory domain in that domain here");
   ctl::MboxOpen req{};
-  req.inst_id = o.to_inst;
   req.ptag = o.ptag;
   req.cookie = o.cookie;
   req.mbox_offset = o.mbox_offset;
@@ -592,6 +603,7 @@ void SmsgRelay::send_ack(const RxKey& k, Rx& r) {
   a.relay = k.second;
   a.delivered = r.next;
   a.released = rel;
+  a.receiver_inst = c->inst_id();
   to_peer(k.first, &a, sizeof a);
   if (r.reported != r.next)
     watch_.insert(k);

@@ -60,7 +60,8 @@ namespace nicemu::daemon {
 // What the relay needs from the node.
 struct SmsgRelayEnv {
   std::function<CdmRegion*(uint64_t attach_id)> cdm;                      // live or not
-  std::function<CdmRegion*(const Credential&, uint32_t inst)> find_cdm;  // live CDM of a domain
+  // The live CDM of a memory domain (the MDH of its mailbox's handle) in a protection domain.
+  std::function<CdmRegion*(const Credential&, uint32_t mem_domain)> find_domain;
   std::function<bool(CdmRegion&)> may_open_mailbox;                      // resource limits
   std::function<bool(uint32_t node)> remote;                             // reached over the fabric
   std::function<bool(uint32_t node, const void* msg, size_t len)> send;  // over the fabric

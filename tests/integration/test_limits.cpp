@@ -96,7 +96,6 @@ int first_process(Cred c, int ready_fd, int go_fd) {
     auto open = [&](uint32_t offset) {
       ctl::MboxOpen req{};
       req.h.op = uint16_t(ctl::Op::kMboxOpen);
-      req.inst_id = 1;
       req.ptag = c.ptag;
       req.cookie = c.cookie;
       req.mbox_offset = offset;

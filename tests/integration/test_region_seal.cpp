@@ -96,7 +96,7 @@ TEST_CASE("the read-only section stays read-only for its owner and for peers") {
     ctl::PeerLookup pl{};
     pl.h.op = uint16_t(ctl::Op::kPeerLookup);
     pl.nic_addr = cl.addr(0);
-    pl.inst_id = 3;
+    pl.mem_domain = ar.mem_domain;
     pl.ptag = c.ptag;
     pl.cookie = c.cookie;
     ctl::PeerLookupReply pr{};

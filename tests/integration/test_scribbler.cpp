@@ -166,7 +166,6 @@ int scribbler(Cluster& cl, Cred c, const Target& t) {
     q.tid = wild ? uint32_t(rng()) : uint32_t(rng() & 0xFFFF);  // > 0xFFFF: no local event
     q.ep_id = uint32_t(rng() % 8);
     q.remote_nic = wild ? uint32_t(rng()) : t.addr;
-    q.remote_inst = wild ? uint32_t(rng()) : t.inst;
     q.local_addr = rng() % 2 ? uint64_t(mine) : rng();
     q.local_qword1 = rng() % 2 ? mrr.qword1 : rng();
     q.local_qword2 = rng() % 2 ? mrr.qword2 : rng();

@@ -16,6 +16,7 @@
 #include <filesystem>
 
 #include "harness.h"
+#include "nicemu/abi/mem_handle.h"
 
 using namespace harness;
 namespace ctl = nicemu::abi::ctl;
@@ -65,13 +66,14 @@ struct OwnerInfo {
   uint64_t dgram_id;
 };
 
-int32_t peer_lookup(const std::string& sock, uint32_t addr, uint32_t inst, Cred c, int& fd) {
+// PeerLookup names the target by the memory domain of a handle it issued.
+int32_t peer_lookup(const std::string& sock, uint32_t addr, const gni_mem_handle_t& mdh, Cred c, int& fd) {
   nicemu::ctl::Connection conn;
   if (!conn.connect(sock)) return -1;
   ctl::PeerLookup req{};
   req.h.op = uint16_t(ctl::Op::kPeerLookup);
   req.nic_addr = addr;
-  req.inst_id = inst;
+  req.mem_domain = nicemu::abi::mdh::domain_of(mdh.qword1);
   req.ptag = c.ptag;
   req.cookie = c.cookie;
   ctl::PeerLookupReply rep{};
@@ -156,7 +158,7 @@ int owner(Cluster& cl, User a, Cred ca, int info_fd, int go_fd) {
 int control(Cluster& cl, User a, Cred ca, const OwnerInfo& t) {
   become(a);
   int fd = -1;
-  CHILD_CHECK(peer_lookup(cl.socket(0), t.addr, t.inst, ca, fd) == GNI_RC_SUCCESS && fd >= 0);
+  CHILD_CHECK(peer_lookup(cl.socket(0), t.addr, t.mdh, ca, fd) == GNI_RC_SUCCESS && fd >= 0);
   close(fd);
   Gni g;
   CHILD_CHECK(g.open(2, ca) == GNI_RC_SUCCESS);
@@ -188,15 +190,14 @@ int intruder(Cluster& cl, User a, User b, Cred ca, Cred cb, const OwnerInfo& t) 
   }
   // A's region: not with A's credential, not with B's own.
   int fd = -1;
-  CHILD_CHECK(peer_lookup(sock, t.addr, t.inst, ca, fd) == GNI_RC_PERMISSION_ERROR && fd < 0);
-  CHILD_CHECK(peer_lookup(sock, t.addr, t.inst, cb, fd) == GNI_RC_NO_MATCH && fd < 0);
+  CHILD_CHECK(peer_lookup(sock, t.addr, t.mdh, ca, fd) == GNI_RC_PERMISSION_ERROR && fd < 0);
+  CHILD_CHECK(peer_lookup(sock, t.addr, t.mdh, cb, fd) == GNI_RC_NO_MATCH && fd < 0);
   // A's mailboxes, A's MSGQ segment.
   {
     nicemu::ctl::Connection conn;
     CHILD_CHECK(conn.connect(sock));
     ctl::MboxOpen m{};
     m.h.op = uint16_t(ctl::Op::kMboxOpen);
-    m.inst_id = t.inst;
     m.ptag = ca.ptag;
     m.cookie = ca.cookie;
     m.qword1 = t.mdh.qword1;

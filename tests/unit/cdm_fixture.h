@@ -21,8 +21,9 @@ inline std::unique_ptr<nicemu::daemon::CdmRegion> make_cdm(uint32_t node, uint32
   a.inst_id = inst;
   a.ptag = ptag;
   a.cookie = cookie;
+  // The memory domain: the attach id, as a daemon numbering its first CDMs would.
   return std::make_unique<nicemu::daemon::CdmRegion>(node, nicemu::abi::gni::kDeviceAries, a, getpid(), attach_id,
-                                                     kRegion);
+                                                     kRegion, static_cast<uint32_t>(attach_id));
 }
 
 inline uint32_t make_cq(nicemu::daemon::CdmRegion& r) {

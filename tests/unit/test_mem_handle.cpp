@@ -9,7 +9,7 @@ TEST_CASE("memory handle round-trips every field") {
   Fields f;
   f.va = 0x7f12'3456'7000ull;
   f.npages = 123;
-  f.gen = 0xABC;
+  f.domain = 0xABC;
   f.slot = 16383;
   f.flags = kFlagReadOnly;
   uint64_t q1, q2;
@@ -18,7 +18,8 @@ TEST_CASE("memory handle round-trips every field") {
   REQUIRE(d);
   CHECK(d->va == f.va);
   CHECK(d->npages == 123);
-  CHECK(d->gen == 0xABC);
+  CHECK(d->domain == 0xABC);
+  CHECK(domain_of(q1) == 0xABC);
   CHECK(d->slot == 16383);
   CHECK(d->flags == kFlagReadOnly);
 }
@@ -54,7 +55,7 @@ TEST_CASE("registration handles: page-truncated VA, pages covered, read-only fla
   Fields f = registration_fields(0x10000 + 4096 - 100, 5000, 0x123, 77, true);
   CHECK(f.va == 0x10000);
   CHECK(f.npages == 3);
-  CHECK(f.gen == 0x123);
+  CHECK(f.domain == 0x123);
   CHECK(f.slot == 77);
   CHECK(f.flags == kFlagReadOnly);
   CHECK(registration_fields(0x20000, 4096, 1, 2, false).npages == 1);

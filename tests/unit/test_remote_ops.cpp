@@ -45,9 +45,9 @@ struct Handle {
 
 Handle reg(CdmRegion& r, uint32_t slot, std::vector<char>& mem, uint32_t dst_cq) {
   RegSpec spec{reinterpret_cast<uint64_t>(mem.data()), mem.size(), 0, dst_cq, {}};
-  REQUIRE(r.reg_store(slot, 1, spec, dst_cq, 1) == abi::gni::kSuccess);
+  REQUIRE(r.reg_store(slot, 1, spec, dst_cq, r.attach_id(), r.mem_domain()) == abi::gni::kSuccess);
   Handle h;
-  abi::mdh::encode(abi::mdh::registration_fields(spec.address, spec.length, 1, slot, false), h.q1, h.q2);
+  abi::mdh::encode(abi::mdh::registration_fields(spec.address, spec.length, r.mem_domain(), slot, false), h.q1, h.q2);
   return h;
 }
 
@@ -110,7 +110,6 @@ struct Rig {
     p.local_event = 0x11;
     p.remote_event = 0x22;
     p.remote_nic = 1;
-    p.remote_inst = 20;
     p.local_addr = local;
     p.local_qword1 = ih.q1;
     p.local_qword2 = ih.q2;
@@ -201,12 +200,14 @@ TEST_CASE("remote ops: out of bounds writes nothing; bad handles and forged answ
   REQUIRE(local.size() == 1);
   CHECK(cqe::status_of(local[0]) == cqe::kErrBounds);
 
-  // A forged target handle; a target instance that does not exist.
+  // A forged target handle; a well-formed handle of a memory domain nobody has.
   auto f = r.post(rop::kGet, rop::kBte, r.iaddr(0), r.taddr(0), 64);
   f.remote_qword1 ^= 0x10;
   r.req.post(r.init_map, f, nullptr);
   auto g = r.post(rop::kGet, rop::kBte, r.iaddr(0), r.taddr(0), 64);
-  g.remote_inst = 99;
+  auto other = *abi::mdh::decode(g.remote_qword1, g.remote_qword2);
+  other.domain = 99;
+  abi::mdh::encode(other, g.remote_qword1, g.remote_qword2);
   r.req.post(r.init_map, g, nullptr);
   CHECK(r.pump() == 0);
   local = drain(*r.init, r.icq);

@@ -59,10 +59,10 @@ struct Rig {
       if (self == 0) return id == 1 ? sender.get() : nullptr;
       return id == 2 && receiver_attached ? receiver.get() : nullptr;
     };
-    e.find_cdm = [this, self](const Credential& c, uint32_t inst) -> CdmRegion* {
+    e.find_domain = [this, self](const Credential& c, uint32_t domain) -> CdmRegion* {
       bool ok = c == Credential{kPtag, kCookie};
-      if (self == 1) return ok && inst == 20 && receiver_attached ? receiver.get() : nullptr;
-      return ok && inst == 10 ? sender.get() : nullptr;
+      if (self == 1) return ok && domain == receiver->mem_domain() && receiver_attached ? receiver.get() : nullptr;
+      return ok && domain == sender->mem_domain() ? sender.get() : nullptr;
     };
     e.may_open_mailbox = [](CdmRegion&) { return true; };
     e.remote = [self](uint32_t node) { return node != self; };
@@ -82,8 +82,8 @@ struct Rig {
     b.start(io);
     // The receiver's mailbox memory, registered with its CQ for remote events.
     RegSpec spec{reinterpret_cast<uint64_t>(mbox_mem.data()), mbox_mem.size(), 0, rcq, {}};
-    REQUIRE(receiver->reg_store(3, 1, spec, rcq, 2) == abi::gni::kSuccess);
-    abi::mdh::encode(abi::mdh::registration_fields(spec.address, spec.length, 1, 3, false), q1, q2);
+    REQUIRE(receiver->reg_store(3, 1, spec, rcq, receiver->attach_id(), receiver->mem_domain()) == abi::gni::kSuccess);
+    abi::mdh::encode(abi::mdh::registration_fields(spec.address, spec.length, receiver->mem_domain(), 3, false), q1, q2);
   }
 
   // Delivers what is on the wires (and what the relays post meanwhile) until quiet;
@@ -181,7 +181,6 @@ struct Rig {
   ugni::MailboxView mailbox() {
     ctl::MboxOpen req{};
     ctl::SmsgRelayOpen o = attrs();
-    req.inst_id = 20;
     req.ptag = kPtag;
     req.cookie = kCookie;
     req.qword1 = o.qword1;

@@ -19,15 +19,15 @@ struct FakeRegion {
     auto* h = new (r->base) abi::RegionHeader{};
     h->state.store(abi::kRegionAlive);
   }
-  gni_mem_handle_t add(uint32_t slot, uint64_t addr, uint64_t len, uint32_t flags, uint32_t gen = 1) {
+  gni_mem_handle_t add(uint32_t slot, uint64_t addr, uint64_t len, uint32_t flags, uint32_t domain = 1) {
     auto* e = reinterpret_cast<abi::RegEntry*>(r->base + abi::kRegTableOffset) + slot;
     e->state = abi::kRegLive;
-    e->gen = gen;
+    e->domain = domain;
     e->flags = flags;
     e->address = addr;
     e->length = len;
     e->dst_cq = 3;
-    abi::mdh::Fields f{addr & ~uint64_t{4095}, (addr + len - (addr & ~uint64_t{4095}) + 4095) / 4096, gen, slot,
+    abi::mdh::Fields f{addr & ~uint64_t{4095}, (addr + len - (addr & ~uint64_t{4095}) + 4095) / 4096, domain, slot,
                        (flags & GNI_MEM_READ_ONLY) ? abi::mdh::kFlagReadOnly : 0u};
     gni_mem_handle_t h;
     abi::mdh::encode(f, h.qword1, h.qword2);
@@ -50,7 +50,7 @@ TEST_CASE("inside the registration: allowed, and the remote-event CQ is reported
   CHECK(validate_access(*f.r, h, 0x11000, 64, false, nullptr) == cqe::kOk);
 }
 
-TEST_CASE("bounds, read-only, stale generation, freed slot and forged handles are refused") {
+TEST_CASE("bounds, read-only, stale handles, other domains, freed slot and forged handles are refused") {
   FakeRegion f;
   auto h = f.add(5, 0x10040, 4096, 0);
   CHECK(validate_access(*f.r, h, 0x10000, 8, true, nullptr) == cqe::kErrBounds);
@@ -59,9 +59,15 @@ TEST_CASE("bounds, read-only, stale generation, freed slot and forged handles ar
   auto ro = f.add(6, 0x20000, 4096, GNI_MEM_READ_ONLY);
   CHECK(validate_access(*f.r, ro, 0x20000, 8, true, nullptr) == cqe::kErrReadOnly);
   CHECK(validate_access(*f.r, ro, 0x20000, 8, false, nullptr) == cqe::kOk);
-  auto old = f.add(7, 0x30000, 4096, 0, 1);
-  f.add(7, 0x30000, 4096, 0, 2);  // slot reused: the old handle is stale
+  auto old = f.add(7, 0x30000, 4096, 0);
+  f.add(7, 0x40000, 4096, 0);  // slot reused for other memory: the old handle is stale
   CHECK(validate_access(*f.r, old, 0x30000, 8, true, nullptr) == cqe::kErrProtection);
+  auto shorter = f.add(7, 0x40000, 4096, 0);
+  f.add(7, 0x40000, 3 * 4096, 0);  // same start, more pages: not the registration it names
+  CHECK(validate_access(*f.r, shorter, 0x40000, 8, true, nullptr) == cqe::kErrProtection);
+  auto theirs = f.add(8, 0x50000, 4096, 0, 2);
+  f.add(8, 0x50000, 4096, 0, 3);  // a copy registered by another CDM (memory domain 3)
+  CHECK(validate_access(*f.r, theirs, 0x50000, 8, true, nullptr) == cqe::kErrProtection);
   f.drop(5);
   CHECK(validate_access(*f.r, h, 0x10040, 8, true, nullptr) == cqe::kErrProtection);
   gni_mem_handle_t forged = ro;

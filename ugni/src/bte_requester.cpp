@@ -81,11 +81,7 @@ bool ring_idle(const Nic* n) {
 // (the daemon then executes the post). Completes the post, errors included, otherwise.
 bool run_direct(Nic* n, Ep* ep, Cq* cq, const gni_post_descriptor_t* d, bool get, int32_t tid) {
   uint64_t st = cqe::kOk;
-  if (!ep->peer || !ep->peer->alive()) {
-    auto peer = n->resolve(ep->remote_addr, ep->remote_id, st);
-    if (!peer) return false;  // unknown here: the engine knows the right error (or route)
-    ep->peer = std::move(peer);
-  }
+  if (!target_of(ep, d->remote_mem_hndl, st)) return false;  // unknown here: the engine knows the right error (or route)
   const Region& target = *ep->peer;
   const RdmaOp op = rdma_op(ep, d, get);
   uint32_t dst_cq = abi::kNoCq;
@@ -155,7 +151,10 @@ gni_return_t GNI_PostRdma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
   const int type = post_type(d);
   if (type != GNI_POST_RDMA_PUT && type != GNI_POST_RDMA_GET) return GNI_RC_INVALID_PARAM;
   const bool get = type == GNI_POST_RDMA_GET;
-  if (d->rdma_mode & GNI_RDMAMODE_PHYS_ADDR) return GNI_RC_INVALID_PARAM;  // kernel clients only
+  // GNI_RDMAMODE_PHYS_ADDR (Cray's header: a physical local address, for kernel clients)
+  // means nothing to a user-space post, whose addresses are virtual; Cray's user library
+  // runs such posts (programs written for XC systems set it on large notified PUTs), and so
+  // does this one: the bit is ignored, as documented in docs/compatibility.md.
   if (get) {
     // §12.4: GET remote address and length 4-byte aligned; on Gemini the local address too.
     if (d->length == 0) return GNI_RC_INVALID_PARAM;
@@ -230,7 +229,6 @@ gni_return_t GNI_PostRdma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
   r.remote_event = ep->remote_event;
   r.ep_id = ep->bte_id;
   r.remote_nic = ep->remote_addr;
-  r.remote_inst = ep->remote_id;
   r.local_addr = d->local_addr;
   r.local_qword1 = d->local_mem_hndl.qword1;
   r.local_qword2 = d->local_mem_hndl.qword2;

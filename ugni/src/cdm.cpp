@@ -73,7 +73,9 @@ gni_return_t GNI_CdmAttach(gni_cdm_handle_t cdm_hndl, uint32_t device_id, uint32
                            gni_nic_handle_t* nic_hndl) {
   Cdm* c = as_cdm(cdm_hndl);
   if (!c || !local_addr || !nic_hndl) return GNI_RC_INVALID_PARAM;
-  if (device_id != 0) return GNI_RC_NO_MATCH;
+  // Cray's header: device_id (uint32_t)-1 attaches to the nearest device, which here is the
+  // node's one NIC (device 0).
+  if (device_id != 0 && device_id != kNearestDevice) return GNI_RC_NO_MATCH;
   if (c->nic) return GNI_RC_INVALID_STATE;
   std::string path = daemon_socket();
   auto nic = std::make_unique<Nic>();
@@ -112,7 +114,7 @@ gni_return_t GNI_CdmAttach(gni_cdm_handle_t cdm_hndl, uint32_t device_id, uint32
 }
 
 gni_return_t GNI_CdmGetNicAddress(uint32_t device_id, uint32_t* address, uint32_t* cpu_id) {
-  if (device_id != 0) return GNI_RC_NO_MATCH;
+  if (device_id != 0 && device_id != kNearestDevice) return GNI_RC_NO_MATCH;
   abi::ctl::HelloReply h;
   if (!daemon_hello(h)) return GNI_RC_NO_MATCH;
   if (address) *address = h.nic_addr;

@@ -12,36 +12,15 @@ namespace nicemu::ugni {
 
 namespace cqe = nicemu::abi::cqe;
 
-namespace {
-
-// Target-side check: the handle decodes, its slot is live with the same generation and
-// page, and the registration has a CQ for remote events. Returns a CQE status.
-uint64_t validate_cq_target(const Region& r, const gni_mem_handle_t& h, uint32_t* dst_cq) {
-  auto f = abi::mdh::decode(h.qword1, h.qword2);
-  if (!f) return cqe::kErrProtection;
-  abi::RegEntry e;
-  if (!r.read_reg(f->slot, e) || e.state != abi::kRegLive || e.gen != f->gen ||
-      (e.address & ~(abi::kPageSize - 1)) != f->va)
-    return cqe::kErrProtection;
-  if (e.dst_cq == abi::kNoCq) return cqe::kErrProtection;  // nowhere to write: as a bad handle
-  *dst_cq = e.dst_cq;
-  return cqe::kOk;
-}
-
-}  // namespace
-
 // Executes the write on the target: resolve, validate, push. Returns a CQE status.
 uint64_t execute_cq_write(Ep* ep, const gni_mem_handle_t& remote_mem_hndl, uint64_t value) {
   Nic* n = ep->nic;
   if (n->nic_down.load(std::memory_order_relaxed)) return cqe::kErrNicDown;
   uint64_t st = cqe::kOk;
-  if (!ep->peer || !ep->peer->alive()) {
-    ep->peer = n->resolve(ep->remote_addr, ep->remote_id, st);
-    if (!ep->peer) return st;
-  }
+  if (!target_of(ep, remote_mem_hndl, st)) return st;
   const Region& target = *ep->peer;
   uint32_t dst_cq = abi::kNoCq;
-  st = validate_cq_target(target, remote_mem_hndl, &dst_cq);
+  st = abi::region_cq_write_target(target.base, remote_mem_hndl.qword1, remote_mem_hndl.qword2, dst_cq);
   if (st == cqe::kOk) {
     // A full target CQ loses the entry and flags its overrun, as the hardware does; the
     // initiator is not told (the target learns it from GNI_CQ_OVERRUN).

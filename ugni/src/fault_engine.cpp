@@ -218,8 +218,7 @@ gni_return_t fault_post_fma(const FmaOp& op0, gni_post_descriptor_t* d, int32_t 
   const uint16_t cq_mode = d->cq_mode;
   const uint16_t all = GNI_CQMODE_LOCAL_EVENT | GNI_CQMODE_GLOBAL_EVENT;
   uint64_t st = cqe::kOk;
-  if (!ep->peer || !ep->peer->alive()) ep->peer = n->resolve(ep->remote_addr, ep->remote_id, st);
-  if (!ep->peer) {
+  if (!target_of(ep, op0.remote_mem_hndl, st)) {
     push_event(cq, cq_mode, all, cqe::kSrcLocalRequest, st, tid, ep->local_event);
     return GNI_RC_SUCCESS;
   }
@@ -439,7 +438,7 @@ bool fault_post_rdma(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, int32_t tid
   std::shared_ptr<Region> target;
   if (ring_idle) {
     uint64_t st = cqe::kOk;
-    if (!ep->peer || !ep->peer->alive()) ep->peer = n->resolve(ep->remote_addr, ep->remote_id, st);
+    target_of(ep, d->remote_mem_hndl, st);
     target = ep->peer;  // held transactions keep the mapping alive
   }
   RdmaOp op = rdma_op(ep, d, get);

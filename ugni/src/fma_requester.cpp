@@ -133,9 +133,10 @@ gni_return_t check_fma(const FmaOp& op) {
       if (gemini && (op.local_addr & 3)) return GNI_RC_ALIGNMENT_ERROR;
       return GNI_RC_SUCCESS;
     case GNI_POST_AMO: {
-      // §12.4/§13: a known opcode of this device, length = operand size, target aligned.
+      // §12.4/§13: a known opcode of this device, length = operand size (or both operands'
+      // for AX/CSWAP, amo_alu.h), target aligned.
       auto c = amo::decode(op.amo_cmd);
-      if (!c || op.length != c->size) return GNI_RC_INVALID_PARAM;
+      if (!c || !amo::length_ok(*c, op.length)) return GNI_RC_INVALID_PARAM;
       if (gemini && (op.amo_cmd & kAmoGen2Bit)) return GNI_RC_INVALID_PARAM;
       if (op.remote_addr & (c->size - 1)) return GNI_RC_ALIGNMENT_ERROR;
       return GNI_RC_SUCCESS;
@@ -150,10 +151,7 @@ uint64_t execute_fma(const FmaOp& op, uint32_t* dst_cq) {
   Nic* n = ep->nic;
   if (n->nic_down.load(std::memory_order_relaxed)) return cqe::kErrNicDown;
   uint64_t st = cqe::kOk;
-  if (!ep->peer || !ep->peer->alive()) {
-    ep->peer = n->resolve(ep->remote_addr, ep->remote_id, st);
-    if (!ep->peer) return st;
-  }
+  if (!target_of(ep, op.remote_mem_hndl, st)) return st;
   return execute_fma_on(op, *ep->peer, dst_cq);
 }
 

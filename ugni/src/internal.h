@@ -40,6 +40,9 @@ static_assert(GNI_CQ_EVENT_TYPE_SMSG == nicemu::abi::cqe::kTypeSmsg);
 
 namespace nicemu::ugni {
 
+// The device_id that means "the nearest device" (GNI_CdmAttach, Cray's header).
+inline constexpr uint32_t kNearestDevice = 0xFFFFFFFFu;
+
 inline constexpr uint32_t kCdmMagic = 0x43444d31, kNicMagic = 0x4e494331, kEpMagic = 0x45503031,
                           kCqMagic = 0x43513031;
 
@@ -140,7 +143,7 @@ struct Nic {
   std::vector<uint16_t> free_tids;
 
   std::mutex peers_mu;
-  std::map<std::pair<uint32_t, uint32_t>, std::shared_ptr<Region>> peers;  // (addr, inst) -> region
+  std::map<std::pair<uint32_t, uint32_t>, std::shared_ptr<Region>> peers;  // (addr, domain) -> region
   std::map<uint32_t, std::unique_ptr<nicemu::ctl::Connection>> daemons;           // other nodes' daemons
   // NIC addresses with no daemon on this host, and until when (CLOCK_MONOTONIC ns) that is
   // believed without trying to connect again: posts to another host's node fail fast.
@@ -173,9 +176,10 @@ struct Nic {
   std::atomic<uint32_t> fault_held{0};
   struct FaultState* fault_state = nullptr;  // guarded by the engine's lock
 
-  // Returns the region of (addr, inst) in this domain, looking it up at its daemon if not
-  // mapped yet or if the mapped one is dead. nullptr with `status` set on failure.
-  std::shared_ptr<Region> resolve(uint32_t addr, uint32_t inst, uint64_t& status);
+  // Returns the region of memory domain `domain` (the MDH of a handle it issued) at NIC
+  // address `addr`, in our protection domain, looking it up at its daemon if not mapped yet
+  // or if the mapped one is dead. nullptr with `status` set on failure.
+  std::shared_ptr<Region> resolve(uint32_t addr, uint32_t domain, uint64_t& status);
   // Checks (cheaply, every so often) that the daemon is still there.
   bool daemon_alive();
   int32_t alloc_tid(gni_post_descriptor_t* d, uint16_t events);
@@ -216,7 +220,8 @@ struct Ep {
   uint32_t remote_id = 0;
   uint32_t local_event = 0;
   uint32_t remote_event = 0;
-  std::shared_ptr<Region> peer;   // resolved lazily
+  std::shared_ptr<Region> peer;   // the last target region (target_of), resolved lazily
+  uint32_t peer_domain = 0;       // its memory domain
   // Whether remote_addr lives on another host: -1 not known yet, else 0/1. Decided once per
   // binding (other_host()), so posts and MSGQ sends do not ask the NIC each time.
   std::atomic<int8_t> host_route{-1};
@@ -236,6 +241,18 @@ struct Ep {
   uint32_t smsg_held = 0;         // messages accepted but held by the reorder engine (its lock)
   uint32_t smsg_next = 0;         // next SMSG sequence number while some are held (its lock)
 };
+
+// The region a memory operation on `ep` naming `remote` targets: the NIC reaches memory by
+// (NIC address, memory domain of the handle), whatever id the EP was bound with. Cached in
+// ep->peer; nullptr with `status` set when there is none on this host.
+inline Region* target_of(Ep* ep, const gni_mem_handle_t& remote, uint64_t& status) {
+  const uint32_t domain = abi::mdh::domain_of(remote.qword1);
+  if (!ep->peer || ep->peer_domain != domain || !ep->peer->alive()) [[unlikely]] {
+    ep->peer = ep->nic->resolve(ep->remote_addr, domain, status);
+    ep->peer_domain = domain;
+  }
+  return ep->peer.get();
+}
 
 // Whether a post on `ep` goes to our daemon (its target is on another host): a peer already
 // resolved is on this host.

@@ -27,8 +27,7 @@ gni_return_t GNI_MemQueryHndls(gni_nic_handle_t nic_hndl, int fd, gni_mem_handle
     // The previous result: it must still name a live registration of this NIC.
     auto f = mdh::decode(mem_hndl->qword1, mem_hndl->qword2);
     abi::RegEntry e;
-    if (!f || !n->self->read_reg(f->slot, e) || e.state != abi::kRegLive || e.gen != f->gen ||
-        (e.address & ~(abi::kPageSize - 1)) != f->va)
+    if (!f || !n->self->read_reg(f->slot, e) || abi::region_check_entry(*f, e, e.address, 0, false) != abi::cqe::kOk)
       return GNI_RC_INVALID_STATE;
     first = f->slot + 1;
   }
@@ -36,7 +35,7 @@ gni_return_t GNI_MemQueryHndls(gni_nic_handle_t nic_hndl, int fd, gni_mem_handle
     abi::RegEntry e;
     if (!n->self->read_reg(slot, e) || e.state != abi::kRegLive) continue;
     // The same 16 bytes GNI_MemRegister returned for it (the daemon builds them alike).
-    mdh::encode(mdh::registration_fields(e.address, e.length, e.gen, slot, e.flags & GNI_MEM_READ_ONLY),
+    mdh::encode(mdh::registration_fields(e.address, e.length, e.domain, slot, e.flags & GNI_MEM_READ_ONLY),
                 mem_hndl->qword1, mem_hndl->qword2);
     *address = e.address;
     *length = e.length;

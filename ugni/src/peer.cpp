@@ -12,12 +12,13 @@ namespace nicemu::ugni {
 
 using namespace nicemu::abi;
 
-std::shared_ptr<Region> Nic::resolve(uint32_t addr, uint32_t inst, uint64_t& status) {
+std::shared_ptr<Region> Nic::resolve(uint32_t addr, uint32_t domain, uint64_t& status) {
+  if (addr == nic_addr && domain == self->header()->mem_domain) return self;
   std::lock_guard<std::mutex> lk(peers_mu);
-  auto key = std::make_pair(addr, inst);
+  auto key = std::make_pair(addr, domain);
   if (auto it = peers.find(key); it != peers.end()) {
     if (it->second->alive()) return it->second;
-    peers.erase(it);  // the peer died; a new process may have attached with its inst_id
+    peers.erase(it);  // the peer died; a new CDM may have its memory domain
   }
   nicemu::ctl::Connection* c = nullptr;
   if (addr == nic_addr) {
@@ -57,7 +58,7 @@ std::shared_ptr<Region> Nic::resolve(uint32_t addr, uint32_t inst, uint64_t& sta
   abi::ctl::PeerLookup req{};
   req.h.op = static_cast<uint16_t>(abi::ctl::Op::kPeerLookup);
   req.nic_addr = addr;
-  req.inst_id = inst;
+  req.mem_domain = domain;
   req.ptag = cdm->ptag;
   req.cookie = cdm->cookie;
   abi::ctl::PeerLookupReply rep{};

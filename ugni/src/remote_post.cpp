@@ -68,7 +68,6 @@ bool send_remote_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t k
     p.chain_fail_status = chain->fail_status;
   }
   p.remote_nic = ep->remote_addr;
-  p.remote_inst = ep->remote_id;
   p.local_addr = d->local_addr;
   p.local_qword1 = d->local_mem_hndl.qword1;
   p.local_qword2 = d->local_mem_hndl.qword2;

@@ -20,15 +20,16 @@ bool attr_ok(const gni_smsg_attr_t* a) {
          a->mbox_maxcredit > 0 && a->msg_maxsize > 0 && a->msg_maxsize <= GNI_SMSG_MAX_SIZE;
 }
 
-// Opens the mailbox described by `a`, owned by (addr, inst), through that node's daemon.
-gni_return_t open_mailbox(Ep* ep, uint32_t addr, uint32_t inst, const gni_smsg_attr_t* a, Mailbox& out) {
+// Opens the mailbox described by `a` at NIC address `addr`, through that node's daemon. It
+// lives in the region of the CDM that registered it (the memory domain of its handle),
+// whatever id the EP was bound with, so both ends find the same one.
+gni_return_t open_mailbox(Ep* ep, uint32_t addr, const gni_smsg_attr_t* a, Mailbox& out) {
   Nic* n = ep->nic;
   uint64_t st = 0;
-  std::shared_ptr<Region> r = n->resolve(addr, inst, st);
+  std::shared_ptr<Region> r = n->resolve(addr, abi::mdh::domain_of(a->mem_hndl.qword1), st);
   if (!r) return st == cqe::kErrProtection ? GNI_RC_PERMISSION_ERROR : GNI_RC_INVALID_STATE;
   abi::ctl::MboxOpen req{};
   req.h.op = static_cast<uint16_t>(abi::ctl::Op::kMboxOpen);
-  req.inst_id = inst;
   req.ptag = n->cdm->ptag;
   req.cookie = n->cdm->cookie;
   req.mbox_offset = a->mbox_offset;
@@ -80,7 +81,11 @@ gni_return_t send(Ep* ep, const void* header, uint32_t header_length, const void
   if (smsg_send(m.view, header, header_length, data, data_length, tag) == SendResult::kNoCredit) {
     ep->nic->stats[GNI_STAT_SMSG_MBOX_CREDITS_STALL].fetch_add(1, std::memory_order_relaxed);
     count(ep->nic->counters, ctr::cdm::smsg_credit_stalls);
-    return GNI_RC_NOT_DONE;
+    // The receiver raises an SMSG event in our receive CQ when it returns a credit, as the
+    // hardware's credit message does: programs wait on that CQ before they retry.
+    if (!smsg_want_credit(m.view) ||
+        smsg_send(m.view, header, header_length, data, data_length, tag) == SendResult::kNoCredit)
+      return GNI_RC_NOT_DONE;
   }
   // The receiver's event first: it is what the receiver polls for, so the bookkeeping
   // below (three locked increments) stays off the message's critical path.
@@ -131,17 +136,20 @@ gni_return_t GNI_SmsgInit(gni_ep_handle_t ep_hndl, gni_smsg_attr_t* local_smsg_a
   if (!ep->bound) return GNI_RC_INVALID_STATE;
   Mailbox rx, tx;
   Nic* n = ep->nic;
-  gni_return_t rc = open_mailbox(ep, n->nic_addr, n->cdm->inst_id, local_smsg_attr, rx);
+  gni_return_t rc = open_mailbox(ep, n->nic_addr, local_smsg_attr, rx);
   if (rc != GNI_RC_SUCCESS) return rc;
   // A peer on another host: our daemon relays to its daemon (smsg_relay.h).
   if (ep->other_host())
-    rc = relay_open(ep, remote_smsg_attr, tx);
+    rc = relay_open(ep, remote_smsg_attr, rx.dst_cq, tx);
   else
-    rc = open_mailbox(ep, ep->remote_addr, ep->remote_id, remote_smsg_attr, tx);
+    rc = open_mailbox(ep, ep->remote_addr, remote_smsg_attr, tx);
   if (rc != GNI_RC_SUCCESS) return rc;
   ep->rx = std::move(rx);
   ep->tx = std::move(tx);
-  if (ep->tx.region) ep->peer = ep->tx.region;
+  if (ep->tx.region) {
+    ep->peer = ep->tx.region;
+    ep->peer_domain = abi::mdh::domain_of(remote_smsg_attr->mem_hndl.qword1);
+  }
   ep->rx_holding = false;
   return GNI_RC_SUCCESS;
 }
@@ -195,8 +203,14 @@ gni_return_t GNI_SmsgRelease(gni_ep_handle_t ep_hndl) {
   Ep* ep = as_ep(ep_hndl);
   if (!ep || !ep->rx.valid()) return GNI_RC_INVALID_PARAM;
   if (!ep->rx_holding) return GNI_RC_NOT_DONE;
-  smsg_release(ep->rx.view);
+  const bool credit_wanted = smsg_release(ep->rx.view);
   ep->rx_holding = false;
+  // The sender (on this host: a relayed sender's daemon never asks) ran out of credits:
+  // an SMSG event in its receive CQ, for which GetNext then finds no message.
+  if (credit_wanted && ep->tx.region && ep->tx.dst_cq != abi::kNoCq)
+    push_remote_event(*ep->tx.region, ep->tx.dst_cq,
+                      cqe::make(cqe::kSrcRemoteRequest, cqe::kTypeSmsg, cqe::kOk, 0, 0, ep->remote_event),
+                      &ep->tx.dst_ctl, &ep->tx.dst_head_seen);
   // The sender is on another host: its credits come back through the daemons, which report
   // releases with their acks while messages flow. Past MboxCtl::note_at the daemon has not
   // seen an eighth of a mailbox of releases (the sender may be waiting for credits): tell it now

@@ -81,10 +81,23 @@ inline abi::MboxSlotHeader* smsg_peek(const MailboxView& m) {
   return slot->seq.load(std::memory_order_acquire) == next + 1 ? slot : nullptr;
 }
 
-// Frees the current slot and returns its credit to the sender.
-inline void smsg_release(const MailboxView& m) {
+// A sender out of credits asks for an event when they come back (MboxCtl::credit_wanted);
+// true if credits came back meanwhile (then no event is promised: send again).
+inline bool smsg_want_credit(MailboxView& m) {
+  m.ctl->credit_wanted.store(1, std::memory_order_seq_cst);
+  m.released_seen = m.ctl->released.load(std::memory_order_seq_cst);
+  return m.ctl->sent.load(std::memory_order_relaxed) - m.released_seen < m.credits;
+}
+
+// Frees the current slot and returns its credit to the sender. True if the sender ran out
+// and asked to be told (the caller raises the SMSG event in the sender's receive CQ). The
+// seq_cst store pairs with smsg_want_credit: either the sender sees the credit or we see
+// its flag.
+inline bool smsg_release(const MailboxView& m) {
   uint32_t next = m.ctl->released.load(std::memory_order_relaxed);
-  m.ctl->released.store(next + 1, std::memory_order_release);
+  m.ctl->released.store(next + 1, std::memory_order_seq_cst);
+  return m.ctl->credit_wanted.load(std::memory_order_seq_cst) != 0 &&
+         m.ctl->credit_wanted.exchange(0, std::memory_order_relaxed) != 0;
 }
 
 // A relayed mailbox (sender on another host), after a release: whether the releases have

@@ -8,7 +8,7 @@ namespace cqe = nicemu::abi::cqe;
 
 namespace nicemu::ugni {
 
-gni_return_t relay_open(Ep* ep, const gni_smsg_attr_t* a, Mailbox& out) {
+gni_return_t relay_open(Ep* ep, const gni_smsg_attr_t* a, uint32_t credit_cq, Mailbox& out) {
   Nic* n = ep->nic;
   abi::ctl::SmsgRelayOpen req{};
   req.h.op = static_cast<uint16_t>(abi::ctl::Op::kSmsgRelayOpen);
@@ -21,6 +21,7 @@ gni_return_t relay_open(Ep* ep, const gni_smsg_attr_t* a, Mailbox& out) {
   req.buff_size = a->buff_size;
   req.credits = a->mbox_maxcredit;
   req.max_size = a->msg_maxsize;
+  req.credit_cq = credit_cq;
   abi::ctl::SmsgRelayOpenReply rep{};
   if (!n->conn.call(req, rep)) return GNI_RC_INVALID_STATE;
   if (rep.r.rc != GNI_RC_SUCCESS) return static_cast<gni_return_t>(rep.r.rc);
@@ -65,7 +66,11 @@ gni_return_t relay_send(Ep* ep, const void* header, uint32_t header_length, cons
     if (s - m.view.released_seen >= m.view.credits) {
       n->stats[GNI_STAT_SMSG_MBOX_CREDITS_STALL].fetch_add(1, std::memory_order_relaxed);
       count(n->counters, ctr::cdm::smsg_credit_stalls);
-      return GNI_RC_NOT_DONE;
+      // Our daemon raises an SMSG event in our receive CQ when credits come back
+      // (SmsgRelayCtl::credit_wanted); unless they came back meanwhile.
+      m.relay->credit_wanted.store(1, std::memory_order_seq_cst);
+      m.view.released_seen = m.relay->released.load(std::memory_order_seq_cst);
+      if (s - m.view.released_seen >= m.view.credits) return GNI_RC_NOT_DONE;
     }
   }
   const uint32_t total = header_length + data_length;  // <= max_size, checked by the caller

@@ -10,7 +10,9 @@
 namespace nicemu::ugni {
 
 // GNI_SmsgInit's send side towards another host (Nic::on_other_host): the relay of (this CDM, peer, mailbox).
-gni_return_t relay_open(Ep* ep, const gni_smsg_attr_t* remote, Mailbox& out);
+// `credit_cq`: our receive CQ slot (kNoCq: none), where our daemon raises the SMSG event of
+// credits coming back after a send found none.
+gni_return_t relay_open(Ep* ep, const gni_smsg_attr_t* remote, uint32_t credit_cq, Mailbox& out);
 // GNI_SmsgSend[WTag] on a relayed channel (arguments already checked).
 gni_return_t relay_send(Ep* ep, const void* header, uint32_t header_length, const void* data, uint32_t data_length,
                         uint32_t msg_id, uint8_t tag);
