@@ -106,7 +106,8 @@ gni_return_t GNI_CdmAttach(gni_cdm_handle_t cdm_hndl, uint32_t device_id, uint32
   nic->device_type = rep.device_type;
   nic->rundir = nicemu::ctl::default_rundir();
   nic->fault_page = fault_map_page(path);
-  nic->peers[std::make_pair(rep.nic_addr, c->inst_id)] = nic->self;
+  // Our own memory domain: Nic::resolve answers it with `self` (no second mapping).
+  if (nic->self->header()->mem_domain != rep.mem_domain) return GNI_RC_INVALID_STATE;
   c->nic = nic.release();
   *local_addr = c->nic->nic_addr;
   *nic_hndl = reinterpret_cast<gni_nic_handle_t>(c->nic);
