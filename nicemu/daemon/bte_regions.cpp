@@ -99,6 +99,7 @@ std::shared_ptr<MappedRegion> RegionDirectory::local(uint64_t attach_id) const {
 }
 
 std::shared_ptr<MappedRegion> RegionDirectory::resolve(const RegionKey& key, uint64_t& status) {
+  uint64_t gone = 0;  // we had it mapped, and its CDM is gone: the status that says why
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (key.nic_addr == nic_addr_) {
@@ -106,15 +107,17 @@ std::shared_ptr<MappedRegion> RegionDirectory::resolve(const RegionKey& key, uin
         const RegionHeader& h = r->header();
         if (h.mem_domain == key.domain && h.ptag == key.ptag && h.cookie == key.cookie && r->alive()) return r;
       }
-      status = cqe::kErrNoPeer;
+      status = cqe::kErrProtection;  // no such memory domain here: the handle does not translate
       return nullptr;
     }
     if (auto it = remote_.find(key); it != remote_.end()) {
       if (it->second->alive()) return it->second;
+      gone = it->second->gone_status();
       remote_.erase(it);  // died; a new CDM may have its memory domain
     }
   }
   auto r = lookup_remote(key, status);
+  if (!r && gone && status == cqe::kErrProtection) status = gone;
   if (r) {
     std::lock_guard<std::mutex> lk(mu_);
     // Drop mappings of regions that died meanwhile: each one keeps its memfd's pages alive.
@@ -158,7 +161,8 @@ std::shared_ptr<MappedRegion> RegionDirectory::lookup_remote(const RegionKey& ke
   };
   if (rep.r.rc != gni::kSuccess || fds[1] < 0) {
     close_fds();
-    status = rep.r.rc == gni::kPermissionError ? cqe::kErrProtection : cqe::kErrNoPeer;
+    // No such memory domain there (or not ours to see): the handle does not translate.
+    status = cqe::kErrProtection;
     return nullptr;
   }
   auto r = MappedRegion::map(fds[0], fds[1], rep.region_size, static_cast<pid_t>(rep.pid));

@@ -1,8 +1,10 @@
 // Peers on this host: finding a peer CDM's region through the daemon of its node, and the
 // library's view of its own daemon's health.
 #include <poll.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <mutex>
 
@@ -12,12 +14,19 @@ namespace nicemu::ugni {
 
 using namespace nicemu::abi;
 
+namespace {
+// Whether process `pid` (0: none known) no longer exists.
+bool owner_gone(pid_t pid) { return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH; }
+}  // namespace
+
 std::shared_ptr<Region> Nic::resolve(uint32_t addr, uint32_t domain, uint64_t& status) {
   if (addr == nic_addr && domain == self->header()->mem_domain) return self;
   std::lock_guard<std::mutex> lk(peers_mu);
   auto key = std::make_pair(addr, domain);
+  pid_t gone_owner = 0;  // we had this memory domain mapped, and its CDM is gone
   if (auto it = peers.find(key); it != peers.end()) {
     if (it->second->alive()) return it->second;
+    gone_owner = it->second->pid;
     peers.erase(it);  // the peer died; a new CDM may have its memory domain
   }
   nicemu::ctl::Connection* c = nullptr;
@@ -71,7 +80,9 @@ std::shared_ptr<Region> Nic::resolve(uint32_t addr, uint32_t domain, uint64_t& s
   if (rep.r.rc != GNI_RC_SUCCESS || fds[1] < 0) {
     for (int fd : fds)
       if (fd >= 0) close(fd);
-    status = rep.r.rc == GNI_RC_PERMISSION_ERROR ? cqe::kErrProtection : cqe::kErrNoPeer;
+    // A node that has no such memory domain cannot translate the handle: a protection
+    // error, as on the hardware (an invalid MDH); unless the process we knew there died.
+    status = rep.r.rc == GNI_RC_NO_MATCH && owner_gone(gone_owner) ? cqe::kErrPeerGone : cqe::kErrProtection;
     return nullptr;
   }
   auto r = Region::map(fds, rep.region_size, rep.ro_size);
