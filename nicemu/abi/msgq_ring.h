@@ -113,6 +113,22 @@ struct RingView {
     return Push::kCorrupt;
   }
 
+  // What take() found.
+  enum class Take {
+    kTaken,  // an entry for us: copied out and consumed
+    kEmpty,  // the whole ring was looked at, from head to its first free slot or its end, and
+             // nothing in it is published for us (also a ring too garbled to hold anything)
+    kBusy,   // gave up: the ring kept moving under the scan (head moved again and again, or
+             // the entries it found kept being taken from it). Entries for us may be there;
+             // the caller must look again rather than treat the ring as empty (and sleep).
+  };
+  // `!take(...)`: nothing was taken, for callers to whom empty and busy are alike (a test
+  // that expects an entry). A caller that would answer "nothing there" or sleep on it must
+  // compare with kEmpty: kBusy is not empty.
+  friend constexpr bool operator!(Take t) { return t != Take::kTaken; }
+  // Scans from a fresh head a few times at most, then reports kBusy.
+  static constexpr int kTakeScans = 4;
+
   // Consumer: takes the first entry published for `is_mine(entry)`, in position order.
   // Copies the entry, and min(length, payload_capacity()) payload bytes rounded up to 8 into
   // `out_payload` (8-byte aligned, payload_capacity() bytes).
@@ -124,24 +140,41 @@ struct RingView {
   // past a claimed slot is confirmed by looking again, after the acquire load of its word,
   // at [first claimed, p): S published q before p, so that second look sees q published (or
   // already consumed); an entry there for us becomes the candidate, checked the same way.
+  //
+  // Every slot from head on holds its own position in an honest ring, except the slot at
+  // head itself between a recycler's two CASes (already free for the next lap, head not yet
+  // moved). A slot at another position means head moved since we read it (recycling went
+  // past the scan: scan again from the new head), or, head unmoved, that half-done recycling
+  // at head (helped on here as recycle() does, then scan again), or garbage (kEmpty: nothing
+  // there can be delivered). The scans and the rechecks are bounded (the ring is written by
+  // other processes); running out of them is kBusy, never kEmpty.
   template <typename IsMine>
-  bool take(IsMine&& is_mine, EntryHeader& out, void* out_payload) const {
+  [[nodiscard]] Take take(IsMine&& is_mine, EntryHeader& out, void* out_payload) const {
     // Bounds the rechecks and lost CASes (each one is a slot state change an honest ring
     // makes once per lap), so a scribbled ring cannot keep us here.
     uint32_t events = 4 * capacity + 64;
-    for (int restart = 0; restart < 4; ++restart) {
+    for (int scan = 0; scan < kTakeScans; ++scan) {
       const uint64_t h = ctl->head.load(std::memory_order_acquire);
-      bool behind = false;
+      bool moved = false;
       uint64_t first_claimed = h + capacity;  // none seen yet
       for (uint64_t pos = h; pos < h + capacity; ++pos) {
         Slot* s = slot(pos);
         uint64_t w = s->word.load(std::memory_order_acquire);
         if (word_pos(w) != (pos & kPosMask)) {
-          behind = word_pos(w) == ((pos + capacity) & kPosMask);  // recycled since we read head
+          // (Seeing a slot recycled past pos, this acquire load of head sees head >= pos.)
+          if (ctl->head.load(std::memory_order_acquire) != h) {
+            moved = true;  // recycled since we read head
+          } else if (pos == h && word_pos(w) == ((h + capacity) & kPosMask)) {
+            uint64_t expected = h;  // freed for the next lap, head not moved yet: move it
+            ctl->head.compare_exchange_strong(expected, h + 1, std::memory_order_acq_rel, std::memory_order_relaxed);
+            moved = true;
+          } else {
+            return Take::kEmpty;  // garbage
+          }
           break;
         }
         const SlotState st = word_state(w);
-        if (st == kFree) return false;  // nothing claimed from here on
+        if (st == kFree) return Take::kEmpty;  // nothing claimed from here on
         if (st == kClaimed && pos < first_claimed) first_claimed = pos;
         if (st != kPublished) continue; // being written (by another sender) or already taken
         EntryHeader e = load_entry(s);
@@ -153,7 +186,7 @@ struct RingView {
           if (word_pos(wq) != (q & kPosMask) || word_state(wq) != kPublished) continue;
           EntryHeader eq = load_entry(sq);
           if (!is_mine(eq)) continue;
-          if (events-- == 0) return false;
+          if (events-- == 0) return Take::kBusy;
           cand = q;  // earlier entry for us: it becomes the candidate, look again before it
           s = sq;
           w = wq;
@@ -164,16 +197,16 @@ struct RingView {
         load_words(static_cast<char*>(out_payload), payload(s), (n + 7) / 8);
         if (!s->word.compare_exchange_strong(w, slot_word(cand, word_pid(w), kConsumed), std::memory_order_acq_rel,
                                              std::memory_order_relaxed)) {
-          if (events-- == 0) return false;
+          if (events-- == 0) return Take::kBusy;
           pos = cand;  // taken by another thread or voided: go on after it
           continue;
         }
         out = e;
-        return true;
+        return Take::kTaken;
       }
-      if (!behind) return false;
+      if (!moved) return Take::kEmpty;  // every slot looked at, none published for us
     }
-    return false;
+    return Take::kBusy;
   }
 
   // Anybody: true if some published entry satisfies `pred` (for idle and release checks).

@@ -1,7 +1,9 @@
 // Integration tests of GNI_Msgq* against real daemons and processes: instances on two
 // emulated nodes exchanging messages both ways (order, exactly once, tag/id/snd_pe, local
 // completion events), flow control, blocking progress, size and connection errors,
-// attribute mismatches, dead receivers and senders, NIC down, and forged ring entries.
+// attribute mismatches, dead receivers and senders, NIC down, forged ring entries, and
+// GNI_MsgqProgress's answers as Cray's header defines them (SUCCESS: all messages were
+// processed, none included; NOT_DONE: messages could still be available).
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
@@ -195,7 +197,10 @@ TEST_CASE("two nodes, two instances each: every message once, in order, both way
           // Full ring: deliver what arrived for us meanwhile, then try again.
           while ((rc = cli.send(other_pe, other_base + d, seq, seq % 49, id)) == GNI_RC_NOT_DONE) {
             ++not_done;
-            if (GNI_MsgqProgress(cli.q, 0) == GNI_RC_NOT_DONE) std::this_thread::yield();
+            const uint32_t before = cli.rx.got;
+            const gni_return_t prc = GNI_MsgqProgress(cli.q, 0);
+            CHILD_CHECK(prc == GNI_RC_SUCCESS || prc == GNI_RC_NOT_DONE);
+            if (cli.rx.got == before) std::this_thread::yield();  // nothing for us yet
           }
           CHILD_CHECK(rc == GNI_RC_SUCCESS);
           ++id;
@@ -208,9 +213,10 @@ TEST_CASE("two nodes, two instances each: every message once, in order, both way
       CHILD_CHECK(cli.rx.got == 2 * kN);
       CHILD_CHECK(cli.rx.next[other_base] == kN && cli.rx.next[other_base + 1] == kN);
       barrier(s, 3, 4);
-      // Everything sent was taken, everything that arrived was delivered.
+      // Everything sent was taken, everything that arrived was delivered: all processed.
       CHILD_CHECK(GNI_MsgqIdle(cli.q) == GNI_RC_SUCCESS);
-      CHILD_CHECK(GNI_MsgqProgress(cli.q, 0) == GNI_RC_NOT_DONE);
+      CHILD_CHECK(GNI_MsgqProgress(cli.q, 0) == GNI_RC_SUCCESS);
+      CHILD_CHECK(cli.rx.got == 2 * kN);
       if (inst == 1) {
         auto st = cl.status(node);
         CHILD_CHECK(st["msgq"].size() == 1);
@@ -474,10 +480,11 @@ TEST_CASE("attributes and parameters: mismatch, limits, loopback, callbacks") {
     // nloc_insts is 2: a third instance does not fit.
     CHILD_CHECK(three.init(3, c, a, pe) == GNI_RC_INVALID_STATE);
 
-    // Non-blocking mode: only polls (0 or -1) are allowed.
+    // Non-blocking mode: only polls (0 or -1) are allowed. Nothing there: all processed.
     CHILD_CHECK(GNI_MsgqProgress(one.q, 5) == GNI_RC_INVALID_PARAM);
-    CHILD_CHECK(GNI_MsgqProgress(one.q, 0) == GNI_RC_NOT_DONE);
-    CHILD_CHECK(GNI_MsgqProgress(one.q, UINT32_MAX) == GNI_RC_NOT_DONE);
+    CHILD_CHECK(GNI_MsgqProgress(one.q, 0) == GNI_RC_SUCCESS);
+    CHILD_CHECK(GNI_MsgqProgress(one.q, UINT32_MAX) == GNI_RC_SUCCESS);
+    CHILD_CHECK(one.rx.got == 0);
     CHILD_CHECK(GNI_MsgqProgress(nullptr, 0) == GNI_RC_INVALID_PARAM);
 
     // Connections: num_msgq_eps (2) of them; asking again for one gives the same ring.
@@ -510,10 +517,11 @@ TEST_CASE("attributes and parameters: mismatch, limits, loopback, callbacks") {
     CHILD_CHECK(GNI_MsgqProgress(one.q, UINT32_MAX) == GNI_RC_SUCCESS);
     CHILD_CHECK(one.rx.got == 1 && one.rx.bad == 0);
 
-    // A callback returning 0 ends the progress call after that message.
+    // A callback returning 0 ends the progress call after that message; the others wait
+    // ("messages could still be available": NOT_DONE).
     one.rx.ret = 0;
     for (uint32_t seq = 1; seq <= 3; ++seq) CHILD_CHECK(one.send(pe, 1, seq, 0, 101 + seq) == GNI_RC_SUCCESS);
-    CHILD_CHECK(GNI_MsgqProgress(one.q, 0) == GNI_RC_SUCCESS);
+    CHILD_CHECK(GNI_MsgqProgress(one.q, 0) == GNI_RC_NOT_DONE);
     CHILD_CHECK(one.rx.got == 2);
     one.rx.ret = 1;
     CHILD_CHECK(GNI_MsgqProgress(one.q, 0) == GNI_RC_SUCCESS);
@@ -537,6 +545,163 @@ TEST_CASE("attributes and parameters: mismatch, limits, loopback, callbacks") {
     return 0;
   });
   CHECK(cl.wait(p, 60) == 0);
+}
+
+// Cray's gni_pub.h: GNI_MsgqProgress returns GNI_RC_SUCCESS when "all messages were
+// processed" and GNI_RC_NOT_DONE when "messages could still be available for processing"; the
+// documented codes have no TIMEOUT. A queue with nothing for us has nothing left to process.
+TEST_CASE("GNI_MsgqProgress on an empty queue: SUCCESS for a poll and for a blocking call whose timeout ran out") {
+  Cluster cl(1);
+  Cred c = cl.credential();
+  pid_t p = cl.spawn(0, [&] {
+    using clock = std::chrono::steady_clock;
+    auto ms_since = [](clock::time_point t0) {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - t0).count();
+    };
+    const uint32_t pe = cl.addr(0);
+    Client cli;
+    CHILD_CHECK(cli.init(1, c, make_attrs(4, 1), pe) == GNI_RC_SUCCESS);  // GNI_MSGQ_MODE_BLOCKING
+    // Polls (0, and -1 as Cray's examples pass it).
+    CHILD_CHECK(GNI_MsgqProgress(cli.q, 0) == GNI_RC_SUCCESS);
+    CHILD_CHECK(GNI_MsgqProgress(cli.q, UINT32_MAX) == GNI_RC_SUCCESS);
+    // A blocking call waits its whole timeout for a first message, then answers SUCCESS.
+    auto t0 = clock::now();
+    CHILD_CHECK(GNI_MsgqProgress(cli.q, 50) == GNI_RC_SUCCESS);
+    CHILD_CHECK(ms_since(t0) >= 45);
+    CHILD_CHECK(cli.rx.got == 0);
+
+    // Connected to its own node, still nothing sent: the same.
+    gni_msgq_ep_attr_t ea;
+    uint32_t sz;
+    CHILD_CHECK(GNI_MsgqGetConnAttrs(cli.q, pe, &ea, &sz) == GNI_RC_SUCCESS);
+    CHILD_CHECK(GNI_MsgqConnect(cli.q, pe, &ea) == GNI_RC_SUCCESS);
+    cli.rx.expect_pe = pe;
+    t0 = clock::now();
+    CHILD_CHECK(GNI_MsgqProgress(cli.q, 20) == GNI_RC_SUCCESS);
+    CHILD_CHECK(ms_since(t0) >= 15);
+    CHILD_CHECK(GNI_MsgqProgress(cli.q, 0) == GNI_RC_SUCCESS);
+
+    // A message waiting: the blocking call delivers it and returns at once, not at its timeout.
+    CHILD_CHECK(cli.send(pe, 1, 0, 9, 0) == GNI_RC_SUCCESS);
+    t0 = clock::now();
+    CHILD_CHECK(GNI_MsgqProgress(cli.q, 10000) == GNI_RC_SUCCESS);
+    CHILD_CHECK(ms_since(t0) < 5000);
+    CHILD_CHECK(cli.rx.got == 1 && cli.rx.bad == 0);
+    // Drained: empty again, for a blocking call and for the loop programs write.
+    t0 = clock::now();
+    CHILD_CHECK(GNI_MsgqProgress(cli.q, 30) == GNI_RC_SUCCESS);
+    CHILD_CHECK(ms_since(t0) >= 25);
+    uint32_t not_done = 0;
+    while (GNI_MsgqProgress(cli.q, 10) == GNI_RC_NOT_DONE) CHILD_CHECK(++not_done < 100);
+    CHILD_CHECK(not_done == 0 && cli.rx.got == 1);
+    cli.drain_send_events();
+    CHILD_CHECK(cli.next_event_id == 1);
+    CHILD_CHECK(GNI_MsgqIdle(cli.q) == GNI_RC_SUCCESS);
+    CHILD_CHECK(GNI_MsgqRelease(cli.q) == GNI_RC_SUCCESS);
+    return 0;
+  });
+  CHECK(cl.wait(p, 60) == 0);
+}
+
+TEST_CASE("GNI_MsgqProgress: a callback returning 0 gives NOT_DONE with messages left, a later call delivers them") {
+  Cluster cl(1);
+  Cred c = cl.credential();
+  pid_t p = cl.spawn(0, [&] {
+    const uint32_t pe = cl.addr(0);
+    Client cli;
+    CHILD_CHECK(cli.init(1, c, make_attrs(8, 1), pe) == GNI_RC_SUCCESS);
+    gni_msgq_ep_attr_t ea;
+    uint32_t sz;
+    CHILD_CHECK(GNI_MsgqGetConnAttrs(cli.q, pe, &ea, &sz) == GNI_RC_SUCCESS);
+    CHILD_CHECK(GNI_MsgqConnect(cli.q, pe, &ea) == GNI_RC_SUCCESS);  // loopback: sends to itself
+    for (uint32_t seq = 0; seq < 3; ++seq) CHILD_CHECK(cli.send(pe, 1, seq, seq, seq) == GNI_RC_SUCCESS);
+    cli.rx.ret = 0;  // stop after each message
+    CHILD_CHECK(GNI_MsgqProgress(cli.q, 0) == GNI_RC_NOT_DONE);
+    CHILD_CHECK(cli.rx.got == 1);
+    // A blocking call that finds a message returns after it, NOT_DONE (two were left).
+    auto t0 = std::chrono::steady_clock::now();
+    CHILD_CHECK(GNI_MsgqProgress(cli.q, 10000) == GNI_RC_NOT_DONE);
+    CHILD_CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+    CHILD_CHECK(cli.rx.got == 2);
+    // Messages left wait for the next call; this one lets progress go on: all processed.
+    cli.rx.ret = 1;
+    CHILD_CHECK(GNI_MsgqProgress(cli.q, 0) == GNI_RC_SUCCESS);
+    CHILD_CHECK(cli.rx.got == 3 && cli.rx.bad == 0 && cli.rx.next[1] == 3);
+    CHILD_CHECK(GNI_MsgqProgress(cli.q, 0) == GNI_RC_SUCCESS);
+    CHILD_CHECK(cli.rx.got == 3);
+    // Stopped on the last message: the call cannot know nothing is left (NOT_DONE); the next
+    // one finds nothing (SUCCESS).
+    CHILD_CHECK(cli.send(pe, 1, 3, 0, 3) == GNI_RC_SUCCESS);
+    cli.rx.ret = 0;
+    CHILD_CHECK(GNI_MsgqProgress(cli.q, 0) == GNI_RC_NOT_DONE);
+    CHILD_CHECK(cli.rx.got == 4);
+    CHILD_CHECK(GNI_MsgqProgress(cli.q, 0) == GNI_RC_SUCCESS);
+    CHILD_CHECK(cli.rx.got == 4 && cli.rx.bad == 0);
+    cli.drain_send_events();
+    CHILD_CHECK(cli.next_event_id == 4);
+    CHILD_CHECK(GNI_MsgqIdle(cli.q) == GNI_RC_SUCCESS);
+    CHILD_CHECK(GNI_MsgqRelease(cli.q) == GNI_RC_SUCCESS);
+    return 0;
+  });
+  CHECK(cl.wait(p, 60) == 0);
+}
+
+// What Cray programs do once their exchange is over: drain the queue with
+// `while (GNI_MsgqProgress(q, t) == GNI_RC_NOT_DONE)`. The loop delivers what is left and
+// ends once nothing is. Also run across hosts (msgq-fabric).
+TEST_CASE("two nodes: after the exchange, while (GNI_MsgqProgress(q, t) == GNI_RC_NOT_DONE) ends") {
+  Cluster cl(2);
+  Cred c = cl.credential();
+  Shared* s = make_shared_state();
+  constexpr uint32_t kN = 6;
+  const gni_msgq_attr_t attrs = make_attrs(8, 1);
+  auto proc = [&](int node) {
+    return [&, node] {
+      const uint32_t other_pe = cl.addr(1 - node);
+      const uint32_t inst = node == 0 ? 1 : 3, other = node == 0 ? 3 : 1;
+      Client cli;
+      CHILD_CHECK(cli.init(inst, c, attrs, other_pe) == GNI_RC_SUCCESS);
+      barrier(s, 0, 2);
+      connect_nodes(s, cli, node, other_pe, 2, 1);
+      barrier(s, 2, 2);
+      // Round 0: the callback lets progress go on, blocking drain loop (10 ms). Round 1: it
+      // stops every call after one message, polling drain loop.
+      for (uint32_t round = 0; round < 2; ++round) {
+        const uint32_t timeout = round == 0 ? 10 : 0;
+        cli.rx.ret = round == 0 ? 1 : 0;
+        auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        for (uint32_t i = 0; i < kN; ++i) {
+          const uint32_t seq = round * kN + i;
+          gni_return_t rc;
+          while ((rc = cli.send(other_pe, other, seq, seq % 40, seq)) == GNI_RC_NOT_DONE) {
+            CHILD_CHECK(std::chrono::steady_clock::now() < deadline);  // credits still coming back
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+          CHILD_CHECK(rc == GNI_RC_SUCCESS);
+        }
+        cli.wait_send_events((round + 1) * kN);  // stored in the other node's ring
+        barrier(s, 3 + 2 * round, 2);            // so every message for us is in ours
+        uint32_t not_done = 0;
+        gni_return_t rc;
+        while ((rc = GNI_MsgqProgress(cli.q, timeout)) == GNI_RC_NOT_DONE)
+          CHILD_CHECK(++not_done <= 10 * kN);  // a loop that would never end fails here
+        CHILD_CHECK(rc == GNI_RC_SUCCESS);
+        CHILD_CHECK(cli.rx.got == (round + 1) * kN && cli.rx.bad == 0);
+        CHILD_CHECK(cli.rx.next[other] == (round + 1) * kN);
+        if (round == 1) CHILD_CHECK(not_done >= kN);  // each call stopped after its message
+        // Nothing more for us: the same loop ends at once.
+        CHILD_CHECK(GNI_MsgqProgress(cli.q, timeout) == GNI_RC_SUCCESS);
+        CHILD_CHECK(cli.rx.got == (round + 1) * kN);
+        barrier(s, 4 + 2 * round, 2);
+      }
+      CHILD_CHECK(GNI_MsgqIdle(cli.q) == GNI_RC_SUCCESS);
+      CHILD_CHECK(GNI_MsgqRelease(cli.q) == GNI_RC_SUCCESS);
+      return 0;
+    };
+  };
+  pid_t a = cl.spawn(0, proc(0)), b = cl.spawn(1, proc(1));
+  CHECK(cl.wait(a, 90) == 0);
+  CHECK(cl.wait(b, 90) == 0);
 }
 
 TEST_CASE("blocking progress sleeps until a message comes, and wakes with an error when the NIC goes down") {
@@ -667,7 +832,8 @@ TEST_CASE("forged ring entries are counted and dropped, genuine ones delivered")
     barrier(s, 0, 2);
     barrier(s, 1, 2);  // the forger wrote its entries
     cli.receive_until(1);
-    CHILD_CHECK(GNI_MsgqProgress(cli.q, 0) == GNI_RC_NOT_DONE);
+    // The forged entries were dropped, the genuine one delivered: nothing left to process.
+    CHILD_CHECK(GNI_MsgqProgress(cli.q, 0) == GNI_RC_SUCCESS);
     CHILD_CHECK(cli.rx.got == 1 && cli.rx.bad == 0);
     auto st = cl.status(1);
     CHILD_CHECK(st["msgq"][0]["malformed"] == 2);

@@ -1,6 +1,7 @@
 // MSGQ receive ring and segment layout on plain memory: order per receiver, flow control,
 // recycling, voiding entries of departed receivers and slots of dead writers, garbage in the
-// ring, GNI_MsgqSize, and producers and consumers running concurrently on threads.
+// ring, GNI_MsgqSize, producers and consumers running concurrently on threads, and a consumer
+// whose scan gives up on a moving ring saying so (busy) instead of "empty".
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -45,12 +46,16 @@ auto for_member(uint16_t m) {
   return [m](const mq::EntryHeader& e) { return e.dst_member == m; };
 }
 auto all_live = [](const mq::EntryHeader&) { return true; };
+using Take = mq::RingView::Take;
 
-// Takes one message for member m; returns its first payload word, or -1.
+// Takes one message for member m; returns its first payload word, -1 if the ring holds
+// nothing for m, -2 if the scan gave up (busy).
 long take_one(const mq::RingView& v, uint16_t m, mq::EntryHeader* out = nullptr) {
   alignas(8) char buf[192];
   mq::EntryHeader e;
-  if (!v.take(for_member(m), e, buf)) return -1;
+  const Take t = v.take(for_member(m), e, buf);
+  if (t == Take::kEmpty) return -1;
+  if (t == Take::kBusy) return -2;
   if (out) *out = e;
   uint32_t x;
   std::memcpy(&x, buf, 4);
@@ -133,8 +138,8 @@ TEST_CASE("ring: two receivers each take only their own entries, header and mess
     REQUIRE(r.v.push(e, &hdr, 4, msg, sizeof msg, 1) == mq::RingView::Push::kOk);
     alignas(8) char buf[192];
     mq::EntryHeader got;
-    CHECK(!r.v.take(for_member(uint16_t(1 - m)), got, buf));
-    REQUIRE(r.v.take(for_member(m), got, buf));
+    CHECK(r.v.take(for_member(uint16_t(1 - m)), got, buf) == Take::kEmpty);
+    REQUIRE(r.v.take(for_member(m), got, buf) == Take::kTaken);
     CHECK(got.length == 104);
     CHECK(got.tag == uint8_t(i));
     CHECK(got.src_inst == 7);
@@ -216,7 +221,10 @@ TEST_CASE("ring: garbage written into the ring never hangs or overruns anybody")
     CHECK((rc == mq::RingView::Push::kOk || rc == mq::RingView::Push::kFull || rc == mq::RingView::Push::kCorrupt));
     alignas(8) char buf[192];
     mq::EntryHeader e;
-    for (int k = 0; k < 10 && r.v.take([](const mq::EntryHeader&) { return true; }, e, buf); ++k) {
+    for (int k = 0; k < 10; ++k) {
+      const Take t = r.v.take([](const mq::EntryHeader&) { return true; }, e, buf);
+      CHECK((t == Take::kTaken || t == Take::kEmpty || t == Take::kBusy));
+      if (t != Take::kTaken) break;
     }
     r.v.recycle([](const mq::EntryHeader& x) { return x.dst_member % 2 == 0; }, [](uint32_t p) { return p % 2; });
   }
@@ -249,7 +257,7 @@ TEST_CASE("ring: concurrent producers and receivers: exactly once, in order per 
       while (got < kProducers * kPerPair) {
         alignas(8) char buf[192];
         mq::EntryHeader e;
-        if (!r.v.take(for_member(m), e, buf)) {
+        if (r.v.take(for_member(m), e, buf) != Take::kTaken) {
           r.v.recycle(all_live, mq::claimer_unknown);
           std::this_thread::yield();
           continue;
@@ -286,4 +294,129 @@ TEST_CASE("ring: concurrent producers and receivers: exactly once, in order per 
   CHECK(take_one(r.v, 0) == -1);
   CHECK(take_one(r.v, 1) == -1);
   MESSAGE("ring full " << full_count.load() << " times");
+}
+
+// Another receiver of the node takes its own entries and recycles while our scan goes on:
+// each time it moves head past the slot the scan reaches next, the scan starts over from the
+// new head. After RingView::kTakeScans of those, take() gives up. It must say so (busy), not
+// report the ring empty: the entry for us is still there, and a receiver told "empty" goes to
+// sleep on its futex with a message waiting (the sender's wakeup came before it slept).
+TEST_CASE("ring: a scan that keeps being overtaken by recycling reports busy, not empty") {
+  constexpr uint32_t kOthers = 2 * mq::RingView::kTakeScans;  // two per scan
+  Ring r(16, 16);
+  for (uint32_t i = 0; i < kOthers; ++i)
+    REQUIRE(r.v.push(to(1, 101), &i, 4, nullptr, 0, 1) == mq::RingView::Push::kOk);
+  uint32_t mine = 4242;
+  REQUIRE(r.v.push(to(0, 100), &mine, 4, nullptr, 0, 1) == mq::RingView::Push::kOk);  // at kOthers
+
+  // Runs inside our scan, when it looks at member 1's entry at head: member 1 takes that one
+  // and the next and recycles both, so the slot the scan looks at next is a lap ahead.
+  uint32_t overtaken = 0, others_taken = 0;
+  bool hook = true;
+  auto mine_moving = [&](const mq::EntryHeader& e) {
+    if (e.dst_member == 1 && hook) {
+      ++overtaken;
+      for (int k = 0; k < 2; ++k)
+        if (take_one(r.v, 1) >= 0) ++others_taken;
+      r.v.recycle(all_live, mq::claimer_unknown);
+    }
+    return e.dst_member == 0;
+  };
+  alignas(8) char buf[192];
+  mq::EntryHeader e;
+  CHECK(r.v.take(mine_moving, e, buf) == Take::kBusy);
+  CHECK(overtaken == mq::RingView::kTakeScans);
+  CHECK(others_taken == kOthers);
+  CHECK(r.v.ctl->head.load() == kOthers);  // only our entry left, at head
+
+  // Looked at again, the ring is still: the entry is taken.
+  hook = false;
+  std::memset(buf, 0, sizeof buf);
+  REQUIRE(r.v.take(mine_moving, e, buf) == Take::kTaken);
+  uint32_t x;
+  std::memcpy(&x, buf, 4);
+  CHECK(x == 4242);
+  CHECK(e.dst_member == 0);
+  CHECK(take_one(r.v, 0) == -1);
+  CHECK(take_one(r.v, 1) == -1);
+}
+
+// A recycler frees the slot at head for the next lap, then moves head: a scan that comes in
+// between (the recycler preempted) sees head's slot a lap ahead with head unmoved. It moves
+// head itself, as recycle() does, and finds the entry behind it.
+TEST_CASE("ring: a recycler stopped between freeing the head slot and moving head hides nothing") {
+  Ring r(4, 16);
+  uint32_t v0 = 0, v1 = 7;
+  REQUIRE(r.v.push(to(1, 101), &v0, 4, nullptr, 0, 1) == mq::RingView::Push::kOk);
+  REQUIRE(r.v.push(to(0, 100), &v1, 4, nullptr, 0, 1) == mq::RingView::Push::kOk);
+  CHECK(take_one(r.v, 1) == 0);
+  r.v.slot(0)->word.store(mq::slot_word(4, 0, mq::kFree));  // the recycler's first CAS only
+  CHECK(r.v.ctl->head.load() == 0);
+  CHECK(take_one(r.v, 0) == 7);
+  CHECK(r.v.ctl->head.load() == 1);
+  CHECK(take_one(r.v, 0) == -1);
+  CHECK(r.v.recycle(all_live, mq::claimer_unknown) == 1);
+  CHECK(r.v.ctl->head.load() == 2);
+  for (uint32_t i = 0; i < 4; ++i) CHECK(r.v.push(to(0, 100), &i, 4, nullptr, 0, 1) == mq::RingView::Push::kOk);
+  for (uint32_t i = 0; i < 4; ++i) CHECK(take_one(r.v, 0) == long(i));
+}
+
+TEST_CASE("ring: a slot at a position no honest ring has, head not moving, is garbage: empty, not busy") {
+  Ring r(4, 16);
+  uint32_t v = 3;
+  REQUIRE(r.v.push(to(0, 100), &v, 4, nullptr, 0, 1) == mq::RingView::Push::kOk);
+  REQUIRE(r.v.push(to(0, 100), &v, 4, nullptr, 0, 1) == mq::RingView::Push::kOk);
+  // Position 1's slot claims to be published for position 1 + 3 laps.
+  r.v.slot(1)->word.store(mq::slot_word(1 + 3 * 4, 1, mq::kPublished));
+  CHECK(take_one(r.v, 0) == 3);   // position 0 is fine
+  CHECK(take_one(r.v, 0) == -1);  // then nothing that can be delivered
+  CHECK(r.v.ctl->head.load() == 0);
+}
+
+// The same on threads: while an entry for member 0 waits in the ring, its take() never says
+// "empty", however fast member 1's traffic moves the ring around it.
+TEST_CASE("ring: concurrent traffic of another receiver never makes a waiting entry look absent") {
+  constexpr uint32_t kRounds = 3000;
+  Ring r(4, 16);
+  std::atomic<bool> stop{false};
+  std::thread other([&] {
+    alignas(8) char buf[192];
+    mq::EntryHeader e;
+    for (uint32_t n = 0; !stop.load(std::memory_order_relaxed); ++n) {
+      if (r.v.push(to(1, 101), &n, 4, nullptr, 0, 1) != mq::RingView::Push::kOk)
+        r.v.recycle(all_live, mq::claimer_unknown);
+      (void)r.v.take(for_member(1), e, buf);
+      r.v.recycle(all_live, mq::claimer_unknown);
+    }
+  });
+  uint32_t empty = 0, busy = 0, wrong = 0, lost = 0;
+  for (uint32_t round = 0; round < kRounds; ++round) {
+    while (r.v.push(to(0, 100), &round, 4, nullptr, 0, 1) != mq::RingView::Push::kOk) {
+      r.v.recycle(all_live, mq::claimer_unknown);
+      std::this_thread::yield();
+    }
+    alignas(8) char buf[192];
+    mq::EntryHeader e;
+    bool taken = false;
+    for (uint32_t tries = 0; tries < 1000000 && !taken; ++tries) {
+      const Take t = r.v.take(for_member(0), e, buf);
+      if (t == Take::kEmpty) ++empty;
+      if (t == Take::kBusy) ++busy;
+      taken = t == Take::kTaken;
+    }
+    if (!taken) {
+      ++lost;
+      break;
+    }
+    uint32_t x;
+    std::memcpy(&x, buf, 4);
+    if (x != round) ++wrong;
+    r.v.recycle(all_live, mq::claimer_unknown);
+  }
+  stop = true;
+  other.join();
+  CHECK(empty == 0);
+  CHECK(wrong == 0);
+  CHECK(lost == 0);
+  MESSAGE("take() gave up " << busy << " times in " << kRounds << " rounds");
 }

@@ -12,7 +12,16 @@
 // Callback contract (a project decision; Cray's examples return 1): rcv_cb gets the
 // sender's inst_id and NIC address, a pointer to header and message (contiguous, valid only
 // during the call) and the tag. A non-zero return lets GNI_MsgqProgress go on delivering;
-// 0 ends the call after that message (it counts as delivered; later messages stay queued).
+// 0 ends the call after that message (it counts as delivered; later messages stay queued,
+// and the call answers NOT_DONE).
+//
+// GNI_MsgqProgress answers as Cray's gni_pub.h defines it: GNI_RC_SUCCESS "all messages
+// were processed", GNI_RC_NOT_DONE "messages could still be available for processing". So
+// an empty queue is SUCCESS (polled, or once a blocking call's timeout ran out: the header
+// lists no TIMEOUT for this call), and NOT_DONE means "call again": a callback stopped the
+// call, a ring gave its bound of messages in one pass, or a ring scan gave up while the ring
+// kept moving (RingView::Take::kBusy). Programs loop `while (GNI_MsgqProgress(..) ==
+// GNI_RC_NOT_DONE)` to drain the queue; that loop ends once nothing is left for them.
 #include <signal.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -413,9 +422,19 @@ gni_return_t send(Msgq* q, Ep* ep, const void* hdr, uint32_t hdr_len, const void
 struct Pass {
   uint32_t delivered = 0;
   bool stopped = false;  // the callback returned 0
+  bool busy = false;     // a ring scan gave up while the ring kept moving: it may hold more for us
+  bool bounded = false;  // a ring gave a pass's bound of messages: more may have come meanwhile
+  // Cray's NOT_DONE: "messages could still be available for processing".
+  bool more() const { return stopped || busy || bounded; }
 };
 
-// One pass over every receive ring of our node, taking what is addressed to us.
+// The answer for the pass that ends the call: SUCCESS when every message there was for us
+// was processed (also when there was none), NOT_DONE when some may remain.
+gni_return_t answer(const Pass& p) { return p.more() ? GNI_RC_NOT_DONE : GNI_RC_SUCCESS; }
+
+// One pass over every receive ring of our node, taking what is addressed to us. Each ring
+// gives at most twice its depth in one pass (it holds at most its depth at a time: more
+// means senders kept refilling it while we took, and the call should return).
 Pass deliver(Msgq* q) {
   Pass out;
   const mq::SegmentView& v = q->self->view;
@@ -431,7 +450,17 @@ Pass deliver(Msgq* q) {
     mq::RingView ring = q->self->ring(i);
     alignas(8) char buf[kPayloadBuffer];
     mq::EntryHeader e;
-    for (uint32_t n = 0; n < v.attrs.smsg_q_sz && ring.take(mine, e, buf); ++n) {
+    const uint32_t bound = 2 * v.attrs.smsg_q_sz;
+    for (uint32_t n = 0;; ++n) {
+      if (n == bound) {
+        out.bounded = true;
+        break;
+      }
+      const mq::RingView::Take r = ring.take(mine, e, buf);
+      if (r != mq::RingView::Take::kTaken) {
+        if (r == mq::RingView::Take::kBusy) out.busy = true;  // look again: never sleep on it
+        break;
+      }
       // Shared memory is untrusted: the length must fit our attributes, and the source must
       // be the node this ring belongs to (the sender's NIC address is the ring's, not the
       // entry's word).
@@ -619,8 +648,12 @@ gni_return_t GNI_MsgqSend(gni_msgq_handle_t msgq_hndl, gni_ep_handle_t ep_hndl, 
 }
 
 // timeout in ms; 0 and (uint32_t)-1 poll once (Cray's examples pass -1 for "do not block").
-// Blocking needs GNI_MSGQ_MODE_BLOCKING. SUCCESS once at least one message was delivered,
-// NOT_DONE if none arrived in time.
+// Blocking needs GNI_MSGQ_MODE_BLOCKING, and waits up to the timeout for the first message.
+// The answer (see the top of this file): SUCCESS when every message there was for us was
+// delivered, including none at all (a poll of an empty queue, or a blocking call whose
+// timeout ran out); NOT_DONE when some may remain (a callback returned 0, a ring gave its
+// bound, a ring scan gave up while the ring was moving). A poll that finds another thread
+// delivering also answers NOT_DONE: that thread may still be processing messages.
 gni_return_t GNI_MsgqProgress(gni_msgq_handle_t msgq_hndl, uint32_t timeout) {
   Msgq* q = as_msgq(msgq_hndl);
   if (!q) return GNI_RC_INVALID_PARAM;
@@ -638,22 +671,27 @@ gni_return_t GNI_MsgqProgress(gni_msgq_handle_t msgq_hndl, uint32_t timeout) {
   const uint64_t spin_until = start + spin_ns();
   for (;;) {
     if (!member_live(q)) return GNI_RC_INVALID_STATE;
-    if (deliver(q).delivered) return GNI_RC_SUCCESS;
-    if (poll) return GNI_RC_NOT_DONE;
+    const Pass p = deliver(q);
+    if (p.delivered || poll) return answer(p);
     const uint64_t t = now_ns();
-    if (t >= deadline) return GNI_RC_NOT_DONE;
-    if (t < spin_until) {
+    // Nothing came in time: nothing left to process, unless a ring was moving too fast to
+    // tell (then NOT_DONE, "could still be available").
+    if (t >= deadline) return answer(p);
+    // A ring that gave up its scan may hold a message for us: look again, never sleep.
+    if (p.busy || t < spin_until) {
       abi::spin_step(t - start);
       continue;
     }
     mq::MemberRw* rw = q->self->view.member_rw(q->member);
     uint32_t seq = rw->futex.load(std::memory_order_acquire);
     rw->waiters.fetch_add(1, std::memory_order_seq_cst);
-    Pass p = deliver(q);
-    // Sleep in slices so that a daemon killed outright is still noticed.
-    if (!p.delivered) abi::futex_wait(&rw->futex, seq, static_cast<int64_t>(std::min<uint64_t>(200000000ull, deadline - t)));
+    const Pass again = deliver(q);
+    // Sleep in slices so that a daemon killed outright is still noticed. Only on a pass
+    // that saw every ring empty: a sender publishing after it wakes us (msgq_layout.h).
+    if (!again.delivered && !again.busy)
+      abi::futex_wait(&rw->futex, seq, static_cast<int64_t>(std::min<uint64_t>(200000000ull, deadline - t)));
     rw->waiters.fetch_sub(1, std::memory_order_seq_cst);
-    if (p.delivered) return GNI_RC_SUCCESS;
+    if (again.delivered) return answer(again);
     if (!q->nic->daemon_alive()) return GNI_RC_INVALID_STATE;
   }
 }
