@@ -122,10 +122,6 @@ struct RingView {
              // the entries it found kept being taken from it). Entries for us may be there;
              // the caller must look again rather than treat the ring as empty (and sleep).
   };
-  // `!take(...)`: nothing was taken, for callers to whom empty and busy are alike (a test
-  // that expects an entry). A caller that would answer "nothing there" or sleep on it must
-  // compare with kEmpty: kBusy is not empty.
-  friend constexpr bool operator!(Take t) { return t != Take::kTaken; }
   // Scans from a fresh head a few times at most, then reports kBusy.
   static constexpr int kTakeScans = 4;
 

@@ -93,7 +93,8 @@ long take(const MsgqSegment& seg, uint32_t ring, uint16_t member) {
   mq::RingView r = mq::RingView::at(v.ring(ring), v.attrs.smsg_q_sz, v.lay.slot_size);
   alignas(8) char buf[192];
   mq::EntryHeader e;
-  if (!r.take([member](const mq::EntryHeader& x) { return x.dst_member == member; }, e, buf)) return -1;
+  if (r.take([member](const mq::EntryHeader& x) { return x.dst_member == member; }, e, buf) != mq::RingView::Take::kTaken)
+    return -1;
   uint32_t seq;
   std::memcpy(&seq, buf, 4);
   return long(seq);
