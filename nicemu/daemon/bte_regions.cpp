@@ -84,12 +84,17 @@ std::shared_ptr<MappedRegion> RegionDirectory::add_local(int ro_fd, int heap_fd,
   if (!r) return nullptr;
   std::lock_guard<std::mutex> lk(mu_);
   local_[r->attach_id()] = r;
+  gone_.erase(RegionKey{nic_addr_, r->header().mem_domain, r->header().ptag, r->header().cookie});
   return r;
 }
 
 void RegionDirectory::remove_local(uint64_t attach_id) {
   std::lock_guard<std::mutex> lk(mu_);
-  local_.erase(attach_id);
+  if (auto it = local_.find(attach_id); it != local_.end()) {
+    const RegionHeader& h = it->second->header();
+    note_gone(RegionKey{nic_addr_, h.mem_domain, h.ptag, h.cookie}, it->second->gone_status());
+    local_.erase(it);
+  }
 }
 
 std::shared_ptr<MappedRegion> RegionDirectory::local(uint64_t attach_id) const {
@@ -98,8 +103,18 @@ std::shared_ptr<MappedRegion> RegionDirectory::local(uint64_t attach_id) const {
   return it == local_.end() ? nullptr : it->second;
 }
 
+void RegionDirectory::note_gone(const RegionKey& key, uint64_t status) {
+  if (gone_.size() >= 4096) gone_.clear();  // bounded: an old death only loses its precise status
+  gone_[key] = status;
+}
+
 std::shared_ptr<MappedRegion> RegionDirectory::resolve(const RegionKey& key, uint64_t& status) {
-  uint64_t gone = 0;  // we had it mapped, and its CDM is gone: the status that says why
+  // A memory domain the node does not have: the handle does not translate (PROTECTION),
+  // unless it was a CDM we knew that went away (PEER_GONE, or NIC_DOWN).
+  auto missing = [&] {
+    auto g = gone_.find(key);
+    return g != gone_.end() ? g->second : uint64_t{cqe::kErrProtection};
+  };
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (key.nic_addr == nic_addr_) {
@@ -107,23 +122,29 @@ std::shared_ptr<MappedRegion> RegionDirectory::resolve(const RegionKey& key, uin
         const RegionHeader& h = r->header();
         if (h.mem_domain == key.domain && h.ptag == key.ptag && h.cookie == key.cookie && r->alive()) return r;
       }
-      status = cqe::kErrProtection;  // no such memory domain here: the handle does not translate
+      status = missing();
       return nullptr;
     }
     if (auto it = remote_.find(key); it != remote_.end()) {
       if (it->second->alive()) return it->second;
-      gone = it->second->gone_status();
+      note_gone(key, it->second->gone_status());
       remote_.erase(it);  // died; a new CDM may have its memory domain
     }
   }
   auto r = lookup_remote(key, status);
-  if (!r && gone && status == cqe::kErrProtection) status = gone;
-  if (r) {
-    std::lock_guard<std::mutex> lk(mu_);
-    // Drop mappings of regions that died meanwhile: each one keeps its memfd's pages alive.
-    std::erase_if(remote_, [](const auto& kv) { return !kv.second->alive(); });
-    remote_[key] = r;
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!r) {
+    if (status == cqe::kErrProtection) status = missing();
+    return nullptr;
   }
+  // Drop mappings of regions that died meanwhile: each one keeps its memfd's pages alive.
+  std::erase_if(remote_, [this](const auto& kv) {
+    if (kv.second->alive()) return false;
+    note_gone(kv.first, kv.second->gone_status());
+    return true;
+  });
+  gone_.erase(key);
+  remote_[key] = r;
   return r;
 }
 

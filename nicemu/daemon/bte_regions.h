@@ -80,8 +80,10 @@ class RegionDirectory {
   void remove_local(uint64_t attach_id);
   std::shared_ptr<MappedRegion> local(uint64_t attach_id) const;
 
-  // The live region of (nic_addr, inst) in the domain (ptag, cookie), on this node or on
-  // another daemon of this host. nullptr with a CQE status on failure.
+  // The live region of (nic_addr, memory domain) in the protection domain (ptag, cookie),
+  // on this node or on another daemon of this host. nullptr with a CQE status on failure:
+  // PEER_GONE (NIC_DOWN) for a CDM that went away, PROTECTION for a memory domain the node
+  // does not have (the handle does not translate), NO_PEER for a node not on this host.
   std::shared_ptr<MappedRegion> resolve(const RegionKey& key, uint64_t& status);
 
  private:
@@ -91,6 +93,10 @@ class RegionDirectory {
   const std::string rundir_;
   mutable std::mutex mu_;
   std::map<uint64_t, std::shared_ptr<MappedRegion>> local_;    // attach id -> region
+  // Targets that went away, with the status that says how, until the key names a live CDM
+  // again: every transfer racing a death reports PEER_GONE, whichever channel looks first.
+  std::map<RegionKey, uint64_t> gone_;
+  void note_gone(const RegionKey& key, uint64_t status);  // under mu_
   std::map<RegionKey, std::shared_ptr<MappedRegion>> remote_;  // other nodes' regions
   std::mutex links_mu_;  // serialises lookups at other daemons (one connection each)
   std::map<uint32_t, std::unique_ptr<ctl::Connection>> links_;
