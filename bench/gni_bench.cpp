@@ -169,26 +169,47 @@ struct Rank {
     if (rc != GNI_RC_NOT_DONE) die("local CQ error (overrun or transaction error)");
   }
 
-  // Waits for one message: remote-event CQ first, then the mailbox. Returns its tag.
-  uint8_t recv_one() {
+  bool events_taken = false;  // send_one took remote events recv_one has not looked behind
+
+  // Takes one remote event, if any; false if there was none. An SMSG event says "look in
+  // the mailbox": a message, or credits that came back (then there is no message).
+  bool take_remote_event() {
     gni_cq_entry_t e;
-    for (;;) {
-      gni_return_t rc = GNI_CqGetEvent(rcq, &e);
-      if (rc == GNI_RC_SUCCESS) break;
-      if (rc != GNI_RC_NOT_DONE) die("remote-event CQ error (overrun or transaction error)");
-      drain_local();
-    }
+    gni_return_t rc = GNI_CqGetEvent(rcq, &e);
+    if (rc == GNI_RC_NOT_DONE) return false;
+    if (rc != GNI_RC_SUCCESS) die("remote-event CQ error (overrun or transaction error)");
     if (GNI_CQ_GET_TYPE(e) != GNI_CQ_EVENT_TYPE_SMSG) die("unexpected remote event type");
-    void* msg = nullptr;
-    uint8_t tag = GNI_SMSG_ANY_TAG;
-    CHECK_GNI(GNI_SmsgGetNextWTag(ep, &msg, &tag));
-    CHECK_GNI(GNI_SmsgRelease(ep));
-    return tag;
+    return true;
   }
 
+  // Waits for one message: remote-event CQ first, then the mailbox; an event with no
+  // message (credits that came back) waits again. After send_one took events while out of
+  // credits, the mailbox is looked at first (one of them may have announced a message).
+  // Returns its tag.
+  uint8_t recv_one() {
+    for (;;) {
+      if (!events_taken)
+        while (!take_remote_event()) drain_local();
+      events_taken = false;
+      void* msg = nullptr;
+      uint8_t tag = GNI_SMSG_ANY_TAG;
+      gni_return_t rc = GNI_SmsgGetNextWTag(ep, &msg, &tag);
+      if (rc == GNI_RC_SUCCESS) {
+        CHECK_GNI(GNI_SmsgRelease(ep));
+        return tag;
+      }
+      if (rc != GNI_RC_NOT_DONE) die("GNI_SmsgGetNextWTag failed");
+    }
+  }
+
+  // Out of credits: reap local completions and remote events (credits come back as an
+  // SMSG event, which a real progress engine takes from its receive CQ) and try again.
   void send_one(uint32_t len, uint8_t tag, uint32_t msg_id) {
     gni_return_t rc;
-    while ((rc = GNI_SmsgSendWTag(ep, src, len, nullptr, 0, msg_id, tag)) == GNI_RC_NOT_DONE) drain_local();
+    while ((rc = GNI_SmsgSendWTag(ep, src, len, nullptr, 0, msg_id, tag)) == GNI_RC_NOT_DONE) {
+      drain_local();
+      while (take_remote_event()) events_taken = true;
+    }
     if (rc != GNI_RC_SUCCESS) die("GNI_SmsgSendWTag failed");
   }
 

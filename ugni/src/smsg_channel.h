@@ -89,15 +89,18 @@ inline bool smsg_want_credit(MailboxView& m) {
   return m.ctl->sent.load(std::memory_order_relaxed) - m.released_seen < m.credits;
 }
 
-// Frees the current slot and returns its credit to the sender. True if the sender ran out
-// and asked to be told (the caller raises the SMSG event in the sender's receive CQ). The
-// seq_cst store pairs with smsg_want_credit: either the sender sees the credit or we see
-// its flag.
+// Frees the current slot and returns its credit to the sender. True if the sender ran out,
+// asked to be told, and half its credits are free again (the caller raises the SMSG event
+// in the sender's receive CQ): credits come back in batches, as the hardware's credit
+// messages do, not one event per release. The seq_cst store pairs with smsg_want_credit:
+// either the sender sees the credit or we see its flag, which stays set until a release
+// reaches the half (a stalled sender's messages are all still to be released, so one will).
 inline bool smsg_release(const MailboxView& m) {
-  uint32_t next = m.ctl->released.load(std::memory_order_relaxed);
-  m.ctl->released.store(next + 1, std::memory_order_seq_cst);
-  return m.ctl->credit_wanted.load(std::memory_order_seq_cst) != 0 &&
-         m.ctl->credit_wanted.exchange(0, std::memory_order_relaxed) != 0;
+  const uint32_t released = m.ctl->released.load(std::memory_order_relaxed) + 1;
+  m.ctl->released.store(released, std::memory_order_seq_cst);
+  if (m.ctl->credit_wanted.load(std::memory_order_seq_cst) == 0) return false;
+  const uint32_t outstanding = m.ctl->sent.load(std::memory_order_acquire) - released;
+  return outstanding <= m.credits / 2 && m.ctl->credit_wanted.exchange(0, std::memory_order_relaxed) != 0;
 }
 
 // A relayed mailbox (sender on another host), after a release: whether the releases have
