@@ -496,7 +496,7 @@ struct SmsgAck {
   uint32_t delivered;
   uint32_t released;
   uint32_t status;
-  uint32_t receiver_inst;  // what the sender's credit event carries (the receiver's default event data)
+  uint32_t credit_event;   // what the sender's credit event carries (the receiver EP's remote event data)
   uint32_t reserved;
 };
 struct SmsgClose {

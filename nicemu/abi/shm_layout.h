@@ -225,10 +225,14 @@ struct MboxCtl {
   // receiver stores `released` (seq_cst), then takes this flag and, if it was set, raises an
   // SMSG event in the sender's receive CQ, as the credit message of the hardware does.
   std::atomic<uint32_t> credit_wanted;
+  // Relayed mailboxes: the receiver EP's remote event data (written by the receiver's
+  // library), which the credit event the sender's daemon raises carries, as the receiver's
+  // messages do. Untrusted: it only names the event for the sender's program.
+  std::atomic<uint32_t> credit_event;
 };
 static_assert(sizeof(MboxCtl) == 192);
 static_assert(offsetof(MboxCtl, released) == 64 && offsetof(MboxCtl, note_at) == 144 &&
-              offsetof(MboxCtl, credit_wanted) == 148);
+              offsetof(MboxCtl, credit_wanted) == 148 && offsetof(MboxCtl, credit_event) == 152);
 inline constexpr uint32_t kMboxMagic = 0x4D424F58;  // "MBOX"
 
 // Cross-host SMSG (docs/fabric.md, "SMSG across hosts"): the sender's side of a channel

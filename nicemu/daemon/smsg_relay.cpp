@@ -405,7 +405,7 @@ void SmsgRelay::on_ack(uint32_t from, const ctl::SmsgAck& a) {
         b->credit_wanted.load(std::memory_order_seq_cst) != 0 &&
         b->credit_wanted.exchange(0, std::memory_order_relaxed) != 0) {
       queue_cqe(tx_cqes_, t.attach_id, t.attrs.credit_cq,
-                cqe::make(cqe::kSrcRemoteRequest, cqe::kTypeSmsg, cqe::kOk, 0, 0, a.receiver_inst));
+                cqe::make(cqe::kSrcRemoteRequest, cqe::kTypeSmsg, cqe::kOk, 0, 0, a.credit_event));
       flush_cqes(tx_cqes_);
     }
   }
@@ -603,7 +603,7 @@ void SmsgRelay::send_ack(const RxKey& k, Rx& r) {
   a.relay = k.second;
   a.delivered = r.next;
   a.released = rel;
-  a.receiver_inst = c->inst_id();
+  a.credit_event = m->credit_event.load(std::memory_order_relaxed);
   to_peer(k.first, &a, sizeof a);
   if (r.reported != r.next)
     watch_.insert(k);

@@ -251,7 +251,9 @@ int smsg_side(Oob& oob, Cred c, int side, uint32_t inst, uint32_t label, int mes
       gni_cq_entry_t e;
       CHILD_CHECK(GNI_CqWaitEvent(g.rcq, 10000, &e) == GNI_RC_SUCCESS);  // a hang here is the bug
       CHILD_CHECK(GNI_CQ_GET_TYPE(e) == GNI_CQ_EVENT_TYPE_SMSG);
-      // The credit event carries no message.
+      // It carries what the receiver's messages carry (its EP's remote event data, by
+      // default its CDM's inst_id), and no message.
+      CHILD_CHECK(GNI_CQ_GET_INST_ID(e) == 12);
       void* hdr;
       uint8_t tag = GNI_SMSG_ANY_TAG;
       CHILD_CHECK(GNI_SmsgGetNextWTag(ep, &hdr, &tag) == GNI_RC_NOT_DONE);

@@ -73,6 +73,7 @@ gni_return_t GNI_EpSetEventData(gni_ep_handle_t ep_hndl, uint32_t local_event, u
   if (!ep) return GNI_RC_INVALID_PARAM;
   ep->local_event = local_event;
   ep->remote_event = remote_event;
+  if (ep->rx.view.ctl) ep->rx.view.ctl->credit_event.store(remote_event, std::memory_order_relaxed);  // smsg.cpp
   return GNI_RC_SUCCESS;
 }
 

@@ -146,6 +146,8 @@ gni_return_t GNI_SmsgInit(gni_ep_handle_t ep_hndl, gni_smsg_attr_t* local_smsg_a
   if (rc != GNI_RC_SUCCESS) return rc;
   ep->rx = std::move(rx);
   ep->tx = std::move(tx);
+  // A sender on another host gets its credit events from its daemon, with our event data.
+  ep->rx.view.ctl->credit_event.store(ep->remote_event, std::memory_order_relaxed);
   if (ep->tx.region) {
     ep->peer = ep->tx.region;
     ep->peer_domain = abi::mdh::domain_of(remote_smsg_attr->mem_hndl.qword1);
