@@ -118,11 +118,14 @@ std::shared_ptr<MappedRegion> RegionDirectory::resolve(const RegionKey& key, uin
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (key.nic_addr == nic_addr_) {
+      uint64_t dead = 0;  // its owner exited, and the control thread has not reclaimed it yet
       for (auto& [id, r] : local_) {
         const RegionHeader& h = r->header();
-        if (h.mem_domain == key.domain && h.ptag == key.ptag && h.cookie == key.cookie && r->alive()) return r;
+        if (h.mem_domain != key.domain || h.ptag != key.ptag || h.cookie != key.cookie) continue;
+        if (r->alive()) return r;
+        dead = r->gone_status();
       }
-      status = missing();
+      status = dead ? dead : missing();
       return nullptr;
     }
     if (auto it = remote_.find(key); it != remote_.end()) {
