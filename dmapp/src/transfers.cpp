@@ -86,14 +86,12 @@ dmapp_return_t put_piece(Call& call, dmapp_pe_t pe, const Remote& r, const void*
 
 namespace {
 
-// One GET of the aligned remote range [raddr, raddr+len), len <= kBounceBytes, into the
-// request's registered bounce slot; at completion `n` bytes from `off` in the slot go to
-// `dst` (Context::complete, before the group counts the request done).
-dmapp_return_t bounce_get(Call& call, dmapp_pe_t pe, uint64_t raddr, const gni_mem_handle_t& mh, uint64_t len,
-                          uint64_t off, void* dst, uint64_t n) {
+// A GET request of [raddr, raddr+len) on the engine its size picks; the local side is the
+// caller's to fill. nullptr when no request is free.
+Request* get_request(Call& call, dmapp_pe_t pe, uint64_t raddr, const gni_mem_handle_t& mh, uint64_t len) {
   Context& c = call.ctx();
   Request* q = c.alloc_request(call.may_block());
-  if (!q) return DMAPP_RC_NO_SPACE;
+  if (!q) return nullptr;
   q->group = call.group();
   q->pe = pe;
   q->rdma = len > c.attrs.offload_threshold;
@@ -102,6 +100,17 @@ dmapp_return_t bounce_get(Call& call, dmapp_pe_t pe, uint64_t raddr, const gni_m
   q->desc.remote_addr = raddr;
   q->desc.remote_mem_hndl = mh;
   q->desc.length = len;
+  return q;
+}
+
+// One GET of the aligned remote range [raddr, raddr+len), len <= kBounceBytes, into the
+// request's registered bounce slot; at completion `n` bytes from `off` in the slot go to
+// `dst` (Context::complete, before the group counts the request done).
+dmapp_return_t bounce_get(Call& call, dmapp_pe_t pe, uint64_t raddr, const gni_mem_handle_t& mh, uint64_t len,
+                          uint64_t off, void* dst, uint64_t n) {
+  Context& c = call.ctx();
+  Request* q = get_request(call, pe, raddr, mh, len);
+  if (!q) return DMAPP_RC_NO_SPACE;
   q->desc.local_addr = reinterpret_cast<uint64_t>(q->bounce);
   q->desc.local_mem_hndl = c.bounce_mh();
   q->copy_to = dst;
@@ -150,16 +159,8 @@ dmapp_return_t get_piece(Call& call, dmapp_pe_t pe, const Remote& r, void* dst, 
   // too). Anything else takes the slow path; the aligned case costs one test more, no more.
   if (((r.addr | bytes) & 3) | (reinterpret_cast<uint64_t>(dst) & c.get_local_align_mask)) [[unlikely]]
     return unaligned_get(call, pe, r, dst, bytes);
-  Request* q = c.alloc_request(call.may_block());
+  Request* q = get_request(call, pe, r.addr, r.mh, bytes);
   if (!q) return DMAPP_RC_NO_SPACE;
-  q->group = call.group();
-  q->pe = pe;
-  q->rdma = bytes > c.attrs.offload_threshold;
-  q->desc.type = q->rdma ? GNI_POST_RDMA_GET : GNI_POST_FMA_GET;
-  q->desc.dlvr_mode = c.get_dlvr_mode();
-  q->desc.remote_addr = r.addr;
-  q->desc.remote_mem_hndl = r.mh;
-  q->desc.length = bytes;
   dmapp_return_t rc = local_side(c, q, dst, bytes, true);
   if (rc != DMAPP_RC_SUCCESS) {
     c.free_request(q);

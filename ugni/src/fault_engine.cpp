@@ -348,9 +348,7 @@ gni_return_t fault_smsg_send(Ep* ep, const void* header, uint32_t header_length,
       n->stats[GNI_STAT_SMSG_MBOX_CREDITS_STALL].fetch_add(1, std::memory_order_relaxed);
       count(n->counters, ctr::cdm::smsg_credit_stalls);
       // As without faults: the receiver raises the credit event (smsg_channel.h).
-      m.view.ctl->credit_wanted.store(1, std::memory_order_seq_cst);
-      m.view.released_seen = m.view.ctl->released.load(std::memory_order_seq_cst);
-      if (ep->smsg_next - m.view.released_seen >= m.view.credits) return GNI_RC_NOT_DONE;
+      if (!smsg_want_credit(m.view, ep->smsg_next)) return GNI_RC_NOT_DONE;
     }
   }
   FaultState& s = state(n);

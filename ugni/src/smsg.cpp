@@ -83,7 +83,7 @@ gni_return_t send(Ep* ep, const void* header, uint32_t header_length, const void
     count(ep->nic->counters, ctr::cdm::smsg_credit_stalls);
     // The receiver raises an SMSG event in our receive CQ when it returns a credit, as the
     // hardware's credit message does: programs wait on that CQ before they retry.
-    if (!smsg_want_credit(m.view) ||
+    if (!smsg_want_credit(m.view, m.view.ctl->sent.load(std::memory_order_relaxed)) ||
         smsg_send(m.view, header, header_length, data, data_length, tag) == SendResult::kNoCredit)
       return GNI_RC_NOT_DONE;
   }

@@ -81,12 +81,13 @@ inline abi::MboxSlotHeader* smsg_peek(const MailboxView& m) {
   return slot->seq.load(std::memory_order_acquire) == next + 1 ? slot : nullptr;
 }
 
-// A sender out of credits asks for an event when they come back (MboxCtl::credit_wanted);
-// true if credits came back meanwhile (then no event is promised: send again).
-inline bool smsg_want_credit(MailboxView& m) {
+// A sender out of credits for message `next` asks for an event when they come back
+// (MboxCtl::credit_wanted); true if credits came back meanwhile (then no event is
+// promised: send again).
+inline bool smsg_want_credit(MailboxView& m, uint32_t next) {
   m.ctl->credit_wanted.store(1, std::memory_order_seq_cst);
   m.released_seen = m.ctl->released.load(std::memory_order_seq_cst);
-  return m.ctl->sent.load(std::memory_order_relaxed) - m.released_seen < m.credits;
+  return next - m.released_seen < m.credits;
 }
 
 // Frees the current slot and returns its credit to the sender. True if the sender ran out,
