@@ -19,6 +19,16 @@
 //   msgq_lat     MSGQ one-way latency (ping-pong) and message rate (stream, a ring of
 //   msgq_bw      --window slots): both ranks join the node's queue, which is connected to
 //                its own node (loopback), and deliver with GNI_MsgqProgress(0) polls.
+//   smsg_am_lat  SMSG through a progress engine shaped like UCX's and Open MPI's
+//   smsg_am_bw   (am_engine.h): both CQs polled per pass, every waiting message taken by
+//                GetNextWTag, dispatched by tag, released; the reply is sent from the
+//                handler and local send completions are reaped into send descriptors.
+//                am_lat: half the round trip; am_bw: messages/s of a stream.
+//   smsg_calls   rank 0 alone, an SMSG channel between two of its own endpoints: each
+//                round sends, takes the remote event, GetNextWTag, Release, takes the local
+//                completion and polls the empty CQ, each call through its own non-inlined
+//                wrapper (call_*), so `valgrind --tool=callgrind` gives instructions per
+//                call (tools/bench-profile); ns per round is reported too.
 //
 // The program forks the two ranks itself; they exchange addresses, SMSG attributes and
 // memory handles over a socketpair (what PMI does in applications). Each rank pins itself
@@ -48,6 +58,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "am_engine.h"
 #include "gni_pub.h"
 #include "nicemu/abi/ctl_protocol.h"
 #include "nicemu/ctl/ctl_client.h"
@@ -123,6 +134,25 @@ void report(const char* test, uint64_t size, double value, const char* unit) {
   std::fflush(stdout);
 }
 
+// ---- one call each, never inlined: callgrind's inclusive cost of call_X is X's cost -----
+
+[[gnu::noinline]] gni_return_t call_SmsgSendWTag(gni_ep_handle_t ep, void* data, uint32_t len, uint32_t id, uint8_t tag) {
+  return GNI_SmsgSendWTag(ep, nullptr, 0, data, len, id, tag);
+}
+[[gnu::noinline]] gni_return_t call_SmsgGetNextWTag(gni_ep_handle_t ep, void** msg, uint8_t* tag) {
+  return GNI_SmsgGetNextWTag(ep, msg, tag);
+}
+[[gnu::noinline]] gni_return_t call_SmsgRelease(gni_ep_handle_t ep) { return GNI_SmsgRelease(ep); }
+// The two CQ polls differ only in a comment the compiler keeps, so it cannot fold them into one.
+[[gnu::noinline]] gni_return_t call_CqGetEvent_full(gni_cq_handle_t cq, gni_cq_entry_t* e) {
+  asm volatile("# full" ::: "memory");
+  return GNI_CqGetEvent(cq, e);
+}
+[[gnu::noinline]] gni_return_t call_CqGetEvent_empty(gni_cq_handle_t cq, gni_cq_entry_t* e) {
+  asm volatile("# empty" ::: "memory");
+  return GNI_CqGetEvent(cq, e);
+}
+
 // ---- one rank ----------------------------------------------------------------------------
 
 constexpr uint32_t kFmaMax = 4096;
@@ -160,6 +190,7 @@ struct Rank {
   gni_msgq_handle_t msgq = nullptr;
   uint64_t msgq_got = 0;   // messages the MSGQ callback delivered
   uint8_t msgq_tag = 0;    // tag of the last one
+  uint32_t self_addr = 0;
 
   // Local SMSG completions: a progress engine consumes them as they come.
   void drain_local() {
@@ -217,6 +248,7 @@ struct Rank {
     CHECK_GNI(GNI_CdmCreate(uint32_t(id), ptag, cookie, GNI_CDM_MODE_ERR_NO_KILL, &cdm));
     uint32_t addr = 0;
     CHECK_GNI(GNI_CdmAttach(cdm, 0, &addr, &nic));
+    self_addr = addr;
     CHECK_GNI(GNI_CqCreate(nic, 4096, 0, GNI_CQ_NOBLOCK, nullptr, nullptr, &cq));
     CHECK_GNI(GNI_CqCreate(nic, 4096, 0, GNI_CQ_NOBLOCK, nullptr, nullptr, &rcq));
 
@@ -307,6 +339,156 @@ struct Rank {
     if (id == 0) report("smsg_bw", opt.size, double(iters) / t, "msg/s");
     drain_local();
   }
+
+  // A mailbox of our own for an extra SMSG channel (smsg_calls), registered with rcq.
+  gni_smsg_attr_t own_mailbox() {
+    gni_smsg_attr_t a{};
+    a.msg_type = GNI_SMSG_TYPE_MBOX_AUTO_RETRANSMIT;
+    a.mbox_maxcredit = opt.window;
+    a.msg_maxsize = std::max<uint32_t>(opt.size, 64);
+    unsigned need = 0;
+    CHECK_GNI(GNI_SmsgBufferSizeNeeded(&a, &need));
+    size_t bytes = (size_t(need) + 4095) & ~size_t{4095};
+    char* m = static_cast<char*>(std::aligned_alloc(4096, bytes));
+    if (!m) die("out of memory");
+    std::memset(m, 0, bytes);
+    a.msg_buffer = m;
+    a.buff_size = unsigned(bytes);
+    CHECK_GNI(GNI_MemRegister(nic, uint64_t(m), bytes, rcq, GNI_MEM_READWRITE, uint32_t(-1), &a.mem_hndl));
+    return a;
+  }
+
+  // (e) progress-engine ping-pong: the pong is sent by rank 1's handler of the ping.
+  struct AmState {
+    Rank* r;
+    uint64_t got = 0;
+    bool reply_pending = false;
+  };
+  static void on_ping(nicemu::bench::AmEngine& am, uint32_t ep_index, const void*, void* arg) {
+    auto* st = static_cast<AmState*>(arg);
+    ++st->got;
+    if (am.send(ep_index, kTagAck, st->r->src, opt.size) != GNI_RC_SUCCESS) st->reply_pending = true;
+  }
+  static void on_data(nicemu::bench::AmEngine&, uint32_t, const void*, void* arg) { ++static_cast<AmState*>(arg)->got; }
+
+  void am_progress(nicemu::bench::AmEngine& am) {
+    if (am.progress() < 0) {
+      std::fprintf(stderr, "gni_bench: rank %d: progress engine: %s (%s)\n", id, am.error, gni_err_str[am.error_rc]);
+      die("progress engine failed");
+    }
+  }
+  void am_send(nicemu::bench::AmEngine& am, uint8_t tag, uint32_t len) {
+    gni_return_t rc;
+    while ((rc = am.send(0, tag, src, len)) == GNI_RC_NOT_DONE) am_progress(am);
+    if (rc != GNI_RC_SUCCESS) die("progress engine: GNI_SmsgSendWTag failed");
+  }
+  void am_wait(nicemu::bench::AmEngine& am, AmState& st, uint64_t until) {
+    while (st.got < until) {
+      am_progress(am);
+      if (st.reply_pending) {
+        st.reply_pending = false;
+        am_send(am, kTagAck, opt.size);
+      }
+    }
+  }
+
+  void smsg_am_lat() {
+    const uint64_t iters = opt.iters ? opt.iters : 200000;
+    const uint64_t warm = opt.warmup >= 0 ? uint64_t(opt.warmup) : 20000;
+    nicemu::bench::AmEngine am(cq, rcq, 2 * opt.window);
+    CHECK_GNI(am.add_ep(ep, 0));
+    AmState st{this};
+    am.on(kTagData, on_ping, &st);
+    am.on(kTagAck, on_data, &st);
+    barrier(id);
+    double t0 = 0;
+    for (uint64_t i = 0; i < warm + iters; ++i) {
+      if (id == 0) {
+        if (i == warm) t0 = now_s();
+        am_send(am, kTagData, opt.size);
+      }
+      am_wait(am, st, i + 1);
+    }
+    if (id == 0) report("smsg_am_lat", opt.size, (now_s() - t0) / double(iters) / 2 * 1e6, "us");
+    while (am.inflight()) am_progress(am);
+    barrier(id);
+  }
+
+  // (f) progress-engine stream: the sender progresses when out of credits or descriptors
+  // and every 16 sends (reaping its completions), the receiver only progresses.
+  void smsg_am_bw() {
+    const uint64_t iters = opt.iters ? opt.iters : 2000000;
+    const uint64_t warm = opt.warmup >= 0 ? uint64_t(opt.warmup) : 100000;
+    nicemu::bench::AmEngine am(cq, rcq, 2 * opt.window);
+    CHECK_GNI(am.add_ep(ep, 0));
+    AmState st{this};
+    am.on(kTagData, on_data, &st);
+    am.on(kTagAck, on_data, &st);
+    barrier(id);
+    uint64_t expect = 0;
+    auto phase = [&](uint64_t n) {
+      if (id == 0) {
+        for (uint64_t i = 0; i < n; ++i) {
+          am_send(am, kTagData, opt.size);
+          if ((i & 15) == 15) am_progress(am);
+        }
+        am_wait(am, st, ++expect);  // the acknowledgement
+      } else {
+        expect += n;
+        am_wait(am, st, expect);
+        am_send(am, kTagAck, 8);
+      }
+    };
+    if (warm) phase(warm);
+    double t0 = now_s();
+    phase(iters);
+    double t = now_s() - t0;
+    if (id == 0) report("smsg_am_bw", opt.size, double(iters) / t, "msg/s");
+    while (am.inflight()) am_progress(am);
+    barrier(id);
+  }
+
+  // (g) the calls of one SMSG round, each through its call_* wrapper, on rank 0 alone.
+  void smsg_calls() {
+    const uint64_t iters = opt.iters ? opt.iters : 1000000;
+    const uint64_t warm = opt.warmup >= 0 ? uint64_t(opt.warmup) : 10000;
+    barrier(id);
+    if (id == 0) {
+      drain_local();
+      gni_smsg_attr_t ax = own_mailbox(), ay = own_mailbox();
+      gni_ep_handle_t ex, ey;
+      CHECK_GNI(GNI_EpCreate(nic, cq, &ex));
+      CHECK_GNI(GNI_EpCreate(nic, cq, &ey));
+      CHECK_GNI(GNI_EpBind(ex, peer_self_addr(), uint32_t(id)));
+      CHECK_GNI(GNI_EpBind(ey, peer_self_addr(), uint32_t(id)));
+      CHECK_GNI(GNI_SmsgInit(ex, &ax, &ay));
+      CHECK_GNI(GNI_SmsgInit(ey, &ay, &ax));
+      gni_cq_entry_t e;
+      double t0 = 0;
+      for (uint64_t i = 0; i < warm + iters; ++i) {
+        if (i == warm) t0 = now_s();
+        if (call_SmsgSendWTag(ex, src, opt.size, uint32_t(i), kTagData) != GNI_RC_SUCCESS) die("smsg_calls: send");
+        if (call_CqGetEvent_full(rcq, &e) != GNI_RC_SUCCESS) die("smsg_calls: no remote event");
+        void* msg = nullptr;
+        uint8_t tag = GNI_SMSG_ANY_TAG;
+        if (call_SmsgGetNextWTag(ey, &msg, &tag) != GNI_RC_SUCCESS || tag != kTagData) die("smsg_calls: no message");
+        if (call_SmsgRelease(ey) != GNI_RC_SUCCESS) die("smsg_calls: release");
+        if (call_CqGetEvent_full(cq, &e) != GNI_RC_SUCCESS) die("smsg_calls: no local completion");
+        if (call_CqGetEvent_empty(cq, &e) != GNI_RC_NOT_DONE) die("smsg_calls: local CQ not empty");
+      }
+      report("smsg_calls", opt.size, (now_s() - t0) / double(iters) * 1e9, "ns/round");
+      GNI_EpUnbind(ex);
+      GNI_EpUnbind(ey);
+      GNI_EpDestroy(ex);
+      GNI_EpDestroy(ey);
+      GNI_MemDeregister(nic, &ax.mem_hndl);
+      GNI_MemDeregister(nic, &ay.mem_hndl);
+      std::free(ax.msg_buffer);
+      std::free(ay.msg_buffer);
+    }
+    barrier(id);
+  }
+  uint32_t peer_self_addr() const { return self_addr; }
 
   static int msgq_cb(uint32_t, uint32_t, void*, uint8_t tag, void* data) {
     auto* r = static_cast<Rank*>(data);
@@ -510,6 +692,9 @@ int run_rank(int id, uint8_t ptag, uint32_t cookie) {
   auto want = [](const char* t) { return opt.test == "all" || opt.test == t; };
   if (want("smsg_lat")) r.smsg_lat();
   if (want("smsg_bw")) r.smsg_bw();
+  if (want("smsg_am_lat")) r.smsg_am_lat();
+  if (want("smsg_am_bw")) r.smsg_am_bw();
+  if (opt.test == "smsg_calls") r.smsg_calls();
   if (want("fma_put_lat")) r.fma_lat(true);
   if (want("fma_get_lat")) r.fma_lat(false);
   if (want("rdma_put_bw")) r.rdma_put_bw();
@@ -576,11 +761,13 @@ int main(int argc, char** argv) {
   CLI::App app{"gni_bench: uGNI SMSG latency / message rate, FMA PUT/GET latency and RDMA PUT bandwidth between two ranks "
                "on one nicemu node, each pinned to its own CPU"};
   app.add_option("--test", opt.test,
-                 "smsg_lat | smsg_bw | fma_put_lat | fma_get_lat | rdma_put_bw | msgq_lat | msgq_bw | all")
-      ->check(CLI::IsMember(
-          {"smsg_lat", "smsg_bw", "fma_put_lat", "fma_get_lat", "rdma_put_bw", "msgq_lat", "msgq_bw", "all"}));
+                 "smsg_lat | smsg_bw | smsg_am_lat | smsg_am_bw | fma_put_lat | fma_get_lat | rdma_put_bw | msgq_lat | "
+                 "msgq_bw | all (all of these) | smsg_calls (only alone)")
+      ->check(CLI::IsMember({"smsg_lat", "smsg_bw", "smsg_am_lat", "smsg_am_bw", "fma_put_lat", "fma_get_lat",
+                             "rdma_put_bw", "msgq_lat", "msgq_bw", "all", "smsg_calls"}));
   app.add_option("--iters", opt.iters,
-                 "timed iterations (default: smsg_lat 200000, smsg_bw 2000000, fma 50000 per size)");
+                 "timed iterations (default: smsg_lat/smsg_am_lat 200000, smsg_bw/smsg_am_bw 2000000, smsg_calls 1000000, "
+                 "fma 50000 per size)");
   app.add_option("--warmup", opt.warmup, "untimed iterations first (default: smsg_lat 20000, smsg_bw 100000, fma 2000 per size)");
   auto* size_opt = app.add_option("--size", opt.size,
                                   "SMSG payload bytes (default 8); if given, also the only FMA size "

@@ -46,21 +46,27 @@ struct CqRingView {
       }
       k = std::min<uint64_t>(n, room(t, h));
       if (k == 0) {
-        ctl->overrun.store(1, std::memory_order_release);
+        ctl->overrun.store(1, std::memory_order_seq_cst);
         wake();
         return 0;
       }
-      if (ctl->tail.compare_exchange_weak(t, t + k, std::memory_order_acq_rel, std::memory_order_relaxed)) break;
+      // seq_cst: the reservation is what a sleeping consumer checks (quiet()), see wake().
+      if (ctl->tail.compare_exchange_weak(t, t + k, std::memory_order_seq_cst, std::memory_order_relaxed)) break;
     }
     for (uint64_t i = 0; i < k; ++i) entries[(t + i) & mask].store(e[i], std::memory_order_release);
-    if (k < n) ctl->overrun.store(1, std::memory_order_release);
+    if (k < n) ctl->overrun.store(1, std::memory_order_seq_cst);
     wake();
     return k;
   }
 
+  // No fence: a consumer about to sleep raises `waiters` (seq_cst RMW) and then checks
+  // quiet(), which reads `tail`; a producer reserved its entry with a seq_cst RMW of `tail`
+  // (or flagged overrun with a seq_cst store) before this seq_cst load. In the single total
+  // order either the consumer sees the reservation and does not sleep, or we see it waiting.
+  // (Checking the entry instead would need a full fence between its store and this load:
+  // on x86 an mfence per push, two per SMSG message.)
   void wake() const {
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (ctl->waiters.load(std::memory_order_relaxed) != 0) {
+    if (ctl->waiters.load(std::memory_order_seq_cst) != 0) {
       ctl->futex.fetch_add(1, std::memory_order_release);
       futex_wake_all(&ctl->futex);
     }
@@ -84,6 +90,13 @@ struct CqRingView {
     return ctl->overrun.exchange(0, std::memory_order_acq_rel) != 0;
   }
   bool has_overrun() const { return ctl->overrun.load(std::memory_order_acquire) != 0; }
+  // The consumer, after raising `waiters` and before sleeping: nothing reserved that it has
+  // not taken (an entry still being written counts: the producer is about to store it),
+  // and no overrun. See wake().
+  bool quiet() const {
+    return ctl->tail.load(std::memory_order_seq_cst) == ctl->head.load(std::memory_order_relaxed) &&
+           ctl->overrun.load(std::memory_order_seq_cst) == 0;
+  }
 };
 
 }  // namespace nicemu::abi

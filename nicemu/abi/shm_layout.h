@@ -22,7 +22,7 @@
 namespace nicemu::abi {
 
 inline constexpr uint32_t kRegionMagic = 0x4E494345;  // "NICE"
-inline constexpr uint16_t kAbiVersion = 5;  // 2: segment table, RegEntry.seg_*; 3: two memfds (region_map.h), lease; 4: MboxCtl.note_at; 5: memory domains (mem_domain, RegEntry.domain), credit_wanted
+inline constexpr uint16_t kAbiVersion = 6;  // 2: segment table, RegEntry.seg_*; 3: two memfds (region_map.h), lease; 4: MboxCtl.note_at; 5: memory domains (mem_domain, RegEntry.domain), credit_wanted; 6: CQ sleepers check `tail` (producers no longer fence)
 inline constexpr uint32_t kRegSlots = 16384;          // = mdh::kMaxSlots
 inline constexpr uint32_t kCqSlots = 1024;
 inline constexpr uint32_t kNoCq = 0xFFFFFFFF;
@@ -174,11 +174,14 @@ inline constexpr uint32_t kAmoLocks = 1024;
 //  - the consumer reads slot[head & mask] with acquire, zeroes it, then publishes
 //    head + 1 with release, which hands the slot back to producers;
 //  - a full ring sets `overrun` (the entry is lost, as on hardware) and wakes the waiter;
-//  - blocking waits: the consumer reads `futex`, increments `waiters` (seq_cst), re-checks,
-//    then futex-waits on `futex` for the value it read; producers store, fence seq_cst,
-//    and only if `waiters` is non-zero bump `futex` and wake it, so the non-blocking path
-//    makes no system call. Either the producer sees the waiter, and its bump makes the
-//    wait return, or the waiter's re-check sees the entry: no wake-up is lost;
+//  - blocking waits: the consumer reads `futex`, increments `waiters` (seq_cst), re-checks
+//    that `tail` (seq_cst) equals `head` and no overrun is flagged, then futex-waits on
+//    `futex` for the value it read; producers claim with a seq_cst CAS on `tail` (overrun:
+//    a seq_cst store), store the entry, and only if `waiters` (seq_cst load) is non-zero
+//    bump `futex` and wake it, so the non-blocking path makes no system call and no fence.
+//    Either the producer sees the waiter, and its bump makes the wait return, or the
+//    waiter's re-check sees the claim (its entry may still be on its way: the waiter then
+//    sleeps only briefly): no wake-up is lost;
 //  - `waiters` counts sleepers, not consumers: a thread waiting on several CQs at once
 //    (GNI_CqVectorWaitEvent / GNI_CqVectorMonitor, which only looks) registers on every
 //    ring of its vector, re-checks them all, and sleeps on all their `futex` words with

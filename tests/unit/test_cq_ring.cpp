@@ -121,3 +121,42 @@ TEST_CASE("a waiter on several rings (futex_waitv) is woken by a push into any o
   // A push made before the wait (the value moved): it returns at once.
   CHECK(futex_wait_any(words, 3, 5'000'000'000) == 0);
 }
+
+TEST_CASE("a consumer that sleeps between pushes is woken by each one (no fence on the push path)") {
+  // The consumer's side of a blocking wait as libugni's GNI_CqWaitEvent does it; the
+  // producer pushes in bursts with pauses, so the consumer often goes to sleep just as an
+  // entry is claimed. A lost wake-up would show as a sleep running into its 2 s timeout.
+  Ring r(64);
+  constexpr int kN = 3000;
+  std::thread producer([&] {
+    for (int i = 0; i < kN; ++i) {
+      while (!r.view.push(cqe::make(1, 0, 0, 0, 0, uint64_t(i)))) {
+        r.view.take_overrun();
+        std::this_thread::yield();
+      }
+      if (i % 7 == 6) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  });
+  int got = 0, lost = 0, sleeps = 0;
+  while (got < kN) {
+    if (uint64_t e = r.view.pop()) {
+      REQUIRE(int(cqe::id_of(e)) == got);
+      ++got;
+      continue;
+    }
+    const uint32_t seq = r.ctl.futex.load(std::memory_order_acquire);
+    r.ctl.waiters.fetch_add(1, std::memory_order_seq_cst);
+    if (r.view.peek() == 0) {
+      const bool quiet = r.view.quiet();
+      auto t0 = std::chrono::steady_clock::now();
+      futex_wait(&r.ctl.futex, seq, quiet ? 2'000'000'000 : 50'000);
+      if (quiet) ++sleeps;
+      if (quiet && std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(1900)) ++lost;
+    }
+    r.ctl.waiters.fetch_sub(1, std::memory_order_seq_cst);
+  }
+  producer.join();
+  CHECK(lost == 0);
+  MESSAGE("consumer slept " << sleeps << " times");
+  CHECK(r.view.quiet());
+}

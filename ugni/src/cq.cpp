@@ -44,6 +44,8 @@ gni_return_t nicemu::ugni::take_event(Cq* cq, gni_cq_entry_t* event_data) {
 
 namespace {
 
+constexpr uint64_t kUnquietSliceNs = 50000;
+
 uint64_t now_ns() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -135,8 +137,10 @@ gni_return_t GNI_CqWaitEvent(gni_cq_handle_t cq_hndl, uint64_t timeout, gni_cq_e
     uint32_t seq = ctl->futex.load(std::memory_order_acquire);
     ctl->waiters.fetch_add(1, std::memory_order_seq_cst);
     if (cq->ring.peek() == 0 && !cq->ring.has_overrun()) {
-      // Sleep in slices so a daemon killed outright is still noticed.
-      uint64_t slice = 200000000ull;
+      // Sleep in slices so a daemon killed outright is still noticed. An entry reserved but
+      // not yet written (not quiet: its producer may have looked for waiters before we
+      // raised ours) is a matter of nanoseconds: sleep briefly, not a whole slice.
+      uint64_t slice = cq->ring.quiet() ? 200000000ull : kUnquietSliceNs;
       if (!forever) slice = std::min<uint64_t>(slice, deadline - t);
       abi::futex_wait(&ctl->futex, seq, static_cast<int64_t>(slice));
     }

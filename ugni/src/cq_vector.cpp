@@ -28,6 +28,7 @@ constexpr uint64_t kSliceNs = 200'000'000;
 // takes) the waiter sleeps on the first ring only, in short slices, so an entry in any
 // other ring is seen within this much.
 constexpr uint64_t kFallbackSliceNs = 1'000'000;
+constexpr uint64_t kUnquietSliceNs = 50'000;  // see sleep_once
 
 std::atomic<bool> g_waitv_refused{false};
 
@@ -74,6 +75,14 @@ int64_t first_ready(const Vector& v) {
   return -1;
 }
 
+// Every ring quiet (CqRingView::quiet): nothing reserved, no overrun; a ring's producer that
+// reserves after this sees its raised `waiters` and wakes it.
+bool all_quiet(const Vector& v) {
+  for (uint32_t i = 0; i < v.n; ++i)
+    if (!v.at(i)->ring.quiet()) return false;
+  return true;
+}
+
 // One sleep of at most `slice_ns` until a ring of the vector is woken. Returns 0 or EINTR.
 int sleep_once(const Vector& v, uint64_t slice_ns) {
   abi::FutexWaitv words[abi::kFutexWaitvMax];
@@ -87,6 +96,9 @@ int sleep_once(const Vector& v, uint64_t slice_ns) {
   }
   int err = 0;
   if (first_ready(v) < 0 && !any_masked(v)) {
+    // An entry reserved but not yet written (a ring not quiet): its producer may have looked
+    // for waiters before we raised ours, and will store it within nanoseconds. Sleep briefly.
+    if (!all_quiet(v)) slice_ns = std::min<uint64_t>(slice_ns, kUnquietSliceNs);
     if (v.n <= abi::kFutexWaitvMax && !g_waitv_refused.load(std::memory_order_relaxed)) {
       err = abi::futex_wait_any(words, m, static_cast<int64_t>(slice_ns));
       if (err != 0 && err != ETIMEDOUT && err != EINTR) {

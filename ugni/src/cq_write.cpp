@@ -62,7 +62,7 @@ gni_return_t GNI_PostCqWrite(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) 
   d->status = 0;
   d->cq_mode_complete = 0;
   // A CQ write is an FMA transaction on the hardware.
-  ep->nic->stats[GNI_STAT_FMA_LAUNCH_COUNT].fetch_add(1, std::memory_order_relaxed);
+  stat_add(ep->nic, GNI_STAT_FMA_LAUNCH_COUNT);
   count(ep->nic->counters, ctr::cdm::cq_write_posts);
   if (posts_through_daemon(ep)) [[unlikely]]
     return post_remote(ep, cq, d, abi::remote::kCqWrite, abi::remote::kFma, tid);

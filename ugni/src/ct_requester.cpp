@@ -142,7 +142,7 @@ gni_return_t GNI_CtPostFma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
   if (!take_tid(ep, d, tid)) return GNI_RC_ERROR_RESOURCE;
   d->status = 0;
   d->cq_mode_complete = 0;
-  ep->nic->stats[GNI_STAT_FMA_LAUNCH_COUNT].fetch_add(static_cast<uint32_t>(ops.size()), std::memory_order_relaxed);
+  stat_add(ep->nic, GNI_STAT_FMA_LAUNCH_COUNT, static_cast<uint32_t>(ops.size()));
   auto remote = [&](size_t i) { return posts_through_daemon(ops[i].ep); };
   if (std::any_of(ops.begin(), ops.end(), [](const FmaOp& op) { return posts_through_daemon(op.ep); })) {
     namespace rop = nicemu::abi::remote;
@@ -218,7 +218,7 @@ gni_return_t GNI_CtPostCqWrite(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d
   if (!take_tid(ep, d, tid)) return GNI_RC_ERROR_RESOURCE;
   d->status = 0;
   d->cq_mode_complete = 0;
-  ep->nic->stats[GNI_STAT_FMA_LAUNCH_COUNT].fetch_add(static_cast<uint32_t>(writes.size()), std::memory_order_relaxed);
+  stat_add(ep->nic, GNI_STAT_FMA_LAUNCH_COUNT, static_cast<uint32_t>(writes.size()));
   auto remote = [&](size_t i) { return posts_through_daemon(writes[i].ep); };
   if (std::any_of(writes.begin(), writes.end(), [](const Write& w) { return posts_through_daemon(w.ep); })) {
     run_split_chain(

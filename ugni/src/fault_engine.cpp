@@ -311,13 +311,12 @@ void smsg_deliver(Ep* ep, uint32_t seq, const std::vector<char>& msg, uint32_t h
   const uint32_t data_length = static_cast<uint32_t>(msg.size()) - header_length;
   // Credits were taken when the message was accepted, so the slot is free.
   smsg_write_at(m.view, seq, msg.data(), header_length, msg.data() + header_length, data_length, tag);
-  n->stats[GNI_STAT_FMA_LAUNCH_COUNT].fetch_add(1, std::memory_order_relaxed);
+  stat_add(n, GNI_STAT_FMA_LAUNCH_COUNT);
   count(n->counters, ctr::cdm::smsg_sends);
   count(n->counters, ctr::cdm::smsg_send_bytes, msg.size());
   if (m.dst_cq != abi::kNoCq)
     push_remote_event(*m.region, m.dst_cq,
-                      cqe::make(cqe::kSrcRemoteRequest, cqe::kTypeSmsg, cqe::kOk, 0, 0, ep->remote_event), &m.dst_ctl,
-                      &m.dst_head_seen);
+                      cqe::make(cqe::kSrcRemoteRequest, cqe::kTypeSmsg, cqe::kOk, 0, 0, ep->remote_event), &m.dst_cache);
   if (ep->src_cq)
     ep->src_cq->ring.push(cqe::make(cqe::kSrcLocalResponse, cqe::kTypeSmsg, cqe::kOk, cqe::kInfoGlobal, 0, msg_id));
 }
@@ -345,7 +344,7 @@ gni_return_t fault_smsg_send(Ep* ep, const void* header, uint32_t header_length,
   if (ep->smsg_next - m.view.released_seen >= m.view.credits) {
     m.view.released_seen = m.view.ctl->released.load(std::memory_order_acquire);
     if (ep->smsg_next - m.view.released_seen >= m.view.credits) {
-      n->stats[GNI_STAT_SMSG_MBOX_CREDITS_STALL].fetch_add(1, std::memory_order_relaxed);
+      stat_add(n, GNI_STAT_SMSG_MBOX_CREDITS_STALL);
       count(n->counters, ctr::cdm::smsg_credit_stalls);
       // As without faults: the receiver raises the credit event (smsg_channel.h).
       if (!smsg_want_credit(m.view, ep->smsg_next)) return GNI_RC_NOT_DONE;

@@ -228,7 +228,7 @@ gni_return_t GNI_PostFma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
   }
   d->status = 0;
   d->cq_mode_complete = 0;
-  ep->nic->stats[GNI_STAT_FMA_LAUNCH_COUNT].fetch_add(1, std::memory_order_relaxed);
+  stat_add(ep->nic, GNI_STAT_FMA_LAUNCH_COUNT);
   count_post(ep->nic->counters, post_type(d), d->length);
   // A target on another host: our daemon carries it (remote_post.cpp).
   if (posts_through_daemon(ep)) [[unlikely]] {

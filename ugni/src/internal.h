@@ -155,7 +155,7 @@ struct Nic {
   // Chains with members on other hosts, numbered for the daemon (RemotePost::chain_id).
   std::atomic<uint64_t> next_chain_id{1};
 
-  std::atomic<uint32_t> stats[GNI_NUM_STATS] = {};
+  std::atomic<uint32_t> stats[GNI_NUM_STATS] = {};  // GNI_GetNicStat; add with stat_add()
   abi::counters::CdmCounterBlock* counters = unbound_counter_block();  // in `self` once attached
   uint16_t smsg_max_retrans = FMA_SMSG_MAX_RETRANS_DEFAULT;
   uint16_t smsg_dlvr_mode = GNI_DLVMODE_PERFORMANCE;  // stored; same-host SMSG is in order anyway
@@ -197,13 +197,47 @@ struct Cq {
   std::atomic<uint32_t> interrupt_mask{0};  // GNI_CqInterruptMask count; vector waits refuse while > 0
 };
 
+// A CQ of a (usually other) region that one producer pushes to again and again: an SMSG
+// channel's receiver CQ. Deriving the view means reading the daemon's descriptor and
+// bounds-checking it against the region (a third of an SMSG send's instructions); the
+// cache keeps the view with the descriptor fields it came from, and a push re-reads only
+// those (one line the daemon writes only when the CQ is created or destroyed), so a CQ
+// destroyed, or re-created elsewhere, is noticed as before. `head_seen` is the producer's
+// private copy of the ring's head (CqRingView::push).
+struct CqTarget {
+  abi::CqRingView view;
+  const char* base = nullptr;  // the region the view points into
+  uint32_t capacity = 0;
+  uint64_t ctl_offset = 0;
+  uint64_t entries_offset = 0;
+  uint64_t head_seen = 0;
+
+  static const abi::CqDesc* desc(const Region& r, uint32_t slot) {
+    return reinterpret_cast<const abi::CqDesc*>(r.base + abi::kCqTableOffset) + slot;
+  }
+  bool still_valid(const Region& r, uint32_t slot) const {
+    if (!view.valid() || r.base != base || slot >= abi::kCqSlots) return false;
+    const abi::CqDesc* d = desc(r, slot);
+    return d->state.load(std::memory_order_acquire) == abi::kCqLive && d->capacity == capacity &&
+           d->ctl_offset == ctl_offset && d->entries_offset == entries_offset;
+  }
+  void keep(const Region& r, uint32_t slot, const abi::CqRingView& v) {
+    const abi::CqDesc* d = desc(r, slot);
+    if (v.ctl != view.ctl) head_seen = 0;
+    view = v;
+    base = r.base;
+    capacity = uint32_t(v.mask + 1);
+    ctl_offset = d->ctl_offset;
+    entries_offset = d->entries_offset;
+  }
+};
+
 // One direction of an SMSG channel, i.e. one mailbox (layout in shm_layout.h).
 struct Mailbox {
   std::shared_ptr<Region> region;  // receiver's region (ours for the receive side)
   MailboxView view;
   uint32_t dst_cq = abi::kNoCq;    // receiver's CQ for remote SMSG events
-  const abi::CqRingCtl* dst_ctl = nullptr;  // the ring `dst_head_seen` belongs to
-  uint64_t dst_head_seen = 0;      // our private copy of that ring's head
+  CqTarget dst_cache;              // its checked view (push_remote_event)
   // Across hosts (smsg_relay.h): no mailbox mapped (`region` null, view without ctl); the
   // daemon relays, and this block in our own heap says credits and failure.
   abi::SmsgRelayCtl* relay = nullptr;
@@ -327,15 +361,28 @@ void scatter_local(const abi::Extents& local, const void* src);
 
 // Pushes a CQE into CQ `slot` of a peer's region. The view is rebuilt from the read-only
 // descriptor every time, so a CQ destroyed meanwhile is skipped, never written.
-inline void push_remote_event(const Region& r, uint32_t slot, uint64_t entry, const abi::CqRingCtl** seen_ctl = nullptr,
-                              uint64_t* head_seen = nullptr) {
+// GNI_GetNicStat counters: a plain load and store, as count() (counters.h) and for the
+// same reason: no locked instruction on the send paths.
+inline void stat_add(Nic* n, gni_statistic_t stat, uint32_t k = 1) {
+  n->stats[stat].store(n->stats[stat].load(std::memory_order_relaxed) + k, std::memory_order_relaxed);
+}
+
+// An event into CQ `slot` of region `r` (the daemon's descriptor says where its ring is;
+// a dead or invalid CQ takes nothing). `cache`, for one producer pushing to the same CQ
+// again and again, keeps the checked view (CqTarget).
+inline void push_remote_event(const Region& r, uint32_t slot, uint64_t entry, CqTarget* cache = nullptr) {
+  if (cache && cache->still_valid(r, slot)) {
+    cache->view.push(entry, &cache->head_seen);
+    return;
+  }
   abi::CqRingView v = r.cq_view(slot);
   if (!v.valid()) return;
-  if (seen_ctl && *seen_ctl != v.ctl) {
-    *seen_ctl = v.ctl;
-    *head_seen = 0;
+  if (!cache) {
+    v.push(entry);
+    return;
   }
-  v.push(entry, seen_ctl ? head_seen : nullptr);
+  cache->keep(r, slot, v);
+  v.push(entry, &cache->head_seen);
 }
 
 // Cancels the datagram pending on `ep`, if any (GNI_EpDestroy).

@@ -363,7 +363,7 @@ gni_return_t send_other_host(Msgq* q, Ep* ep, const void* hdr, uint32_t hdr_len,
   if (hdr_len) std::memcpy(m.payload, hdr, hdr_len);
   if (msg_len) std::memcpy(m.payload + hdr_len, msg, msg_len);
   if (!q->nic->conn.send(&m, sizeof m)) return GNI_RC_INVALID_STATE;
-  q->nic->stats[GNI_STAT_FMA_LAUNCH_COUNT].fetch_add(1, std::memory_order_relaxed);
+  stat_add(q->nic, GNI_STAT_FMA_LAUNCH_COUNT);
   return GNI_RC_SUCCESS;
 }
 
@@ -413,7 +413,7 @@ gni_return_t send(Msgq* q, Ep* ep, const void* hdr, uint32_t hdr_len, const void
   }
   wake(*seg, member);
   // On the hardware a MSGQ message is an FMA PUT into the remote node's queue.
-  q->nic->stats[GNI_STAT_FMA_LAUNCH_COUNT].fetch_add(1, std::memory_order_relaxed);
+  stat_add(q->nic, GNI_STAT_FMA_LAUNCH_COUNT);
   if (q->snd_cq)
     q->snd_cq->ring.push(cqe::make(cqe::kSrcLocalResponse, cqe::kTypeMsgq, cqe::kOk, cqe::kInfoGlobal, 0, msg_id));
   return GNI_RC_SUCCESS;

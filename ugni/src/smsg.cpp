@@ -79,7 +79,7 @@ gni_return_t send(Ep* ep, const void* header, uint32_t header_length, const void
   if (fault_path(ep->nic)) [[unlikely]]
     return fault_smsg_send(ep, header, header_length, data, data_length, msg_id, tag);  // fault_engine.cpp
   if (smsg_send(m.view, header, header_length, data, data_length, tag) == SendResult::kNoCredit) {
-    ep->nic->stats[GNI_STAT_SMSG_MBOX_CREDITS_STALL].fetch_add(1, std::memory_order_relaxed);
+    stat_add(ep->nic, GNI_STAT_SMSG_MBOX_CREDITS_STALL);
     count(ep->nic->counters, ctr::cdm::smsg_credit_stalls);
     // The receiver raises an SMSG event in our receive CQ when it returns a credit, as the
     // hardware's credit message does: programs wait on that CQ before they retry.
@@ -91,11 +91,11 @@ gni_return_t send(Ep* ep, const void* header, uint32_t header_length, const void
   // below (three locked increments) stays off the message's critical path.
   if (m.dst_cq != abi::kNoCq)
     push_remote_event(*m.region, m.dst_cq, cqe::make(cqe::kSrcRemoteRequest, cqe::kTypeSmsg, cqe::kOk, 0, 0, ep->remote_event),
-                      &m.dst_ctl, &m.dst_head_seen);
+                      &m.dst_cache);
   if (ep->src_cq)
     ep->src_cq->ring.push(cqe::make(cqe::kSrcLocalResponse, cqe::kTypeSmsg, cqe::kOk, cqe::kInfoGlobal, 0, msg_id));
   // On the hardware every SMSG message is an FMA PUT into the peer's mailbox.
-  ep->nic->stats[GNI_STAT_FMA_LAUNCH_COUNT].fetch_add(1, std::memory_order_relaxed);
+  stat_add(ep->nic, GNI_STAT_FMA_LAUNCH_COUNT);
   count(ep->nic->counters, ctr::cdm::smsg_sends);
   count(ep->nic->counters, ctr::cdm::smsg_send_bytes, uint64_t{header_length} + data_length);
   return GNI_RC_SUCCESS;
@@ -212,7 +212,7 @@ gni_return_t GNI_SmsgRelease(gni_ep_handle_t ep_hndl) {
   if (credit_wanted && ep->tx.region && ep->tx.dst_cq != abi::kNoCq)
     push_remote_event(*ep->tx.region, ep->tx.dst_cq,
                       cqe::make(cqe::kSrcRemoteRequest, cqe::kTypeSmsg, cqe::kOk, 0, 0, ep->remote_event),
-                      &ep->tx.dst_ctl, &ep->tx.dst_head_seen);
+                      &ep->tx.dst_cache);
   // The sender is on another host: its credits come back through the daemons, which report
   // releases with their acks while messages flow. Past MboxCtl::note_at the daemon has not
   // seen an eighth of a mailbox of releases (the sender may be waiting for credits): tell it now

@@ -64,7 +64,7 @@ gni_return_t relay_send(Ep* ep, const void* header, uint32_t header_length, cons
   if (s - m.view.released_seen >= m.view.credits) {
     m.view.released_seen = m.relay->released.load(std::memory_order_acquire);
     if (s - m.view.released_seen >= m.view.credits) {
-      n->stats[GNI_STAT_SMSG_MBOX_CREDITS_STALL].fetch_add(1, std::memory_order_relaxed);
+      stat_add(n, GNI_STAT_SMSG_MBOX_CREDITS_STALL);
       count(n->counters, ctr::cdm::smsg_credit_stalls);
       // Our daemon raises an SMSG event in our receive CQ when credits come back
       // (SmsgRelayCtl::credit_wanted); unless they came back meanwhile.
@@ -98,7 +98,7 @@ gni_return_t relay_send(Ep* ep, const void* header, uint32_t header_length, cons
     uint64_t off = tail % cap;
     const uint64_t pad = cap - off < need ? cap - off : 0;
     if (tail + pad + need - head > cap) {
-      n->stats[GNI_STAT_SMSG_MBOX_CREDITS_STALL].fetch_add(1, std::memory_order_relaxed);
+      stat_add(n, GNI_STAT_SMSG_MBOX_CREDITS_STALL);
       return GNI_RC_NOT_DONE;  // the daemon is behind: like a credit stall, try again
     }
     char* d = abi::relay_ring_data(r);
@@ -127,7 +127,7 @@ gni_return_t relay_send(Ep* ep, const void* header, uint32_t header_length, cons
       return failed(cqe::kErrNicDown);
     }
   }
-  n->stats[GNI_STAT_FMA_LAUNCH_COUNT].fetch_add(1, std::memory_order_relaxed);
+  stat_add(n, GNI_STAT_FMA_LAUNCH_COUNT);
   count(n->counters, ctr::cdm::smsg_sends);
   count(n->counters, ctr::cdm::smsg_send_bytes, total);
   return GNI_RC_SUCCESS;
