@@ -150,7 +150,7 @@ inline uint64_t region_resolve(const char* base, const mdh::Fields& f, uint64_t 
 // region_translate to learn where the bytes are.
 inline uint64_t region_check_access(const char* base, uint64_t q1, uint64_t q2, uint64_t addr, uint64_t len,
                                     bool write, uint32_t* dst_cq) {
-  auto f = mdh::decode(q1, q2);
+  auto f = mdh::decode(q1, q2, true);
   if (!f) return cqe::kErrProtection;
   RegEntry e;
   uint32_t slot = 0;
@@ -163,7 +163,7 @@ inline uint64_t region_check_access(const char* base, uint64_t q1, uint64_t q2, 
 // registration of the region (the check of every access, for no bytes) that has a CQ for
 // remote events. A CQE status; `dst_cq` set when allowed.
 inline uint64_t region_cq_write_target(const char* base, uint64_t q1, uint64_t q2, uint32_t& dst_cq) {
-  auto f = mdh::decode(q1, q2);
+  auto f = mdh::decode(q1, q2, true);
   if (!f) return cqe::kErrProtection;
   RegEntry e;
   uint32_t slot = 0;
@@ -237,7 +237,7 @@ inline bool region_read_segments(const char* base, const RegEntry& e, uint64_t o
 inline uint64_t region_translate(const char* base, uint64_t q1, uint64_t q2, uint64_t addr, uint64_t len, bool write,
                                  uint32_t* dst_cq, Extents& out) {
   out.clear();
-  auto f = mdh::decode(q1, q2);
+  auto f = mdh::decode(q1, q2, true);
   if (!f) return cqe::kErrProtection;
   for (int tries = 0; tries < 64; ++tries) {
     RegEntry e;

@@ -1,14 +1,18 @@
 // Memory handles built by the client itself, the way libfabric's gni provider does (issue
 // 22): it sends peers a 64-bit key (VA page and MDH) and turns it back into a handle with
 // the layout macros of Cray's private header — VA, MDH, page count 0xFFFFFFF ("unbounded"),
-// page shift 12, flags, CRC — so the handle carries no registration slot. The target must
+// page shift 12, flags, CRC (left 0 for FMA and AMO posts) — so the handle carries no
+// registration slot. The target must
 // find the registration by (memory domain, first page). FMA PUT/GET/AMO, RDMA PUT/GET and
 // CQ writes through such handles, and the refusals: bounds, read-only, unknown page,
-// another domain; GNI_GetJobResInfo(GNI_JOB_RES_FMA), which the provider needs too. Run on
-// one node, on two emulated nodes, with the BTE engine and (NICEMU_TEST_FABRIC=1) across
-// hosts.
+// another domain; GNI_GetJobResInfo(GNI_JOB_RES_FMA), which the provider needs too; and the
+// provider's progress threads, cancelled asynchronously inside GNI_PostdataProbeWaitById,
+// GNI_CqVectorMonitor and GNI_CqWaitEvent. Run on one node, on two emulated nodes, with the
+// BTE engine and (NICEMU_TEST_FABRIC=1) across hosts.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
+
+#include <pthread.h>
 
 #include <cstring>
 
@@ -44,15 +48,16 @@ Key key_of(const gni_mem_handle_t& h) {
              ((h.qword2 >> 34) & 0x01) != 0};
 }
 
-// _gnix_convert_key_to_mhdl: INIT, PAGESIZE 12, NPAGES 0xFFFFFFF, VA, MDH, FLAGS, CRC.
-gni_mem_handle_t handle_from_key(const Key& k) {
+// _gnix_convert_key_to_mhdl: INIT, PAGESIZE 12, NPAGES 0xFFFFFFF, VA, MDH, FLAGS, CRC
+// (_no_crc, for FMA and AMO posts: CRC left 0).
+gni_mem_handle_t handle_from_key(const Key& k, bool crc = true) {
   gni_mem_handle_t h{0, 0};
   h.qword2 |= uint64_t{12} << 28;
   h.qword2 |= 0xFFFFFFFull;
   h.qword1 |= k.pfn & ((uint64_t{1} << 52) - 1);
   h.qword1 |= uint64_t{k.mdd & 0xFFF} << 52;
   h.qword2 |= uint64_t{k.read_only ? 1u : 0u} << 34;
-  h.qword2 |= uint64_t{crc8_bitwise(h.qword1, h.qword2)} << 56;
+  if (crc) h.qword2 |= uint64_t{crc8_bitwise(h.qword1, h.qword2)} << 56;
   return h;
 }
 
@@ -135,7 +140,7 @@ int initiator(Oob& oob, Cred c) {
 
   // FMA PUT and GET back.
   std::memset(src, 'F', 64);
-  auto put = make_desc(GNI_POST_FMA_PUT, uint64_t(src), sh, t.rw, rw, 64);
+  auto put = make_desc(GNI_POST_FMA_PUT, uint64_t(src), sh, t.rw, handle_from_key(t.rw_key, false), 64);
   CHILD_CHECK(complete(g.cq, ep, put) == 0);
   auto get = make_desc(GNI_POST_FMA_GET, uint64_t(back), bh, t.rw, rw, 64);
   CHILD_CHECK(complete(g.cq, ep, get) == 0);
@@ -145,7 +150,8 @@ int initiator(Oob& oob, Cred c) {
   std::memcpy(src + 128, &forty, 8);
   auto seed = make_desc(GNI_POST_FMA_PUT, uint64_t(src + 128), sh, t.rw + 256, rw, 8);
   CHILD_CHECK(complete(g.cq, ep, seed) == 0);
-  auto fadd = make_desc(GNI_POST_AMO, uint64_t(back + 512), bh, t.rw + 256, rw, 8);
+  // The provider skips the CRC of FMA and AMO handles (the hardware does not check it there).
+  auto fadd = make_desc(GNI_POST_AMO, uint64_t(back + 512), bh, t.rw + 256, handle_from_key(t.rw_key, false), 8);
   fadd.amo_cmd = GNI_FMA_ATOMIC_FADD;
   fadd.first_operand = 2;
   CHILD_CHECK(complete(g.cq, ep, fadd) == 0);
@@ -212,3 +218,56 @@ TEST_CASE("client-built handles: one node") {
 }
 
 TEST_CASE("client-built handles: two emulated nodes") { run(1, 0); }
+
+namespace {
+
+// What a provider progress thread does: asynchronous cancellation, then a blocking call
+// without timeout. `which` picks the call.
+struct Blocker {
+  gni_nic_handle_t nic;
+  gni_cq_handle_t cq;
+  int which;
+};
+void* block_forever(void* arg) {
+  auto* b = static_cast<Blocker*>(arg);
+  int unused;
+  pthread_setcanceltype(PTHREAD_CANCEL_ASYNCHRONOUS, &unused);
+  for (;;) {
+    uint64_t id = 0;
+    uint32_t w = 0;
+    gni_cq_entry_t e = 0;
+    if (b->which == 0) GNI_PostdataProbeWaitById(b->nic, UINT32_MAX, &id);
+    if (b->which == 1) GNI_CqVectorMonitor(&b->cq, 1, UINT64_MAX, &w);
+    if (b->which == 2) GNI_CqWaitEvent(b->cq, UINT64_MAX, &e);
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+// libfabric's gni provider cancels its datagram and CQ progress threads (asynchronous
+// cancellation) while they sit in these calls; the process must go on (it used to end in
+// std::terminate: the cancel unwound through a lock of this C++ library).
+TEST_CASE("blocking calls cancelled asynchronously") {
+  Cluster cl(1);
+  Cred c = cl.credential();
+  pid_t p = cl.spawn(0, [&] {
+    Gni g;
+    CHILD_CHECK(g.open(5, c) == GNI_RC_SUCCESS);
+    for (int which = 0; which < 3; ++which) {
+      Blocker b{g.nic, g.cq, which};
+      pthread_t t;
+      CHILD_CHECK(pthread_create(&t, nullptr, block_forever, &b) == 0);
+      usleep(300000);  // well into the sleep
+      CHILD_CHECK(pthread_cancel(t) == 0);
+      void* ret = nullptr;
+      CHILD_CHECK(pthread_join(t, &ret) == 0);
+      CHILD_CHECK(ret == PTHREAD_CANCELED);
+    }
+    // The library still works afterwards.
+    gni_cq_entry_t e;
+    CHILD_CHECK(GNI_CqGetEvent(g.cq, &e) == GNI_RC_NOT_DONE);
+    return 0;
+  });
+  CHECK(cl.wait(p) == 0);
+}
