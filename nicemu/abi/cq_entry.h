@@ -41,6 +41,9 @@ enum Source : uint64_t {
 // Info bits: which kind of local completion an entry reports (used for DUAL_EVENTS).
 inline constexpr uint64_t kInfoLocal = 0x1;
 inline constexpr uint64_t kInfoGlobal = 0x2;
+// A collective-engine channel event (GNI_CeConfigure's CQ): id is the channel, tid the low
+// 16 bits of the reduction id (gni_cq_get_ce_id / gni_cq_get_reductn_id).
+inline constexpr uint64_t kInfoCe = 0x4;
 
 // Error status codes (bits 62..59). Decoded by GNI_CqErrorStr / GNI_CqErrorRecoverable.
 enum Status : uint64_t {

@@ -12,7 +12,8 @@
 namespace nicemu::abi::ctl {
 
 inline constexpr uint32_t kMagic = 0x4E43544C;  // "NCTL"
-inline constexpr uint16_t kVersion = 2;  // 2: PeerLookup and MboxOpen name memory domains
+inline constexpr uint16_t kVersion = 3;  // 2: PeerLookup and MboxOpen name memory domains;
+                                         // 3: the collective engine (ce_ops.h)
 inline constexpr size_t kMaxMessage = 73728;    // every message but a status reply (the largest:
                                                 // SmsgRelaySend of a 64 KiB SMSG message)
 inline constexpr size_t kMaxStatusReply = 1u << 20;
@@ -73,6 +74,15 @@ enum class Op : uint16_t {
   kMsgqDeliver = 84,     // daemon -> daemon over the fabric: into the target node's segment
   kMsgqCredit = 85,      // daemon -> daemon over the fabric: ring slots freed, credits back
   kMsgqResult = 86,      // daemon -> daemon over the fabric: messages stored or refused, in order
+  // The collective engine (Aries; ce_ops.h): VCE channels of the node and reductions.
+  kCeCreate = 90,        // -> CeCreateReply    GNI_CeCreate
+  kCeConfigure = 91,     // -> Reply            GNI_CeConfigure
+  kCeDestroy = 92,       // -> Reply            GNI_CeDestroy
+  kCePost = 93,          // no reply: a leaf's operand (GNI_PostFma, GNI_POST_CE)
+  kCeContribute = 94,    // daemon -> daemon: an operand or partial result for a channel's child slot
+  kCeResult = 95,        // daemon -> daemon: the result (or error) for a contribution
+  kCeProbe = 96,         // daemon -> daemon: is this channel / process still there?
+  kCeProbeReply = 97,    // daemon -> daemon: its answer
 };
 
 // Reply codes are gni_return_t values, so libugni can return them unchanged.

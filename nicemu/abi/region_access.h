@@ -84,17 +84,77 @@ inline uint64_t region_check_entry(const mdh::Fields& f, const RegEntry& e, uint
   return cqe::kOk;
 }
 
+// A handle the client built itself (libfabric's gni provider turns a 64-bit key of VA page
+// and MDH back into a handle with GNI_MEMHNDL_SET_*) has no registration slot: its slot bits
+// are 0 and its page count "unbounded". Such a handle names memory by (memory domain, first
+// page), as the hardware's MDD does, so the target looks the registration up by address.
+// Each thread remembers where it found the last few (a hint only: the entry is checked again
+// on every use), so a program posting through one key scans the table once.
+struct VaHint {
+  const char* base;
+  uint64_t va;
+  uint32_t domain;
+  uint32_t slot;
+};
+inline VaHint& region_va_hint(const char* base, uint64_t va, uint32_t domain) {
+  thread_local VaHint hints[64] = {};
+  uint64_t h = (reinterpret_cast<uintptr_t>(base) >> 12) ^ (va >> 12) ^ (uint64_t{domain} << 20);
+  h ^= h >> 17;
+  return hints[(h * 0x9E3779B97F4A7C15ull) >> 58];
+}
+
+// Finds the registration handle `f` names for [addr, addr + len): its own slot, or for a
+// client-built handle (unbounded page count) any live registration of the same domain and
+// first page that allows the access. `whole`: no bytes, at the registration's own start
+// (the check of a CQ write). A CQE status; on success `e` is the entry and `slot` its index
+// (and `seq` the sequence the copy is valid for, when asked).
+inline uint64_t region_resolve(const char* base, const mdh::Fields& f, uint64_t addr, uint64_t len, bool write,
+                               RegEntry& e, uint32_t& slot, uint32_t* seq = nullptr, bool whole = false) {
+  auto check = [&] { return whole ? region_check_entry(f, e, e.address, 0, false) : region_check_entry(f, e, addr, len, write); };
+  uint64_t st = cqe::kErrProtection;
+  if (region_read_reg(base, f.slot, e, seq)) {
+    st = check();
+    if (st == cqe::kOk) {
+      slot = f.slot;
+      return st;
+    }
+  }
+  if (f.npages != mdh::kPagesUnbounded) return st;
+  VaHint& hint = region_va_hint(base, f.va, f.domain);
+  if (hint.base == base && hint.va == f.va && hint.domain == f.domain && hint.slot != f.slot &&
+      region_read_reg(base, hint.slot, e, seq) && check() == cqe::kOk) {
+    slot = hint.slot;
+    return cqe::kOk;
+  }
+  // The table, entry by entry: a cheap look at state, domain and address first (racy, so
+  // only a filter), then the seqlocked copy and the full check.
+  for (uint32_t i = 0; i < kRegSlots; ++i) {
+    const RegEntry* r = region_reg_entry(base, i);
+    if (i == f.slot || r->state != kRegLive || r->domain != f.domain || (r->address & ~(kPageSize - 1)) != f.va)
+      continue;
+    if (!region_read_reg(base, i, e, seq)) continue;
+    uint64_t c = check();
+    if (c == cqe::kOk) {
+      slot = i;
+      hint = VaHint{base, f.va, f.domain, i};
+      return c;
+    }
+    if (st == cqe::kErrProtection) st = c;  // a matching registration's reason (bounds, read-only)
+  }
+  return st;
+}
+
 // Validates an access of [addr, addr + len) through handle (q1, q2) against the region's
 // registration table. Returns a CQE status (0 = allowed) and, if asked, the registration's
 // CQ for remote events. For a multi-segment registration `addr` is an offset; use
 // region_translate to learn where the bytes are.
 inline uint64_t region_check_access(const char* base, uint64_t q1, uint64_t q2, uint64_t addr, uint64_t len,
                                     bool write, uint32_t* dst_cq) {
-  auto f = mdh::decode(q1, q2);
+  auto f = mdh::decode(q1, q2, true);
   if (!f) return cqe::kErrProtection;
   RegEntry e;
-  if (!region_read_reg(base, f->slot, e)) return cqe::kErrProtection;
-  if (uint64_t st = region_check_entry(*f, e, addr, len, write)) return st;
+  uint32_t slot = 0;
+  if (uint64_t st = region_resolve(base, *f, addr, len, write, e, slot)) return st;
   if (dst_cq) *dst_cq = e.dst_cq;
   return cqe::kOk;
 }
@@ -103,11 +163,11 @@ inline uint64_t region_check_access(const char* base, uint64_t q1, uint64_t q2, 
 // registration of the region (the check of every access, for no bytes) that has a CQ for
 // remote events. A CQE status; `dst_cq` set when allowed.
 inline uint64_t region_cq_write_target(const char* base, uint64_t q1, uint64_t q2, uint32_t& dst_cq) {
-  auto f = mdh::decode(q1, q2);
+  auto f = mdh::decode(q1, q2, true);
   if (!f) return cqe::kErrProtection;
   RegEntry e;
-  if (!region_read_reg(base, f->slot, e) || region_check_entry(*f, e, e.address, 0, false) != cqe::kOk ||
-      e.dst_cq == kNoCq)
+  uint32_t slot = 0;
+  if (region_resolve(base, *f, 0, 0, false, e, slot, nullptr, true) != cqe::kOk || e.dst_cq == kNoCq)
     return cqe::kErrProtection;  // nowhere to write: as a bad handle
   dst_cq = e.dst_cq;
   return cqe::kOk;
@@ -177,13 +237,12 @@ inline bool region_read_segments(const char* base, const RegEntry& e, uint64_t o
 inline uint64_t region_translate(const char* base, uint64_t q1, uint64_t q2, uint64_t addr, uint64_t len, bool write,
                                  uint32_t* dst_cq, Extents& out) {
   out.clear();
-  auto f = mdh::decode(q1, q2);
+  auto f = mdh::decode(q1, q2, true);
   if (!f) return cqe::kErrProtection;
   for (int tries = 0; tries < 64; ++tries) {
     RegEntry e;
-    uint32_t seq = 0;
-    if (!region_read_reg(base, f->slot, e, &seq)) return cqe::kErrProtection;
-    if (uint64_t st = region_check_entry(*f, e, addr, len, write)) return st;
+    uint32_t seq = 0, slot = 0;
+    if (uint64_t st = region_resolve(base, *f, addr, len, write, e, slot, &seq)) return st;
     if (dst_cq) *dst_cq = e.dst_cq;
     if (e.seg_count == 0) {
       if (len > 0) out.push(addr, len);
@@ -191,7 +250,7 @@ inline uint64_t region_translate(const char* base, uint64_t q1, uint64_t q2, uin
     }
     bool ok = region_read_segments(base, e, addr, len, out);
     std::atomic_thread_fence(std::memory_order_acquire);
-    if (region_reg_entry(base, f->slot)->seq.load(std::memory_order_relaxed) == seq)
+    if (region_reg_entry(base, slot)->seq.load(std::memory_order_relaxed) == seq)
       return ok ? cqe::kOk : cqe::kErrProtection;
     out.clear();
   }

@@ -165,6 +165,7 @@ int main(int argc, char** argv) {
     nicemu::daemon::Node node(cfg);
     nicemu::daemon::ControlServer server(io, node, socket);
     StatsTimer stats_timer(io, node, settings.uint("stats_interval_ms"));
+    node.start_timers(io);
     // Other hosts: only with a fabric map, and never without the cluster key.
     std::unique_ptr<nicemu::daemon::UdpFabric> fabric;
     if (std::string map_path = settings.str("fabric"); !map_path.empty()) {

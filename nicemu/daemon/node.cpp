@@ -10,6 +10,7 @@
 #include <sodium.h>
 #include <spdlog/spdlog.h>
 
+#include "nicemu/abi/ce_ops.h"
 #include "nicemu/abi/gni_values.h"
 #include "nicemu/fault/fault_spec.h"
 
@@ -86,7 +87,12 @@ Node::Node(NodeConfig cfg)
                   if (ok) count_link(node, n, true);
                   return ok;
                 },
-                [this](uint32_t node) { return fabric_ && fabric_->peer_up(node); }}) {
+                [this](uint32_t node) { return fabric_ && fabric_->peer_up(node); }}),
+      ce_(cfg_.nic_addr, CeEnv{[this](uint32_t node, const void* m, size_t n) { return send_to_node(node, m, n); },
+                               [this](uint64_t id) -> CdmRegion* {
+                                 auto it = cdms_.find(id);
+                                 return it != cdms_.end() && it->second->alive() ? it->second.get() : nullptr;
+                               }}) {
   // Cookies come from the kernel's CSPRNG (libsodium): a user must not be able to predict
   // the credential of another user's next job.
   if (sodium_init() < 0) throw std::runtime_error("libsodium initialisation failed");
@@ -503,6 +509,15 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
       break;
     case Op::kRemotePost:
       return remote_post(peer, msg, len);
+    case Op::kCeCreate:
+    case Op::kCeConfigure:
+    case Op::kCeDestroy:
+    case Op::kCePost:
+    case Op::kCeContribute:
+    case Op::kCeResult:
+    case Op::kCeProbe:
+    case Op::kCeProbeReply:
+      return handle_ce(peer, h, msg, len, reply);
     case Op::kRmaRequest:  // daemon-to-daemon, only over the fabric
     case Op::kRmaReply:
       break;
@@ -631,6 +646,65 @@ void Node::set_fabric(UdpFabric* f) {
   });
 }
 
+bool Node::send_to_node(uint32_t node, const void* m, size_t n) {
+  // A daemon of this host is reached by its socket; one elsewhere by the fabric.
+  bool ok = fabric_ && fabric_->has(node) && !links_.local(node) ? fabric_->send(node, m, n) : links_.send(node, m, n);
+  count_link(node, n, ok);
+  return ok;
+}
+
+void Node::handle_ce(Peer& peer, const ctl::Header& h, const char* msg, size_t len, std::vector<char>& reply) {
+  namespace ace = abi::ce;
+  const Op op = static_cast<Op>(h.op);
+  const bool wants_reply = op == Op::kCeCreate || op == Op::kCeConfigure || op == Op::kCeDestroy;
+  auto bad = [&] {
+    ++ctr_.malformed_messages;
+    if (wants_reply) init_reply<PlainReply>(reply, h).r.rc = rc::kInvalidParam;
+  };
+  CdmRegion* cdm = owned_cdm(peer);
+  // The collective engine is an Aries block; a Gemini NIC has none.
+  const bool aries = cfg_.device_type == gni::kDeviceAries;
+  switch (op) {
+    case Op::kCeCreate: {
+      ace::CeCreate req;
+      if (!parse(msg, len, req)) return bad();
+      auto& r = init_reply<ace::CeCreateReply>(reply, h);
+      r.r.rc = !aries ? rc::kIllegalOp : cdm ? ce_.create(*cdm, r.ce_id) : rc::kInvalidState;
+      return;
+    }
+    case Op::kCeConfigure: {
+      ace::CeConfigure req;
+      if (!parse(msg, len, req)) return bad();
+      init_reply<PlainReply>(reply, h).r.rc = !aries ? rc::kIllegalOp : cdm ? ce_.configure(*cdm, req) : rc::kInvalidState;
+      return;
+    }
+    case Op::kCeDestroy: {
+      ace::CeDestroy req;
+      if (!parse(msg, len, req)) return bad();
+      init_reply<PlainReply>(reply, h).r.rc = !aries ? rc::kIllegalOp : cdm ? ce_.destroy(*cdm, req.ce_id) : rc::kInvalidState;
+      return;
+    }
+    case Op::kCePost: {  // one-way: refusals become error results
+      ace::CePost req;
+      if (!parse(msg, len, req) || !cdm || !aries) return bad();
+      return ce_.post(*cdm, req);
+    }
+    default: {
+      // Between the daemons of this host (root or the daemon's own user); the message names
+      // its sender, which a local daemon is trusted to give truthfully.
+      if (peer.uid != 0 && peer.uid != geteuid()) return bad();
+      uint32_t origin = 0;
+      if (len < sizeof(ctl::Header) + sizeof origin) return bad();
+      std::memcpy(&origin, msg + sizeof(ctl::Header), sizeof origin);
+      if (const char* why = ce_.message(origin, h, msg, len)) {
+        ++ctr_.malformed_messages;
+        spdlog::warn("nic {}: CE message from pid {} dropped: {}", cfg_.nic_addr, peer.pid, why);
+      }
+      return;
+    }
+  }
+}
+
 uint64_t Node::fabric_reach(uint32_t node) {
   if (!fabric_ || !fabric_->has(node) || links_.local(node)) return abi::cqe::kErrNoPeer;
   return fabric_->peer_up(node) ? abi::cqe::kOk : abi::cqe::kErrTransient;
@@ -706,6 +780,12 @@ void Node::fabric_message(uint32_t from, const uint8_t* msg, size_t len) {
       return;
     case Op::kMsgqResult:
       if (!msgq_relay_.result(from, msg, len)) return drop("bad MsgqResult");
+      return;
+    case Op::kCeContribute:
+    case Op::kCeResult:
+    case Op::kCeProbe:
+    case Op::kCeProbeReply:
+      if (const char* why = ce_.message(from, h, m, len)) return drop(why);
       return;
     default:
       return drop("not a daemon-to-daemon message");
@@ -966,11 +1046,13 @@ void Node::connection_closed(Peer& peer) {
   domains_[it->second->mem_domain()] = 0;
   cdms_.erase(it);
   mdd_drop_origin(peer.attach_id, family(pid, cred));
+  ce_.cdm_gone(peer.attach_id);
   peer.attach_id = 0;
 }
 
 void Node::shutdown() {
   smsg_.stop();
+  ce_.stop();
   for (auto& [id, r] : cdms_) {
     r->kill(kRegionNicDown);
     bte_.region_gone(id);
@@ -1024,6 +1106,7 @@ nlohmann::json Node::status(const Peer* viewer) const {
               {"cdms", cdms},
               {"bte", bte_.status()},
               {"remote_ops", {{"initiator", remote_out_.status()}, {"target", remote_in_.status()}}},
+              {"collective_engine", ce_.status()},
               {"msgq_relay", msgq_relay_.status()},
               {"msgq", msgqs},
               {"fault", {{"enabled", fault_.config().enabled != 0},

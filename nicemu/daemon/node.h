@@ -18,6 +18,7 @@
 #include "nicemu/daemon/bandwidth_injection.h"
 #include "nicemu/daemon/bte_engine.h"
 #include "nicemu/daemon/cdm_region.h"
+#include "nicemu/daemon/ce_engine.h"
 #include "nicemu/daemon/daemon_links.h"
 #include "nicemu/daemon/datagram_matcher.h"
 #include "nicemu/daemon/lease_keeper.h"
@@ -117,6 +118,9 @@ class Node {
   // A message from the daemon of `from` on another host (authenticated by the fabric).
   // Only daemon-to-daemon messages are accepted, and only about `from` itself.
   void fabric_message(uint32_t from, const uint8_t* msg, size_t len);
+  // Timers of the node's engines that run on the daemon's loop (the collective engine's
+  // liveness probes).
+  void start_timers(asio::io_context& io) { ce_.start(io); }
 
  private:
   template <typename Req>
@@ -178,9 +182,14 @@ class Node {
   // The fabric's view of `node`: cqe::kOk if reachable, kErrNoPeer, kErrTransient if down.
   uint64_t fabric_reach(uint32_t node);
   void remote_post(Peer& peer, const char* msg, size_t len);
+  // GNI_Ce* requests of an attached CDM and CE messages of other daemons (ce_ops.h).
+  void handle_ce(Peer& peer, const ctl::Header& h, const char* msg, size_t len, std::vector<char>& reply);
+  // Sends a daemon-to-daemon message: by the daemon's socket on this host, else the fabric.
+  bool send_to_node(uint32_t node, const void* m, size_t n);
   bool shutdown_requested_ = false;
   UdpFabric* fabric_ = nullptr;
   SmsgRelay smsg_;  // SMSG to and from nodes of other hosts (after cdms_ and stats_: uses both)
+  CeEngine ce_;     // the collective engine: VCE channels and reductions (after cdms_)
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };
 

@@ -48,6 +48,7 @@ constexpr const char* kOwnedVars[] = {
     "PMI_FD",         "PMI_PORT",       "PMI_ID",           "PMI_RANK",
     "PMI_SIZE",       "PMI_SPAWNED",    "PMI_GNI_PTAG",     "PMI_GNI_COOKIE",
     "PMI_GNI_DEV_ID", "PMI_GNI_LOC_ADDR", "NICEMU_NODE",    "ALPS_APP_PE",
+    "NICEMU_JOB_NODES",
 };
 
 void say(const std::string& msg) { fmt::print(stderr, "nicemu-run: {}\n", msg); }
@@ -192,6 +193,10 @@ void Job::spawn(int rank, const std::string& path, const std::vector<std::string
     env.push_back("NICEMU_RUNDIR=" +
                   (cfg_.nic->node_rundirs.empty() ? cfg_.nic->rundir : cfg_.nic->node_rundirs[r.node]));
     env.push_back(fmt::format("NICEMU_NODE={}", addr));
+    // The nodes the ranks are placed over (in blocks): ALPS's placement (libalpsutil).
+    std::string nodes;
+    for (uint32_t a : cfg_.nic->node_addrs) nodes += (nodes.empty() ? "" : ",") + std::to_string(a);
+    env.push_back("NICEMU_JOB_NODES=" + nodes);
   }
   std::vector<char*> envp, argv;
   for (std::string& s : env) envp.push_back(s.data());

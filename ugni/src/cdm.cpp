@@ -167,6 +167,9 @@ gni_return_t GNI_GetVersionInformation(gni_version_info_t* version_info) {
   return GNI_RC_SUCCESS;
 }
 
+// GNI_JOB_RES_FMA's limit: the daemon's default max_cdms_per_process (nicemu/common/params.h).
+constexpr uint64_t kFmaDescriptorsPerProcess = 64;
+
 gni_return_t GNI_GetJobResInfo(uint32_t device_id, uint8_t ptag, gni_job_res_t res_type,
                                gni_job_res_desc_t* res_desc) {
   if (device_id != 0 || !res_desc || !gni_job_res_valid(res_type)) return GNI_RC_INVALID_PARAM;
@@ -178,11 +181,20 @@ gni_return_t GNI_GetJobResInfo(uint32_t device_id, uint8_t ptag, gni_job_res_t r
       if (c->ptag != ptag) continue;
       known = true;
       if (!c->nic) continue;
-      used += res_type == GNI_JOB_RES_MDD ? c->nic->live_regs.load() : c->nic->live_cqs.load();
+      used += res_type == GNI_JOB_RES_MDD  ? c->nic->live_regs.load()
+              : res_type == GNI_JOB_RES_CQ ? c->nic->live_cqs.load()
+                                           : 1;  // FMA: one descriptor per attached CDM
     }
   }
   (void)known;
   switch (res_type) {
+    case GNI_JOB_RES_FMA:
+      // Each attached CDM holds one FMA descriptor, as on the hardware; the limit is the
+      // daemon's default max_cdms_per_process (libfabric's gni provider divides it among
+      // the node's ranks to size its NIC pool).
+      res_desc->used = used;
+      res_desc->limit = kFmaDescriptorsPerProcess;
+      return GNI_RC_SUCCESS;
     case GNI_JOB_RES_MDD:
       res_desc->used = used;
       res_desc->limit = abi::kRegSlots;

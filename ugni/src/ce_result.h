@@ -1,26 +1,27 @@
-// The control word of a collective-engine result (gni_ce_result_t, fact sheet §16), as
-// the exported gni_ce_res_* accessors read it. Cray's layout is not public; nicemu has no
-// collective engine (GNI_CeCreate returns GNI_RC_ILLEGAL_OP), so nothing produces results
-// and this layout only has to be the one the accessors and their tests agree on:
-//   bits 3..0   floating-point exceptions (GNI_CE_FPE_*)
-//   bits 15..8  status (0 = OK)
-//   bits 63..32 reduction id (low 32 bits of the descriptor's ce_red_id)
+// The control word of a collective-engine result (gni_ce_result_t, fact sheet §16) as the
+// exported gni_ce_res_* accessors and GNI_CeCheckResult read it; the layout is defined with
+// the CE messages (nicemu/abi/ce_ops.h), since the daemon writes it.
 #pragma once
 #include <cstdint>
 
+#include "nicemu/abi/ce_ops.h"
+
 namespace nicemu::ugni::ce {
 
-inline constexpr uint64_t kFpeMask = 0xF;
-inline constexpr unsigned kStatusShift = 8;
-inline constexpr uint64_t kStatusMask = 0xFF;
-inline constexpr unsigned kRedIdShift = 32;
-inline constexpr uint64_t kRedIdMask = 0xFFFFFFFF;
+namespace ace = nicemu::abi::ce;
+inline constexpr uint64_t kFpeMask = ace::kResFpeMask;
+inline constexpr unsigned kStatusShift = ace::kResStatusShift;
+inline constexpr uint64_t kStatusMask = ace::kResStatusMask;
+inline constexpr unsigned kRedIdShift = ace::kResRedIdShift;
+inline constexpr uint64_t kRedIdMask = ace::kResRedIdMask;
 
+// Without the done bit (tests of the accessors build words by hand).
 constexpr uint64_t make_control(uint64_t status, uint64_t fpe, uint64_t red_id) {
-  return (fpe & kFpeMask) | ((status & kStatusMask) << kStatusShift) | ((red_id & kRedIdMask) << kRedIdShift);
+  return ace::make_control(status, fpe, red_id) & ~ace::kResDone;
 }
 constexpr uint64_t status(uint64_t control) { return (control >> kStatusShift) & kStatusMask; }
 constexpr uint64_t fpe(uint64_t control) { return control & kFpeMask; }
 constexpr uint64_t red_id(uint64_t control) { return (control >> kRedIdShift) & kRedIdMask; }
+constexpr bool done(uint64_t control) { return (control & ace::kResDone) != 0; }
 
 }  // namespace nicemu::ugni::ce

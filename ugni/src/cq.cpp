@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "cancel_point.h"
 #include "internal.h"
 
 using namespace nicemu;
@@ -119,6 +120,7 @@ gni_return_t GNI_CqWaitEvent(gni_cq_handle_t cq_hndl, uint64_t timeout, gni_cq_e
   Cq* cq = as_cq(cq_hndl);
   if (!cq || !event_data) return GNI_RC_INVALID_PARAM;
   if (!GNI_CQ_IS_BLOCKING(cq->mode)) return GNI_RC_ERROR_RESOURCE;
+  CancelDeferral deferral;  // cancelled only between sleeps (cancel_point.h)
   const bool forever = timeout == UINT64_MAX;
   const uint64_t start = now_ns();
   const uint64_t deadline = forever ? UINT64_MAX : start + timeout * 1000000ull;
@@ -145,6 +147,7 @@ gni_return_t GNI_CqWaitEvent(gni_cq_handle_t cq_hndl, uint64_t timeout, gni_cq_e
       abi::futex_wait(&ctl->futex, seq, static_cast<int64_t>(slice));
     }
     ctl->waiters.fetch_sub(1, std::memory_order_seq_cst);
+    cancellation_point();
     if (!cq->nic->daemon_alive()) {
       gni_return_t rc2 = take_event(cq, event_data);
       if (rc2 != GNI_RC_NOT_DONE) return rc2;

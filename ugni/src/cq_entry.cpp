@@ -107,13 +107,18 @@ uint64_t gni_cq_get_msg_id(gni_cq_entry_t entry) { return cqe::id_of(entry); }
 uint64_t gni_cq_get_tid(gni_cq_entry_t entry) { return cqe::tid_of(entry); }
 uint64_t gni_cq_get_type(gni_cq_entry_t entry) { return cqe::type_of(entry); }
 
-// DLA, CE and transaction-type fields have no place in the project encoding.
+// DLA and transaction-type fields have no place in the project encoding; a CE channel
+// event carries its channel and reduction id (cq_entry.h, kInfoCe).
 uint64_t gni_cq_get_block_id(gni_cq_entry_t) { return 0; }
 uint64_t gni_cq_get_unsuccessful_cnt(gni_cq_entry_t) { return 0; }
 uint64_t gni_cq_get_marker_id(gni_cq_entry_t) { return 0; }
 uint64_t gni_cq_get_failed_enqueue_cnt(gni_cq_entry_t) { return 0; }
-uint64_t gni_cq_get_ce_id(gni_cq_entry_t) { return 0; }
-uint64_t gni_cq_get_reductn_id(gni_cq_entry_t) { return 0; }
+uint64_t gni_cq_get_ce_id(gni_cq_entry_t entry) {
+  return cqe::info_of(entry) & cqe::kInfoCe ? cqe::id_of(entry) : 0;
+}
+uint64_t gni_cq_get_reductn_id(gni_cq_entry_t entry) {
+  return cqe::info_of(entry) & cqe::kInfoCe ? cqe::tid_of(entry) : 0;
+}
 uint64_t gni_cq_get_trans_type(gni_cq_entry_t) { return 0; }
 
 void gni_cq_set_inst_id(gni_cq_entry_t* entry, uint64_t value) {

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "cancel_point.h"
 #include "internal.h"
 
 using namespace nicemu;
@@ -120,6 +121,7 @@ int sleep_once(const Vector& v, uint64_t slice_ns) {
 // deadline passes (TIMEOUT), a CQ is masked (NOT_DONE), or — with `stop_on_signal` — a
 // signal interrupts the sleep (INVALID_STATE, GNI_CqVectorMonitor's documented code).
 gni_return_t wait_ready(const Vector& v, uint64_t deadline, bool stop_on_signal, uint32_t* which) {
+  CancelDeferral deferral;  // cancelled only between sleeps (cancel_point.h)
   const uint64_t start = now_ns(), spin_until = start + spin_ns();
   for (;;) {
     if (any_masked(v)) return GNI_RC_NOT_DONE;
@@ -134,6 +136,7 @@ gni_return_t wait_ready(const Vector& v, uint64_t deadline, bool stop_on_signal,
       continue;
     }
     if (sleep_once(v, std::min(kSliceNs, deadline - t)) == EINTR && stop_on_signal) return GNI_RC_INVALID_STATE;
+    cancellation_point();  // no ring counts us as its waiter any more
     // Is every daemon still there? (A NIC found down makes its CQs ready above.)
     for (uint32_t i = 0; i < v.n; ++i)
       if (i == 0 || v.at(i)->nic != v.at(i - 1)->nic) v.at(i)->nic->daemon_alive();

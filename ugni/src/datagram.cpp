@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "cancel_point.h"
 #include "internal.h"
 
 using namespace nicemu;
@@ -145,6 +146,7 @@ gni_return_t test(Ep* ep, bool by_id, uint64_t id, gni_post_state_t* state, uint
 // Blocks until `poll` stops answering "pending"/NO_MATCH-style NOT_DONE, or timeout.
 template <typename Poll>
 gni_return_t wait_for(Nic* n, uint32_t timeout_ms, Poll poll) {
+  CancelDeferral deferral;  // cancelled only between sleeps (cancel_point.h)
   const bool forever = timeout_ms == UINT32_MAX;
   const uint64_t deadline = forever ? UINT64_MAX : now_ms() + timeout_ms;
   auto* seq = const_cast<std::atomic<uint32_t>*>(&n->self->header()->dgram_seq);
@@ -158,6 +160,7 @@ gni_return_t wait_for(Nic* n, uint32_t timeout_ms, Poll poll) {
     // Sleep in slices so a daemon killed outright is noticed.
     uint64_t slice = std::min<uint64_t>(200, forever ? 200 : deadline - t);
     abi::futex_wait(seq, seen, static_cast<int64_t>(slice) * 1000000);
+    cancellation_point();
   }
 }
 

@@ -207,9 +207,10 @@ gni_return_t GNI_PostFma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
   if (!ep || !d) return GNI_RC_INVALID_PARAM;
   if (!ep->bound) return GNI_RC_INVALID_PARAM;
   switch (post_type(d)) {
+    case GNI_POST_CE:
+      return post_ce(ep, d);  // ce.cpp: the operand goes to the daemons' collective engine
     case GNI_POST_FMA_GET_W_FLAG:
     case GNI_POST_AMO_W_FLAG:
-    case GNI_POST_CE:
       return GNI_RC_ILLEGAL_OP;  // not implemented (docs/compatibility.md says why)
     default:
       break;

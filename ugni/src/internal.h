@@ -44,7 +44,7 @@ namespace nicemu::ugni {
 inline constexpr uint32_t kNearestDevice = 0xFFFFFFFFu;
 
 inline constexpr uint32_t kCdmMagic = 0x43444d31, kNicMagic = 0x4e494331, kEpMagic = 0x45503031,
-                          kCqMagic = 0x43513031;
+                          kCqMagic = 0x43513031, kCeMagic = 0x43453031;
 
 // A CDM region mapped into this process: our own, or a peer's (same host). The read-only
 // section is mapped PROT_READ, the heap read-write.
@@ -274,6 +274,10 @@ struct Ep {
   uint16_t dgram_buf_size = 0;
   uint32_t smsg_held = 0;         // messages accepted but held by the reorder engine (its lock)
   uint32_t smsg_next = 0;         // next SMSG sequence number while some are held (its lock)
+  // GNI_EpSetCeAttr: the tree edge this EP stands for (ce.cpp); ce_child_type 0 = none.
+  uint32_t ce_id = 0;
+  uint32_t ce_child_id = 0;
+  uint32_t ce_child_type = 0;
 };
 
 // The region a memory operation on `ep` naming `remote` targets: the NIC reaches memory by
@@ -297,6 +301,10 @@ inline bool posts_through_daemon(Ep* ep) { return !ep->peer && ep->other_host();
 // abi::remote values. Always GNI_RC_SUCCESS once the post is accepted (errors are events).
 gni_return_t post_remote(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t engine,
                          int32_t tid);
+
+// GNI_PostFma of type GNI_POST_CE (ce.cpp): the operand goes to our daemon's collective
+// engine; the result and the post's events come when the whole tree has contributed.
+gni_return_t post_ce(Ep* ep, gni_post_descriptor_t* d);
 
 // A member of a chained post whose target is on another host (ct_requester.cpp): the
 // daemon posts the chain's one event (abi/remote_ops.h, RemotePost::chain_id).

@@ -84,22 +84,6 @@ gni_return_t GNI_CqAttachCompChan(gni_cq_handle_t, gni_comp_chan_handle_t) {
 gni_return_t GNI_CqArmCompChan(gni_cq_handle_t*, uint32_t) { return GNI_RC_ILLEGAL_OP; }
 
 
-// --- Collective engine, §16 (P1) -----------------------------------------------------------
-// Issue: "Collective engine" — ILLEGAL_OP from GNI_CeCreate is the documented fallback
-// signal (GASNet then uses its own collectives).
-
-gni_return_t GNI_CeCreate(gni_nic_handle_t, gni_ce_handle_t*) { return GNI_RC_ILLEGAL_OP; }
-gni_return_t GNI_CeGetId(gni_ce_handle_t, uint32_t*) { return GNI_RC_ILLEGAL_OP; }
-gni_return_t GNI_EpSetCeAttr(gni_ep_handle_t, uint32_t, uint32_t, gni_ce_child_t) {
-  return GNI_RC_ILLEGAL_OP;
-}
-gni_return_t GNI_CeConfigure(gni_ce_handle_t, gni_ep_handle_t*, uint32_t, gni_ep_handle_t,
-                             gni_cq_handle_t, uint32_t) {
-  return GNI_RC_ILLEGAL_OP;
-}
-gni_return_t GNI_CeCheckResult(gni_ce_result_t*, uint32_t) { return GNI_RC_ILLEGAL_OP; }
-gni_return_t GNI_CeDestroy(gni_ce_handle_t) { return GNI_RC_ILLEGAL_OP; }
-
 // --- Dqueue (0x61), §17 (P2) ---------------------------------------------------------------
 // Issue: "Dqueue" — after MSGQ, which it resembles.
 

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The collective engine (docs/collective-engine.md) with ce_conformance under nicemu-run:
+# every command, both widths, TWO_OP, the four rounding modes, exception bits, index ties,
+# back-to-back posts and the error cases over a binary and a flat tree of
+#   1, 2 (one node and two), 7 (3 nodes) and 64 processes (16 nodes)       [local]
+#   7 (3 hosts) and 64 processes (16 hosts, UDP fabric on loopback)          [fabric]
+# then a member that dies and a daemon that goes silent (SIGSTOP) (its peers get an error
+# completion within a second: one host, and across hosts) and a Gemini daemon (every CE call GNI_RC_ILLEGAL_OP).
+# Usage: test_ce.sh BUILD_DIR local|fabric       Exit: 0 pass, 1 fail, 77 skip.
+set -u
+. "$(dirname "$0")/lib.sh"
+
+BUILD=${1:-}
+WHAT=${2:-local}
+DAEMON=$BUILD/nicemu/daemon/nicemu
+CTL=$BUILD/tools/nicemuctl/nicemuctl
+PROG=$BUILD/tests/integration/ce_conformance
+RUN=$BUILD/tools/nicemu-run/nicemu-run
+for f in "$DAEMON" "$CTL" "$PROG" "$RUN"; do
+  [[ -x "$f" ]] || { echo "SKIP: $f not built" >&2; exit 77; }
+done
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_ce.XXXXXX") || exit 1
+cleanup() {
+  stop_daemons
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+job() {  # NAME NP NODES [nicemu-run option...] -- [program argument...]
+  local name=$1 np=$2 nodes=$3 log=$TMP/job.log
+  shift 3
+  local opts=() args=()
+  while [[ $# -gt 0 && $1 != -- ]]; do opts+=("$1"); shift; done
+  [[ ${1:-} == -- ]] && shift
+  args=("$@")
+  local t0=$SECONDS
+  if timeout -k 5 150 "$RUN" "${opts[@]}" --rundir "$TMP/run$np.$nodes" -n "$np" --nodes "$nodes" --timeout 140 \
+      "$PROG" "${args[@]}" >"$log" 2>&1; then
+    pass "$name ($((SECONDS - t0)) s)"
+    grep -h 'ce conformance\|error completion in' "$log" | head -3 | sed 's/^/    /'
+  else
+    fail "$name"
+    sed 's/^/    /' "$log" | head -60 >&2
+  fi
+}
+
+if [[ $WHAT == local ]]; then
+  job "1 process" 1 1
+  job "2 processes on one node" 2 1
+  job "2 processes on two nodes" 2 2
+  job "7 processes on 3 nodes" 7 3
+  job "64 processes on 16 nodes" 64 16
+  job "a member dies: error completion within a second (3 nodes)" 3 3 -- die
+  job "a daemon goes silent (SIGSTOP): error completion within a second" 3 3 -- stall
+  # A Gemini node: nicemu-run uses the daemon already running in its run directory.
+  mkdir -p "$TMP/gemini"
+  "$DAEMON" --node 0 --rundir "$TMP/gemini" --device gemini --log-level warn >"$TMP/gemini.log" 2>&1 </dev/null &
+  DAEMON_PID[gemini]=$!
+  for _ in $(seq 100); do
+    "$CTL" --rundir "$TMP/gemini" --timeout 1 status >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  if timeout -k 5 60 "$RUN" --rundir "$TMP/gemini" -n 2 "$PROG" >"$TMP/gemini_job.log" 2>&1 &&
+      grep -q 'Gemini device, every CE call GNI_RC_ILLEGAL_OP' "$TMP/gemini_job.log"; then
+    pass "Gemini device: every CE call GNI_RC_ILLEGAL_OP"
+  else
+    fail "Gemini device"
+    sed 's/^/    /' "$TMP/gemini_job.log" >&2
+  fi
+else
+  job "7 processes on 3 hosts" 7 3 --fabric udp
+  job "64 processes on 16 hosts" 64 16 --fabric udp
+  job "a member on another host dies: error completion within a second" 3 3 --fabric udp -- die
+  job "a host goes silent (its daemon SIGSTOPped): error completion within a second" 3 3 --fabric udp -- stall
+fi
+
+[[ $FAILS -eq 0 ]] && echo "all collective-engine checks passed" || echo "$FAILS collective-engine checks failed" >&2
+[[ $FAILS -eq 0 ]]

@@ -1,0 +1,233 @@
+// The collective engine (fact sheet §16; docs/collective-engine.md). A VCE channel lives in
+// the daemon of our node, which is the NIC: GNI_CeCreate / GNI_CeConfigure / GNI_CeDestroy
+// are requests to it, and a CE post hands the operand to it one-way, so the process goes on
+// while the daemons combine the tree. The result is written into the post's
+// gni_ce_result_t (control word last, nicemu/abi/ce_ops.h) and the post's CQ events follow.
+// On a Gemini NIC every call answers GNI_RC_ILLEGAL_OP, which clients probe for.
+#include <atomic>
+#include <cstring>
+#include <new>
+
+#include "ce_result.h"
+#include "fma_requester.h"
+#include "internal.h"
+#include "nicemu/abi/ce_ops.h"
+#include "nicemu/ce/ce_alu.h"
+
+namespace nicemu::ugni {
+
+namespace ace = nicemu::abi::ce;
+namespace alu = nicemu::ce;
+namespace cqe = nicemu::abi::cqe;
+
+namespace {
+
+struct Ce {
+  uint32_t magic = kCeMagic;
+  Nic* nic = nullptr;
+  uint32_t id = 0;
+};
+
+Ce* as_ce(gni_ce_handle_t h) {
+  auto* c = reinterpret_cast<Ce*>(h);
+  return c && c->magic == kCeMagic ? c : nullptr;
+}
+
+bool gemini(const Nic* n) { return n->device_type == GNI_DEVICE_GEMINI; }
+
+// For a call without a valid handle: ILLEGAL_OP on a Gemini node all the same (clients
+// probe with whatever they have, Cray's answer is about the device), INVALID_PARAM on Aries.
+gni_return_t bad_handle() {
+  abi::ctl::HelloReply h;
+  return daemon_hello(h) && h.device_type == GNI_DEVICE_GEMINI ? GNI_RC_ILLEGAL_OP : GNI_RC_INVALID_PARAM;
+}
+
+template <typename T>
+abi::ctl::Header header(abi::ctl::Op op) {
+  return abi::ctl::Header{abi::ctl::kMagic, abi::ctl::kVersion, static_cast<uint16_t>(op), 0,
+                          static_cast<uint32_t>(sizeof(T))};
+}
+
+constexpr uint32_t kRoundingModes = GNI_CE_MODE_ROUND_UP | GNI_CE_MODE_ROUND_DOWN | GNI_CE_MODE_ROUND_NEAR |
+                                    GNI_CE_MODE_ROUND_ZERO;
+constexpr uint32_t kCqeModes = GNI_CE_MODE_CQE_ONCOMP | GNI_CE_MODE_CQE_ONERR;
+constexpr uint32_t kRoutingModes = GNI_CE_MODE_RC_NMIN_HASH | GNI_CE_MODE_RC_MIN_HASH | GNI_CE_MODE_RC_MNON_HASH |
+                                   GNI_CE_MODE_RC_ADAPT;
+
+// Cray's header: "specify 1" of each group; none of a group takes the default.
+bool modes_ok(uint32_t m) {
+  if (m & ~(kRoundingModes | kCqeModes | kRoutingModes)) return false;
+  for (uint32_t group : {kRoundingModes, kCqeModes, kRoutingModes})
+    if (__builtin_popcount(m & group) > 1) return false;
+  return true;
+}
+
+bool edge_of(Nic* n, gni_ep_handle_t h, ace::Edge& out) {
+  Ep* ep = as_ep(h);
+  if (!ep || ep->nic != n || !ep->bound || ep->ce_child_type == 0) return false;
+  out = ace::Edge{ep->remote_addr, ep->ce_id, ep->ce_child_id, ep->ce_child_type, ep->remote_id, 0};
+  return true;
+}
+
+}  // namespace
+
+gni_return_t post_ce(Ep* ep, gni_post_descriptor_t* d) {
+  Nic* n = ep->nic;
+  if (gemini(n)) return GNI_RC_ILLEGAL_OP;
+  // A leaf EP names its parent channel and its slot there (GNI_EpSetCeAttr, type PE).
+  if (ep->ce_child_type != GNI_CE_CHILD_PE) return GNI_RC_INVALID_PARAM;
+  uint32_t cmd;
+  std::memcpy(&cmd, &d->ce_cmd, sizeof cmd);
+  if (!alu::decode(cmd) || (d->ce_mode & ~alu::kModeKnown)) return GNI_RC_INVALID_PARAM;
+  // The result structure is written by the NIC: it must be registered memory of ours.
+  if (d->local_addr == 0 || d->local_addr % 8 != 0 ||
+      validate_access(*n->self, d->local_mem_hndl, d->local_addr, sizeof(gni_ce_result_t), true, nullptr) != 0)
+    return GNI_RC_INVALID_PARAM;
+  const uint16_t local = d->cq_mode & (GNI_CQMODE_LOCAL_EVENT | GNI_CQMODE_GLOBAL_EVENT);
+  if (local == GNI_CQMODE_DUAL_EVENTS && !(n->cdm->modes & GNI_CDM_MODE_DUAL_EVENTS)) return GNI_RC_INVALID_PARAM;
+  if (local && !ep->src_cq) return GNI_RC_INVALID_PARAM;
+  int32_t tid = -1;
+  if (local) {
+    tid = n->alloc_tid(d, local == GNI_CQMODE_DUAL_EVENTS ? 2 : 1);
+    if (tid < 0) return GNI_RC_ERROR_RESOURCE;
+  }
+  d->status = 0;
+  d->cq_mode_complete = 0;
+  n->stats[GNI_STAT_FMA_LAUNCH_COUNT].fetch_add(1, std::memory_order_relaxed);
+  ace::CePost p{};
+  p.h = header<ace::CePost>(abi::ctl::Op::kCePost);
+  p.target_node = ep->remote_addr;
+  p.ce_id = ep->ce_id;
+  p.child_id = ep->ce_child_id;
+  p.cmd = cmd;
+  p.mode = d->ce_mode;
+  p.src_cq = ep->src_cq ? ep->src_cq->slot : abi::kNoCq;
+  p.tid = tid < 0 ? ace::kNoTid : static_cast<uint32_t>(tid);
+  p.local_event = ep->local_event;
+  p.cq_mode = local;
+  p.red_id = d->ce_red_id;
+  p.first = d->first_operand;
+  p.second = d->second_operand;
+  p.result_addr = d->local_addr;
+  if (!n->nic_down.load(std::memory_order_relaxed) && n->conn.send(&p, sizeof p)) return GNI_RC_SUCCESS;
+  // Our daemon is gone: nobody will combine it. The result says so, as the events do.
+  auto* res = reinterpret_cast<gni_ce_result_t*>(d->local_addr);
+  res->result1 = res->result2 = 0;
+  std::atomic_ref<uint64_t>(res->control).store(ace::make_control(ace::kErrPeer, 0, d->ce_red_id),
+                                                std::memory_order_release);
+  complete_fma(ep->src_cq, d, ep->local_event, cqe::kErrNicDown, tid);
+  return GNI_RC_SUCCESS;
+}
+
+}  // namespace nicemu::ugni
+
+using namespace nicemu;
+using namespace nicemu::ugni;
+
+extern "C" {
+
+gni_return_t GNI_CeCreate(gni_nic_handle_t nic_hndl, gni_ce_handle_t* ce_hndl) {
+  Nic* n = as_nic(nic_hndl);
+  if (!n) return bad_handle();
+  if (gemini(n)) return GNI_RC_ILLEGAL_OP;
+  if (!ce_hndl) return GNI_RC_INVALID_PARAM;
+  ace::CeCreate req{};
+  req.h = header<ace::CeCreate>(abi::ctl::Op::kCeCreate);
+  ace::CeCreateReply rep{};
+  if (!n->conn.call(req, rep)) return GNI_RC_ERROR_RESOURCE;
+  if (rep.r.rc != GNI_RC_SUCCESS) return static_cast<gni_return_t>(rep.r.rc);
+  auto* ce = new (std::nothrow) Ce;
+  if (!ce) return GNI_RC_ERROR_NOMEM;
+  ce->nic = n;
+  ce->id = rep.ce_id;
+  *ce_hndl = reinterpret_cast<gni_ce_handle_t>(ce);
+  return GNI_RC_SUCCESS;
+}
+
+gni_return_t GNI_CeGetId(gni_ce_handle_t ce_hndl, uint32_t* ce_id) {
+  Ce* ce = as_ce(ce_hndl);
+  if (!ce) return bad_handle();
+  if (gemini(ce->nic)) return GNI_RC_ILLEGAL_OP;
+  if (!ce_id) return GNI_RC_INVALID_PARAM;
+  *ce_id = ce->id;
+  return GNI_RC_SUCCESS;
+}
+
+gni_return_t GNI_EpSetCeAttr(gni_ep_handle_t ep_hndl, uint32_t ce_id, uint32_t child_id, gni_ce_child_t child_type) {
+  Ep* ep = as_ep(ep_hndl);
+  if (!ep) return bad_handle();
+  if (gemini(ep->nic)) return GNI_RC_ILLEGAL_OP;
+  // Cray's header: child ids are in [0, GNI_CE_MAX_CHILDREN); ce_id is unused for a child
+  // PE (its example passes -1), so it is stored as given.
+  if (child_id >= GNI_CE_MAX_CHILDREN || (child_type != GNI_CE_CHILD_VCE && child_type != GNI_CE_CHILD_PE))
+    return GNI_RC_INVALID_PARAM;
+  ep->ce_id = ce_id;
+  ep->ce_child_id = child_id;
+  ep->ce_child_type = static_cast<uint32_t>(child_type);
+  return GNI_RC_SUCCESS;
+}
+
+gni_return_t GNI_CeConfigure(gni_ce_handle_t ce_hndl, gni_ep_handle_t* child_eps, uint32_t num_child_eps,
+                             gni_ep_handle_t parent_ep, gni_cq_handle_t cq_hndl, uint32_t modes) {
+  Ce* ce = as_ce(ce_hndl);
+  if (!ce) return bad_handle();
+  Nic* n = ce->nic;
+  if (gemini(n)) return GNI_RC_ILLEGAL_OP;
+  if (num_child_eps == 0 || num_child_eps > GNI_CE_MAX_CHILDREN || !child_eps || !modes_ok(modes))
+    return GNI_RC_INVALID_PARAM;
+  ace::CeConfigure req{};
+  req.h = header<ace::CeConfigure>(abi::ctl::Op::kCeConfigure);
+  req.ce_id = ce->id;
+  req.modes = modes;
+  req.num_children = num_child_eps;
+  uint32_t seen = 0;
+  for (uint32_t i = 0; i < num_child_eps; ++i) {
+    if (!edge_of(n, child_eps[i], req.children[i])) return GNI_RC_INVALID_PARAM;
+    const uint32_t bit = 1u << req.children[i].child_id;
+    if (seen & bit) return GNI_RC_INVALID_PARAM;  // two children in one slot
+    seen |= bit;
+  }
+  if (parent_ep) {
+    if (!edge_of(n, parent_ep, req.parent) || req.parent.type != GNI_CE_CHILD_VCE) return GNI_RC_INVALID_PARAM;
+    req.has_parent = 1;
+  }
+  req.cq = abi::kNoCq;
+  if (cq_hndl) {
+    Cq* cq = as_cq(cq_hndl);
+    if (!cq || cq->nic != n) return GNI_RC_INVALID_PARAM;
+    req.cq = cq->slot;
+  }
+  abi::ctl::Reply rep{};
+  if (!n->conn.call(req, rep)) return GNI_RC_ERROR_RESOURCE;
+  return static_cast<gni_return_t>(rep.rc);
+}
+
+gni_return_t GNI_CeCheckResult(gni_ce_result_t* result, uint32_t length) {
+  (void)length;  // "unused in Aries"
+  abi::ctl::HelloReply h;
+  if (daemon_hello(h) && h.device_type == GNI_DEVICE_GEMINI) return GNI_RC_ILLEGAL_OP;
+  if (!result) return GNI_RC_INVALID_PARAM;
+  const uint64_t control = std::atomic_ref<uint64_t>(result->control).load(std::memory_order_acquire);
+  if (!nicemu::ugni::ce::done(control)) return GNI_RC_NOT_DONE;
+  // Cray's header: TRANSACTION_ERROR when the result was not delivered (status not OK) or
+  // an exception was raised (then the result is there; GNI_CE_RES_GET_FPE says which).
+  if (nicemu::ugni::ce::status(control) != 0 || nicemu::ugni::ce::fpe(control) != 0) return GNI_RC_TRANSACTION_ERROR;
+  return GNI_RC_SUCCESS;
+}
+
+gni_return_t GNI_CeDestroy(gni_ce_handle_t ce_hndl) {
+  Ce* ce = as_ce(ce_hndl);
+  if (!ce) return bad_handle();
+  if (gemini(ce->nic)) return GNI_RC_ILLEGAL_OP;
+  ace::CeDestroy req{};
+  req.h = header<ace::CeDestroy>(abi::ctl::Op::kCeDestroy);
+  req.ce_id = ce->id;
+  abi::ctl::Reply rep{};
+  // A daemon that is gone took the channel with it: the handle is freed either way.
+  if (ce->nic->conn.call(req, rep) && rep.rc != GNI_RC_SUCCESS) return static_cast<gni_return_t>(rep.rc);
+  ce->magic = 0;
+  delete ce;
+  return GNI_RC_SUCCESS;
+}
+
+}  // extern "C"
