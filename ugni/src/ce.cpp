@@ -93,7 +93,7 @@ gni_return_t post_ce(Ep* ep, gni_post_descriptor_t* d) {
   }
   d->status = 0;
   d->cq_mode_complete = 0;
-  n->stats[GNI_STAT_FMA_LAUNCH_COUNT].fetch_add(1, std::memory_order_relaxed);
+  stat_add(n, GNI_STAT_FMA_LAUNCH_COUNT);
   ace::CePost p{};
   p.h = header<ace::CePost>(abi::ctl::Op::kCePost);
   p.target_node = ep->remote_addr;
