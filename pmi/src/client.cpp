@@ -401,11 +401,14 @@ int Client::kvs_get_many(std::string_view kvsname, const std::vector<std::string
   if (refcount_ == 0) return PMI_ERR_INIT;
   if (kvsname.empty() || !wire::valid_key(kvsname)) return PMI_ERR_INVALID_ARG;
   if (broken_ || !connected_) return PMI_FAIL;
-  // The server answers in order and buffers its answers; a bounded window keeps both
-  // sides' buffers small.
-  constexpr size_t kWindow = 64;
-  for (size_t first = 0; first < keys.size(); first += kWindow) {
-    const size_t last = std::min(keys.size(), first + kWindow);
+  // Pipelined only when the server says it answers in order and buffers its answers
+  // (nicemu-run sets NICEMU_PMI_PIPELINE); a bounded window keeps both sides' buffers
+  // small. Any other server gets one get per round trip, as before.
+  size_t window = 1;
+  if (const char* w = std::getenv("NICEMU_PMI_PIPELINE"); w && *w)
+    window = std::clamp<size_t>(std::strtoul(w, nullptr, 10), 1, 256);
+  for (size_t first = 0; first < keys.size(); first += window) {
+    const size_t last = std::min(keys.size(), first + window);
     std::string batch;
     std::vector<bool> sent(last - first, false);
     for (size_t i = first; i < last; ++i) {
