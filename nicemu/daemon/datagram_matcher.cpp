@@ -1,5 +1,6 @@
 #include "nicemu/daemon/datagram_matcher.h"
 
+#include <algorithm>
 #include <cstring>
 #include <tuple>
 
@@ -33,8 +34,79 @@ void DatagramMatcher::deliver(uint32_t node, const void* msg, size_t len) {
 }
 
 DatagramMatcher::Post* DatagramMatcher::find(uint64_t attach, uint64_t ep, bool by_id, uint64_t id) {
-  for (auto& [k, p] : posts_)
-    if (p.attach == attach && p.ep == ep && (!by_id || (p.has_id && p.id == id))) return &p;
+  auto it = post_by_ep_.find({attach, ep});
+  if (it == post_by_ep_.end()) return nullptr;
+  Post& p = posts_.at(it->second);
+  return !by_id || (p.has_id && p.id == id) ? &p : nullptr;
+}
+
+DatagramMatcher::Post& DatagramMatcher::add_post(const Post& p) {
+  Post& stored = posts_[p.key] = p;
+  post_by_ep_[{p.attach, p.ep}] = p.key;
+  ++posts_per_attach_[p.attach];
+  if (p.wildcard)
+    wildcards_[target_of(p)].insert(p.key);
+  else
+    directed_[pair_of(p)].insert(p.key);
+  return stored;
+}
+
+void DatagramMatcher::erase_post(uint64_t key) {
+  auto it = posts_.find(key);
+  if (it == posts_.end()) return;
+  const Post& p = it->second;
+  post_by_ep_.erase({p.attach, p.ep});
+  if (auto n = posts_per_attach_.find(p.attach); n != posts_per_attach_.end() && --n->second == 0)
+    posts_per_attach_.erase(n);
+  auto drop = [key](auto& index, const auto& k) {
+    auto s = index.find(k);
+    if (s == index.end()) return;
+    s->second.erase(key);
+    if (s->second.empty()) index.erase(s);
+  };
+  if (p.wildcard)
+    drop(wildcards_, target_of(p));
+  else
+    drop(directed_, pair_of(p));
+  posts_.erase(it);
+}
+
+void DatagramMatcher::add_incoming(const Incoming& in) {
+  const uint64_t seq = next_seq_++;
+  incoming_[seq] = in;
+  incoming_to_[target_of(in)].insert(seq);
+  incoming_pair_[pair_of(in)].insert(seq);
+  incoming_by_origin_[{in.origin_node, in.origin_key}] = seq;
+}
+
+void DatagramMatcher::erase_incoming(uint64_t seq) {
+  auto it = incoming_.find(seq);
+  if (it == incoming_.end()) return;
+  const Incoming& in = it->second;
+  auto drop = [seq](auto& index, const auto& k) {
+    auto s = index.find(k);
+    if (s == index.end()) return;
+    s->second.erase(seq);
+    if (s->second.empty()) index.erase(s);
+  };
+  drop(incoming_to_, target_of(in));
+  drop(incoming_pair_, pair_of(in));
+  if (auto o = incoming_by_origin_.find({in.origin_node, in.origin_key}); o != incoming_by_origin_.end() && o->second == seq)
+    incoming_by_origin_.erase(o);
+  incoming_.erase(it);
+}
+
+// The candidates are the wildcard posts of the target endpoint and its directed posts to
+// the announcing endpoint; the oldest acceptable one wins, as in posting order.
+DatagramMatcher::Post* DatagramMatcher::candidate_for(const Incoming& in) {
+  std::vector<uint64_t> keys;
+  if (auto w = wildcards_.find(target_of(in)); w != wildcards_.end()) keys.insert(keys.end(), w->second.begin(), w->second.end());
+  if (auto d = directed_.find(pair_of(in)); d != directed_.end()) keys.insert(keys.end(), d->second.begin(), d->second.end());
+  std::sort(keys.begin(), keys.end());
+  for (uint64_t k : keys) {
+    Post& p = posts_.at(k);
+    if (acceptable(p, in)) return &p;
+  }
   return nullptr;
 }
 
@@ -105,9 +177,9 @@ size_t DatagramMatcher::backlog_count() const {
   return n;
 }
 
-void DatagramMatcher::match(Post& p, size_t idx) {
-  Incoming in = incoming_[idx];
-  incoming_.erase(incoming_.begin() + static_cast<long>(idx));
+void DatagramMatcher::match(Post& p, uint64_t seq) {
+  Incoming in = incoming_.at(seq);
+  erase_incoming(seq);
   finish(p, rc::kPostCompleted, in.origin_node, in.from_inst, in.data, in.len);
   ctl::DgramMatched m{};
   m.h = ctl::make_header<ctl::DgramMatched>(ctl::Op::kDgramMatched, 0);
@@ -117,8 +189,7 @@ void DatagramMatcher::match(Post& p, size_t idx) {
   m.peer_inst = p.inst;
   m.data_len = p.len;
   std::memcpy(m.data, p.data, p.len);
-  const uint64_t key = p.key;
-  posts_.erase(key);  // before delivering: a same-node delivery looks the posts up again
+  erase_post(p.key);  // before delivering: a same-node delivery looks the posts up again
   deliver(in.origin_node, &m, sizeof m);
 }
 
@@ -151,16 +222,23 @@ int DatagramMatcher::post(CdmRegion& owner, const ctl::DgramSubmit& req) {
   p.len = req.data_len;
   std::memcpy(p.data, req.data, p.len);
   p.state = rc::kPostPending;
-  const uint64_t key = p.key;
-  Post& stored = posts_[key] = p;
+  Post& stored = add_post(p);
 
-  // Posts aimed at this CDM that arrived earlier, oldest first. (If one matches, the
-  // kDgramMatched sent completes the peer's post; ours is finished and gone.)
-  for (size_t i = 0; i < incoming_.size(); ++i)
-    if (acceptable(stored, incoming_[i])) {
-      match(stored, i);
-      return rc::kSuccess;
-    }
+  // Posts aimed at this CDM that arrived earlier, oldest first: any for a wildcard, those
+  // of the named peer for a directed post. (If one matches, the kDgramMatched sent
+  // completes the peer's post; ours is finished and gone.)
+  const std::set<uint64_t>* earlier = nullptr;
+  if (stored.wildcard) {
+    if (auto it = incoming_to_.find(target_of(stored)); it != incoming_to_.end()) earlier = &it->second;
+  } else if (auto it = incoming_pair_.find(pair_of(stored)); it != incoming_pair_.end()) {
+    earlier = &it->second;
+  }
+  if (earlier)
+    for (uint64_t seq : *earlier)
+      if (acceptable(stored, incoming_.at(seq))) {
+        match(stored, seq);
+        return rc::kSuccess;
+      }
   if (!stored.wildcard) {
     // Still pending: announce it to the target's daemon. A same-node delivery may match
     // and erase it, so nothing of `stored` is used after.
@@ -189,17 +267,15 @@ void DatagramMatcher::incoming(const ctl::DgramIncoming& m) {
   in.cred = Credential{m.ptag, m.cookie};
   in.len = m.data_len;
   std::memcpy(in.data, m.data, in.len);
-  incoming_.push_back(in);
-  for (auto& [k, p] : posts_)
-    if (acceptable(p, incoming_.back())) {
-      match(p, incoming_.size() - 1);  // erases p: stop iterating
-      return;
-    }
+  const uint64_t seq = next_seq_;
+  add_incoming(in);
+  if (Post* p = candidate_for(in)) match(*p, seq);
 }
 
 void DatagramMatcher::matched(const ctl::DgramMatched& m) {
   // The peer's post was announced here too (directed <-> directed): it is taken.
-  std::erase_if(incoming_, [&](const Incoming& in) { return in.origin_node == m.peer_node && in.origin_key == m.peer_key; });
+  if (auto o = incoming_by_origin_.find({m.peer_node, m.peer_key}); o != incoming_by_origin_.end())
+    erase_incoming(o->second);
   auto it = posts_.find(m.origin_key);
   if (it == posts_.end() || it->second.state != rc::kPostPending) {
     // Cancelled meanwhile: the peer completed against a post that is gone.
@@ -216,11 +292,12 @@ void DatagramMatcher::matched(const ctl::DgramMatched& m) {
     return;
   }
   finish(it->second, rc::kPostCompleted, m.peer_node, m.peer_inst, m.data, m.data_len);
-  posts_.erase(it);
+  erase_post(m.origin_key);
 }
 
 void DatagramMatcher::retract(const ctl::DgramRetract& m) {
-  std::erase_if(incoming_, [&](const Incoming& in) { return in.origin_node == m.origin_node && in.origin_key == m.origin_key; });
+  if (auto o = incoming_by_origin_.find({m.origin_node, m.origin_key}); o != incoming_by_origin_.end())
+    erase_incoming(o->second);
 }
 
 int DatagramMatcher::cancel(CdmRegion& owner, const ctl::DgramCancel& req) {
@@ -234,18 +311,16 @@ int DatagramMatcher::cancel(CdmRegion& owner, const ctl::DgramCancel& req) {
     deliver(p->peer_node, &m, sizeof m);
   }
   finish(*p, rc::kPostTerminated, 0, 0, nullptr, 0);
-  const uint64_t key = p->key;
-  posts_.erase(key);
+  erase_post(p->key);
   return rc::kSuccess;
 }
 
 void DatagramMatcher::cdm_gone(uint64_t attach_id) {
-  for (auto it = posts_.begin(); it != posts_.end();) {
-    Post& p = it->second;
-    if (p.attach != attach_id) {
-      ++it;
-      continue;
-    }
+  std::vector<uint64_t> keys;
+  for (const auto& [ae, key] : post_by_ep_)
+    if (ae.first == attach_id) keys.push_back(key);
+  for (uint64_t key : keys) {
+    Post& p = posts_.at(key);
     if (!p.wildcard && p.state == rc::kPostPending) {
       ctl::DgramRetract m{};
       m.h = ctl::make_header<ctl::DgramRetract>(ctl::Op::kDgramRetract, 0);
@@ -253,7 +328,7 @@ void DatagramMatcher::cdm_gone(uint64_t attach_id) {
       m.origin_node = self_;
       deliver(p.peer_node, &m, sizeof m);
     }
-    it = posts_.erase(it);
+    erase_post(key);
   }
   backlog_.erase(attach_id);
 }
@@ -265,10 +340,8 @@ size_t DatagramMatcher::pending_posts() const {
 }
 
 size_t DatagramMatcher::posts_of(uint64_t attach_id) const {
-  size_t n = 0;
-  for (const auto& [key, p] : posts_)
-    if (p.attach == attach_id) ++n;
-  return n;
+  auto it = posts_per_attach_.find(attach_id);
+  return it == posts_per_attach_.end() ? 0 : it->second;
 }
 
 }  // namespace nicemu::daemon

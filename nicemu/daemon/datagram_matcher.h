@@ -9,11 +9,16 @@
 // leaves the matcher at once: it goes to its owner's completion ring (abi/dgram_ring.h),
 // and the library keeps it, for its tests, waits and probes, until it is consumed. Events
 // that do not fit in a full ring wait in a per-CDM backlog until the library kicks.
+// Posts and announcements are indexed by whom they may match (issue 24): a post, an
+// announcement or a completion looks at its few candidates, never at every post or
+// announcement held (thousands in an on-demand all-to-all wire-up).
 #pragma once
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
+#include <set>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -52,6 +57,7 @@ class DatagramMatcher {
   // Posts of one CDM held here, pending or finished but not yet taken (resource limits).
   size_t posts_of(uint64_t attach_id) const;
   size_t incoming_count() const { return incoming_.size(); }
+  size_t posts_count() const { return posts_.size(); }
   size_t backlog_count() const;
 
  private:
@@ -80,23 +86,48 @@ class DatagramMatcher {
     uint8_t data[abi::ctl::kDgramMaxSize] = {};
   };
 
+  // Who may match whom: (ptag, cookie, inst) of the target endpoint, and for directed posts
+  // and announcements also (node, inst) of the other end.
+  using Target = std::tuple<uint32_t, uint32_t, uint32_t>;
+  using Pair = std::tuple<uint32_t, uint32_t, uint32_t, uint32_t, uint32_t>;
+  static Target target_of(const Post& p) { return {p.cred.ptag, p.cred.cookie, p.inst}; }
+  static Pair pair_of(const Post& p) { return {p.cred.ptag, p.cred.cookie, p.inst, p.peer_node, p.peer_inst}; }
+  static Target target_of(const Incoming& in) { return {in.cred.ptag, in.cred.cookie, in.to_inst}; }
+  static Pair pair_of(const Incoming& in) {
+    return {in.cred.ptag, in.cred.cookie, in.to_inst, in.origin_node, in.from_inst};
+  }
+
   bool acceptable(const Post& p, const Incoming& in) const;
   // Reports `p` finished to its owner; the caller erases it.
   void finish(Post& p, uint32_t state, uint32_t node, uint32_t inst, const uint8_t* data, uint16_t len);
   void publish(uint64_t attach, const abi::DgramEvent& e);
   void flush(CdmRegion& r, std::deque<abi::DgramEvent>& q);
-  // Completes `p` with incoming post `incoming_index` and erases both.
-  void match(Post& p, size_t incoming_index);
+  // Completes `p` with the announcement numbered `seq` and erases both.
+  void match(Post& p, uint64_t seq);
   void deliver(uint32_t node, const void* msg, size_t len);
   Post* find(uint64_t attach, uint64_t ep, bool by_id, uint64_t id);
+  Post& add_post(const Post& p);
+  void erase_post(uint64_t key);
+  void add_incoming(const Incoming& in);
+  void erase_incoming(uint64_t seq);
+  // The oldest post acceptable for `in`, or nullptr.
+  Post* candidate_for(const Incoming& in);
 
   uint32_t self_;
   SendFn send_;
   FindByAttach by_attach_;
   FindByInst by_inst_;
   uint64_t next_key_ = 1;
-  std::map<uint64_t, Post> posts_;   // key -> post, in posting order
-  std::vector<Incoming> incoming_;   // in arrival order
+  uint64_t next_seq_ = 1;
+  std::map<uint64_t, Post> posts_;                              // key -> post, in posting order
+  std::map<std::pair<uint64_t, uint64_t>, uint64_t> post_by_ep_;  // (attach, ep) -> key: one per EP
+  std::unordered_map<uint64_t, size_t> posts_per_attach_;
+  std::map<Target, std::set<uint64_t>> wildcards_;  // keys of wildcard posts
+  std::map<Pair, std::set<uint64_t>> directed_;     // keys of directed posts
+  std::map<uint64_t, Incoming> incoming_;           // arrival number -> announcement
+  std::map<Target, std::set<uint64_t>> incoming_to_;
+  std::map<Pair, std::set<uint64_t>> incoming_pair_;
+  std::map<std::pair<uint32_t, uint64_t>, uint64_t> incoming_by_origin_;  // (node, key) -> arrival number
   std::unordered_map<uint64_t, std::deque<abi::DgramEvent>> backlog_;  // attach -> events held back
 };
 

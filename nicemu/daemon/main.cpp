@@ -1,5 +1,6 @@
 // nicemu: the daemon that emulates one node's NIC. One process per emulated node.
 #include <sched.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -102,6 +103,13 @@ int main(int argc, char** argv) {
   // A reload (SIGHUP) that arrives while the daemon starts must not kill it: ignored until
   // the handler below takes over.
   ::signal(SIGHUP, SIG_IGN);
+  // One connection per client process of this node and per process elsewhere on the host
+  // that talks to it (an all-to-all of N ranks: N), plus memfds while attaching: the
+  // usual soft limit of 1024 is below what a large job needs (issue 24).
+  if (rlimit nofile{}; ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &nofile);
+  }
 
   if (app.count("--help-config") > 0) {
     auto f = params::format_from_name(help_config.empty() ? "text" : help_config);

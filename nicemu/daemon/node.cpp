@@ -200,9 +200,15 @@ std::array<uint64_t, 2> Node::usage(Resource r, pid_t pid, const Credential& c) 
   // A process's registrations are alike in all its CDMs of one domain (process_mdd.h):
   // count them once per (process, domain), as the largest table among its CDMs there.
   std::map<std::pair<pid_t, Credential>, uint64_t> regs;
-  for (const auto& [id, cdm] : cdms_) {
+  // The CDMs of the credential, then those of the process under other credentials.
+  std::vector<uint64_t> ids = cdm_index_.of_credential(c);
+  for (uint64_t id : cdm_index_.of_process(pid))
+    if (auto it = cdms_.find(id); it != cdms_.end() && !(it->second->credential() == c)) ids.push_back(id);
+  for (uint64_t id : ids) {
+    auto it = cdms_.find(id);
+    if (it == cdms_.end()) continue;
+    const CdmRegion* cdm = it->second.get();
     const bool mine = cdm->pid() == pid, ours = cdm->credential() == c;
-    if (!mine && !ours) continue;
     uint64_t n = 0;
     switch (r) {
       case Resource::kCdms: n = 1; break;
@@ -259,14 +265,17 @@ CdmRegion* Node::owned_cdm(const Peer& peer) {
 
 std::vector<CdmRegion*> Node::family(pid_t pid, const Credential& c) {
   std::vector<CdmRegion*> out;
-  for (auto& [id, r] : cdms_)
-    if (r->pid() == pid && r->credential() == c && r->alive()) out.push_back(r.get());
+  for (uint64_t id : cdm_index_.of_process(pid))
+    if (auto it = cdms_.find(id); it != cdms_.end()) {
+      CdmRegion* r = it->second.get();
+      if (r->credential() == c && r->alive()) out.push_back(r);
+    }
   return out;
 }
 
 CdmRegion* Node::find_cdm(const Credential& c, uint32_t inst_id) {
-  for (auto& [id, r] : cdms_)
-    if (r->credential() == c && r->inst_id() == inst_id && r->alive()) return r.get();
+  for (uint64_t id : cdm_index_.with_inst(c, inst_id))
+    if (auto it = cdms_.find(id); it != cdms_.end() && it->second->alive()) return it->second.get();
   return nullptr;
 }
 
@@ -1023,6 +1032,7 @@ int Node::attach(Peer& peer, const ctl::Attach& req, ctl::AttachReply& rep, Pass
   // The page is readable by every local user: it names the job's uid and ptag, not its cookie.
   stats_.cdm_attached(peer.attach_id, peer.pid, peer.uid, req.inst_id, req.ptag, 0);
   leases_.add(region->header());
+  cdm_index_.add(peer.attach_id, peer.pid, c, req.inst_id);
   cdms_[peer.attach_id] = std::move(region);
   ++ctr_.attaches;
   return rc::kSuccess;
@@ -1044,6 +1054,7 @@ void Node::connection_closed(Peer& peer) {
   stats_.cdm_detached(peer.attach_id, it->second->counter_block());
   leases_.remove(it->second->header());
   domains_[it->second->mem_domain()] = 0;
+  cdm_index_.remove(peer.attach_id, pid, cred, it->second->inst_id());
   cdms_.erase(it);
   mdd_drop_origin(peer.attach_id, family(pid, cred));
   ce_.cdm_gone(peer.attach_id);
@@ -1060,6 +1071,7 @@ void Node::shutdown() {
     leases_.remove(r->header());
   }
   cdms_.clear();
+  cdm_index_.clear();
   domains_.fill(0);
   for (auto& [c, seg] : msgqs_) seg->kill(msgq::kSegmentNicDown);
   msgqs_.clear();

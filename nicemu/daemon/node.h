@@ -17,6 +17,7 @@
 #include "nicemu/abi/mem_handle.h"
 #include "nicemu/daemon/bandwidth_injection.h"
 #include "nicemu/daemon/bte_engine.h"
+#include "nicemu/daemon/cdm_index.h"
 #include "nicemu/daemon/cdm_region.h"
 #include "nicemu/daemon/ce_engine.h"
 #include "nicemu/daemon/daemon_links.h"
@@ -158,6 +159,7 @@ class Node {
   StatsPage stats_{cfg_.stats_path, cfg_.nic_addr};
   std::map<Credential, CredOwner> credentials_;
   std::map<uint64_t, std::unique_ptr<CdmRegion>> cdms_;  // attach_id -> region
+  CdmIndex cdm_index_;                                   // the same CDMs, by inst, process, credential
   // After cdms_, so it ends (marking the regions still mapped NIC down) before they unmap.
   LeaseKeeper leases_;
   uint64_t next_attach_ = 1;

@@ -8,6 +8,7 @@
 #include <new>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "pmi.h"
 #include "wire.h"
@@ -44,6 +45,12 @@ class Client {
   // PMI_ERR_INVALID_KEY when the key is absent.
   int kvs_put(std::string_view kvsname, std::string_view key, std::string_view value);
   int kvs_get(std::string_view kvsname, std::string_view key, std::string& value);
+  // Several gets, pipelined on the wire when the server allows it (NICEMU_PMI_PIPELINE,
+  // set by nicemu-run: a window of requests per write, then their answers): a collective
+  // of N ranks then costs N/window round trips, not N. rcs[i] is
+  // kvs_get's code for keys[i]; the return value is PMI_FAIL only if the connection broke.
+  int kvs_get_many(std::string_view kvsname, const std::vector<std::string>& keys, std::vector<std::string>& values,
+                   std::vector<int>& rcs);
   int barrier();
   int universe_size(int* size);
   // Asks the launcher to kill the job (no answer comes).

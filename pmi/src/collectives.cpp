@@ -71,12 +71,35 @@ int gather(const void* in, size_t len, void* out, const std::vector<int>& from,
   unsigned call = c.next_collective();
   if (int rc = put_blob(c, call, in, len); rc != PMI_SUCCESS) return rc;
   if (int rc = c.barrier(); rc != PMI_SUCCESS) return rc;
+  // Every chunk of every other rank, fetched in one pipelined sweep.
+  const size_t step = chunk_bytes(c);
+  std::vector<std::string> keys;
+  for (size_t i = 0; i < from.size(); ++i)
+    if (from[i] != c.rank())
+      for (size_t off = 0, k = 0; off < lens[i]; off += step, ++k) keys.push_back(chunk_key(call, from[i], k));
+  std::vector<std::string> values;
+  std::vector<int> rcs;
+  if (int rc = c.kvs_get_many(c.kvsname(), keys, values, rcs); rc != PMI_SUCCESS) return rc;
   auto* dst = static_cast<unsigned char*>(out);
+  size_t next = 0;
   for (size_t i = 0; i < from.size(); ++i) {
     if (from[i] == c.rank()) {
       if (len) std::memmove(dst, in, len);  // `in` may alias `out`
-    } else if (int rc = get_blob(c, call, from[i], dst, lens[i]); rc != PMI_SUCCESS) {
-      return rc;
+      dst += lens[i];
+      continue;
+    }
+    for (size_t off = 0; off < lens[i]; off += step, ++next) {
+      const size_t n = std::min(step, lens[i] - off);
+      if (rcs[next] == PMI_ERR_INVALID_KEY) {
+        // The peer contributed fewer bytes than we expect: mismatched lengths.
+        c.report("collective data of rank " + std::to_string(from[i]) + " is shorter than expected");
+        return PMI_ERR_INVALID_SIZE;
+      }
+      if (rcs[next] != PMI_SUCCESS) return rcs[next];
+      if (!nicemu::pmi::wire::hex_decode(values[next], dst + off, n)) {
+        c.report("collective data of rank " + std::to_string(from[i]) + " has an unexpected length");
+        return PMI_ERR_INVALID_SIZE;
+      }
     }
     dst += lens[i];
   }

@@ -569,8 +569,8 @@ TEST_CASE("invalid parameters are refused with the API's codes") {
     d.cq_mode = GNI_CQMODE_DUAL_EVENTS;
     CHILD_CHECK(GNI_PostFma(ep, &d) == GNI_RC_INVALID_PARAM);  // needs GNI_CDM_MODE_DUAL_EVENTS
     d.cq_mode = GNI_CQMODE_GLOBAL_EVENT;
-    d.type = GNI_POST_CE;  // the collective engine is not emulated
-    CHILD_CHECK(GNI_PostFma(ep, &d) == GNI_RC_ILLEGAL_OP);
+    d.type = GNI_POST_CE;  // a CE post needs an EP with CE attributes (GNI_EpSetCeAttr)
+    CHILD_CHECK(GNI_PostFma(ep, &d) == GNI_RC_INVALID_PARAM);
     d.type = gni_post_type_t(99);
     CHILD_CHECK(GNI_PostFma(ep, &d) == GNI_RC_INVALID_PARAM);
     uint32_t hdr = 0;

@@ -48,7 +48,7 @@ constexpr const char* kOwnedVars[] = {
     "PMI_FD",         "PMI_PORT",       "PMI_ID",           "PMI_RANK",
     "PMI_SIZE",       "PMI_SPAWNED",    "PMI_GNI_PTAG",     "PMI_GNI_COOKIE",
     "PMI_GNI_DEV_ID", "PMI_GNI_LOC_ADDR", "NICEMU_NODE",    "ALPS_APP_PE",
-    "NICEMU_JOB_NODES",
+    "NICEMU_JOB_NODES", "NICEMU_PMI_PIPELINE",
 };
 
 void say(const std::string& msg) { fmt::print(stderr, "nicemu-run: {}\n", msg); }
@@ -183,6 +183,9 @@ void Job::spawn(int rank, const std::string& path, const std::vector<std::string
   }
   env.push_back(fmt::format("PMI_RANK={}", rank));
   env.push_back(fmt::format("PMI_SIZE={}", cfg_.np));
+  // Our server answers a connection's lines in arrival order, so libpmi may pipeline its
+  // collectives' gets (pmi/src/client.h, kvs_get_many); other servers do not promise it.
+  env.push_back("NICEMU_PMI_PIPELINE=64");
   env.push_back(fmt::format("ALPS_APP_PE={}", rank));
   if (cfg_.nic) {
     uint32_t addr = cfg_.nic->node_addrs[r.node];

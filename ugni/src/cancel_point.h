@@ -14,7 +14,10 @@ namespace nicemu::ugni {
 class CancelDeferral {
  public:
   CancelDeferral() { pthread_setcanceltype(PTHREAD_CANCEL_DEFERRED, &old_); }
-  ~CancelDeferral() {
+  // Restoring asynchronous cancellation acts on a cancel that came meanwhile (say while a
+  // probe held its lock): the thread unwinds from here, which a destructor may do only
+  // when it is not noexcept.
+  ~CancelDeferral() noexcept(false) {
     int unused;
     pthread_setcanceltype(old_, &unused);
   }
