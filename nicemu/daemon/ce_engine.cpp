@@ -165,11 +165,11 @@ void CeEngine::post(CdmRegion& leaf, const ace::CePost& p) {
   drain();
 }
 
-void CeEngine::contribute(const Contribution& c) { local_contribs_.emplace_back(false, c); }
+void CeEngine::contribute(const Contribution& c) { local_contribs_.push_back(c); }
 
 void CeEngine::deliver(uint32_t node, const Result& r) {
   if (node == self_) {
-    local_results_.emplace_back(node, r);
+    local_results_.push_back(r);
     return;
   }
   auto m = header_for<ace::CeResult>(Op::kCeResult);
@@ -190,11 +190,11 @@ void CeEngine::drain() {
   draining_ = true;
   while (!local_contribs_.empty() || !local_results_.empty()) {
     if (!local_contribs_.empty()) {
-      Contribution c = local_contribs_.front().second;
+      Contribution c = local_contribs_.front();
       local_contribs_.pop_front();
       accept(c);
     } else {
-      Result r = local_results_.front().second;
+      Result r = local_results_.front();
       local_results_.pop_front();
       result(r);
     }
@@ -414,7 +414,7 @@ const char* CeEngine::message(uint32_t from, const abi::ctl::Header& h, const ch
       if (!parse(msg, len, m)) return "bad CeResult";
       if (m.origin_node != from) return "CeResult naming another sender";
       if (m.status > ace::kErrMismatch || m.fpe > 0xF) return "CeResult with invalid fields";
-      local_results_.emplace_back(self_, Result{m.token, m.status, m.red_id, ce::Operand{m.a, m.b, uint8_t(m.fpe)}});
+      local_results_.push_back(Result{m.token, m.status, m.red_id, ce::Operand{m.a, m.b, uint8_t(m.fpe)}});
       break;
     }
     case Op::kCeProbe: {

@@ -141,7 +141,6 @@ class CeEngine {
   void fail_dep(const Probe& p);
   void check_channel(Channel& ch);
   Round* waiting_round(Channel& ch);
-  uint32_t count_rounds() const;
 
   uint32_t self_;
   CeEnv env_;
@@ -152,8 +151,9 @@ class CeEngine {
   uint64_t next_probe_ = 1;
   uint64_t now_ = 0;  // ticks
   uint32_t pending_rounds_ = 0;
-  std::deque<std::pair<bool, Contribution>> local_contribs_;  // (unused flag, contribution)
-  std::deque<std::pair<uint32_t, Result>> local_results_;
+  // Work for channels and posts of this node, run by drain() (never re-entered).
+  std::deque<Contribution> local_contribs_;
+  std::deque<Result> local_results_;
   bool draining_ = false;
   std::optional<asio::steady_timer> timer_;
   void arm();
