@@ -392,15 +392,21 @@ struct Rank {
     }
   }
 
+  // The engine over this rank's two CQs and its one endpoint: data messages go to
+  // `on_data_msg`, acknowledgements (and pongs) are counted.
+  void am_setup(nicemu::bench::AmEngine& am, AmState& st, nicemu::bench::AmEngine::Handler on_data_msg) {
+    CHECK_GNI(am.add_ep(ep, 0));
+    am.on(kTagData, on_data_msg, &st);
+    am.on(kTagAck, on_data, &st);
+    barrier(id);
+  }
+
   void smsg_am_lat() {
     const uint64_t iters = opt.iters ? opt.iters : 200000;
     const uint64_t warm = opt.warmup >= 0 ? uint64_t(opt.warmup) : 20000;
     nicemu::bench::AmEngine am(cq, rcq, 2 * opt.window);
-    CHECK_GNI(am.add_ep(ep, 0));
     AmState st{this};
-    am.on(kTagData, on_ping, &st);
-    am.on(kTagAck, on_data, &st);
-    barrier(id);
+    am_setup(am, st, on_ping);
     double t0 = 0;
     for (uint64_t i = 0; i < warm + iters; ++i) {
       if (id == 0) {
@@ -420,11 +426,8 @@ struct Rank {
     const uint64_t iters = opt.iters ? opt.iters : 2000000;
     const uint64_t warm = opt.warmup >= 0 ? uint64_t(opt.warmup) : 100000;
     nicemu::bench::AmEngine am(cq, rcq, 2 * opt.window);
-    CHECK_GNI(am.add_ep(ep, 0));
     AmState st{this};
-    am.on(kTagData, on_data, &st);
-    am.on(kTagAck, on_data, &st);
-    barrier(id);
+    am_setup(am, st, on_data);
     uint64_t expect = 0;
     auto phase = [&](uint64_t n) {
       if (id == 0) {
