@@ -11,6 +11,7 @@
 
 #include "fault_engine.h"
 #include "internal.h"
+#include "nicemu/common/params.h"
 
 using namespace nicemu;
 using namespace nicemu::ugni;
@@ -167,8 +168,10 @@ gni_return_t GNI_GetVersionInformation(gni_version_info_t* version_info) {
   return GNI_RC_SUCCESS;
 }
 
-// GNI_JOB_RES_FMA's limit: the daemon's default max_cdms_per_process (nicemu/common/params.h).
-constexpr uint64_t kFmaDescriptorsPerProcess = 64;
+// GNI_JOB_RES_FMA's limit: the daemon's default max_cdms_per_process, from the one
+// parameter table (a daemon configured otherwise is not asked).
+constexpr uint64_t kFmaDescriptorsPerProcess =
+    nicemu::params::default_uint(nicemu::params::param("max_cdms_per_process"));
 
 gni_return_t GNI_GetJobResInfo(uint32_t device_id, uint8_t ptag, gni_job_res_t res_type,
                                gni_job_res_desc_t* res_desc) {
