@@ -109,6 +109,31 @@ void CeEngine::destroy_channel(std::map<uint32_t, Channel>::iterator it, uint32_
   channels_.erase(it);
 }
 
+// A contribution for a channel on another node: one CeContribute message to its daemon.
+// False (counted) if it could not be sent.
+bool CeEngine::send_contribution(uint32_t node, const Contribution& c) {
+  auto m = header_for<ace::CeContribute>(Op::kCeContribute);
+  m.origin_node = self_;
+  m.to_ce = c.to_ce;
+  m.child_id = c.child_id;
+  m.kind = c.kind;
+  m.from_ce = c.from_ce;
+  m.ptag = c.cred.ptag;
+  m.cookie = c.cred.cookie;
+  m.cmd = c.cmd;
+  m.mode = c.mode;
+  m.status = c.status;
+  m.fpe = c.op.fpe;
+  m.token = c.token;
+  m.red_id = c.red_id;
+  m.a = c.op.a;
+  m.b = c.op.b;
+  m.origin_attach = c.origin_attach;
+  if (env_.send(node, &m, sizeof m)) return true;
+  ++ctr_.send_failures;
+  return false;
+}
+
 void CeEngine::post(CdmRegion& leaf, const ace::CePost& p) {
   ++ctr_.posts;
   const uint64_t token = next_token_++;
@@ -142,25 +167,7 @@ void CeEngine::post(CdmRegion& leaf, const ace::CePost& p) {
   if (p.target_node == self_) {
     contribute(c);
   } else {
-    auto m = header_for<ace::CeContribute>(Op::kCeContribute);
-    m.origin_node = self_;
-    m.to_ce = c.to_ce;
-    m.child_id = c.child_id;
-    m.kind = c.kind;
-    m.ptag = c.cred.ptag;
-    m.cookie = c.cred.cookie;
-    m.cmd = c.cmd;
-    m.mode = c.mode;
-    m.fpe = c.op.fpe;
-    m.token = token;
-    m.red_id = c.red_id;
-    m.a = c.op.a;
-    m.b = c.op.b;
-    m.origin_attach = c.origin_attach;
-    if (!env_.send(p.target_node, &m, sizeof m)) {
-      ++ctr_.send_failures;
-      leaf_result(token, Result{token, ace::kErrPeer, p.red_id, {}});
-    }
+    if (!send_contribution(p.target_node, c)) leaf_result(token, Result{token, ace::kErrPeer, p.red_id, {}});
   }
   drain();
 }
@@ -289,24 +296,7 @@ void CeEngine::advance(Channel& ch) {
     if (ch.parent.node == self_) {
       contribute(up);
     } else {
-      auto m = header_for<ace::CeContribute>(Op::kCeContribute);
-      m.origin_node = self_;
-      m.to_ce = up.to_ce;
-      m.child_id = up.child_id;
-      m.kind = up.kind;
-      m.from_ce = up.from_ce;
-      m.ptag = up.cred.ptag;
-      m.cookie = up.cred.cookie;
-      m.cmd = up.cmd;
-      m.mode = up.mode;
-      m.status = up.status;
-      m.fpe = up.op.fpe;
-      m.token = up.token;
-      m.red_id = up.red_id;
-      m.a = up.op.a;
-      m.b = up.op.b;
-      if (!env_.send(ch.parent.node, &m, sizeof m)) {
-        ++ctr_.send_failures;
+      if (!send_contribution(ch.parent.node, up)) {
         finish(ch, Result{up.token, ace::kErrPeer, up.red_id, {}});
         return advance(ch);
       }

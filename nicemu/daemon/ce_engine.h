@@ -152,6 +152,7 @@ class CeEngine {
   uint64_t now_ = 0;  // ticks
   uint32_t pending_rounds_ = 0;
   // Work for channels and posts of this node, run by drain() (never re-entered).
+  bool send_contribution(uint32_t node, const Contribution& c);
   std::deque<Contribution> local_contribs_;
   std::deque<Result> local_results_;
   bool draining_ = false;
