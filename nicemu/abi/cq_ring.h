@@ -10,6 +10,9 @@ namespace nicemu::abi {
 
 struct CqRingView {
   static constexpr uint32_t kMaxPushTries = 1u << 16;
+  // How long a consumer sleeps when the ring is not quiet() but its entry is not there yet:
+  // the producer stores it within nanoseconds and may have missed our `waiters` (wake()).
+  static constexpr uint64_t kUnquietNapNs = 50'000;
   CqRingCtl* ctl = nullptr;
   std::atomic<uint64_t>* entries = nullptr;
   uint64_t mask = 0;  // capacity - 1, taken from the daemon-written CqDesc, never from ctl

@@ -45,8 +45,6 @@ gni_return_t nicemu::ugni::take_event(Cq* cq, gni_cq_entry_t* event_data) {
 
 namespace {
 
-constexpr uint64_t kUnquietSliceNs = 50000;
-
 uint64_t now_ns() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -142,7 +140,7 @@ gni_return_t GNI_CqWaitEvent(gni_cq_handle_t cq_hndl, uint64_t timeout, gni_cq_e
       // Sleep in slices so a daemon killed outright is still noticed. An entry reserved but
       // not yet written (not quiet: its producer may have looked for waiters before we
       // raised ours) is a matter of nanoseconds: sleep briefly, not a whole slice.
-      uint64_t slice = cq->ring.quiet() ? 200000000ull : kUnquietSliceNs;
+      uint64_t slice = cq->ring.quiet() ? 200000000ull : abi::CqRingView::kUnquietNapNs;
       if (!forever) slice = std::min<uint64_t>(slice, deadline - t);
       abi::futex_wait(&ctl->futex, seq, static_cast<int64_t>(slice));
     }

@@ -29,7 +29,6 @@ constexpr uint64_t kSliceNs = 200'000'000;
 // takes) the waiter sleeps on the first ring only, in short slices, so an entry in any
 // other ring is seen within this much.
 constexpr uint64_t kFallbackSliceNs = 1'000'000;
-constexpr uint64_t kUnquietSliceNs = 50'000;  // see sleep_once
 
 std::atomic<bool> g_waitv_refused{false};
 
@@ -99,7 +98,7 @@ int sleep_once(const Vector& v, uint64_t slice_ns) {
   if (first_ready(v) < 0 && !any_masked(v)) {
     // An entry reserved but not yet written (a ring not quiet): its producer may have looked
     // for waiters before we raised ours, and will store it within nanoseconds. Sleep briefly.
-    if (!all_quiet(v)) slice_ns = std::min<uint64_t>(slice_ns, kUnquietSliceNs);
+    if (!all_quiet(v)) slice_ns = std::min<uint64_t>(slice_ns, abi::CqRingView::kUnquietNapNs);
     if (v.n <= abi::kFutexWaitvMax && !g_waitv_refused.load(std::memory_order_relaxed)) {
       err = abi::futex_wait_any(words, m, static_cast<int64_t>(slice_ns));
       if (err != 0 && err != ETIMEDOUT && err != EINTR) {
