@@ -68,7 +68,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     if (len > ctl::kMaxMessage) len = ctl::kMaxMessage;
     n.handle(peer, reinterpret_cast<const char*>(data + off), len, reply, fds);
-    if (reply.size() > ctl::kMaxStatusReply) std::abort();
+    if (reply.size() > ctl::kMaxMessage) std::abort();  // every reply fits one message
     off += len;
   }
   n.connection_closed(peer);

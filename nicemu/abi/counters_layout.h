@@ -88,7 +88,8 @@ enum Kind : uint8_t { kCounter = 0, kGauge = 1 };
   X(smsg_relay_sent, kCounter, "SMSG across hosts: messages relayed to another host's daemon") \
   X(smsg_relay_delivered, kCounter, "SMSG across hosts: messages from another host written into a mailbox here") \
   X(smsg_relay_credit_updates, kCounter, "SMSG across hosts: receivers' releases reported back to senders") \
-  X(smsg_relay_failures, kCounter, "SMSG across hosts: relays failed (receiver gone, peer daemon silent)")
+  X(smsg_relay_failures, kCounter, "SMSG across hosts: relays failed (receiver gone, peer daemon silent)") \
+  X(accept_deferred, kCounter, "control connections left waiting: the daemon was out of descriptors")
 
 // Per-CDM counters: written by libugni into its CdmCounterBlock, copied by the daemon.
 // Error completions are counted by class (the CQE status, nicemu/abi/cq_entry.h) when the

@@ -12,11 +12,14 @@
 namespace nicemu::abi::ctl {
 
 inline constexpr uint32_t kMagic = 0x4E43544C;  // "NCTL"
-inline constexpr uint16_t kVersion = 3;  // 2: PeerLookup and MboxOpen name memory domains;
-                                         // 3: the collective engine (ce_ops.h)
+inline constexpr uint16_t kVersion = 4;  // 2: PeerLookup and MboxOpen name memory domains;
+                                         // 3: the collective engine (ce_ops.h);
+                                         // 4: the status reply comes in pages
 inline constexpr size_t kMaxMessage = 73728;    // every message but a status reply (the largest:
                                                 // SmsgRelaySend of a 64 KiB SMSG message)
-inline constexpr size_t kMaxStatusReply = 1u << 20;
+// A status document can be megabytes on a busy node (hundreds of CDMs), more than one
+// seqpacket message may carry (the socket buffer bounds it), so it is read in pages.
+inline constexpr uint32_t kStatusPage = 65536;
 
 enum class Op : uint16_t {
   kHello = 1,         // -> HelloReply
@@ -252,14 +255,19 @@ struct CredReply {
   uint32_t cookie;
 };
 
+// Page `offset` of the status JSON. Offset 0 takes a snapshot, which later pages of the
+// same connection read, so the pages of one document are consistent.
 struct Status {
   Header h;
+  uint32_t offset;
+  uint32_t reserved;
 };
 struct StatusReply {
   Reply r;
-  uint32_t json_length;  // bytes of JSON following this struct
-  uint32_t reserved;
+  uint32_t json_length;   // bytes of JSON following this struct (at most kStatusPage)
+  uint32_t total_length;  // bytes of the whole document
 };
+static_assert(sizeof(StatusReply) + kStatusPage <= kMaxMessage);
 
 inline constexpr uint32_t kDgramMaxSize = 128;  // GNI_DATAGRAM_MAXSIZE
 

@@ -154,15 +154,25 @@ long Connection::call(void* req, size_t req_size, void* reply, size_t reply_size
 }
 
 std::optional<std::string> Connection::status_json() {
-  abi::ctl::Status req{};
-  req.h.op = static_cast<uint16_t>(abi::ctl::Op::kStatus);
-  std::vector<char> buf(abi::ctl::kMaxStatusReply);
-  long n = call(&req, sizeof(req), buf.data(), buf.size());
-  if (n < static_cast<long>(sizeof(abi::ctl::StatusReply))) return std::nullopt;
-  abi::ctl::StatusReply rep;
-  std::memcpy(&rep, buf.data(), sizeof(rep));
-  size_t len = std::min<size_t>(rep.json_length, static_cast<size_t>(n) - sizeof(rep));
-  return std::string(buf.data() + sizeof(rep), len);
+  std::string out;
+  std::vector<char> buf(sizeof(abi::ctl::StatusReply) + abi::ctl::kStatusPage);
+  uint32_t total = 0;
+  do {
+    abi::ctl::Status req{};
+    req.h.op = static_cast<uint16_t>(abi::ctl::Op::kStatus);
+    req.offset = static_cast<uint32_t>(out.size());
+    long n = call(&req, sizeof(req), buf.data(), buf.size());
+    if (n < static_cast<long>(sizeof(abi::ctl::StatusReply))) return std::nullopt;
+    abi::ctl::StatusReply rep;
+    std::memcpy(&rep, buf.data(), sizeof(rep));
+    if (rep.r.rc != 0 || rep.json_length > static_cast<size_t>(n) - sizeof(rep)) return std::nullopt;
+    if (req.offset == 0) total = rep.total_length;
+    // The document changed under us only if the daemon restarted the snapshot; a page that
+    // makes no progress would loop forever.
+    if (rep.total_length != total || (rep.json_length == 0 && total != 0)) return std::nullopt;
+    out.append(buf.data() + sizeof(rep), rep.json_length);
+  } while (out.size() < total);
+  return out;
 }
 
 }  // namespace nicemu::ctl

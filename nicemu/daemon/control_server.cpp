@@ -134,7 +134,7 @@ class ControlServer::Session : public std::enable_shared_from_this<ControlServer
 };
 
 ControlServer::ControlServer(asio::io_context& io, Node& node, const std::string& path)
-    : io_(io), node_(node), path_(path), acceptor_(io) {
+    : io_(io), node_(node), path_(path), acceptor_(io), accept_backoff_(io) {
   sockaddr_un sa{};
   sa.sun_family = AF_UNIX;
   if (path.size() >= sizeof(sa.sun_path)) throw std::runtime_error("socket path too long: " + path);
@@ -155,10 +155,25 @@ void ControlServer::start() { accept_next(); }
 void ControlServer::accept_next() {
   acceptor_.async_accept([this](const asio::error_code& ec, seqpacket::socket sock) {
     if (ec) {
-      if (ec != asio::error::operation_aborted) spdlog::warn("accept: {}", ec.message());
-      if (acceptor_.is_open()) accept_next();
+      if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
+      if (ec == asio::error::no_descriptors || ec.value() == ENFILE) {
+        if (!out_of_fds_)
+          spdlog::warn("accept on {}: {}; new connections wait until a descriptor is free", path_,
+                       ec.message());
+        out_of_fds_ = true;
+        ++node_.counters().accept_deferred;
+        accept_backoff_.expires_after(std::chrono::milliseconds(50));
+        accept_backoff_.async_wait([this](const asio::error_code& e) {
+          if (!e && acceptor_.is_open()) accept_next();
+        });
+        return;
+      }
+      spdlog::warn("accept on {}: {}", path_, ec.message());
+      accept_next();
       return;
     }
+    if (out_of_fds_) spdlog::info("accept on {}: descriptors available again", path_);
+    out_of_fds_ = false;
     int big = 2 << 20;
     setsockopt(sock.native_handle(), SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
     auto s = std::make_shared<Session>(std::move(sock), node_, next_id_++);
@@ -171,6 +186,7 @@ void ControlServer::accept_next() {
 }
 
 void ControlServer::stop() {
+  accept_backoff_.cancel();
   if (acceptor_.is_open()) {
     asio::error_code ec;
     acceptor_.close(ec);

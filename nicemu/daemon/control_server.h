@@ -28,6 +28,10 @@ class ControlServer {
   std::string path_;
   asio::basic_socket_acceptor<asio::generic::seq_packet_protocol> acceptor_;
   std::vector<std::weak_ptr<Session>> sessions_;
+  // Out of descriptors (EMFILE/ENFILE): the pending connection stays in the backlog and
+  // accept would fail again at once, so the next try waits instead of spinning.
+  asio::steady_timer accept_backoff_;
+  bool out_of_fds_ = false;
   uint64_t next_id_ = 1;
 };
 

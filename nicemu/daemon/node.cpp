@@ -106,7 +106,8 @@ Node::Node(NodeConfig cfg)
                   stats_.node(nc::credentials_issued),  stats_.node(nc::datagrams_posted),
                   stats_.node(nc::datagrams_cancelled), stats_.node(nc::msgq_joins),
                   stats_.node(nc::msgq_join_refused),   stats_.node(nc::msgq_lookups),
-                  stats_.node(nc::credential_refused),  stats_.node(nc::resource_refused)};
+                  stats_.node(nc::credential_refused),  stats_.node(nc::resource_refused),
+                  stats_.node(nc::accept_deferred)};
   abi::fault::Config fc = nicemu::fault::default_config();
   std::string err;
   bool seed_given = false;
@@ -486,14 +487,21 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
       return;
     }
     case Op::kStatus: {
-      std::string js = status(&peer).dump();
-      reply.assign(sizeof(ctl::StatusReply) + js.size(), 0);
+      ctl::Status req;
+      if (!parse(msg, len, req)) return bad();
+      if (req.offset == 0) peer.status_snapshot = status(&peer).dump();
+      const std::string& js = peer.status_snapshot;
+      if (req.offset > js.size() || (req.offset != 0 && req.offset == js.size())) return bad();
+      size_t n = std::min<size_t>(ctl::kStatusPage, js.size() - req.offset);
+      reply.assign(sizeof(ctl::StatusReply) + n, 0);
       ctl::StatusReply r{};
       r.r.h = ctl::Header{ctl::kMagic, ctl::kVersion, h.op, h.seq, static_cast<uint32_t>(reply.size())};
       r.r.rc = rc::kSuccess;
-      r.json_length = static_cast<uint32_t>(js.size());
+      r.json_length = static_cast<uint32_t>(n);
+      r.total_length = static_cast<uint32_t>(js.size());
       std::memcpy(reply.data(), &r, sizeof(r));
-      std::memcpy(reply.data() + sizeof(r), js.data(), js.size());
+      std::memcpy(reply.data() + sizeof(r), js.data() + req.offset, n);
+      if (req.offset + n == js.size()) std::string().swap(peer.status_snapshot);
       return;
     }
     case Op::kDgramOpen:
@@ -1150,7 +1158,8 @@ nlohmann::json Node::status(const Peer* viewer) const {
                 {"msgq_join_refused", ctr_.msgq_join_refused},
                 {"msgq_lookups", ctr_.msgq_lookups},
                 {"credential_refused", ctr_.credential_refused},
-                {"resource_refused", ctr_.resource_refused}}}};
+                {"resource_refused", ctr_.resource_refused},
+                {"accept_deferred", ctr_.accept_deferred}}}};
 }
 
 }  // namespace nicemu::daemon

@@ -62,6 +62,7 @@ struct Peer {
   gid_t gid = 0;
   uint64_t attach_id = 0;  // 0 = this connection attached nothing
   uint64_t refusals = 0;   // credential and limit refusals on this connection (log rate limit)
+  std::string status_snapshot;  // the status document being read in pages (ctl::Status)
 };
 
 // Who may use a job credential: one uid, and optionally the processes of one group.
@@ -81,6 +82,7 @@ struct Counters {
   Counter datagrams_posted, datagrams_cancelled;
   Counter msgq_joins, msgq_join_refused, msgq_lookups;
   Counter credential_refused, resource_refused;
+  Counter accept_deferred;  // accept retried later: the daemon was out of descriptors
 };
 inline void to_json(nlohmann::json& j, const Counter& c) { j = c.value(); }
 

@@ -10,6 +10,13 @@
 #include <cstring>
 #include <thread>
 
+#include <poll.h>
+#include <sys/resource.h>
+
+#include <fstream>
+#include <memory>
+#include <sstream>
+
 #include "harness.h"
 
 using namespace harness;
@@ -190,4 +197,129 @@ TEST_CASE("a client flooding the control socket does not starve another") {
   MESSAGE("worst Hello round trip next to a flooder: " << worst_ms << " ms");
   CHECK(worst_ms < 500);  // generous for a loaded 2-core machine; starvation would be seconds
   CHECK(cl.wait(flooder) == 0);
+}
+
+// A node with more CDMs than one seqpacket message can describe: the status document
+// comes in pages (ctl::Status offset) and parses whole.
+TEST_CASE("the status of a node with a thousand CDMs is read whole") {
+  constexpr int kCdms = 1000;
+  Cluster cl(1, {"--max-cdms-per-process", "1100"});
+  rlimit nofile{};
+  REQUIRE(getrlimit(RLIMIT_NOFILE, &nofile) == 0);
+  if (nofile.rlim_max < kCdms + 64) {
+    MESSAGE("skipped: RLIMIT_NOFILE hard limit " << nofile.rlim_max << " is below " << kCdms + 64);
+    return;
+  }
+  pid_t p = cl.spawn(0, [&] {
+    rlimit r{};
+    getrlimit(RLIMIT_NOFILE, &r);
+    r.rlim_cur = r.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &r);  // each attached CDM keeps its control connection
+    Cred c = cl.credential();
+    std::vector<Attached> as(kCdms);
+    for (int i = 0; i < kCdms; ++i) CHILD_CHECK(attach(as[i], 100 + i, c) == GNI_RC_SUCCESS);
+    nicemu::ctl::Connection conn;
+    CHILD_CHECK(conn.connect(cl.socket(0)));
+    auto s = conn.status_json();
+    CHILD_CHECK(s.has_value());
+    CHILD_CHECK(s->size() > 2 * ctl::kStatusPage);  // really several pages
+    auto j = nlohmann::json::parse(*s, nullptr, false);
+    CHILD_CHECK(!j.is_discarded());
+    CHILD_CHECK(j["cdms"].size() == size_t(kCdms));
+    std::vector<bool> seen(kCdms);
+    for (auto& e : j["cdms"]) {
+      int inst = e["inst_id"].get<int>() - 100;
+      CHILD_CHECK(inst >= 0 && inst < kCdms && !seen[inst]);
+      seen[inst] = true;
+    }
+    for (auto& a : as) GNI_CdmDestroy(a.cdm);
+    return 0;
+  });
+  CHECK(cl.wait(p, 120) == 0);
+}
+
+// A page past the end of the snapshot is refused, not read out of bounds.
+TEST_CASE("a status page past the end is an error") {
+  Cluster cl(1);
+  nicemu::ctl::Connection conn;
+  REQUIRE(conn.connect(cl.socket(0)));
+  ctl::Status req{};
+  req.h.op = uint16_t(ctl::Op::kStatus);
+  req.offset = 1u << 30;
+  std::vector<char> buf(sizeof(ctl::StatusReply) + ctl::kStatusPage);
+  long n = conn.call(&req, sizeof req, buf.data(), buf.size());
+  REQUIRE(n >= long(sizeof(ctl::Reply)));
+  ctl::Reply rep;
+  std::memcpy(&rep, buf.data(), sizeof rep);
+  CHECK(rep.rc == GNI_RC_INVALID_PARAM);
+  CHECK(conn.status_json().has_value());  // and the connection still serves
+}
+
+// A daemon out of file descriptors leaves new connections in the backlog and retries
+// later instead of spinning on accept; they are served once descriptors are free.
+TEST_CASE("a daemon out of descriptors defers accepts without spinning") {
+  pid_t t = fork();
+  REQUIRE(t >= 0);
+  if (t == 0) {
+    // Alone in a child: the low limit is inherited by the daemon and must not outlive
+    // this case.
+    rlimit r{128, 128};
+    if (setrlimit(RLIMIT_NOFILE, &r) != 0) _exit(3);
+    int rc = 0;
+    {
+      Cluster cl(1);
+      nicemu::ctl::Connection probe;
+      if (!probe.connect(cl.socket(0))) _exit(4);
+      auto j = nlohmann::json::parse(probe.status_json().value_or("{}"), nullptr, false);
+      if (j.is_discarded() || !j.contains("pid")) _exit(5);
+      pid_t daemon = j["pid"].get<pid_t>();
+      auto cpu_ticks = [daemon] {
+        std::ifstream f("/proc/" + std::to_string(daemon) + "/stat");
+        std::string s((std::istreambuf_iterator<char>(f)), {});
+        auto rp = s.rfind(')');
+        std::istringstream in(s.substr(rp + 2));
+        std::string field;
+        long ut = 0, st = 0;
+        for (int i = 3; i <= 15 && in >> field; ++i) {
+          if (i == 14) ut = std::stol(field);
+          if (i == 15) st = std::stol(field);
+        }
+        return ut + st;
+      };
+      // Connect until one is not answered: the daemon has no descriptor to accept it.
+      std::vector<std::unique_ptr<nicemu::ctl::Connection>> open;
+      int pending = -1;
+      for (int i = 0; i < 120 && pending < 0; ++i) {
+        auto c = std::make_unique<nicemu::ctl::Connection>();
+        if (!c->connect(cl.socket(0))) _exit(6);
+        ctl::Hello h{};
+        h.h = ctl::make_header<ctl::Hello>(ctl::Op::kHello, 1);
+        if (send(c->fd(), &h, sizeof h, MSG_NOSIGNAL) != long(sizeof h)) _exit(7);
+        pollfd pfd{c->fd(), POLLIN, 0};
+        if (poll(&pfd, 1, 500) == 0) pending = int(open.size());
+        else {
+          ctl::HelloReply rep{};
+          if (recv(c->fd(), &rep, sizeof rep, 0) != long(sizeof rep)) _exit(8);
+        }
+        open.push_back(std::move(c));
+      }
+      if (pending < 0) _exit(9);  // never ran out: the limit did not reach the daemon
+      long t0 = cpu_ticks();
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      long spent = cpu_ticks() - t0;
+      std::fprintf(stderr, "daemon out of descriptors after %d connections; %ld ticks in 1 s\n", pending, spent);
+      if (spent > sysconf(_SC_CLK_TCK) / 4) rc = 10;  // a spinning accept loop burns the whole second
+      for (int i = 0; i < 8; ++i) open[i].reset();  // free descriptors in the daemon
+      pollfd pfd{open[pending]->fd(), POLLIN, 0};
+      if (poll(&pfd, 1, 3000) != 1) rc = rc ? rc : 11;
+      auto s = probe.status_json();
+      auto k = nlohmann::json::parse(s.value_or("{}"), nullptr, false);
+      if (k.is_discarded() || k["counters"]["accept_deferred"].get<int>() < 1) rc = rc ? rc : 12;
+    }
+    _exit(rc);
+  }
+  int st = 0;
+  REQUIRE(waitpid(t, &st, 0) == t);
+  CHECK(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 0);
 }
