@@ -169,6 +169,34 @@ struct CeProbeReply {
   uint64_t probe_id;
 };
 static_assert(sizeof(CeProbe) == 48 && sizeof(CeProbeReply) == 32);
+
+// A leaf EP of the sending CDM is bound to `target_node` with CE attributes (ce_id,
+// child_id, GNI_CE_CHILD_PE): its daemon remembers it, so that if the CDM goes away it can
+// tell that channel (CeLeafGone), which otherwise would only learn of the leaf from its
+// first operand and wait for it for ever.
+struct CeMember {
+  ctl::Header h;
+  uint32_t target_node;
+  uint32_t ce_id;
+  uint32_t child_id;
+  uint32_t reserved;
+};
+static_assert(sizeof(CeMember) == 32);
+
+// The CDM `attach_id` of `origin_node`, a leaf of slot `child_id` of channel `ce_id`, is
+// gone. The channel fails that slot of the reduction waiting for it (and of the next one,
+// until another leaf posts there), unless a different CDM has posted there since.
+struct CeLeafGone {
+  ctl::Header h;
+  uint32_t origin_node;
+  uint32_t ce_id;
+  uint32_t child_id;
+  uint32_t ptag;
+  uint32_t cookie;
+  uint32_t reserved;
+  uint64_t attach_id;
+};
+static_assert(sizeof(CeLeafGone) == 48);
 static_assert(sizeof(CeConfigure) <= ctl::kMaxMessage);
 
 }  // namespace nicemu::abi::ce

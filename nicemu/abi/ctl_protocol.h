@@ -86,6 +86,8 @@ enum class Op : uint16_t {
   kCeResult = 95,        // daemon -> daemon: the result (or error) for a contribution
   kCeProbe = 96,         // daemon -> daemon: is this channel / process still there?
   kCeProbeReply = 97,    // daemon -> daemon: its answer
+  kCeMember = 98,        // no reply: a leaf EP of this CDM names its channel (GNI_EpSetCeAttr)
+  kCeLeafGone = 99,      // daemon -> daemon: that leaf's CDM is gone before it posted
 };
 
 // Reply codes are gni_return_t values, so libugni can return them unchanged.

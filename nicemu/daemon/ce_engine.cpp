@@ -1,5 +1,6 @@
 #include "nicemu/daemon/ce_engine.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <spdlog/spdlog.h>
@@ -172,6 +173,32 @@ void CeEngine::post(CdmRegion& leaf, const ace::CePost& p) {
   drain();
 }
 
+void CeEngine::member(CdmRegion& leaf, const ace::CeMember& m) {
+  if (m.child_id >= ace::kMaxChildren || m.ce_id == ~0u) return;
+  auto& v = members_[leaf.attach_id()];
+  Membership e{m.target_node, m.ce_id, m.child_id, leaf.credential()};
+  if (std::find(v.begin(), v.end(), e) != v.end()) return;
+  if (v.size() >= kMaxMemberships) v.erase(v.begin());  // the oldest edge: re-wired since, most likely
+  v.push_back(e);
+}
+
+void CeEngine::leaf_gone(uint32_t origin, uint32_t ce_id, uint32_t child_id, const Credential& cred,
+                         uint64_t attach) {
+  auto it = channels_.find(ce_id);
+  if (it == channels_.end() || !(it->second.cred == cred) || child_id >= ace::kMaxChildren) return;
+  Channel& ch = it->second;
+  ++ctr_.leaves_gone;
+  ch.gone_attach[child_id] = attach;
+  ch.gone_node[child_id] = origin;
+  check_channel(ch);
+}
+
+bool CeEngine::slot_gone(const Channel& ch, uint32_t s) const {
+  const ace::Edge& e = ch.children[s];
+  return ch.gone_attach[s] != 0 && e.type == ace::kChildPe && e.node == ch.gone_node[s] &&
+         (ch.last_attach[s] == 0 || ch.last_attach[s] == ch.gone_attach[s]);
+}
+
 void CeEngine::contribute(const Contribution& c) { local_contribs_.push_back(c); }
 
 void CeEngine::deliver(uint32_t node, const Result& r) {
@@ -241,6 +268,7 @@ void CeEngine::accept(const Contribution& c) {
   target->slots[c.child_id] = c;
   target->filled |= bit;
   if (c.kind == ace::kChildPe) {
+    if (ch.gone_attach[c.child_id] != c.origin_attach) ch.gone_attach[c.child_id] = 0;  // a new leaf holds it
     ch.last_attach[c.child_id] = c.origin_attach;
     ch.last_node[c.child_id] = c.reply_node;
   }
@@ -434,6 +462,14 @@ const char* CeEngine::message(uint32_t from, const abi::ctl::Header& h, const ch
       if (!m.alive) fail_dep(p);
       break;
     }
+    case Op::kCeLeafGone: {
+      ace::CeLeafGone m;
+      if (!parse(msg, len, m)) return "bad CeLeafGone";
+      if (m.origin_node != from) return "CeLeafGone naming another sender";
+      if (m.child_id >= ace::kMaxChildren || m.attach_id == 0) return "CeLeafGone with invalid fields";
+      leaf_gone(from, m.ce_id, m.child_id, Credential{m.ptag, m.cookie}, m.attach_id);
+      break;
+    }
     default:
       return "not a CE message";
   }
@@ -442,6 +478,25 @@ const char* CeEngine::message(uint32_t from, const abi::ctl::Header& h, const ch
 }
 
 void CeEngine::cdm_gone(uint64_t attach_id) {
+  // The channels it was a leaf of learn it now, rather than waiting for an operand that
+  // will never come.
+  if (auto m = members_.find(attach_id); m != members_.end()) {
+    for (const Membership& e : m->second) {
+      if (e.node == self_) {
+        leaf_gone(self_, e.ce_id, e.child_id, e.cred, attach_id);
+        continue;
+      }
+      auto g = header_for<ace::CeLeafGone>(Op::kCeLeafGone);
+      g.origin_node = self_;
+      g.ce_id = e.ce_id;
+      g.child_id = e.child_id;
+      g.ptag = e.cred.ptag;
+      g.cookie = e.cred.cookie;
+      g.attach_id = attach_id;
+      if (!env_.send(e.node, &g, sizeof g)) ++ctr_.send_failures;
+    }
+    members_.erase(m);
+  }
   for (auto it = channels_.begin(); it != channels_.end();) {
     auto next = std::next(it);
     if (it->second.owner == attach_id) destroy_channel(it, ace::kErrPeer);
@@ -524,6 +579,8 @@ void CeEngine::check_channel(Channel& ch) {
       } else if (probe_now) {
         probe(DepKind::kSlot, e.node, ace::kProbeChannel, e.ce_id, 0, s, 0, ch.id);
       }
+    } else if (slot_gone(ch, s)) {
+      fail_dep(Probe{DepKind::kSlot, ch.id, s, 0, self_, now_});
     } else if (ch.last_attach[s] != 0) {
       if (ch.last_node[s] == self_) {
         if (!env_.cdm(ch.last_attach[s])) fail_dep(Probe{DepKind::kSlot, ch.id, s, 0, self_, now_});
@@ -583,7 +640,8 @@ nlohmann::json CeEngine::status() const {
                         {"contributions", ctr_.contributions}, {"results", ctr_.results},
                         {"errors", ctr_.errors},          {"refused", ctr_.refused},
                         {"probes", ctr_.probes},          {"dead", ctr_.dead},
-                        {"dropped", ctr_.dropped},        {"send_failures", ctr_.send_failures}};
+                        {"dropped", ctr_.dropped},        {"send_failures", ctr_.send_failures},
+                        {"leaves_gone", ctr_.leaves_gone}};
 }
 
 }  // namespace nicemu::daemon

@@ -51,6 +51,9 @@ class CeEngine {
   int destroy(CdmRegion& owner, uint32_t ce_id);
   // A leaf's operand (one-way); refusals come back as error results.
   void post(CdmRegion& leaf, const abi::ce::CePost& p);
+  // A leaf EP of `leaf` names its channel (one-way): remembered until the CDM goes away,
+  // when that channel is told (CeLeafGone).
+  void member(CdmRegion& leaf, const abi::ce::CeMember& m);
   // A daemon-to-daemon message from the daemon of `from`; nullptr if taken, else why it was
   // dropped (malformed, or naming another sender).
   const char* message(uint32_t from, const abi::ctl::Header& h, const char* msg, size_t len);
@@ -103,6 +106,9 @@ class CeEngine {
     // Who last contributed in each slot (a leaf's CDM), so a dead one can be told.
     std::array<uint64_t, abi::ce::kMaxChildren> last_attach{};
     std::array<uint32_t, abi::ce::kMaxChildren> last_node{};
+    // Slots whose leaf is known gone (CeLeafGone) and nobody has posted in since.
+    std::array<uint64_t, abi::ce::kMaxChildren> gone_attach{};
+    std::array<uint32_t, abi::ce::kMaxChildren> gone_node{};
     std::deque<Round> rounds;
     uint64_t completed = 0, failed = 0;
   };
@@ -146,6 +152,17 @@ class CeEngine {
   CeEnv env_;
   std::map<uint32_t, Channel> channels_;
   std::map<uint64_t, Leaf> leaves_;
+  struct Membership {
+    uint32_t node = 0, ce_id = 0, child_id = 0;
+    Credential cred;
+    bool operator==(const Membership& o) const {
+      return node == o.node && ce_id == o.ce_id && child_id == o.child_id;
+    }
+  };
+  static constexpr size_t kMaxMemberships = 64;  // per CDM: leaf edges of that many trees
+  std::map<uint64_t, std::vector<Membership>> members_;  // by attach id
+  bool slot_gone(const Channel& ch, uint32_t s) const;
+  void leaf_gone(uint32_t origin, uint32_t ce_id, uint32_t child_id, const Credential& cred, uint64_t attach);
   uint64_t next_token_ = 1;
   std::map<uint64_t, Probe> probes_;
   uint64_t next_probe_ = 1;
@@ -160,7 +177,7 @@ class CeEngine {
   void arm();
   struct {
     uint64_t posts = 0, contributions = 0, results = 0, errors = 0, refused = 0, probes = 0, dead = 0,
-             dropped = 0, send_failures = 0;
+             dropped = 0, send_failures = 0, leaves_gone = 0;
   } ctr_;
 };
 

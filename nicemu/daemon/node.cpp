@@ -534,6 +534,8 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
     case Op::kCeResult:
     case Op::kCeProbe:
     case Op::kCeProbeReply:
+    case Op::kCeMember:
+    case Op::kCeLeafGone:
       return handle_ce(peer, h, msg, len, reply);
     case Op::kRmaRequest:  // daemon-to-daemon, only over the fabric
     case Op::kRmaReply:
@@ -706,6 +708,11 @@ void Node::handle_ce(Peer& peer, const ctl::Header& h, const char* msg, size_t l
       if (!parse(msg, len, req) || !cdm || !aries) return bad();
       return ce_.post(*cdm, req);
     }
+    case Op::kCeMember: {  // one-way
+      ace::CeMember req;
+      if (!parse(msg, len, req) || !cdm || !aries) return bad();
+      return ce_.member(*cdm, req);
+    }
     default: {
       // Between the daemons of this host (root or the daemon's own user); the message names
       // its sender, which a local daemon is trusted to give truthfully.
@@ -802,6 +809,7 @@ void Node::fabric_message(uint32_t from, const uint8_t* msg, size_t len) {
     case Op::kCeResult:
     case Op::kCeProbe:
     case Op::kCeProbeReply:
+    case Op::kCeLeafGone:
       if (const char* why = ce_.message(from, h, m, len)) return drop(why);
       return;
     default:

@@ -11,6 +11,9 @@
 //                              others must get an error completion within a second
 //   ce_conformance stall       the same, but the last rank stops its node's daemon (SIGSTOP,
 //                              a NIC or host gone silent) for 3 s instead
+//   ce_conformance die-early   3..32 ranks on one channel of rank 0 (every rank a PE child):
+//                              the last rank exits before it ever posts; the others' first
+//                              reduction must fail within a second
 // Exit: 0 pass, 1 fail.
 #include <signal.h>
 #include <sys/socket.h>
@@ -240,6 +243,24 @@ Tree flat_tree(const std::vector<int>& node_of) {
       t.parent_slot[o] = int(t.children[0].size());
       t.children[0].push_back({true, o});
     }
+  return t;
+}
+
+// One channel (rank 0's) with every rank as a PE child: leaves on other nodes than their
+// channel.
+Tree star_tree(int n) {
+  Tree t;
+  t.name = "star";
+  t.owners.push_back(0);
+  t.children.resize(n);
+  t.parent.assign(n, -1);
+  t.parent_slot.assign(n, 0);
+  t.leaf_parent.assign(n, 0);
+  t.leaf_slot.resize(n);
+  for (int r = 0; r < n; ++r) {
+    t.leaf_slot[r] = r;
+    t.children[0].push_back({false, r});
+  }
   return t;
 }
 
@@ -513,6 +534,32 @@ int conformance(Job& j) {
     // CQE_ONERR: no channel event for any of these good reductions.
     gni_cq_entry_t e = 0;
     if (!t.children[g_rank].empty()) EXPECT(GNI_CqGetEvent(j.ce_cq, &e) == GNI_RC_NOT_DONE, "unexpected channel event");
+    // Children posting different commands in one reduction: everybody gets the mismatch
+    // status (3) and no result; each channel that combined them reports it (CQE_ONERR).
+    if (g_size > 1) {
+      PMI_Barrier();
+      const uint64_t red = g_red++;
+      std::memset(&j.res[0], 0, sizeof j.res[0]);
+      gni_post_descriptor_t d = make_post(j, 0, g_rank == g_size - 1 ? GNI_FMA_CE_XOR : GNI_FMA_CE_IADD, 0,
+                                          uint64_t(g_rank), 0, red);
+      CALL(GNI_PostFma(b.leaf_ep, &d));
+      gni_cq_entry_t ev = 0;
+      wait_post(j, &ev);
+      EXPECT(!GNI_CQ_STATUS_OK(ev) && GNI_CeCheckResult(&j.res[0], 0) == GNI_RC_TRANSACTION_ERROR &&
+                 gni_ce_res_get_status(&j.res[0]) == 3,
+             "differing commands: status %lu", (unsigned long)gni_ce_res_get_status(&j.res[0]));
+      ++reductions;
+      PMI_Barrier();  // every result is out, so every channel event is in
+      if (!t.children[g_rank].empty()) {
+        int errors = 0;
+        gni_return_t rc;
+        while ((rc = GNI_CqGetEvent(j.ce_cq, &e)) == GNI_RC_SUCCESS || rc == GNI_RC_TRANSACTION_ERROR)
+          errors += !GNI_CQ_STATUS_OK(e);
+        // The channel where the commands meet reports the mismatch, and every channel above
+        // and below it the error travelling through.
+        EXPECT(errors >= 1, "differing commands: %d error events on the channel CQ", errors);
+      }
+    }
     PMI_Barrier();
     if (b.ce) CALL(GNI_CeDestroy(b.ce));
     for (gni_ep_handle_t ep : b.eps) GNI_EpDestroy(ep);
@@ -574,15 +621,20 @@ int conformance(Job& j) {
 
 // The last rank leaves after one good reduction; the others' next reduction must fail
 // within a second of its exit (binary tree: its parent waits for it).
-int die_test(Job& j, bool stall) {
+// early: a star tree, and the last rank leaves before its first post (its channel knows it
+// only from GNI_EpSetCeAttr on its side).
+int die_test(Job& j, bool stall, bool early) {
   if (g_size < 3) die("die mode needs 3 ranks", 0);
-  Tree t = binary_tree(g_size);
+  if (early && g_size > int(GNI_CE_MAX_CHILDREN)) die("die-early needs at most GNI_CE_MAX_CHILDREN ranks", 0);
+  Tree t = early ? star_tree(g_size) : binary_tree(g_size);
   Built b;
   build(j, t, b, GNI_CE_MODE_ROUND_NEAR | GNI_CE_MODE_CQE_ONERR);
   PMI_Barrier();
-  Post p{GNI_FMA_CE_IADD, 0, [](int r) { return uint64_t(r); }, [](int) { return uint64_t(0); }};
-  run_one(j, t, b, p, GNI_CE_MODE_ROUND_NEAR, false);
-  PMI_Barrier();
+  if (!early) {
+    Post p{GNI_FMA_CE_IADD, 0, [](int r) { return uint64_t(r); }, [](int) { return uint64_t(0); }};
+    run_one(j, t, b, p, GNI_CE_MODE_ROUND_NEAR, false);
+    PMI_Barrier();
+  }
   if (g_rank == g_size - 1 && !stall) {
     std::fflush(stdout);
     _exit(0);  // dies: no PMI_Finalize, no detach
@@ -620,7 +672,7 @@ int die_test(Job& j, bool stall) {
          "a member died: no error completion (status %lu)", (unsigned long)gni_ce_res_get_status(&j.res[0]));
   EXPECT(took < 1.5, "the error took %.3f s", took);
   std::printf("rank %d: %s reported as an error completion in %.3f s\n", g_rank,
-              stall ? "a silent daemon" : "member death", took);
+              stall ? "a silent daemon" : early ? "death of a leaf that never posted" : "member death", took);
   if (b.ce) GNI_CeDestroy(b.ce);
   for (gni_ep_handle_t ep : b.eps) GNI_EpDestroy(ep);
   return 0;
@@ -630,7 +682,8 @@ int die_test(Job& j, bool stall) {
 
 int main(int argc, char** argv) {
   const bool stall = argc > 1 && std::strcmp(argv[1], "stall") == 0;
-  const bool die_mode = stall || (argc > 1 && std::strcmp(argv[1], "die") == 0);
+  const bool early = argc > 1 && std::strcmp(argv[1], "die-early") == 0;
+  const bool die_mode = stall || early || (argc > 1 && std::strcmp(argv[1], "die") == 0);
   int spawned = 0;
   if (PMI_Init(&spawned) != PMI_SUCCESS || PMI_Get_rank(&g_rank) != PMI_SUCCESS ||
       PMI_Get_size(&g_size) != PMI_SUCCESS) {
@@ -675,7 +728,7 @@ int main(int argc, char** argv) {
   std::memset(j.res, 0, 16 * sizeof(gni_ce_result_t));
   CALL(GNI_MemRegister(j.nic, uint64_t(j.res), 16 * sizeof(gni_ce_result_t), nullptr, GNI_MEM_READWRITE, uint32_t(-1),
                        &j.res_mh));
-  int rc = die_mode ? die_test(j, stall) : conformance(j);
+  int rc = die_mode ? die_test(j, stall, early) : conformance(j);
   if (g_fails) std::fprintf(stderr, "rank %d: %d checks failed\n", g_rank, g_fails);
   GNI_MemDeregister(j.nic, &j.res_mh);
   std::free(j.res);

@@ -52,6 +52,7 @@ if [[ $WHAT == local ]]; then
   job "7 processes on 3 nodes" 7 3
   job "64 processes on 16 nodes" 64 16
   job "a member dies: error completion within a second (3 nodes)" 3 3 -- die
+  job "a leaf on another node dies before it posts: error completion within a second" 3 3 -- die-early
   job "a daemon goes silent (SIGSTOP): error completion within a second" 3 3 -- stall
   # A Gemini node: nicemu-run uses the daemon already running in its run directory.
   mkdir -p "$TMP/gemini"
@@ -72,6 +73,7 @@ else
   job "7 processes on 3 hosts" 7 3 --fabric udp
   job "64 processes on 16 hosts" 64 16 --fabric udp
   job "a member on another host dies: error completion within a second" 3 3 --fabric udp -- die
+  job "a leaf on another host dies before it posts: error completion within a second" 3 3 --fabric udp -- die-early
   job "a host goes silent (its daemon SIGSTOPped): error completion within a second" 3 3 --fabric udp -- stall
 fi
 

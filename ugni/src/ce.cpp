@@ -119,6 +119,18 @@ gni_return_t post_ce(Ep* ep, gni_post_descriptor_t* d) {
   return GNI_RC_SUCCESS;
 }
 
+void ce_announce_leaf(Ep* ep) {
+  // The channel owner's EPs to its PE children carry CE attributes too, with ce_id unused
+  // (Cray passes -1): only an EP naming a channel is a leaf's edge.
+  if (!ep->bound || ep->ce_child_type != GNI_CE_CHILD_PE || ep->ce_id == uint32_t(-1) || gemini(ep->nic)) return;
+  ace::CeMember m{};
+  m.h = header<ace::CeMember>(abi::ctl::Op::kCeMember);
+  m.target_node = ep->remote_addr;
+  m.ce_id = ep->ce_id;
+  m.child_id = ep->ce_child_id;
+  if (!ep->nic->nic_down.load(std::memory_order_relaxed)) ep->nic->conn.send(&m, sizeof m);
+}
+
 }  // namespace nicemu::ugni
 
 using namespace nicemu;
@@ -164,6 +176,7 @@ gni_return_t GNI_EpSetCeAttr(gni_ep_handle_t ep_hndl, uint32_t ce_id, uint32_t c
   ep->ce_id = ce_id;
   ep->ce_child_id = child_id;
   ep->ce_child_type = static_cast<uint32_t>(child_type);
+  ce_announce_leaf(ep);
   return GNI_RC_SUCCESS;
 }
 

@@ -38,6 +38,7 @@ gni_return_t GNI_EpBind(gni_ep_handle_t ep_hndl, uint32_t remote_addr, uint32_t 
   ep->tx = Mailbox{};
   ep->rx = Mailbox{};
   ep->rx_holding = false;
+  ce_announce_leaf(ep);
   return GNI_RC_SUCCESS;
 }
 

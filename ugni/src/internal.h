@@ -305,6 +305,8 @@ gni_return_t post_remote(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_
 // GNI_PostFma of type GNI_POST_CE (ce.cpp): the operand goes to our daemon's collective
 // engine; the result and the post's events come when the whole tree has contributed.
 gni_return_t post_ce(Ep* ep, gni_post_descriptor_t* d);
+// A bound EP with leaf CE attributes tells our daemon which channel it feeds (CeMember).
+void ce_announce_leaf(Ep* ep);
 
 // A member of a chained post whose target is on another host (ct_requester.cpp): the
 // daemon posts the chain's one event (abi/remote_ops.h, RemotePost::chain_id).
