@@ -1057,6 +1057,7 @@ int Node::attach(Peer& peer, const ctl::Attach& req, ctl::AttachReply& rep, Pass
 void Node::connection_closed(Peer& peer) {
   auto it = cdms_.find(peer.attach_id);
   if (it == cdms_.end()) return;
+  const std::vector<uint32_t> own_slots = mdd_own_slots(*it->second);
   dgrams_.cdm_gone(peer.attach_id);
   smsg_.cdm_gone(peer.attach_id);
   msgq_leave(*it->second);
@@ -1072,7 +1073,7 @@ void Node::connection_closed(Peer& peer) {
   domains_[it->second->mem_domain()] = 0;
   cdm_index_.remove(peer.attach_id, pid, cred, it->second->inst_id());
   cdms_.erase(it);
-  mdd_drop_origin(peer.attach_id, family(pid, cred));
+  mdd_drop_origin(peer.attach_id, own_slots, family(pid, cred));
   ce_.cdm_gone(peer.attach_id);
   peer.attach_id = 0;
 }

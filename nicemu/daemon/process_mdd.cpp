@@ -68,9 +68,16 @@ void mdd_copy_into(CdmRegion& fresh, const CdmRegion& sibling) {
   }
 }
 
-void mdd_drop_origin(uint64_t origin, const std::vector<CdmRegion*>& family) {
+std::vector<uint32_t> mdd_own_slots(const CdmRegion& region) {
+  std::vector<uint32_t> out;
+  for (uint32_t s = 0; s < kRegSlots; ++s)
+    if (!region.reg_free(s) && region.reg_origin(s) == region.attach_id()) out.push_back(s);
+  return out;
+}
+
+void mdd_drop_origin(uint64_t origin, const std::vector<uint32_t>& slots, const std::vector<CdmRegion*>& family) {
   for (CdmRegion* r : family)
-    for (uint32_t s = 0; s < kRegSlots; ++s)
+    for (uint32_t s : slots)
       if (!r->reg_free(s) && r->reg_origin(s) == origin) r->reg_clear(s);
 }
 

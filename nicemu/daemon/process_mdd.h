@@ -24,7 +24,11 @@ int mdd_deregister(CdmRegion& caller, const std::vector<CdmRegion*>& family, con
 // A new CDM of the process gets the registrations its sibling already has.
 void mdd_copy_into(CdmRegion& fresh, const CdmRegion& sibling);
 
-// The CDM `origin` is gone: its registrations go with it (GNI_CdmDestroy releases them).
-void mdd_drop_origin(uint64_t origin, const std::vector<CdmRegion*>& family);
+// The slots holding registrations `region` made itself (not copies of its siblings').
+std::vector<uint32_t> mdd_own_slots(const CdmRegion& region);
+// The CDM `origin` is gone: its registrations (`slots`, from mdd_own_slots) go with it
+// (GNI_CdmDestroy releases them). Only those slots are visited: a process with a thousand
+// CDMs would otherwise cost every detach a walk of every sibling's whole table.
+void mdd_drop_origin(uint64_t origin, const std::vector<uint32_t>& slots, const std::vector<CdmRegion*>& family);
 
 }  // namespace nicemu::daemon

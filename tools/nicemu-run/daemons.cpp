@@ -64,8 +64,6 @@ abi::ctl::CredReply cred_call(const std::string& socket, abi::ctl::Op op, uid_t 
 
 }  // namespace
 
-// Starts `bin --node addr args...` and waits (10 s at most) until it answers on `sock`;
-// throws if it exits or does not come up.
 void DaemonSet::spawn(const std::string& bin, uint32_t addr, const std::string& sock,
                       const std::vector<std::string>& args) {
   const std::string node = std::to_string(addr);
@@ -80,16 +78,31 @@ void DaemonSet::spawn(const std::string& bin, uint32_t addr, const std::string& 
     _exit(127);
   }
   started_.push_back(pid);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!answers(sock)) {
-    int st;
-    if (waitpid(pid, &st, WNOHANG) == pid) {
-      std::erase(started_, pid);
-      throw std::runtime_error("nicemu for NIC address " + node + " exited at start-up");
+  starting_.push_back(Starting{pid, addr, sock});
+}
+
+// Every daemon spawned has 10 s (plus 20 ms for each one starting beside it: they share the
+// host's cores) to answer on its socket; throws if one exits or does not come up.
+void DaemonSet::wait_up() {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10) +
+                  std::chrono::milliseconds(20) * starting_.size();
+  while (!starting_.empty()) {
+    for (auto it = starting_.begin(); it != starting_.end();) {
+      if (answers(it->socket)) {
+        it = starting_.erase(it);
+        continue;
+      }
+      int st;
+      if (waitpid(it->pid, &st, WNOHANG) == it->pid) {
+        std::erase(started_, it->pid);
+        throw std::runtime_error("nicemu for NIC address " + std::to_string(it->addr) + " exited at start-up");
+      }
+      if (std::chrono::steady_clock::now() > deadline)
+        throw std::runtime_error("nicemu for NIC address " + std::to_string(it->addr) + " did not come up on " +
+                                 it->socket);
+      ++it;
     }
-    if (std::chrono::steady_clock::now() > deadline)
-      throw std::runtime_error("nicemu for NIC address " + node + " did not come up on " + sock);
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (!starting_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }
 
@@ -119,6 +132,7 @@ std::unique_ptr<DaemonSet> DaemonSet::start_or_find(int nodes, const std::string
     set->spawn(bin, addr, sock, {"--rundir", rundir, "--log-level", log_level});
     set->nodes_.push_back(Node{addr, sock, rundir});
   }
+  set->wait_up();
   return set;
 }
 
@@ -173,6 +187,7 @@ std::unique_ptr<DaemonSet> DaemonSet::start_fabric(int nodes, const std::string&
     set->spawn(bin, addr, sock, {"--rundir", host_dir, "--log-level", log_level, "--fabric", map, "--fabric-key", key});
     set->nodes_.push_back(Node{addr, sock, host_dir});
   }
+  set->wait_up();
   return set;
 }
 

@@ -45,7 +45,16 @@ class DaemonSet {
   std::string rundir_;
   std::vector<Node> nodes_;
   std::vector<pid_t> started_;
+  struct Starting {
+    pid_t pid;
+    uint32_t addr;
+    std::string socket;
+  };
+  // Forks `bin --node addr args...`; wait_up() then waits for every daemon started this way,
+  // all at once (hundreds of daemons start in parallel, not one after the other).
   void spawn(const std::string& bin, uint32_t addr, const std::string& sock, const std::vector<std::string>& args);
+  void wait_up();
+  std::vector<Starting> starting_;
   std::string fabric_dir_;  // removed with the set
 };
 
