@@ -1,6 +1,9 @@
 #include "nicemu/daemon/ce_engine.h"
 
+#include <sys/uio.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include <spdlog/spdlog.h>
@@ -368,6 +371,28 @@ void CeEngine::result(const Result& r) {
   advance(it->second);
 }
 
+namespace {
+// gni_ce_result_t is {control, result1, result2}. The values go first and the control word
+// (done bit) last. On x86-64 one process_vm_writev does both in that order: the kernel
+// copies the remote pieces one after another, and stores become visible in program order.
+// That is one system call per leaf instead of two, a sixth of the daemon's cost per leaf.
+uint64_t write_result(pid_t pid, uint64_t addr, uint64_t (&values)[2], uint64_t& control) {
+#if defined(__x86_64__)
+  iovec local[2] = {{values, sizeof values}, {&control, sizeof control}};
+  iovec remote[2] = {{reinterpret_cast<void*>(addr + 8), sizeof values}, {reinterpret_cast<void*>(addr), sizeof control}};
+  ssize_t n = process_vm_writev(pid, local, 2, remote, 2, 0);
+  if (n == static_cast<ssize_t>(sizeof values + sizeof control)) return cqe::kOk;
+  if (n < 0 && errno == ESRCH) return cqe::kErrPeerGone;
+  if (n < 0) return cqe::kErrMemAccess;
+  // A partial write (the result straddles a page that went away): the slow path says why.
+#endif
+  uint64_t st = cross_copy(true, pid, addr + 8, reinterpret_cast<char*>(values), sizeof values, cqe::kErrPeerGone);
+  if (st == cqe::kOk)
+    st = cross_copy(true, pid, addr, reinterpret_cast<char*>(&control), sizeof control, cqe::kErrPeerGone);
+  return st;
+}
+}  // namespace
+
 void CeEngine::leaf_result(uint64_t token, const Result& r) {
   auto it = leaves_.find(token);
   if (it == leaves_.end()) {
@@ -385,11 +410,7 @@ void CeEngine::leaf_result(uint64_t token, const Result& r) {
   // GNI_CeCheckResult never sees a done word over stale results.
   uint64_t values[2] = {r.op.a, r.op.b};
   uint64_t control = ace::make_control(r.status, r.op.fpe, r.red_id);
-  uint64_t st = cross_copy(true, cdm->pid(), l.result_addr + 8, reinterpret_cast<char*>(values), sizeof values,
-                           cqe::kErrPeerGone);
-  if (st == cqe::kOk)
-    st = cross_copy(true, cdm->pid(), l.result_addr, reinterpret_cast<char*>(&control), sizeof control,
-                    cqe::kErrPeerGone);
+  uint64_t st = write_result(cdm->pid(), l.result_addr, values, control);
   if (st == cqe::kOk) st = cqe_status(r.status);
   if (r.status != ace::kOk) ++ctr_.errors;
   if (l.tid == ace::kNoTid || l.tid > cqe::kTidMask) return;
