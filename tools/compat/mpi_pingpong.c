@@ -9,7 +9,8 @@
  * Every received buffer is checked against the pattern the sender wrote (size, iteration and
  * rank dependent), so a transport that drops, duplicates or misplaces bytes fails the run.
  *
- * usage: mpi_pingpong [-m MAX_BYTES] [-i ITERS] [-w WINDOW] [-q]
+ * usage: mpi_pingpong [-m MAX_BYTES | -s BYTES] [-i ITERS] [-w WINDOW] [-q]
+ *   -s BYTES runs that one message size only (e.g. the 8 B of a latency comparison).
  * Exit status 0 when every check passed, 1 otherwise (MPI_Abort on a data error).
  */
 #include <mpi.h>
@@ -40,7 +41,7 @@ static unsigned seed_of(int rank, size_t size, int iter) {
 }
 
 int main(int argc, char **argv) {
-  size_t max_bytes = (size_t)4 << 20;
+  size_t max_bytes = (size_t)4 << 20, only = 0;
   int iters = 1000, window = 64, quiet = 0;
   MPI_Init(&argc, &argv);
   int rank, size;
@@ -48,11 +49,12 @@ int main(int argc, char **argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "-m") && i + 1 < argc) max_bytes = strtoull(argv[++i], NULL, 0);
+    else if (!strcmp(argv[i], "-s") && i + 1 < argc) only = strtoull(argv[++i], NULL, 0);
     else if (!strcmp(argv[i], "-i") && i + 1 < argc) iters = atoi(argv[++i]);
     else if (!strcmp(argv[i], "-w") && i + 1 < argc) window = atoi(argv[++i]);
     else if (!strcmp(argv[i], "-q")) quiet = 1;
     else {
-      if (rank == 0) fprintf(stderr, "usage: %s [-m MAX_BYTES] [-i ITERS] [-w WINDOW] [-q]\n", argv[0]);
+      if (rank == 0) fprintf(stderr, "usage: %s [-m MAX_BYTES | -s BYTES] [-i ITERS] [-w WINDOW] [-q]\n", argv[0]);
       MPI_Finalize();
       return 2;
     }
@@ -88,7 +90,7 @@ int main(int argc, char **argv) {
     printf("%10s %8s %14s %14s   (pairs: %d, half round trip; window %d)\n", "bytes", "pair",
            "latency_us", "bw_MB/s", half, window);
 
-  for (size_t n = 1; n <= max_bytes; n = (n < 4 ? n * 2 : n * 4)) {
+  for (size_t n = only ? only : 1; only ? n == only : n <= max_bytes; n = only ? n + 1 : (n < 4 ? n * 2 : n * 4)) {
     int it = n >= ((size_t)1 << 20) ? (iters / 20 > 10 ? iters / 20 : 10) : iters;
     int bw_rounds = n >= ((size_t)1 << 20) ? 4 : (n >= 65536 ? 20 : 100);
     for (int p = 0; p < half; p++) {
