@@ -12,9 +12,10 @@
 namespace nicemu::abi::ctl {
 
 inline constexpr uint32_t kMagic = 0x4E43544C;  // "NCTL"
-inline constexpr uint16_t kVersion = 4;  // 2: PeerLookup and MboxOpen name memory domains;
+inline constexpr uint16_t kVersion = 5;  // 2: PeerLookup and MboxOpen name memory domains;
                                          // 3: the collective engine (ce_ops.h);
-                                         // 4: the status reply comes in pages
+                                         // 4: the status reply comes in pages;
+                                         // 5: virtual-MDH registrations, PeerLookup by route
 inline constexpr size_t kMaxMessage = 73728;    // every message but a status reply (the largest:
                                                 // SmsgRelaySend of a 64 KiB SMSG message)
 // A status document can be megabytes on a busy node (hundreds of CDMs), more than one
@@ -139,12 +140,20 @@ struct AttachReply {
   uint32_t reserved;
 };
 
+// GNI_MEM_USE_VMDH: `vmdh_index` is the entry of the node's vMDH block to take ((uint32_t)-1:
+// the first free one below `mdd_block`, the size the caller gave GNI_SetMddResources).
+// GNI_MEM_UPDATE_REGION: (qword1, qword2) is the handle of the reserved registration whose
+// pages [address, address + length) are filled in.
 struct MemRegister {
   Header h;
   uint64_t address;
   uint64_t length;
   uint32_t flags;
   uint32_t dst_cq;    // CQ slot or kNoCq
+  uint32_t vmdh_index;
+  uint32_t mdd_block;
+  uint64_t qword1;
+  uint64_t qword2;
 };
 struct MemRegisterReply {
   Reply r;
@@ -164,6 +173,8 @@ struct MemRegisterSegments {
   uint32_t flags;
   uint32_t dst_cq;    // CQ slot or kNoCq
   uint32_t count;
+  uint32_t vmdh_index;  // as in MemRegister
+  uint32_t mdd_block;
   uint32_t reserved;
   MemSegment segments[kMaxMemSegments];
 };
@@ -199,14 +210,14 @@ struct CqDestroy {
 struct PeerLookup {
   Header h;
   uint32_t nic_addr;
-  uint32_t mem_domain;
+  uint32_t mem_domain;  // a route (mem_handle.h): the memory domain, or a vMDH index | kVmdhRoute
   uint32_t ptag;
   uint32_t cookie;
 };
 struct PeerLookupReply {
   Reply r;
   uint32_t pid;
-  uint32_t reserved;
+  uint32_t mem_domain;  // of the CDM found
   uint64_t attach_id;
   uint64_t region_size;
   uint64_t ro_size;

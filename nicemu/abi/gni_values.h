@@ -24,6 +24,9 @@ enum Rc : int32_t {
 };
 
 inline constexpr uint32_t kMemReadOnly = 0x1;
+inline constexpr uint32_t kMemUseVmdh = 0x2;
+inline constexpr uint32_t kMemReserveRegion = 0x200;
+inline constexpr uint32_t kMemUpdateRegion = 0x400;
 
 // gni_post_state_t
 inline constexpr uint32_t kPostPending = 0;

@@ -9,6 +9,12 @@
 // target through (NIC address, MDH) alone, whatever id the EP was bound with; the target
 // then validates slot, domain, page, page count, CRC, flags and bounds against the
 // domain's daemon-written registration table.
+// A virtual-MDH handle (flag VMDH, GNI_MEM_USE_VMDH) carries instead of the memory domain
+// an index into the node's vMDH block of the initiator's protection domain; the target's
+// daemon knows which CDM registered that index. Its remote addresses are relative to the
+// handle's VA: the byte at `remote_addr` is the registration's first page + (remote_addr -
+// VA), so a handle rebuilt from a key with VA 0 (libfabric's FI_MR_SCALABLE) addresses
+// offsets, and one from GNI_MemRegister addresses virtual addresses as usual.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -26,6 +32,10 @@ inline constexpr uint32_t kPageShift = 12;
 inline constexpr uint32_t kFlagReadOnly = 0x01;
 inline constexpr uint32_t kFlagVmdh = 0x02;
 inline constexpr uint32_t kFlagNewFormat = 0x80;
+inline constexpr uint32_t kVmdhIndices = kMaxDomains;  // the MDH field holds the vMDH index
+// How a handle finds its target CDM on a node: the memory domain, or for a vMDH handle its
+// index with this bit set (a "route"; never 0 for a valid handle).
+inline constexpr uint32_t kVmdhRoute = 0x80000000u;
 
 struct Fields {
   uint64_t va = 0;        // registered start address (page-truncated in the handle)
@@ -60,19 +70,23 @@ constexpr void encode(const Fields& f, uint64_t& q1, uint64_t& q2) {
 // The handle of registration `slot` covering [address, address + length): what the daemon
 // returns from GNI_MemRegister and what GNI_MemQueryHndls rebuilds from the table, so the
 // two are always the same 16 bytes. `read_only` is GNI_MEM_READ_ONLY of the registration.
+// `vmdh`: the registration's vMDH index + 1 (0: none), which then takes the MDH field.
 constexpr Fields registration_fields(uint64_t address, uint64_t length, uint32_t domain, uint32_t slot,
-                                     bool read_only) {
+                                     bool read_only, uint32_t vmdh = 0) {
   Fields f;
   f.va = address & ~((uint64_t{1} << kPageShift) - 1);
   f.npages = (address + length - f.va + (uint64_t{1} << kPageShift) - 1) >> kPageShift;
-  f.domain = domain;
+  f.domain = vmdh ? vmdh - 1 : domain;
   f.slot = slot;
-  f.flags = read_only ? kFlagReadOnly : 0;
+  f.flags = (read_only ? kFlagReadOnly : 0) | (vmdh ? kFlagVmdh : 0);
   return f;
 }
 
 // The MDH of a handle without decoding the rest: what finds the target's region.
 constexpr uint32_t domain_of(uint64_t q1) { return static_cast<uint32_t>(q1 >> 52) & (kMaxDomains - 1); }
+constexpr bool is_vmdh(uint64_t q2) { return (q2 >> 34) & kFlagVmdh; }
+// The route of a handle (kVmdhRoute above): what a node resolves to the target CDM.
+constexpr uint32_t route_of(uint64_t q1, uint64_t q2) { return domain_of(q1) | (is_vmdh(q2) ? kVmdhRoute : 0); }
 
 // Decodes and checks the CRC; nullopt for a handle that was never produced by encode().
 // `lenient_crc`: a client-built handle (page count unbounded) passes without its CRC, for

@@ -42,6 +42,7 @@ inline bool region_read_reg(const char* base, uint32_t slot, RegEntry& out, uint
     out.seg_count = e->seg_count;
     out.seg_first = e->seg_first;
     out.domain = e->domain;
+    out.vmdh = e->vmdh;
     std::atomic_thread_fence(std::memory_order_acquire);
     if (e->seq.load(std::memory_order_relaxed) == s1) {
       if (seq_out) *seq_out = s1;
@@ -69,14 +70,32 @@ inline CqRingView region_cq_view(char* base, uint64_t size, uint32_t slot) {
   return v;
 }
 
+// Whether entry `e` is the registration handle `f` names (ignoring the slot): the memory
+// domain and first page, or for a vMDH handle the vMDH index; live (a reserved vMDH
+// registration is not, until its pages are filled in).
+inline bool region_entry_named(const mdh::Fields& f, const RegEntry& e) {
+  if (e.state != kRegLive) return false;
+  if (f.flags & mdh::kFlagVmdh) return e.vmdh == f.domain + 1;
+  return e.domain == f.domain && (e.address & ~(kPageSize - 1)) == f.va;
+}
+
+// Where remote address `addr` through handle `f` lands in entry `e`'s address space (an
+// offset for a multi-segment registration): itself, or for a vMDH handle the entry's first
+// page + (addr - the handle's VA), see mem_handle.h.
+inline uint64_t region_entry_address(const mdh::Fields& f, const RegEntry& e, uint64_t addr) {
+  if (!(f.flags & mdh::kFlagVmdh)) return addr;
+  return (e.address & ~(kPageSize - 1)) + (addr - f.va);
+}
+
 // The access check on a copied entry: the handle names it (slot, memory domain, first page
-// and page count; a client-built handle may leave the count unbounded), the range lies
-// inside it, a write does not target read-only memory. A CQE status. A slot registered
-// again for exactly the same pages by the same domain accepts the old handle, as the
-// hardware's MDD does: it is the same memory of the same owner.
+// and page count; a client-built handle may leave the count unbounded; a vMDH handle names
+// it by index), the range lies inside it, a write does not target read-only memory. A CQE
+// status. `addr` is already translated (region_entry_address). A slot registered again for
+// exactly the same pages by the same domain accepts the old handle, as the hardware's MDD
+// does: it is the same memory of the same owner.
 inline uint64_t region_check_entry(const mdh::Fields& f, const RegEntry& e, uint64_t addr, uint64_t len, bool write) {
-  if (e.state != kRegLive || e.domain != f.domain || (e.address & ~(kPageSize - 1)) != f.va) return cqe::kErrProtection;
-  if (f.npages != mdh::kPagesUnbounded &&
+  if (!region_entry_named(f, e)) return cqe::kErrProtection;
+  if (!(f.flags & mdh::kFlagVmdh) && f.npages != mdh::kPagesUnbounded &&
       f.npages != mdh::registration_fields(e.address, e.length, 0, 0, false).npages)
     return cqe::kErrProtection;
   if (addr < e.address || len > e.length || addr - e.address > e.length - len) return cqe::kErrBounds;
@@ -105,12 +124,20 @@ inline VaHint& region_va_hint(const char* base, uint64_t va, uint32_t domain) {
 
 // Finds the registration handle `f` names for [addr, addr + len): its own slot, or for a
 // client-built handle (unbounded page count) any live registration of the same domain and
-// first page that allows the access. `whole`: no bytes, at the registration's own start
-// (the check of a CQ write). A CQE status; on success `e` is the entry and `slot` its index
-// (and `seq` the sequence the copy is valid for, when asked).
+// first page that allows the access, or for a vMDH handle the registration of its index.
+// `whole`: no bytes, at the registration's own start (the check of a CQ write). A CQE
+// status; on success `e` is the entry, `slot` its index, `at` where `addr` lands
+// (region_entry_address) and `seq` the sequence the copy is valid for, when asked.
 inline uint64_t region_resolve(const char* base, const mdh::Fields& f, uint64_t addr, uint64_t len, bool write,
-                               RegEntry& e, uint32_t& slot, uint32_t* seq = nullptr, bool whole = false) {
-  auto check = [&] { return whole ? region_check_entry(f, e, e.address, 0, false) : region_check_entry(f, e, addr, len, write); };
+                               RegEntry& e, uint32_t& slot, uint32_t* seq = nullptr, bool whole = false,
+                               uint64_t* at = nullptr) {
+  const bool vmdh = f.flags & mdh::kFlagVmdh;
+  auto check = [&] {
+    if (whole) return region_check_entry(f, e, e.address, 0, false);
+    const uint64_t a = region_entry_address(f, e, addr);
+    if (at) *at = a;
+    return region_check_entry(f, e, a, len, write);
+  };
   uint64_t st = cqe::kErrProtection;
   if (region_read_reg(base, f.slot, e, seq)) {
     st = check();
@@ -119,24 +146,26 @@ inline uint64_t region_resolve(const char* base, const mdh::Fields& f, uint64_t 
       return st;
     }
   }
-  if (f.npages != mdh::kPagesUnbounded) return st;
-  VaHint& hint = region_va_hint(base, f.va, f.domain);
-  if (hint.base == base && hint.va == f.va && hint.domain == f.domain && hint.slot != f.slot &&
+  if (!vmdh && f.npages != mdh::kPagesUnbounded) return st;
+  if (vmdh && st != cqe::kErrProtection) return st;  // the slot it names is its registration
+  const uint64_t hint_va = vmdh ? ~uint64_t{0} : f.va;
+  VaHint& hint = region_va_hint(base, hint_va, f.domain);
+  if (hint.base == base && hint.va == hint_va && hint.domain == f.domain && hint.slot != f.slot &&
       region_read_reg(base, hint.slot, e, seq) && check() == cqe::kOk) {
     slot = hint.slot;
     return cqe::kOk;
   }
-  // The table, entry by entry: a cheap look at state, domain and address first (racy, so
-  // only a filter), then the seqlocked copy and the full check.
+  // The table, entry by entry: a cheap look at state, domain and address (or vMDH index)
+  // first (racy, so only a filter), then the seqlocked copy and the full check.
   for (uint32_t i = 0; i < kRegSlots; ++i) {
     const RegEntry* r = region_reg_entry(base, i);
-    if (i == f.slot || r->state != kRegLive || r->domain != f.domain || (r->address & ~(kPageSize - 1)) != f.va)
-      continue;
+    if (i == f.slot || r->state != kRegLive) continue;
+    if (vmdh ? r->vmdh != f.domain + 1 : (r->domain != f.domain || (r->address & ~(kPageSize - 1)) != f.va)) continue;
     if (!region_read_reg(base, i, e, seq)) continue;
     uint64_t c = check();
     if (c == cqe::kOk) {
       slot = i;
-      hint = VaHint{base, f.va, f.domain, i};
+      hint = VaHint{base, hint_va, f.domain, i};
       return c;
     }
     if (st == cqe::kErrProtection) st = c;  // a matching registration's reason (bounds, read-only)
@@ -242,13 +271,14 @@ inline uint64_t region_translate(const char* base, uint64_t q1, uint64_t q2, uin
   for (int tries = 0; tries < 64; ++tries) {
     RegEntry e;
     uint32_t seq = 0, slot = 0;
-    if (uint64_t st = region_resolve(base, *f, addr, len, write, e, slot, &seq)) return st;
+    uint64_t at = addr;
+    if (uint64_t st = region_resolve(base, *f, addr, len, write, e, slot, &seq, false, &at)) return st;
     if (dst_cq) *dst_cq = e.dst_cq;
     if (e.seg_count == 0) {
-      if (len > 0) out.push(addr, len);
+      if (len > 0) out.push(at, len);
       return cqe::kOk;
     }
-    bool ok = region_read_segments(base, e, addr, len, out);
+    bool ok = region_read_segments(base, e, at, len, out);
     std::atomic_thread_fence(std::memory_order_acquire);
     if (region_reg_entry(base, slot)->seq.load(std::memory_order_relaxed) == seq)
       return ok ? cqe::kOk : cqe::kErrProtection;

@@ -22,7 +22,7 @@
 namespace nicemu::abi {
 
 inline constexpr uint32_t kRegionMagic = 0x4E494345;  // "NICE"
-inline constexpr uint16_t kAbiVersion = 6;  // 2: segment table, RegEntry.seg_*; 3: two memfds (region_map.h), lease; 4: MboxCtl.note_at; 5: memory domains (mem_domain, RegEntry.domain), credit_wanted; 6: CQ sleepers check `tail` (producers no longer fence)
+inline constexpr uint16_t kAbiVersion = 7;  // 2: segment table, RegEntry.seg_*; 3: two memfds (region_map.h), lease; 4: MboxCtl.note_at; 5: memory domains (mem_domain, RegEntry.domain), credit_wanted; 6: CQ sleepers check `tail` (producers no longer fence); 7: RegEntry.vmdh, kRegReserved
 inline constexpr uint32_t kRegSlots = 16384;          // = mdh::kMaxSlots
 inline constexpr uint32_t kCqSlots = 1024;
 inline constexpr uint32_t kNoCq = 0xFFFFFFFF;
@@ -84,7 +84,10 @@ inline uint32_t region_state(const RegionHeader& h) {
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
-enum RegState : uint32_t { kRegFree = 0, kRegLive = 1 };
+// kRegReserved: a virtual-MDH registration made with GNI_MEM_RESERVE_REGION whose pages were
+// never filled in (GNI_MEM_UPDATE_REGION): the slot and its vMDH index are taken, but every
+// access through it is refused, as the hardware's MDH is not live yet.
+enum RegState : uint32_t { kRegFree = 0, kRegLive = 1, kRegReserved = 2 };
 
 // One registration (GNI_MemRegister). Written by the daemon under a seqlock: `seq` is odd
 // while the entry changes; readers copy the entry and retry if seq moved.
@@ -104,12 +107,15 @@ struct RegEntry {
   uint32_t seg_count;  // 0: one contiguous range at `address`; else segments in the table
   uint32_t seg_first;  // index of the first SegEntry
   uint32_t domain;     // MDH of the CDM that registered it (a sibling's copy keeps the origin's)
-  uint64_t reserved[2];
+  uint32_t vmdh;       // GNI_MEM_USE_VMDH: its index in the node's virtual-MDH block + 1; 0: none
+  uint32_t reserved0;
+  uint64_t reserved1;
 };
 static_assert(sizeof(RegEntry) == 64);
 static_assert(offsetof(RegEntry, address) == 16);
 static_assert(offsetof(RegEntry, dst_cq) == 32);
 static_assert(offsetof(RegEntry, seg_count) == 36 && offsetof(RegEntry, seg_first) == 40);
+static_assert(offsetof(RegEntry, domain) == 44 && offsetof(RegEntry, vmdh) == 48);
 
 // One segment of a multi-segment registration: offsets [offset, offset + length) of the
 // registration are the owner's [address, address + length). A registration's segments

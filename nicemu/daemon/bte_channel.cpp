@@ -166,7 +166,7 @@ void BteChannel::execute(BteJob& job) {
     // The domain is the initiator's, from the daemon-written header: a request cannot
     // name another protection domain's memory.
     const RegionHeader& h = initiator.header();
-    target = sh_.regions.resolve(RegionKey{q.remote_nic, mdh::domain_of(q.remote_qword1), h.ptag, h.cookie}, st);
+    target = sh_.regions.resolve(RegionKey{q.remote_nic, mdh::route_of(q.remote_qword1, q.remote_qword2), h.ptag, h.cookie}, st);
   }
   if (target) {
     const bool put = q.op == kBtePut;

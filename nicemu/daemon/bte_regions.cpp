@@ -118,10 +118,19 @@ std::shared_ptr<MappedRegion> RegionDirectory::resolve(const RegionKey& key, uin
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (key.nic_addr == nic_addr_) {
+      uint32_t domain = key.domain;
+      if (domain & mdh::kVmdhRoute) {
+        auto d = vmdh_.domain(key.ptag, key.cookie, domain & ~mdh::kVmdhRoute);
+        if (!d) {
+          status = cqe::kErrProtection;  // no registration has that index here
+          return nullptr;
+        }
+        domain = *d;
+      }
       uint64_t dead = 0;  // its owner exited, and the control thread has not reclaimed it yet
       for (auto& [id, r] : local_) {
         const RegionHeader& h = r->header();
-        if (h.mem_domain != key.domain || h.ptag != key.ptag || h.cookie != key.cookie) continue;
+        if (h.mem_domain != domain || h.ptag != key.ptag || h.cookie != key.cookie) continue;
         if (r->alive()) return r;
         dead = r->gone_status();
       }

@@ -17,6 +17,7 @@
 #include "nicemu/abi/cq_ring.h"
 #include "nicemu/abi/region_access.h"
 #include "nicemu/abi/shm_layout.h"
+#include "nicemu/daemon/vmdh_table.h"
 
 namespace nicemu::ctl {
 class Connection;
@@ -60,8 +61,9 @@ class MappedRegion {
   uint64_t attach_id_ = 0;
 };
 
-// A target CDM: its NIC address and memory domain (the MDH of the handle an operation
-// names), and the initiator's protection domain, which the target must be in.
+// A target CDM: its NIC address and memory domain (the route of the handle an operation
+// names: its MDH, or a vMDH index | kVmdhRoute, mem_handle.h), and the initiator's
+// protection domain, which the target must be in.
 struct RegionKey {
   uint32_t nic_addr, domain, ptag, cookie;
   bool operator<(const RegionKey& o) const {
@@ -86,11 +88,16 @@ class RegionDirectory {
   // does not have (the handle does not translate), NO_PEER for a node not on this host.
   std::shared_ptr<MappedRegion> resolve(const RegionKey& key, uint64_t& status);
 
+  // This node's vMDH bindings (kept by the control thread), through which a key with a vMDH
+  // route finds its CDM here.
+  VmdhTable& vmdh() { return vmdh_; }
+
  private:
   std::shared_ptr<MappedRegion> lookup_remote(const RegionKey& key, uint64_t& status);
 
   const uint32_t nic_addr_;
   const std::string rundir_;
+  VmdhTable vmdh_;
   mutable std::mutex mu_;
   std::map<uint64_t, std::shared_ptr<MappedRegion>> local_;    // attach id -> region
   // Targets that went away, with the status that says how, until the key names a live CDM

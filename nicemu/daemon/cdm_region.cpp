@@ -153,16 +153,35 @@ int CdmRegion::reg_store(uint32_t slot, uint32_t gen, const RegSpec& spec, uint3
   e->seg_count = count;
   e->seg_first = first;
   e->domain = domain;
-  e->state = kRegLive;
+  e->vmdh = spec.vmdh;
+  e->state = spec.reserved ? kRegReserved : kRegLive;
   e->seq.store(seq + 2, std::memory_order_release);
   origin_[slot] = origin;
+  if (spec.vmdh) vmdh_slots_[spec.vmdh - 1] = slot;
   ++live_regs_;
   return rc::kSuccess;
 }
 
+void CdmRegion::reg_make_live(uint32_t slot) {
+  RegEntry* e = reg(slot);
+  if (e->state != kRegReserved) return;
+  uint32_t seq = e->seq.load(std::memory_order_relaxed);
+  e->seq.store(seq + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  e->state = kRegLive;
+  e->seq.store(seq + 2, std::memory_order_release);
+}
+
+std::optional<uint32_t> CdmRegion::vmdh_slot(uint32_t index) const {
+  auto it = vmdh_slots_.find(index);
+  if (it == vmdh_slots_.end()) return std::nullopt;
+  return it->second;
+}
+
 void CdmRegion::reg_clear(uint32_t slot) {
   RegEntry* e = reg(slot);
-  if (e->state != kRegLive) return;
+  if (e->state == kRegFree) return;
+  if (e->vmdh) vmdh_slots_.erase(e->vmdh - 1);
   uint32_t seq = e->seq.load(std::memory_order_relaxed);
   e->seq.store(seq + 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
@@ -185,6 +204,8 @@ RegSpec CdmRegion::reg_spec(uint32_t slot) const {
   spec.address = e->address;
   spec.length = e->length;
   spec.flags = e->flags;
+  spec.vmdh = e->vmdh;
+  spec.reserved = e->state == kRegReserved;
   const auto* seg = reinterpret_cast<const SegEntry*>(base_ + kSegTableOffset) + e->seg_first;
   for (uint32_t i = 0; i < e->seg_count; ++i) spec.segments.push_back(ctl::MemSegment{seg[i].address, seg[i].length});
   return spec;
@@ -229,7 +250,7 @@ int CdmRegion::cq_destroy(const ctl::CqDestroy& req) {
   // feed it (Open MPI's btl/ugni does), and §11.2 refuses only while an EP uses the CQ.
   for (uint32_t s = 0; s < kRegSlots; ++s) {
     RegEntry* e = reg(s);
-    if (e->state != kRegLive || e->dst_cq != req.cq_index) continue;
+    if (e->state == kRegFree || e->dst_cq != req.cq_index) continue;
     uint32_t seq = e->seq.load(std::memory_order_relaxed);
     e->seq.store(seq + 1, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_release);
@@ -261,7 +282,8 @@ int CdmRegion::mbox_open(const ctl::MboxOpen& req, ctl::MboxOpenReply& rep, bool
   auto f = mdh::decode(req.qword1, req.qword2);
   if (!f) return rc::kInvalidParam;
   RegEntry* e = reg(f->slot);
-  if (e->state != kRegLive || e->domain != f->domain) return rc::kInvalidParam;
+  const bool named = (f->flags & mdh::kFlagVmdh) ? e->vmdh == f->domain + 1 : e->domain == f->domain;
+  if (e->state != kRegLive || !named) return rc::kInvalidParam;
   // The mailbox must lie inside the registration, as the RDMA writes of real SMSG would.
   uint64_t need = smsg_buffer_size(req.credits, req.max_size);
   uint64_t start = req.msg_buffer + req.mbox_offset;
@@ -361,7 +383,7 @@ void CdmRegion::kill(RegionState why) {
   h->state.store(why, std::memory_order_seq_cst);
   for (uint32_t s = 0; s < kRegSlots; ++s) {
     RegEntry* e = reg(s);
-    if (e->state != kRegLive) continue;
+    if (e->state == kRegFree) continue;
     uint32_t seq = e->seq.load(std::memory_order_relaxed);
     e->seq.store(seq + 1, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_release);
@@ -370,6 +392,7 @@ void CdmRegion::kill(RegionState why) {
   }
   live_regs_ = 0;
   origin_.clear();
+  vmdh_slots_.clear();
   h->down_futex.fetch_add(1);
   futex_wake_all(&h->down_futex);
   h->dgram_seq.fetch_add(1);

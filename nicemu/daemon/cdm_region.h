@@ -35,6 +35,8 @@ struct RegSpec {
   uint32_t flags = 0;
   uint32_t dst_cq = abi::kNoCq;
   std::vector<abi::ctl::MemSegment> segments;
+  uint32_t vmdh = 0;      // vMDH index + 1 (GNI_MEM_USE_VMDH); 0: none
+  bool reserved = false;  // GNI_MEM_RESERVE_REGION: not accessible until filled in (kRegReserved)
 };
 
 class CdmRegion {
@@ -72,6 +74,10 @@ class CdmRegion {
   // `domain` are the attach id and memory domain of the CDM that registered it.
   int reg_store(uint32_t slot, uint32_t gen, const RegSpec& spec, uint32_t dst_cq, uint64_t origin, uint32_t domain);
   void reg_clear(uint32_t slot);
+  // A reserved registration's pages were filled in (GNI_MEM_UPDATE_REGION): it turns live.
+  void reg_make_live(uint32_t slot);
+  // The slot of this region's registration holding vMDH `index`, if any.
+  std::optional<uint32_t> vmdh_slot(uint32_t index) const;
   uint32_t reg_hint() const { return next_reg_slot_; }
   void set_reg_hint(uint32_t slot) { next_reg_slot_ = slot % abi::kRegSlots; }
 
@@ -140,6 +146,7 @@ class CdmRegion {
   size_t live_regs_ = 0;
   uint32_t next_reg_slot_ = 0;
   std::unordered_map<uint32_t, uint64_t> origin_;  // live slot -> attach id it was registered through
+  std::unordered_map<uint32_t, uint32_t> vmdh_slots_;  // vMDH index -> slot
   std::map<uint32_t, uint64_t> cqs_;  // slot -> ctl offset
   struct MboxKey {
     uint32_t slot, gen, offset;

@@ -281,10 +281,50 @@ CdmRegion* Node::find_cdm(const Credential& c, uint32_t inst_id) {
 }
 
 CdmRegion* Node::find_cdm_by_domain(const Credential& c, uint32_t domain) {
+  if (domain & mdh::kVmdhRoute) {
+    auto d = bte_.regions().vmdh().domain(c.ptag, c.cookie, domain & ~mdh::kVmdhRoute);
+    if (!d) return nullptr;
+    domain = *d;
+  }
   if (domain == 0 || domain >= domains_.size() || domains_[domain] == 0) return nullptr;
   auto it = cdms_.find(domains_[domain]);
   if (it == cdms_.end() || !(it->second->credential() == c) || !it->second->alive()) return nullptr;
   return it->second.get();
+}
+
+// A registration of `cdm` (and its siblings, process_mdd.h). With GNI_MEM_USE_VMDH it takes
+// an index of the node's vMDH block of its protection domain: `vmdh_index`, or the first
+// free one below `mdd_block` for (uint32_t)-1. An index is in use while the CDM it is bound
+// to still holds a registration under it (bindings are checked, never trusted).
+int Node::register_memory(CdmRegion& cdm, RegSpec& spec, uint32_t vmdh_index, uint32_t mdd_block,
+                          ctl::MemRegisterReply& rep) {
+  const Credential c = cdm.credential();
+  VmdhTable& table = bte_.regions().vmdh();
+  auto in_use = [&](uint32_t index) {
+    auto d = table.domain(c.ptag, c.cookie, index);
+    CdmRegion* holder = d ? find_cdm_by_domain(c, *d) : nullptr;
+    return holder && holder->vmdh_slot(index).has_value();
+  };
+  spec.reserved = spec.flags & gni::kMemReserveRegion;
+  if (spec.flags & gni::kMemUseVmdh) {
+    if (mdd_block == 0 || mdd_block > mdh::kVmdhIndices) return rc::kInvalidParam;  // no GNI_SetMddResources
+    uint32_t index = vmdh_index;
+    if (index == UINT32_MAX) {
+      for (index = 0; index < mdd_block && in_use(index); ++index) {
+      }
+      if (index == mdd_block) return rc::kErrorResource;
+    } else if (index >= mdd_block) {
+      return rc::kInvalidParam;
+    } else if (in_use(index)) {
+      spdlog::debug("nic {}: vMDH index {} of ptag {} is in use (registration by pid {})", cfg_.nic_addr, index,
+                    c.ptag, cdm.pid());
+      return rc::kErrorResource;
+    }
+    spec.vmdh = index + 1;
+  }
+  int r = mdd_register(cdm, family(cdm.pid(), c), spec, rep);
+  if (r == rc::kSuccess && spec.vmdh) table.bind(c.ptag, c.cookie, spec.vmdh - 1, cdm.mem_domain());
+  return r;
 }
 
 void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& reply, PassFds& pass_fds) {
@@ -332,11 +372,13 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
       RegSpec spec{req.address, req.length, req.flags, req.dst_cq, {}};
       if (!cdm)
         r.r.rc = rc::kInvalidState;
+      else if (req.flags & gni::kMemUpdateRegion)
+        r.r.rc = mdd_update(*cdm, family(cdm->pid(), cdm->credential()), req, r);
       else if (!may_take(peer, Resource::kRegistrations, cdm->pid(), cdm->credential()))
         r.r.rc = rc::kErrorResource;
       else
-        r.r.rc = mdd_register(*cdm, family(cdm->pid(), cdm->credential()), spec, r);
-      if (r.r.rc == rc::kSuccess) ++ctr_.registrations;
+        r.r.rc = register_memory(*cdm, spec, req.vmdh_index, req.mdd_block, r);
+      if (r.r.rc == rc::kSuccess && !(req.flags & gni::kMemUpdateRegion)) ++ctr_.registrations;
       return;
     }
     case Op::kMemRegisterSegments: {
@@ -356,7 +398,7 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
       else if (!may_take(peer, Resource::kRegistrations, cdm->pid(), cdm->credential()))
         r.r.rc = rc::kErrorResource;
       else
-        r.r.rc = mdd_register(*cdm, family(cdm->pid(), cdm->credential()), spec, r);
+        r.r.rc = register_memory(*cdm, spec, req->vmdh_index, req->mdd_block, r);
       if (r.r.rc == rc::kSuccess) ++ctr_.registrations;
       return;
     }
@@ -382,7 +424,14 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
       if (!parse(msg, len, req)) return bad();
       auto& r = init_reply<PlainReply>(reply, h);
       CdmRegion* cdm = owned_cdm(peer);
+      uint32_t vmdh = 0, origin_domain = 0;  // a vMDH binding goes with the registration
+      if (auto f = mdh::decode(req.qword1, req.qword2); cdm && f) {
+        vmdh = cdm->reg_entry(f->slot).vmdh;
+        origin_domain = cdm->reg_entry(f->slot).domain;
+      }
       r.r.rc = cdm ? mdd_deregister(*cdm, family(cdm->pid(), cdm->credential()), req) : rc::kInvalidState;
+      if (r.r.rc == rc::kSuccess && vmdh)
+        bte_.regions().vmdh().unbind(cdm->credential().ptag, cdm->credential().cookie, vmdh - 1, origin_domain);
       if (r.r.rc == rc::kSuccess) ++ctr_.deregistrations;
       return;
     }
@@ -425,6 +474,7 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
       } else {
         r.r.rc = rc::kSuccess;
         r.pid = static_cast<uint32_t>(t->pid());
+        r.mem_domain = t->mem_domain();
         r.attach_id = t->attach_id();
         r.region_size = t->region_size();
         r.ro_size = kRoSize;
@@ -445,7 +495,7 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
       CdmRegion* t = nullptr;
       if (!may_use(peer, c))
         r.r.rc = refuse_credential(peer, "mailbox open", c);
-      else if (!(t = find_cdm_by_domain(c, mdh::domain_of(req.qword1))))
+      else if (!(t = find_cdm_by_domain(c, mdh::route_of(req.qword1, req.qword2))))
         r.r.rc = rc::kNoMatch;
       else if ((r.r.rc = t->mbox_open(req, r, false)) == rc::kErrorResource)  // not open yet
         r.r.rc = may_take(peer, Resource::kMailboxes, t->pid(), c) ? t->mbox_open(req, r) : rc::kErrorResource;
@@ -1071,6 +1121,7 @@ void Node::connection_closed(Peer& peer) {
   stats_.cdm_detached(peer.attach_id, it->second->counter_block());
   leases_.remove(it->second->header());
   domains_[it->second->mem_domain()] = 0;
+  bte_.regions().vmdh().unbind_domain(it->second->mem_domain());  // its vMDH indices are free again
   cdm_index_.remove(peer.attach_id, pid, cred, it->second->inst_id());
   cdms_.erase(it);
   mdd_drop_origin(peer.attach_id, own_slots, family(pid, cred));

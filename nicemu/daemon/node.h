@@ -143,7 +143,10 @@ class Node {
   CdmRegion* find_cdm(const Credential& c, uint32_t inst_id);
   // The live CDM of memory domain `domain` (the MDH of its handles) if it is in domain `c`:
   // how memory operations find their target, whatever id their EP was bound with.
+  // `domain`: a route (mem_handle.h), a memory domain or a vMDH index | kVmdhRoute.
   CdmRegion* find_cdm_by_domain(const Credential& c, uint32_t domain);
+  int register_memory(CdmRegion& cdm, RegSpec& spec, uint32_t vmdh_index, uint32_t mdd_block,
+                      abi::ctl::MemRegisterReply& rep);
   // The live CDMs of process `pid` in domain `c` (process_mdd.h).
   std::vector<CdmRegion*> family(pid_t pid, const Credential& c);
   void count_link(uint32_t node, size_t bytes, bool ok);

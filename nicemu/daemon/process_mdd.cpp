@@ -38,10 +38,19 @@ int mdd_register(CdmRegion& caller, const std::vector<CdmRegion*>& family, const
     }
   }
   mdh::Fields f = mdh::registration_fields(spec.segments.empty() ? spec.address : 0, spec.length, caller.mem_domain(), slot,
-                                           spec.flags & rc::kMemReadOnly);
+                                           spec.flags & rc::kMemReadOnly, spec.vmdh);
   mdh::encode(f, rep.qword1, rep.qword2);
   return rc::kSuccess;
 }
+
+namespace {
+// The caller's registration a handle it was given names: the slot's entry, registered (live
+// or reserved) by the handle's memory domain (or under its vMDH index) for its first page.
+bool names_entry(const mdh::Fields& f, const RegEntry& e) {
+  if (e.state == kRegFree || (e.address & ~(kPageSize - 1)) != f.va) return false;
+  return (f.flags & mdh::kFlagVmdh) ? e.vmdh == f.domain + 1 : e.domain == f.domain;
+}
+}  // namespace
 
 int mdd_deregister(CdmRegion& caller, const std::vector<CdmRegion*>& family, const ctl::MemDeregister& req) {
   auto f = mdh::decode(req.qword1, req.qword2);
@@ -51,7 +60,7 @@ int mdd_deregister(CdmRegion& caller, const std::vector<CdmRegion*>& family, con
     return rc::kInvalidParam;
   }
   const RegEntry& e = caller.reg_entry(f->slot);
-  if (e.state != kRegLive || e.domain != f->domain || (e.address & ~(kPageSize - 1)) != f->va) {
+  if (!names_entry(*f, e)) {
     spdlog::debug("deregister by inst {} (pid {}): slot {} domain {} va {:#x} is not live (state {}, domain {})",
                   caller.inst_id(), caller.pid(), f->slot, f->domain, f->va, e.state, e.domain);
     return rc::kInvalidParam;
@@ -60,10 +69,28 @@ int mdd_deregister(CdmRegion& caller, const std::vector<CdmRegion*>& family, con
   return rc::kSuccess;
 }
 
+int mdd_update(CdmRegion& caller, const std::vector<CdmRegion*>& family, const ctl::MemRegister& req,
+               ctl::MemRegisterReply& rep) {
+  auto f = mdh::decode(req.qword1, req.qword2);
+  if (!f || !names_entry(*f, caller.reg_entry(f->slot))) return rc::kInvalidParam;
+  const RegEntry& e = caller.reg_entry(f->slot);
+  if (e.seg_count == 0) {
+    // The pages filled in must lie in the reserved range.
+    const uint64_t first = e.address & ~(kPageSize - 1);
+    const uint64_t end = (e.address + e.length + kPageSize - 1) & ~(kPageSize - 1);
+    if (req.length == 0 || req.address < first || req.address > end || req.length > end - req.address)
+      return rc::kInvalidParam;
+  }
+  for (CdmRegion* r : family) r->reg_make_live(f->slot);
+  rep.qword1 = req.qword1;
+  rep.qword2 = req.qword2;
+  return rc::kSuccess;
+}
+
 void mdd_copy_into(CdmRegion& fresh, const CdmRegion& sibling) {
   for (uint32_t s = 0; s < kRegSlots; ++s) {
     const RegEntry& e = sibling.reg_entry(s);
-    if (e.state != kRegLive) continue;
+    if (e.state == kRegFree) continue;
     fresh.reg_store(s, e.gen, sibling.reg_spec(s), kNoCq, sibling.reg_origin(s), e.domain);
   }
 }

@@ -20,6 +20,10 @@ namespace nicemu::daemon {
 int mdd_register(CdmRegion& caller, const std::vector<CdmRegion*>& family, const RegSpec& spec,
                  abi::ctl::MemRegisterReply& rep);
 int mdd_deregister(CdmRegion& caller, const std::vector<CdmRegion*>& family, const abi::ctl::MemDeregister& req);
+// GNI_MEM_UPDATE_REGION: the pages of the reserved registration req's handle names are
+// filled in; it turns live in every region of the family (the first update does it).
+int mdd_update(CdmRegion& caller, const std::vector<CdmRegion*>& family, const abi::ctl::MemRegister& req,
+               abi::ctl::MemRegisterReply& rep);
 
 // A new CDM of the process gets the registrations its sibling already has.
 void mdd_copy_into(CdmRegion& fresh, const CdmRegion& sibling);

@@ -56,7 +56,7 @@ bool RemoteResponder::request(uint32_t from, const uint8_t* msg, size_t len) {
   uint64_t st = cqe::kOk, fetched = 0;
   uint32_t dst_cq = kNoCq;
   buf_.clear();
-  auto target = regions_.resolve(RegionKey{self_, mdh::domain_of(q.qword1), q.ptag, q.cookie}, st);
+  auto target = regions_.resolve(RegionKey{self_, mdh::route_of(q.qword1, q.qword2), q.ptag, q.cookie}, st);
   if (target) st = execute(q, msg + sizeof q, *target, fetched, buf_, dst_cq);
   if (st && target && !target->alive()) st = target->gone_status();
 

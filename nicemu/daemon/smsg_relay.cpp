@@ -475,7 +475,7 @@ const char* SmsgRelay::on_open(uint32_t from, const ctl::SmsgOpen& o) {
   };
   // The receiver is the CDM whose registration the mailbox handle names, whatever id the
   // sender's EP was bound with.
-  CdmRegion* t = env_.find_domain(Credential{o.ptag, o.cookie}, mdh::domain_of(o.qword1));
+  CdmRegion* t = env_.find_domain(Credential{o.ptag, o.cookie}, mdh::route_of(o.qword1, o.qword2));
   if (!t) return refuse(cqe::kErrPeerGone, "no CDM of the mailbox handle's memory domain in that domain here");
   ctl::MboxOpen req{};
   req.ptag = o.ptag;

@@ -159,7 +159,7 @@ struct Nic {
   abi::counters::CdmCounterBlock* counters = unbound_counter_block();  // in `self` once attached
   uint16_t smsg_max_retrans = FMA_SMSG_MAX_RETRANS_DEFAULT;
   uint16_t smsg_dlvr_mode = GNI_DLVMODE_PERFORMANCE;  // stored; same-host SMSG is in order anyway
-  uint32_t mdd_resources = 0;      // GNI_SetMddResources: recorded, VMDH is not supported
+  uint32_t mdd_resources = 0;      // GNI_SetMddResources: the vMDH block size (mem.cpp)
   std::atomic<uint32_t> live_cqs{0};
   std::atomic<uint32_t> live_regs{0};
   BteQueue bte;
@@ -179,6 +179,7 @@ struct Nic {
   // Returns the region of memory domain `domain` (the MDH of a handle it issued) at NIC
   // address `addr`, in our protection domain, looking it up at its daemon if not mapped yet
   // or if the mapped one is dead. nullptr with `status` set on failure.
+  // `domain`: a route (mem_handle.h), a memory domain or a vMDH index | kVmdhRoute.
   std::shared_ptr<Region> resolve(uint32_t addr, uint32_t domain, uint64_t& status);
   // Checks (cheaply, every so often) that the daemon is still there.
   bool daemon_alive();
@@ -281,10 +282,11 @@ struct Ep {
 };
 
 // The region a memory operation on `ep` naming `remote` targets: the NIC reaches memory by
-// (NIC address, memory domain of the handle), whatever id the EP was bound with. Cached in
-// ep->peer; nullptr with `status` set when there is none on this host.
+// (NIC address, route of the handle: its memory domain, or its vMDH index), whatever id the
+// EP was bound with. Cached in ep->peer; nullptr with `status` set when there is none on
+// this host.
 inline Region* target_of(Ep* ep, const gni_mem_handle_t& remote, uint64_t& status) {
-  const uint32_t domain = abi::mdh::domain_of(remote.qword1);
+  const uint32_t domain = abi::mdh::route_of(remote.qword1, remote.qword2);
   if (!ep->peer || ep->peer_domain != domain || !ep->peer->alive()) [[unlikely]] {
     ep->peer = ep->nic->resolve(ep->remote_addr, domain, status);
     ep->peer_domain = domain;

@@ -10,12 +10,16 @@ using namespace nicemu::ugni;
 
 namespace {
 
-// Checks shared by both registration calls: flags nicemu does not support, and a dst CQ
-// that must belong to this NIC. Returns its slot (or kNoCq) through `dst_slot`.
-gni_return_t check_registration(Nic* n, gni_cq_handle_t dst_cq_hndl, uint32_t flags, uint32_t& dst_slot) {
-  if (flags & (GNI_MEM_USE_VMDH | GNI_MEM_RESERVE_REGION | GNI_MEM_UPDATE_REGION | GNI_MEM_PHYS_SEGMENTS |
-               GNI_MEM_PRIV_MASK | GNI_MEM_CUDA))
-    return GNI_RC_INVALID_PARAM;
+// Checks shared by both registration calls: flags nicemu does not support, a dst CQ that
+// must belong to this NIC, and a vMDH registration's block (GNI_SetMddResources first, an
+// index inside it, or -1). Returns the dst CQ's slot (or kNoCq) through `dst_slot`.
+gni_return_t check_registration(Nic* n, gni_cq_handle_t dst_cq_hndl, uint32_t flags, uint32_t vmdh_index,
+                                uint32_t& dst_slot) {
+  if (flags & (GNI_MEM_PHYS_SEGMENTS | GNI_MEM_PRIV_MASK | GNI_MEM_CUDA)) return GNI_RC_INVALID_PARAM;
+  if (flags & GNI_MEM_USE_VMDH) {
+    if (n->mdd_resources == 0) return GNI_RC_INVALID_PARAM;  // "will fail if GNI_SetMddResources has not been called"
+    if (vmdh_index != UINT32_MAX && vmdh_index >= n->mdd_resources) return GNI_RC_INVALID_PARAM;
+  }
   dst_slot = abi::kNoCq;
   if (dst_cq_hndl) {
     Cq* dst = as_cq(dst_cq_hndl);
@@ -29,23 +33,35 @@ gni_return_t check_registration(Nic* n, gni_cq_handle_t dst_cq_hndl, uint32_t fl
 
 extern "C" {
 
+// GNI_MEM_USE_VMDH takes entry `vmdh_index` of the node's vMDH block (GNI_SetMddResources),
+// GNI_MEM_RESERVE_REGION registers without making the memory reachable, and
+// GNI_MEM_UPDATE_REGION fills in pages of the reserved registration *mem_hndl names (the
+// first call makes it live); docs/compatibility.md.
 gni_return_t GNI_MemRegister(gni_nic_handle_t nic_hndl, uint64_t address, uint64_t length,
                              gni_cq_handle_t dst_cq_hndl, uint32_t flags, uint32_t vmdh_index,
                              gni_mem_handle_t* mem_hndl) {
-  (void)vmdh_index;  // GNI_MEM_USE_VMDH is not supported (rejected below)
   Nic* n = as_nic(nic_hndl);
   if (!n || !mem_hndl || length == 0 || address == 0) return GNI_RC_INVALID_PARAM;
   abi::ctl::MemRegister req{};
-  if (gni_return_t rc = check_registration(n, dst_cq_hndl, flags, req.dst_cq); rc != GNI_RC_SUCCESS) return rc;
+  if (gni_return_t rc = check_registration(n, dst_cq_hndl, flags, vmdh_index, req.dst_cq); rc != GNI_RC_SUCCESS)
+    return rc;
+  const bool update = flags & GNI_MEM_UPDATE_REGION;
   req.h.op = static_cast<uint16_t>(abi::ctl::Op::kMemRegister);
   req.address = address;
   req.length = length;
   req.flags = flags;
+  req.vmdh_index = vmdh_index;
+  req.mdd_block = n->mdd_resources;
+  if (update) {
+    req.qword1 = mem_hndl->qword1;
+    req.qword2 = mem_hndl->qword2;
+  }
   abi::ctl::MemRegisterReply rep{};
   if (!n->conn.call(req, rep)) return GNI_RC_ERROR_RESOURCE;
   if (rep.r.rc != GNI_RC_SUCCESS) return static_cast<gni_return_t>(rep.r.rc);
   mem_hndl->qword1 = rep.qword1;
   mem_hndl->qword2 = rep.qword2;
+  if (update) return GNI_RC_SUCCESS;  // the same registration
   n->live_regs.fetch_add(1, std::memory_order_relaxed);
   count(n->counters, ctr::cdm::registrations);
   return GNI_RC_SUCCESS;
@@ -73,12 +89,15 @@ gni_return_t GNI_MemDeregister(gni_nic_handle_t nic_hndl, gni_mem_handle_t* mem_
 gni_return_t GNI_MemRegisterSegments(gni_nic_handle_t nic_hndl, gni_mem_segment_t* mem_segments, uint32_t segments_cnt,
                                      gni_cq_handle_t dst_cq_hndl, uint32_t flags, uint32_t vmdh_index,
                                      gni_mem_handle_t* mem_hndl) {
-  (void)vmdh_index;
   Nic* n = as_nic(nic_hndl);
   if (!n || !mem_segments || segments_cnt == 0 || !mem_hndl) return GNI_RC_INVALID_PARAM;
   if (segments_cnt > abi::ctl::kMaxMemSegments) return GNI_RC_INVALID_PARAM;  // docs/compatibility.md
+  if (flags & GNI_MEM_UPDATE_REGION) return GNI_RC_INVALID_PARAM;  // pages are filled in through GNI_MemRegister
   auto req = std::make_unique<abi::ctl::MemRegisterSegments>();
-  if (gni_return_t rc = check_registration(n, dst_cq_hndl, flags, req->dst_cq); rc != GNI_RC_SUCCESS) return rc;
+  if (gni_return_t rc = check_registration(n, dst_cq_hndl, flags, vmdh_index, req->dst_cq); rc != GNI_RC_SUCCESS)
+    return rc;
+  req->vmdh_index = vmdh_index;
+  req->mdd_block = n->mdd_resources;
   for (uint32_t i = 0; i < segments_cnt; ++i) {
     if (mem_segments[i].length == 0 || mem_segments[i].address == 0) return GNI_RC_INVALID_PARAM;
     req->segments[i].address = mem_segments[i].address;
@@ -99,12 +118,26 @@ gni_return_t GNI_MemRegisterSegments(gni_nic_handle_t nic_hndl, gni_mem_segment_
   return GNI_RC_SUCCESS;
 }
 
-// The size of the NIC's virtual-MDH block. Recorded; registrations with GNI_MEM_USE_VMDH
-// are refused anyway (GNI_MemRegister), so the block is never used.
+// The size of the NIC's virtual-MDH block: GNI_MEM_USE_VMDH registrations take indices below
+// it. The indices live in the node's block of the protection domain (the daemon's
+// VmdhTable), shared by every process of the domain there, as on the hardware; a handle's
+// MDH field holds the index, so the block has at most 4096 entries.
 gni_return_t GNI_SetMddResources(gni_nic_handle_t nic_hndl, uint32_t num_entries) {
   Nic* n = as_nic(nic_hndl);
-  if (!n) return GNI_RC_INVALID_PARAM;
+  if (!n || num_entries > abi::mdh::kVmdhIndices) return GNI_RC_INVALID_PARAM;
   n->mdd_resources = num_entries;
+  return GNI_RC_SUCCESS;
+}
+
+// A copy of a vMDH handle naming another index (for peers with the same layout: each node
+// has the memory under its own index). The rebuilt handle keeps address, length, flags and
+// the registration slot (only a hint to the target) and gets a fresh CRC.
+gni_return_t GNI_RebuildMemHndl(gni_mem_handle_t* src_mem_hndl, uint32_t vmdh_index, gni_mem_handle_t* dst_mem_hndl) {
+  if (!src_mem_hndl || !dst_mem_hndl || vmdh_index >= abi::mdh::kVmdhIndices) return GNI_RC_INVALID_PARAM;
+  auto f = abi::mdh::decode(src_mem_hndl->qword1, src_mem_hndl->qword2);
+  if (!f || !(f->flags & abi::mdh::kFlagVmdh)) return GNI_RC_INVALID_PARAM;
+  f->domain = vmdh_index;
+  abi::mdh::encode(*f, dst_mem_hndl->qword1, dst_mem_hndl->qword2);
   return GNI_RC_SUCCESS;
 }
 

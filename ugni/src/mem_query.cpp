@@ -35,7 +35,7 @@ gni_return_t GNI_MemQueryHndls(gni_nic_handle_t nic_hndl, int fd, gni_mem_handle
     abi::RegEntry e;
     if (!n->self->read_reg(slot, e) || e.state != abi::kRegLive) continue;
     // The same 16 bytes GNI_MemRegister returned for it (the daemon builds them alike).
-    mdh::encode(mdh::registration_fields(e.address, e.length, e.domain, slot, e.flags & GNI_MEM_READ_ONLY),
+    mdh::encode(mdh::registration_fields(e.address, e.length, e.domain, slot, e.flags & GNI_MEM_READ_ONLY, e.vmdh),
                 mem_hndl->qword1, mem_hndl->qword2);
     *address = e.address;
     *length = e.length;

@@ -26,7 +26,7 @@ bool attr_ok(const gni_smsg_attr_t* a) {
 gni_return_t open_mailbox(Ep* ep, uint32_t addr, const gni_smsg_attr_t* a, Mailbox& out) {
   Nic* n = ep->nic;
   uint64_t st = 0;
-  std::shared_ptr<Region> r = n->resolve(addr, abi::mdh::domain_of(a->mem_hndl.qword1), st);
+  std::shared_ptr<Region> r = n->resolve(addr, abi::mdh::route_of(a->mem_hndl.qword1, a->mem_hndl.qword2), st);
   if (!r) return st == cqe::kErrProtection ? GNI_RC_PERMISSION_ERROR : GNI_RC_INVALID_STATE;
   abi::ctl::MboxOpen req{};
   req.h.op = static_cast<uint16_t>(abi::ctl::Op::kMboxOpen);
@@ -150,7 +150,7 @@ gni_return_t GNI_SmsgInit(gni_ep_handle_t ep_hndl, gni_smsg_attr_t* local_smsg_a
   ep->rx.view.ctl->credit_event.store(ep->remote_event, std::memory_order_relaxed);
   if (ep->tx.region) {
     ep->peer = ep->tx.region;
-    ep->peer_domain = abi::mdh::domain_of(remote_smsg_attr->mem_hndl.qword1);
+    ep->peer_domain = abi::mdh::route_of(remote_smsg_attr->mem_hndl.qword1, remote_smsg_attr->mem_hndl.qword2);
   }
   ep->rx_holding = false;
   return GNI_RC_SUCCESS;

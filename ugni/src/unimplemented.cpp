@@ -59,14 +59,6 @@ gni_return_t GNI_SetDeviceOrbMMR(gni_nic_handle_t, gni_dev_orb_mmr_t, uint64_t, 
   return GNI_RC_ILLEGAL_OP;
 }
 
-// --- Memory registration extras, §10.2 (P1/P2) -------------------------------------------
-// Issue: "VMDH registrations" — rebuilding a handle for another VMDH index needs
-// GNI_MEM_USE_VMDH, which GNI_MemRegister refuses.
-
-gni_return_t GNI_RebuildMemHndl(gni_mem_handle_t*, uint32_t, gni_mem_handle_t*) {
-  return GNI_RC_ILLEGAL_OP;
-}
-
 // --- Completion channels, §11.2 (P2) -------------------------------------------------------
 // Issue: "Completion channels" — eventfd-backed notification for blocking CQs.
 
