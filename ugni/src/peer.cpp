@@ -46,18 +46,9 @@ std::shared_ptr<Region> Nic::resolve(uint32_t addr, uint32_t domain, uint64_t& s
       if (!d->connect(nicemu::ctl::socket_path(rundir, addr))) {
         daemons.erase(addr);
         no_daemon_until[addr] = now + 1000000000ull;  // a daemon started later is found within 1 s
-        // Not on this host: FMA, RDMA, CQ writes and datagrams go through our daemon
-        // (remote_post.cpp, datagram.cpp), SMSG and MSGQ are relayed by the daemons (smsg_relay.cpp,
-        // msgq.cpp);
-        // what still needs the peer's region here (chained FMA) fails with NO_PEER.
-        static std::once_flag told;
-        std::call_once(told, [addr] {
-          std::fprintf(stderr,
-                       "libugni (nicemu): NIC address %u has no daemon on this host; chained FMA (GNI_CtPostFma) "
-                       "is not carried across hosts (FMA, RDMA, CQ writes, SMSG, MSGQ and datagrams are; see "
-                       "docs/fabric.md)\n",
-                       addr);
-        });
+        // Not on this host: FMA, RDMA, CQ writes, chains and datagrams go through our daemon
+        // (remote_post.cpp, ct_requester.cpp, datagram.cpp), SMSG and MSGQ are relayed by the
+        // daemons (smsg_relay.cpp, msgq.cpp): nothing here needs the peer's region.
         status = cqe::kErrNoPeer;
         return nullptr;
       }
