@@ -22,7 +22,7 @@
 namespace nicemu::abi {
 
 inline constexpr uint32_t kRegionMagic = 0x4E494345;  // "NICE"
-inline constexpr uint16_t kAbiVersion = 7;  // 2: segment table, RegEntry.seg_*; 3: two memfds (region_map.h), lease; 4: MboxCtl.note_at; 5: memory domains (mem_domain, RegEntry.domain), credit_wanted; 6: CQ sleepers check `tail` (producers no longer fence); 7: RegEntry.vmdh, kRegReserved
+inline constexpr uint16_t kAbiVersion = 7;  // 2: segment table, RegEntry.seg_*; 3: two memfds (region_map.h), lease; 4: MboxCtl.note_at; 5: memory domains (mem_domain, RegEntry.domain), credit_wanted; 6: CQ sleepers check `tail` (producers no longer fence); 7: RegEntry.vmdh, kRegReserved, mailbox slots keep kSmsgTagHeaderRoom
 inline constexpr uint32_t kRegSlots = 16384;          // = mdh::kMaxSlots
 inline constexpr uint32_t kCqSlots = 1024;
 inline constexpr uint32_t kNoCq = 0xFFFFFFFF;
@@ -281,8 +281,20 @@ struct MboxSlotHeader {
 };
 static_assert(sizeof(MboxSlotHeader) == 16);
 
+// Room a slot keeps beyond msg_maxsize for the header of a tagged send. Cray's header bounds
+// GNI_SmsgSend by msg_maxsize ("header plus data exceeds the maximum short message size
+// given in GNI_SmsgInit") but GNI_SmsgSendWTag only by GNI_SMSG_MAX_SIZE, and libfabric's
+// gni provider relies on the difference: it sends a 32-byte header with up to
+// msg_maxsize - 1 bytes of eager data. A tagged send may therefore carry up to msg_maxsize
+// bytes of data plus a header of up to this many bytes (smsg_fits).
+inline constexpr uint32_t kSmsgTagHeaderRoom = 64;
+constexpr uint32_t smsg_capacity(uint32_t msg_maxsize) { return msg_maxsize + kSmsgTagHeaderRoom; }
+constexpr bool smsg_fits(uint32_t msg_maxsize, uint32_t header_length, uint32_t data_length, bool tagged) {
+  if (uint64_t{header_length} + data_length <= msg_maxsize) return true;
+  return tagged && data_length <= msg_maxsize && header_length <= kSmsgTagHeaderRoom;
+}
 constexpr uint32_t mbox_slot_size(uint32_t msg_maxsize) {
-  return (static_cast<uint32_t>(sizeof(MboxSlotHeader)) + msg_maxsize + 63u) & ~63u;
+  return (static_cast<uint32_t>(sizeof(MboxSlotHeader)) + smsg_capacity(msg_maxsize) + 63u) & ~63u;
 }
 constexpr uint64_t mbox_bytes(uint32_t credits, uint32_t msg_maxsize) {
   return sizeof(MboxCtl) + uint64_t{credits} * mbox_slot_size(msg_maxsize);

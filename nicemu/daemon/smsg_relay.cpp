@@ -67,7 +67,7 @@ SmsgRelayCtl* SmsgRelay::block(const Tx& t) const {
 
 int SmsgRelay::open(CdmRegion& cdm, const ctl::SmsgRelayOpen& req, ctl::SmsgRelayOpenReply& rep) {
   if (!io_ || !env_.remote(req.peer_addr)) return rc::kInvalidState;  // not a node of another host
-  if (req.credits == 0 || req.credits > 65535 || req.max_size == 0 || req.max_size > ctl::kSmsgRelayMaxSize)
+  if (req.credits == 0 || req.credits > 65535 || req.max_size == 0 || smsg_capacity(req.max_size) > ctl::kSmsgRelayMaxSize)
     return rc::kInvalidParam;
   auto same = [&](const ctl::SmsgRelayOpen& a) {
     return a.peer_addr == req.peer_addr && a.peer_inst == req.peer_inst && a.qword1 == req.qword1 &&
@@ -250,7 +250,7 @@ bool SmsgRelay::send(CdmRegion& cdm, const char* msg, size_t len, Clock::time_po
   auto it = tx_.find(s.relay);
   if (it == tx_.end() || it->second.attach_id != cdm.attach_id()) return false;
   Tx& t = it->second;
-  if (s.length > t.attrs.max_size || s.seq != t.next_seq) return false;
+  if (s.length > smsg_capacity(t.attrs.max_size) || s.seq != t.next_seq) return false;
   if (t.next_seq - t.released >= t.attrs.credits) return false;  // the library checks credits first
   ++t.next_seq;
   if (t.failed) {  // the library had not seen it yet
@@ -457,7 +457,7 @@ const char* SmsgRelay::fabric_message(uint32_t from, const ctl::Header& h, const
 
 const char* SmsgRelay::on_open(uint32_t from, const ctl::SmsgOpen& o) {
   if (o.origin_node != from) return "SmsgOpen about another node";
-  if (o.credits == 0 || o.credits > 65535 || o.max_size == 0 || o.max_size > ctl::kSmsgRelayMaxSize)
+  if (o.credits == 0 || o.credits > 65535 || o.max_size == 0 || smsg_capacity(o.max_size) > ctl::kSmsgRelayMaxSize)
     return "SmsgOpen with impossible sizes";
   RxKey k{from, o.relay};
   watch_.erase(k);
@@ -535,7 +535,7 @@ const char* SmsgRelay::on_data(uint32_t from, const char* msg, size_t len) {
     nack(from, d.relay, r.status);
     return nullptr;
   }
-  if (d.length > r.max_size) return "SmsgData longer than the mailbox's messages";
+  if (d.length > smsg_capacity(r.max_size)) return "SmsgData longer than the mailbox's messages";
   if (d.seq != r.next) {
     if (static_cast<int32_t>(d.seq - r.next) < 0) return nullptr;  // already delivered
     return "SmsgData out of sequence";

@@ -341,7 +341,13 @@ TEST_CASE("SMSG: credits, order, tags and completion events") {
                   GNI_RC_SUCCESS);
     }
     CHILD_CHECK(GNI_SmsgSendWTag(p.ep, &hdr, sizeof hdr, data, 1, 9999, 1) == GNI_RC_NOT_DONE);  // out of credits
-    CHILD_CHECK(GNI_SmsgSendWTag(p.ep, &hdr, sizeof hdr, data, 253, 9999, 1) == GNI_RC_ERROR_RESOURCE);  // too big
+    // Too big: GNI_SmsgSend bounds header + data by msg_maxsize (256); GNI_SmsgSendWTag lets
+    // a short header ride on top of msg_maxsize bytes of data (shm_layout.h, smsg_fits), no more.
+    static char big[400];
+    CHILD_CHECK(GNI_SmsgSend(p.ep, &hdr, sizeof hdr, big, 253, 9999) == GNI_RC_ERROR_RESOURCE);
+    CHILD_CHECK(GNI_SmsgSendWTag(p.ep, &hdr, sizeof hdr, big, 257, 9999, 1) == GNI_RC_ERROR_RESOURCE);
+    CHILD_CHECK(GNI_SmsgSendWTag(p.ep, big, 65, big, 256, 9999, 1) == GNI_RC_ERROR_RESOURCE);
+    CHILD_CHECK(GNI_SmsgSendWTag(p.ep, big, 64, big, 256, 9999, 1) == GNI_RC_NOT_DONE);  // fits; no credit left
     uint32_t stall = 0;
     CHILD_CHECK(GNI_GetNicStat(p.g.nic, GNI_STAT_SMSG_MBOX_CREDITS_STALL, &stall) == GNI_RC_SUCCESS && stall >= 1);
     // Local SMSG events carry the msg_id of each send, in order.

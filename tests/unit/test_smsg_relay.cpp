@@ -385,7 +385,8 @@ TEST_CASE("SMSG relay: the receiver's daemon refuses forged and malformed messag
   };
   CHECK(inject(data_msg(rep.relay, 5, 4, 4)) == "SmsgData out of sequence");
   CHECK(inject(data_msg(rep.relay, 1, 4, 100)) == "SmsgData length does not match");
-  CHECK(inject(data_msg(rep.relay, 1, kMax + 1, kMax + 1)) == "SmsgData longer than the mailbox's messages");
+  const uint32_t over = abi::smsg_capacity(kMax) + 1;  // msg_maxsize plus a tagged header fits
+  CHECK(inject(data_msg(rep.relay, 1, over, over)) == "SmsgData longer than the mailbox's messages");
   // Fill the credits (message 0 is unreleased), then one more is refused.
   for (uint32_t s = 1; s < kCredits; ++s) CHECK(inject(data_msg(rep.relay, s, 4, 4)).empty());
   CHECK(inject(data_msg(rep.relay, kCredits, 4, 4)) == "SmsgData beyond the credits");

@@ -62,12 +62,14 @@ gni_return_t open_mailbox(Ep* ep, uint32_t addr, const gni_smsg_attr_t* a, Mailb
   return GNI_RC_SUCCESS;
 }
 
+// `tagged`: GNI_SmsgSendWTag, which may exceed msg_maxsize by a short header (shm_layout.h,
+// smsg_fits).
 gni_return_t send(Ep* ep, const void* header, uint32_t header_length, const void* data, uint32_t data_length,
-                  uint32_t msg_id, uint8_t tag) {
+                  uint32_t msg_id, uint8_t tag, bool tagged) {
   Mailbox& m = ep->tx;
   if (!m.valid()) return GNI_RC_INVALID_PARAM;
   if ((header_length && !header) || (data_length && !data)) return GNI_RC_INVALID_PARAM;
-  if (uint64_t{header_length} + data_length > m.view.max_size) return GNI_RC_ERROR_RESOURCE;
+  if (!abi::smsg_fits(m.view.max_size, header_length, data_length, tagged)) return GNI_RC_ERROR_RESOURCE;
   if (m.relay) return relay_send(ep, header, header_length, data, data_length, msg_id, tag);
   if (!m.region->alive() || ep->nic->nic_down.load(std::memory_order_relaxed)) {
     // The receiver is gone: as a retransmit-exhausted send, an error event in our CQ.
@@ -179,14 +181,14 @@ gni_return_t GNI_SmsgSend(gni_ep_handle_t ep_hndl, void* header, uint32_t header
                           uint32_t data_length, uint32_t msg_id) {
   Ep* ep = as_ep(ep_hndl);
   if (!ep) return GNI_RC_INVALID_PARAM;
-  return send(ep, header, header_length, data, data_length, msg_id, 0);
+  return send(ep, header, header_length, data, data_length, msg_id, 0, false);
 }
 
 gni_return_t GNI_SmsgSendWTag(gni_ep_handle_t ep_hndl, void* header, uint32_t header_length, void* data,
                               uint32_t data_length, uint32_t msg_id, uint8_t tag) {
   Ep* ep = as_ep(ep_hndl);
   if (!ep) return GNI_RC_INVALID_PARAM;
-  return send(ep, header, header_length, data, data_length, msg_id, tag);
+  return send(ep, header, header_length, data, data_length, msg_id, tag, true);
 }
 
 gni_return_t GNI_SmsgGetNext(gni_ep_handle_t ep_hndl, void** header) {

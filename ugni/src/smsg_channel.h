@@ -29,7 +29,7 @@ enum class SendResult { kSent, kNoCredit, kTooBig };
 inline SendResult smsg_send(MailboxView& m, const void* header, uint32_t header_length, const void* data,
                             uint32_t data_length, uint8_t tag) {
   uint64_t total = uint64_t{header_length} + data_length;
-  if (total > m.max_size) return SendResult::kTooBig;
+  if (total > abi::smsg_capacity(m.max_size)) return SendResult::kTooBig;
   uint32_t s = m.ctl->sent.load(std::memory_order_relaxed);
   if (s - m.released_seen >= m.credits) {
     // Only now read the receiver's line: credits may have come back.

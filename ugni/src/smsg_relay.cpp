@@ -73,7 +73,7 @@ gni_return_t relay_send(Ep* ep, const void* header, uint32_t header_length, cons
       if (s - m.view.released_seen >= m.view.credits) return GNI_RC_NOT_DONE;
     }
   }
-  const uint32_t total = header_length + data_length;  // <= max_size, checked by the caller
+  const uint32_t total = header_length + data_length;  // <= smsg_capacity(max_size), checked by the caller
   abi::ctl::SmsgRelaySend req{};
   req.h.op = static_cast<uint16_t>(abi::ctl::Op::kSmsgRelaySend);
   req.h.length = static_cast<uint32_t>(sizeof req + total);
