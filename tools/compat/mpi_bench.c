@@ -4,6 +4,8 @@
  * Tests (rank 0 drives; rank 1 answers or is the target):
  *   pingpong 8 B and 1 MiB: MPI_Send/MPI_Recv round trips; one-way latency = round trip / 2,
  *            bandwidth = bytes / one-way latency. Data checked on the first and last trips.
+ *            Also timed in 20 equal batches: lat_med_us is the median batch's one-way latency
+ *            (steadier than the mean when other processes take the ranks' CPUs now and then).
  *   put, get: one 8 B MPI_Put (MPI_Get) to rank 1 followed by MPI_Win_flush, repeated;
  *            µs per operation. Passive target: MPI_Win_allocate + MPI_Win_lock_all; rank 1
  *            waits in MPI_Barrier meanwhile (a progressing call, for osc components that need
@@ -14,7 +16,7 @@
  *
  * Output: one machine-readable line per result, key=value words:
  *   pin rank=R cpus=LIST node=N
- *   result test=pingpong bytes=8 iters=I lat_us=X bw_MBps=Y
+ *   result test=pingpong bytes=8 iters=I lat_us=X bw_MBps=Y lat_med_us=Z
  *   result test=put bytes=8 iters=I lat_us=X
  *   result test=acc bytes=8 iters=I flush_every=F rate_Mops=X us_per_op=Y
  *   check errors=E status=OK|FAILED
@@ -62,14 +64,28 @@ static int want(const char *list, const char *t) {
   return 0;
 }
 
+static int cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+#define BATCHES 20
+
 static void pingpong(size_t n, int iters) {
   unsigned char *sbuf = malloc(n), *rbuf = malloc(n), *scratch = malloc(n);
   if (!sbuf || !rbuf || !scratch) MPI_Abort(MPI_COMM_WORLD, 1);
   const int peer = 1 - rank, warm = iters / 10 > 2 ? iters / 10 : 2;
-  double t0 = 0;
+  const int per_batch = iters / BATCHES > 0 ? iters / BATCHES : 1;
+  double t0 = 0, tb = 0, batch[BATCHES];
+  int nb = 0;
   MPI_Barrier(MPI_COMM_WORLD);
   for (int i = -warm; i < iters; i++) {
-    if (i == 0) t0 = MPI_Wtime();
+    if (i == 0) t0 = tb = MPI_Wtime();
+    if (i > 0 && i % per_batch == 0 && nb < BATCHES) {
+      const double now = MPI_Wtime();
+      batch[nb++] = (now - tb) / per_batch / 2 * 1e6;
+      tb = now;
+    }
     const int chk = (i == -warm || i == iters - 1);
     if (rank == 0) {
       if (chk) fill(sbuf, n, (unsigned)(n + i));
@@ -85,9 +101,14 @@ static void pingpong(size_t n, int iters) {
       MPI_Send(sbuf, (int)n, MPI_BYTE, peer, 2, MPI_COMM_WORLD);
     }
   }
-  const double lat = (MPI_Wtime() - t0) / iters / 2 * 1e6;
+  const double end = MPI_Wtime();
+  if (nb < BATCHES && iters % per_batch == 0) batch[nb++] = (end - tb) / per_batch / 2 * 1e6;
+  const double lat = (end - t0) / iters / 2 * 1e6;
+  qsort(batch, (size_t)nb, sizeof batch[0], cmp_double);
+  const double med = nb ? (nb % 2 ? batch[nb / 2] : (batch[nb / 2 - 1] + batch[nb / 2]) / 2) : lat;
   if (rank == 0)
-    printf("result test=pingpong bytes=%zu iters=%d lat_us=%.3f bw_MBps=%.1f\n", n, iters, lat, (double)n / lat);
+    printf("result test=pingpong bytes=%zu iters=%d lat_us=%.3f bw_MBps=%.1f lat_med_us=%.3f\n", n, iters, lat,
+           (double)n / lat, med);
   free(sbuf);
   free(rbuf);
   free(scratch);
