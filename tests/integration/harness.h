@@ -261,12 +261,17 @@ inline gni_post_descriptor_t make_desc(gni_post_type_t type, uint64_t local, gni
   return d;
 }
 
-// Child side: posts `d` (RDMA or FMA by its type) on `ep`, waits for its completion on
-// `cq` and checks that GNI_GetCompleted returns `d` itself; returns the CQE status.
+// Child side: posts `d` (RDMA, CQ write or FMA by its type) on `ep`, waits for its
+// completion on `cq` and checks that GNI_GetCompleted returns `d` itself; returns the CQE
+// status.
 inline uint64_t post_and_wait(gni_cq_handle_t cq, gni_ep_handle_t ep, gni_post_descriptor_t& d,
                               uint32_t timeout_ms = 10000) {
-  const bool rdma = d.type == GNI_POST_RDMA_PUT || d.type == GNI_POST_RDMA_GET;
-  CHILD_CHECK((rdma ? GNI_PostRdma(ep, &d) : GNI_PostFma(ep, &d)) == GNI_RC_SUCCESS);
+  const gni_return_t posted = d.type == GNI_POST_RDMA_PUT || d.type == GNI_POST_RDMA_GET ? GNI_PostRdma(ep, &d)
+                              : d.type == GNI_POST_CQWRITE                               ? GNI_PostCqWrite(ep, &d)
+                                                                                         : GNI_PostFma(ep, &d);
+  if (posted != GNI_RC_SUCCESS)
+    std::fprintf(stderr, "post of type %d, %lu bytes: %s\n", int(d.type), (unsigned long)d.length, gni_err_str[posted]);
+  CHILD_CHECK(posted == GNI_RC_SUCCESS);
   gni_cq_entry_t e = 0;
   gni_return_t rc = GNI_CqWaitEvent(cq, timeout_ms, &e);
   CHILD_CHECK(rc == GNI_RC_SUCCESS || rc == GNI_RC_TRANSACTION_ERROR);

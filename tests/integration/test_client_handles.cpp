@@ -105,21 +105,6 @@ int target(Oob& oob, Cred c) {
   return 0;
 }
 
-uint64_t complete(gni_cq_handle_t cq, gni_ep_handle_t ep, gni_post_descriptor_t& d) {
-  gni_return_t rc = d.type == GNI_POST_RDMA_PUT || d.type == GNI_POST_RDMA_GET ? GNI_PostRdma(ep, &d)
-                    : d.type == GNI_POST_CQWRITE                               ? GNI_PostCqWrite(ep, &d)
-                                                                               : GNI_PostFma(ep, &d);
-  if (rc != GNI_RC_SUCCESS) std::fprintf(stderr, "post of type %d, %lu bytes: %s\n", int(d.type), (unsigned long)d.length, gni_err_str[rc]);
-  CHILD_CHECK(rc == GNI_RC_SUCCESS);
-  gni_cq_entry_t e = 0;
-  rc = GNI_CqWaitEvent(cq, 10000, &e);
-  CHILD_CHECK(rc == GNI_RC_SUCCESS || rc == GNI_RC_TRANSACTION_ERROR);
-  gni_post_descriptor_t* out = nullptr;
-  GNI_GetCompleted(cq, e, &out);
-  CHILD_CHECK(out == &d);
-  return GNI_CQ_GET_STATUS(e);
-}
-
 int initiator(Oob& oob, Cred c) {
   Gni g;
   CHILD_CHECK(g.open(3, c) == GNI_RC_SUCCESS);
@@ -141,59 +126,59 @@ int initiator(Oob& oob, Cred c) {
   // FMA PUT and GET back.
   std::memset(src, 'F', 64);
   auto put = make_desc(GNI_POST_FMA_PUT, uint64_t(src), sh, t.rw, handle_from_key(t.rw_key, false), 64);
-  CHILD_CHECK(complete(g.cq, ep, put) == 0);
+  CHILD_CHECK(post_and_wait(g.cq, ep, put) == 0);
   auto get = make_desc(GNI_POST_FMA_GET, uint64_t(back), bh, t.rw, rw, 64);
-  CHILD_CHECK(complete(g.cq, ep, get) == 0);
+  CHILD_CHECK(post_and_wait(g.cq, ep, get) == 0);
   CHILD_CHECK(std::memcmp(back, src, 64) == 0);
   // A fetching AMO inside the registration.
   uint64_t forty = 40;
   std::memcpy(src + 128, &forty, 8);
   auto seed = make_desc(GNI_POST_FMA_PUT, uint64_t(src + 128), sh, t.rw + 256, rw, 8);
-  CHILD_CHECK(complete(g.cq, ep, seed) == 0);
+  CHILD_CHECK(post_and_wait(g.cq, ep, seed) == 0);
   // The provider skips the CRC of FMA and AMO handles (the hardware does not check it there).
   auto fadd = make_desc(GNI_POST_AMO, uint64_t(back + 512), bh, t.rw + 256, handle_from_key(t.rw_key, false), 8);
   fadd.amo_cmd = GNI_FMA_ATOMIC_FADD;
   fadd.first_operand = 2;
-  CHILD_CHECK(complete(g.cq, ep, fadd) == 0);
+  CHILD_CHECK(post_and_wait(g.cq, ep, fadd) == 0);
   uint64_t old = 0;
   std::memcpy(&old, back + 512, 8);
   CHILD_CHECK(old == 40);
   // RDMA PUT and GET across the registration's second and third pages.
   std::memset(src, 'R', 6000);
   auto rput = make_desc(GNI_POST_RDMA_PUT, uint64_t(src), sh, t.rw + 4096, rw, 6000);
-  CHILD_CHECK(complete(g.cq, ep, rput) == 0);
+  CHILD_CHECK(post_and_wait(g.cq, ep, rput) == 0);
   std::memset(back, 0, kBuf);
   auto rget = make_desc(GNI_POST_RDMA_GET, uint64_t(back), bh, t.rw + 4096, rw, 6000);
-  CHILD_CHECK(complete(g.cq, ep, rget) == 0);
+  CHILD_CHECK(post_and_wait(g.cq, ep, rget) == 0);
   CHILD_CHECK(std::memcmp(back, src, 6000) == 0);
   // Reading read-only memory is allowed.
   auto roget = make_desc(GNI_POST_FMA_GET, uint64_t(back), bh, t.ro, ro, 16);
-  CHILD_CHECK(complete(g.cq, ep, roget) == 0);
+  CHILD_CHECK(post_and_wait(g.cq, ep, roget) == 0);
   CHILD_CHECK(back[0] == 'r');
 
   // Refusals, as error completions (nothing is written: the target checks its bytes).
   std::memset(src, 'X', kBuf);
   auto past = make_desc(GNI_POST_FMA_PUT, uint64_t(src), sh, t.rw + kBuf - 8, rw, 64);  // beyond the end
-  CHILD_CHECK(complete(g.cq, ep, past) != 0);
+  CHILD_CHECK(post_and_wait(g.cq, ep, past) != 0);
   auto rpast = make_desc(GNI_POST_RDMA_PUT, uint64_t(src), sh, t.rw + 4096, rw, kBuf);
-  CHILD_CHECK(complete(g.cq, ep, rpast) != 0);
+  CHILD_CHECK(post_and_wait(g.cq, ep, rpast) != 0);
   Key hidden = t.ro_key;
   hidden.read_only = false;  // a key that hides the flag: the target's table still refuses
   auto ro_put = make_desc(GNI_POST_FMA_PUT, uint64_t(src), sh, t.ro, handle_from_key(hidden), 16);
-  CHILD_CHECK(complete(g.cq, ep, ro_put) != 0);
+  CHILD_CHECK(post_and_wait(g.cq, ep, ro_put) != 0);
   Key elsewhere = t.rw_key;
   elsewhere.pfn += 64;  // no registration starts there
   auto nowhere = make_desc(GNI_POST_FMA_PUT, uint64_t(src), sh, t.rw + 64 * 4096, handle_from_key(elsewhere), 8);
-  CHILD_CHECK(complete(g.cq, ep, nowhere) != 0);
+  CHILD_CHECK(post_and_wait(g.cq, ep, nowhere) != 0);
   Key other = t.rw_key;
   other.mdd = (other.mdd % 4095) + 1;  // another memory domain
   auto wrong = make_desc(GNI_POST_FMA_PUT, uint64_t(src), sh, t.rw, handle_from_key(other), 8);
-  CHILD_CHECK(complete(g.cq, ep, wrong) != 0);
+  CHILD_CHECK(post_and_wait(g.cq, ep, wrong) != 0);
 
   // A CQ write through the client-built handle.
   auto cqw = make_desc(GNI_POST_CQWRITE, 0, {}, 0, rw, 0);
   cqw.cqwrite_value = 0xBEEF;
-  CHILD_CHECK(complete(g.cq, ep, cqw) == 0);
+  CHILD_CHECK(post_and_wait(g.cq, ep, cqw) == 0);
   oob.send(0, 1);
   CHILD_CHECK(oob.recv<int>(0) == 2);
   return 0;

@@ -121,21 +121,6 @@ int neighbour(Oob& nb, Cred c) {
   return 0;
 }
 
-uint64_t complete(gni_cq_handle_t cq, gni_ep_handle_t ep, gni_post_descriptor_t& d) {
-  gni_return_t rc = d.type == GNI_POST_RDMA_PUT || d.type == GNI_POST_RDMA_GET ? GNI_PostRdma(ep, &d)
-                    : d.type == GNI_POST_CQWRITE                               ? GNI_PostCqWrite(ep, &d)
-                                                                               : GNI_PostFma(ep, &d);
-  if (rc != GNI_RC_SUCCESS) std::fprintf(stderr, "post of type %d: %s\n", int(d.type), gni_err_str[rc]);
-  CHILD_CHECK(rc == GNI_RC_SUCCESS);
-  gni_cq_entry_t e = 0;
-  rc = GNI_CqWaitEvent(cq, 10000, &e);
-  CHILD_CHECK(rc == GNI_RC_SUCCESS || rc == GNI_RC_TRANSACTION_ERROR);
-  gni_post_descriptor_t* out = nullptr;
-  GNI_GetCompleted(cq, e, &out);
-  CHILD_CHECK(out == &d);
-  return GNI_CQ_GET_STATUS(e);
-}
-
 int initiator(Oob& oob, Cred c) {
   Gni g;
   CHILD_CHECK(g.open(3, c) == GNI_RC_SUCCESS);
@@ -152,66 +137,66 @@ int initiator(Oob& oob, Cred c) {
   // The reservation is closed until its pages are filled in.
   std::memset(src, 'L', 64);
   auto early = make_desc(GNI_POST_FMA_PUT, uint64_t(src), sh, 8, lazy, 8);
-  CHILD_CHECK(complete(g.cq, ep, early) != 0);
+  CHILD_CHECK(post_and_wait(g.cq, ep, early) != 0);
   oob.send(0, 1);
   CHILD_CHECK(oob.recv<int>(0) == 2);
   auto late = make_desc(GNI_POST_FMA_PUT, uint64_t(src), sh, 8, lazy, 8);
-  CHILD_CHECK(complete(g.cq, ep, late) == 0);
+  CHILD_CHECK(post_and_wait(g.cq, ep, late) == 0);
 
   // FMA PUT at offset 0 and GET back.
   std::memset(src, 'F', 64);
   auto put = make_desc(GNI_POST_FMA_PUT, uint64_t(src), sh, 0, rw, 64);
-  CHILD_CHECK(complete(g.cq, ep, put) == 0);
+  CHILD_CHECK(post_and_wait(g.cq, ep, put) == 0);
   auto get = make_desc(GNI_POST_FMA_GET, uint64_t(back), bh, 0, rw, 64);
-  CHILD_CHECK(complete(g.cq, ep, get) == 0);
+  CHILD_CHECK(post_and_wait(g.cq, ep, get) == 0);
   CHILD_CHECK(std::memcmp(back, src, 64) == 0);
   // A fetching AMO.
   uint64_t forty = 40;
   std::memcpy(src + 128, &forty, 8);
   auto seed = make_desc(GNI_POST_FMA_PUT, uint64_t(src + 128), sh, 256, rw, 8);
-  CHILD_CHECK(complete(g.cq, ep, seed) == 0);
+  CHILD_CHECK(post_and_wait(g.cq, ep, seed) == 0);
   auto fadd = make_desc(GNI_POST_AMO, uint64_t(back + 512), bh, 256, rw, 8);
   fadd.amo_cmd = GNI_FMA_ATOMIC_FADD;
   fadd.first_operand = 2;
-  CHILD_CHECK(complete(g.cq, ep, fadd) == 0);
+  CHILD_CHECK(post_and_wait(g.cq, ep, fadd) == 0);
   uint64_t old = 0;
   std::memcpy(&old, back + 512, 8);
   CHILD_CHECK(old == 40);
   // RDMA PUT and GET across the second and third pages.
   std::memset(src, 'R', 6000);
   auto rput = make_desc(GNI_POST_RDMA_PUT, uint64_t(src), sh, 4096, rw, 6000);
-  CHILD_CHECK(complete(g.cq, ep, rput) == 0);
+  CHILD_CHECK(post_and_wait(g.cq, ep, rput) == 0);
   std::memset(back, 0, kBuf);
   auto rget = make_desc(GNI_POST_RDMA_GET, uint64_t(back), bh, 4096, rw, 6000);
-  CHILD_CHECK(complete(g.cq, ep, rget) == 0);
+  CHILD_CHECK(post_and_wait(g.cq, ep, rget) == 0);
   CHILD_CHECK(std::memcmp(back, src, 6000) == 0);
   // The handle the target's GNI_MemRegister issued carries the VA: it addresses by VA.
   std::memset(src, 'V', 16);
   auto byva = make_desc(GNI_POST_FMA_PUT, uint64_t(src), sh, t.rw + 1000, t.rw_issued, 16);
-  CHILD_CHECK(complete(g.cq, ep, byva) == 0);
+  CHILD_CHECK(post_and_wait(g.cq, ep, byva) == 0);
   gni_mem_handle_t rebuilt;
   CHILD_CHECK(GNI_RebuildMemHndl(&t.rw_issued, kRo, &rebuilt) == GNI_RC_SUCCESS);
   CHILD_CHECK(mdh_of(rebuilt) == kRo);
   CHILD_CHECK(GNI_RebuildMemHndl(&sh, kRo, &rebuilt) == GNI_RC_INVALID_PARAM);  // not a vMDH handle
   // Read-only memory can be read.
   auto roget = make_desc(GNI_POST_FMA_GET, uint64_t(back), bh, 0, ro, 16);
-  CHILD_CHECK(complete(g.cq, ep, roget) == 0);
+  CHILD_CHECK(post_and_wait(g.cq, ep, roget) == 0);
   CHILD_CHECK(back[0] == 'r');
 
   // Refusals, as error completions (the target checks that nothing was written).
   std::memset(src, 'X', kBuf);
   auto past = make_desc(GNI_POST_FMA_PUT, uint64_t(src), sh, kBuf - 8, rw, 64);
-  CHILD_CHECK(complete(g.cq, ep, past) != 0);
+  CHILD_CHECK(post_and_wait(g.cq, ep, past) != 0);
   auto rpast = make_desc(GNI_POST_RDMA_PUT, uint64_t(src), sh, 4096, rw, kBuf);
-  CHILD_CHECK(complete(g.cq, ep, rpast) != 0);
+  CHILD_CHECK(post_and_wait(g.cq, ep, rpast) != 0);
   auto ro_put = make_desc(GNI_POST_FMA_PUT, uint64_t(src), sh, 0, ro, 16);
-  CHILD_CHECK(complete(g.cq, ep, ro_put) != 0);
+  CHILD_CHECK(post_and_wait(g.cq, ep, ro_put) != 0);
   auto unknown = make_desc(GNI_POST_FMA_PUT, uint64_t(src), sh, 0, vmdh_handle(40), 8);
-  CHILD_CHECK(complete(g.cq, ep, unknown) != 0);
+  CHILD_CHECK(post_and_wait(g.cq, ep, unknown) != 0);
   // A CQ write through the vMDH handle.
   auto cqw = make_desc(GNI_POST_CQWRITE, 0, {}, 0, rw, 0);
   cqw.cqwrite_value = 0xBEEF;
-  CHILD_CHECK(complete(g.cq, ep, cqw) == 0);
+  CHILD_CHECK(post_and_wait(g.cq, ep, cqw) == 0);
   oob.send(0, 3);
   CHILD_CHECK(oob.recv<int>(0) == 4);
   return 0;
