@@ -70,13 +70,18 @@ inline CqRingView region_cq_view(char* base, uint64_t size, uint32_t slot) {
   return v;
 }
 
-// Whether entry `e` is the registration handle `f` names (ignoring the slot): the memory
-// domain and first page, or for a vMDH handle the vMDH index; live (a reserved vMDH
+// Whether entry `e` was registered under the MDH handle `f` carries: the memory domain, or
+// for a vMDH handle the vMDH index. Nothing else (state, page, slot).
+inline bool region_entry_owner(const mdh::Fields& f, const RegEntry& e) {
+  return (f.flags & mdh::kFlagVmdh) ? e.vmdh == f.domain + 1 : e.domain == f.domain;
+}
+
+// Whether entry `e` is the registration handle `f` names (ignoring the slot): its owner
+// (region_entry_owner) and, but for a vMDH handle, its first page; live (a reserved
 // registration is not, until its pages are filled in).
 inline bool region_entry_named(const mdh::Fields& f, const RegEntry& e) {
-  if (e.state != kRegLive) return false;
-  if (f.flags & mdh::kFlagVmdh) return e.vmdh == f.domain + 1;
-  return e.domain == f.domain && (e.address & ~(kPageSize - 1)) == f.va;
+  if (e.state != kRegLive || !region_entry_owner(f, e)) return false;
+  return (f.flags & mdh::kFlagVmdh) || (e.address & ~(kPageSize - 1)) == f.va;
 }
 
 // Where remote address `addr` through handle `f` lands in entry `e`'s address space (an

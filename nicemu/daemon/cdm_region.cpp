@@ -282,8 +282,7 @@ int CdmRegion::mbox_open(const ctl::MboxOpen& req, ctl::MboxOpenReply& rep, bool
   auto f = mdh::decode(req.qword1, req.qword2);
   if (!f) return rc::kInvalidParam;
   RegEntry* e = reg(f->slot);
-  const bool named = (f->flags & mdh::kFlagVmdh) ? e->vmdh == f->domain + 1 : e->domain == f->domain;
-  if (e->state != kRegLive || !named) return rc::kInvalidParam;
+  if (e->state != kRegLive || !region_entry_owner(*f, *e)) return rc::kInvalidParam;
   // The mailbox must lie inside the registration, as the RDMA writes of real SMSG would.
   uint64_t need = smsg_buffer_size(req.credits, req.max_size);
   uint64_t start = req.msg_buffer + req.mbox_offset;

@@ -6,6 +6,7 @@
 
 #include "nicemu/abi/gni_values.h"
 #include "nicemu/abi/mem_handle.h"
+#include "nicemu/abi/region_access.h"
 
 namespace nicemu::daemon {
 
@@ -47,8 +48,7 @@ namespace {
 // The caller's registration a handle it was given names: the slot's entry, registered (live
 // or reserved) by the handle's memory domain (or under its vMDH index) for its first page.
 bool names_entry(const mdh::Fields& f, const RegEntry& e) {
-  if (e.state == kRegFree || (e.address & ~(kPageSize - 1)) != f.va) return false;
-  return (f.flags & mdh::kFlagVmdh) ? e.vmdh == f.domain + 1 : e.domain == f.domain;
+  return e.state != kRegFree && (e.address & ~(kPageSize - 1)) == f.va && region_entry_owner(f, e);
 }
 }  // namespace
 

@@ -34,18 +34,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mpi_pattern.h"
+
 static int rank;
 static long errors;
-
-static void fill(unsigned char *buf, size_t n, unsigned seed) {
-  uint32_t x = seed * 2654435761u + 12345u;
-  for (size_t i = 0; i < n; i++) {
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    buf[i] = (unsigned char)x;
-  }
-}
 
 static void check_buf(const unsigned char *buf, size_t n, unsigned seed, unsigned char *scratch, const char *what) {
   fill(scratch, n, seed);

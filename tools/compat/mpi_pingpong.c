@@ -21,15 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static void fill(unsigned char *buf, size_t n, unsigned seed) {
-  uint32_t x = seed * 2654435761u + 12345u;
-  for (size_t i = 0; i < n; i++) {
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    buf[i] = (unsigned char)x;
-  }
-}
+#include "mpi_pattern.h"
 
 static int check(const unsigned char *buf, size_t n, unsigned seed, unsigned char *scratch) {
   fill(scratch, n, seed);
