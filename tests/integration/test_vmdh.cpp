@@ -66,6 +66,16 @@ int target(Oob& oob, Oob& nb, Cred c) {
                               &lazyh) == GNI_RC_SUCCESS);
   CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(other), 4096, nullptr, GNI_MEM_USE_VMDH, uint32_t(-1), &anyh) ==
               GNI_RC_SUCCESS);
+  // Multi-segment registrations take indices the same way (and give them back).
+  static char seg_a[4096], seg_b[4096];
+  gni_mem_segment_t segs[2] = {{uint64_t(seg_a), sizeof seg_a}, {uint64_t(seg_b), sizeof seg_b}};
+  gni_mem_handle_t segh;
+  CHILD_CHECK(GNI_MemRegisterSegments(g.nic, segs, 2, nullptr, GNI_MEM_USE_VMDH, 11, &segh) == GNI_RC_SUCCESS);
+  CHILD_CHECK(mdh_of(segh) == 11);
+  CHILD_CHECK(GNI_MemRegisterSegments(g.nic, segs, 2, nullptr, GNI_MEM_USE_VMDH, 11, &h) == GNI_RC_ERROR_RESOURCE);
+  CHILD_CHECK(GNI_MemDeregister(g.nic, &segh) == GNI_RC_SUCCESS);
+  CHILD_CHECK(GNI_MemRegisterSegments(g.nic, segs, 2, nullptr, GNI_MEM_USE_VMDH, 11, &segh) == GNI_RC_SUCCESS);
+  CHILD_CHECK(GNI_MemDeregister(g.nic, &segh) == GNI_RC_SUCCESS);
   Target t{g.addr, uint64_t(rw), rwh, mdh_of(anyh)};
   CHILD_CHECK(t.chosen == 0);  // the first free entry of the block
   oob.send(1, t);
