@@ -212,7 +212,9 @@ struct Blocker {
   gni_nic_handle_t nic;
   gni_cq_handle_t cq;
   int which;
+  gni_ep_handle_t ep = nullptr;  // with a wildcard post outstanding (which == 4)
 };
+constexpr uint64_t kPostId = 0x5151;
 void* block_forever(void* arg) {
   auto* b = static_cast<Blocker*>(arg);
   int unused;
@@ -227,6 +229,14 @@ void* block_forever(void* arg) {
     // The provider's loop: a short wait that returns, then non-blocking calls. A cancel
     // that lands inside the short wait is acted on as it returns.
     if (b->which == 3) GNI_PostdataProbeWaitById(b->nic, 1, &id);
+    // The provider's datagram thread between waits: probes and tests, never blocking. The
+    // cancel lands inside them (they hold the library's datagram lock most of the time).
+    if (b->which == 4) {
+      gni_post_state_t st;
+      uint32_t a = 0, i = 0;
+      GNI_PostDataProbeById(b->nic, &id);
+      GNI_EpPostDataTestById(b->ep, kPostId, &st, &a, &i);
+    }
   }
   return nullptr;
 }
@@ -242,19 +252,32 @@ TEST_CASE("blocking calls cancelled asynchronously") {
   pid_t p = cl.spawn(0, [&] {
     Gni g;
     CHILD_CHECK(g.open(5, c) == GNI_RC_SUCCESS);
-    for (int which = 0; which < 4; ++which) {
-      Blocker b{g.nic, g.cq, which};
-      pthread_t t;
-      CHILD_CHECK(pthread_create(&t, nullptr, block_forever, &b) == 0);
-      usleep(300000);  // well into the sleep
-      CHILD_CHECK(pthread_cancel(t) == 0);
-      void* ret = nullptr;
-      CHILD_CHECK(pthread_join(t, &ret) == 0);
-      CHILD_CHECK(ret == PTHREAD_CANCELED);
+    gni_ep_handle_t ep = nullptr;
+    CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
+    uint64_t in = 1, out = 0;
+    CHILD_CHECK(GNI_EpPostDataWId(ep, &in, sizeof in, &out, sizeof out, kPostId) == GNI_RC_SUCCESS);
+    for (int which = 0; which < 5; ++which) {
+      // The non-blocking loop is cancelled many times, at many places.
+      for (int round = 0; round < (which == 4 ? 40 : 1); ++round) {
+        Blocker b{g.nic, g.cq, which, ep};
+        pthread_t t;
+        CHILD_CHECK(pthread_create(&t, nullptr, block_forever, &b) == 0);
+        usleep(which == 4 ? 5000 + 500 * round : 300000);  // well into the loop or the sleep
+        CHILD_CHECK(pthread_cancel(t) == 0);
+        void* ret = nullptr;
+        CHILD_CHECK(pthread_join(t, &ret) == 0);
+        CHILD_CHECK(ret == PTHREAD_CANCELED);
+      }
     }
-    // The library still works afterwards.
+    // The library still works afterwards: no lock was left held, the post is still pending.
     gni_cq_entry_t e;
     CHILD_CHECK(GNI_CqGetEvent(g.cq, &e) == GNI_RC_NOT_DONE);
+    gni_post_state_t st = GNI_POST_COMPLETED;
+    uint32_t a = 0, i = 0;
+    CHILD_CHECK(GNI_EpPostDataTestById(ep, kPostId, &st, &a, &i) == GNI_RC_SUCCESS);
+    CHILD_CHECK(st == GNI_POST_PENDING);
+    CHILD_CHECK(GNI_EpPostDataCancelById(ep, kPostId) == GNI_RC_SUCCESS);
+    CHILD_CHECK(GNI_EpDestroy(ep) == GNI_RC_SUCCESS);
     return 0;
   });
   CHECK(cl.wait(p) == 0);

@@ -1,35 +1,37 @@
-// Blocking calls and thread cancellation. Programs cancel threads that sit in uGNI's blocking
-// calls: libfabric's gni provider runs GNI_PostdataProbeWaitById and GNI_CqVectorMonitor in
-// progress threads with asynchronous cancellation and cancels them at teardown. Cray's
-// libugni is C and unwinds from anywhere; this library is C++, and an asynchronous cancel
-// that lands inside a lock (pthread_mutex_lock is declared nothrow) ends the process in
-// std::terminate. So a blocking call runs with deferred cancellation and offers a
-// cancellation point between its sleeps, where it holds no lock and is registered as no
-// ring's waiter: the cancel then takes effect there, within one sleep slice (200 ms).
+// uGNI calls and thread cancellation. Programs cancel threads that sit in or between uGNI
+// calls: libfabric's gni provider runs GNI_PostdataProbeWaitById (then probes, tests and
+// posts) and GNI_CqVectorMonitor in progress threads with asynchronous cancellation, and
+// cancels them at teardown. Cray's libugni is C and unwinds from anywhere. This library is
+// C++: an asynchronous cancel that lands in a frame with objects to destroy, anywhere but in
+// a call, or inside a lock (pthread_mutex_lock is declared nothrow) ends the process in
+// std::terminate.
+//
+// So such an entry point has no objects to destroy itself: it only checks its arguments and
+// hands a [[gnu::noinline]] function to deferring_cancel, which runs it with deferred
+// cancellation. A blocking call offers a cancellation point between its sleeps, where it
+// holds no lock and is registered as no ring's waiter; the cancel takes effect there,
+// within one sleep slice (200 ms), as at the device's blocking ioctl. A cancel that came
+// during a non-blocking call is acted on when the caller's type is restored, as the call
+// returns, outside every lock of this library.
 #pragma once
 #include <pthread.h>
 
+#include "gni_pub.h"
+
 namespace nicemu::ugni {
 
-class CancelDeferral {
- public:
-  CancelDeferral() { pthread_setcanceltype(PTHREAD_CANCEL_DEFERRED, &old_); }
-  // Restoring asynchronous cancellation acts on a cancel that came meanwhile (say while a
-  // probe held its lock): the thread unwinds from here, which a destructor may do only
-  // when it is not noexcept.
-  ~CancelDeferral() noexcept(false) {
-    int unused;
-    pthread_setcanceltype(old_, &unused);
-  }
-  CancelDeferral(const CancelDeferral&) = delete;
-  CancelDeferral& operator=(const CancelDeferral&) = delete;
-
- private:
-  int old_ = PTHREAD_CANCEL_DEFERRED;
-};
+template <typename F>
+inline gni_return_t deferring_cancel(F&& f) {
+  int old = PTHREAD_CANCEL_DEFERRED;
+  pthread_setcanceltype(PTHREAD_CANCEL_DEFERRED, &old);
+  gni_return_t rc = f();
+  int unused;
+  pthread_setcanceltype(old, &unused);  // may unwind from here: a cancel came meanwhile
+  return rc;
+}
 
 // Where a cancelled thread leaves a blocking call (for deferred and asynchronous callers
-// alike, as the device's blocking ioctl would be).
+// alike).
 inline void cancellation_point() { pthread_testcancel(); }
 
 }  // namespace nicemu::ugni

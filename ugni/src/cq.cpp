@@ -51,6 +51,8 @@ uint64_t now_ns() {
   return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
 }
 
+gni_return_t wait_event(Cq* cq, uint64_t timeout, gni_cq_entry_t* event_data);  // GNI_CqWaitEvent's loop
+
 }  // namespace
 
 extern "C" {
@@ -118,7 +120,15 @@ gni_return_t GNI_CqWaitEvent(gni_cq_handle_t cq_hndl, uint64_t timeout, gni_cq_e
   Cq* cq = as_cq(cq_hndl);
   if (!cq || !event_data) return GNI_RC_INVALID_PARAM;
   if (!GNI_CQ_IS_BLOCKING(cq->mode)) return GNI_RC_ERROR_RESOURCE;
-  CancelDeferral deferral;  // cancelled only between sleeps (cancel_point.h)
+  // Cancelled only between sleeps (cancel_point.h).
+  return deferring_cancel([&] { return wait_event(cq, timeout, event_data); });
+}
+
+}  // extern "C"
+
+namespace {
+
+[[gnu::noinline]] gni_return_t wait_event(Cq* cq, uint64_t timeout, gni_cq_entry_t* event_data) {
   const bool forever = timeout == UINT64_MAX;
   const uint64_t start = now_ns();
   const uint64_t deadline = forever ? UINT64_MAX : start + timeout * 1000000ull;
@@ -154,6 +164,10 @@ gni_return_t GNI_CqWaitEvent(gni_cq_handle_t cq_hndl, uint64_t timeout, gni_cq_e
     }
   }
 }
+
+}  // namespace
+
+extern "C" {
 
 gni_return_t GNI_GetCompleted(gni_cq_handle_t cq_hndl, gni_cq_entry_t event_data,
                               gni_post_descriptor_t** post_descr) {

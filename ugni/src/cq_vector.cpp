@@ -119,8 +119,9 @@ int sleep_once(const Vector& v, uint64_t slice_ns) {
 // Waits until a CQ of the vector has something to report (SUCCESS, *which set), the
 // deadline passes (TIMEOUT), a CQ is masked (NOT_DONE), or — with `stop_on_signal` — a
 // signal interrupts the sleep (INVALID_STATE, GNI_CqVectorMonitor's documented code).
+// Runs with deferred cancellation (the entry points' deferring_cancel): cancelled only
+// between sleeps (cancel_point.h).
 gni_return_t wait_ready(const Vector& v, uint64_t deadline, bool stop_on_signal, uint32_t* which) {
-  CancelDeferral deferral;  // cancelled only between sleeps (cancel_point.h)
   const uint64_t start = now_ns(), spin_until = start + spin_ns();
   for (;;) {
     if (any_masked(v)) return GNI_RC_NOT_DONE;
@@ -142,6 +143,10 @@ gni_return_t wait_ready(const Vector& v, uint64_t deadline, bool stop_on_signal,
   }
 }
 
+gni_return_t vector_wait_event(gni_cq_handle_t* cq_hndls, uint32_t num_cqs, uint64_t timeout,
+                               gni_cq_entry_t* event_data, uint32_t* which);
+gni_return_t vector_monitor(gni_cq_handle_t* cq_hndls, uint32_t num_cqs, uint64_t timeout, uint32_t* which);
+
 uint64_t deadline_after(uint64_t timeout_ms) {
   const uint64_t t = now_ns();
   if (timeout_ms == UINT64_MAX || timeout_ms > (UINT64_MAX - t) / 1000000) return UINT64_MAX;  // -1: forever
@@ -154,6 +159,19 @@ extern "C" {
 
 gni_return_t GNI_CqVectorWaitEvent(gni_cq_handle_t* cq_hndls, uint32_t num_cqs, uint64_t timeout,
                                    gni_cq_entry_t* event_data, uint32_t* which) {
+  return deferring_cancel([&] { return vector_wait_event(cq_hndls, num_cqs, timeout, event_data, which); });
+}
+
+gni_return_t GNI_CqVectorMonitor(gni_cq_handle_t* cq_hndls, uint32_t num_cqs, uint64_t timeout, uint32_t* which) {
+  return deferring_cancel([&] { return vector_monitor(cq_hndls, num_cqs, timeout, which); });
+}
+
+}  // extern "C"
+
+namespace {
+
+[[gnu::noinline]] gni_return_t vector_wait_event(gni_cq_handle_t* cq_hndls, uint32_t num_cqs, uint64_t timeout,
+                                                 gni_cq_entry_t* event_data, uint32_t* which) {
   Vector v{};
   if (!event_data || !which) return GNI_RC_INVALID_PARAM;
   if (gni_return_t rc = check(cq_hndls, num_cqs, v); rc != GNI_RC_SUCCESS) return rc;
@@ -171,12 +189,17 @@ gni_return_t GNI_CqVectorWaitEvent(gni_cq_handle_t* cq_hndls, uint32_t num_cqs, 
   }
 }
 
-gni_return_t GNI_CqVectorMonitor(gni_cq_handle_t* cq_hndls, uint32_t num_cqs, uint64_t timeout, uint32_t* which) {
+[[gnu::noinline]] gni_return_t vector_monitor(gni_cq_handle_t* cq_hndls, uint32_t num_cqs, uint64_t timeout,
+                                              uint32_t* which) {
   Vector v{};
   if (!which) return GNI_RC_INVALID_PARAM;
   if (gni_return_t rc = check(cq_hndls, num_cqs, v); rc != GNI_RC_SUCCESS) return rc;
   return wait_ready(v, deadline_after(timeout), true, which);
 }
+
+}  // namespace
+
+extern "C" {
 
 gni_return_t GNI_CqInterruptMask(gni_cq_handle_t cq_hndl) {
   Cq* cq = as_cq(cq_hndl);

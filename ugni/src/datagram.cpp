@@ -73,7 +73,7 @@ void drain(Nic* n) {
   }
 }
 
-gni_return_t post(Ep* ep, void* in_data, uint16_t data_len, void* out_buf, uint16_t buf_size, bool has_id,
+[[gnu::noinline]] gni_return_t post(Ep* ep, void* in_data, uint16_t data_len, void* out_buf, uint16_t buf_size, bool has_id,
                   uint64_t id) {
   if (data_len > GNI_DATAGRAM_MAXSIZE || buf_size > GNI_DATAGRAM_MAXSIZE) return GNI_RC_SIZE_ERROR;
   if ((data_len && !in_data) || (buf_size && !out_buf)) return GNI_RC_INVALID_PARAM;
@@ -114,7 +114,7 @@ bool names(const Ep* ep, bool by_id, uint64_t id) {
   return ep->dgram_seq != 0 && (!by_id || (ep->dgram_has_id && ep->dgram_id == id));
 }
 
-gni_return_t test(Ep* ep, bool by_id, uint64_t id, gni_post_state_t* state, uint32_t* remote_addr,
+[[gnu::noinline]] gni_return_t test(Ep* ep, bool by_id, uint64_t id, gni_post_state_t* state, uint32_t* remote_addr,
                   uint32_t* remote_id) {
   Nic* n = ep->nic;
   DgramState& d = n->dgram;
@@ -143,10 +143,10 @@ gni_return_t test(Ep* ep, bool by_id, uint64_t id, gni_post_state_t* state, uint
   return rc;
 }
 
-// Blocks until `poll` stops answering "pending"/NO_MATCH-style NOT_DONE, or timeout.
+// Runs under the entry points' deferring_cancel: cancelled only between sleeps
+// (cancel_point.h). Blocks until `poll` stops answering "pending"/NO_MATCH-style NOT_DONE, or timeout.
 template <typename Poll>
 gni_return_t wait_for(Nic* n, uint32_t timeout_ms, Poll poll) {
-  CancelDeferral deferral;  // cancelled only between sleeps (cancel_point.h)
   const bool forever = timeout_ms == UINT32_MAX;
   const uint64_t deadline = forever ? UINT64_MAX : now_ms() + timeout_ms;
   auto* seq = const_cast<std::atomic<uint32_t>*>(&n->self->header()->dgram_seq);
@@ -164,7 +164,7 @@ gni_return_t wait_for(Nic* n, uint32_t timeout_ms, Poll poll) {
   }
 }
 
-gni_return_t wait(Ep* ep, bool by_id, uint64_t id, uint32_t timeout, gni_post_state_t* state, uint32_t* remote_addr,
+[[gnu::noinline]] gni_return_t wait(Ep* ep, bool by_id, uint64_t id, uint32_t timeout, gni_post_state_t* state, uint32_t* remote_addr,
                   uint32_t* remote_id) {
   if (timeout == 0) return GNI_RC_INVALID_PARAM;
   gni_return_t last = GNI_RC_SUCCESS;
@@ -176,7 +176,7 @@ gni_return_t wait(Ep* ep, bool by_id, uint64_t id, uint32_t timeout, gni_post_st
   return rc;
 }
 
-gni_return_t probe(Nic* n, bool by_id, uint64_t* id, uint32_t* remote_addr, uint32_t* remote_id) {
+[[gnu::noinline]] gni_return_t probe(Nic* n, bool by_id, uint64_t* id, uint32_t* remote_addr, uint32_t* remote_id) {
   DgramState& d = n->dgram;
   std::lock_guard<std::mutex> lk(d.mu);
   drain(n);
@@ -189,6 +189,13 @@ gni_return_t probe(Nic* n, bool by_id, uint64_t* id, uint32_t* remote_addr, uint
   }
   if (!n->self->alive()) return GNI_RC_ERROR_RESOURCE;
   return GNI_RC_NO_MATCH;
+}
+
+[[gnu::noinline]] gni_return_t probe_wait(Nic* n, uint32_t timeout, uint64_t* id) {
+  return wait_for(n, timeout, [&] {
+    gni_return_t rc = probe(n, true, id, nullptr, nullptr);
+    return rc == GNI_RC_NO_MATCH ? GNI_RC_NOT_DONE : rc;
+  });
 }
 
 // Whether the EP's post was matched (COMPLETED) and not yet consumed by a Test or Wait.
@@ -205,13 +212,20 @@ bool matched_unconsumed(const Ep* ep) {
   return it != n->dgram.finished.end() && it->second.state == GNI_POST_COMPLETED;
 }
 
-gni_return_t cancel(Ep* ep, bool by_id, uint64_t id) {
+[[gnu::noinline]] gni_return_t cancel(Ep* ep, bool by_id, uint64_t id) {
   Nic* n = ep->nic;
-  std::lock_guard<std::mutex> lk(n->dgram.mu);
-  if (!names(ep, by_id, id)) return GNI_RC_NO_MATCH;
+  uint64_t seq;
+  {
+    std::lock_guard<std::mutex> lk(n->dgram.mu);
+    if (!names(ep, by_id, id)) return GNI_RC_NO_MATCH;
+    seq = ep->dgram_seq;
+  }
   // Only the daemon knows whether the post is still pending. If it was matched meanwhile,
   // its event is on the ring and the cancel succeeds without changing it (matched_unconsumed);
-  // a post already terminated (cancelled, refused) gives NO_MATCH.
+  // a post already terminated (cancelled, refused) gives NO_MATCH. The round trip is made
+  // without dgram.mu: the device's cancel does not hold up other threads' tests and probes,
+  // and the gni provider's datagram thread, blocked in a test behind it while its NIC lock is
+  // held, is cancelled asynchronously at teardown (it then dies holding that lock).
   actl::DgramCancel req{};
   req.h.op = static_cast<uint16_t>(actl::Op::kDgramCancel);
   req.ep = ep->dgram_key;
@@ -220,6 +234,8 @@ gni_return_t cancel(Ep* ep, bool by_id, uint64_t id) {
   actl::Reply rep{};
   if (!n->conn.call(req, rep)) return GNI_RC_ERROR_RESOURCE;
   const auto rc = static_cast<gni_return_t>(rep.rc);
+  std::lock_guard<std::mutex> lk(n->dgram.mu);
+  if (ep->dgram_seq != seq) return GNI_RC_NO_MATCH;  // another thread consumed it meanwhile
   if (rc == GNI_RC_NO_MATCH && matched_unconsumed(ep)) return GNI_RC_SUCCESS;
   return rc;
 }
@@ -247,75 +263,72 @@ gni_return_t GNI_EpPostData(gni_ep_handle_t ep_hndl, void* in_data, uint16_t dat
                             uint16_t buf_size) {
   Ep* ep = as_ep(ep_hndl);
   if (!ep) return GNI_RC_INVALID_PARAM;
-  return post(ep, in_data, data_len, out_buf, buf_size, false, 0);
+  return deferring_cancel([&] { return post(ep, in_data, data_len, out_buf, buf_size, false, 0); });
 }
 
 gni_return_t GNI_EpPostDataWId(gni_ep_handle_t ep_hndl, void* in_data, uint16_t data_len, void* out_buf,
                                uint16_t buf_size, uint64_t datagram_id) {
   Ep* ep = as_ep(ep_hndl);
   if (!ep || datagram_id == UINT64_MAX) return GNI_RC_INVALID_PARAM;
-  return post(ep, in_data, data_len, out_buf, buf_size, true, datagram_id);
+  return deferring_cancel([&] { return post(ep, in_data, data_len, out_buf, buf_size, true, datagram_id); });
 }
 
 gni_return_t GNI_EpPostDataTest(gni_ep_handle_t ep_hndl, gni_post_state_t* post_state, uint32_t* remote_addr,
                                 uint32_t* remote_id) {
   Ep* ep = as_ep(ep_hndl);
   if (!ep || !post_state) return GNI_RC_INVALID_PARAM;
-  return test(ep, false, 0, post_state, remote_addr, remote_id);
+  return deferring_cancel([&] { return test(ep, false, 0, post_state, remote_addr, remote_id); });
 }
 
 gni_return_t GNI_EpPostDataTestById(gni_ep_handle_t ep_hndl, uint64_t datagram_id, gni_post_state_t* post_state,
                                     uint32_t* remote_addr, uint32_t* remote_id) {
   Ep* ep = as_ep(ep_hndl);
   if (!ep || !post_state || datagram_id == UINT64_MAX) return GNI_RC_INVALID_PARAM;
-  return test(ep, true, datagram_id, post_state, remote_addr, remote_id);
+  return deferring_cancel([&] { return test(ep, true, datagram_id, post_state, remote_addr, remote_id); });
 }
 
 gni_return_t GNI_EpPostDataWait(gni_ep_handle_t ep_hndl, uint32_t timeout, gni_post_state_t* post_state,
                                 uint32_t* remote_addr, uint32_t* remote_id) {
   Ep* ep = as_ep(ep_hndl);
   if (!ep || !post_state) return GNI_RC_INVALID_PARAM;
-  return wait(ep, false, 0, timeout, post_state, remote_addr, remote_id);
+  return deferring_cancel([&] { return wait(ep, false, 0, timeout, post_state, remote_addr, remote_id); });
 }
 
 gni_return_t GNI_EpPostDataWaitById(gni_ep_handle_t ep_hndl, uint64_t datagram_id, uint32_t timeout,
                                     gni_post_state_t* post_state, uint32_t* remote_addr, uint32_t* remote_id) {
   Ep* ep = as_ep(ep_hndl);
   if (!ep || !post_state || datagram_id == UINT64_MAX) return GNI_RC_INVALID_PARAM;
-  return wait(ep, true, datagram_id, timeout, post_state, remote_addr, remote_id);
+  return deferring_cancel([&] { return wait(ep, true, datagram_id, timeout, post_state, remote_addr, remote_id); });
 }
 
 gni_return_t GNI_PostDataProbe(gni_nic_handle_t nic_hndl, uint32_t* remote_addr, uint32_t* remote_id) {
   Nic* n = as_nic(nic_hndl);
   if (!n || !remote_addr || !remote_id) return GNI_RC_INVALID_PARAM;
-  return probe(n, false, nullptr, remote_addr, remote_id);
+  return deferring_cancel([&] { return probe(n, false, nullptr, remote_addr, remote_id); });
 }
 
 gni_return_t GNI_PostDataProbeById(gni_nic_handle_t nic_hndl, uint64_t* datagram_id) {
   Nic* n = as_nic(nic_hndl);
   if (!n || !datagram_id) return GNI_RC_INVALID_PARAM;
-  return probe(n, true, datagram_id, nullptr, nullptr);
+  return deferring_cancel([&] { return probe(n, true, datagram_id, nullptr, nullptr); });
 }
 
 gni_return_t GNI_PostdataProbeWaitById(gni_nic_handle_t nic_hndl, uint32_t timeout, uint64_t* datagram_id) {
   Nic* n = as_nic(nic_hndl);
   if (!n || !datagram_id) return GNI_RC_INVALID_PARAM;
-  return wait_for(n, timeout, [&] {
-    gni_return_t rc = probe(n, true, datagram_id, nullptr, nullptr);
-    return rc == GNI_RC_NO_MATCH ? GNI_RC_NOT_DONE : rc;
-  });
+  return deferring_cancel([&] { return probe_wait(n, timeout, datagram_id); });
 }
 
 gni_return_t GNI_EpPostDataCancel(gni_ep_handle_t ep_hndl) {
   Ep* ep = as_ep(ep_hndl);
   if (!ep) return GNI_RC_INVALID_PARAM;
-  return cancel(ep, false, 0);
+  return deferring_cancel([&] { return cancel(ep, false, 0); });
 }
 
 gni_return_t GNI_EpPostDataCancelById(gni_ep_handle_t ep_hndl, uint64_t datagram_id) {
   Ep* ep = as_ep(ep_hndl);
   if (!ep || datagram_id == UINT64_MAX) return GNI_RC_INVALID_PARAM;
-  return cancel(ep, true, datagram_id);
+  return deferring_cancel([&] { return cancel(ep, true, datagram_id); });
 }
 
 }  // extern "C"
