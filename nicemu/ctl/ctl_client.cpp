@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -57,12 +59,13 @@ std::vector<uint32_t> list_nodes(const std::string& rundir) {
 
 Connection::~Connection() { close(); }
 
-Connection::Connection(Connection&& o) noexcept : fd_(o.fd_), seq_(o.seq_) { o.fd_ = -1; }
+Connection::Connection(Connection&& o) noexcept : fd_(o.fd_), path_(std::move(o.path_)), seq_(o.seq_) { o.fd_ = -1; }
 
 Connection& Connection::operator=(Connection&& o) noexcept {
   if (this != &o) {
     close();
     fd_ = o.fd_;
+    path_ = std::move(o.path_);
     seq_ = o.seq_;
     o.fd_ = -1;
   }
@@ -92,6 +95,7 @@ bool Connection::connect(const std::string& path) {
     return false;
   }
   fd_ = fd;
+  path_ = path;
   return true;
 }
 
@@ -150,6 +154,17 @@ long Connection::call(void* req, size_t req_size, void* reply, size_t reply_size
   if (static_cast<size_t>(n) < sizeof(abi::ctl::Reply)) return -1;
   auto* rh = static_cast<abi::ctl::Header*>(reply);
   if (rh->magic != abi::ctl::kMagic || rh->seq != static_cast<abi::ctl::Header*>(req)->seq) return -1;
+  if (rh->version != abi::ctl::kVersion) {
+    // The daemon refused us as a client of another version (node.cpp): say so, once.
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true))
+      std::fprintf(stderr,
+                   "nicemu: the daemon at %s speaks control protocol %u, this program's nicemu library %u: "
+                   "install matching nicemu versions\n",
+                   path_.c_str(), unsigned(rh->version), unsigned(abi::ctl::kVersion));
+    errno = EPROTO;
+    return -1;
+  }
   return n;
 }
 

@@ -65,6 +65,7 @@ class Connection {
   // Stamps the header and sends `req` whole; under mu_.
   bool send_locked(void* req, size_t req_size);
   int fd_ = -1;
+  std::string path_;  // for messages
   uint32_t seq_ = 0;
   std::mutex mu_;
 };

@@ -336,6 +336,17 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
     return;
   }
   std::memcpy(&h, msg, sizeof(h));
+  if (h.magic == ctl::kMagic && h.version != ctl::kVersion &&
+      (h.op == static_cast<uint16_t>(Op::kHello) || h.op == static_cast<uint16_t>(Op::kAttach))) {
+    // A client of another nicemu version: the first calls every client makes get an answer
+    // in this daemon's version, so the client can say what is wrong instead of waiting.
+    ++ctr_.malformed_messages;
+    spdlog::warn("nic {}: pid {} speaks control protocol {}, this daemon {}: refused; install matching nicemu "
+                 "versions",
+                 cfg_.nic_addr, peer.pid, h.version, ctl::kVersion);
+    init_reply<PlainReply>(reply, h).r.rc = rc::kInvalidState;
+    return;
+  }
   if (h.magic != ctl::kMagic || h.version != ctl::kVersion || h.length != len) {
     ++ctr_.malformed_messages;
     spdlog::warn("nic {}: malformed control message from pid {} (op {}, {} bytes) dropped", cfg_.nic_addr,

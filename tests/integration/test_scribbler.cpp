@@ -296,3 +296,39 @@ TEST_CASE("a client scribbling over its own region hurts nobody else") {
   CHECK(s["counters"]["malformed_messages"].get<uint64_t>() > malformed_before);
   for (int fd : {info[0], info[1], go[0], go[1]}) close(fd);
 }
+
+// A client of another nicemu version gets an answer to its first call, in the daemon's
+// version, instead of silence (it would wait for a reply forever); other traffic of such a
+// client is dropped and counted.
+TEST_CASE("a client of another control protocol version is told so") {
+  Cluster cl(1);
+  int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  REQUIRE(s >= 0);
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  std::string p = cl.socket(0);
+  std::memcpy(sa.sun_path, p.c_str(), p.size() + 1);
+  REQUIRE(connect(s, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+  for (uint16_t op : {uint16_t(ctl::Op::kHello), uint16_t(ctl::Op::kAttach)}) {
+    ctl::Header h{ctl::kMagic, uint16_t(ctl::kVersion + 1), op, 77, uint32_t(sizeof(ctl::Header))};
+    REQUIRE(send(s, &h, sizeof h, MSG_NOSIGNAL) == ssize_t(sizeof h));
+    timeval tv{5, 0};
+    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    ctl::Reply r{};
+    CHECK(recv(s, &r, sizeof r, 0) == ssize_t(sizeof r));
+    CHECK(r.h.magic == ctl::kMagic);
+    CHECK(r.h.version == ctl::kVersion);  // the daemon's, so the client can name it
+    CHECK(r.h.op == op);
+    CHECK(r.h.seq == 77);
+    CHECK(r.rc == GNI_RC_INVALID_STATE);
+  }
+  close(s);
+  // The daemon goes on serving clients of its own version.
+  nicemu::ctl::Connection c;
+  REQUIRE(c.connect(p));
+  ctl::Hello hello{};
+  hello.h.op = uint16_t(ctl::Op::kHello);
+  ctl::HelloReply hr{};
+  CHECK(c.call(hello, hr));
+  CHECK(hr.r.rc == GNI_RC_SUCCESS);
+}
