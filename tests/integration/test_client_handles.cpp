@@ -256,7 +256,15 @@ TEST_CASE("blocking calls cancelled asynchronously") {
     CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
     uint64_t in = 1, out = 0;
     CHILD_CHECK(GNI_EpPostDataWId(ep, &in, sizeof in, &out, sizeof out, kPostId) == GNI_RC_SUCCESS);
-    for (int which = 0; which < 5; ++which) {
+    // ASan cannot follow an asynchronous cancel through instrumented frames: the frames it
+    // unwinds keep their poisoned redzones, and the thread's exit then trips over them (a
+    // false stack-buffer-overflow in sigaltstack). The non-blocking loop runs without it.
+#if defined(__SANITIZE_ADDRESS__)
+    constexpr int kCases = 4;
+#else
+    constexpr int kCases = 5;
+#endif
+    for (int which = 0; which < kCases; ++which) {
       // The non-blocking loop is cancelled many times, at many places.
       for (int round = 0; round < (which == 4 ? 40 : 1); ++round) {
         Blocker b{g.nic, g.cq, which, ep};

@@ -18,7 +18,21 @@
 
 #include "gni_pub.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
+
 namespace nicemu::ugni {
+
+// A cancel unwinds frames that have nothing to destroy without running any code in them, so
+// AddressSanitizer leaves their stack redzones poisoned and reports the thread's exit as a
+// stack overflow. Where an unwind may start, tell it the stack is being abandoned, as it is
+// told before longjmp.
+inline void before_possible_unwind() {
+#if defined(__SANITIZE_ADDRESS__)
+  __asan_handle_no_return();
+#endif
+}
 
 template <typename F>
 inline gni_return_t deferring_cancel(F&& f) {
@@ -26,12 +40,16 @@ inline gni_return_t deferring_cancel(F&& f) {
   pthread_setcanceltype(PTHREAD_CANCEL_DEFERRED, &old);
   gni_return_t rc = f();
   int unused;
+  if (old == PTHREAD_CANCEL_ASYNCHRONOUS) before_possible_unwind();
   pthread_setcanceltype(old, &unused);  // may unwind from here: a cancel came meanwhile
   return rc;
 }
 
 // Where a cancelled thread leaves a blocking call (for deferred and asynchronous callers
 // alike).
-inline void cancellation_point() { pthread_testcancel(); }
+inline void cancellation_point() {
+  before_possible_unwind();
+  pthread_testcancel();
+}
 
 }  // namespace nicemu::ugni
