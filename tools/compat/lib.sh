@@ -247,6 +247,25 @@ stop_nodes() {
   return 0
 }
 
+# ipogif_netns PREFIX: two network namespaces PREFIX0-$$ and PREFIX1-$$ joined by a veth pair
+# named ipogif0 (10.128.0.1 with MAC 00:01:01:00:00:00, 10.128.0.2 with 00:01:01:00:00:01, and
+# permanent ARP entries), which is how libfabric's gni provider finds a node's NIC address on
+# a Cray. Appends the namespaces to netns_names (the caller deletes them; the veth pair goes
+# with them). Needs root and iproute2.
+netns_names=()
+ipogif_netns() {
+  [ "$(id -u)" = 0 ] && command -v ip >/dev/null || return 1
+  local a="${1}0-$$" b="${1}1-$$" n
+  ip netns add "$a" && netns_names+=("$a") || return 1
+  ip netns add "$b" && netns_names+=("$b") || return 1
+  ip link add ipogif0 address 00:01:01:00:00:00 netns "$a" type veth \
+    peer name ipogif0 address 00:01:01:00:00:01 netns "$b" || return 1
+  ip -n "$a" addr add 10.128.0.1/24 dev ipogif0 && ip -n "$b" addr add 10.128.0.2/24 dev ipogif0 || return 1
+  for n in "$a" "$b"; do ip -n "$n" link set lo up && ip -n "$n" link set ipogif0 up || return 1; done
+  ip -n "$a" neigh add 10.128.0.2 lladdr 00:01:01:00:00:01 dev ipogif0 nud permanent &&
+    ip -n "$b" neigh add 10.128.0.1 lladdr 00:01:01:00:00:00 dev ipogif0 nud permanent
+}
+
 # private_netns: sets netns=(unshare -n) when a private network namespace is available
 # (both clients open TCP listeners on all interfaces for their setup connections).
 netns=()
