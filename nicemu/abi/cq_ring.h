@@ -26,7 +26,33 @@ struct CqRingView {
   // The ring is in its owner's heap, so the owner can keep rewriting `tail`: the CAS is
   // retried a bounded number of times (far beyond real contention), then the entry is
   // dropped as on overrun, so a hostile owner cannot hold a peer or the daemon here.
-  bool push(uint64_t entry, uint64_t* head_cache = nullptr) const { return push_n(&entry, 1, head_cache) == 1; }
+  // One entry is every SMSG send's case (twice per message): push_n's batch arithmetic
+  // was a third of the send's instructions, so it has a path of its own with the same rules.
+  bool push(uint64_t entry, uint64_t* head_cache = nullptr) const {
+    const uint64_t cap = mask + 1;
+    uint64_t t = ctl->tail.load(std::memory_order_relaxed);
+    uint64_t h = head_cache ? *head_cache : 0;
+    for (uint32_t tries = 0;; ++tries) {
+      if (tries == kMaxPushTries) {
+        ctl->overrun.store(1, std::memory_order_release);
+        return false;
+      }
+      if (t - h >= cap) {  // full, or a stale (or no) copy of head: read the shared line
+        h = ctl->head.load(std::memory_order_acquire);
+        if (head_cache) *head_cache = h;
+        if (t - h >= cap) {
+          ctl->overrun.store(1, std::memory_order_seq_cst);
+          wake();
+          return false;
+        }
+      }
+      // seq_cst: the reservation is what a sleeping consumer checks (quiet()), see wake().
+      if (ctl->tail.compare_exchange_weak(t, t + 1, std::memory_order_seq_cst, std::memory_order_relaxed)) break;
+    }
+    entries[t & mask].store(entry, std::memory_order_release);
+    wake();
+    return true;
+  }
 
   // Pushes n entries in order with one reservation of the tail and one wake: a producer
   // delivering a batch touches the shared lines once, not n times. Returns how many went
