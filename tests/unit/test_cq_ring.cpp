@@ -42,6 +42,23 @@ TEST_CASE("a full ring reports overrun once and keeps earlier entries") {
   CHECK(cqe::id_of(r.view.pop()) == 1);
 }
 
+TEST_CASE("a single push with a producer's copy of head re-reads head only when the ring looks full") {
+  Ring r(16);
+  uint64_t head_cache = 0;
+  for (uint64_t i = 1; i <= 16; ++i) REQUIRE(r.view.push(cqe::make(1, 0, 0, 0, 0, i), &head_cache));
+  CHECK(head_cache == 0);  // the ring never looked full: the shared head line was not read
+  CHECK_FALSE(r.view.push(cqe::make(1, 0, 0, 0, 0, 17), &head_cache));  // full: read, still full
+  CHECK(r.view.take_overrun());
+  for (uint64_t i = 1; i <= 4; ++i) CHECK(cqe::id_of(r.view.pop()) == i);
+  // The copy is stale (0): the push reads head (4) again and finds room.
+  CHECK(r.view.push(cqe::make(1, 0, 0, 0, 0, 18), &head_cache));
+  CHECK(head_cache == 4);
+  CHECK_FALSE(r.view.has_overrun());
+  for (uint64_t i = 5; i <= 16; ++i) CHECK(cqe::id_of(r.view.pop()) == i);
+  CHECK(cqe::id_of(r.view.pop()) == 18);
+  CHECK(r.view.pop() == 0);
+}
+
 TEST_CASE("a batch push keeps its order, fills what room there is and flags the rest as overrun") {
   Ring r(16);
   std::vector<uint64_t> batch;
