@@ -266,6 +266,37 @@ ipogif_netns() {
     ip -n "$b" neigh add 10.128.0.1 lladdr 00:01:01:00:00:00 dev ipogif0 nud permanent
 }
 
+# ompi_node_hosts NP: the --host list for Open MPI's mpirun with one orted per emulated node
+# (tools/compat/nicemu-rsh): slots as tools/compat/nicemu-rank places NP ranks over nodes 0
+# and 1 (blocks, the first node taking the odd one), so Open MPI's hosts match the NICs.
+ompi_node_hosts() {
+  local np=$1 hosts
+  hosts="nodeA:$(( (np + 1) / 2 ))"
+  [ "$np" -gt 1 ] && hosts+=",nodeB:$(( np / 2 ))"
+  echo "$hosts"
+}
+
+# ucx_pair_script: a script for `bash -c` running one ucx_perftest pair, the server on
+# emulated node 0 and the client on node 1 (tools/compat/ucx-rounds, ucx-profile). Arguments:
+# LOG PORT PERFTEST ENVS SERVER_WRAP CLIENT_WRAP CLIENT_ARGS...; ENVS (both processes) and the
+# wrappers (e.g. "taskset -c 0", a valgrind command) are word lists, possibly empty. The
+# server writes LOG.server, the client standard output. NETNS=1 in the environment: bring up
+# lo first (the script runs in a fresh private network namespace).
+# shellcheck disable=SC2016  # expanded by the inner shell
+ucx_pair_script='
+  log=$1 port=$2 perftest=$3 envs=$4 swrap=$5 cwrap=$6
+  shift 6
+  [ "$NETNS" = 1 ] && ip link set lo up
+  env $envs NICEMU_NODE=0 PMI_GNI_LOC_ADDR=0 $swrap "$perftest" -p "$port" >"$log.server" 2>&1 &
+  srv=$!
+  hex=$(printf ":%04X 00000000:0000 0A" "$port")
+  for i in $(seq 500); do grep -q "$hex" /proc/net/tcp 2>/dev/null && break; sleep 0.02; done
+  env $envs NICEMU_NODE=1 PMI_GNI_LOC_ADDR=1 $cwrap "$perftest" 127.0.0.1 -p "$port" "$@" && rc=0 || rc=$?
+  [ $rc -ne 0 ] && kill $srv 2>/dev/null
+  wait $srv
+  exit $rc
+'
+
 # private_netns: sets netns=(unshare -n) when a private network namespace is available
 # (both clients open TCP listeners on all interfaces for their setup connections).
 netns=()
