@@ -253,6 +253,41 @@ stop_nodes() {
 # a Cray. Appends the namespaces to netns_names (the caller deletes them; the veth pair goes
 # with them). Needs root and iproute2.
 netns_names=()
+# run_watch_ucx LIMIT LOG CMD...: CMD in a session of its own under `timeout LIMIT`, output
+# to LOG (emptied first). UCX 1.13.1 cannot wire UCP up over its ugni transports (docs/compatibility.md,
+# *Real clients*), and its ranks then hang until the limit: the run is stopped as soon as LOG
+# shows that message. Returns CMD's status, or 200 for that UCX failure. run_pgid names the
+# session while it runs; stop_watched_run (for an EXIT trap) ends it.
+ucx_nowire='no (auxiliary|active messages) transport to'
+run_pgid=""
+run_watch_ucx() {
+  local limit=$1 log=$2 pid rc=0
+  shift 2
+  : >"$log"  # exists before the job opens it: the watch greps it from the start
+  setsid timeout -k 5 "$limit" "$@" >>"$log" 2>&1 </dev/null &
+  pid=$!
+  run_pgid=$pid
+  while kill -0 "$pid" 2>/dev/null; do
+    if grep -qsE "$ucx_nowire" "$log"; then
+      sleep 0.5  # the other ranks' lines
+      stop_watched_run
+      wait "$pid" 2>/dev/null
+      return 200
+    fi
+    sleep 0.1
+  done
+  wait "$pid" || rc=$?
+  run_pgid=""
+  return $rc
+}
+stop_watched_run() {
+  [ -n "$run_pgid" ] || return 0
+  kill -TERM -- "-$run_pgid" 2>/dev/null
+  for _ in $(seq 50); do kill -0 "$run_pgid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL -- "-$run_pgid" 2>/dev/null
+  run_pgid=""
+}
+
 ipogif_netns() {
   [ "$(id -u)" = 0 ] && command -v ip >/dev/null || return 1
   local a="${1}0-$$" b="${1}1-$$" n
