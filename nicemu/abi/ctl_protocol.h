@@ -12,10 +12,11 @@
 namespace nicemu::abi::ctl {
 
 inline constexpr uint32_t kMagic = 0x4E43544C;  // "NCTL"
-inline constexpr uint16_t kVersion = 5;  // 2: PeerLookup and MboxOpen name memory domains;
+inline constexpr uint16_t kVersion = 6;  // 2: PeerLookup and MboxOpen name memory domains;
                                          // 3: the collective engine (ce_ops.h);
                                          // 4: the status reply comes in pages;
-                                         // 5: virtual-MDH registrations, PeerLookup by route
+                                         // 5: virtual-MDH registrations, PeerLookup by route;
+                                         // 6: DgramCancel names the post (lib_seq)
 inline constexpr size_t kMaxMessage = 73728;    // every message but a status reply (the largest:
                                                 // SmsgRelaySend of a 64 KiB SMSG message)
 // A status document can be megabytes on a busy node (hundreds of CDMs), more than one
@@ -320,13 +321,18 @@ struct DgramKick {
   Header h;
 };
 
+// `lib_seq` names the post the caller means (DgramSubmit::lib_seq): another thread may have
+// consumed it and posted anew on the same EP while the cancel was on its way, and that new
+// post must not be the one cancelled.
 struct DgramCancel {
   Header h;
   uint64_t ep;
   uint64_t id;
   uint32_t by_id;
   uint32_t reserved;
+  uint64_t lib_seq;
 };
+static_assert(sizeof(DgramCancel) == 48 && offsetof(DgramCancel, lib_seq) == 40);
 
 // Between daemons. `origin_key` names the post at the origin daemon.
 struct DgramIncoming {

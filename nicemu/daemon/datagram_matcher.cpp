@@ -302,7 +302,7 @@ void DatagramMatcher::retract(const ctl::DgramRetract& m) {
 
 int DatagramMatcher::cancel(CdmRegion& owner, const ctl::DgramCancel& req) {
   Post* p = find(owner.attach_id(), req.ep, req.by_id != 0, req.id);
-  if (!p || p->state != rc::kPostPending) return rc::kNoMatch;
+  if (!p || p->state != rc::kPostPending || p->lib_seq != req.lib_seq) return rc::kNoMatch;
   if (!p->wildcard) {
     ctl::DgramRetract m{};
     m.h = ctl::make_header<ctl::DgramRetract>(ctl::Op::kDgramRetract, 0);

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "harness.h"
+#include "nicemu/abi/shm_layout.h"
 
 using namespace harness;
 
@@ -272,4 +273,52 @@ TEST_CASE("a CDM that dies takes its posts with it") {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   CHECK(gone);
+}
+
+// A cancel names the post it means. Another thread of the process may consume the post and
+// post anew on the same EP while the cancel is on its way to the daemon; the daemon must then
+// leave the new post alone (GNI_RC_NO_MATCH), not cancel it in the old one's place.
+TEST_CASE("a cancel that arrives after its post was replaced leaves the new post pending") {
+  namespace ctl = nicemu::abi::ctl;
+  Cluster cl(1);
+  Cred c = cl.credential();
+  nicemu::ctl::Connection conn;
+  REQUIRE(conn.connect(cl.socket(0)));
+  ctl::Attach at{};
+  at.h.op = uint16_t(ctl::Op::kAttach);
+  at.inst_id = 5;
+  at.ptag = c.ptag;
+  at.cookie = c.cookie;
+  at.pid = uint32_t(getpid());
+  at.abi_version = nicemu::abi::kAbiVersion;
+  ctl::AttachReply ar{};
+  int fds[2] = {-1, -1};
+  REQUIRE((conn.call(at, ar, fds, 2) && ar.r.rc == GNI_RC_SUCCESS));
+  for (int fd : fds)
+    if (fd >= 0) close(fd);
+  ctl::DgramOpen op{};
+  op.h.op = uint16_t(ctl::Op::kDgramOpen);
+  ctl::DgramOpenReply opr{};
+  REQUIRE((conn.call(op, opr) && opr.r.rc == GNI_RC_SUCCESS));
+
+  ctl::DgramSubmit post{};  // the replacement: a wildcard post, the EP's second
+  post.h.op = uint16_t(ctl::Op::kDgramSubmit);
+  post.lib_seq = 2;
+  post.ep = 77;
+  post.wildcard = 1;
+  REQUIRE(conn.send(&post, sizeof post));
+  auto cancel = [&](uint64_t seq) {
+    ctl::DgramCancel req{};
+    req.h.op = uint16_t(ctl::Op::kDgramCancel);
+    req.ep = 77;
+    req.lib_seq = seq;
+    ctl::Reply rep{};
+    REQUIRE(conn.call(req, rep));
+    return rep.rc;
+  };
+  CHECK(cancel(1) == GNI_RC_NO_MATCH);  // meant the first post, already consumed
+  CHECK(cl.status(0)["counters"]["datagrams_pending"].get<int>() == 1);
+  CHECK(cancel(2) == GNI_RC_SUCCESS);
+  CHECK(cl.status(0)["counters"]["datagrams_pending"].get<int>() == 0);
+  CHECK(cl.status(0)["counters"]["datagrams_cancelled"].get<int>() == 1);
 }

@@ -231,6 +231,7 @@ bool matched_unconsumed(const Ep* ep) {
   req.ep = ep->dgram_key;
   req.id = id;
   req.by_id = by_id;
+  req.lib_seq = seq;
   actl::Reply rep{};
   if (!n->conn.call(req, rep)) return GNI_RC_ERROR_RESOURCE;
   const auto rc = static_cast<gni_return_t>(rep.rc);
