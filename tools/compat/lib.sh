@@ -247,12 +247,6 @@ stop_nodes() {
   return 0
 }
 
-# ipogif_netns PREFIX: two network namespaces PREFIX0-$$ and PREFIX1-$$ joined by a veth pair
-# named ipogif0 (10.128.0.1 with MAC 00:01:01:00:00:00, 10.128.0.2 with 00:01:01:00:00:01, and
-# permanent ARP entries), which is how libfabric's gni provider finds a node's NIC address on
-# a Cray. Appends the namespaces to netns_names (the caller deletes them; the veth pair goes
-# with them). Needs root and iproute2.
-netns_names=()
 # run_watch_ucx LIMIT LOG CMD...: CMD in a session of its own under `timeout LIMIT`, output
 # to LOG (emptied first). UCX 1.13.1 cannot wire UCP up over its ugni transports (docs/compatibility.md,
 # *Real clients*), and its ranks then hang until the limit: the run is stopped as soon as LOG
@@ -288,6 +282,15 @@ stop_watched_run() {
   run_pgid=""
 }
 
+# ipogif_netns PREFIX: two network namespaces PREFIX0-$$ and PREFIX1-$$ joined by a veth pair
+# named ipogif0 (10.128.0.1 with MAC 00:01:01:00:00:00, 10.128.0.2 with 00:01:01:00:00:01, and
+# permanent ARP entries), which is how libfabric's gni provider finds a node's NIC address on
+# a Cray. As there, a node's host name resolves to its ipogif0 address: `ip netns exec` puts
+# /etc/netns/NAME/hosts over /etc/hosts, naming this host (whose name both namespaces share)
+# and nid00000 / nid00001 (the provider resolves FI_SOURCE names with getaddrinfo and compares
+# them with ipogif0's address). Appends the namespaces to netns_names; the caller removes them
+# with ipogif_netns_del (the veth pair goes with them). Needs root and iproute2.
+netns_names=()
 ipogif_netns() {
   [ "$(id -u)" = 0 ] && command -v ip >/dev/null || return 1
   local a="${1}0-$$" b="${1}1-$$" n
@@ -298,7 +301,25 @@ ipogif_netns() {
   ip -n "$a" addr add 10.128.0.1/24 dev ipogif0 && ip -n "$b" addr add 10.128.0.2/24 dev ipogif0 || return 1
   for n in "$a" "$b"; do ip -n "$n" link set lo up && ip -n "$n" link set ipogif0 up || return 1; done
   ip -n "$a" neigh add 10.128.0.2 lladdr 00:01:01:00:00:01 dev ipogif0 nud permanent &&
-    ip -n "$b" neigh add 10.128.0.1 lladdr 00:01:01:00:00:00 dev ipogif0 nud permanent
+    ip -n "$b" neigh add 10.128.0.1 lladdr 00:01:01:00:00:00 dev ipogif0 nud permanent || return 1
+  local self i=0 host
+  host=$(hostname)
+  for n in "$a" "$b"; do
+    self="10.128.0.$((i + 1))"
+    mkdir -p "/etc/netns/$n" || return 1
+    { echo "127.0.0.1 localhost"
+      echo "$self $host nid0000$i"
+      echo "10.128.0.$((2 - i)) nid0000$((1 - i))"; } >"/etc/netns/$n/hosts" || return 1
+    i=$((i + 1))
+  done
+}
+ipogif_netns_del() {
+  local n
+  for n in ${netns_names[@]+"${netns_names[@]}"}; do
+    ip netns del "$n" 2>/dev/null
+    rm -rf "/etc/netns/$n"
+  done
+  netns_names=()
 }
 
 # ompi_node_hosts NP: the --host list for Open MPI's mpirun with one orted per emulated node
