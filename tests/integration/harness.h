@@ -28,6 +28,7 @@
 
 #include "gni_pub.h"
 #include "nicemu/abi/ctl_protocol.h"
+#include "nicemu/abi/shm_layout.h"
 #include "nicemu/ctl/ctl_client.h"
 
 namespace harness {
@@ -47,6 +48,24 @@ struct Cred {
   uint8_t ptag = 0;
   uint32_t cookie = 0;
 };
+
+// Attaches CDM `inst` over `conn` by hand, for tests that speak the control protocol
+// themselves (forged requests, the region's memfds). The reply and the region's two memfds
+// (-1 when absent) come back; true when the daemon answered at all.
+inline bool attach_by_hand(nicemu::ctl::Connection& conn, uint32_t inst, Cred c,
+                           nicemu::abi::ctl::AttachReply& ar, int (&fds)[2]) {
+  namespace ctl = nicemu::abi::ctl;
+  ctl::Attach at{};
+  at.h.op = uint16_t(ctl::Op::kAttach);
+  at.inst_id = inst;
+  at.ptag = c.ptag;
+  at.cookie = c.cookie;
+  at.pid = uint32_t(getpid());
+  at.abi_version = nicemu::abi::kAbiVersion;
+  ar = {};
+  fds[0] = fds[1] = -1;
+  return conn.call(at, ar, fds, 2);
+}
 
 class Cluster {
  public:

@@ -8,7 +8,6 @@
 #include <thread>
 
 #include "harness.h"
-#include "nicemu/abi/shm_layout.h"
 
 using namespace harness;
 
@@ -284,16 +283,9 @@ TEST_CASE("a cancel that arrives after its post was replaced leaves the new post
   Cred c = cl.credential();
   nicemu::ctl::Connection conn;
   REQUIRE(conn.connect(cl.socket(0)));
-  ctl::Attach at{};
-  at.h.op = uint16_t(ctl::Op::kAttach);
-  at.inst_id = 5;
-  at.ptag = c.ptag;
-  at.cookie = c.cookie;
-  at.pid = uint32_t(getpid());
-  at.abi_version = nicemu::abi::kAbiVersion;
   ctl::AttachReply ar{};
-  int fds[2] = {-1, -1};
-  REQUIRE((conn.call(at, ar, fds, 2) && ar.r.rc == GNI_RC_SUCCESS));
+  int fds[2];
+  REQUIRE((attach_by_hand(conn, 5, c, ar, fds) && ar.r.rc == GNI_RC_SUCCESS));
   for (int fd : fds)
     if (fd >= 0) close(fd);
   ctl::DgramOpen op{};

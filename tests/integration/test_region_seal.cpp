@@ -74,16 +74,9 @@ TEST_CASE("the read-only section stays read-only for its owner and for peers") {
 
   nicemu::ctl::Connection owner;
   REQUIRE(owner.connect(cl.socket(0)));
-  ctl::Attach at{};
-  at.h.op = uint16_t(ctl::Op::kAttach);
-  at.inst_id = 3;
-  at.ptag = c.ptag;
-  at.cookie = c.cookie;
-  at.pid = uint32_t(getpid());
-  at.abi_version = abi::kAbiVersion;
   ctl::AttachReply ar{};
-  int fds[2] = {-1, -1};
-  REQUIRE(owner.call(at, ar, fds, 2));
+  int fds[2];
+  REQUIRE(attach_by_hand(owner, 3, c, ar, fds));
   REQUIRE(ar.r.rc == GNI_RC_SUCCESS);
   REQUIRE(fds[0] >= 0);
   REQUIRE(fds[1] >= 0);

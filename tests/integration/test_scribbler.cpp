@@ -115,16 +115,9 @@ int scribbler(Cluster& cl, Cred c, const Target& t) {
   std::mt19937_64 rng(12345);
   nicemu::ctl::Connection conn;
   CHILD_CHECK(conn.connect(cl.socket(0)));
-  ctl::Attach at{};
-  at.h.op = uint16_t(ctl::Op::kAttach);
-  at.inst_id = 3;
-  at.ptag = c.ptag;
-  at.cookie = c.cookie;
-  at.pid = uint32_t(getpid());
-  at.abi_version = abi::kAbiVersion;
   ctl::AttachReply ar{};
-  int fds[2] = {-1, -1};
-  CHILD_CHECK(conn.call(at, ar, fds, 2) && ar.r.rc == GNI_RC_SUCCESS);
+  int fds[2];
+  CHILD_CHECK(attach_by_hand(conn, 3, c, ar, fds) && ar.r.rc == GNI_RC_SUCCESS);
   char* base = abi::map_region(fds[0], fds[1], ar.region_size);
   CHILD_CHECK(base != nullptr);
   const uint64_t size = ar.region_size;
