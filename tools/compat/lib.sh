@@ -248,8 +248,8 @@ stop_nodes() {
 }
 
 # run_watch_ucx LIMIT LOG CMD...: CMD in a session of its own under `timeout LIMIT`, output
-# to LOG (emptied first). UCX 1.13.1 cannot wire UCP up over its ugni transports (docs/compatibility.md,
-# *Real clients*), and its ranks then hang until the limit: the run is stopped as soon as LOG
+# to LOG (emptied first). UCX 1.13.1 cannot wire UCP up over its ugni transports (docs/clients/ucx.md,
+# *Why UCP cannot use the ugni transports*), and its ranks then hang until the limit: the run is stopped as soon as LOG
 # shows that message. Returns CMD's status, or 200 for that UCX failure. run_pgid names the
 # session while it runs; stop_watched_run (for an EXIT trap) ends it.
 ucx_nowire='no (auxiliary|active messages) transport to'

@@ -12,7 +12,7 @@
  *            the target to progress). The last value put and every value got are checked.
  *   acc:     MPI_Accumulate of one double (MPI_SUM) to rank 1, MPI_Win_flush every
  *            FLUSH_EVERY operations; operations per second. The sum is checked.
- * No compare-and-swap (Open MPI 4.1.4's osc/rdma crashes there, docs/compatibility.md).
+ * No compare-and-swap (Open MPI 4.1.4's osc/rdma crashes there, docs/clients/openmpi.md).
  *
  * Output: one machine-readable line per result, key=value words:
  *   pin rank=R cpus=LIST node=N

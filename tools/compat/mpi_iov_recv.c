@@ -5,7 +5,7 @@
  * MPICH's collectives post such receives. With a struct of an int and a long, MPICH ch4:ofi
  * hands the provider an iov of two entries per element instead of packing. Written for
  * tools/compat/mpich-ofi, where libfabric 1.13.1's gni provider keeps the position of its
- * iov unpacking in static variables that such a receive leaves set (docs/compatibility.md,
+ * iov unpacking in static variables that such a receive leaves set (docs/clients/mpich.md,
  * coll/allgather_struct): every later iov receive then lands at a stale offset.
  *
  * Rank 0 sends, rank 1 receives, other ranks only join the barriers.

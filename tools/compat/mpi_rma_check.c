@@ -13,7 +13,7 @@
  * crashes on a compare-and-swap to self, a bug of that stack, not of the transport.)
  * A dynamic window (MPI_Win_create_dynamic + MPI_Win_attach) carries one more get round,
  * unless --no-dynamic (Open MPI 4.1.4's osc/rdma deadlocks there when ranks are on
- * different nodes: docs/compatibility.md, *Real clients*).
+ * different nodes: docs/clients/openmpi.md).
  *
  * usage: mpi_rma_check [ROUNDS] [--no-dynamic]    exit 0 when every check passed, 1 otherwise
  */
