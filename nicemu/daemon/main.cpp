@@ -22,7 +22,7 @@
 #include "nicemu/daemon/node.h"
 #include "nicemu/fault/fault_page.h"
 #include "nicemu/daemon/settings.h"
-#include "nicemu/daemon/udp_fabric.h"
+#include "nicemu/daemon/transport/udp_fabric.h"
 #include "nicemu/fabric/fabric_map.h"
 #include "nicemu/fabric/packet_codec.h"
 

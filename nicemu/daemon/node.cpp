@@ -1,6 +1,6 @@
 #include "nicemu/daemon/node.h"
-#include "nicemu/daemon/process_mdd.h"
-#include "nicemu/daemon/udp_fabric.h"
+#include "nicemu/daemon/cdm/process_mdd.h"
+#include "nicemu/daemon/transport/udp_fabric.h"
 
 #include <unistd.h>
 

@@ -17,7 +17,7 @@
 #include "nicemu/abi/region_access.h"
 #include "nicemu/abi/relay_ring.h"
 #include "cdm_fixture.h"
-#include "nicemu/daemon/smsg_relay.h"
+#include "nicemu/daemon/remote/smsg_relay.h"
 #include "smsg_channel.h"
 
 using namespace nicemu;
