@@ -24,18 +24,19 @@
 #include "nicemu/abi/ce_ops.h"
 #include "nicemu/ce/ce_alu.h"
 #include "nicemu/daemon/cdm/cdm_region.h"
+#include "nicemu/daemon/fabric_port.h"
 
 namespace nicemu::daemon {
 
 struct CeEnv {
   // One daemon-to-daemon message to the daemon of `node` (links or fabric); false if it
   // cannot be sent (no such node, its daemon or host gone).
-  std::function<bool(uint32_t node, const void* msg, size_t len)> send;
+  FabricSend send;
   // The live CDM of an attach id, or nullptr.
   std::function<CdmRegion*(uint64_t attach_id)> cdm;
 };
 
-class CeEngine {
+class CeEngine : public FabricService {
  public:
   // Ticks of the liveness timer (tick()); a dependency waited for longer than kProbeAfter
   // ticks is probed every kProbeEvery ticks and fails kProbeTimeout ticks after a probe went
@@ -57,6 +58,9 @@ class CeEngine {
   // A daemon-to-daemon message from the daemon of `from`; nullptr if taken, else why it was
   // dropped (malformed, or naming another sender).
   const char* message(uint32_t from, const abi::ctl::Header& h, const char* msg, size_t len);
+  const char* receive(uint32_t from, const abi::ctl::Header& h, const uint8_t* msg, size_t len) override {
+    return message(from, h, reinterpret_cast<const char*>(msg), len);
+  }
   // The CDM went away: its channels are destroyed (their pending reductions fail), its
   // leaves' results are dropped, and reductions waiting for it here fail at once.
   void cdm_gone(uint64_t attach_id);
@@ -66,7 +70,7 @@ class CeEngine {
   void start(asio::io_context& io);
   void stop();
   bool busy() const { return !leaves_.empty() || pending_rounds_ > 0; }
-  nlohmann::json status() const;
+  nlohmann::json status() const override;
 
  private:
   struct Contribution {

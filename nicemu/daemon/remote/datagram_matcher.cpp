@@ -13,7 +13,7 @@ namespace nicemu::daemon {
 using namespace nicemu::abi;
 namespace rc = nicemu::abi::gni;
 
-DatagramMatcher::DatagramMatcher(uint32_t self_node, SendFn send, FindByAttach by_attach, FindByInst by_inst)
+DatagramMatcher::DatagramMatcher(uint32_t self_node, FabricSend send, FindByAttach by_attach, FindByInst by_inst)
     : self_(self_node), send_(std::move(send)), by_attach_(std::move(by_attach)), by_inst_(std::move(by_inst)) {}
 
 void DatagramMatcher::deliver(uint32_t node, const void* msg, size_t len) {
@@ -342,6 +342,37 @@ size_t DatagramMatcher::pending_posts() const {
 size_t DatagramMatcher::posts_of(uint64_t attach_id) const {
   auto it = posts_per_attach_.find(attach_id);
   return it == posts_per_attach_.end() ? 0 : it->second;
+}
+
+namespace {
+// A message of type `M` exactly (copied out of the receive buffer before it is checked),
+// about its sender: its field `about` names the node it came from.
+template <typename M>
+const char* take(uint32_t from, const uint8_t* msg, size_t len, uint32_t M::*about, M& out) {
+  if (len != sizeof(M)) return "malformed datagram message";
+  std::memcpy(&out, msg, sizeof(M));
+  if (out.h.length != sizeof(M)) return "malformed datagram message";
+  return out.*about == from ? nullptr : "datagram message about another node";
+}
+}  // namespace
+
+const char* DatagramMatcher::receive(uint32_t from, const ctl::Header& h, const uint8_t* msg, size_t len) {
+  const char* why = "not a datagram message";
+  if (h.op == static_cast<uint16_t>(ctl::Op::kDgramIncoming)) {
+    ctl::DgramIncoming m;
+    if (!(why = take(from, msg, len, &ctl::DgramIncoming::origin_node, m))) incoming(m);
+  } else if (h.op == static_cast<uint16_t>(ctl::Op::kDgramMatched)) {
+    ctl::DgramMatched m;
+    if (!(why = take(from, msg, len, &ctl::DgramMatched::peer_node, m))) matched(m);
+  } else if (h.op == static_cast<uint16_t>(ctl::Op::kDgramRetract)) {
+    ctl::DgramRetract m;
+    if (!(why = take(from, msg, len, &ctl::DgramRetract::origin_node, m))) retract(m);
+  }
+  return why;
+}
+
+nlohmann::json DatagramMatcher::status() const {
+  return {{"pending", pending_posts()}, {"incoming", incoming_count()}, {"backlog", backlog_count()}};
 }
 
 }  // namespace nicemu::daemon

@@ -24,17 +24,16 @@
 
 #include "nicemu/abi/ctl_protocol.h"
 #include "nicemu/daemon/cdm/cdm_region.h"
+#include "nicemu/daemon/fabric_port.h"
 
 namespace nicemu::daemon {
 
-class DatagramMatcher {
+class DatagramMatcher : public FabricService {
  public:
-  // Sends a one-way message to the daemon of `node` (never called for this node).
-  using SendFn = std::function<bool(uint32_t node, const void* msg, size_t len)>;
   using FindByAttach = std::function<CdmRegion*(uint64_t attach_id)>;
   using FindByInst = std::function<CdmRegion*(const Credential&, uint32_t inst)>;
 
-  DatagramMatcher(uint32_t self_node, SendFn send, FindByAttach by_attach, FindByInst by_inst);
+  DatagramMatcher(uint32_t self_node, FabricSend send, FindByAttach by_attach, FindByInst by_inst);
 
   // Requests from the owner CDM; each returns a gni_return_t value. A refused post is
   // also reported to the owner as TERMINATED (the library does not wait for the value).
@@ -49,6 +48,9 @@ class DatagramMatcher {
   void incoming(const abi::ctl::DgramIncoming& m);
   void matched(const abi::ctl::DgramMatched& m);
   void retract(const abi::ctl::DgramRetract& m);
+  // FabricService: the three above from a daemon of another host, each only about `from`.
+  const char* receive(uint32_t from, const abi::ctl::Header& h, const uint8_t* msg, size_t len) override;
+  nlohmann::json status() const override;
 
   // The CDM detached or died: its posts go, forwarded copies are retracted.
   void cdm_gone(uint64_t attach_id);
@@ -114,7 +116,7 @@ class DatagramMatcher {
   Post* candidate_for(const Incoming& in);
 
   uint32_t self_;
-  SendFn send_;
+  FabricSend send_;
   FindByAttach by_attach_;
   FindByInst by_inst_;
   uint64_t next_key_ = 1;

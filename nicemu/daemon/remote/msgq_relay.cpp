@@ -26,7 +26,7 @@ size_t queued(const Queues& by_node) {
 }
 }
 
-MsgqRelay::MsgqRelay(uint32_t self, Send send, PeerUp up, FindSegment find, EachSegment each, PostCqe post)
+MsgqRelay::MsgqRelay(uint32_t self, FabricSend send, PeerUp up, FindSegment find, EachSegment each, PostCqe post)
     : self_(self),
       send_(std::move(send)),
       up_(std::move(up)),
@@ -161,6 +161,19 @@ void MsgqRelay::stored(const MsgqDeliver& d, int r, const MsgqSegment::RingPos& 
   o.ring = at.ring;
   o.gen = at.gen;
   o.pos.push_back(at.pos);
+}
+
+const char* MsgqRelay::receive(uint32_t from, const abi::ctl::Header& h, const uint8_t* msg, size_t len) {
+  switch (static_cast<abi::ctl::Op>(h.op)) {
+    case abi::ctl::Op::kMsgqDeliver:  // the progress hook after this receive batch reports credits
+      return deliver(from, msg, len) ? nullptr : "bad MsgqDeliver";
+    case abi::ctl::Op::kMsgqCredit:
+      return credit(from, msg, len) ? nullptr : "bad MsgqCredit";
+    case abi::ctl::Op::kMsgqResult:
+      return result(from, msg, len) ? nullptr : "bad MsgqResult";
+    default:
+      return "not an MSGQ message";
+  }
 }
 
 bool MsgqRelay::deliver(uint32_t from, const uint8_t* msg, size_t len) {

@@ -29,12 +29,12 @@
 #include "nicemu/abi/remote_ops.h"
 #include "nicemu/daemon/cdm/cdm_region.h"
 #include "nicemu/daemon/cdm/msgq_segment.h"
+#include "nicemu/daemon/fabric_port.h"
 
 namespace nicemu::daemon {
 
-class MsgqRelay {
+class MsgqRelay : public FabricService {
  public:
-  using Send = std::function<bool(uint32_t node, const void* msg, size_t len)>;
   using PeerUp = std::function<bool(uint32_t node)>;
   using FindSegment = std::function<MsgqSegment*(const Credential&)>;
   using EachSegment = std::function<void(const std::function<void(MsgqSegment&)>&)>;
@@ -42,7 +42,7 @@ class MsgqRelay {
   using PostCqe = std::function<void(uint64_t attach_id, uint32_t cq, uint64_t entry)>;
   static constexpr size_t kMaxHeld = 65536;
 
-  MsgqRelay(uint32_t self, Send send, PeerUp up, FindSegment find, EachSegment each, PostCqe post);
+  MsgqRelay(uint32_t self, FabricSend send, PeerUp up, FindSegment find, EachSegment each, PostCqe post);
 
   // GNI_MsgqSend of `cdm`, a member of `seg`, for a node of another host. False if the
   // request is malformed or not allowed (not connected to that node): counted by the caller,
@@ -55,14 +55,18 @@ class MsgqRelay {
   // MsgqResult from the daemon of `from`. False if malformed, about another node, or about
   // more messages than were sent to it.
   bool result(uint32_t from, const uint8_t* msg, size_t len);
+  // FabricService: MsgqDeliver, MsgqCredit and MsgqResult messages.
+  const char* receive(uint32_t from, const abi::ctl::Header& h, const uint8_t* msg, size_t len) override;
   // Held messages into their rings, waiting ones onto the fabric, freed slots reported.
-  void progress();
+  void progress() override;
   // The fabric lost `node` (silent past the retry budget, or restarted).
-  void peer_lost(uint32_t node);
+  void peer_lost(uint32_t node) override;
   // Work that waits on something other than the network: progress() again in poll_us().
   bool busy() const { return !held_.empty() || !waiting_.empty() || !out_.empty() || !results_.empty(); }
   uint64_t poll_us() const { return poll_us_; }
-  nlohmann::json status() const;
+  // Receivers free ring slots without telling anybody: look again shortly.
+  uint64_t wake_after() const override { return busy() ? poll_us_ : 0; }
+  nlohmann::json status() const override;
 
  private:
   using Key = std::tuple<uint32_t, uint32_t, uint32_t>;  // target side: (ptag, cookie, origin node)
@@ -84,7 +88,7 @@ class MsgqRelay {
   void drain_waiting();
 
   const uint32_t self_;
-  Send send_;
+  FabricSend send_;
   PeerUp up_;
   FindSegment find_;
   EachSegment each_;

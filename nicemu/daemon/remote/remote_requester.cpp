@@ -34,7 +34,7 @@ bool fetching_amo(const RemotePost& p) {
 
 }  // namespace
 
-RemoteRequester::RemoteRequester(Send send, Reachable reachable)
+RemoteRequester::RemoteRequester(FabricSend send, Reachable reachable)
     : send_(std::move(send)), reachable_(std::move(reachable)) {}
 
 void RemoteRequester::post(const std::shared_ptr<MappedRegion>& initiator, const RemotePost& in,

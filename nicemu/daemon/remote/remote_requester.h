@@ -22,12 +22,12 @@
 
 #include "nicemu/abi/remote_ops.h"
 #include "nicemu/daemon/bte/bte_regions.h"
+#include "nicemu/daemon/fabric_port.h"
 
 namespace nicemu::daemon {
 
-class RemoteRequester {
+class RemoteRequester : public FabricService {
  public:
-  using Send = std::function<bool(uint32_t node, const void* msg, size_t len)>;
   // Whether the fabric carries messages to `node`: cqe::kOk, kErrNoPeer (not a node of
   // another host in the fabric map) or kErrTransient (its channel is down).
   using Reachable = std::function<uint64_t(uint32_t node)>;
@@ -36,7 +36,7 @@ class RemoteRequester {
   // recoverable error (the client reposts), so daemon memory stays bounded.
   static constexpr uint32_t kMaxPerInitiator = 4096;
 
-  RemoteRequester(Send send, Reachable reachable);
+  RemoteRequester(FabricSend send, Reachable reachable);
 
   // A post of the CDM mapped as `initiator` (already known to be of this node); `inline_data`
   // holds post.inline_length bytes. Malformed posts complete with an error event.
@@ -44,13 +44,20 @@ class RemoteRequester {
             const uint8_t* inline_data);
   // An answer from the daemon of `from`. False if malformed (the caller counts and drops it).
   bool reply(uint32_t from, const uint8_t* msg, size_t len);
+  // FabricService: RmaReply messages.
+  const char* receive(uint32_t from, const abi::ctl::Header&, const uint8_t* msg, size_t len) override {
+    return reply(from, msg, len) ? nullptr : "bad RmaReply";
+  }
   // The daemon of `node` restarted or went silent: everything outstanding to it fails.
-  void peer_lost(uint32_t node);
+  void peer_lost(uint32_t node) override;
   // Sends pieces that waited for window or backlog room (also called by a timer).
   void pump();
   bool waiting() const { return !queue_.empty(); }
+  void progress() override {
+    if (waiting()) pump();
+  }
 
-  nlohmann::json status() const;
+  nlohmann::json status() const override;
 
  private:
   struct Op {
@@ -89,7 +96,7 @@ class RemoteRequester {
   Sent send_piece(Op& op, PeerState& p);
   void pump_peer(uint32_t node, PeerState& p);
 
-  Send send_;
+  FabricSend send_;
   Reachable reachable_;
   uint64_t next_id_ = 1;
   std::map<uint64_t, Op> ops_;

@@ -26,7 +26,7 @@ constexpr int64_t kAmoLockWaitNs = 200'000'000;
 
 }  // namespace
 
-RemoteResponder::RemoteResponder(uint32_t self, RegionDirectory& regions, Send send)
+RemoteResponder::RemoteResponder(uint32_t self, RegionDirectory& regions, FabricSend send)
     : self_(self), regions_(regions), send_(std::move(send)), lock_owner_(amo::lock_self(getpid())) {}
 
 bool RemoteResponder::request(uint32_t from, const uint8_t* msg, size_t len) {

@@ -20,25 +20,31 @@
 
 #include "nicemu/abi/remote_ops.h"
 #include "nicemu/daemon/bte/bte_regions.h"
+#include "nicemu/daemon/fabric_port.h"
 
 namespace nicemu::daemon {
 
-class RemoteResponder {
+class RemoteResponder : public FabricService {
  public:
-  // Sends a message to the daemon of `node`; false if it cannot take it now.
-  using Send = std::function<bool(uint32_t node, const void* msg, size_t len)>;
-  RemoteResponder(uint32_t self, RegionDirectory& regions, Send send);
+  RemoteResponder(uint32_t self, RegionDirectory& regions, FabricSend send);
 
   // A request from the daemon of `from` (authenticated; header, op and length checked).
   // False if the message is malformed (counted and dropped by the caller).
   bool request(uint32_t from, const uint8_t* msg, size_t len);
+  // FabricService: RmaRequest messages.
+  const char* receive(uint32_t from, const abi::ctl::Header&, const uint8_t* msg, size_t len) override {
+    return request(from, msg, len) ? nullptr : "bad RmaRequest";
+  }
   // Retries answers that could not be sent (called on every fabric delivery and by a timer).
   void retry();
   // The initiator's daemon restarted or went silent: its queued answers are dropped.
-  void peer_lost(uint32_t node);
+  void peer_lost(uint32_t node) override;
   bool backlog() const { return !pending_.empty(); }
+  void progress() override {
+    if (backlog()) retry();
+  }
 
-  nlohmann::json status() const;
+  nlohmann::json status() const override;
 
  private:
   uint64_t execute(const abi::remote::RmaRequest& q, const uint8_t* data, MappedRegion& target, uint64_t& fetched,
@@ -47,7 +53,7 @@ class RemoteResponder {
 
   const uint32_t self_;
   RegionDirectory& regions_;
-  Send send_;
+  FabricSend send_;
   const uint64_t lock_owner_;  // this daemon's AMO lock owner value
   std::vector<char> buf_;      // GET bytes of the piece being answered
   std::vector<char> out_;      // the answer being sent

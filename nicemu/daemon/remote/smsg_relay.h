@@ -53,6 +53,7 @@
 
 #include "nicemu/abi/ctl_protocol.h"
 #include "nicemu/daemon/cdm/cdm_region.h"
+#include "nicemu/daemon/fabric_port.h"
 #include "nicemu/daemon/stats_page.h"
 
 namespace nicemu::daemon {
@@ -64,11 +65,11 @@ struct SmsgRelayEnv {
   std::function<CdmRegion*(const Credential&, uint32_t mem_domain)> find_domain;
   std::function<bool(CdmRegion&)> may_open_mailbox;                      // resource limits
   std::function<bool(uint32_t node)> remote;                             // reached over the fabric
-  std::function<bool(uint32_t node, const void* msg, size_t len)> send;  // over the fabric
+  FabricSend send;                                                       // over the fabric
   std::function<bool(uint32_t node)> peer_up;                            // its channel is up
 };
 
-class SmsgRelay {
+class SmsgRelay : public FabricService {
   using Clock = std::chrono::steady_clock;
 
  public:
@@ -107,18 +108,21 @@ class SmsgRelay {
   // A daemon-to-daemon message from `from` (ops kSmsgOpen .. kSmsgClose). nullptr if
   // accepted, else why it is malformed (the caller counts and logs it).
   const char* fabric_message(uint32_t from, const abi::ctl::Header& h, const char* msg, size_t len);
+  const char* receive(uint32_t from, const abi::ctl::Header& h, const uint8_t* msg, size_t len) override {
+    return fabric_message(from, h, reinterpret_cast<const char*>(msg), len);
+  }
 
   // The fabric lost what it had queued for `node` (channel down after the retry budget, or
   // the peer restarted): relays to it fail now. progress(): the fabric is about to flush,
   // messages waiting for backlog room go first.
-  void peer_lost(uint32_t node);
-  void progress();
+  void peer_lost(uint32_t node) override;
+  void progress() override;
 
   // The CDM detached or died: its tx relays are closed at their peers, its rx relays
   // answered with a failure so their senders learn at once.
   void cdm_gone(uint64_t attach_id);
 
-  nlohmann::json status() const;
+  nlohmann::json status() const override;
 
  private:
   struct Pending {
