@@ -13,6 +13,7 @@
 
 #include "nicemu/abi/gni_values.h"
 #include "nicemu/fault/fault_spec.h"
+#include "nicemu/xmem/cross_copy.h"
 
 namespace nicemu::daemon {
 
@@ -71,6 +72,10 @@ Node::Node(NodeConfig cfg)
   // Cookies come from the kernel's CSPRNG (libsodium): a user must not be able to predict
   // the credential of another user's next job.
   if (sodium_init() < 0) throw std::runtime_error("libsodium initialisation failed");
+  xmem::on_refused([] {
+    spdlog::error("cross-memory attach refused (EPERM): the daemon must run as the clients' user or root, and "
+                  "kernel.yama.ptrace_scope / seccomp must allow process_vm_readv/writev");
+  });
   namespace nc = abi::counters::node;
   ctr_ = Counters{stats_.node(nc::connections),         stats_.node(nc::attaches),
                   stats_.node(nc::attach_refused),      stats_.node(nc::detaches),

@@ -11,7 +11,7 @@
 
 #include "nicemu/abi/cq_entry.h"
 #include "nicemu/abi/mem_handle.h"
-#include "nicemu/daemon/bte/process_memory.h"
+#include "nicemu/xmem/cross_copy.h"
 
 namespace nicemu::daemon {
 
@@ -70,10 +70,10 @@ uint64_t copy_chunk(const BteTransfer& t, uint64_t off, uint64_t n, char* bounce
   const Extents& dst_pieces = put ? remote : local;
   const uint64_t src_gone = put ? kDrop : t.target->gone_status();
   const uint64_t dst_gone = put ? t.target->gone_status() : kDrop;
-  if (uint64_t st = cross_copy_pieces(false, src.pid(), src_pieces, bounce, src_gone)) return st;
+  if (uint64_t st = xmem::copy_pieces(false, src.pid(), src_pieces, bounce, src_gone)) return st;
   // The destination may have died while we read: check again right before writing.
   if (!dst.alive()) return dst_gone;
-  return cross_copy_pieces(true, dst.pid(), dst_pieces, bounce, dst_gone);
+  return xmem::copy_pieces(true, dst.pid(), dst_pieces, bounce, dst_gone);
 }
 
 // Claims and copies chunks until none is left, the transfer failed, or (for a helper) its

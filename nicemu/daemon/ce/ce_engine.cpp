@@ -10,7 +10,7 @@
 
 #include "nicemu/abi/cq_entry.h"
 #include "nicemu/abi/gni_values.h"
-#include "nicemu/daemon/bte/process_memory.h"
+#include "nicemu/xmem/cross_copy.h"
 
 namespace nicemu::daemon {
 
@@ -386,9 +386,9 @@ uint64_t write_result(pid_t pid, uint64_t addr, uint64_t (&values)[2], uint64_t&
   if (n < 0) return cqe::kErrMemAccess;
   // A partial write (the result straddles a page that went away): the slow path says why.
 #endif
-  uint64_t st = cross_copy(true, pid, addr + 8, reinterpret_cast<char*>(values), sizeof values, cqe::kErrPeerGone);
+  uint64_t st = xmem::copy(true, pid, addr + 8, reinterpret_cast<char*>(values), sizeof values, cqe::kErrPeerGone);
   if (st == cqe::kOk)
-    st = cross_copy(true, pid, addr, reinterpret_cast<char*>(&control), sizeof control, cqe::kErrPeerGone);
+    st = xmem::copy(true, pid, addr, reinterpret_cast<char*>(&control), sizeof control, cqe::kErrPeerGone);
   return st;
 }
 }  // namespace

@@ -8,7 +8,7 @@
 #include "nicemu/abi/bte_ring.h"
 #include "nicemu/abi/cq_entry.h"
 #include "nicemu/amo/amo_alu.h"
-#include "nicemu/daemon/bte/process_memory.h"
+#include "nicemu/xmem/cross_copy.h"
 
 namespace nicemu::daemon {
 
@@ -134,9 +134,9 @@ RemoteRequester::Sent RemoteRequester::send_piece(Op& op, PeerState& ps) {
       Extents local;
       st = op.initiator->translate(p.local_qword1, p.local_qword2, p.local_addr + op.next, n, false, local);
       if (st) st = cqe::kErrLocalProtection;
-      else st = cross_copy_pieces(false, op.initiator->pid(), local, dst, kGone);
+      else st = xmem::copy_pieces(false, op.initiator->pid(), local, dst, kGone);
     } else {
-      st = cross_copy(false, op.initiator->pid(), p.local_addr + op.next, dst, n, kGone);
+      st = xmem::copy(false, op.initiator->pid(), p.local_addr + op.next, dst, n, kGone);
       if (st == cqe::kErrMemAccess) st = cqe::kErrLocalProtection;
     }
     if (st) {
@@ -221,12 +221,12 @@ bool RemoteRequester::reply(uint32_t from, const uint8_t* msg, size_t len) {
       Extents local;
       st = op.initiator->translate(p.local_qword1, p.local_qword2, p.local_addr + r.offset, n, true, local);
       if (st) st = cqe::kErrLocalProtection;
-      else st = cross_copy_pieces(true, op.initiator->pid(), local, const_cast<char*>(reinterpret_cast<const char*>(msg + sizeof r)), kGone);
+      else st = xmem::copy_pieces(true, op.initiator->pid(), local, const_cast<char*>(reinterpret_cast<const char*>(msg + sizeof r)), kGone);
     } else if (p.kind == kAmo && fetching_amo(p)) {
       Extents local;
       st = op.initiator->translate(p.local_qword1, p.local_qword2, p.local_addr, p.length, true, local);
       if (st) st = cqe::kErrLocalProtection;
-      else st = cross_copy_pieces(true, op.initiator->pid(), local, reinterpret_cast<char*>(&r.fetched), kGone);
+      else st = xmem::copy_pieces(true, op.initiator->pid(), local, reinterpret_cast<char*>(&r.fetched), kGone);
     }
   }
   if (st != cqe::kOk && op.status == cqe::kOk) op.status = st;

@@ -10,7 +10,7 @@
 #include "nicemu/abi/mem_handle.h"
 #include "nicemu/amo/amo_alu.h"
 #include "nicemu/amo/amo_lock.h"
-#include "nicemu/daemon/bte/process_memory.h"
+#include "nicemu/xmem/cross_copy.h"
 
 namespace nicemu::daemon {
 
@@ -107,12 +107,12 @@ uint64_t RemoteResponder::execute(const RmaRequest& q, const uint8_t* data, Mapp
       Extents pieces;
       if (uint64_t st = t.translate(q.qword1, q.qword2, q.base_addr + q.offset, q.length, true, pieces)) return st;
       char* src = const_cast<char*>(reinterpret_cast<const char*>(data));
-      if (uint64_t st = cross_copy_pieces(true, t.pid(), pieces, src, t.gone_status())) return st;
+      if (uint64_t st = xmem::copy_pieces(true, t.pid(), pieces, src, t.gone_status())) return st;
       if ((q.flags & kFlagSyncFlag) && (q.flags & kFlagLast)) {
         Extents flag;
         if (uint64_t st = t.translate(q.qword1, q.qword2, q.sync_flag_addr, sizeof(uint64_t), true, flag)) return st;
         uint64_t v = q.operand1;
-        if (uint64_t st = cross_copy_pieces(true, t.pid(), flag, reinterpret_cast<char*>(&v), t.gone_status()))
+        if (uint64_t st = xmem::copy_pieces(true, t.pid(), flag, reinterpret_cast<char*>(&v), t.gone_status()))
           return st;
       }
       return cqe::kOk;
@@ -122,7 +122,7 @@ uint64_t RemoteResponder::execute(const RmaRequest& q, const uint8_t* data, Mapp
       Extents pieces;
       if (uint64_t st = t.translate(q.qword1, q.qword2, q.base_addr + q.offset, q.length, false, pieces)) return st;
       out.resize(q.length);
-      return cross_copy_pieces(false, t.pid(), pieces, out.data(), t.gone_status());
+      return xmem::copy_pieces(false, t.pid(), pieces, out.data(), t.gone_status());
     }
     case kAmo: {
       ++ctr_.amos;
@@ -138,11 +138,11 @@ uint64_t RemoteResponder::execute(const RmaRequest& q, const uint8_t* data, Mapp
       if (amo::lock_acquire(lock, lock_owner_, 0, kAmoLockWaitNs) == amo::LockResult::kTimeout)
         return cqe::kErrTransient;
       uint64_t old = 0;
-      uint64_t st = cross_copy(false, t.pid(), word[0].va, reinterpret_cast<char*>(&old), c->size, t.gone_status());
+      uint64_t st = xmem::copy(false, t.pid(), word[0].va, reinterpret_cast<char*>(&old), c->size, t.gone_status());
       if (!st) {
         amo::Outcome o = amo::apply(*c, old, q.operand1, q.operand2);
         if (o.store)
-          st = cross_copy(true, t.pid(), word[0].va, reinterpret_cast<char*>(&o.new_value), c->size, t.gone_status());
+          st = xmem::copy(true, t.pid(), word[0].va, reinterpret_cast<char*>(&o.new_value), c->size, t.gone_status());
         fetched = o.fetched;
       }
       amo::lock_release(lock, lock_owner_);

@@ -9,7 +9,7 @@
 #include "nicemu/abi/mem_handle.h"
 #include "nicemu/abi/gni_values.h"
 #include "nicemu/abi/relay_ring.h"
-#include "ugni/src/smsg_channel.h"
+#include "nicemu/abi/smsg_channel.h"
 
 namespace nicemu::daemon {
 
@@ -540,7 +540,7 @@ const char* SmsgRelay::on_data(uint32_t from, const char* msg, size_t len) {
     if (static_cast<int32_t>(d.seq - r.next) < 0) return nullptr;  // already delivered
     return "SmsgData out of sequence";
   }
-  ugni::MailboxView v;
+  abi::MailboxView v;
   v.ctl = reinterpret_cast<MboxCtl*>(mem);
   v.slots = mem + sizeof(MboxCtl);
   v.credits = r.credits;
@@ -554,8 +554,8 @@ const char* SmsgRelay::on_data(uint32_t from, const char* msg, size_t len) {
     r.released_seen = v.ctl->released.load(std::memory_order_acquire);
     if (at - r.released_seen >= r.credits) return "SmsgData beyond the credits";
   }
-  if (!ugni::smsg_seen(v, at, r.released_seen)) {
-    ugni::smsg_write_at(v, at, msg + sizeof d, d.length, nullptr, 0, d.tag);
+  if (!abi::smsg_seen(v, at, r.released_seen)) {
+    abi::smsg_write_at(v, at, msg + sizeof d, d.length, nullptr, 0, d.tag);
     if (r.dst_cq != kNoCq)
       queue_cqe(rx_cqes_, r.attach_id, r.dst_cq, cqe::make(cqe::kSrcRemoteRequest, cqe::kTypeSmsg, cqe::kOk, 0, 0, d.remote_event));
     ++delivered_;

@@ -27,7 +27,7 @@
 //    receiver's own GNI_SmsgInit opens;
 //  - each SmsgData is checked (known relay, length, next in sequence, inside the credits
 //    the mailbox has free) before it is written with the channel state machine
-//    (ugni/src/smsg_channel.h: smsg_write_at, duplicates dropped by smsg_seen), then the
+//    (abi/smsg_channel.h: smsg_write_at, duplicates dropped by smsg_seen), then the
 //    remote CQE (the sender EP's remote event data) goes into the receiver's CQ;
 //  - acks are coalesced: one per relay per turn of the loop, after the messages that
 //    caused them, and for every relay whose receiver released something whenever any

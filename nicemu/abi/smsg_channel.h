@@ -1,25 +1,27 @@
 // The SMSG channel state machine over one mailbox (layout and index contract in
 // nicemu/abi/shm_layout.h): sender side (credits, slot write, publish) and receiver side
 // (peek in order, release = credit back). Free of I/O and of the daemon, so units test it
-// on plain memory; smsg.cpp adds endpoints, events and error handling around it.
+// on plain memory; libugni (ugni/src/smsg.cpp) adds endpoints, events and error handling
+// around it, and the daemons' SMSG relay (daemon/remote/smsg_relay.cpp) writes relayed
+// messages into a receiver's mailbox with it.
 #pragma once
 #include <cstdint>
 #include <cstring>
 
 #include "nicemu/abi/shm_layout.h"
 
-namespace nicemu::ugni {
+namespace nicemu::abi {
 
 struct MailboxView {
-  abi::MboxCtl* ctl = nullptr;
+  MboxCtl* ctl = nullptr;
   char* slots = nullptr;
   uint32_t credits = 0;    // from our own attrs, never from shared memory
   uint32_t slot_size = 0;
   uint32_t max_size = 0;
   uint32_t released_seen = 0;  // sender's private copy of ctl->released (it only grows)
 
-  abi::MboxSlotHeader* slot(uint32_t index) const {
-    return reinterpret_cast<abi::MboxSlotHeader*>(slots + uint64_t{index % credits} * slot_size);
+  MboxSlotHeader* slot(uint32_t index) const {
+    return reinterpret_cast<MboxSlotHeader*>(slots + uint64_t{index % credits} * slot_size);
   }
 };
 
@@ -29,14 +31,14 @@ enum class SendResult { kSent, kNoCredit, kTooBig };
 inline SendResult smsg_send(MailboxView& m, const void* header, uint32_t header_length, const void* data,
                             uint32_t data_length, uint8_t tag) {
   uint64_t total = uint64_t{header_length} + data_length;
-  if (total > abi::smsg_capacity(m.max_size)) return SendResult::kTooBig;
+  if (total > smsg_capacity(m.max_size)) return SendResult::kTooBig;
   uint32_t s = m.ctl->sent.load(std::memory_order_relaxed);
   if (s - m.released_seen >= m.credits) {
     // Only now read the receiver's line: credits may have come back.
     m.released_seen = m.ctl->released.load(std::memory_order_acquire);
     if (s - m.released_seen >= m.credits) return SendResult::kNoCredit;
   }
-  abi::MboxSlotHeader* slot = m.slot(s);
+  MboxSlotHeader* slot = m.slot(s);
   char* payload = reinterpret_cast<char*>(slot + 1);
   if (header_length) std::memcpy(payload, header, header_length);
   if (data_length) std::memcpy(payload + header_length, data, data_length);
@@ -52,7 +54,7 @@ inline SendResult smsg_send(MailboxView& m, const void* header, uint32_t header_
 // messages in sequence order; `sent` becomes the highest sequence written + 1.
 inline void smsg_write_at(MailboxView& m, uint32_t seq, const void* header, uint32_t header_length, const void* data,
                           uint32_t data_length, uint8_t tag) {
-  abi::MboxSlotHeader* slot = m.slot(seq);
+  MboxSlotHeader* slot = m.slot(seq);
   char* payload = reinterpret_cast<char*>(slot + 1);
   if (header_length) std::memcpy(payload, header, header_length);
   if (data_length) std::memcpy(payload + header_length, data, data_length);
@@ -75,9 +77,9 @@ inline bool smsg_seen(const MailboxView& m, uint32_t seq) {
 }
 
 // The next message in order, or nullptr. Does not consume it.
-inline abi::MboxSlotHeader* smsg_peek(const MailboxView& m) {
+inline MboxSlotHeader* smsg_peek(const MailboxView& m) {
   uint32_t next = m.ctl->released.load(std::memory_order_relaxed);
-  abi::MboxSlotHeader* slot = m.slot(next);
+  MboxSlotHeader* slot = m.slot(next);
   return slot->seq.load(std::memory_order_acquire) == next + 1 ? slot : nullptr;
 }
 
@@ -117,4 +119,4 @@ inline bool smsg_note_due(const MailboxView& m, uint32_t& noted) {
   return true;
 }
 
-}  // namespace nicemu::ugni
+}  // namespace nicemu::abi
