@@ -19,7 +19,7 @@
 #include <spdlog/spdlog.h>
 
 #include "nicemu/daemon/stats_page.h"
-#include "nicemu/daemon/udp_fabric.h"
+#include "nicemu/daemon/transport/udp_fabric.h"
 
 using namespace nicemu;
 

@@ -1,6 +1,6 @@
 // The collective engine's arithmetic (fact sheet §16): how one VCE channel combines two
 // operands of a reduction, as a pure function of the command, the post mode and the
-// channel's rounding mode. The daemon's CE engine (daemon/ce_engine.h) folds the operands
+// channel's rounding mode. The daemon's CE engine (daemon/ce/ce_engine.h) folds the operands
 // of a channel's children with it; nothing here knows about trees or messages.
 //
 // Semantics, from Cray's gni_pub.h comments and its ce_pmi_example (docs/decisions.md,

@@ -22,7 +22,7 @@
 #include "nicemu/daemon/node.h"
 #include "nicemu/fault/fault_page.h"
 #include "nicemu/daemon/settings.h"
-#include "nicemu/daemon/udp_fabric.h"
+#include "nicemu/daemon/transport/udp_fabric.h"
 #include "nicemu/fabric/fabric_map.h"
 #include "nicemu/fabric/packet_codec.h"
 
@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
       nicemu::fabric::load_key(key_path, key);
       fabric = std::make_unique<nicemu::daemon::UdpFabric>(
           io, node_addr, nicemu::fabric::FabricMap::load(map_path), key, node.stats(),
-          [&node](uint32_t from, const uint8_t* m, size_t n) { node.fabric_message(from, m, n); },
+          [&node](uint32_t from, const uint8_t* m, size_t n) { node.port().deliver(from, m, n); },
           settings.str("fabric_io_uring") != "off", nicemu::fabric::parse_mac_alg(settings.str("fabric_mac")));
       std::memset(key, 0, sizeof key);
       node.set_fabric(fabric.get());

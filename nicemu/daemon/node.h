@@ -15,20 +15,20 @@
 #include <nlohmann/json.hpp>
 
 #include "nicemu/abi/mem_handle.h"
-#include "nicemu/daemon/bandwidth_injection.h"
-#include "nicemu/daemon/bte_engine.h"
-#include "nicemu/daemon/cdm_index.h"
-#include "nicemu/daemon/cdm_region.h"
-#include "nicemu/daemon/ce_engine.h"
-#include "nicemu/daemon/daemon_links.h"
-#include "nicemu/daemon/datagram_matcher.h"
+#include "nicemu/daemon/cdm/bandwidth_injection.h"
+#include "nicemu/daemon/bte/bte_engine.h"
+#include "nicemu/daemon/cdm/cdm_index.h"
+#include "nicemu/daemon/cdm/cdm_region.h"
+#include "nicemu/daemon/ce/ce_engine.h"
+#include "nicemu/daemon/remote/datagram_matcher.h"
 #include "nicemu/daemon/lease_keeper.h"
-#include "nicemu/daemon/msgq_relay.h"
-#include "nicemu/daemon/msgq_segment.h"
-#include "nicemu/daemon/remote_requester.h"
-#include "nicemu/daemon/remote_responder.h"
+#include "nicemu/daemon/remote/msgq_relay.h"
+#include "nicemu/daemon/cdm/msgq_segment.h"
+#include "nicemu/daemon/fabric_port.h"
+#include "nicemu/daemon/remote/remote_requester.h"
+#include "nicemu/daemon/remote/remote_responder.h"
 #include "nicemu/daemon/resource_limits.h"
-#include "nicemu/daemon/smsg_relay.h"
+#include "nicemu/daemon/remote/smsg_relay.h"
 #include "nicemu/daemon/stats_page.h"
 #include "nicemu/fault/fault_page.h"
 
@@ -92,6 +92,16 @@ class Node {
  public:
   explicit Node(NodeConfig cfg);
 
+  // One control request being handled (header checked: magic, version, length).
+  struct Request {
+    Peer& peer;
+    const ctl::Header& h;
+    const char* msg;
+    size_t len;
+    std::vector<char>& reply;
+    PassFds& pass_fds;
+  };
+
   // Handles one request from `peer`; fills `reply` and may set `pass_fds` to descriptors
   // the caller sends along (still owned by the node).
   void handle(Peer& peer, const char* msg, size_t len, std::vector<char>& reply, PassFds& pass_fds);
@@ -111,23 +121,49 @@ class Node {
   bool reload_fault(const std::string& spec, std::string& error);
   // Copies the attached clients' counter blocks into the counter page (a timer calls it).
   void refresh_counters();
-  // The UDP transport to other hosts' daemons (udp_fabric.h), when a fabric map is given;
-  // messages to a node without a daemon socket on this host go through it.
-  // SMSG across hosts is relayed over it (smsg_relay.h), on its loop.
+  // The UDP transport to other hosts' daemons (transport/udp_fabric.h), when a fabric map
+  // is given: the port (fabric_port.h) sends through it to nodes without a daemon socket on
+  // this host, and it delivers their messages to the port. SMSG across hosts is relayed
+  // over it (remote/smsg_relay.h), on its loop.
   void set_fabric(UdpFabric* f);
+  // The port the node's services talk to other nodes' daemons through.
+  FabricPort& port() { return port_; }
   // The fault configuration in force (nicemuctl fault / --fault): the fabric consults its
   // `packet` rules for every packet it sends.
   const abi::fault::Config& fault_config() const { return fault_.config(); }
-  // A message from the daemon of `from` on another host (authenticated by the fabric).
-  // Only daemon-to-daemon messages are accepted, and only about `from` itself.
-  void fabric_message(uint32_t from, const uint8_t* msg, size_t len);
   // Timers of the node's engines that run on the daemon's loop (the collective engine's
   // liveness probes).
   void start_timers(asio::io_context& io) { ce_.start(io); }
 
  private:
-  template <typename Req>
-  bool parse(const char* msg, size_t len, Req& out);
+  // The control handlers by request type (node.cpp); each lives in control/, by area.
+  using Handler = void (Node::*)(Request&);
+  using Table = std::array<Handler, 256>;
+  static const Table& table();
+  // A malformed request: counted, answered GNI_RC_INVALID_PARAM.
+  void bad(Request& q);
+  // control/credentials.cpp
+  void on_hello(Request& q);
+  void on_attach(Request& q);
+  void on_cred(Request& q);
+  void on_shutdown(Request& q);
+  // control/memory.cpp
+  void on_mem_register(Request& q);
+  void on_mem_register_segments(Request& q);
+  void on_mem_deregister(Request& q);
+  void on_cq_create(Request& q);
+  void on_cq_destroy(Request& q);
+  void on_peer_lookup(Request& q);
+  void on_mbox_open(Request& q);
+  void on_bte_open(Request& q);
+  void on_bi_config_set(Request& q);
+  void on_bi_config_get(Request& q);
+  // control/status.cpp
+  void on_status(Request& q);
+  // control/remote.cpp
+  void on_remote_post(Request& q);
+  void on_smsg_relay_open(Request& q);
+  void on_smsg_relay_note(Request& q);
   int attach(Peer& peer, const abi::ctl::Attach& req, abi::ctl::AttachReply& rep, PassFds& pass_fds);
   bool may_use(const Peer& peer, const Credential& c) const;
   // Counts and logs (rate-limited per connection) a request refused because the caller
@@ -149,14 +185,12 @@ class Node {
                       abi::ctl::MemRegisterReply& rep);
   // The live CDMs of process `pid` in domain `c` (process_mdd.h).
   std::vector<CdmRegion*> family(pid_t pid, const Credential& c);
-  void count_link(uint32_t node, size_t bytes, bool ok);
   // nicemuctl fault: parse, check and publish a configuration (fault_spec.h).
-  void handle_fault(Peer& peer, const ctl::Header& h, const char* msg, size_t len, std::vector<char>& reply);
+  void handle_fault(Request& q);
   // Publishes `c` in the fault page, drawing a seed if none was given, and logs it.
   void publish_fault(abi::fault::Config c, bool seed_given, const char* why);
-  void handle_datagram(Peer& peer, const ctl::Header& h, const char* msg, size_t len, std::vector<char>& reply);
-  void handle_msgq(Peer& peer, const ctl::Header& h, const char* msg, size_t len, std::vector<char>& reply,
-                   PassFds& pass_fds);
+  void handle_datagram(Request& q);  // control/datagram.cpp
+  void handle_msgq(Request& q);      // control/msgq.cpp
   // The CDM leaves its domain's MSGQ segment (if it joined); the last member reclaims it.
   void msgq_leave(const CdmRegion& cdm);
 
@@ -173,7 +207,7 @@ class Node {
   std::array<uint64_t, abi::mdh::kMaxDomains> domains_{};
   uint32_t next_domain_ = 1;
   Counters ctr_;
-  DaemonLinks links_;
+  FabricPort port_{cfg_.nic_addr, cfg_.rundir, stats_};
   DatagramMatcher dgrams_;
   BandwidthInjection bi_;
   fault::PagePublisher fault_{cfg_.fault_path};
@@ -186,15 +220,9 @@ class Node {
   RemoteRequester remote_out_;
   RemoteResponder remote_in_;
   MsgqRelay msgq_relay_;  // after msgqs_, which it looks segments up in
-  // The fabric's view of `node`: cqe::kOk if reachable, kErrNoPeer, kErrTransient if down.
-  uint64_t fabric_reach(uint32_t node);
-  void remote_post(Peer& peer, const char* msg, size_t len);
   // GNI_Ce* requests of an attached CDM and CE messages of other daemons (ce_ops.h).
-  void handle_ce(Peer& peer, const ctl::Header& h, const char* msg, size_t len, std::vector<char>& reply);
-  // Sends a daemon-to-daemon message: by the daemon's socket on this host, else the fabric.
-  bool send_to_node(uint32_t node, const void* m, size_t n);
+  void handle_ce(Request& q);  // control/ce.cpp
   bool shutdown_requested_ = false;
-  UdpFabric* fabric_ = nullptr;
   SmsgRelay smsg_;  // SMSG to and from nodes of other hosts (after cdms_ and stats_: uses both)
   CeEngine ce_;     // the collective engine: VCE channels and reductions (after cdms_)
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();

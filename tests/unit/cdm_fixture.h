@@ -9,7 +9,7 @@
 
 #include "nicemu/abi/gni_values.h"
 #include "nicemu/abi/region_access.h"
-#include "nicemu/daemon/cdm_region.h"
+#include "nicemu/daemon/cdm/cdm_region.h"
 
 namespace cdm_fixture {
 

@@ -10,7 +10,7 @@
 
 #include "gni_pub.h"
 #include "nicemu/abi/ce_ops.h"
-#include "nicemu/daemon/ce_engine.h"
+#include "nicemu/daemon/ce/ce_engine.h"
 
 namespace ace = nicemu::abi::ce;
 namespace ctl = nicemu::abi::ctl;

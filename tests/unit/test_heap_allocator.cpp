@@ -1,7 +1,7 @@
 // The daemon's region heap allocator: alignment, reuse and coalescing.
 #include <doctest/doctest.h>
 
-#include "nicemu/daemon/heap_allocator.h"
+#include "nicemu/daemon/cdm/heap_allocator.h"
 
 using nicemu::daemon::HeapAllocator;
 

@@ -18,7 +18,7 @@
 #include "cdm_fixture.h"
 #include "nicemu/abi/cq_entry.h"
 #include "nicemu/abi/msgq_ring.h"
-#include "nicemu/daemon/msgq_relay.h"
+#include "nicemu/daemon/remote/msgq_relay.h"
 
 using namespace nicemu;
 using namespace nicemu::daemon;

@@ -17,9 +17,9 @@
 #include "nicemu/abi/mem_handle.h"
 #include "nicemu/abi/region_access.h"
 #include "cdm_fixture.h"
-#include "nicemu/daemon/cdm_region.h"
-#include "nicemu/daemon/remote_requester.h"
-#include "nicemu/daemon/remote_responder.h"
+#include "nicemu/daemon/cdm/cdm_region.h"
+#include "nicemu/daemon/remote/remote_requester.h"
+#include "nicemu/daemon/remote/remote_responder.h"
 
 using namespace nicemu;
 using namespace nicemu::daemon;

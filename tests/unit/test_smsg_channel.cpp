@@ -7,10 +7,10 @@
 #include <thread>
 #include <vector>
 
-#include "smsg_channel.h"
+#include "nicemu/abi/smsg_channel.h"
 
 using namespace nicemu;
-using namespace nicemu::ugni;
+using namespace nicemu::abi;
 
 namespace {
 struct Channel {

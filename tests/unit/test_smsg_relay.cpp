@@ -17,8 +17,8 @@
 #include "nicemu/abi/region_access.h"
 #include "nicemu/abi/relay_ring.h"
 #include "cdm_fixture.h"
-#include "nicemu/daemon/smsg_relay.h"
-#include "smsg_channel.h"
+#include "nicemu/daemon/remote/smsg_relay.h"
+#include "nicemu/abi/smsg_channel.h"
 
 using namespace nicemu;
 using namespace nicemu::daemon;
@@ -178,7 +178,7 @@ struct Rig {
   }
 
   // The receiver's view of the mailbox (found through a kMboxOpen as its GNI_SmsgInit does).
-  ugni::MailboxView mailbox() {
+  abi::MailboxView mailbox() {
     ctl::MboxOpen req{};
     ctl::SmsgRelayOpen o = attrs();
     req.ptag = kPtag;
@@ -192,7 +192,7 @@ struct Rig {
     ctl::MboxOpenReply rep{};
     REQUIRE(receiver->mbox_open(req, rep) == abi::gni::kSuccess);
     char* mem = receiver->heap_ptr(rep.ctl_offset, rep.bytes);
-    ugni::MailboxView v;
+    abi::MailboxView v;
     v.ctl = reinterpret_cast<abi::MboxCtl*>(mem);
     v.slots = mem + sizeof(abi::MboxCtl);
     v.credits = kCredits;
@@ -227,15 +227,15 @@ TEST_CASE("SMSG relay: messages land in the mailbox in order, CQEs on both sides
   // A fifth would exceed the credits: the daemon refuses it as malformed (the library checks first).
   CHECK_FALSE(r.send(rep.relay, kCredits, "too many", 200));
   CHECK(r.pump().empty());
-  ugni::MailboxView v = r.mailbox();
+  abi::MailboxView v = r.mailbox();
   for (uint32_t i = 0; i < kCredits; ++i) {
-    abi::MboxSlotHeader* s = ugni::smsg_peek(v);
+    abi::MboxSlotHeader* s = abi::smsg_peek(v);
     REQUIRE(s);
     CHECK(std::string(reinterpret_cast<char*>(s + 1), s->length) == "message " + std::to_string(i));
     CHECK(s->tag == i + 1);
-    ugni::smsg_release(v);
+    abi::smsg_release(v);
   }
-  CHECK(ugni::smsg_peek(v) == nullptr);
+  CHECK(abi::smsg_peek(v) == nullptr);
   auto remote = drain(*r.receiver, r.rcq);
   REQUIRE(remote.size() == kCredits);
   for (uint64_t e : remote) {
@@ -261,7 +261,7 @@ TEST_CASE("SMSG relay: messages land in the mailbox in order, CQEs on both sides
   // Credits back: the next message goes.
   CHECK(r.send(rep.relay, kCredits, "after release", 300));
   CHECK(r.pump().empty());
-  REQUIRE(ugni::smsg_peek(v));
+  REQUIRE(abi::smsg_peek(v));
   // The same attributes again resume the same relay.
   ctl::SmsgRelayOpenReply again{};
   CHECK(r.open(again, r.attrs()) == blk);
@@ -276,18 +276,18 @@ TEST_CASE("SMSG relay: the receiver's release note returns the credits without w
   for (uint32_t i = 0; i < kCredits; ++i) CHECK(r.send(rep.relay, i, "m" + std::to_string(i), i));
   const auto t0 = std::chrono::steady_clock::now();  // the receiver's poll timer starts now
   CHECK(r.pump().empty());
-  ugni::MailboxView v = r.mailbox();
+  abi::MailboxView v = r.mailbox();
   // The receiving daemon asks for a note an eighth of a mailbox past what it reported
   // (nothing yet): the library's release that reaches it says so, once.
   constexpr uint32_t kNoteEvery = std::max<uint32_t>(1, kCredits / 8);
   CHECK(v.ctl->note_at.load() == kNoteEvery);
   uint32_t noted = ~0u;
   for (uint32_t i = 0; i < kCredits / 2; ++i) {
-    REQUIRE(ugni::smsg_peek(v));
-    ugni::smsg_release(v);
-    CHECK(ugni::smsg_note_due(v, noted) == (i + 1 == kNoteEvery));
+    REQUIRE(abi::smsg_peek(v));
+    abi::smsg_release(v);
+    CHECK(abi::smsg_note_due(v, noted) == (i + 1 == kNoteEvery));
   }
-  CHECK_FALSE(ugni::smsg_note_due(v, noted));
+  CHECK_FALSE(abi::smsg_note_due(v, noted));
   CHECK(r.pump().empty());
   // Without the note the releases wait for the daemon's poll (100 µs at the soonest):
   // checkable when this ran faster than that (sanitizer builds may not).
@@ -297,9 +297,9 @@ TEST_CASE("SMSG relay: the receiver's release note returns the credits without w
   CHECK(blk->released.load() == kCredits / 2);
   // Reported: the next note is due an eighth of a mailbox further on.
   CHECK(v.ctl->note_at.load() == kCredits / 2 + kNoteEvery);
-  REQUIRE(ugni::smsg_peek(v));
-  ugni::smsg_release(v);
-  CHECK(ugni::smsg_note_due(v, noted) == (kNoteEvery == 1));
+  REQUIRE(abi::smsg_peek(v));
+  abi::smsg_release(v);
+  CHECK(abi::smsg_note_due(v, noted) == (kNoteEvery == 1));
   CHECK(r.pump().empty());
   // Reported now, so that no poll of the receiving daemon is due below (under a sanitizer
   // or a loaded machine its timer could otherwise fire inside the next io.poll()).
@@ -331,12 +331,12 @@ TEST_CASE("SMSG relay: messages through the relay ring arrive in order; the door
   r.a.doorbell(*r.sender);
   CHECK(ring->head.load() == ring->tail.load());
   CHECK(r.pump().empty());
-  ugni::MailboxView v = r.mailbox();
+  abi::MailboxView v = r.mailbox();
   for (const char* want : {"first", "second"}) {
-    abi::MboxSlotHeader* s = ugni::smsg_peek(v);
+    abi::MboxSlotHeader* s = abi::smsg_peek(v);
     REQUIRE(s);
     CHECK(std::string(reinterpret_cast<char*>(s + 1), s->length) == want);
-    ugni::smsg_release(v);
+    abi::smsg_release(v);
   }
   // One doorbell, one message: not streaming, so the doorbell is armed again at once.
   CHECK(ring->armed.load() == 1);
@@ -375,7 +375,7 @@ TEST_CASE("SMSG relay: the receiver's daemon refuses forged and malformed messag
   r.open(rep, r.attrs());
   CHECK(r.send(rep.relay, 0, "first", 1));
   CHECK(r.pump().empty());
-  ugni::MailboxView v = r.mailbox();
+  abi::MailboxView v = r.mailbox();
   const uint32_t sent_before = v.ctl->sent.load();
   auto inject = [&](const std::vector<char>& m, uint32_t from = 0) {
     ctl::Header h;
@@ -505,12 +505,12 @@ TEST_CASE("SMSG relay: messages the fabric refuses for a full backlog wait, in o
   SUBCASE("sent at the fabric's next flush") { r.a.progress(); }
   CHECK(r.to1.q.size() == 4);  // open + 3 messages
   CHECK(r.pump().empty());
-  ugni::MailboxView v = r.mailbox();
+  abi::MailboxView v = r.mailbox();
   for (uint32_t i = 0; i < 3; ++i) {
-    abi::MboxSlotHeader* s = ugni::smsg_peek(v);
+    abi::MboxSlotHeader* s = abi::smsg_peek(v);
     REQUIRE(s);
     CHECK(std::string(reinterpret_cast<char*>(s + 1), s->length) == "queued " + std::to_string(i));
-    ugni::smsg_release(v);
+    abi::smsg_release(v);
   }
   CHECK(blk->delivered.load() == 3);
   CHECK(blk->state.load() == 0);

@@ -1,5 +1,5 @@
 // Bandwidth injection (fact sheet §7.2): the settings belong to the NIC, so they are kept
-// by the node's daemon (nicemu/daemon/bandwidth_injection.h) and every process of the node
+// by the node's daemon (nicemu/daemon/cdm/bandwidth_injection.h) and every process of the node
 // reads what the last one set. Charm++ reads `current_bw` and sets a percentage with
 // GNI_BI_FLAG_APPLY_NOW on device 0 at start-up. nicemu records and reports the settings
 // but does not throttle injection.

@@ -1,5 +1,5 @@
 // Session management: datagrams of up to GNI_DATAGRAM_MAXSIZE bytes exchanged between two
-// EPs, matched by the daemons (nicemu/daemon/datagram_matcher.h). A post is a one-way
+// EPs, matched by the daemons (nicemu/daemon/remote/datagram_matcher.h). A post is a one-way
 // message on the attach connection; the daemon hands finished datagrams back through the
 // CDM's completion ring (nicemu/abi/dgram_ring.h), which the library drains into
 // `Nic::dgram.finished` whenever it tests, waits or probes, so none of those costs a

@@ -346,7 +346,7 @@ gni_return_t fault_smsg_send(Ep* ep, const void* header, uint32_t header_length,
     if (ep->smsg_next - m.view.released_seen >= m.view.credits) {
       stat_add(n, GNI_STAT_SMSG_MBOX_CREDITS_STALL);
       count(n->counters, ctr::cdm::smsg_credit_stalls);
-      // As without faults: the receiver raises the credit event (smsg_channel.h).
+      // As without faults: the receiver raises the credit event (abi/smsg_channel.h).
       if (!smsg_want_credit(m.view, ep->smsg_next)) return GNI_RC_NOT_DONE;
     }
   }

@@ -28,7 +28,7 @@
 #include "nicemu/abi/shm_layout.h"
 #include "nicemu/ctl/ctl_client.h"
 #include "counters.h"
-#include "smsg_channel.h"
+#include "nicemu/abi/smsg_channel.h"
 
 static_assert(int{GNI_RC_SUCCESS} == int{nicemu::abi::gni::kSuccess} &&
               int{GNI_RC_ERROR_NOMEM} == int{nicemu::abi::gni::kErrorNomem});
@@ -39,6 +39,10 @@ static_assert(GNI_DEVICE_ARIES == nicemu::abi::gni::kDeviceAries);
 static_assert(GNI_CQ_EVENT_TYPE_SMSG == nicemu::abi::cqe::kTypeSmsg);
 
 namespace nicemu::ugni {
+
+// The SMSG mailbox protocol (abi/smsg_channel.h); its functions are found by argument.
+using abi::MailboxView;
+using abi::SendResult;
 
 // The device_id that means "the nearest device" (GNI_CdmAttach, Cray's header).
 inline constexpr uint32_t kNearestDevice = 0xFFFFFFFFu;

@@ -15,6 +15,7 @@
 #include "nicemu/abi/region_access.h"
 #include "nicemu/abi/region_map.h"
 #include "nicemu/common/params.h"
+#include "nicemu/xmem/cross_copy.h"
 
 namespace nicemu::ugni {
 
@@ -102,6 +103,13 @@ namespace {
 pid_t g_pid = getpid();
 void refresh_pid() { g_pid = getpid(); }
 [[maybe_unused]] const int g_atfork = pthread_atfork(nullptr, nullptr, refresh_pid);
+// Cross-memory attach refused: said once, on stderr (the library has no log of its own).
+void refused() {
+  std::fprintf(stderr,
+               "libugni(nicemu): cross-memory attach to a peer was refused (EPERM); check "
+               "kernel.yama.ptrace_scope and container seccomp settings (docs/architecture.md)\n");
+}
+[[maybe_unused]] const bool g_refused_hook = (xmem::on_refused(refused), true);
 }  // namespace
 
 pid_t self_pid() { return g_pid; }
@@ -112,26 +120,7 @@ uint64_t xmem_write(pid_t pid, uint64_t remote, const void* local, uint64_t len)
     std::memmove(reinterpret_cast<void*>(remote), local, len);
     return cqe::kOk;
   }
-  uint64_t done = 0;
-  while (done < len) {
-    iovec l{const_cast<char*>(static_cast<const char*>(local)) + done, len - done};
-    iovec r{reinterpret_cast<void*>(remote + done), len - done};
-    ssize_t n = process_vm_writev(pid, &l, 1, &r, 1, 0);
-    if (n <= 0) {
-      if (errno == ESRCH) return cqe::kErrPeerGone;
-      if (errno == EPERM) {
-        static std::once_flag once;
-        std::call_once(once, [] {
-          std::fprintf(stderr,
-                       "libugni(nicemu): cross-memory attach to a peer was refused (EPERM); check "
-                       "kernel.yama.ptrace_scope and container seccomp settings (docs/architecture.md)\n");
-        });
-      }
-      return cqe::kErrMemAccess;
-    }
-    done += static_cast<uint64_t>(n);
-  }
-  return cqe::kOk;
+  return xmem::copy(true, pid, remote, const_cast<void*>(local), len, cqe::kErrPeerGone);
 }
 
 uint64_t xmem_read(pid_t pid, uint64_t remote, void* local, uint64_t len) {
@@ -140,15 +129,7 @@ uint64_t xmem_read(pid_t pid, uint64_t remote, void* local, uint64_t len) {
     std::memmove(local, reinterpret_cast<const void*>(remote), len);
     return cqe::kOk;
   }
-  uint64_t done = 0;
-  while (done < len) {
-    iovec l{static_cast<char*>(local) + done, len - done};
-    iovec r{reinterpret_cast<void*>(remote + done), len - done};
-    ssize_t n = process_vm_readv(pid, &l, 1, &r, 1, 0);
-    if (n <= 0) return errno == ESRCH ? cqe::kErrPeerGone : cqe::kErrMemAccess;
-    done += static_cast<uint64_t>(n);
-  }
-  return cqe::kOk;
+  return xmem::copy(false, pid, remote, local, len, cqe::kErrPeerGone);
 }
 
 uint64_t validate_access(const Region& r, const gni_mem_handle_t& h, uint64_t addr, uint64_t len, bool write,

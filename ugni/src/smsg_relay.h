@@ -1,6 +1,6 @@
 // SMSG to a node of another host (docs/fabric.md, "SMSG across hosts"): the library cannot
 // store into a mailbox it cannot map, so it hands each message to its own daemon, which
-// relays it over the fabric (nicemu/daemon/smsg_relay.h). Credits and failure come back
+// relays it over the fabric (nicemu/daemon/remote/smsg_relay.h). Credits and failure come back
 // through a SmsgRelayCtl block in our own heap (shm_layout.h), so a send makes one one-way
 // write on the attach socket and no call; the local completion CQE is pushed by the daemon
 // once the receiver's daemon has the message in the mailbox.

@@ -1,0 +1,79 @@
+// The BTE engine of one emulated node: the offload DMA block that executes GNI_PostRdma.
+// Libraries queue requests in their CDM's submission ring (abi/bte_ring.h) and ring the
+// CDM's doorbell eventfd only when the dispatcher sleeps; the dispatcher thread copies
+// requests out and routes them to the channels (bte_channel.h), keeping each EP's
+// outstanding requests on one channel and otherwise choosing the least loaded. Without
+// work every thread of the engine sleeps.
+//
+// Called from the control thread (attach, reclaim, kBteOpen, status); its own threads do
+// the rest. Lives as long as the Node.
+#pragma once
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "nicemu/daemon/bte/bte_channel.h"
+#include "nicemu/daemon/bte/bte_regions.h"
+
+namespace nicemu::daemon {
+
+struct BteConfig {
+  uint32_t nic_addr = 0;
+  std::string rundir;              // other daemons' sockets (targets on other nodes)
+  uint32_t channels = 2;           // worker threads
+  uint64_t chunk_bytes = 256 << 10;  // bounce-buffer chunk: fits the L2 cache, so the
+                                     // second copy reads from cache (docs/performance.md)
+};
+
+class BteEngine {
+ public:
+  explicit BteEngine(BteConfig cfg);
+  ~BteEngine();
+  BteEngine(const BteEngine&) = delete;
+  BteEngine& operator=(const BteEngine&) = delete;
+
+  // A CDM of this node attached (its region's two memfds) / was reclaimed.
+  void region_attached(int ro_fd, int heap_fd, uint64_t size, pid_t owner);
+  void region_gone(uint64_t attach_id);
+  // kBteOpen: starts serving the CDM's ring at `ctl_offset` of its region. Returns a
+  // gni_return_t value and the doorbell eventfd to pass (still owned by the engine).
+  int open_ring(uint64_t attach_id, uint64_t ctl_offset, uint32_t capacity, int& doorbell);
+  // Stops the threads (SIGTERM). Requests still queued are dropped.
+  void stop();
+
+  nlohmann::json status() const;
+  uint32_t channels() const { return cfg_.channels; }
+  // The engine's mappings of this node's CDM regions (also used for other hosts' operations).
+  RegionDirectory& regions() { return regions_; }
+
+ private:
+  void dispatch_loop();
+  bool drain(BteSource& s, const std::shared_ptr<BteSource>& sp);
+  void route(const std::shared_ptr<BteSource>& s, const abi::BteRequest& req);
+  void finished(const BteJob& job);  // under shared_.mu
+  void kick();
+
+  BteConfig cfg_;
+  RegionDirectory regions_;
+  BteShared shared_;
+  int epoll_ = -1;
+  int kick_ = -1;  // eventfd: stop, or a ring got room again
+
+  mutable std::mutex sources_mu_;
+  std::map<uint64_t, std::shared_ptr<BteSource>> sources_;  // attach id -> ring
+  std::atomic<uint64_t> sources_gen_{0};
+  std::map<std::pair<uint64_t, uint32_t>, std::pair<uint32_t, uint32_t>> routes_;  // -> (channel, outstanding); under shared_.mu
+  std::atomic<bool> stop_{false};
+  std::thread dispatcher_;
+};
+
+}  // namespace nicemu::daemon

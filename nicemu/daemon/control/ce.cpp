@@ -1,0 +1,73 @@
+// Control requests of the collective engine (ce/ce_engine.h): GNI_Ce* of an attached CDM,
+// and CE messages of this host's other daemons.
+#include "nicemu/daemon/control/request.h"
+
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include "nicemu/abi/ce_ops.h"
+#include "nicemu/abi/gni_values.h"
+
+namespace nicemu::daemon {
+
+using namespace nicemu::abi;
+
+void Node::handle_ce(Request& q) {
+  namespace ace = abi::ce;
+  const Op op = static_cast<Op>(q.h.op);
+  const bool wants_reply = op == Op::kCeCreate || op == Op::kCeConfigure || op == Op::kCeDestroy;
+  auto bad = [&] {
+    ++ctr_.malformed_messages;
+    if (wants_reply) init_reply<PlainReply>(q.reply, q.h).r.rc = rc::kInvalidParam;
+  };
+  CdmRegion* cdm = owned_cdm(q.peer);
+  // The collective engine is an Aries block; a Gemini NIC has none.
+  const bool aries = cfg_.device_type == gni::kDeviceAries;
+  switch (op) {
+    case Op::kCeCreate: {
+      ace::CeCreate req;
+      if (!parse(q, req)) return bad();
+      auto& r = init_reply<ace::CeCreateReply>(q.reply, q.h);
+      r.r.rc = !aries ? rc::kIllegalOp : cdm ? ce_.create(*cdm, r.ce_id) : rc::kInvalidState;
+      return;
+    }
+    case Op::kCeConfigure: {
+      ace::CeConfigure req;
+      if (!parse(q, req)) return bad();
+      init_reply<PlainReply>(q.reply, q.h).r.rc = !aries ? rc::kIllegalOp : cdm ? ce_.configure(*cdm, req) : rc::kInvalidState;
+      return;
+    }
+    case Op::kCeDestroy: {
+      ace::CeDestroy req;
+      if (!parse(q, req)) return bad();
+      init_reply<PlainReply>(q.reply, q.h).r.rc = !aries ? rc::kIllegalOp : cdm ? ce_.destroy(*cdm, req.ce_id) : rc::kInvalidState;
+      return;
+    }
+    case Op::kCePost: {  // one-way: refusals become error results
+      ace::CePost req;
+      if (!parse(q, req) || !cdm || !aries) return bad();
+      return ce_.post(*cdm, req);
+    }
+    case Op::kCeMember: {  // one-way
+      ace::CeMember req;
+      if (!parse(q, req) || !cdm || !aries) return bad();
+      return ce_.member(*cdm, req);
+    }
+    default: {
+      // Between the daemons of this host (root or the daemon's own user); the message names
+      // its sender, which a local daemon is trusted to give truthfully.
+      if (q.peer.uid != 0 && q.peer.uid != geteuid()) return bad();
+      uint32_t origin = 0;
+      if (q.len < sizeof(ctl::Header) + sizeof origin) return bad();
+      std::memcpy(&origin, q.msg + sizeof(ctl::Header), sizeof origin);
+      if (const char* why = ce_.message(origin, q.h, q.msg, q.len)) {
+        ++ctr_.malformed_messages;
+        spdlog::warn("nic {}: CE message from pid {} dropped: {}", cfg_.nic_addr, q.peer.pid, why);
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace nicemu::daemon

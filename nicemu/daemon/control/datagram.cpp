@@ -1,0 +1,88 @@
+// Control requests about datagrams: a CDM's posts, and matching messages of this host's
+// other daemons (remote/datagram_matcher.h).
+#include "nicemu/daemon/control/request.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+namespace nicemu::daemon {
+
+using namespace nicemu::abi;
+
+void Node::handle_datagram(Request& q) {
+  auto bad = [&] {
+    ++ctr_.malformed_messages;
+    // Only requests that expect a q.reply get one (the others are one-way).
+    if (q.h.op == static_cast<uint16_t>(Op::kDgramCancel) || q.h.op == static_cast<uint16_t>(Op::kDgramOpen))
+      init_reply<PlainReply>(q.reply, q.h).r.rc = rc::kInvalidParam;
+  };
+  // Messages between daemons: from a daemon of this host (root or the daemon's own user).
+  const bool from_daemon = q.peer.uid == 0 || q.peer.uid == geteuid();
+  switch (static_cast<Op>(q.h.op)) {
+    case Op::kDgramOpen: {
+      ctl::DgramOpen req;
+      if (!parse(q, req)) return bad();
+      auto& r = init_reply<ctl::DgramOpenReply>(q.reply, q.h);
+      CdmRegion* cdm = owned_cdm(q.peer);
+      uint64_t off = 0;
+      r.r.rc = cdm ? cdm->dgram_ring(off) : rc::kInvalidState;
+      if (r.r.rc == rc::kSuccess) {
+        r.ctl_offset = off;
+        r.capacity = kDgramRingCapacity;
+        // The library refuses a post over the per-process limit itself (posts are one-way).
+        r.post_limit = static_cast<uint32_t>(
+            std::min<uint64_t>(cfg_.limits.per_process[size_t(Resource::kDatagrams)], UINT32_MAX));
+      }
+      return;
+    }
+    case Op::kDgramSubmit: {  // one-way: refusals go to the ring as TERMINATED
+      ctl::DgramSubmit req;
+      if (!parse(q, req)) return bad();
+      CdmRegion* cdm = owned_cdm(q.peer);
+      if (!cdm) return;
+      dgrams_.kick(*cdm);  // anything held back goes first
+      // A client past its limit (the library checks the per-process one) or its credential's
+      // sees the post TERMINATED.
+      if (!may_take(q.peer, Resource::kDatagrams, cdm->pid(), cdm->credential()))
+        dgrams_.refuse(*cdm, req, rc::kErrorResource);
+      else if (dgrams_.post(*cdm, req) == rc::kSuccess)
+        ++ctr_.datagrams_posted;
+      return;
+    }
+    case Op::kDgramKick: {
+      ctl::DgramKick req;
+      if (!parse(q, req)) return bad();
+      if (CdmRegion* cdm = owned_cdm(q.peer)) dgrams_.kick(*cdm);
+      return;
+    }
+    case Op::kDgramCancel: {
+      ctl::DgramCancel req;
+      if (!parse(q, req)) return bad();
+      auto& r = init_reply<PlainReply>(q.reply, q.h);
+      CdmRegion* cdm = owned_cdm(q.peer);
+      r.r.rc = cdm ? dgrams_.cancel(*cdm, req) : rc::kInvalidState;
+      if (r.r.rc == rc::kSuccess) ++ctr_.datagrams_cancelled;
+      return;
+    }
+    case Op::kDgramIncoming: {
+      ctl::DgramIncoming m;
+      if (!parse(q, m) || !from_daemon) return bad();
+      return dgrams_.incoming(m);
+    }
+    case Op::kDgramMatched: {
+      ctl::DgramMatched m;
+      if (!parse(q, m) || !from_daemon) return bad();
+      return dgrams_.matched(m);
+    }
+    case Op::kDgramRetract: {
+      ctl::DgramRetract m;
+      if (!parse(q, m) || !from_daemon) return bad();
+      return dgrams_.retract(m);
+    }
+    default:
+      return bad();
+  }
+}
+
+}  // namespace nicemu::daemon

@@ -1,0 +1,201 @@
+// Control requests about a CDM's memory and queues: registrations, CQs, peer lookups and
+// mailboxes, the BTE ring, bandwidth injection.
+#include "nicemu/daemon/control/request.h"
+
+#include <cstddef>
+#include <memory>
+
+#include <spdlog/spdlog.h>
+
+#include "nicemu/abi/gni_values.h"
+#include "nicemu/daemon/cdm/process_mdd.h"
+
+namespace nicemu::daemon {
+
+using namespace nicemu::abi;
+
+void Node::on_mem_register(Request& q) {
+  ctl::MemRegister req;
+  if (!parse(q, req)) return bad(q);
+  auto& r = init_reply<ctl::MemRegisterReply>(q.reply, q.h);
+  CdmRegion* cdm = owned_cdm(q.peer);
+  RegSpec spec{req.address, req.length, req.flags, req.dst_cq, {}};
+  if (!cdm)
+    r.r.rc = rc::kInvalidState;
+  else if (req.flags & gni::kMemUpdateRegion)
+    r.r.rc = mdd_update(*cdm, family(cdm->pid(), cdm->credential()), req, r);
+  else if (!may_take(q.peer, Resource::kRegistrations, cdm->pid(), cdm->credential()))
+    r.r.rc = rc::kErrorResource;
+  else
+    r.r.rc = register_memory(*cdm, spec, req.vmdh_index, req.mdd_block, r);
+  if (r.r.rc == rc::kSuccess && !(req.flags & gni::kMemUpdateRegion)) ++ctr_.registrations;
+}
+
+void Node::on_mem_register_segments(Request& q) {
+  // Variable length: the fixed part, then exactly `count` segments.
+  constexpr size_t fixed = offsetof(ctl::MemRegisterSegments, segments);
+  auto req = std::make_unique<ctl::MemRegisterSegments>();
+  if (q.len < fixed || q.len > sizeof(*req)) return bad(q);
+  std::memcpy(req.get(), q.msg, q.len);
+  if (req->count > ctl::kMaxMemSegments || q.len != fixed + size_t{req->count} * sizeof(ctl::MemSegment))
+    return bad(q);
+  auto& r = init_reply<ctl::MemRegisterReply>(q.reply, q.h);
+  CdmRegion* cdm = owned_cdm(q.peer);
+  RegSpec spec{0, 0, req->flags, req->dst_cq, {req->segments, req->segments + req->count}};
+  for (const ctl::MemSegment& g : spec.segments) spec.length += g.length;  // overflow: check_register
+  if (!cdm)
+    r.r.rc = rc::kInvalidState;
+  else if (!may_take(q.peer, Resource::kRegistrations, cdm->pid(), cdm->credential()))
+    r.r.rc = rc::kErrorResource;
+  else
+    r.r.rc = register_memory(*cdm, spec, req->vmdh_index, req->mdd_block, r);
+  if (r.r.rc == rc::kSuccess) ++ctr_.registrations;
+}
+
+void Node::on_mem_deregister(Request& q) {
+  ctl::MemDeregister req;
+  if (!parse(q, req)) return bad(q);
+  auto& r = init_reply<PlainReply>(q.reply, q.h);
+  CdmRegion* cdm = owned_cdm(q.peer);
+  uint32_t vmdh = 0, origin_domain = 0;  // a vMDH binding goes with the registration
+  if (auto f = mdh::decode(req.qword1, req.qword2); cdm && f) {
+    vmdh = cdm->reg_entry(f->slot).vmdh;
+    origin_domain = cdm->reg_entry(f->slot).domain;
+  }
+  r.r.rc = cdm ? mdd_deregister(*cdm, family(cdm->pid(), cdm->credential()), req) : rc::kInvalidState;
+  if (r.r.rc == rc::kSuccess && vmdh)
+    bte_.regions().vmdh().unbind(cdm->credential().ptag, cdm->credential().cookie, vmdh - 1, origin_domain);
+  if (r.r.rc == rc::kSuccess) ++ctr_.deregistrations;
+}
+
+// A registration of `cdm` (and its siblings, process_mdd.h). With GNI_MEM_USE_VMDH it takes
+// an index of the node's vMDH block of its protection domain: `vmdh_index`, or the first
+// free one below `mdd_block` for (uint32_t)-1. An index is in use while the CDM it is bound
+// to still holds a registration under it (bindings are checked, never trusted).
+int Node::register_memory(CdmRegion& cdm, RegSpec& spec, uint32_t vmdh_index, uint32_t mdd_block,
+                          ctl::MemRegisterReply& rep) {
+  const Credential c = cdm.credential();
+  VmdhTable& table = bte_.regions().vmdh();
+  auto in_use = [&](uint32_t index) {
+    auto d = table.domain(c.ptag, c.cookie, index);
+    CdmRegion* holder = d ? find_cdm_by_domain(c, *d) : nullptr;
+    return holder && holder->vmdh_slot(index).has_value();
+  };
+  spec.reserved = spec.flags & gni::kMemReserveRegion;
+  if (spec.flags & gni::kMemUseVmdh) {
+    if (mdd_block == 0 || mdd_block > mdh::kVmdhIndices) return rc::kInvalidParam;  // no GNI_SetMddResources
+    uint32_t index = vmdh_index;
+    if (index == UINT32_MAX) {
+      for (index = 0; index < mdd_block && in_use(index); ++index) {
+      }
+      if (index == mdd_block) return rc::kErrorResource;
+    } else if (index >= mdd_block) {
+      return rc::kInvalidParam;
+    } else if (in_use(index)) {
+      spdlog::debug("nic {}: vMDH index {} of ptag {} is in use (registration by pid {})", cfg_.nic_addr, index,
+                    c.ptag, cdm.pid());
+      return rc::kErrorResource;
+    }
+    spec.vmdh = index + 1;
+  }
+  int r = mdd_register(cdm, family(cdm.pid(), c), spec, rep);
+  if (r == rc::kSuccess && spec.vmdh) table.bind(c.ptag, c.cookie, spec.vmdh - 1, cdm.mem_domain());
+  return r;
+}
+
+void Node::on_cq_create(Request& q) {
+  ctl::CqCreate req;
+  if (!parse(q, req)) return bad(q);
+  auto& r = init_reply<ctl::CqCreateReply>(q.reply, q.h);
+  CdmRegion* cdm = owned_cdm(q.peer);
+  if (!cdm)
+    r.r.rc = rc::kInvalidState;
+  else if (!may_take(q.peer, Resource::kCqs, cdm->pid(), cdm->credential()))
+    r.r.rc = rc::kErrorResource;
+  else
+    r.r.rc = cdm->cq_create(req, r);
+  if (r.r.rc == rc::kSuccess) ++ctr_.cq_creates;
+}
+
+void Node::on_cq_destroy(Request& q) {
+  ctl::CqDestroy req;
+  if (!parse(q, req)) return bad(q);
+  auto& r = init_reply<PlainReply>(q.reply, q.h);
+  CdmRegion* cdm = owned_cdm(q.peer);
+  r.r.rc = cdm ? cdm->cq_destroy(req) : rc::kInvalidState;
+  if (r.r.rc == rc::kSuccess) ++ctr_.cq_destroys;
+}
+
+void Node::on_peer_lookup(Request& q) {
+  ctl::PeerLookup req;
+  if (!parse(q, req)) return bad(q);
+  auto& r = init_reply<ctl::PeerLookupReply>(q.reply, q.h);
+  ++ctr_.peer_lookups;
+  Credential c{req.ptag, req.cookie};
+  CdmRegion* t = nullptr;
+  if (req.nic_addr != cfg_.nic_addr) {
+    r.r.rc = rc::kNoMatch;
+  } else if (!may_use(q.peer, c)) {
+    r.r.rc = refuse_credential(q.peer, "q.peer lookup", c);
+  } else if (!(t = find_cdm_by_domain(c, req.mem_domain))) {
+    r.r.rc = rc::kNoMatch;
+  } else {
+    r.r.rc = rc::kSuccess;
+    r.pid = static_cast<uint32_t>(t->pid());
+    r.mem_domain = t->mem_domain();
+    r.attach_id = t->attach_id();
+    r.region_size = t->region_size();
+    r.ro_size = kRoSize;
+    q.pass_fds = {t->ro_memfd(), t->heap_memfd()};
+  }
+  if (r.r.rc != rc::kSuccess) {
+    ++ctr_.peer_lookup_failures;
+    spdlog::debug("nic {}: q.peer lookup of memory domain {} (ptag {}) by pid {} failed: rc {}", cfg_.nic_addr,
+                  req.mem_domain, req.ptag, q.peer.pid, r.r.rc);
+  }
+}
+
+void Node::on_mbox_open(Request& q) {
+  ctl::MboxOpen req;
+  if (!parse(q, req)) return bad(q);
+  auto& r = init_reply<ctl::MboxOpenReply>(q.reply, q.h);
+  Credential c{req.ptag, req.cookie};
+  CdmRegion* t = nullptr;
+  if (!may_use(q.peer, c))
+    r.r.rc = refuse_credential(q.peer, "mailbox open", c);
+  else if (!(t = find_cdm_by_domain(c, mdh::route_of(req.qword1, req.qword2))))
+    r.r.rc = rc::kNoMatch;
+  else if ((r.r.rc = t->mbox_open(req, r, false)) == rc::kErrorResource)  // not open yet
+    r.r.rc = may_take(q.peer, Resource::kMailboxes, t->pid(), c) ? t->mbox_open(req, r) : rc::kErrorResource;
+  if (r.r.rc == rc::kSuccess) ++ctr_.mbox_opens;
+}
+
+void Node::on_bte_open(Request& q) {
+  ctl::BteOpen req;
+  if (!parse(q, req)) return bad(q);
+  auto& r = init_reply<ctl::BteOpenReply>(q.reply, q.h);
+  CdmRegion* cdm = owned_cdm(q.peer);
+  uint64_t off = 0;
+  r.r.rc = cdm ? cdm->bte_ring(off) : rc::kInvalidState;
+  if (r.r.rc == rc::kSuccess) r.r.rc = bte_.open_ring(cdm->attach_id(), off, kBteRingCapacity, q.pass_fds[0]);
+  if (r.r.rc == rc::kSuccess) {
+    r.ctl_offset = off;
+    r.capacity = kBteRingCapacity;
+  }
+}
+
+void Node::on_bi_config_set(Request& q) {
+  ctl::BiConfigSet req;
+  if (!parse(q, req)) return bad(q);
+  init_reply<PlainReply>(q.reply, q.h).r.rc = bi_.set(req.bw, req.aot_bw, req.modes);
+}
+
+void Node::on_bi_config_get(Request& q) {
+  ctl::BiConfigGet req;
+  if (!parse(q, req)) return bad(q);
+  auto& r = init_reply<ctl::BiConfigReply>(q.reply, q.h);
+  bi_.get(r);
+  r.r.rc = rc::kSuccess;
+}
+
+}  // namespace nicemu::daemon
