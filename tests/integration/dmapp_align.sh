@@ -31,7 +31,7 @@ job() {  # NAME NODES DEVICE ARGS... : one 2-PE job, which must report its check
   # Failures return rather than exit: the caller exits, outside any function.
   out=$("$run" -n 2 --nodes "$nodes" --timeout 120 --rundir "$rundir" "$prog" "$@" 2>&1) ||
     { echo "FAIL: $name: $out"; return 1; }
-  echo "$out" | grep -q "on $device, .* checks passed" || { echo "FAIL: $name did not report on $device: $out"; return 1; }
+  grep -q "on $device, .* checks passed" <<<"$out" || { echo "FAIL: $name did not report on $device: $out"; return 1; }
   echo "$name:"
   echo "$out" | sed 's/^/  /'
 }

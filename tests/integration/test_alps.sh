@@ -69,7 +69,7 @@ fi
 #    attached to the first node.
 l=$(env -u ALPS_APP_PE PMI_RANK=1 PMI_SIZE=2 NICEMU_JOB_NODES="$NICEMU_NODES" "$check" 2>&1) &&
   fail "contradicting placement accepted: $l"
-echo "$l" | grep -q "NICEMU_JOB_NODES" || fail "no explanation of the contradiction: $l"
+grep -q "NICEMU_JOB_NODES" <<<"$l" || fail "no explanation of the contradiction: $l"
 
 # 5. No credential: ALPS has nothing to say (the provider then stays off).
 rc=0

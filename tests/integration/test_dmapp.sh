@@ -20,7 +20,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 for nodes in 1 2; do
   out=$("$run" -n 4 --nodes $nodes --timeout 50 --rundir "$rundir" "$suite" 2>&1) || fail "suite on $nodes node(s): $out"
-  echo "$out" | grep -q "checks passed" || fail "suite on $nodes node(s) did not report: $out"
+  grep -q "checks passed" <<<"$out" || fail "suite on $nodes node(s) did not report: $out"
   echo "$nodes node(s): $(echo "$out" | grep 'checks passed')"
 done
 out=$(XT_SYMMETRIC_HEAP_SIZE=16M "$run" -n 3 --nodes 2 --timeout 50 --rundir "$rundir" "$suite" 2>&1) \
@@ -28,7 +28,7 @@ out=$(XT_SYMMETRIC_HEAP_SIZE=16M "$run" -n 3 --nodes 2 --timeout 50 --rundir "$r
 echo "$out" | grep 'checks passed'
 # A malformed heap size is refused at init with a message, not a crash.
 out=$(XT_SYMMETRIC_HEAP_SIZE=lots "$run" -n 2 --timeout 20 --rundir "$rundir" "$suite" 2>&1) && fail "malformed XT_SYMMETRIC_HEAP_SIZE accepted: $out"
-echo "$out" | grep -q "XT_SYMMETRIC_HEAP_SIZE is malformed" || fail "no message for a malformed heap size: $out"
+grep -q "XT_SYMMETRIC_HEAP_SIZE is malformed" <<<"$out" || fail "no message for a malformed heap size: $out"
 sleep 0.2
 pgrep -f -- "--rundir $rundir" >/dev/null && fail "daemons left running"
 

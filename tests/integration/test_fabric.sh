@@ -56,7 +56,7 @@ KEY=$TMP/fabric.key
   for n in 0 1 2; do printf '\n[[node]]\nnic = %d\nhost = "127.0.0.1"\nport = %d\n' "$n" $((BASE + n)); done
 } >"$TMP/fabric.toml"
 "$CTL" fabric gen --port "$BASE" --per-host 3 127.0.0.1 >"$TMP/gen.toml" &&
-  grep -c '^\[\[node\]\]' "$TMP/gen.toml" | grep -qx 3 && pass "fabric gen writes a map" || fail "fabric gen"
+  [ "$(grep -c '^\[\[node\]\]' "$TMP/gen.toml")" = 3 ] && pass "fabric gen writes a map" || fail "fabric gen"
 
 start_daemon() {  # NODE [DAEMON_ARG...]
   local a=$1

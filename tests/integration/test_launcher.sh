@@ -25,7 +25,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 # 1. The demo passes and nicemu-run stops the daemons it started.
 out=$("$run" -n 4 --nodes 2 "$demo" 200 2>&1) || fail "demo job failed: $out"
-echo "$out" | grep -q "demo passed" || fail "demo did not pass: $out"
+grep -q "demo passed" <<<"$out" || fail "demo did not pass: $out"
 [ "$(echo "$out" | grep -c '^\[0\] [0-3] ')" -eq 4 ] || fail "result table lacks 4 ranks: $out"
 sleep 0.2
 pgrep -f -- "--rundir $rundir" >/dev/null && fail "daemons left running after the job"

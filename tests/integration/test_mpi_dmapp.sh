@@ -36,11 +36,11 @@ mpi=(timeout 60 mpirun --oversubscribe --mca btl self,vader --mca btl_vader_sing
      -x NICEMU_NODES)
 # 1. All ranks on the first emulated node.
 out=$("${mpi[@]}" -n 3 "$prog" 2>&1) || fail "mpirun job failed: $out"
-echo "$out" | grep -q "mpi+dmapp: 3 ranks passed" || fail "no success line: $out"
+grep -q "mpi+dmapp: 3 ranks passed" <<<"$out" || fail "no success line: $out"
 echo "one node: $(echo "$out" | grep passed)"
 # 2. Four ranks placed over two emulated nodes by tools/compat/nicemu-rank.
 out=$("${mpi[@]}" -n 4 "$place" "$prog" 2>&1) || fail "mpirun job over two nodes failed: $out"
-echo "$out" | grep -q "mpi+dmapp: 4 ranks passed" || fail "no success line over two nodes: $out"
-echo "$out" | grep -q "nodes: 0,0,1,1" || fail "ranks not placed over two nodes: $out"
+grep -q "mpi+dmapp: 4 ranks passed" <<<"$out" || fail "no success line over two nodes: $out"
+grep -q "nodes: 0,0,1,1" <<<"$out" || fail "ranks not placed over two nodes: $out"
 echo "two nodes: $(echo "$out" | grep passed)"
 exit 0

@@ -7,6 +7,9 @@
 #   $COMPAT_DIR/ucx          UCX source, build and install   (tools/compat/ucx)
 #   $COMPAT_DIR/openmpi      Open MPI source, build, install (tools/compat/openmpi)
 # Stages leave stamp files (.stamp-*) so that a second run skips finished work.
+#
+# A pipeline into grep tests with grep -c >/dev/null, not grep -q: under pipefail, grep -q
+# quitting at the first match can kill the writer with SIGPIPE and fail the pipeline.
 
 COMPAT_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 COMPAT_TOOLS="$COMPAT_ROOT/tools/compat"
@@ -64,7 +67,7 @@ run_logged() {
 # (same URIs, suites, components and keyring), then runs apt-get update.
 ensure_deb_src() {
   local pkg=$1
-  if apt-cache showsrc "$pkg" 2>/dev/null | grep -q '^Package:'; then return 0; fi
+  if apt-cache showsrc "$pkg" 2>/dev/null | grep -c '^Package:' >/dev/null; then return 0; fi
   local codename
   codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
   [ -n "$codename" ] || die "cannot tell the Debian suite (/etc/os-release has no VERSION_CODENAME)"
@@ -133,7 +136,7 @@ PY
   fi
   note "apt-get update"
   $SUDO apt-get update -qq >/dev/null 2>&1 || $SUDO apt-get update || die "apt-get update failed"
-  apt-cache showsrc "$pkg" 2>/dev/null | grep -q '^Package:' ||
+  apt-cache showsrc "$pkg" 2>/dev/null | grep -c '^Package:' >/dev/null ||
     die "APT still knows no source package $pkg (check $out)"
 }
 
@@ -141,7 +144,7 @@ PY
 apt_install() {
   local missing=() p
   for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -c 'install ok installed' >/dev/null || missing+=("$p")
   done
   [ ${#missing[@]} -eq 0 ] && return 0
   note "installing ${missing[*]}"
