@@ -280,24 +280,64 @@ inline gni_post_descriptor_t make_desc(gni_post_type_t type, uint64_t local, gni
   return d;
 }
 
-// Child side: posts `d` (RDMA, CQ write or FMA by its type) on `ep`, waits for its
-// completion on `cq` and checks that GNI_GetCompleted returns `d` itself; returns the CQE
-// status.
+// An FMA PUT of `len` bytes from `local` (no local handle) to `remote` under `h`.
+inline gni_post_descriptor_t put_desc(uint64_t local, uint64_t remote, gni_mem_handle_t h, uint64_t len) {
+  return make_desc(GNI_POST_FMA_PUT, local, gni_mem_handle_t{}, remote, h, len);
+}
+
+// An AMO `cmd` of `len` bytes on `remote` under `rh` with operands `a` and `b`.
+inline gni_post_descriptor_t amo_desc(uint32_t cmd, uint64_t remote, gni_mem_handle_t rh, uint64_t len, uint64_t a,
+                                      uint64_t b = 0) {
+  gni_post_descriptor_t d = make_desc(GNI_POST_AMO, 0, gni_mem_handle_t{}, remote, rh, len);
+  d.amo_cmd = static_cast<gni_fma_cmd_type_t>(cmd);
+  d.first_operand = a;
+  d.second_operand = b;
+  return d;
+}
+
+// Posts `d` on `ep` by its type: RDMA, CQ write or FMA.
+inline gni_return_t post(gni_ep_handle_t ep, gni_post_descriptor_t& d) {
+  return d.type == GNI_POST_RDMA_PUT || d.type == GNI_POST_RDMA_GET ? GNI_PostRdma(ep, &d)
+         : d.type == GNI_POST_CQWRITE                               ? GNI_PostCqWrite(ep, &d)
+                                                                    : GNI_PostFma(ep, &d);
+}
+
+// Child side: waits for the local event of `d` on `cq` and checks it: a post event for
+// which GNI_GetCompleted returns `d` itself, successfully exactly when the status is 0.
+// Returns the CQE status (0 = ok); the entry itself in `*entry` when asked.
+inline uint64_t wait_completion(gni_cq_handle_t cq, gni_post_descriptor_t& d, uint32_t timeout_ms = 10000,
+                                gni_cq_entry_t* entry = nullptr) {
+  gni_cq_entry_t e = 0;
+  gni_return_t rc = GNI_CqWaitEvent(cq, timeout_ms, &e);
+  if (rc != GNI_RC_SUCCESS && rc != GNI_RC_TRANSACTION_ERROR) std::fprintf(stderr, "CqWaitEvent: %s\n", gni_err_str[rc]);
+  CHILD_CHECK(rc == GNI_RC_SUCCESS || rc == GNI_RC_TRANSACTION_ERROR);
+  CHILD_CHECK(GNI_CQ_GET_TYPE(e) == GNI_CQ_EVENT_TYPE_POST);
+  gni_post_descriptor_t* out = nullptr;
+  gni_return_t rc2 = GNI_GetCompleted(cq, e, &out);
+  CHILD_CHECK(out == &d);  // the very descriptor that was posted
+  CHILD_CHECK((rc2 == GNI_RC_SUCCESS) == (GNI_CQ_GET_STATUS(e) == 0));
+  if (entry) *entry = e;
+  return GNI_CQ_GET_STATUS(e);
+}
+
+// Child side: posts `d` (post) and waits for its completion (wait_completion); returns
+// the CQE status.
 inline uint64_t post_and_wait(gni_cq_handle_t cq, gni_ep_handle_t ep, gni_post_descriptor_t& d,
                               uint32_t timeout_ms = 10000) {
-  const gni_return_t posted = d.type == GNI_POST_RDMA_PUT || d.type == GNI_POST_RDMA_GET ? GNI_PostRdma(ep, &d)
-                              : d.type == GNI_POST_CQWRITE                               ? GNI_PostCqWrite(ep, &d)
-                                                                                         : GNI_PostFma(ep, &d);
+  const gni_return_t posted = post(ep, d);
   if (posted != GNI_RC_SUCCESS)
     std::fprintf(stderr, "post of type %d, %lu bytes: %s\n", int(d.type), (unsigned long)d.length, gni_err_str[posted]);
   CHILD_CHECK(posted == GNI_RC_SUCCESS);
-  gni_cq_entry_t e = 0;
-  gni_return_t rc = GNI_CqWaitEvent(cq, timeout_ms, &e);
-  CHILD_CHECK(rc == GNI_RC_SUCCESS || rc == GNI_RC_TRANSACTION_ERROR);
-  gni_post_descriptor_t* out = nullptr;
-  GNI_GetCompleted(cq, e, &out);
-  CHILD_CHECK(out == &d);
-  return GNI_CQ_GET_STATUS(e);
+  return wait_completion(cq, d, timeout_ms);
+}
+
+// Child side: an endpoint on `nic` with local events to `cq` (may be null), bound to
+// instance `inst` at NIC address `addr`.
+inline gni_ep_handle_t bound_ep(gni_nic_handle_t nic, gni_cq_handle_t cq, uint32_t addr, uint32_t inst) {
+  gni_ep_handle_t ep = nullptr;
+  CHILD_CHECK(GNI_EpCreate(nic, cq, &ep) == GNI_RC_SUCCESS);
+  CHILD_CHECK(GNI_EpBind(ep, addr, inst) == GNI_RC_SUCCESS);
+  return ep;
 }
 
 // Attached CDM with a CQ, the usual first steps of every client.
@@ -320,5 +360,13 @@ struct Gni {
     return GNI_CqCreate(nic, 256, 0, GNI_CQ_BLOCKING, nullptr, nullptr, &rcq);
   }
 };
+
+// Child side: a Gni opened as CDM instance `inst` with credential `c` (the child fails
+// when it cannot be).
+inline Gni open_gni(uint32_t inst, Cred c, uint32_t modes = GNI_CDM_MODE_ERR_NO_KILL) {
+  Gni g;
+  CHILD_CHECK(g.open(inst, c, modes) == GNI_RC_SUCCESS);
+  return g;
+}
 
 }  // namespace harness

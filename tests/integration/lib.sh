@@ -53,6 +53,20 @@ expect_rc() {
   return 0
 }
 
+# use_build DIR [PATH...]: the build directory's daemon, nicemuctl and nicemu-run in DAEMON,
+# CTL and RUN; skips the test unless DIR is given and the daemon, nicemuctl and every
+# DIR/PATH are built.
+use_build() {
+  BUILD=$1
+  [[ -n "$BUILD" ]] || skip "usage: $0 BUILD_DIR"
+  DAEMON=$BUILD/nicemu/daemon/nicemu
+  CTL=$BUILD/tools/nicemuctl/nicemuctl
+  RUN=$BUILD/tools/nicemu-run/nicemu-run
+  local p
+  need_exec "$DAEMON" "$CTL"
+  for p in "${@:2}"; do need_exec "$BUILD/$p"; done
+}
+
 # SIGTERM to every daemon in DAEMON_PID (and SIGCONT, for one a test stopped), two seconds
 # to exit, then SIGKILL.
 stop_daemons() {

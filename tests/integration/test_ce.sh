@@ -10,13 +10,9 @@
 set -u
 . "$(dirname "$0")/lib.sh"
 
-BUILD=${1:-}
 WHAT=${2:-local}
-DAEMON=$BUILD/nicemu/daemon/nicemu
-CTL=$BUILD/tools/nicemuctl/nicemuctl
+use_build "${1:-}" tests/integration/ce_conformance tools/nicemu-run/nicemu-run
 PROG=$BUILD/tests/integration/ce_conformance
-RUN=$BUILD/tools/nicemu-run/nicemu-run
-need_exec "$DAEMON" "$CTL" "$PROG" "$RUN"
 test_init test_ce
 
 job() {  # NAME NP NODES [nicemu-run option...] -- [program argument...]

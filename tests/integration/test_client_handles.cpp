@@ -69,8 +69,7 @@ struct Target {
 };
 
 int target(Oob& oob, Cred c) {
-  Gni g;
-  CHILD_CHECK(g.open(7, c) == GNI_RC_SUCCESS);
+  Gni g = open_gni(7, c);
   // Other registrations first, so the one under test is not in slot 0 (the slot bits a
   // client-built handle leaves at 0).
   static char pad[4][4096];
@@ -106,16 +105,13 @@ int target(Oob& oob, Cred c) {
 }
 
 int initiator(Oob& oob, Cred c) {
-  Gni g;
-  CHILD_CHECK(g.open(3, c) == GNI_RC_SUCCESS);
+  Gni g = open_gni(3, c);
   // The provider sizes its NIC pool from the job's FMA descriptors (one per attached CDM).
   gni_job_res_desc_t jr{};
   CHILD_CHECK(GNI_GetJobResInfo(0, c.ptag, GNI_JOB_RES_FMA, &jr) == GNI_RC_SUCCESS);
   CHILD_CHECK(jr.used == 1 && jr.limit >= jr.used);
   Target t = oob.recv<Target>(0);
-  gni_ep_handle_t ep;
-  CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_EpBind(ep, t.addr, 7) == GNI_RC_SUCCESS);
+  gni_ep_handle_t ep = bound_ep(g.nic, g.cq, t.addr, 7);
   alignas(4096) static char src[kBuf], back[kBuf];
   gni_mem_handle_t sh, bh;
   CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(src), kBuf, nullptr, 0, uint32_t(-1), &sh) == GNI_RC_SUCCESS);
@@ -250,8 +246,7 @@ TEST_CASE("blocking calls cancelled asynchronously") {
   Cluster cl(1);
   Cred c = cl.credential();
   pid_t p = cl.spawn(0, [&] {
-    Gni g;
-    CHILD_CHECK(g.open(5, c) == GNI_RC_SUCCESS);
+    Gni g = open_gni(5, c);
     gni_ep_handle_t ep = nullptr;
     CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
     uint64_t in = 1, out = 0;

@@ -23,8 +23,7 @@ struct Self {
 
   void open(uint32_t inst, Cred c) {
     CHILD_CHECK(g.open(inst, c) == GNI_RC_SUCCESS);
-    CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
-    CHILD_CHECK(GNI_EpBind(ep, g.addr, inst) == GNI_RC_SUCCESS);
+    ep = bound_ep(g.nic, g.cq, g.addr, inst);
     CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(buf), sizeof buf, nullptr, 0, uint32_t(-1), &h) == GNI_RC_SUCCESS);
   }
 

@@ -24,15 +24,11 @@
 set -u
 . "$(dirname "$0")/lib.sh"
 
-BUILD=${1:-}
+use_build "${1:-}" tests/integration/fabric_dgram tools/nicemu-run/nicemu-run
 PACKETS=${2:-}
 shift 2 2>/dev/null
 EXTRA=("$@")
-DAEMON=$BUILD/nicemu/daemon/nicemu
-CTL=$BUILD/tools/nicemuctl/nicemuctl
 PROG=$BUILD/tests/integration/fabric_dgram
-RUN=$BUILD/tools/nicemu-run/nicemu-run
-need_exec "$DAEMON" "$CTL" "$PROG" "$RUN"
 need_cmd python3
 test_init test_fabric
 

@@ -21,11 +21,8 @@
 set -u
 . "$(dirname "$0")/lib.sh"
 
-BUILD=${1:-}
-DAEMON=$BUILD/nicemu/daemon/nicemu
-CTL=$BUILD/tools/nicemuctl/nicemuctl
+use_build "${1:-}" tests/integration/fabric_dgram
 PROG=$BUILD/tests/integration/fabric_dgram
-need_exec "$DAEMON" "$CTL" "$PROG"
 [[ $(id -u) -eq 0 ]] || skip "needs root (network namespaces)"
 need_cmd ip tc python3
 

@@ -15,12 +15,8 @@
 set -u
 . "$(dirname "$0")/lib.sh"
 
-BUILD=${1:-}
-DAEMON=$BUILD/nicemu/daemon/nicemu
-CTL=$BUILD/tools/nicemuctl/nicemuctl
+use_build "${1:-}" tests/integration/fabric_smsg tools/nicemu-run/nicemu-run
 PROG=$BUILD/tests/integration/fabric_smsg
-RUN=$BUILD/tools/nicemu-run/nicemu-run
-need_exec "$DAEMON" "$CTL" "$PROG" "$RUN"
 need_cmd python3
 test_init test_fabric_smsg
 T0=$SECONDS

@@ -8,12 +8,8 @@
 set -u
 . "$(dirname "$0")/lib.sh"
 
-BUILD=${1:-}
-DAEMON=$BUILD/nicemu/daemon/nicemu
-CTL=$BUILD/tools/nicemuctl/nicemuctl
+use_build "${1:-}" tools/fault-scenarios/fault-scenarios
 FS=$BUILD/tools/fault-scenarios/fault-scenarios
-[[ -n "$BUILD" ]] || skip "usage: $0 BUILD_DIR"
-need_exec "$DAEMON" "$CTL" "$FS"
 export NICEMU_DAEMON=$DAEMON
 test_init test_fault
 

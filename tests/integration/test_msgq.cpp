@@ -117,8 +117,7 @@ struct Client {
   gni_ep_handle_t ep(uint32_t pe, uint32_t inst) {
     auto& e = eps[{pe, inst}];
     if (!e) {
-      CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &e) == GNI_RC_SUCCESS);
-      CHILD_CHECK(GNI_EpBind(e, pe, inst) == GNI_RC_SUCCESS);
+      e = bound_ep(g.nic, g.cq, pe, inst);
     }
     return e;
   }

@@ -6,11 +6,7 @@
 set -u
 . "$(dirname "$0")/lib.sh"
 
-BUILD=${1:-}
-DAEMON=$BUILD/nicemu/daemon/nicemu
-CTL=$BUILD/tools/nicemuctl/nicemuctl
-[[ -n "$BUILD" ]] || skip "usage: $0 BUILD_DIR"
-need_exec "$DAEMON" "$CTL"
+use_build "${1:-}"
 need_cmd python3
 test_init test_nicemuctl
 RUNDIR=$TMP/run

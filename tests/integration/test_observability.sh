@@ -8,13 +8,10 @@
 set -u
 . "$(dirname "$0")/lib.sh"
 
-BUILD=${1:-}
 SRC=${2:-}
-DAEMON=$BUILD/nicemu/daemon/nicemu
-CTL=$BUILD/tools/nicemuctl/nicemuctl
+use_build "${1:-}" tests/integration/counters_client
 CLIENT=$BUILD/tests/integration/counters_client
 CHECK_PROM=$SRC/tests/integration/check_prometheus.py
-need_exec "$DAEMON" "$CTL" "$CLIENT"
 need_cmd python3
 # The exposition check also runs prometheus_client's parser where a Python has it (Debian's
 # python3-prometheus-client is for /usr/bin/python3).

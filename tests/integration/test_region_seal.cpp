@@ -110,8 +110,7 @@ TEST_CASE("libugni attaches and works on the two-memfd region") {
   Cluster cl(1);
   Cred c = cl.credential();
   pid_t p = cl.spawn(0, [&] {
-    Gni g;
-    CHILD_CHECK(g.open(1, c) == GNI_RC_SUCCESS);
+    Gni g = open_gni(1, c);
     static char buf[4096];
     gni_mem_handle_t h;
     CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(buf), sizeof buf, g.rcq, GNI_MEM_READWRITE, uint32_t(-1), &h) ==

@@ -123,8 +123,7 @@ gni_post_descriptor_t desc(gni_post_type_t type, uint64_t local, gni_mem_handle_
 // waits until the others are done, then checks that only its own peer wrote.
 int owner(Cluster& cl, User a, Cred ca, int info_fd, int go_fd) {
   become(a);
-  Gni g;
-  CHILD_CHECK(g.open(1, ca) == GNI_RC_SUCCESS);
+  Gni g = open_gni(1, ca);
   static uint8_t buf[kBuf];
   std::memset(buf, kFill, sizeof buf);
   OwnerInfo info{getpid(), g.addr, 1, uint64_t(buf), {}, 77};
@@ -160,11 +159,8 @@ int control(Cluster& cl, User a, Cred ca, const OwnerInfo& t) {
   int fd = -1;
   CHILD_CHECK(peer_lookup(cl.socket(0), t.addr, t.mdh, ca, fd) == GNI_RC_SUCCESS && fd >= 0);
   close(fd);
-  Gni g;
-  CHILD_CHECK(g.open(2, ca) == GNI_RC_SUCCESS);
-  gni_ep_handle_t ep;
-  CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_EpBind(ep, t.addr, t.inst) == GNI_RC_SUCCESS);
+  Gni g = open_gni(2, ca);
+  gni_ep_handle_t ep = bound_ep(g.nic, g.cq, t.addr, t.inst);
   static uint8_t src[64];
   std::memset(src, 0xA2, sizeof src);
   gni_post_descriptor_t d = desc(GNI_POST_FMA_PUT, uint64_t(src), {}, t);
@@ -237,11 +233,8 @@ int intruder(Cluster& cl, User a, User b, Cred ca, Cred cb, const OwnerInfo& t) 
       if (d["ptag"] == ca.ptag) CHILD_CHECK(d["cookie"].is_null());
   }
   // The data path from B's own domain: FMA PUT/GET, CQ write and RDMA at A's memory.
-  Gni g;
-  CHILD_CHECK(g.open(1, cb) == GNI_RC_SUCCESS);
-  gni_ep_handle_t ep;
-  CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_EpBind(ep, t.addr, t.inst) == GNI_RC_SUCCESS);  // binding is local; posts are checked
+  Gni g = open_gni(1, cb);
+  gni_ep_handle_t ep = bound_ep(g.nic, g.cq, t.addr, t.inst);  // binding is local; posts are checked
   {
     static uint8_t src[kBuf];
     std::memset(src, 0xBB, sizeof src);
@@ -264,9 +257,7 @@ int intruder(Cluster& cl, User a, User b, Cred ca, Cred cb, const OwnerInfo& t) 
     CHILD_CHECK(refused(GNI_PostRdma(ep, &rdma), g.cq));
   }
   // A directed datagram at A's instance, from B's domain: it must not match A's wildcard.
-  gni_ep_handle_t dep;
-  CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &dep) == GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_EpBind(dep, t.addr, t.inst) == GNI_RC_SUCCESS);
+  gni_ep_handle_t dep = bound_ep(g.nic, g.cq, t.addr, t.inst);
   {
     static uint8_t din[16], dout[16];
     CHILD_CHECK(GNI_EpPostDataWId(dep, din, sizeof din, dout, sizeof dout, 5) == GNI_RC_SUCCESS);

@@ -181,9 +181,7 @@ inline uint8_t pattern(uint64_t i) { return uint8_t((i * 131) ^ (i >> 7) ^ 0x5a)
 // this memory.
 void put_through(Ctx& c, void* dst, udreg_entry_t* e, uint64_t len) {
   auto* r = static_cast<GniDevice::Reg*>(e->device_data);
-  gni_ep_handle_t ep = nullptr;
-  CHILD_CHECK(GNI_EpCreate(c.g.nic, c.g.cq, &ep) == GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_EpBind(ep, c.g.addr, c.g.inst) == GNI_RC_SUCCESS);
+  gni_ep_handle_t ep = bound_ep(c.g.nic, c.g.cq, c.g.addr, c.g.inst);
   static char src[4096];
   if (len > sizeof src) len = sizeof src;
   for (uint64_t i = 0; i < len; ++i) src[i] = char(pattern(i));
@@ -619,8 +617,7 @@ TEST_CASE("peers write and read memory that uDREG registered and userfaultfd wat
   constexpr uint64_t kLen = 2 << 20;
   pid_t target = cl.spawn(0, [&]() -> int {
     setenv("NICEMU_UDREG_INVALIDATION", "auto", 1);
-    Gni g;
-    CHILD_CHECK(g.open(1, cred) == GNI_RC_SUCCESS);
+    Gni g = open_gni(1, cred);
     GniDevice dev;
     dev.nic = g.nic;
     udreg_cache_handle_t cache = make_cache(dev, "udreg-peer", UDREG_CC_MODE_USE_LAZY_DEREG, 16);
@@ -644,11 +641,8 @@ TEST_CASE("peers write and read memory that uDREG registered and userfaultfd wat
   });
   pid_t initiator = cl.spawn(0, [&]() -> int {
     Target t = oob.recv<Target>(1);
-    Gni g;
-    CHILD_CHECK(g.open(2, cred) == GNI_RC_SUCCESS);
-    gni_ep_handle_t ep = nullptr;
-    CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
-    CHILD_CHECK(GNI_EpBind(ep, t.addr, t.inst) == GNI_RC_SUCCESS);
+    Gni g = open_gni(2, cred);
+    gni_ep_handle_t ep = bound_ep(g.nic, g.cq, t.addr, t.inst);
     std::vector<char> src(1 << 20), back(1 << 20);
     for (uint64_t i = 0; i < src.size(); ++i) src[i] = char(pattern(i + 7));
     gni_mem_handle_t src_h, back_h;

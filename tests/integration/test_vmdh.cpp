@@ -40,8 +40,7 @@ struct Target {
 };
 
 int target(Oob& oob, Oob& nb, Cred c) {
-  Gni g;
-  CHILD_CHECK(g.open(7, c) == GNI_RC_SUCCESS);
+  Gni g = open_gni(7, c);
   alignas(4096) static char rw[kBuf + 4096], ro[kBuf], lazy[kBuf], other[4096];
   std::memset(rw, 't', sizeof rw);
   std::memset(ro, 'r', sizeof ro);
@@ -116,8 +115,7 @@ int target(Oob& oob, Oob& nb, Cred c) {
 // Another process of the job on the target's node: the block is the node's, so the
 // indices the target took are taken for it too.
 int neighbour(Oob& nb, Cred c) {
-  Gni g;
-  CHILD_CHECK(g.open(8, c) == GNI_RC_SUCCESS);
+  Gni g = open_gni(8, c);
   CHILD_CHECK(nb.recv<int>(0) == 4);
   CHILD_CHECK(GNI_SetMddResources(g.nic, kBlock) == GNI_RC_SUCCESS);
   alignas(4096) static char mine[4096];
@@ -132,12 +130,9 @@ int neighbour(Oob& nb, Cred c) {
 }
 
 int initiator(Oob& oob, Cred c) {
-  Gni g;
-  CHILD_CHECK(g.open(3, c) == GNI_RC_SUCCESS);
+  Gni g = open_gni(3, c);
   Target t = oob.recv<Target>(0);
-  gni_ep_handle_t ep;
-  CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_EpBind(ep, t.addr, 7) == GNI_RC_SUCCESS);
+  gni_ep_handle_t ep = bound_ep(g.nic, g.cq, t.addr, 7);
   alignas(4096) static char src[kBuf], back[kBuf];
   gni_mem_handle_t sh, bh;
   CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(src), kBuf, nullptr, 0, uint32_t(-1), &sh) == GNI_RC_SUCCESS);
