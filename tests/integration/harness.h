@@ -369,4 +369,17 @@ inline Gni open_gni(uint32_t inst, Cred c, uint32_t modes = GNI_CDM_MODE_ERR_NO_
   return g;
 }
 
+// Parent side: a test with one child on a one-node cluster. Runs `body(cl, c, g)` in a
+// child on node 0 attached as CDM instance `inst` with a fresh credential `c`; returns its
+// exit code (255 when it outlives `timeout_s`).
+inline int in_one_child(uint32_t inst, int timeout_s, const std::function<int(Cluster&, Cred, Gni&)>& body) {
+  Cluster cl(1);
+  Cred c = cl.credential();
+  pid_t p = cl.spawn(0, [&] {
+    Gni g = open_gni(inst, c);
+    return body(cl, c, g);
+  });
+  return cl.wait(p, timeout_s);
+}
+
 }  // namespace harness

@@ -243,10 +243,7 @@ void* block_forever(void* arg) {
 // cancellation) while they sit in these calls; the process must go on (it used to end in
 // std::terminate: the cancel unwound through a lock of this C++ library).
 TEST_CASE("blocking calls cancelled asynchronously") {
-  Cluster cl(1);
-  Cred c = cl.credential();
-  pid_t p = cl.spawn(0, [&] {
-    Gni g = open_gni(5, c);
+  CHECK(in_one_child(5, 30, [&](Cluster&, Cred, Gni& g) {
     gni_ep_handle_t ep = nullptr;
     CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
     uint64_t in = 1, out = 0;
@@ -282,6 +279,5 @@ TEST_CASE("blocking calls cancelled asynchronously") {
     CHILD_CHECK(GNI_EpPostDataCancelById(ep, kPostId) == GNI_RC_SUCCESS);
     CHILD_CHECK(GNI_EpDestroy(ep) == GNI_RC_SUCCESS);
     return 0;
-  });
-  CHECK(cl.wait(p) == 0);
+  }) == 0);
 }

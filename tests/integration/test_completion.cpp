@@ -30,12 +30,10 @@ uint64_t now_ms() {
 
 void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
+// A CQ write of `value` to the CQ behind `h`, in order.
 gni_post_descriptor_t cqw_desc(gni_mem_handle_t h, uint64_t value, uint16_t cq_mode = GNI_CQMODE_GLOBAL_EVENT) {
-  gni_post_descriptor_t d{};
-  d.type = GNI_POST_CQWRITE;
-  d.cq_mode = cq_mode;
+  gni_post_descriptor_t d = make_desc(GNI_POST_CQWRITE, 0, gni_mem_handle_t{}, 0, h, 0, cq_mode);
   d.dlvr_mode = GNI_DLVMODE_IN_ORDER;
-  d.remote_mem_hndl = h;
   d.cqwrite_value = value;
   return d;
 }
@@ -440,10 +438,7 @@ TEST_CASE("a progress thread monitors while other threads use the CQs; a CQ writ
 }
 
 TEST_CASE("a vector of more CQs than one futex_waitv takes still wakes (the polling fallback)") {
-  Cluster cl(1);
-  Cred c = cl.credential();
-  pid_t p = cl.spawn(0, [&] {
-    Gni g = open_gni(1, c);
+  CHECK(in_one_child(1, 30, [&](Cluster&, Cred, Gni& g) {
     constexpr uint32_t kCqs = 130;
     std::vector<gni_cq_handle_t> v(kCqs);
     for (auto& q : v) CHILD_CHECK(GNI_CqCreate(g.nic, 16, 0, GNI_CQ_BLOCKING, nullptr, nullptr, &q) == GNI_RC_SUCCESS);
@@ -464,8 +459,7 @@ TEST_CASE("a vector of more CQs than one futex_waitv takes still wakes (the poll
     CHILD_CHECK(GNI_CqVectorWaitEvent(v.data(), kCqs, 1000, &e, &which) == GNI_RC_SUCCESS && which == kCqs - 1);
     CHILD_CHECK(GNI_CQ_GET_DATA(e) == 0x130);
     return 0;
-  });
-  CHECK(cl.wait(p) == 0);
+  }) == 0);
 }
 
 TEST_CASE("daemon SIGKILL: a blocked vector wait and a blocked monitor notice") {
@@ -619,10 +613,7 @@ TEST_CASE("two CDMs in one process talk to each other: FMA, SMSG, CQ writes; per
 }
 
 TEST_CASE("queries: registrations, handle attributes, device resources, delivery mode, error subscriptions") {
-  Cluster cl(1);
-  Cred c = cl.credential();
-  pid_t p = cl.spawn(0, [&] {
-    Gni g = open_gni(1, c);
+  CHECK(in_one_child(1, 30, [&](Cluster&, Cred, Gni& g) {
     gni_dev_res_desc_t mdd0{}, mdd{}, cqs{};
     CHILD_CHECK(GNI_GetDevResInfo(0, GNI_DEV_RES_MDD, &mdd0) == GNI_RC_SUCCESS);
 
@@ -727,8 +718,7 @@ TEST_CASE("queries: registrations, handle attributes, device resources, delivery
     CHILD_CHECK(wrc == GNI_RC_NOT_DONE);
     CHILD_CHECK(GNI_ReleaseErrors(nullptr) == GNI_RC_INVALID_PARAM);
     return 0;
-  });
-  CHECK(cl.wait(p) == 0);
+  }) == 0);
 }
 
 TEST_CASE("device type: a daemon started with --device gemini reports GNI_DEVICE_GEMINI") {

@@ -120,10 +120,7 @@ TEST_CASE("two directed posts aimed at each other match, in either order and acr
 }
 
 TEST_CASE("cancellation, EpDestroy waking a blocked probe, timeouts and errors") {
-  Cluster cl(1);
-  Cred c = cl.credential();
-  pid_t p = cl.spawn(0, [&] {
-    Gni g = open_gni(1, c);
+  CHECK(in_one_child(1, 30, [&](Cluster&, Cred, Gni& g) {
     gni_ep_handle_t w1, w2, bound;
     CHILD_CHECK(GNI_EpCreate(g.nic, nullptr, &w1) == GNI_RC_SUCCESS);
     CHILD_CHECK(GNI_EpCreate(g.nic, nullptr, &w2) == GNI_RC_SUCCESS);
@@ -185,8 +182,7 @@ TEST_CASE("cancellation, EpDestroy waking a blocked probe, timeouts and errors")
     GNI_EpDestroy(self_ep);
     GNI_EpDestroy(w2);
     return 0;
-  });
-  CHECK(cl.wait(p) == 0);
+  }) == 0);
 }
 
 // UCX's udt destroys an EP after GNI_EpPostDataCancelById returned NO_MATCH, taking that
@@ -194,10 +190,7 @@ TEST_CASE("cancellation, EpDestroy waking a blocked probe, timeouts and errors")
 // cancels a post it has not reaped. A matched post not yet consumed must therefore cancel
 // with SUCCESS and stay COMPLETED; and once its EP is destroyed, no probe may report it.
 TEST_CASE("cancelling a matched post that was not consumed, and destroying its EP") {
-  Cluster cl(1);
-  Cred c = cl.credential();
-  pid_t p = cl.spawn(0, [&] {
-    Gni g = open_gni(1, c);
+  CHECK(in_one_child(1, 30, [&](Cluster&, Cred, Gni& g) {
     gni_ep_handle_t any, a, b;
     CHILD_CHECK(GNI_EpCreate(g.nic, nullptr, &any) == GNI_RC_SUCCESS);
     CHILD_CHECK(GNI_EpCreate(g.nic, nullptr, &a) == GNI_RC_SUCCESS);
@@ -229,8 +222,7 @@ TEST_CASE("cancelling a matched post that was not consumed, and destroying its E
     GNI_EpDestroy(a);
     GNI_EpDestroy(any);
     return 0;
-  });
-  CHECK(cl.wait(p) == 0);
+  }) == 0);
 }
 
 TEST_CASE("a CDM that dies takes its posts with it") {

@@ -107,16 +107,12 @@ TEST_CASE("the read-only section stays read-only for its owner and for peers") {
 }
 
 TEST_CASE("libugni attaches and works on the two-memfd region") {
-  Cluster cl(1);
-  Cred c = cl.credential();
-  pid_t p = cl.spawn(0, [&] {
-    Gni g = open_gni(1, c);
+  CHECK(in_one_child(1, 30, [&](Cluster&, Cred, Gni& g) {
     static char buf[4096];
     gni_mem_handle_t h;
     CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(buf), sizeof buf, g.rcq, GNI_MEM_READWRITE, uint32_t(-1), &h) ==
                 GNI_RC_SUCCESS);
     CHILD_CHECK(GNI_MemDeregister(g.nic, &h) == GNI_RC_SUCCESS);
     return 0;
-  });
-  CHECK(cl.wait(p) == 0);
+  }) == 0);
 }

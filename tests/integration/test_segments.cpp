@@ -241,10 +241,7 @@ TEST_CASE("peers address a multi-segment registration by offset: FMA, RDMA and A
 }
 
 TEST_CASE("segment lists: parameter errors, a full table, and entries freed on deregistration") {
-  Cluster cl(1);
-  Cred c = cl.credential();
-  pid_t p = cl.spawn(0, [&] {
-    Gni g = open_gni(7, c);
+  CHECK(in_one_child(7, 60, [&](Cluster&, Cred, Gni& g) {
     const uint32_t n = 1024;
     char* mem = anon(uint64_t{n} * 64);
     std::vector<gni_mem_segment_t> s(n + 1);
@@ -290,8 +287,7 @@ TEST_CASE("segment lists: parameter errors, a full table, and entries freed on d
     std::memcpy(&got, reinterpret_cast<char*>(s[5].address) + 56, 8);
     CHILD_CHECK(got == 1);
     return 0;
-  });
-  CHECK(cl.wait(p, 60) == 0);
+  }) == 0);
 }
 
 TEST_CASE("RDMA in many chunks over segments on both sides (chunks split across segments and channels)") {

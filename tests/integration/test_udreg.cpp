@@ -186,20 +186,8 @@ void put_through(Ctx& c, void* dst, udreg_entry_t* e, uint64_t len) {
   if (len > sizeof src) len = sizeof src;
   for (uint64_t i = 0; i < len; ++i) src[i] = char(pattern(i));
   std::memset(dst, 0, len);
-  gni_post_descriptor_t d{};
-  d.type = GNI_POST_FMA_PUT;
-  d.cq_mode = GNI_CQMODE_GLOBAL_EVENT;
-  d.dlvr_mode = GNI_DLVMODE_PERFORMANCE;
-  d.local_addr = uint64_t(src);
-  d.remote_addr = uint64_t(dst);
-  d.remote_mem_hndl = r->h;
-  d.length = len;
-  CHILD_CHECK(GNI_PostFma(ep, &d) == GNI_RC_SUCCESS);
-  gni_cq_entry_t ev = 0;
-  CHILD_CHECK(GNI_CqWaitEvent(c.g.cq, 5000, &ev) == GNI_RC_SUCCESS);
-  gni_post_descriptor_t* out = nullptr;
-  CHILD_CHECK(GNI_GetCompleted(c.g.cq, ev, &out) == GNI_RC_SUCCESS);
-  CHILD_CHECK(out == &d);
+  gni_post_descriptor_t d = put_desc(uint64_t(src), uint64_t(dst), r->h, len);
+  CHILD_CHECK(post_and_wait(c.g.cq, ep, d, 5000) == 0);
   CHILD_CHECK(std::memcmp(dst, src, len) == 0);
   CHILD_CHECK(GNI_EpUnbind(ep) == GNI_RC_SUCCESS);
   CHILD_CHECK(GNI_EpDestroy(ep) == GNI_RC_SUCCESS);
@@ -257,196 +245,178 @@ int expect_fresh_or_stale(Ctx& c, udreg_entry_t* old, uint64_t old_serial, void*
 
 const std::vector<std::string> kModes = {"none", "uffd", "hooks", "auto"};
 
+// Runs `body` (run) once per invalidation mode on a one-node cluster and checks every run.
+void in_every_mode(const std::string& what, std::function<int(Ctx&)> body, uint32_t max_entries = 64) {
+  Cluster cl(1);
+  Cred cred = cl.credential();
+  for (const auto& mode : kModes) expect_ok(run(cl, cred, mode, body, max_entries), what + ", mode " + mode);
+}
+
+// Registers [p, p + n) and drops the reference at once (the entry stays cached); returns
+// the entry in `e` and its registration's serial, to tell a stale entry from a fresh one.
+uint64_t register_cached(Ctx& c, void* p, uint64_t n, udreg_entry_t*& e) {
+  e = nullptr;
+  CHILD_CHECK(UDREG_Register(c.cache, p, n, &e) == UDREG_RC_SUCCESS);
+  const uint64_t serial = serial_of(e);
+  CHILD_CHECK(UDREG_DecrRefcount(c.cache, e) == UDREG_RC_SUCCESS);
+  return serial;
+}
+
 }  // namespace
 
 TEST_CASE("free then malloc at the same address: stale without invalidation, fresh with it") {
-  Cluster cl(1);
-  Cred cred = cl.credential();
-  for (const auto& mode : kModes) {
-    int rc = run(cl, cred, mode, [](Ctx& c) {
-      const uint64_t n = 4 << 20;
-      char* p = static_cast<char*>(malloc(n));
-      CHILD_CHECK(p);
-      std::memset(p, 1, n);
-      udreg_entry_t* e = nullptr;
-      CHILD_CHECK(UDREG_Register(c.cache, p, n, &e) == UDREG_RC_SUCCESS);
-      uint64_t dd = serial_of(e);
-      put_through(c, p, e, kPage);
-      CHILD_CHECK(UDREG_DecrRefcount(c.cache, e) == UDREG_RC_SUCCESS);
-      // The hit before the free: same entry, no new registration.
-      udreg_entry_t* again = nullptr;
-      CHILD_CHECK(UDREG_Register(c.cache, p + 100, 1000, &again) == UDREG_RC_SUCCESS);
-      CHILD_CHECK(again == e && stat(c.cache, UDREG_STAT_CACHE_HIT) == 1);
-      CHILD_CHECK(UDREG_DecrRefcount(c.cache, again) == UDREG_RC_SUCCESS);
+  in_every_mode("free/malloc", [](Ctx& c) {
+    const uint64_t n = 4 << 20;
+    char* p = static_cast<char*>(malloc(n));
+    CHILD_CHECK(p);
+    std::memset(p, 1, n);
+    udreg_entry_t* e = nullptr;
+    CHILD_CHECK(UDREG_Register(c.cache, p, n, &e) == UDREG_RC_SUCCESS);
+    uint64_t dd = serial_of(e);
+    put_through(c, p, e, kPage);
+    CHILD_CHECK(UDREG_DecrRefcount(c.cache, e) == UDREG_RC_SUCCESS);
+    // The hit before the free: same entry, no new registration.
+    udreg_entry_t* again = nullptr;
+    CHILD_CHECK(UDREG_Register(c.cache, p + 100, 1000, &again) == UDREG_RC_SUCCESS);
+    CHILD_CHECK(again == e && stat(c.cache, UDREG_STAT_CACHE_HIT) == 1);
+    CHILD_CHECK(UDREG_DecrRefcount(c.cache, again) == UDREG_RC_SUCCESS);
 
-      free(p);  // glibc unmaps the block from inside libc
-      char* q = static_cast<char*>(malloc(n));
-      if (q != p) {
-        std::fprintf(stderr, "malloc did not return the same address (sanitizer allocator?): skipped\n");
-        free(q);
-        return kSkip;
-      }
-      std::memset(q, 2, n);
-      int rc = expect_fresh_or_stale(c, e, dd, q, n);
+    free(p);  // glibc unmaps the block from inside libc
+    char* q = static_cast<char*>(malloc(n));
+    if (q != p) {
+      std::fprintf(stderr, "malloc did not return the same address (sanitizer allocator?): skipped\n");
       free(q);
-      return rc;
-    });
-    expect_ok(rc, "free/malloc, mode " + mode);
-  }
+      return kSkip;
+    }
+    std::memset(q, 2, n);
+    int rc = expect_fresh_or_stale(c, e, dd, q, n);
+    free(q);
+    return rc;
+  });
 }
 
 TEST_CASE("munmap then mmap at the same address, and an entry in use when its memory goes") {
-  Cluster cl(1);
-  Cred cred = cl.credential();
-  for (const auto& mode : kModes) {
-    int rc = run(cl, cred, mode, [](Ctx& c) {
-      const uint64_t n = 1 << 20;
-      CHILD_CHECK(with_retries([&] {
-        char* p = map_anon(n);
-        udreg_entry_t* e = nullptr;
-        CHILD_CHECK(UDREG_Register(c.cache, p, n, &e) == UDREG_RC_SUCCESS);
-        uint64_t dd = serial_of(e);
-        CHILD_CHECK(UDREG_DecrRefcount(c.cache, e) == UDREG_RC_SUCCESS);
-        CHILD_CHECK(munmap(p, n) == 0);
-        if (!refill(p, n)) return false;
-        CHILD_CHECK(expect_fresh_or_stale(c, e, dd, p, n) == 0);
-        munmap(p, n);
-        return true;
-      }));
+  in_every_mode("munmap/mmap", [](Ctx& c) {
+    const uint64_t n = 1 << 20;
+    CHILD_CHECK(with_retries([&] {
+      char* p = map_anon(n);
+      udreg_entry_t* e = nullptr;
+      const uint64_t dd = register_cached(c, p, n, e);
+      CHILD_CHECK(munmap(p, n) == 0);
+      if (!refill(p, n)) return false;
+      CHILD_CHECK(expect_fresh_or_stale(c, e, dd, p, n) == 0);
+      munmap(p, n);
+      return true;
+    }));
 
-      // In use: the reference is held across the unmap.
-      CHILD_CHECK(with_retries([&] {
-        char* r = map_anon(n);
-        udreg_entry_t* held = nullptr;
-        CHILD_CHECK(UDREG_Register(c.cache, r, n, &held) == UDREG_RC_SUCCESS);
-        uint64_t held_serial = serial_of(held);
-        CHILD_CHECK(munmap(r, n) == 0);
-        if (!refill(r, n)) {
-          CHILD_CHECK(UDREG_DecrRefcount(c.cache, held) == UDREG_RC_SUCCESS);
-          return false;
-        }
-        uint64_t deregs = c.dev.deregs;
-        udreg_entry_t* fresh = nullptr;
-        CHILD_CHECK(UDREG_Register(c.cache, r, n, &fresh) == UDREG_RC_SUCCESS);
-        if (c.mode == "none") {
-          CHILD_CHECK(fresh == held);
-          CHILD_CHECK(UDREG_DecrRefcount(c.cache, fresh) == UDREG_RC_SUCCESS);
-        } else {
-          CHILD_CHECK(fresh != held);
-          CHILD_CHECK(c.dev.deregs == deregs);  // still referenced: not yet
-          CHILD_CHECK(c.dev.is_live(held_serial));
-        }
+    // In use: the reference is held across the unmap.
+    CHILD_CHECK(with_retries([&] {
+      char* r = map_anon(n);
+      udreg_entry_t* held = nullptr;
+      CHILD_CHECK(UDREG_Register(c.cache, r, n, &held) == UDREG_RC_SUCCESS);
+      uint64_t held_serial = serial_of(held);
+      CHILD_CHECK(munmap(r, n) == 0);
+      if (!refill(r, n)) {
         CHILD_CHECK(UDREG_DecrRefcount(c.cache, held) == UDREG_RC_SUCCESS);
-        if (c.mode != "none") {
-          CHILD_CHECK(c.dev.deregs == deregs + 1);  // the last reference went: deregistered, lazy or not
-          CHILD_CHECK(!c.dev.is_live(held_serial));
-          CHILD_CHECK(UDREG_DecrRefcount(c.cache, fresh) == UDREG_RC_SUCCESS);
-        }
-        munmap(r, n);
-        return true;
-      }));
-      return 0;
-    });
-    expect_ok(rc, "munmap/mmap, mode " + mode);
-  }
+        return false;
+      }
+      uint64_t deregs = c.dev.deregs;
+      udreg_entry_t* fresh = nullptr;
+      CHILD_CHECK(UDREG_Register(c.cache, r, n, &fresh) == UDREG_RC_SUCCESS);
+      if (c.mode == "none") {
+        CHILD_CHECK(fresh == held);
+        CHILD_CHECK(UDREG_DecrRefcount(c.cache, fresh) == UDREG_RC_SUCCESS);
+      } else {
+        CHILD_CHECK(fresh != held);
+        CHILD_CHECK(c.dev.deregs == deregs);  // still referenced: not yet
+        CHILD_CHECK(c.dev.is_live(held_serial));
+      }
+      CHILD_CHECK(UDREG_DecrRefcount(c.cache, held) == UDREG_RC_SUCCESS);
+      if (c.mode != "none") {
+        CHILD_CHECK(c.dev.deregs == deregs + 1);  // the last reference went: deregistered, lazy or not
+        CHILD_CHECK(!c.dev.is_live(held_serial));
+        CHILD_CHECK(UDREG_DecrRefcount(c.cache, fresh) == UDREG_RC_SUCCESS);
+      }
+      munmap(r, n);
+      return true;
+    }));
+    return 0;
+  });
 }
 
 TEST_CASE("mremap: moved and shrunk registrations are invalidated") {
-  Cluster cl(1);
-  Cred cred = cl.credential();
-  for (const auto& mode : kModes) {
-    int rc = run(cl, cred, mode, [](Ctx& c) {
-      const uint64_t n = 1 << 20;
-      // Moved away: new memory appears at the old address.
-      CHILD_CHECK(with_retries([&] {
-        char* p = map_anon(n);
-        char* dst = map_anon(n);
-        udreg_entry_t* e = nullptr;
-        CHILD_CHECK(UDREG_Register(c.cache, p, n, &e) == UDREG_RC_SUCCESS);
-        uint64_t dd = serial_of(e);
-        CHILD_CHECK(UDREG_DecrRefcount(c.cache, e) == UDREG_RC_SUCCESS);
-        CHILD_CHECK(mremap(p, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, dst) == dst);
-        bool ok = refill(p, n);
-        if (ok) {
-          CHILD_CHECK(expect_fresh_or_stale(c, e, dd, p, n) == 0);
-          munmap(p, n);
-        }
-        munmap(dst, n);
-        return ok;
-      }));
+  in_every_mode("mremap", [](Ctx& c) {
+    const uint64_t n = 1 << 20;
+    // Moved away: new memory appears at the old address.
+    CHILD_CHECK(with_retries([&] {
+      char* p = map_anon(n);
+      char* dst = map_anon(n);
+      udreg_entry_t* e = nullptr;
+      const uint64_t dd = register_cached(c, p, n, e);
+      CHILD_CHECK(mremap(p, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, dst) == dst);
+      bool ok = refill(p, n);
+      if (ok) {
+        CHILD_CHECK(expect_fresh_or_stale(c, e, dd, p, n) == 0);
+        munmap(p, n);
+      }
+      munmap(dst, n);
+      return ok;
+    }));
 
-      // Shrunk in place: the tail is gone and comes back as other memory.
-      CHILD_CHECK(with_retries([&] {
-        char* s = map_anon(n);
-        udreg_entry_t* e = nullptr;
-        CHILD_CHECK(UDREG_Register(c.cache, s, n, &e) == UDREG_RC_SUCCESS);
-        uint64_t dd = serial_of(e);
-        CHILD_CHECK(UDREG_DecrRefcount(c.cache, e) == UDREG_RC_SUCCESS);
-        CHILD_CHECK(mremap(s, n, n / 2, 0) == s);
-        bool ok = refill(s + n / 2, n / 2);
-        if (ok) CHILD_CHECK(expect_fresh_or_stale(c, e, dd, s, n) == 0);
-        munmap(s, ok ? n : n / 2);
-        return ok;
-      }));
-      return 0;
-    });
-    expect_ok(rc, "mremap, mode " + mode);
-  }
+    // Shrunk in place: the tail is gone and comes back as other memory.
+    CHILD_CHECK(with_retries([&] {
+      char* s = map_anon(n);
+      udreg_entry_t* e = nullptr;
+      const uint64_t dd = register_cached(c, s, n, e);
+      CHILD_CHECK(mremap(s, n, n / 2, 0) == s);
+      bool ok = refill(s + n / 2, n / 2);
+      if (ok) CHILD_CHECK(expect_fresh_or_stale(c, e, dd, s, n) == 0);
+      munmap(s, ok ? n : n / 2);
+      return ok;
+    }));
+    return 0;
+  });
 }
 
 TEST_CASE("madvise DONTNEED, FREE and REMOVE give pages back: entries are invalidated") {
-  Cluster cl(1);
-  Cred cred = cl.credential();
-  for (const auto& mode : kModes) {
-    int rc = run(cl, cred, mode, [](Ctx& c) {
-      const uint64_t n = 256 << 10;
-      struct Case {
-        int advice;
-        int flags;
-      };
-      for (Case k : {Case{MADV_DONTNEED, MAP_PRIVATE}, Case{MADV_FREE, MAP_PRIVATE}, Case{MADV_REMOVE, MAP_SHARED}}) {
-        void* m = mmap(nullptr, n, PROT_READ | PROT_WRITE, k.flags | MAP_ANONYMOUS, -1, 0);
-        CHILD_CHECK(m != MAP_FAILED);
-        char* p = static_cast<char*>(m);
-        std::memset(p, 3, n);
-        udreg_entry_t* e = nullptr;
-        CHILD_CHECK(UDREG_Register(c.cache, p + 100, n - 200, &e) == UDREG_RC_SUCCESS);
-        uint64_t dd = serial_of(e);
-        CHILD_CHECK(UDREG_DecrRefcount(c.cache, e) == UDREG_RC_SUCCESS);
-        CHILD_CHECK(madvise(p + 2 * kPage, kPage, k.advice) == 0);  // one page in the middle
-        CHILD_CHECK(expect_fresh_or_stale(c, e, dd, p + 100, n - 200) == 0);
-        munmap(p, n);
-      }
-      return 0;
-    });
-    expect_ok(rc, "madvise, mode " + mode);
-  }
+  in_every_mode("madvise", [](Ctx& c) {
+    const uint64_t n = 256 << 10;
+    struct Case {
+      int advice;
+      int flags;
+    };
+    for (Case k : {Case{MADV_DONTNEED, MAP_PRIVATE}, Case{MADV_FREE, MAP_PRIVATE}, Case{MADV_REMOVE, MAP_SHARED}}) {
+      void* m = mmap(nullptr, n, PROT_READ | PROT_WRITE, k.flags | MAP_ANONYMOUS, -1, 0);
+      CHILD_CHECK(m != MAP_FAILED);
+      char* p = static_cast<char*>(m);
+      std::memset(p, 3, n);
+      udreg_entry_t* e = nullptr;
+      const uint64_t dd = register_cached(c, p + 100, n - 200, e);
+      CHILD_CHECK(madvise(p + 2 * kPage, kPage, k.advice) == 0);  // one page in the middle
+      CHILD_CHECK(expect_fresh_or_stale(c, e, dd, p + 100, n - 200) == 0);
+      munmap(p, n);
+    }
+    return 0;
+  });
 }
 
 TEST_CASE("brk shrink: heap memory given back is invalidated") {
-  Cluster cl(1);
-  Cred cred = cl.credential();
-  for (const auto& mode : kModes) {
-    int rc = run(cl, cred, mode, [](Ctx& c) {
-      const intptr_t n = 64 << 10;
-      // Page-align the break first (malloc may have left it anywhere).
-      uintptr_t cur = uintptr_t(sbrk(0));
-      CHILD_CHECK(sbrk(intptr_t((kPage - cur % kPage) % kPage)) != reinterpret_cast<void*>(-1));
-      char* p = static_cast<char*>(sbrk(n));
-      CHILD_CHECK(p != reinterpret_cast<char*>(-1));
-      std::memset(p, 4, size_t(n));
-      udreg_entry_t* e = nullptr;
-      CHILD_CHECK(UDREG_Register(c.cache, p, uint64_t(n), &e) == UDREG_RC_SUCCESS);
-      uint64_t dd = serial_of(e);
-      CHILD_CHECK(UDREG_DecrRefcount(c.cache, e) == UDREG_RC_SUCCESS);
-      CHILD_CHECK(sbrk(-n) == p + n);
-      CHILD_CHECK(sbrk(n) == p);
-      std::memset(p, 5, size_t(n));
-      CHILD_CHECK(expect_fresh_or_stale(c, e, dd, p, uint64_t(n)) == 0);
-      return 0;
-    });
-    expect_ok(rc, "brk, mode " + mode);
-  }
+  in_every_mode("brk", [](Ctx& c) {
+    const intptr_t n = 64 << 10;
+    // Page-align the break first (malloc may have left it anywhere).
+    uintptr_t cur = uintptr_t(sbrk(0));
+    CHILD_CHECK(sbrk(intptr_t((kPage - cur % kPage) % kPage)) != reinterpret_cast<void*>(-1));
+    char* p = static_cast<char*>(sbrk(n));
+    CHILD_CHECK(p != reinterpret_cast<char*>(-1));
+    std::memset(p, 4, size_t(n));
+    udreg_entry_t* e = nullptr;
+    const uint64_t dd = register_cached(c, p, uint64_t(n), e);
+    CHILD_CHECK(sbrk(-n) == p + n);
+    CHILD_CHECK(sbrk(n) == p);
+    std::memset(p, 5, size_t(n));
+    CHILD_CHECK(expect_fresh_or_stale(c, e, dd, p, uint64_t(n)) == 0);
+    return 0;
+  });
 }
 
 TEST_CASE("eviction under a small max_entries keeps hits, misses and registrations consistent") {
