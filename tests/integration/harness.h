@@ -49,10 +49,10 @@ struct Cred {
   uint32_t cookie = 0;
 };
 
-// Attaches CDM `inst` over `conn` by hand, for tests that speak the control protocol
-// themselves (forged requests, the region's memfds). The reply and the region's two memfds
-// (-1 when absent) come back; true when the daemon answered at all.
-inline bool attach_by_hand(nicemu::ctl::Connection& conn, uint32_t inst, Cred c,
+// Connects `conn` to the daemon at `sock` and attaches CDM `inst` by hand, for tests that
+// speak the control protocol themselves (forged requests, the region's memfds). The reply
+// and the region's two memfds (-1 when absent) come back; true when the daemon answered.
+inline bool attach_by_hand(nicemu::ctl::Connection& conn, const std::string& sock, uint32_t inst, Cred c,
                            nicemu::abi::ctl::AttachReply& ar, int (&fds)[2]) {
   namespace ctl = nicemu::abi::ctl;
   ctl::Attach at{};
@@ -64,7 +64,7 @@ inline bool attach_by_hand(nicemu::ctl::Connection& conn, uint32_t inst, Cred c,
   at.abi_version = nicemu::abi::kAbiVersion;
   ar = {};
   fds[0] = fds[1] = -1;
-  return conn.call(at, ar, fds, 2);
+  return conn.connect(sock) && conn.call(at, ar, fds, 2);
 }
 
 class Cluster {
@@ -254,6 +254,17 @@ class Oob {
  private:
   int fds_[2];
 };
+
+// Fixtures (TEST_CASE_FIXTURE) for the usual set-up of a test: a cluster of N nodes, a
+// credential valid on every node, and an out-of-band channel.
+template <int N>
+struct OnNodes {
+  Cluster cl{N};
+  Cred c = cl.credential();
+  Oob oob;
+};
+using OneNode = OnNodes<1>;
+using TwoNodes = OnNodes<2>;
 
 // Child-side check: prints the failed condition and exits the child with 1.
 #define CHILD_CHECK(cond)                                                                      \

@@ -349,9 +349,7 @@ void errors(Initiator& in, const Info& t) {
 
 }  // namespace
 
-TEST_CASE("AMOs from processes on two nodes and the target itself are atomic; every opcode; errors") {
-  Cluster cl(2);
-  Cred c = cl.credential();
+TEST_CASE_FIXTURE(TwoNodes, "AMOs from processes on two nodes and the target itself are atomic; every opcode; errors") {
   constexpr int kInitiators = 3;  // plus the target itself
   std::vector<std::unique_ptr<Oob>> oobs;
   std::vector<Oob*> raw;

@@ -631,10 +631,7 @@ TEST_CASE("RDMA: a target killed during large transfers gives error completions 
     CHECK(cl.status(0)["bte"]["errors"].get<uint64_t>() > 0);
 }
 
-TEST_CASE("RDMA: an initiator killed during large transfers is dropped; the engine serves others") {
-  Cluster cl(1);
-  Cred c = cl.credential();
-  Oob oob;
+TEST_CASE_FIXTURE(OneNode, "RDMA: an initiator killed during large transfers is dropped; the engine serves others") {
   pid_t target = cl.spawn(0, [&] {
     Node n;
     n.open(2, c);

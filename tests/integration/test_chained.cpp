@@ -270,9 +270,7 @@ int initiator(Cred c, Oob& o1, Oob& o2) {
 
 }  // namespace
 
-TEST_CASE("GNI_CtPostFma and GNI_CtPostCqWrite: chains over EPs to two nodes, one completion each") {
-  Cluster cl(2);
-  Cred c = cl.credential();
+TEST_CASE_FIXTURE(TwoNodes, "GNI_CtPostFma and GNI_CtPostCqWrite: chains over EPs to two nodes, one completion each") {
   Oob o1, o2;
   auto target = [&](int node, uint32_t inst, Oob& o, bool first_target) {
     return cl.spawn(node, [&, inst, first_target] {
@@ -300,9 +298,7 @@ TEST_CASE("GNI_CtPostFma and GNI_CtPostCqWrite: chains over EPs to two nodes, on
   CHECK(cl.wait(t2, 60) == 0);
 }
 
-TEST_CASE("GNI_CtPostFma: 1 MiB in total when the CDM shares FMA descriptors") {
-  Cluster cl(1);
-  Cred c = cl.credential();
+TEST_CASE_FIXTURE(OneNode, "GNI_CtPostFma: 1 MiB in total when the CDM shares FMA descriptors") {
   pid_t p = cl.spawn(0, [&] {
     Gni g = open_gni(5, c, GNI_CDM_MODE_ERR_NO_KILL | GNI_CDM_MODE_FMA_SHARED);
     static char buf[2 << 20];

@@ -69,10 +69,7 @@ struct Target {
 
 }  // namespace
 
-TEST_CASE("CQ write: 48-bit value and inst id at the target, local completion, errors, overrun") {
-  Cluster cl(2);
-  Cred c = cl.credential();
-  Oob oob;
+TEST_CASE_FIXTURE(TwoNodes, "CQ write: 48-bit value and inst id at the target, local completion, errors, overrun") {
   const uint64_t values[] = {0xFFFF876543210ABCull, 0x1ull, 0x0000FFFFFFFFFFFFull, 0x123456789ABCull};
   pid_t t = cl.spawn(1, [&] {
     Gni g = open_gni(7, c);
@@ -207,10 +204,7 @@ TEST_CASE("CQ write: 48-bit value and inst id at the target, local completion, e
   CHECK(cl.wait(t) == 0);
 }
 
-TEST_CASE("vector wait and monitor: producer in another process, timeouts, monitor does not dequeue, masks") {
-  Cluster cl(1);
-  Cred c = cl.credential();
-  Oob oob;
+TEST_CASE_FIXTURE(OneNode, "vector wait and monitor: producer in another process, timeouts, monitor does not dequeue, masks") {
   pid_t w = cl.spawn(0, [&] {
     Gni g = open_gni(1, c);
     gni_cq_handle_t v[3], nb;
@@ -326,9 +320,7 @@ TEST_CASE("vector wait and monitor: producer in another process, timeouts, monit
   CHECK(cl.wait(p) == 0);
 }
 
-TEST_CASE("a progress thread monitors while other threads use the CQs; a CQ write to itself stops it") {
-  Cluster cl(1);
-  Cred c = cl.credential();
+TEST_CASE_FIXTURE(OneNode, "a progress thread monitors while other threads use the CQs; a CQ write to itself stops it") {
   pid_t p = cl.spawn(0, [&] {
     // Open MPI's pattern: the progress thread runs GNI_CqVectorMonitor unlocked and then
     // progresses under the client's lock, as the main thread does; shutdown is a CQ write
@@ -462,10 +454,7 @@ TEST_CASE("a vector of more CQs than one futex_waitv takes still wakes (the poll
   }) == 0);
 }
 
-TEST_CASE("daemon SIGKILL: a blocked vector wait and a blocked monitor notice") {
-  Cluster cl(1);
-  Cred c = cl.credential();
-  Oob oob;
+TEST_CASE_FIXTURE(OneNode, "daemon SIGKILL: a blocked vector wait and a blocked monitor notice") {
   pid_t p = cl.spawn(0, [&] {
     Gni g = open_gni(1, c);
     gni_cq_handle_t vec[2] = {g.cq, g.rcq};
@@ -518,9 +507,7 @@ uint32_t stat(Gni& g, gni_statistic_t s) {
 
 }  // namespace
 
-TEST_CASE("two CDMs in one process talk to each other: FMA, SMSG, CQ writes; per-NIC statistics") {
-  Cluster cl(1);
-  Cred c = cl.credential();
+TEST_CASE_FIXTURE(OneNode, "two CDMs in one process talk to each other: FMA, SMSG, CQ writes; per-NIC statistics") {
   pid_t p = cl.spawn(0, [&] {
     Gni a, b;  // same ptag/cookie, different inst_id, as UCX's gtest sets both ends up
     CHILD_CHECK(a.open(1, c) == GNI_RC_SUCCESS);

@@ -56,10 +56,7 @@ struct Info {
 
 }  // namespace
 
-TEST_CASE("daemon killed: prompt errors, then re-attach to a new daemon") {
-  Cluster cl(1);
-  Cred c = cl.credential();
-  Oob oob;
+TEST_CASE_FIXTURE(OneNode, "daemon killed: prompt errors, then re-attach to a new daemon") {
   pid_t p = cl.spawn(0, [&] {
     Gni g = open_gni(1, c);
     oob.send(0, 1);

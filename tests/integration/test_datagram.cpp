@@ -225,10 +225,7 @@ TEST_CASE("cancelling a matched post that was not consumed, and destroying its E
   }) == 0);
 }
 
-TEST_CASE("a CDM that dies takes its posts with it") {
-  Cluster cl(2);
-  Cred c = cl.credential();
-  Oob oob;
+TEST_CASE_FIXTURE(TwoNodes, "a CDM that dies takes its posts with it") {
   pid_t dead = cl.spawn(1, [&] {
     Gni g = open_gni(7, c);
     gni_ep_handle_t ep = bound_ep(g.nic, nullptr, cl.addr(0), 8);  // nobody there yet
@@ -259,10 +256,9 @@ TEST_CASE("a cancel that arrives after its post was replaced leaves the new post
   Cluster cl(1);
   Cred c = cl.credential();
   nicemu::ctl::Connection conn;
-  REQUIRE(conn.connect(cl.socket(0)));
   ctl::AttachReply ar{};
   int fds[2];
-  REQUIRE((attach_by_hand(conn, 5, c, ar, fds) && ar.r.rc == GNI_RC_SUCCESS));
+  REQUIRE((attach_by_hand(conn, cl.socket(0), 5, c, ar, fds) && ar.r.rc == GNI_RC_SUCCESS));
   for (int fd : fds)
     if (fd >= 0) close(fd);
   ctl::DgramOpen op{};

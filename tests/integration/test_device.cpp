@@ -159,9 +159,7 @@ TEST_CASE("an Aries daemon (the default): device type, gen-2 AMOs, unaligned GET
   CHECK(cl.wait(p, 60) == 0);
 }
 
-TEST_CASE("bandwidth injection: settings per NIC, shared by its processes, validated, never throttling") {
-  Cluster cl(2);
-  Cred c = cl.credential();
+TEST_CASE_FIXTURE(TwoNodes, "bandwidth injection: settings per NIC, shared by its processes, validated, never throttling") {
   Oob o;
   pid_t setter = cl.spawn(0, [&] {
     gni_bi_desc_t d{};

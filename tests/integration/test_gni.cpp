@@ -171,9 +171,7 @@ void fma_between(int nodes) {
 
 }  // namespace
 
-TEST_CASE("attach: credentials, devices and addresses") {
-  Cluster cl(1);
-  Cred c = cl.credential();
+TEST_CASE_FIXTURE(OneNode, "attach: credentials, devices and addresses") {
   pid_t p = cl.spawn(0, [&] {
     gni_cdm_handle_t cdm;
     gni_nic_handle_t nic;
@@ -287,10 +285,7 @@ void smsg_connect(SmsgPeer& p, Oob& oob, int side, Cred c, uint32_t inst, uint16
 
 }  // namespace
 
-TEST_CASE("SMSG: credits, order, tags and completion events") {
-  Cluster cl(2);
-  Cred c = cl.credential();
-  Oob oob;
+TEST_CASE_FIXTURE(TwoNodes, "SMSG: credits, order, tags and completion events") {
   constexpr uint16_t kCredits = 8;
   pid_t a = cl.spawn(0, [&] {
     SmsgPeer p;
@@ -444,10 +439,7 @@ TEST_CASE("a killed peer: error completions within a second, resources reclaimed
   CHECK(cl.wait(survivor) == 0);
 }
 
-TEST_CASE("daemon SIGTERM: blocked and later calls get errors, not hangs") {
-  Cluster cl(1);
-  Cred c = cl.credential();
-  Oob oob;
+TEST_CASE_FIXTURE(OneNode, "daemon SIGTERM: blocked and later calls get errors, not hangs") {
   pid_t p = cl.spawn(0, [&] {
     Gni g = open_gni(1, c);
     oob.send(0, 1);
@@ -471,10 +463,7 @@ TEST_CASE("daemon SIGTERM: blocked and later calls get errors, not hangs") {
   CHECK(cl.wait(p, 10) == 0);
 }
 
-TEST_CASE("daemon SIGKILL: a blocked waiter notices") {
-  Cluster cl(1);
-  Cred c = cl.credential();
-  Oob oob;
+TEST_CASE_FIXTURE(OneNode, "daemon SIGKILL: a blocked waiter notices") {
   pid_t p = cl.spawn(0, [&] {
     Gni g = open_gni(1, c);
     oob.send(0, 1);

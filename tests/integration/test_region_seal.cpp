@@ -68,15 +68,11 @@ void check_read_only(int ro_fd, int heap_fd, uint64_t region_size) {
 
 }  // namespace
 
-TEST_CASE("the read-only section stays read-only for its owner and for peers") {
-  Cluster cl(1);
-  Cred c = cl.credential();
-
+TEST_CASE_FIXTURE(OneNode, "the read-only section stays read-only for its owner and for peers") {
   nicemu::ctl::Connection owner;
-  REQUIRE(owner.connect(cl.socket(0)));
   ctl::AttachReply ar{};
   int fds[2];
-  REQUIRE(attach_by_hand(owner, 3, c, ar, fds));
+  REQUIRE(attach_by_hand(owner, cl.socket(0), 3, c, ar, fds));
   REQUIRE(ar.r.rc == GNI_RC_SUCCESS);
   REQUIRE(fds[0] >= 0);
   REQUIRE(fds[1] >= 0);

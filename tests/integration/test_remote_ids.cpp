@@ -290,9 +290,7 @@ TEST_CASE("any remote id: SMSG, and a sender that waits on its CQ for credits, b
   smsg_credits(2);
 }
 
-TEST_CASE("GNI_CdmAttach with device -1 attaches to the nearest device") {
-  Cluster cl(1);
-  Cred c = cl.credential();
+TEST_CASE_FIXTURE(OneNode, "GNI_CdmAttach with device -1 attaches to the nearest device") {
   pid_t p = cl.spawn(0, [&] {
     gni_cdm_handle_t cdm;
     CHILD_CHECK(GNI_CdmCreate(4, c.ptag, c.cookie, GNI_CDM_MODE_ERR_NO_KILL, &cdm) == GNI_RC_SUCCESS);

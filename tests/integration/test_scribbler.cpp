@@ -96,10 +96,9 @@ int healthy(Cred c, const Target& t) {
 int scribbler(Cluster& cl, Cred c, const Target& t) {
   std::mt19937_64 rng(12345);
   nicemu::ctl::Connection conn;
-  CHILD_CHECK(conn.connect(cl.socket(0)));
   ctl::AttachReply ar{};
   int fds[2];
-  CHILD_CHECK(attach_by_hand(conn, 3, c, ar, fds) && ar.r.rc == GNI_RC_SUCCESS);
+  CHILD_CHECK(attach_by_hand(conn, cl.socket(0), 3, c, ar, fds) && ar.r.rc == GNI_RC_SUCCESS);
   char* base = abi::map_region(fds[0], fds[1], ar.region_size);
   CHILD_CHECK(base != nullptr);
   const uint64_t size = ar.region_size;
@@ -248,9 +247,7 @@ int scribbler(Cluster& cl, Cred c, const Target& t) {
 
 }  // namespace
 
-TEST_CASE("a client scribbling over its own region hurts nobody else") {
-  Cluster cl(1);
-  Cred c = cl.credential();
+TEST_CASE_FIXTURE(OneNode, "a client scribbling over its own region hurts nobody else") {
   int info[2], go[2];
   REQUIRE(pipe(info) == 0);
   REQUIRE(pipe(go) == 0);

@@ -191,9 +191,7 @@ void verify_target(char* mem, const Done& d) {
 
 }  // namespace
 
-TEST_CASE("peers address a multi-segment registration by offset: FMA, RDMA and AMOs across boundaries") {
-  Cluster cl(2);
-  Cred c = cl.credential();
+TEST_CASE_FIXTURE(TwoNodes, "peers address a multi-segment registration by offset: FMA, RDMA and AMOs across boundaries") {
   Oob near, far;  // initiator on the target's node / on the other node
   pid_t target = cl.spawn(0, [&] {
     Gni g = open_gni(100, c);
@@ -290,9 +288,7 @@ TEST_CASE("segment lists: parameter errors, a full table, and entries freed on d
   }) == 0);
 }
 
-TEST_CASE("RDMA in many chunks over segments on both sides (chunks split across segments and channels)") {
-  Cluster cl(1);
-  Cred c = cl.credential();
+TEST_CASE_FIXTURE(OneNode, "RDMA in many chunks over segments on both sides (chunks split across segments and channels)") {
   // ~2.3 MiB in odd-sized segments out of order on the target, other cuts locally: the
   // engine's 256 KiB chunks start and end inside segments on both sides.
   constexpr Piece remote_segs[] = {{3 << 20, 700001}, {0, 1000003}, {(5 << 20) + 5, 611111}};
