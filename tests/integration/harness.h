@@ -372,6 +372,26 @@ struct Gni {
   }
 };
 
+// Child side: this side's SMSG attributes for a mailbox of `credits` messages of up to
+// `maxsize` bytes (auto-retransmit type) at `offset` in `mbox` (sized to fit), registered on
+// g's NIC with remote events to g.rcq.
+inline gni_smsg_attr_t smsg_mailbox(Gni& g, std::vector<char>& mbox, uint16_t credits, uint32_t maxsize,
+                                    uint32_t offset = 0) {
+  gni_smsg_attr_t a{};
+  a.msg_type = GNI_SMSG_TYPE_MBOX_AUTO_RETRANSMIT;
+  a.mbox_maxcredit = credits;
+  a.msg_maxsize = maxsize;
+  unsigned size = 0;
+  CHILD_CHECK(GNI_SmsgBufferSizeNeeded(&a, &size) == GNI_RC_SUCCESS && size > 0);
+  mbox.assign(size + offset, 0);
+  a.msg_buffer = mbox.data();
+  a.buff_size = uint32_t(mbox.size());
+  a.mbox_offset = offset;
+  CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(mbox.data()), mbox.size(), g.rcq, 0, uint32_t(-1), &a.mem_hndl) ==
+              GNI_RC_SUCCESS);
+  return a;
+}
+
 // Child side: a Gni opened as CDM instance `inst` with credential `c` (the child fails
 // when it cannot be).
 inline Gni open_gni(uint32_t inst, Cred c, uint32_t modes = GNI_CDM_MODE_ERR_NO_KILL) {

@@ -259,17 +259,7 @@ struct SmsgPeer {
 // Both sides: a mailbox registered with the remote-event CQ, attrs exchanged, SmsgInit.
 void smsg_connect(SmsgPeer& p, Oob& oob, int side, Cred c, uint32_t inst, uint16_t credits) {
   CHILD_CHECK(p.g.open(inst, c) == GNI_RC_SUCCESS);
-  p.local.msg_type = GNI_SMSG_TYPE_MBOX_AUTO_RETRANSMIT;
-  p.local.mbox_maxcredit = credits;
-  p.local.msg_maxsize = 256;
-  unsigned size = 0;
-  CHILD_CHECK(GNI_SmsgBufferSizeNeeded(&p.local, &size) == GNI_RC_SUCCESS && size > 0);
-  p.mbox.assign(size + 128, 0);
-  p.local.msg_buffer = p.mbox.data();
-  p.local.buff_size = size + 128;
-  p.local.mbox_offset = 128;
-  CHILD_CHECK(GNI_MemRegister(p.g.nic, uint64_t(p.mbox.data()), p.mbox.size(), p.g.rcq, 0, uint32_t(-1),
-                              &p.local.mem_hndl) == GNI_RC_SUCCESS);
+  p.local = smsg_mailbox(p.g, p.mbox, credits, 256, 128);
   Info mine{};
   mine.addr = p.g.addr;
   mine.inst = inst;

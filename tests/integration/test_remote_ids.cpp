@@ -197,17 +197,8 @@ struct SmsgInfo {
 
 int smsg_side(Oob& oob, Cred c, int side, uint32_t inst, uint32_t label, int messages) {
   Gni g = open_gni(inst, c);
-  gni_smsg_attr_t a{};
-  a.msg_type = GNI_SMSG_TYPE_MBOX_AUTO_RETRANSMIT;
-  a.mbox_maxcredit = 2;
-  a.msg_maxsize = 64;
-  unsigned size = 0;
-  CHILD_CHECK(GNI_SmsgBufferSizeNeeded(&a, &size) == GNI_RC_SUCCESS);
-  std::vector<char> mbox(size);
-  a.msg_buffer = mbox.data();
-  a.buff_size = size;
-  a.mbox_offset = 0;
-  CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(mbox.data()), size, g.rcq, 0, uint32_t(-1), &a.mem_hndl) == GNI_RC_SUCCESS);
+  std::vector<char> mbox;
+  gni_smsg_attr_t a = smsg_mailbox(g, mbox, 2, 64);
   oob.send(side, SmsgInfo{g.addr, a});
   SmsgInfo peer = oob.recv<SmsgInfo>(side);
   gni_ep_handle_t ep = bound_ep(g.nic, g.cq, peer.addr, label);
