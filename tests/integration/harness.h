@@ -39,6 +39,12 @@ inline std::string daemon_binary() {
   return e;
 }
 
+// True when the tests run across hosts (NICEMU_TEST_FABRIC=1: every node its own host).
+inline bool across_hosts() {
+  const char* f = std::getenv("NICEMU_TEST_FABRIC");
+  return f && std::string(f) == "1";
+}
+
 inline bool daemon_answers(const std::string& sock) {
   nicemu::ctl::Connection c;
   return c.connect(sock) && c.status_json().has_value();
@@ -75,8 +81,7 @@ class Cluster {
     rundir_ = tmpl;
     setenv("NICEMU_RUNDIR", rundir_.c_str(), 1);
     setenv("NICEMU_SPIN_US", "20", 1);
-    const char* f = std::getenv("NICEMU_TEST_FABRIC");
-    fabric_ = f && std::string(f) == "1";
+    fabric_ = across_hosts();
     if (fabric_) write_fabric(nodes);
     for (int i = 0; i < nodes; ++i) start_daemon(uint32_t(10 + i), extra_args);
   }
@@ -294,6 +299,14 @@ inline gni_post_descriptor_t make_desc(gni_post_type_t type, uint64_t local, gni
 // An FMA PUT of `len` bytes from `local` (no local handle) to `remote` under `h`.
 inline gni_post_descriptor_t put_desc(uint64_t local, uint64_t remote, gni_mem_handle_t h, uint64_t len) {
   return make_desc(GNI_POST_FMA_PUT, local, gni_mem_handle_t{}, remote, h, len);
+}
+
+// A CQ write of `value` to the CQ behind `h`.
+inline gni_post_descriptor_t cqwrite_desc(gni_mem_handle_t h, uint64_t value,
+                                          uint16_t cq_mode = GNI_CQMODE_GLOBAL_EVENT) {
+  gni_post_descriptor_t d = make_desc(GNI_POST_CQWRITE, 0, gni_mem_handle_t{}, 0, h, 0, cq_mode);
+  d.cqwrite_value = value;
+  return d;
 }
 
 // An AMO `cmd` of `len` bytes on `remote` under `rh` with operands `a` and `b`.

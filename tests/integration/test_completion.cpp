@@ -32,9 +32,8 @@ void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms
 
 // A CQ write of `value` to the CQ behind `h`, in order.
 gni_post_descriptor_t cqw_desc(gni_mem_handle_t h, uint64_t value, uint16_t cq_mode = GNI_CQMODE_GLOBAL_EVENT) {
-  gni_post_descriptor_t d = make_desc(GNI_POST_CQWRITE, 0, gni_mem_handle_t{}, 0, h, 0, cq_mode);
+  gni_post_descriptor_t d = cqwrite_desc(h, value, cq_mode);
   d.dlvr_mode = GNI_DLVMODE_IN_ORDER;
-  d.cqwrite_value = value;
   return d;
 }
 
