@@ -95,7 +95,7 @@ int node_attr(const std::string& name, bool wait, std::string& value) {
 // "3,4,5" -> ints (negative ones too); the empty string is an empty list.
 bool parse_ints(const std::string& s, std::vector<int>& out) {
   out.clear();
-  return s.empty() || parse_int_list(s, -2147483647L - 1, out);
+  return s.empty() || nicemu::pmi::parse_int_list(s, -2147483647L - 1, out);
 }
 
 // Common tail of the *IntArray calls.

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "tests/anon_memory.h"
 #include "udreg_nicemu.h"
 #include "udreg_pub.h"
 
@@ -193,26 +194,6 @@ void put_through(Ctx& c, void* dst, udreg_entry_t* e, uint64_t len) {
   CHILD_CHECK(GNI_EpDestroy(ep) == GNI_RC_SUCCESS);
 }
 
-char* map_anon(uint64_t len) {
-  void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  CHILD_CHECK(p != MAP_FAILED);
-  std::memset(p, 0x11, len);
-  return static_cast<char*>(p);
-}
-
-// Maps fresh memory into the hole [p, p + n) an unmap left. Another thread (a sanitizer
-// runtime's allocator) may have taken the hole first: then false, and the scenario starts
-// over at another address.
-bool refill(char* p, uint64_t n) {
-  void* q = mmap(p, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-  if (q != p) {
-    if (q != MAP_FAILED) munmap(q, n);
-    return false;
-  }
-  std::memset(p, 0x11, n);
-  return true;
-}
-
 // Runs `scenario` until it found its holes free, at most 20 times.
 template <typename F>
 bool with_retries(F scenario) {
@@ -299,11 +280,11 @@ TEST_CASE("munmap then mmap at the same address, and an entry in use when its me
   in_every_mode("munmap/mmap", [](Ctx& c) {
     const uint64_t n = 1 << 20;
     CHILD_CHECK(with_retries([&] {
-      char* p = map_anon(n);
+      char* p = map_anon(n, 0x11);
       udreg_entry_t* e = nullptr;
       const uint64_t dd = register_cached(c, p, n, e);
       CHILD_CHECK(munmap(p, n) == 0);
-      if (!refill(p, n)) return false;
+      if (!refill(p, n, 0x11)) return false;
       CHILD_CHECK(expect_fresh_or_stale(c, e, dd, p, n) == 0);
       munmap(p, n);
       return true;
@@ -311,12 +292,12 @@ TEST_CASE("munmap then mmap at the same address, and an entry in use when its me
 
     // In use: the reference is held across the unmap.
     CHILD_CHECK(with_retries([&] {
-      char* r = map_anon(n);
+      char* r = map_anon(n, 0x11);
       udreg_entry_t* held = nullptr;
       CHILD_CHECK(UDREG_Register(c.cache, r, n, &held) == UDREG_RC_SUCCESS);
       uint64_t held_serial = serial_of(held);
       CHILD_CHECK(munmap(r, n) == 0);
-      if (!refill(r, n)) {
+      if (!refill(r, n, 0x11)) {
         CHILD_CHECK(UDREG_DecrRefcount(c.cache, held) == UDREG_RC_SUCCESS);
         return false;
       }
@@ -349,12 +330,12 @@ TEST_CASE("mremap: moved and shrunk registrations are invalidated") {
     const uint64_t n = 1 << 20;
     // Moved away: new memory appears at the old address.
     CHILD_CHECK(with_retries([&] {
-      char* p = map_anon(n);
-      char* dst = map_anon(n);
+      char* p = map_anon(n, 0x11);
+      char* dst = map_anon(n, 0x11);
       udreg_entry_t* e = nullptr;
       const uint64_t dd = register_cached(c, p, n, e);
       CHILD_CHECK(mremap(p, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, dst) == dst);
-      bool ok = refill(p, n);
+      bool ok = refill(p, n, 0x11);
       if (ok) {
         CHILD_CHECK(expect_fresh_or_stale(c, e, dd, p, n) == 0);
         munmap(p, n);
@@ -365,11 +346,11 @@ TEST_CASE("mremap: moved and shrunk registrations are invalidated") {
 
     // Shrunk in place: the tail is gone and comes back as other memory.
     CHILD_CHECK(with_retries([&] {
-      char* s = map_anon(n);
+      char* s = map_anon(n, 0x11);
       udreg_entry_t* e = nullptr;
       const uint64_t dd = register_cached(c, s, n, e);
       CHILD_CHECK(mremap(s, n, n / 2, 0) == s);
-      bool ok = refill(s + n / 2, n / 2);
+      bool ok = refill(s + n / 2, n / 2, 0x11);
       if (ok) CHILD_CHECK(expect_fresh_or_stale(c, e, dd, s, n) == 0);
       munmap(s, ok ? n : n / 2);
       return ok;
@@ -427,7 +408,7 @@ TEST_CASE("eviction under a small max_entries keeps hits, misses and registratio
       [](Ctx& c) {
         constexpr int kBufs = 10;
         constexpr uint64_t kLen = 64 << 10;
-        char* base = map_anon(kBufs * kLen);
+        char* base = map_anon(kBufs * kLen, 0x11);
         std::mt19937 rng(7);
         uint64_t calls = 0;
         for (int round = 0; round < 200; ++round) {
@@ -470,7 +451,7 @@ TEST_CASE("threads register and release while others free and remap memory") {
         [](Ctx& c) {
           constexpr uint64_t kChunk = 64 << 10;
           constexpr int kChunks = 16;
-          char* base = map_anon(kChunks * kChunk);
+          char* base = map_anon(kChunks * kChunk, 0x11);
           std::atomic<bool> stop{false};
           std::atomic<int> bad{0};
           // Churn: big blocks through malloc/free (libc's own munmap), and one chunk of the
@@ -546,7 +527,7 @@ TEST_CASE("caches by name: create once, access many, release, destroy; bad argum
     CHILD_CHECK(UDREG_CacheCreate(&a) == UDREG_RC_SUCCESS);
     udreg_cache_handle_t h3 = nullptr;
     CHILD_CHECK(UDREG_CacheAccess("udreg-test-2", &h3) == UDREG_RC_SUCCESS);
-    char* p = map_anon(kPage);
+    char* p = map_anon(kPage, 0x11);
     udreg_entry_t* e = nullptr;
     CHILD_CHECK(UDREG_Register(h3, p, kPage, &e) == UDREG_RC_SUCCESS);
     uint64_t deregs = c.dev.deregs;
