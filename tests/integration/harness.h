@@ -355,6 +355,15 @@ inline uint64_t post_and_wait(gni_cq_handle_t cq, gni_ep_handle_t ep, gni_post_d
   return wait_completion(cq, d, timeout_ms);
 }
 
+// Child side: registers [addr, addr + len) on `nic` (remote events to `cq`, may be null;
+// GNI_MEM_* `flags`); the memory handle.
+inline gni_mem_handle_t mem_register(gni_nic_handle_t nic, uint64_t addr, uint64_t len, gni_cq_handle_t cq = nullptr,
+                                     uint32_t flags = 0) {
+  gni_mem_handle_t h{};
+  CHILD_CHECK(GNI_MemRegister(nic, addr, len, cq, flags, uint32_t(-1), &h) == GNI_RC_SUCCESS);
+  return h;
+}
+
 // Child side: an endpoint on `nic` with local events to `cq` (may be null), bound to
 // instance `inst` at NIC address `addr`.
 inline gni_ep_handle_t bound_ep(gni_nic_handle_t nic, gni_cq_handle_t cq, uint32_t addr, uint32_t inst) {

@@ -48,8 +48,7 @@ struct Initiator {
   void open(Cred c, uint32_t inst, const Info& t) {
     CHILD_CHECK(g.open(inst, c) == GNI_RC_SUCCESS);
     ep = bound_ep(g.nic, g.cq, t.addr, t.inst);
-    CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(result), sizeof result, nullptr, 0, uint32_t(-1), &result_h) ==
-                GNI_RC_SUCCESS);
+    result_h = mem_register(g.nic, uint64_t(result), sizeof result);
   }
 
   // An AMO that must succeed; returns the fetched value (fetching forms).
@@ -153,14 +152,11 @@ int target_process(std::vector<Oob*> oobs, Cred c, int ranks) {
   CHILD_CHECK(self.g.open(100, c) == GNI_RC_SUCCESS);
   info.addr = self.g.addr;
   info.inst = 100;
-  CHILD_CHECK(GNI_MemRegister(self.g.nic, info.words, sizeof words, self.g.rcq, 0, uint32_t(-1), &info.words_h) ==
-              GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_MemRegister(self.g.nic, info.ro, sizeof ro, nullptr, GNI_MEM_READ_ONLY, uint32_t(-1), &info.ro_h) ==
-              GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_MemRegister(self.g.nic, info.small, 8, nullptr, 0, uint32_t(-1), &info.small_h) == GNI_RC_SUCCESS);
+  info.words_h = mem_register(self.g.nic, info.words, sizeof words, self.g.rcq);
+  info.ro_h = mem_register(self.g.nic, info.ro, sizeof ro, nullptr, GNI_MEM_READ_ONLY);
+  info.small_h = mem_register(self.g.nic, info.small, 8);
   self.ep = bound_ep(self.g.nic, self.g.cq, info.addr, info.inst);
-  CHILD_CHECK(GNI_MemRegister(self.g.nic, uint64_t(self.result), sizeof self.result, nullptr, 0, uint32_t(-1),
-                              &self.result_h) == GNI_RC_SUCCESS);
+  self.result_h = mem_register(self.g.nic, uint64_t(self.result), sizeof self.result);
 
   for (Oob* o : oobs) o->send(1, info);
   for (Oob* o : oobs) CHILD_CHECK(o->recv<int>(1) == 1);  // all attached: start together

@@ -74,7 +74,7 @@ struct Node {
   }
   gni_mem_handle_t reg(const void* p, uint64_t n, gni_cq_handle_t dst = nullptr, uint32_t flags = 0) {
     gni_mem_handle_t h{};
-    CHILD_CHECK(GNI_MemRegister(nic, uint64_t(p), n, dst, flags, uint32_t(-1), &h) == GNI_RC_SUCCESS);
+    h = mem_register(nic, uint64_t(p), n, dst, flags);
     return h;
   }
   gni_ep_handle_t ep(uint32_t to_addr, uint32_t to_inst) {

@@ -40,8 +40,8 @@ struct Target {
     CHILD_CHECK(g.open(inst, c) == GNI_RC_SUCCESS);
     std::memset(buf, 0, sizeof buf);
     Info i{g.addr, inst, uint64_t(buf), {}, {}};
-    CHILD_CHECK(GNI_MemRegister(g.nic, i.buf, sizeof buf, g.rcq, 0, uint32_t(-1), &i.buf_h) == GNI_RC_SUCCESS);
-    CHILD_CHECK(GNI_MemRegister(g.nic, i.buf, sizeof buf, nullptr, 0, uint32_t(-1), &i.nocq_h) == GNI_RC_SUCCESS);
+    i.buf_h = mem_register(g.nic, i.buf, sizeof buf, g.rcq);
+    i.nocq_h = mem_register(g.nic, i.buf, sizeof buf);
     return i;
   }
 
@@ -97,7 +97,7 @@ int initiator(Cred c, Oob& o1, Oob& o2) {
 
   alignas(64) static char src[512], dst[512];
   gni_mem_handle_t dst_h{};
-  CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(dst), sizeof dst, nullptr, 0, uint32_t(-1), &dst_h) == GNI_RC_SUCCESS);
+  dst_h = mem_register(g.nic, uint64_t(dst), sizeof dst);
   for (int i = 0; i < 512; ++i) src[i] = char(i * 7 + 1);
 
   // PUT chain: t1[0,64), t2[8,108), t1[256,260), a zero-length element, with remote events.
@@ -132,7 +132,7 @@ int initiator(Cred c, Oob& o1, Oob& o2) {
   // AMO chain: fetching adds on both targets, a non-fetching add, a 4-byte fetching add.
   alignas(8) static uint64_t res[4];
   gni_mem_handle_t res_h{};
-  CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(res), sizeof res, nullptr, 0, uint32_t(-1), &res_h) == GNI_RC_SUCCESS);
+  res_h = mem_register(g.nic, uint64_t(res), sizeof res);
   auto ad = first(GNI_POST_AMO, uint64_t(&res[0]), res_h, t1.buf + 1024, t1.buf_h, 8);
   ad.amo_cmd = GNI_FMA_ATOMIC_FADD;
   ad.first_operand = 5;
@@ -303,7 +303,7 @@ TEST_CASE_FIXTURE(OneNode, "GNI_CtPostFma: 1 MiB in total when the CDM shares FM
     Gni g = open_gni(5, c, GNI_CDM_MODE_ERR_NO_KILL | GNI_CDM_MODE_FMA_SHARED);
     static char buf[2 << 20];
     gni_mem_handle_t h{};
-    CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(buf), sizeof buf, nullptr, 0, uint32_t(-1), &h) == GNI_RC_SUCCESS);
+    h = mem_register(g.nic, uint64_t(buf), sizeof buf);
     gni_ep_handle_t ep = bound_ep(g.nic, g.cq, g.addr, 5);
     static char src[1 << 20];
     std::memset(src, 0x3C, sizeof src);

@@ -74,15 +74,13 @@ int target(Oob& oob, Cred c) {
   // client-built handle leaves at 0).
   static char pad[4][4096];
   gni_mem_handle_t ph;
-  for (auto& p : pad) CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(p), sizeof p, nullptr, 0, uint32_t(-1), &ph) == GNI_RC_SUCCESS);
+  for (auto& p : pad) ph = mem_register(g.nic, uint64_t(p), sizeof p);
   alignas(4096) static char rw[kBuf + 4096], ro[kBuf + 4096];
   std::memset(rw, 't', sizeof rw);
   std::memset(ro, 'r', sizeof ro);
   gni_mem_handle_t rwh, roh;
-  CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(rw + kOff), kBuf, g.rcq, GNI_MEM_READWRITE, uint32_t(-1), &rwh) ==
-              GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(ro + kOff), kBuf, g.rcq, GNI_MEM_READ_ONLY, uint32_t(-1), &roh) ==
-              GNI_RC_SUCCESS);
+  rwh = mem_register(g.nic, uint64_t(rw + kOff), kBuf, g.rcq, GNI_MEM_READWRITE);
+  roh = mem_register(g.nic, uint64_t(ro + kOff), kBuf, g.rcq, GNI_MEM_READ_ONLY);
   Target t{g.addr, uint64_t(rw + kOff), uint64_t(ro + kOff), key_of(rwh), key_of(roh), uint32_t(rwh.qword2 >> 42) & 0x3FFF};
   CHILD_CHECK(t.rw_slot != 0);
   oob.send(1, t);
@@ -114,8 +112,8 @@ int initiator(Oob& oob, Cred c) {
   gni_ep_handle_t ep = bound_ep(g.nic, g.cq, t.addr, 7);
   alignas(4096) static char src[kBuf], back[kBuf];
   gni_mem_handle_t sh, bh;
-  CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(src), kBuf, nullptr, 0, uint32_t(-1), &sh) == GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(back), kBuf, nullptr, 0, uint32_t(-1), &bh) == GNI_RC_SUCCESS);
+  sh = mem_register(g.nic, uint64_t(src), kBuf);
+  bh = mem_register(g.nic, uint64_t(back), kBuf);
   const gni_mem_handle_t rw = handle_from_key(t.rw_key), ro = handle_from_key(t.ro_key);
   CHILD_CHECK(((rw.qword2 >> 42) & 0x3FFF) == 0);  // no slot: found by address
 

@@ -51,9 +51,7 @@ void cqwrite_silent(gni_ep_handle_t ep, gni_mem_handle_t h, uint64_t value) {
 }
 
 gni_mem_handle_t reg(Gni& g, const void* p, uint64_t len, gni_cq_handle_t dst, uint32_t flags = GNI_MEM_READWRITE) {
-  gni_mem_handle_t h{};
-  CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(p), len, dst, flags, uint32_t(-1), &h) == GNI_RC_SUCCESS);
-  return h;
+  return mem_register(g.nic, uint64_t(p), len, dst, flags);
 }
 
 // What a target process tells the initiator.

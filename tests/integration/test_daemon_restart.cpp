@@ -73,7 +73,7 @@ TEST_CASE_FIXTURE(OneNode, "daemon killed: prompt errors, then re-attach to a ne
     Cred c2 = oob.recv<Cred>(0);
     GNI_CdmDestroy(g.cdm);
     Gni n = open_gni(1, c2);
-    CHILD_CHECK(GNI_MemRegister(n.nic, uint64_t(buf), sizeof buf, nullptr, 0, uint32_t(-1), &h) == GNI_RC_SUCCESS);
+    h = mem_register(n.nic, uint64_t(buf), sizeof buf);
     gni_ep_handle_t ep = bound_ep(n.nic, n.cq, n.addr, n.inst);
     static char src[64];
     std::memset(src, 'N', sizeof src);
@@ -103,8 +103,7 @@ TEST_CASE("a stale mapping from a dead daemon writes nothing") {
     static char buf[4096];
     std::memset(buf, 'T', sizeof buf);
     Info info{g.addr, 1, uint64_t(buf), {}};
-    CHILD_CHECK(GNI_MemRegister(g.nic, info.buf, sizeof buf, nullptr, GNI_MEM_READWRITE, uint32_t(-1), &info.h) ==
-                GNI_RC_SUCCESS);
+    info.h = mem_register(g.nic, info.buf, sizeof buf, nullptr, GNI_MEM_READWRITE);
     oob.send(0, info);
     CHILD_CHECK(oob.recv<int>(0) == 1);  // the initiator is done
     for (size_t i = 0; i < 64; ++i) CHILD_CHECK(buf[i] == 'Q');

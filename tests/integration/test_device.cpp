@@ -27,7 +27,7 @@ struct Self {
     CHILD_CHECK(GNI_GetDeviceType(&dev) == GNI_RC_SUCCESS && dev == want);
     g = open_gni(inst, c);
     ep = bound_ep(g.nic, g.cq, g.addr, inst);
-    CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(buf), sizeof buf, nullptr, 0, uint32_t(-1), &h) == GNI_RC_SUCCESS);
+    h = mem_register(g.nic, uint64_t(buf), sizeof buf);
   }
 
   // An AMO on buf + off, its fetched value to buf[7].

@@ -51,9 +51,9 @@ int target_process(Oob& oob, Cred c, uint32_t inst, int side) {
   info.rw = uint64_t(rw) + 64;  // a registration that does not start on a page boundary
   info.ro = uint64_t(ro);
   info.dead = uint64_t(dead);
-  CHILD_CHECK(GNI_MemRegister(g.nic, info.rw, 4096, g.rcq, GNI_MEM_READWRITE, uint32_t(-1), &info.rw_h) == GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_MemRegister(g.nic, info.ro, 4096, nullptr, GNI_MEM_READ_ONLY, uint32_t(-1), &info.ro_h) == GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_MemRegister(g.nic, info.dead, 4096, nullptr, GNI_MEM_READWRITE, uint32_t(-1), &info.dead_h) == GNI_RC_SUCCESS);
+  info.rw_h = mem_register(g.nic, info.rw, 4096, g.rcq, GNI_MEM_READWRITE);
+  info.ro_h = mem_register(g.nic, info.ro, 4096, nullptr, GNI_MEM_READ_ONLY);
+  info.dead_h = mem_register(g.nic, info.dead, 4096, nullptr, GNI_MEM_READWRITE);
   CHILD_CHECK(GNI_MemDeregister(g.nic, &info.dead_h) == GNI_RC_SUCCESS);
   CHILD_CHECK(GNI_MemDeregister(g.nic, &info.dead_h) == GNI_RC_INVALID_PARAM);
   oob.send(side, info);
@@ -81,7 +81,7 @@ int initiator_process(Oob& oob, Cred c, uint32_t inst, int side) {
   gni_ep_handle_t ep = bound_ep(g.nic, g.cq, t.addr, t.inst);
   static char src[kBuf], back[kBuf];
   gni_mem_handle_t back_h;
-  CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(back), kBuf, nullptr, 0, uint32_t(-1), &back_h) == GNI_RC_SUCCESS);
+  back_h = mem_register(g.nic, uint64_t(back), kBuf);
 
   // PUT of every size class, then GET back: data and descriptor fields preserved.
   for (uint64_t len : {8ull, 64ull, 512ull, 4096ull}) {
@@ -225,7 +225,7 @@ TEST_CASE("another protection domain cannot reach registered memory") {
     info.addr = g.addr;
     info.inst = 5;
     info.rw = uint64_t(buf);
-    CHILD_CHECK(GNI_MemRegister(g.nic, info.rw, sizeof buf, nullptr, 0, uint32_t(-1), &info.rw_h) == GNI_RC_SUCCESS);
+    info.rw_h = mem_register(g.nic, info.rw, sizeof buf);
     oob.send(1, info);
     (void)oob.recv<int>(1);
     for (char ch : buf) CHILD_CHECK(ch == 'm');
@@ -383,7 +383,7 @@ TEST_CASE("a killed peer: error completions within a second, resources reclaimed
     static char buf[4096];
     Info info{};
     info.rw = uint64_t(buf);
-    CHILD_CHECK(GNI_MemRegister(p.g.nic, info.rw, sizeof buf, nullptr, 0, uint32_t(-1), &info.rw_h) == GNI_RC_SUCCESS);
+    info.rw_h = mem_register(p.g.nic, info.rw, sizeof buf);
     oob.send(1, info);
     pause();
     return 0;
@@ -489,7 +489,7 @@ TEST_CASE("invalid parameters are refused with the API's codes") {
       gni_cq_handle_t rx;
       gni_mem_handle_t rh;
       CHILD_CHECK(GNI_CqCreate(g.nic, 16, 0, GNI_CQ_NOBLOCK, nullptr, nullptr, &rx) == GNI_RC_SUCCESS);
-      CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(buf), sizeof buf, rx, 0, uint32_t(-1), &rh) == GNI_RC_SUCCESS);
+      rh = mem_register(g.nic, uint64_t(buf), sizeof buf, rx);
       CHILD_CHECK(GNI_CqDestroy(rx) == GNI_RC_SUCCESS);
       gni_ep_handle_t self_ep = bound_ep(g.nic, g.cq, g.addr, g.inst);
       static uint64_t v = 0x5151;

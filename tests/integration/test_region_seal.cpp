@@ -106,8 +106,7 @@ TEST_CASE("libugni attaches and works on the two-memfd region") {
   CHECK(in_one_child(1, 30, [&](Cluster&, Cred, Gni& g) {
     static char buf[4096];
     gni_mem_handle_t h;
-    CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(buf), sizeof buf, g.rcq, GNI_MEM_READWRITE, uint32_t(-1), &h) ==
-                GNI_RC_SUCCESS);
+    h = mem_register(g.nic, uint64_t(buf), sizeof buf, g.rcq, GNI_MEM_READWRITE);
     CHILD_CHECK(GNI_MemDeregister(g.nic, &h) == GNI_RC_SUCCESS);
     return 0;
   }) == 0);

@@ -44,7 +44,7 @@ int target(Oob& oob, Cred c) {
   static char buf[kBuf];
   std::memset(buf, 't', sizeof buf);
   Target t{g.addr, uint64_t(buf), {}};
-  CHILD_CHECK(GNI_MemRegister(g.nic, t.buf, kBuf, g.rcq, GNI_MEM_READWRITE, uint32_t(-1), &t.h) == GNI_RC_SUCCESS);
+  t.h = mem_register(g.nic, t.buf, kBuf, g.rcq, GNI_MEM_READWRITE);
   oob.send(1, t);
   CHILD_CHECK(oob.recv<int>(1) == 1);
   for (size_t i = 0; i < 64; ++i) CHILD_CHECK(buf[i] == 'F');            // FMA PUT
@@ -80,7 +80,7 @@ int initiator(Oob& oob, Cred c) {
   gni_ep_handle_t ep = bound_ep(g.nic, g.cq, t.addr, kLabel);
   static char src[kBuf], back[kBuf];
   gni_mem_handle_t back_h;
-  CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(back), kBuf, nullptr, 0, uint32_t(-1), &back_h) == GNI_RC_SUCCESS);
+  back_h = mem_register(g.nic, uint64_t(back), kBuf);
 
   // FMA PUT with a remote event, then GET it back: local events report the bound id.
   std::memset(src, 'F', 64);
@@ -134,7 +134,7 @@ int initiator(Oob& oob, Cred c) {
   static char rsrc[8192];
   std::memset(rsrc, 'R', sizeof rsrc);
   gni_mem_handle_t rsrc_h;
-  CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(rsrc), sizeof rsrc, nullptr, 0, uint32_t(-1), &rsrc_h) == GNI_RC_SUCCESS);
+  rsrc_h = mem_register(g.nic, uint64_t(rsrc), sizeof rsrc);
   auto rput = make_desc(GNI_POST_RDMA_PUT, uint64_t(rsrc), rsrc_h, t.buf + 4096, t.h, sizeof rsrc);
   rput.rdma_mode = GNI_RDMAMODE_PHYS_ADDR;
   CHILD_CHECK(complete(g.cq, ep, rput, kLabel) == 0);

@@ -50,8 +50,7 @@ int target(Cred c, int info_fd, int go_fd) {
   Gni g = open_gni(1, c);
   static uint8_t buf[kBuf];
   Target t{g.addr, 1, uint64_t(buf), {}};
-  CHILD_CHECK(GNI_MemRegister(g.nic, t.buf, kBuf, nullptr, GNI_MEM_READWRITE, uint32_t(-1), &t.mdh) ==
-              GNI_RC_SUCCESS);
+  t.mdh = mem_register(g.nic, t.buf, kBuf, nullptr, GNI_MEM_READWRITE);
   CHILD_CHECK(write(info_fd, &t, sizeof t) == sizeof t);
   char go;
   CHILD_CHECK(read(go_fd, &go, 1) == 1);
@@ -66,10 +65,8 @@ int healthy(Cred c, const Target& t) {
   gni_ep_handle_t ep = bound_ep(g.nic, g.cq, t.addr, t.inst);
   static uint8_t src[kBuf], back[kBuf];
   gni_mem_handle_t sh, bh;
-  CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(src), kBuf, nullptr, GNI_MEM_READWRITE, uint32_t(-1), &sh) ==
-              GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(back), kBuf, nullptr, GNI_MEM_READWRITE, uint32_t(-1), &bh) ==
-              GNI_RC_SUCCESS);
+  sh = mem_register(g.nic, uint64_t(src), kBuf, nullptr, GNI_MEM_READWRITE);
+  bh = mem_register(g.nic, uint64_t(back), kBuf, nullptr, GNI_MEM_READWRITE);
   auto end = std::chrono::steady_clock::now() + kRun;
   int rounds = 0;
   for (uint8_t k = 1; std::chrono::steady_clock::now() < end; k = uint8_t(k % 200 + 1), ++rounds) {

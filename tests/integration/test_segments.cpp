@@ -91,7 +91,7 @@ Done initiate(Gni& g, const Info& t, uint32_t seed) {
   // FMA GET of everything into a plain local buffer.
   char* dst = anon(kTotal);
   gni_mem_handle_t dst_h{};
-  CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(dst), kTotal, nullptr, 0, uint32_t(-1), &dst_h) == GNI_RC_SUCCESS);
+  dst_h = mem_register(g.nic, uint64_t(dst), kTotal);
   auto get = make_desc(GNI_POST_FMA_GET, uint64_t(dst), dst_h, 0, t.seg_h, kTotal);
   CHILD_CHECK(post_and_wait(g.cq, ep, get) == 0);
   CHILD_CHECK(std::memcmp(dst, src, kTotal) == 0);

@@ -127,8 +127,7 @@ int owner(Cluster& cl, User a, Cred ca, int info_fd, int go_fd) {
   static uint8_t buf[kBuf];
   std::memset(buf, kFill, sizeof buf);
   OwnerInfo info{getpid(), g.addr, 1, uint64_t(buf), {}, 77};
-  CHILD_CHECK(GNI_MemRegister(g.nic, info.buf, kBuf, g.rcq, GNI_MEM_READWRITE, uint32_t(-1), &info.mdh) ==
-              GNI_RC_SUCCESS);
+  info.mdh = mem_register(g.nic, info.buf, kBuf, g.rcq, GNI_MEM_READWRITE);
   gni_ep_handle_t any;
   CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &any) == GNI_RC_SUCCESS);
   static uint8_t in[16], out[16];
@@ -239,8 +238,7 @@ int intruder(Cluster& cl, User a, User b, Cred ca, Cred cb, const OwnerInfo& t) 
     static uint8_t src[kBuf];
     std::memset(src, 0xBB, sizeof src);
     gni_mem_handle_t sh;
-    CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(src), kBuf, nullptr, GNI_MEM_READWRITE, uint32_t(-1), &sh) ==
-                GNI_RC_SUCCESS);
+    sh = mem_register(g.nic, uint64_t(src), kBuf, nullptr, GNI_MEM_READWRITE);
     gni_post_descriptor_t put = desc(GNI_POST_FMA_PUT, uint64_t(src), sh, t);
     CHILD_CHECK(refused(GNI_PostFma(ep, &put), g.cq));
     gni_post_descriptor_t get = desc(GNI_POST_FMA_GET, uint64_t(src), sh, t);

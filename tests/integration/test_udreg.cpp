@@ -597,10 +597,8 @@ TEST_CASE("peers write and read memory that uDREG registered and userfaultfd wat
     std::vector<char> src(1 << 20), back(1 << 20);
     for (uint64_t i = 0; i < src.size(); ++i) src[i] = char(pattern(i + 7));
     gni_mem_handle_t src_h, back_h;
-    CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(src.data()), src.size(), nullptr, GNI_MEM_READWRITE, uint32_t(-1),
-                                &src_h) == GNI_RC_SUCCESS);
-    CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(back.data()), back.size(), nullptr, GNI_MEM_READWRITE, uint32_t(-1),
-                                &back_h) == GNI_RC_SUCCESS);
+    src_h = mem_register(g.nic, uint64_t(src.data()), src.size(), nullptr, GNI_MEM_READWRITE);
+    back_h = mem_register(g.nic, uint64_t(back.data()), back.size(), nullptr, GNI_MEM_READWRITE);
     auto complete = [&](gni_post_descriptor_t* d) {
       gni_cq_entry_t ev = 0;
       CHILD_CHECK(GNI_CqWaitEvent(g.cq, 10000, &ev) == GNI_RC_SUCCESS);

@@ -63,8 +63,7 @@ int target(Oob& oob, Oob& nb, Cred c) {
               GNI_RC_SUCCESS);
   CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(lazy), kBuf, nullptr, GNI_MEM_USE_VMDH | GNI_MEM_RESERVE_REGION, kLazy,
                               &lazyh) == GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(other), 4096, nullptr, GNI_MEM_USE_VMDH, uint32_t(-1), &anyh) ==
-              GNI_RC_SUCCESS);
+  anyh = mem_register(g.nic, uint64_t(other), 4096, nullptr, GNI_MEM_USE_VMDH);
   // Multi-segment registrations take indices the same way (and give them back).
   static char seg_a[4096], seg_b[4096];
   gni_mem_segment_t segs[2] = {{uint64_t(seg_a), sizeof seg_a}, {uint64_t(seg_b), sizeof seg_b}};
@@ -135,8 +134,8 @@ int initiator(Oob& oob, Cred c) {
   gni_ep_handle_t ep = bound_ep(g.nic, g.cq, t.addr, 7);
   alignas(4096) static char src[kBuf], back[kBuf];
   gni_mem_handle_t sh, bh;
-  CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(src), kBuf, nullptr, 0, uint32_t(-1), &sh) == GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(back), kBuf, nullptr, 0, uint32_t(-1), &bh) == GNI_RC_SUCCESS);
+  sh = mem_register(g.nic, uint64_t(src), kBuf);
+  bh = mem_register(g.nic, uint64_t(back), kBuf);
   const gni_mem_handle_t rw = vmdh_handle(kRw), ro = vmdh_handle(kRo), lazy = vmdh_handle(kLazy);
 
   // The reservation is closed until its pages are filled in.
