@@ -86,14 +86,7 @@ int main(int argc, char **argv) {
     if ((rc = GNI_MemRegister(nic, (uint64_t)&src, sizeof src, NULL, GNI_MEM_READWRITE, -1, &mh)) != GNI_RC_SUCCESS)
       return fail("GNI_MemRegister", rc);
     gni_post_descriptor_t d;
-    memset(&d, 0, sizeof d);
-    d.type = GNI_POST_FMA_PUT;
-    d.cq_mode = GNI_CQMODE_GLOBAL_EVENT;
-    d.local_addr = (uint64_t)&src;
-    d.local_mem_hndl = mh;
-    d.remote_addr = 4096;
-    d.remote_mem_hndl = mh;
-    d.length = sizeof src;
+    fabric_desc(&d, GNI_POST_FMA_PUT, &src, mh, 4096, mh, sizeof src);
     rc = GNI_PostFma(ep[0], &d);
     if (rc == GNI_RC_SUCCESS) {
       gni_cq_entry_t ev;
@@ -109,14 +102,7 @@ int main(int argc, char **argv) {
     gni_mem_handle_t bh;
     if ((rc = GNI_MemRegister(nic, (uint64_t)big, sizeof big, NULL, GNI_MEM_READWRITE, -1, &bh)) != GNI_RC_SUCCESS)
       return fail("GNI_MemRegister", rc);
-    memset(&d, 0, sizeof d);
-    d.type = GNI_POST_RDMA_PUT;
-    d.cq_mode = GNI_CQMODE_GLOBAL_EVENT;
-    d.local_addr = (uint64_t)big;
-    d.local_mem_hndl = bh;
-    d.remote_addr = 4096;
-    d.remote_mem_hndl = bh;
-    d.length = sizeof big;
+    fabric_desc(&d, GNI_POST_RDMA_PUT, big, bh, 4096, bh, sizeof big);
     rc = GNI_PostRdma(ep[0], &d);
     if (rc == GNI_RC_SUCCESS) {
       gni_cq_entry_t ev;
