@@ -411,13 +411,7 @@ static void small_get_works(void) {
 }
 
 static int finish(const char *what) {
-  int flag = 1;
-  dmapp_initialized(&flag);
-  if (flag) ++failures;
-  if (failures) {
-    fprintf(stderr, "PE %d: %d of %d checks failed\n", me, failures, checks);
-    return 1;
-  }
+  if (end_job()) return 1;
   if (me == 0)
     printf("dmapp align%s: %d PEs on %s, %d checks passed on PE 0\n", what, npes,
            info.hw_version == GNI_DEVICE_GEMINI ? "Gemini" : "Aries", checks);

@@ -1,6 +1,6 @@
 /* Checks for the DMAPP test programs (dmapp_suite.c, dmapp_align.c), one run on every PE by
  * nicemu-run: CHECK and CHECK_RC count checks and failures (the first 40 failures are said
- * on stderr, with this PE), and the job's start, dmapp_init_ext then the job's shape. */
+ * on stderr, with this PE), the job's start (dmapp_init_ext, then the job's shape) and end. */
 #ifndef NICEMU_TESTS_DMAPP_CHECK_H
 #define NICEMU_TESTS_DMAPP_CHECK_H
 
@@ -47,6 +47,19 @@ static inline int start_job(dmapp_rma_attrs_ext_t *req, dmapp_rma_attrs_ext_t *a
   dmapp_get_jobinfo(&info);
   me = info.pe;
   npes = info.npes;
+  return 0;
+}
+
+/* After dmapp_finalize: DMAPP must say it is no longer initialized. 1 when a check failed
+ * (the count said on stderr), else 0. */
+static inline int end_job(void) {
+  int flag = 1;
+  dmapp_initialized(&flag);
+  if (flag) ++failures;
+  if (failures) {
+    fprintf(stderr, "PE %d: %d of %d checks failed\n", me, failures, checks);
+    return 1;
+  }
   return 0;
 }
 

@@ -615,13 +615,7 @@ int main(int argc, char **argv) {
   test_errors();
 
   OK(dmapp_finalize());
-  int flag = 1;
-  dmapp_initialized(&flag);
-  if (flag) ++failures;
-  if (failures) {
-    fprintf(stderr, "PE %d: %d of %d checks failed\n", me, failures, checks);
-    return 1;
-  }
+  if (end_job()) return 1;
   if (me == 0) printf("dmapp suite: %d PEs, %d checks passed on PE 0\n", npes, checks);
   return 0;
 }

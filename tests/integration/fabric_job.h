@@ -109,4 +109,13 @@ static inline void fabric_desc(gni_post_descriptor_t *d, gni_post_type_t type, c
   d->length = len;
 }
 
+/* The job's end: the CDM destroyed, and under PMI the other ranks waited for. */
+static inline void fabric_job_end(gni_cdm_handle_t cdm, int use_pmi) {
+  GNI_CdmDestroy(cdm);
+  if (use_pmi) {
+    PMI_Barrier();
+    PMI_Finalize();
+  }
+}
+
 #endif

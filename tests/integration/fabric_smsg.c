@@ -405,10 +405,6 @@ int main(int argc, char **argv) {
   }
   GNI_CqDestroy(cq);
   GNI_CqDestroy(rcq);
-  GNI_CdmDestroy(cdm);
-  if (use_pmi) {
-    PMI_Barrier();
-    PMI_Finalize();
-  }
+  fabric_job_end(cdm, use_pmi);
   return 0;
 }
