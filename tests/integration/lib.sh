@@ -43,6 +43,7 @@ capture() {
   shift 2
   timeout -k 5 "$limit" "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" </dev/null
   RC=$?
+  # shellcheck disable=SC2034  # for the caller
   ELAPSED=$((SECONDS - t0))
 }
 # show NAME: a captured command's output (show_log of its .out and .err).

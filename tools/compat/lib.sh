@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # tools/compat/lib.sh — shared helpers of the compatibility builds (sourced, not run).
 #
 # Work directory: $NICEMU_COMPAT_DIR, default /tmp/nicemu-compat. Everything third-party
