@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "harness.h"
-#include "tests/anon_memory.h"
+#include "../anon_memory.h"
 #include "udreg_nicemu.h"
 #include "udreg_pub.h"
 

@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/anon_memory.h"
+#include "../anon_memory.h"
 #include "udreg_nicemu.h"
 #include "udreg_pub.h"
 
