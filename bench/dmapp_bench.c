@@ -29,13 +29,14 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--ms")) ms = atof(argv[i + 1]);
     else if (!strcmp(argv[i], "--max")) max_bytes = strtoull(argv[i + 1], NULL, 0);
   }
+  /* The library's defaults, with the most outstanding operations and relaxed ordering. */
   dmapp_rma_attrs_ext_t req, act;
-  memset(&req, 0, sizeof req);
+  if (dmapp_get_rma_attrs_ext(&req) != DMAPP_RC_SUCCESS) {
+    fprintf(stderr, "dmapp_bench: dmapp_get_rma_attrs_ext failed\n");
+    return 1;
+  }
   req.max_outstanding_nb = DMAPP_MAX_OUTSTANDING_NB;
-  req.offload_threshold = DMAPP_OFFLOAD_THRESHOLD;
   req.put_relaxed_ordering = DMAPP_ROUTING_ADAPTIVE;
-  req.get_relaxed_ordering = DMAPP_ROUTING_ADAPTIVE;
-  req.max_concurrency = 1;
   req.PI_ordering = DMAPP_PI_ORDERING_RELAXED;
   if (dmapp_init_ext(&req, &act) != DMAPP_RC_SUCCESS) {
     fprintf(stderr, "dmapp_bench: dmapp_init_ext failed\n");

@@ -62,6 +62,7 @@
 #include "gni_pub.h"
 #include "nicemu/abi/ctl_protocol.h"
 #include "nicemu/ctl/ctl_client.h"
+#include "socket_choice.h"
 
 namespace {
 
@@ -724,16 +725,6 @@ int run_rank(int id, uint8_t ptag, uint32_t cookie) {
 
 // ---- parent ------------------------------------------------------------------------------
 
-std::string resolve_socket() {
-  if (!opt.socket.empty()) return opt.socket;
-  if (const char* s = std::getenv("NICEMU_SOCKET"); s && *s) return s;
-  std::string rundir = nicemu::ctl::default_rundir();
-  if (const char* n = std::getenv("NICEMU_NODE"); n && *n)
-    return nicemu::ctl::socket_path(rundir, uint32_t(std::strtoul(n, nullptr, 10)));
-  auto nodes = nicemu::ctl::list_nodes(rundir);
-  if (nodes.empty()) return {};
-  return nicemu::ctl::socket_path(rundir, nodes.front());
-}
 
 bool issue_credential(const std::string& sock, uint8_t& ptag, uint32_t& cookie) {
   nicemu::abi::ctl::Cred req{};
@@ -795,7 +786,7 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  std::string sock = resolve_socket();
+  std::string sock = resolve_socket(opt.socket);
   if (sock.empty()) {
     std::fprintf(stderr, "gni_bench: no nicemu daemon: give --socket or set NICEMU_RUNDIR/NICEMU_NODE\n");
     return 2;

@@ -36,6 +36,7 @@
 #include "gni_pub.h"
 #include "nicemu/abi/ctl_protocol.h"
 #include "nicemu/ctl/ctl_client.h"
+#include "socket_choice.h"
 #include "udreg_pub.h"
 
 namespace {
@@ -93,16 +94,6 @@ uint32_t device_dereg(void* data, void*) {
   return rc == GNI_RC_SUCCESS ? 0 : 1;
 }
 
-std::string resolve_socket() {
-  if (!opt.socket.empty()) return opt.socket;
-  if (const char* s = std::getenv("NICEMU_SOCKET"); s && *s) return s;
-  std::string rundir = nicemu::ctl::default_rundir();
-  if (const char* n = std::getenv("NICEMU_NODE"); n && *n)
-    return nicemu::ctl::socket_path(rundir, uint32_t(std::strtoul(n, nullptr, 10)));
-  auto nodes = nicemu::ctl::list_nodes(rundir);
-  if (nodes.empty()) return {};
-  return nicemu::ctl::socket_path(rundir, nodes.front());
-}
 
 void attach(const std::string& sock) {
   nicemu::abi::ctl::Cred req{};
@@ -152,7 +143,7 @@ int main(int argc, char** argv) {
     CPU_SET(opt.cpu, &set);
     if (sched_setaffinity(0, sizeof set, &set) != 0) die("sched_setaffinity failed");
   }
-  std::string sock = resolve_socket();
+  std::string sock = resolve_socket(opt.socket);
   if (sock.empty()) die("no nicemu daemon: give --socket or set NICEMU_RUNDIR/NICEMU_NODE");
   attach(sock);
 

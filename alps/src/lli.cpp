@@ -99,6 +99,13 @@ void answer(int32_t req_code) {
   }
 }
 
+// A pthread return code as ALPS returns it: 0, or -1 with errno set.
+int as_alps_rc(int rc) {
+  if (rc == 0) return 0;
+  errno = rc;
+  return -1;
+}
+
 }  // namespace
 
 extern "C" {
@@ -124,23 +131,9 @@ int alps_app_lli_put_response(const void*, size_t, int) {
   return -1;
 }
 
-int alps_app_lli_lock(void) {
-  int rc = pthread_mutex_lock(&g_lock);
-  if (rc != 0) {
-    errno = rc;
-    return -1;
-  }
-  return 0;
-}
+int alps_app_lli_lock(void) { return as_alps_rc(pthread_mutex_lock(&g_lock)); }
 
-int alps_app_lli_unlock(void) {
-  int rc = pthread_mutex_unlock(&g_lock);
-  if (rc != 0) {
-    errno = rc;
-    return -1;
-  }
-  return 0;
-}
+int alps_app_lli_unlock(void) { return as_alps_rc(pthread_mutex_unlock(&g_lock)); }
 
 int alps_app_lli_put_request(int32_t req_code, const void* buf, size_t count) {
   if (count != 0 && buf == nullptr) {

@@ -12,11 +12,8 @@
 
 namespace nicemu::pmi {
 
-namespace {
-
-// "4978,4979,..." -> numbers; empty on any malformed entry.
-std::vector<int> parse_nic_addrs(const std::string& s) {
-  std::vector<int> out;
+bool parse_int_list(const std::string& s, long min, std::vector<int>& out) {
+  out.clear();
   size_t i = 0;
   while (i <= s.size()) {
     size_t end = s.find(',', i);
@@ -25,14 +22,12 @@ std::vector<int> parse_nic_addrs(const std::string& s) {
     char* stop = nullptr;
     errno = 0;
     long v = std::strtol(item.c_str(), &stop, 10);
-    if (item.empty() || *stop != '\0' || errno != 0 || v < 0 || v > 0x7FFFFFFF) return {};
+    if (item.empty() || *stop != '\0' || errno != 0 || v < min || v > 2147483647L) return false;
     out.push_back(static_cast<int>(v));
     i = end + 1;
   }
-  return out;
+  return true;
 }
-
-}  // namespace
 
 int Layout::nic_addr(int nid) const {
   if (nid >= 0 && static_cast<size_t>(nid) < nic_addrs.size()) return nic_addrs[nid];
@@ -71,7 +66,8 @@ const Layout* get_layout(int* rc) {
     return nullptr;
   }
   if (grc == PMI_SUCCESS) {
-    layout->nic_addrs = parse_nic_addrs(addrs);
+    // "4978,4979,..."; empty on any malformed entry.
+    if (!parse_int_list(addrs, 0, layout->nic_addrs)) layout->nic_addrs.clear();
     if (layout->nic_addrs.empty()) c.report("ignoring malformed nicemu_nic_addrs \"" + addrs + "\"");
   }
 

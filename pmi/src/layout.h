@@ -3,6 +3,7 @@
 // nicemu-run). Fetched once, on first use, and kept for the life of the process: the
 // array handed out by PMI_Get_nidlist_ptr must stay valid.
 #pragma once
+#include <string>
 #include <vector>
 
 namespace nicemu::pmi {
@@ -22,5 +23,9 @@ struct Layout {
 // or the server cannot be reached. A missing or malformed PMI_process_mapping means one
 // node holding every rank.
 const Layout* get_layout(int* rc);
+
+// "3,4,5" -> ints in [min, INT_MAX] into `out`; false on an empty or malformed entry (the
+// empty string included).
+bool parse_int_list(const std::string& s, long min, std::vector<int>& out);
 
 }  // namespace nicemu::pmi

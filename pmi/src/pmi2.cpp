@@ -92,24 +92,10 @@ int node_attr(const std::string& name, bool wait, std::string& value) {
   }
 }
 
-// "3,4,5" -> ints; false on malformed text.
+// "3,4,5" -> ints (negative ones too); the empty string is an empty list.
 bool parse_ints(const std::string& s, std::vector<int>& out) {
   out.clear();
-  if (s.empty()) return true;
-  size_t i = 0;
-  while (i <= s.size()) {
-    size_t end = s.find(',', i);
-    if (end == std::string::npos) end = s.size();
-    std::string item = s.substr(i, end - i);
-    char* stop = nullptr;
-    errno = 0;
-    long v = std::strtol(item.c_str(), &stop, 10);
-    if (item.empty() || *stop != '\0' || errno != 0 || v < -2147483647L - 1 || v > 2147483647L)
-      return false;
-    out.push_back(static_cast<int>(v));
-    i = end + 1;
-  }
-  return true;
+  return s.empty() || nicemu::pmi::parse_int_list(s, -2147483647L - 1, out);
 }
 
 // Common tail of the *IntArray calls.

@@ -25,32 +25,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dmapp.h"
-#include "pmi.h"
+#include "dmapp_check.h"
 
-static int me, npes, right, failures, checks;
-static dmapp_jobinfo_t info;
+static int right;
 static dmapp_seg_desc_t *heap_seg;
-
-#define CHECK(cond)                                                                        \
-  do {                                                                                     \
-    ++checks;                                                                              \
-    if (!(cond)) {                                                                         \
-      ++failures;                                                                          \
-      if (failures < 40) fprintf(stderr, "PE %d: %s:%d: check failed: %s\n", me, __FILE__, __LINE__, #cond); \
-    }                                                                                      \
-  } while (0)
-#define OK(call)                                                                           \
-  do {                                                                                     \
-    dmapp_return_t rc_ = (call);                                                           \
-    ++checks;                                                                              \
-    if (rc_ != DMAPP_RC_SUCCESS) {                                                         \
-      ++failures;                                                                          \
-      if (failures < 40) fprintf(stderr, "PE %d: %s:%d: %s returned %d\n", me, __FILE__, __LINE__, #call, rc_); \
-    }                                                                                      \
-  } while (0)
-
-static void barrier(void) { PMI_Barrier(); }
 
 enum { kGuard = 0xEE };
 /* Byte i of PE p's source area; never the guard byte, so an untouched byte is never
@@ -433,13 +411,7 @@ static void small_get_works(void) {
 }
 
 static int finish(const char *what) {
-  int flag = 1;
-  dmapp_initialized(&flag);
-  if (flag) ++failures;
-  if (failures) {
-    fprintf(stderr, "PE %d: %d of %d checks failed\n", me, failures, checks);
-    return 1;
-  }
+  if (end_job()) return 1;
   if (me == 0)
     printf("dmapp align%s: %d PEs on %s, %d checks passed on PE 0\n", what, npes,
            info.hw_version == GNI_DEVICE_GEMINI ? "Gemini" : "Aries", checks);
@@ -497,16 +469,7 @@ int main(int argc, char **argv) {
   req.max_outstanding_nb = 256;
   req.PI_ordering = DMAPP_PI_ORDERING_RELAXED;
   req.put_relaxed_ordering = DMAPP_ROUTING_ADAPTIVE;
-  dmapp_return_t rc = dmapp_init_ext(&req, &act);
-  if (rc != DMAPP_RC_SUCCESS) {
-    const char *m;
-    dmapp_explain_error(rc, &m);
-    fprintf(stderr, "dmapp_init_ext with the queried defaults: %s\n", m);
-    return 1;
-  }
-  dmapp_get_jobinfo(&info);
-  me = info.pe;
-  npes = info.npes;
+  if (start_job(&req, &act, "dmapp_init_ext with the queried defaults")) return 1;
   right = (me + 1) % npes;
   heap_seg = &info.sheap_seg;
   CHECK(act.max_outstanding_nb == 256 && act.PI_ordering == DMAPP_PI_ORDERING_RELAXED &&

@@ -8,33 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dmapp.h"
-#include "pmi.h"
+#include "dmapp_check.h"
 
-static int me, npes, failures, checks;
-static dmapp_jobinfo_t info;
 static dmapp_seg_desc_t *heap_seg, *data_seg;
-
-#define CHECK(cond)                                                                   \
-  do {                                                                                \
-    ++checks;                                                                         \
-    if (!(cond)) {                                                                    \
-      ++failures;                                                                     \
-      fprintf(stderr, "PE %d: %s:%d: check failed: %s\n", me, __FILE__, __LINE__, #cond); \
-    }                                                                                 \
-  } while (0)
-#define CHECK_RC(call, want)                                                          \
-  do {                                                                                \
-    dmapp_return_t rc_ = (call);                                                      \
-    ++checks;                                                                         \
-    if (rc_ != (want)) {                                                              \
-      ++failures;                                                                     \
-      fprintf(stderr, "PE %d: %s:%d: %s returned %d, expected %d\n", me, __FILE__, __LINE__, #call, rc_, want); \
-    }                                                                                 \
-  } while (0)
-#define OK(call) CHECK_RC(call, DMAPP_RC_SUCCESS)
-
-static void barrier(void) { PMI_Barrier(); }
 
 /* The symmetric data segment: globals, same offset on every PE. */
 static int64_t g_data[64];
@@ -620,16 +596,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "dmapp_init_ext accepted max_outstanding_nb above the maximum\n");
     return 1;
   }
-  dmapp_return_t rc = dmapp_init_ext(&req, &act);
-  if (rc != DMAPP_RC_SUCCESS) {
-    const char *m;
-    dmapp_explain_error(rc, &m);
-    fprintf(stderr, "dmapp_init_ext: %s\n", m);
-    return 1;
-  }
-  dmapp_get_jobinfo(&info);
-  me = info.pe;
-  npes = info.npes;
+  if (start_job(&req, &act, "dmapp_init_ext")) return 1;
   heap_seg = &info.sheap_seg;
   data_seg = &info.data_seg;
   CHECK(act.max_outstanding_nb == 64 && act.PI_ordering == DMAPP_PI_ORDERING_RELAXED);
@@ -648,13 +615,7 @@ int main(int argc, char **argv) {
   test_errors();
 
   OK(dmapp_finalize());
-  int flag = 1;
-  dmapp_initialized(&flag);
-  if (flag) ++failures;
-  if (failures) {
-    fprintf(stderr, "PE %d: %d of %d checks failed\n", me, failures, checks);
-    return 1;
-  }
+  if (end_job()) return 1;
   if (me == 0) printf("dmapp suite: %d PEs, %d checks passed on PE 0\n", npes, checks);
   return 0;
 }

@@ -25,6 +25,27 @@ static int fail(const char *what, int rc) {
   return 1;
 }
 
+/* A PUT (FMA or RDMA: `kind`) with a handle the target never registered: refused at post,
+ * or completed with an error. 1 (said) when it succeeded or hung. */
+static int expect_refused(gni_ep_handle_t ep, gni_cq_handle_t cq, gni_post_descriptor_t *d, const char *kind,
+                          uint32_t my_addr, uint32_t inst) {
+  char what[64];
+  gni_return_t rc = d->type == GNI_POST_RDMA_PUT ? GNI_PostRdma(ep, d) : GNI_PostFma(ep, d);
+  if (rc != GNI_RC_SUCCESS) {
+    printf("fabric_dgram %u/%u: remote %s PUT refused at post (rc %d), as documented\n", my_addr, inst, kind, rc);
+    return 0;
+  }
+  gni_cq_entry_t ev;
+  rc = GNI_CqWaitEvent(cq, 5000, &ev);
+  snprintf(what, sizeof what, rc == GNI_RC_TIMEOUT ? "remote %s completion (hung)" : "remote %s should not succeed",
+           kind);
+  if (rc == GNI_RC_TIMEOUT || rc == GNI_RC_SUCCESS) return fail(what, rc);
+  gni_post_descriptor_t *done = NULL;
+  GNI_GetCompleted(cq, ev, &done);
+  printf("fabric_dgram %u/%u: remote %s PUT with a foreign handle completed with an error\n", my_addr, inst, kind);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   struct fabric_job job;
   int r = fabric_job_start(argc, argv, "fabric_dgram",
@@ -86,59 +107,21 @@ int main(int argc, char **argv) {
     if ((rc = GNI_MemRegister(nic, (uint64_t)&src, sizeof src, NULL, GNI_MEM_READWRITE, -1, &mh)) != GNI_RC_SUCCESS)
       return fail("GNI_MemRegister", rc);
     gni_post_descriptor_t d;
-    memset(&d, 0, sizeof d);
-    d.type = GNI_POST_FMA_PUT;
-    d.cq_mode = GNI_CQMODE_GLOBAL_EVENT;
-    d.local_addr = (uint64_t)&src;
-    d.local_mem_hndl = mh;
-    d.remote_addr = 4096;
-    d.remote_mem_hndl = mh;
-    d.length = sizeof src;
-    rc = GNI_PostFma(ep[0], &d);
-    if (rc == GNI_RC_SUCCESS) {
-      gni_cq_entry_t ev;
-      rc = GNI_CqWaitEvent(cq, 5000, &ev);
-      if (rc == GNI_RC_TIMEOUT) return fail("remote FMA completion (hung)", rc);
-      if (rc == GNI_RC_SUCCESS) return fail("remote FMA should not succeed", rc);
-      printf("fabric_dgram %u/%u: remote FMA PUT with a foreign handle completed with an error\n", my_addr, inst);
-    } else {
-      printf("fabric_dgram %u/%u: remote FMA PUT refused at post (rc %d), as documented\n", my_addr, inst, rc);
-    }
+    fabric_desc(&d, GNI_POST_FMA_PUT, &src, mh, 4096, mh, sizeof src);
+    if (expect_refused(ep[0], cq, &d, "FMA", my_addr, inst)) return 1;
     /* RDMA: the same handle, refused the same way. */
     static uint64_t big[512];
     gni_mem_handle_t bh;
     if ((rc = GNI_MemRegister(nic, (uint64_t)big, sizeof big, NULL, GNI_MEM_READWRITE, -1, &bh)) != GNI_RC_SUCCESS)
       return fail("GNI_MemRegister", rc);
-    memset(&d, 0, sizeof d);
-    d.type = GNI_POST_RDMA_PUT;
-    d.cq_mode = GNI_CQMODE_GLOBAL_EVENT;
-    d.local_addr = (uint64_t)big;
-    d.local_mem_hndl = bh;
-    d.remote_addr = 4096;
-    d.remote_mem_hndl = bh;
-    d.length = sizeof big;
-    rc = GNI_PostRdma(ep[0], &d);
-    if (rc == GNI_RC_SUCCESS) {
-      gni_cq_entry_t ev;
-      rc = GNI_CqWaitEvent(cq, 5000, &ev);
-      if (rc == GNI_RC_TIMEOUT) return fail("remote RDMA completion (hung)", rc);
-      if (rc == GNI_RC_SUCCESS) return fail("remote RDMA should not succeed", rc);
-      gni_post_descriptor_t *done = NULL;
-      GNI_GetCompleted(cq, ev, &done);
-      printf("fabric_dgram %u/%u: remote RDMA PUT with a foreign handle completed with an error\n", my_addr, inst);
-    } else {
-      printf("fabric_dgram %u/%u: remote RDMA PUT refused at post (rc %d), as documented\n", my_addr, inst, rc);
-    }
+    fabric_desc(&d, GNI_POST_RDMA_PUT, big, bh, 4096, bh, sizeof big);
+    if (expect_refused(ep[0], cq, &d, "RDMA", my_addr, inst)) return 1;
     GNI_MemDeregister(nic, &bh);
     GNI_MemDeregister(nic, &mh);
   }
   printf("fabric_dgram %u/%u: %d rounds with %d peers verified\n", my_addr, inst, rounds, npeers);
   for (int i = 0; i < npeers; ++i) GNI_EpDestroy(ep[i]);
   GNI_CqDestroy(cq);
-  GNI_CdmDestroy(cdm);
-  if (use_pmi) {
-    PMI_Barrier();
-    PMI_Finalize();
-  }
+  fabric_job_end(cdm, use_pmi);
   return 0;
 }

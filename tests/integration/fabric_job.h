@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gni_pub.h"
 #include "pmi.h"
@@ -28,7 +29,7 @@ struct fabric_job {
 
 /* 0: ready. 2: bad arguments (usage printed) or more than max_peers peers. 1: a call
  * failed (said on stderr, prefixed with prog). */
-static int fabric_job_start(int argc, char **argv, const char *prog, const char *usage, int max_peers,
+static inline int fabric_job_start(int argc, char **argv, const char *prog, const char *usage, int max_peers,
                             struct fabric_job *j) {
   memset(j, 0, sizeof *j);
   j->use_pmi = argc == 3 && strcmp(argv[1], "pmi") == 0;
@@ -85,6 +86,36 @@ static int fabric_job_start(int argc, char **argv, const char *prog, const char 
       }
   }
   return 0;
+}
+
+/* Seconds on the monotonic clock. */
+static inline double fabric_now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* *d: a post of `type` with the fields these programs set, the rest zero. */
+static inline void fabric_desc(gni_post_descriptor_t *d, gni_post_type_t type, const void *local, gni_mem_handle_t lh,
+                               uint64_t remote, gni_mem_handle_t rh, uint64_t len) {
+  memset(d, 0, sizeof *d);
+  d->type = type;
+  d->cq_mode = GNI_CQMODE_GLOBAL_EVENT;
+  d->dlvr_mode = GNI_DLVMODE_PERFORMANCE;
+  d->local_addr = (uint64_t)local;
+  d->local_mem_hndl = lh;
+  d->remote_addr = remote;
+  d->remote_mem_hndl = rh;
+  d->length = len;
+}
+
+/* The job's end: the CDM destroyed, and under PMI the other ranks waited for. */
+static inline void fabric_job_end(gni_cdm_handle_t cdm, int use_pmi) {
+  GNI_CdmDestroy(cdm);
+  if (use_pmi) {
+    PMI_Barrier();
+    PMI_Finalize();
+  }
 }
 
 #endif

@@ -28,6 +28,7 @@
 
 #include "gni_pub.h"
 #include "pmi.h"
+#include "fabric_job.h"
 
 #define MAX_RANKS 16
 #define SMALL 4096u              /* the FMA part of a slot */
@@ -49,12 +50,6 @@ static gni_cq_handle_t cq, rcq;
 static int fail(const char *what, long v) {
   fprintf(stderr, "fabric_rma rank %d: %s (%ld)\n", rank, what, v);
   return 1;
-}
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
 static uint8_t pattern(uint32_t seed, uint64_t i) { return (uint8_t)((i * 2654435761u + seed * 40503u) >> 13); }
@@ -79,19 +74,6 @@ static long post_wait(gni_ep_handle_t ep, gni_post_descriptor_t *d, int rdma) {
   return complete_one();
 }
 
-static void desc(gni_post_descriptor_t *d, gni_post_type_t type, void *local, gni_mem_handle_t lh, uint64_t remote,
-                 gni_mem_handle_t rh, uint64_t len) {
-  memset(d, 0, sizeof *d);
-  d->type = type;
-  d->cq_mode = GNI_CQMODE_GLOBAL_EVENT;
-  d->dlvr_mode = GNI_DLVMODE_PERFORMANCE;
-  d->local_addr = (uint64_t)local;
-  d->local_mem_hndl = lh;
-  d->remote_addr = remote;
-  d->remote_mem_hndl = rh;
-  d->length = len;
-}
-
 /* One chained FMA post of `type` with a member per peer (all ranks but ours): the first is
  * the post descriptor, on the first peer's EP, the others gni_ct_*_post_descriptor_t
  * elements on theirs; each member works on CHUNK bytes of `local` at the peer's index.
@@ -110,7 +92,7 @@ static long chain_wait(gni_ep_handle_t *ep, const struct peer_info *all, gni_pos
     uint8_t *mine = local + CHUNK * (uint64_t)p;
     if (first < 0) {
       first = p;
-      desc(&d, type, mine, lh, type == GNI_POST_AMO ? all[p].win : chunk, all[p].win_h, type == GNI_POST_AMO ? 8 : CHUNK);
+      fabric_desc(&d, type, mine, lh, type == GNI_POST_AMO ? all[p].win : chunk, all[p].win_h, type == GNI_POST_AMO ? 8 : CHUNK);
       if (type == GNI_POST_AMO) {
         d.amo_cmd = GNI_FMA_ATOMIC_ADD;
         d.first_operand = 1;
@@ -161,12 +143,12 @@ static int bench(gni_ep_handle_t ep, const struct peer_info *t) {
   const uint64_t only = only_s ? strtoull(only_s, NULL, 10) : 0;
   /* Latency: one 8-byte FMA PUT at a time, to its global completion. */
   const int lat_iters = 2000;
-  double t0 = now_s();
+  double t0 = fabric_now_s();
   for (int i = 0; i < lat_iters; ++i) {
-    desc(&ds[0], GNI_POST_FMA_PUT, src, sh, t->win, t->win_h, 8);
+    fabric_desc(&ds[0], GNI_POST_FMA_PUT, src, sh, t->win, t->win_h, 8);
     if (post_wait(ep, &ds[0], 0) != 0) return fail("latency put", i);
   }
-  printf("fabric_rma bench: FMA PUT 8 B round trip %.1f us\n", (now_s() - t0) / lat_iters * 1e6);
+  printf("fabric_rma bench: FMA PUT 8 B round trip %.1f us\n", (fabric_now_s() - t0) / lat_iters * 1e6);
   printf("fabric_rma bench: %-10s %10s %10s %10s\n", "bytes", "FMA PUT", "RDMA PUT", "RDMA GET");
   static const uint64_t sizes[] = {8, 64, 512, 4096, 32768, 262144, 1048576, BENCH_BYTES};
   for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; ++si) {
@@ -180,11 +162,11 @@ static int bench(gni_ep_handle_t ep, const struct peer_info *t) {
       total *= repeat;
       uint64_t iters = total / len, posted = 0, done = 0;
       if (iters < 16) iters = 16;
-      t0 = now_s();
+      t0 = fabric_now_s();
       while (done < iters) {
         while (posted < iters && posted - done < 16) {
           gni_post_descriptor_t *d = &ds[posted % 16];
-          desc(d, type, src, sh, t->win, t->win_h, len);
+          fabric_desc(d, type, src, sh, t->win, t->win_h, len);
           gni_return_t rc = rdma ? GNI_PostRdma(ep, d) : GNI_PostFma(ep, d);
           if (rc != GNI_RC_SUCCESS) return fail("bench post", rc);
           ++posted;
@@ -192,7 +174,7 @@ static int bench(gni_ep_handle_t ep, const struct peer_info *t) {
         if (complete_one() != 0) return fail("bench completion", (long)len);
         ++done;
       }
-      mbs[kind] = (double)(iters * len) / (now_s() - t0) / 1e6;
+      mbs[kind] = (double)(iters * len) / (fabric_now_s() - t0) / 1e6;
     }
     printf("fabric_rma bench: %-10llu %8.1f MB/s %8.1f MB/s %8.1f MB/s\n", (unsigned long long)len, mbs[0], mbs[1],
            mbs[2]);
@@ -268,7 +250,7 @@ int main(int argc, char **argv) {
       GNI_MemRegister(nic, (uint64_t)fetched, 64, NULL, GNI_MEM_READWRITE, -1, &f_h) != GNI_RC_SUCCESS)
     return fail("register", 0);
   gni_post_descriptor_t d;
-  double t0 = now_s();
+  double t0 = fabric_now_s();
   uint64_t bytes = 0;
   for (int r = 0; r < rounds; ++r) {
     for (int p = 0; p < nranks; ++p) {
@@ -276,25 +258,22 @@ int main(int argc, char **argv) {
       const uint64_t slot = all[p].win + 4096 + (uint64_t)rank * SLOT;
       const uint32_t seed = (uint32_t)(r * 1000 + rank * 31 + p);
       long st;
-      /* FMA PUT of the small part, GET back. */
-      fill(src, SMALL, seed);
-      desc(&d, GNI_POST_FMA_PUT, src, src_h, slot, all[p].win_h, SMALL);
-      if ((st = post_wait(ep[p], &d, 0)) != 0) return fail("FMA PUT", st);
-      memset(back, 0, SMALL);
-      desc(&d, GNI_POST_FMA_GET, back, back_h, slot, all[p].win_h, SMALL);
-      if ((st = post_wait(ep[p], &d, 0)) != 0) return fail("FMA GET", st);
-      if (memcmp(back, src, SMALL) != 0) return fail("FMA GET returned other bytes than PUT wrote", p);
-      /* RDMA PUT of the whole slot (over the FMA part), GET back. */
-      fill(src, SLOT, seed + 1);
-      desc(&d, GNI_POST_RDMA_PUT, src, src_h, slot, all[p].win_h, SLOT);
-      if ((st = post_wait(ep[p], &d, 1)) != 0) return fail("RDMA PUT", st);
-      memset(back, 0, SLOT);
-      desc(&d, GNI_POST_RDMA_GET, back, back_h, slot, all[p].win_h, SLOT);
-      if ((st = post_wait(ep[p], &d, 1)) != 0) return fail("RDMA GET", st);
-      if (memcmp(back, src, SLOT) != 0) return fail("RDMA GET returned other bytes than PUT wrote", p);
+      /* FMA PUT of the small part, GET back; RDMA PUT of the whole slot (over the FMA
+       * part), GET back. */
+      for (int rdma = 0; rdma < 2; ++rdma) {
+        const uint64_t len = rdma ? SLOT : SMALL;
+        fill(src, len, seed + (uint32_t)rdma);
+        fabric_desc(&d, rdma ? GNI_POST_RDMA_PUT : GNI_POST_FMA_PUT, src, src_h, slot, all[p].win_h, len);
+        if ((st = post_wait(ep[p], &d, rdma)) != 0) return fail(rdma ? "RDMA PUT" : "FMA PUT", st);
+        memset(back, 0, len);
+        fabric_desc(&d, rdma ? GNI_POST_RDMA_GET : GNI_POST_FMA_GET, back, back_h, slot, all[p].win_h, len);
+        if ((st = post_wait(ep[p], &d, rdma)) != 0) return fail(rdma ? "RDMA GET" : "FMA GET", st);
+        if (memcmp(back, src, len) != 0)
+          return fail(rdma ? "RDMA GET returned other bytes than PUT wrote" : "FMA GET returned other bytes than PUT wrote", p);
+      }
       bytes += 2 * SLOT + 2 * SMALL;
       /* Fetch-and-add 1 on the peer's counter. */
-      desc(&d, GNI_POST_AMO, fetched, f_h, all[p].win, all[p].win_h, 8);
+      fabric_desc(&d, GNI_POST_AMO, fetched, f_h, all[p].win, all[p].win_h, 8);
       d.amo_cmd = GNI_FMA_ATOMIC_FADD;
       d.first_operand = 1;
       *fetched = ~0ull;
@@ -345,7 +324,7 @@ int main(int argc, char **argv) {
     if ((rc = GNI_CtPostCqWrite(ep[first], &d)) != GNI_RC_SUCCESS) return fail("GNI_CtPostCqWrite", rc);
     if ((st = complete_one()) != 0) return fail("chained CQ write completion", st);
   }
-  const double secs = now_s() - t0;
+  const double secs = fabric_now_s() - t0;
   if (PMI_Barrier() != PMI_SUCCESS) return fail("PMI_Barrier", 0);
 
   /* What the others did here. */

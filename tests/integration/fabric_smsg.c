@@ -60,12 +60,6 @@ static int fail(const char *what, int rc) {
   return 1;
 }
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 static uint32_t msg_len(uint32_t seq) { return (uint32_t)sizeof(struct msg_hdr) + (seq * 97u) % (MAXSIZE - sizeof(struct msg_hdr) + 1); }
 static uint8_t msg_tag(uint32_t seq) { return (uint8_t)(seq % 200 + 1); }
 static uint8_t pattern(uint32_t seq, uint32_t from, uint32_t j) { return (uint8_t)(seq * 131u + j * 7u + from); }
@@ -208,21 +202,21 @@ static int bench(struct peer *p, gni_cq_handle_t rcq, gni_cq_handle_t cq) {
   double *rtt = malloc(sizeof *rtt * (size_t)iters);
   if (!rtt) return fail("malloc", iters);
   for (int i = 0; i < iters; ++i) {
-    double t0 = now_s();
+    double t0 = fabric_now_s();
     if (lead ? bench_send(p, cq) || bench_take(p, rcq, cq) : bench_take(p, rcq, cq) || bench_send(p, cq)) {
       free(rtt);
       return 1;
     }
-    rtt[i] = now_s() - t0;
+    rtt[i] = fabric_now_s() - t0;
   }
   qsort(rtt, iters, sizeof rtt[0], cmp_double);
   const double median_rtt = rtt[iters / 2];
   free(rtt);
-  double t0 = now_s();
+  double t0 = fabric_now_s();
   for (int i = 0; i < stream; ++i)
     if (lead ? bench_send(p, cq) : bench_take(p, rcq, cq)) return 1;
   if (lead ? bench_take(p, rcq, cq) : bench_send(p, cq)) return 1;  /* the receiver's "all in" */
-  double secs = now_s() - t0;
+  double secs = fabric_now_s() - t0;
   if (lead)
     printf("fabric_smsg bench: SMSG 8 B latency %.1f us (half the median round trip of %d), message rate %.0f "
            "messages/s (%d streamed, %d credits)\n",
@@ -306,12 +300,12 @@ int main(int argc, char **argv) {
   if (dgram_round(p, npeers, 2, din, sizeof din, dout, sizeof dout[0])) return 1;
 
   static uint8_t buf[MAXSIZE];
-  double t0 = now_s(), deadline = t0 + 50;
+  double t0 = fabric_now_s(), deadline = t0 + 50;
   uint32_t done = 0, idle = 0;
   while (done < (uint32_t)npeers) {
     uint64_t before = 0, after = 0;
     for (int k = 0; k < npeers; ++k) before += p[k].sent + p[k].received + p[k].local_done;
-    if (now_s() > deadline) {
+    if (fabric_now_s() > deadline) {
       for (int i = 0; i < npeers; ++i)
         fprintf(stderr, "fabric_smsg %u: peer %u: sent %u received %u local %u remote CQEs %u\n", my_inst, p[i].inst,
                 p[i].sent, p[i].received, p[i].local_done, p[i].remote_cqes);
@@ -343,7 +337,7 @@ int main(int argc, char **argv) {
     for (int k = 0; k < npeers; ++k)
       done += p[k].sent == count && p[k].received == count && p[k].local_done == count && p[k].remote_cqes >= count;
   }
-  double secs = now_s() - t0;
+  double secs = fabric_now_s() - t0;
   uint64_t stalls = 0;
   for (int k = 0; k < npeers; ++k) stalls += p[k].stalls;
   /* Nothing more may arrive. */
@@ -376,14 +370,14 @@ int main(int argc, char **argv) {
   if (strcmp(mode, "idle") == 0 || strcmp(mode, "fail") == 0) {
     const char *go = getenv("FABRIC_SMSG_GO");
     if (!go) return fail("FABRIC_SMSG_GO not set", -1);
-    double until = now_s() + 30;
-    while (access(go, F_OK) != 0 && now_s() < until) usleep(10000);
+    double until = fabric_now_s() + 30;
+    while (access(go, F_OK) != 0 && fabric_now_s() < until) usleep(10000);
     if (strcmp(mode, "idle") == 0) _exit(0);
     if (access(go, F_OK) != 0) return fail("waiting for FABRIC_SMSG_GO", -1);
     /* Keep sending to the first peer until an error shows; never more than 15 s. */
-    double start = now_s();
+    double start = fabric_now_s();
     const char *how = NULL;
-    while (!how && now_s() - start < 15) {
+    while (!how && fabric_now_s() - start < 15) {
       send_one(p, 0, buf, &rc);
       if (rc == GNI_RC_SUCCESS)
         p[0].sent++;
@@ -399,7 +393,7 @@ int main(int argc, char **argv) {
     }
     if (!how) return fail("no error within 15 s of the peer going away", -1);
     printf("fabric_smsg %u/%u: peer %u/%u unreachable: %s after %.2f s (rc %d)\n", my_addr, my_inst, p[0].addr,
-           p[0].inst, how, now_s() - start, rc);
+           p[0].inst, how, fabric_now_s() - start, rc);
     fflush(stdout);
     _exit(0);
   }
@@ -411,10 +405,6 @@ int main(int argc, char **argv) {
   }
   GNI_CqDestroy(cq);
   GNI_CqDestroy(rcq);
-  GNI_CdmDestroy(cdm);
-  if (use_pmi) {
-    PMI_Barrier();
-    PMI_Finalize();
-  }
+  fabric_job_end(cdm, use_pmi);
   return 0;
 }

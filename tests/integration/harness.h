@@ -39,6 +39,12 @@ inline std::string daemon_binary() {
   return e;
 }
 
+// True when the tests run across hosts (NICEMU_TEST_FABRIC=1: every node its own host).
+inline bool across_hosts() {
+  const char* f = std::getenv("NICEMU_TEST_FABRIC");
+  return f && std::string(f) == "1";
+}
+
 inline bool daemon_answers(const std::string& sock) {
   nicemu::ctl::Connection c;
   return c.connect(sock) && c.status_json().has_value();
@@ -49,10 +55,10 @@ struct Cred {
   uint32_t cookie = 0;
 };
 
-// Attaches CDM `inst` over `conn` by hand, for tests that speak the control protocol
-// themselves (forged requests, the region's memfds). The reply and the region's two memfds
-// (-1 when absent) come back; true when the daemon answered at all.
-inline bool attach_by_hand(nicemu::ctl::Connection& conn, uint32_t inst, Cred c,
+// Connects `conn` to the daemon at `sock` and attaches CDM `inst` by hand, for tests that
+// speak the control protocol themselves (forged requests, the region's memfds). The reply
+// and the region's two memfds (-1 when absent) come back; true when the daemon answered.
+inline bool attach_by_hand(nicemu::ctl::Connection& conn, const std::string& sock, uint32_t inst, Cred c,
                            nicemu::abi::ctl::AttachReply& ar, int (&fds)[2]) {
   namespace ctl = nicemu::abi::ctl;
   ctl::Attach at{};
@@ -64,7 +70,7 @@ inline bool attach_by_hand(nicemu::ctl::Connection& conn, uint32_t inst, Cred c,
   at.abi_version = nicemu::abi::kAbiVersion;
   ar = {};
   fds[0] = fds[1] = -1;
-  return conn.call(at, ar, fds, 2);
+  return conn.connect(sock) && conn.call(at, ar, fds, 2);
 }
 
 class Cluster {
@@ -75,8 +81,7 @@ class Cluster {
     rundir_ = tmpl;
     setenv("NICEMU_RUNDIR", rundir_.c_str(), 1);
     setenv("NICEMU_SPIN_US", "20", 1);
-    const char* f = std::getenv("NICEMU_TEST_FABRIC");
-    fabric_ = f && std::string(f) == "1";
+    fabric_ = across_hosts();
     if (fabric_) write_fabric(nodes);
     for (int i = 0; i < nodes; ++i) start_daemon(uint32_t(10 + i), extra_args);
   }
@@ -255,6 +260,17 @@ class Oob {
   int fds_[2];
 };
 
+// Fixtures (TEST_CASE_FIXTURE) for the usual set-up of a test: a cluster of N nodes, a
+// credential valid on every node, and an out-of-band channel.
+template <int N>
+struct OnNodes {
+  Cluster cl{N};
+  Cred c = cl.credential();
+  Oob oob;
+};
+using OneNode = OnNodes<1>;
+using TwoNodes = OnNodes<2>;
+
 // Child-side check: prints the failed condition and exits the child with 1.
 #define CHILD_CHECK(cond)                                                                      \
   do {                                                                                         \
@@ -280,24 +296,81 @@ inline gni_post_descriptor_t make_desc(gni_post_type_t type, uint64_t local, gni
   return d;
 }
 
-// Child side: posts `d` (RDMA, CQ write or FMA by its type) on `ep`, waits for its
-// completion on `cq` and checks that GNI_GetCompleted returns `d` itself; returns the CQE
-// status.
+// An FMA PUT of `len` bytes from `local` (no local handle) to `remote` under `h`.
+inline gni_post_descriptor_t put_desc(uint64_t local, uint64_t remote, gni_mem_handle_t h, uint64_t len) {
+  return make_desc(GNI_POST_FMA_PUT, local, gni_mem_handle_t{}, remote, h, len);
+}
+
+// A CQ write of `value` to the CQ behind `h`.
+inline gni_post_descriptor_t cqwrite_desc(gni_mem_handle_t h, uint64_t value,
+                                          uint16_t cq_mode = GNI_CQMODE_GLOBAL_EVENT) {
+  gni_post_descriptor_t d = make_desc(GNI_POST_CQWRITE, 0, gni_mem_handle_t{}, 0, h, 0, cq_mode);
+  d.cqwrite_value = value;
+  return d;
+}
+
+// An AMO `cmd` of `len` bytes on `remote` under `rh` with operands `a` and `b`.
+inline gni_post_descriptor_t amo_desc(uint32_t cmd, uint64_t remote, gni_mem_handle_t rh, uint64_t len, uint64_t a,
+                                      uint64_t b = 0) {
+  gni_post_descriptor_t d = make_desc(GNI_POST_AMO, 0, gni_mem_handle_t{}, remote, rh, len);
+  d.amo_cmd = static_cast<gni_fma_cmd_type_t>(cmd);
+  d.first_operand = a;
+  d.second_operand = b;
+  return d;
+}
+
+// Posts `d` on `ep` by its type: RDMA, CQ write or FMA.
+inline gni_return_t post(gni_ep_handle_t ep, gni_post_descriptor_t& d) {
+  return d.type == GNI_POST_RDMA_PUT || d.type == GNI_POST_RDMA_GET ? GNI_PostRdma(ep, &d)
+         : d.type == GNI_POST_CQWRITE                               ? GNI_PostCqWrite(ep, &d)
+                                                                    : GNI_PostFma(ep, &d);
+}
+
+// Child side: waits for the local event of `d` on `cq` and checks it: a post event for
+// which GNI_GetCompleted returns `d` itself, successfully exactly when the status is 0.
+// Returns the CQE status (0 = ok); the entry itself in `*entry` when asked.
+inline uint64_t wait_completion(gni_cq_handle_t cq, gni_post_descriptor_t& d, uint32_t timeout_ms = 10000,
+                                gni_cq_entry_t* entry = nullptr) {
+  gni_cq_entry_t e = 0;
+  gni_return_t rc = GNI_CqWaitEvent(cq, timeout_ms, &e);
+  if (rc != GNI_RC_SUCCESS && rc != GNI_RC_TRANSACTION_ERROR) std::fprintf(stderr, "CqWaitEvent: %s\n", gni_err_str[rc]);
+  CHILD_CHECK(rc == GNI_RC_SUCCESS || rc == GNI_RC_TRANSACTION_ERROR);
+  CHILD_CHECK(GNI_CQ_GET_TYPE(e) == GNI_CQ_EVENT_TYPE_POST);
+  gni_post_descriptor_t* out = nullptr;
+  gni_return_t rc2 = GNI_GetCompleted(cq, e, &out);
+  CHILD_CHECK(out == &d);  // the very descriptor that was posted
+  CHILD_CHECK((rc2 == GNI_RC_SUCCESS) == (GNI_CQ_GET_STATUS(e) == 0));
+  if (entry) *entry = e;
+  return GNI_CQ_GET_STATUS(e);
+}
+
+// Child side: posts `d` (post) and waits for its completion (wait_completion); returns
+// the CQE status.
 inline uint64_t post_and_wait(gni_cq_handle_t cq, gni_ep_handle_t ep, gni_post_descriptor_t& d,
                               uint32_t timeout_ms = 10000) {
-  const gni_return_t posted = d.type == GNI_POST_RDMA_PUT || d.type == GNI_POST_RDMA_GET ? GNI_PostRdma(ep, &d)
-                              : d.type == GNI_POST_CQWRITE                               ? GNI_PostCqWrite(ep, &d)
-                                                                                         : GNI_PostFma(ep, &d);
+  const gni_return_t posted = post(ep, d);
   if (posted != GNI_RC_SUCCESS)
     std::fprintf(stderr, "post of type %d, %lu bytes: %s\n", int(d.type), (unsigned long)d.length, gni_err_str[posted]);
   CHILD_CHECK(posted == GNI_RC_SUCCESS);
-  gni_cq_entry_t e = 0;
-  gni_return_t rc = GNI_CqWaitEvent(cq, timeout_ms, &e);
-  CHILD_CHECK(rc == GNI_RC_SUCCESS || rc == GNI_RC_TRANSACTION_ERROR);
-  gni_post_descriptor_t* out = nullptr;
-  GNI_GetCompleted(cq, e, &out);
-  CHILD_CHECK(out == &d);
-  return GNI_CQ_GET_STATUS(e);
+  return wait_completion(cq, d, timeout_ms);
+}
+
+// Child side: registers [addr, addr + len) on `nic` (remote events to `cq`, may be null;
+// GNI_MEM_* `flags`); the memory handle.
+inline gni_mem_handle_t mem_register(gni_nic_handle_t nic, uint64_t addr, uint64_t len, gni_cq_handle_t cq = nullptr,
+                                     uint32_t flags = 0) {
+  gni_mem_handle_t h{};
+  CHILD_CHECK(GNI_MemRegister(nic, addr, len, cq, flags, uint32_t(-1), &h) == GNI_RC_SUCCESS);
+  return h;
+}
+
+// Child side: an endpoint on `nic` with local events to `cq` (may be null), bound to
+// instance `inst` at NIC address `addr`.
+inline gni_ep_handle_t bound_ep(gni_nic_handle_t nic, gni_cq_handle_t cq, uint32_t addr, uint32_t inst) {
+  gni_ep_handle_t ep = nullptr;
+  CHILD_CHECK(GNI_EpCreate(nic, cq, &ep) == GNI_RC_SUCCESS);
+  CHILD_CHECK(GNI_EpBind(ep, addr, inst) == GNI_RC_SUCCESS);
+  return ep;
 }
 
 // Attached CDM with a CQ, the usual first steps of every client.
@@ -320,5 +393,46 @@ struct Gni {
     return GNI_CqCreate(nic, 256, 0, GNI_CQ_BLOCKING, nullptr, nullptr, &rcq);
   }
 };
+
+// Child side: this side's SMSG attributes for a mailbox of `credits` messages of up to
+// `maxsize` bytes (auto-retransmit type) at `offset` in `mbox` (sized to fit), registered on
+// g's NIC with remote events to g.rcq.
+inline gni_smsg_attr_t smsg_mailbox(Gni& g, std::vector<char>& mbox, uint16_t credits, uint32_t maxsize,
+                                    uint32_t offset = 0) {
+  gni_smsg_attr_t a{};
+  a.msg_type = GNI_SMSG_TYPE_MBOX_AUTO_RETRANSMIT;
+  a.mbox_maxcredit = credits;
+  a.msg_maxsize = maxsize;
+  unsigned size = 0;
+  CHILD_CHECK(GNI_SmsgBufferSizeNeeded(&a, &size) == GNI_RC_SUCCESS && size > 0);
+  mbox.assign(size + offset, 0);
+  a.msg_buffer = mbox.data();
+  a.buff_size = uint32_t(mbox.size());
+  a.mbox_offset = offset;
+  CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(mbox.data()), mbox.size(), g.rcq, 0, uint32_t(-1), &a.mem_hndl) ==
+              GNI_RC_SUCCESS);
+  return a;
+}
+
+// Child side: a Gni opened as CDM instance `inst` with credential `c` (the child fails
+// when it cannot be).
+inline Gni open_gni(uint32_t inst, Cred c, uint32_t modes = GNI_CDM_MODE_ERR_NO_KILL) {
+  Gni g;
+  CHILD_CHECK(g.open(inst, c, modes) == GNI_RC_SUCCESS);
+  return g;
+}
+
+// Parent side: a test with one child on a one-node cluster. Runs `body(cl, c, g)` in a
+// child on node 0 attached as CDM instance `inst` with a fresh credential `c`; returns its
+// exit code (255 when it outlives `timeout_s`).
+inline int in_one_child(uint32_t inst, int timeout_s, const std::function<int(Cluster&, Cred, Gni&)>& body) {
+  Cluster cl(1);
+  Cred c = cl.credential();
+  pid_t p = cl.spawn(0, [&] {
+    Gni g = open_gni(inst, c);
+    return body(cl, c, g);
+  });
+  return cl.wait(p, timeout_s);
+}
 
 }  // namespace harness

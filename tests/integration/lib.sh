@@ -1,18 +1,217 @@
-# Sourced by the shell integration tests: pass/fail counting and stopping the daemons a
-# script started (their pids in DAEMON_PID, keyed by NIC address or name).
+# shellcheck shell=bash
+# Sourced by every shell integration test: skipping, pass/fail counting, the test's scratch
+# directory and an EXIT trap that stops everything the test started, and the start-up of
+# daemons on fabric "hosts" (a run directory each) that several tests share.
+#
+# What the EXIT trap (test_init) cleans up, in this order:
+#   test_cleanup   a function the test may define for its own resources (namespaces, users)
+#   BG_PIDS        background processes of the test: SIGKILL, then reaped
+#   SERVE_PID      a `nicemu-run --daemons-only` (serve_daemons): SIGTERM, so that it stops
+#                  its daemons, then reaped
+#   DAEMON_PID     daemons, keyed by NIC address or name: SIGTERM, 2 s to exit, SIGKILL
+#   KILL_RUNDIR    a private run directory: any process still started with --rundir DIR
+#                  (daemons a launcher left behind) gets SIGKILL
+#   TMP            the scratch directory: removed
 declare -A DAEMON_PID=()
+BG_PIDS=()
+KILL_RUNDIR=""
+SERVE_PID=""
+TMP=""
 FAILS=0
 fail() { echo "FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
 pass() { echo "ok: $*"; }
+die() { echo "FAIL: $*" >&2; exit 1; }
+skip() { echo "SKIP: $*" >&2; exit 77; }
+# show FILE...: the files indented, on stderr (a failure's evidence).
+show_log() { sed 's/^/    /' "$@" >&2; }
 
-# SIGTERM to every daemon in DAEMON_PID, two seconds to exit, then SIGKILL.
+# need_exec FILE...: skips the test unless every FILE is an executable (built).
+need_exec() {
+  local f
+  for f in "$@"; do [[ -x "$f" ]] || skip "$f not built"; done
+}
+# need_cmd CMD...: skips the test unless every CMD is installed.
+need_cmd() {
+  local c
+  for c in "$@"; do command -v "$c" >/dev/null || skip "$c needed"; done
+}
+
+# capture NAME LIMIT CMD...: runs CMD under `timeout LIMIT` with its output in
+# $TMP/NAME.out and .err; its status in RC, its wall time in ELAPSED (seconds).
+capture() {
+  local name=$1 limit=$2 t0=$SECONDS
+  shift 2
+  timeout -k 5 "$limit" "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" </dev/null
+  RC=$?
+  # shellcheck disable=SC2034  # for the caller
+  ELAPSED=$((SECONDS - t0))
+}
+# show NAME: a captured command's output (show_log of its .out and .err).
+show() { show_log "$TMP/$1.out" "$TMP/$1.err"; }
+# expect_rc NAME WANT: fails NAME, showing its output, unless the captured RC is WANT.
+expect_rc() {
+  if [[ $RC -ne $2 ]]; then fail "$1: exit status $RC, expected $2"; show "$1"; return 1; fi
+  return 0
+}
+
+# use_build DIR [PATH...]: the build directory's daemon, nicemuctl and nicemu-run in DAEMON,
+# CTL and RUN; skips the test unless DIR is given and the daemon, nicemuctl and every
+# DIR/PATH are built.
+use_build() {
+  BUILD=$1
+  [[ -n "$BUILD" ]] || skip "usage: $0 BUILD_DIR"
+  DAEMON=$BUILD/nicemu/daemon/nicemu
+  CTL=$BUILD/tools/nicemuctl/nicemuctl
+  RUN=$BUILD/tools/nicemu-run/nicemu-run
+  local p
+  need_exec "$DAEMON" "$CTL"
+  for p in "${@:2}"; do need_exec "$BUILD/$p"; done
+}
+
+# SIGTERM to every daemon in DAEMON_PID (and SIGCONT, for one a test stopped), two seconds
+# to exit, then SIGKILL.
 stop_daemons() {
   local a p
-  for a in "${!DAEMON_PID[@]}"; do kill -TERM "${DAEMON_PID[$a]}" 2>/dev/null; done
+  for a in "${!DAEMON_PID[@]}"; do kill -TERM "${DAEMON_PID[$a]}" 2>/dev/null; kill -CONT "${DAEMON_PID[$a]}" 2>/dev/null; done
   for a in "${!DAEMON_PID[@]}"; do
     p=${DAEMON_PID[$a]}
     for _ in $(seq 20); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "$p" 2>/dev/null
     wait "$p" 2>/dev/null
+  done
+}
+# stop_daemon KEY: SIGTERM one daemon of DAEMON_PID and wait for it (a clean shutdown).
+stop_daemon() {
+  local p=${DAEMON_PID[$1]}
+  kill -TERM "$p" 2>/dev/null
+  wait "$p" 2>/dev/null
+  unset "DAEMON_PID[$1]"
+}
+
+lib_cleanup() {
+  local rc=$? p
+  set +e
+  declare -F test_cleanup >/dev/null && test_cleanup
+  for p in ${BG_PIDS[@]+"${BG_PIDS[@]}"}; do kill -KILL "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+  [[ -n "$SERVE_PID" ]] && kill -TERM "$SERVE_PID" 2>/dev/null && wait "$SERVE_PID" 2>/dev/null
+  stop_daemons
+  [[ -n "$KILL_RUNDIR" ]] && pkill -KILL -f -- "--rundir $KILL_RUNDIR" 2>/dev/null
+  [[ -n "$TMP" ]] && rm -rf "$TMP"
+  exit "$rc"
+}
+# test_init NAME: a fresh scratch directory in TMP, and the traps (cleanup at exit; INT and
+# TERM exit 1).
+test_init() {
+  TMP=$(mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX") || exit 1
+  trap lib_cleanup EXIT
+  trap 'exit 1' INT TERM
+}
+
+# wait_until TRIES CMD...: runs CMD every 0.1 s until it succeeds, at most TRIES times.
+wait_until() {
+  local n=$1 i
+  shift
+  for ((i = 0; i < n; i++)); do "$@" && return 0; sleep 0.1; done
+  return 1
+}
+
+# wait_all NAME [LOG]: waits for every process in BG_PIDS; passes NAME when all exited 0,
+# else fails it and shows LOG ($TMP/prog.log); then empties LOG for the next round.
+wait_all() {
+  local ok=1 p log=${2:-$TMP/prog.log}
+  for p in ${BG_PIDS[@]+"${BG_PIDS[@]}"}; do wait "$p" || ok=0; done
+  BG_PIDS=()
+  if [[ $ok -eq 1 ]]; then pass "$1"; else fail "$1"; show_log "$log"; fi
+  : >"$log"
+}
+
+# expect_verified NAME DETAIL LOG WANT PATTERN CMD...: runs a job CMD with its output in
+# LOG; passes "NAME: DETAIL" when it exits 0 and PATTERN stands on WANT lines of LOG (one
+# per rank that verified its data), else fails NAME and shows LOG.
+expect_verified() {
+  local name=$1 detail=$2 log=$3 want=$4 pattern=$5 n
+  shift 5
+  if "$@" >"$log" 2>&1; then
+    n=$(grep -c -- "$pattern" "$log")
+    if [[ $n -eq $want ]]; then pass "$name: $detail"; else fail "$name: $n of $want ranks verified"; show_log "$log"; fi
+  else
+    fail "$name"; show_log "$log"
+  fi
+}
+
+# finish NAME [A...]: exits 1 when a check failed (after the test's `on_failure`, if it
+# defines one, and the last lines of $TMP/daemonA.log of each host A), else prints
+# PASS: NAME and exits 0.
+finish() {
+  local name=$1 a
+  shift
+  if [[ $FAILS -ne 0 ]]; then
+    declare -F on_failure >/dev/null && on_failure
+    [[ $# -gt 0 ]] && echo "--- daemon logs ---" >&2
+    for a in "$@"; do tail -n 20 "$TMP/daemon$a.log" 2>/dev/null | sed "s/^/    [$a] /" >&2; done
+    exit 1
+  fi
+  echo "PASS: $name"
+  exit 0
+}
+
+# ---- daemons ----
+# start_daemon A RUNDIR [DAEMON_ARG...]: starts $DAEMON for NIC address A in RUNDIR (inside
+# network namespace DAEMON_NS[A] where that is set), log $TMP/daemonA.log, pid in
+# DAEMON_PID[A]; waits until it answers nicemuctl status, else exits the test with its log.
+DAEMON_NS=()
+start_daemon() {
+  local a=$1 dir=$2 wrap=()
+  [[ -n "${DAEMON_NS[$a]:-}" ]] && wrap=(ip netns exec "${DAEMON_NS[$a]}")
+  mkdir -p "$dir"
+  ${wrap[@]+"${wrap[@]}"} "$DAEMON" --node "$a" --rundir "$dir" "${@:3}" >>"$TMP/daemon$a.log" 2>&1 </dev/null &
+  DAEMON_PID[$a]=$!
+  wait_until 100 "$CTL" --rundir "$dir" --node "$a" --timeout 1 status >/dev/null 2>&1 && return 0
+  echo "FAIL: daemon for NIC address $a did not come up" >&2
+  show_log "$TMP/daemon$a.log"
+  exit 1
+}
+
+# serve_daemons ENV_FILE LOG NICEMU_RUN_ARG...: `$RUN --daemons-only` in the background
+# (output in LOG), as a site launcher's node daemons; waits for its environment file.
+serve_daemons() {
+  local env=$1 log=$2
+  shift 2
+  "$RUN" --daemons-only --env-file "$env" "$@" >"$log" 2>&1 &
+  SERVE_PID=$!
+  wait_until 100 test -f "$env" || { show_log "$log"; die "nicemu-run --daemons-only wrote no environment"; }
+}
+# export_env FILE: exports the variables FILE sets (nicemu-run's environment file:
+# NICEMU_RUNDIR, the credential, the nodes).
+export_env() {
+  set -a
+  # shellcheck disable=SC1090
+  . "$1"
+  set +a
+}
+
+# Fabric "hosts": host A is run directory $TMP/hostA, with the map $TMP/fabric.toml.
+# fabric_key: a fresh cluster key in FABRIC_KEY ($TMP/fabric.key).
+fabric_key() {
+  FABRIC_KEY=$TMP/fabric.key
+  "$CTL" keygen "$FABRIC_KEY" >/dev/null || die "nicemuctl keygen"
+}
+# fabric_daemon A [DAEMON_ARG...]: start_daemon on host A with the map and FABRIC_KEY.
+fabric_daemon() {
+  start_daemon "$1" "$TMP/host$1" --fabric "$TMP/fabric.toml" --fabric-key "$FABRIC_KEY" --log-level info "${@:2}"
+}
+# node_counter A NAME: a node counter from the counter page of host A's daemon.
+node_counter() {
+  "$CTL" --rundir "$TMP/host$1" stats --json |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["nodes"][0]["counters"][sys.argv[1]])' "$2"
+}
+# fabric_cred A...: one job credential in PMI_GNI_PTAG/PMI_GNI_COOKIE, issued on host 0 and
+# granted on hosts A....
+fabric_cred() {
+  local a
+  eval "$("$CTL" --rundir "$TMP/host0" cred issue --export)" || die "cred issue"
+  for a in "$@"; do
+    "$CTL" --rundir "$TMP/host$a" cred grant --ptag "$PMI_GNI_PTAG" --cookie "$PMI_GNI_COOKIE" >/dev/null ||
+      die "cred grant on $a"
   done
 }

@@ -37,35 +37,6 @@ struct Info {
   gni_mem_handle_t words_h, ro_h, small_h;
 };
 
-// Posts `d` and waits for its completion; returns the CQE status (0 = ok).
-uint64_t post_and_complete(Gni& g, gni_ep_handle_t ep, gni_post_descriptor_t& d) {
-  CHILD_CHECK(GNI_PostFma(ep, &d) == GNI_RC_SUCCESS);
-  gni_cq_entry_t e = 0;
-  gni_return_t rc = GNI_CqWaitEvent(g.cq, 5000, &e);
-  CHILD_CHECK(rc == GNI_RC_SUCCESS || rc == GNI_RC_TRANSACTION_ERROR);
-  CHILD_CHECK(GNI_CQ_GET_TYPE(e) == GNI_CQ_EVENT_TYPE_POST);
-  gni_post_descriptor_t* out = nullptr;
-  gni_return_t rc2 = GNI_GetCompleted(g.cq, e, &out);
-  CHILD_CHECK(out == &d);
-  CHILD_CHECK((rc2 == GNI_RC_SUCCESS) == (GNI_CQ_GET_STATUS(e) == 0));
-  return GNI_CQ_GET_STATUS(e);
-}
-
-gni_post_descriptor_t amo_desc(uint32_t cmd, uint64_t remote, gni_mem_handle_t rh, uint64_t len, uint64_t a,
-                               uint64_t b = 0) {
-  gni_post_descriptor_t d{};
-  d.type = GNI_POST_AMO;
-  d.cq_mode = GNI_CQMODE_GLOBAL_EVENT;
-  d.dlvr_mode = GNI_DLVMODE_PERFORMANCE;
-  d.remote_addr = remote;
-  d.remote_mem_hndl = rh;
-  d.length = len;
-  d.amo_cmd = static_cast<gni_fma_cmd_type_t>(cmd);
-  d.first_operand = a;
-  d.second_operand = b;
-  return d;
-}
-
 // One process's end of the job: an attached CDM, an EP to the target, a registered buffer
 // for fetched values.
 struct Initiator {
@@ -76,10 +47,8 @@ struct Initiator {
 
   void open(Cred c, uint32_t inst, const Info& t) {
     CHILD_CHECK(g.open(inst, c) == GNI_RC_SUCCESS);
-    CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
-    CHILD_CHECK(GNI_EpBind(ep, t.addr, t.inst) == GNI_RC_SUCCESS);
-    CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(result), sizeof result, nullptr, 0, uint32_t(-1), &result_h) ==
-                GNI_RC_SUCCESS);
+    ep = bound_ep(g.nic, g.cq, t.addr, t.inst);
+    result_h = mem_register(g.nic, uint64_t(result), sizeof result);
   }
 
   // An AMO that must succeed; returns the fetched value (fetching forms).
@@ -88,7 +57,7 @@ struct Initiator {
     result[0] = 0;
     d.local_addr = uint64_t(&result[0]);
     d.local_mem_hndl = result_h;
-    CHILD_CHECK(post_and_complete(g, ep, d) == 0);
+    CHILD_CHECK(post_and_wait(g.cq, ep, d, 5000) == 0);
     // The library leaves the caller's fields alone (§12.2).
     CHILD_CHECK(d.first_operand == a && d.second_operand == b && uint32_t(d.amo_cmd) == cmd);
     return result[0];
@@ -104,7 +73,7 @@ struct Initiator {
     d.remote_addr = remote;
     d.remote_mem_hndl = rh;
     d.length = 8;
-    CHILD_CHECK(post_and_complete(g, ep, d) == 0);
+    CHILD_CHECK(post_and_wait(g.cq, ep, d, 5000) == 0);
   }
 
   uint64_t get64(uint64_t remote, gni_mem_handle_t rh) {
@@ -116,7 +85,7 @@ struct Initiator {
     d.remote_addr = remote;
     d.remote_mem_hndl = rh;
     d.length = 8;
-    CHILD_CHECK(post_and_complete(g, ep, d) == 0);
+    CHILD_CHECK(post_and_wait(g.cq, ep, d, 5000) == 0);
     return result[7];
   }
 };
@@ -183,15 +152,11 @@ int target_process(std::vector<Oob*> oobs, Cred c, int ranks) {
   CHILD_CHECK(self.g.open(100, c) == GNI_RC_SUCCESS);
   info.addr = self.g.addr;
   info.inst = 100;
-  CHILD_CHECK(GNI_MemRegister(self.g.nic, info.words, sizeof words, self.g.rcq, 0, uint32_t(-1), &info.words_h) ==
-              GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_MemRegister(self.g.nic, info.ro, sizeof ro, nullptr, GNI_MEM_READ_ONLY, uint32_t(-1), &info.ro_h) ==
-              GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_MemRegister(self.g.nic, info.small, 8, nullptr, 0, uint32_t(-1), &info.small_h) == GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_EpCreate(self.g.nic, self.g.cq, &self.ep) == GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_EpBind(self.ep, info.addr, info.inst) == GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_MemRegister(self.g.nic, uint64_t(self.result), sizeof self.result, nullptr, 0, uint32_t(-1),
-                              &self.result_h) == GNI_RC_SUCCESS);
+  info.words_h = mem_register(self.g.nic, info.words, sizeof words, self.g.rcq);
+  info.ro_h = mem_register(self.g.nic, info.ro, sizeof ro, nullptr, GNI_MEM_READ_ONLY);
+  info.small_h = mem_register(self.g.nic, info.small, 8);
+  self.ep = bound_ep(self.g.nic, self.g.cq, info.addr, info.inst);
+  self.result_h = mem_register(self.g.nic, uint64_t(self.result), sizeof self.result);
 
   for (Oob* o : oobs) o->send(1, info);
   for (Oob* o : oobs) CHILD_CHECK(o->recv<int>(1) == 1);  // all attached: start together
@@ -307,7 +272,7 @@ void sweep(Initiator& in, const Info& t) {
       d.cq_mode |= GNI_CQMODE_REMOTE_EVENT;
       CHILD_CHECK(GNI_EpSetEventData(in.ep, 1, 4242) == GNI_RC_SUCCESS);
     }
-    if (post_and_complete(in.g, in.ep, d) != 0) {
+    if (post_and_wait(in.g.cq, in.ep, d, 5000) != 0) {
       std::fprintf(stderr, "amo %#x failed\n", op.cmd);
       _exit(1);
     }
@@ -371,7 +336,7 @@ void errors(Initiator& in, const Info& t) {
     d.local_addr = b.local_ok ? uint64_t(&in.result[0]) : uint64_t(&unregistered);
     d.local_mem_hndl = in.result_h;
     in.result[0] = 0x55;
-    CHILD_CHECK(post_and_complete(in.g, in.ep, d) == b.want);
+    CHILD_CHECK(post_and_wait(in.g.cq, in.ep, d, 5000) == b.want);
     CHILD_CHECK(d.status == b.want);
     CHILD_CHECK(in.result[0] == 0x55 && unregistered == 0x99);
   }
@@ -380,9 +345,7 @@ void errors(Initiator& in, const Info& t) {
 
 }  // namespace
 
-TEST_CASE("AMOs from processes on two nodes and the target itself are atomic; every opcode; errors") {
-  Cluster cl(2);
-  Cred c = cl.credential();
+TEST_CASE_FIXTURE(TwoNodes, "AMOs from processes on two nodes and the target itself are atomic; every opcode; errors") {
   constexpr int kInitiators = 3;  // plus the target itself
   std::vector<std::unique_ptr<Oob>> oobs;
   std::vector<Oob*> raw;

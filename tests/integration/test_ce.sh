@@ -10,22 +10,10 @@
 set -u
 . "$(dirname "$0")/lib.sh"
 
-BUILD=${1:-}
 WHAT=${2:-local}
-DAEMON=$BUILD/nicemu/daemon/nicemu
-CTL=$BUILD/tools/nicemuctl/nicemuctl
+use_build "${1:-}" tests/integration/ce_conformance tools/nicemu-run/nicemu-run
 PROG=$BUILD/tests/integration/ce_conformance
-RUN=$BUILD/tools/nicemu-run/nicemu-run
-for f in "$DAEMON" "$CTL" "$PROG" "$RUN"; do
-  [[ -x "$f" ]] || { echo "SKIP: $f not built" >&2; exit 77; }
-done
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_ce.XXXXXX") || exit 1
-cleanup() {
-  stop_daemons
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+test_init test_ce
 
 job() {  # NAME NP NODES [nicemu-run option...] -- [program argument...]
   local name=$1 np=$2 nodes=$3 log=$TMP/job.log
@@ -55,19 +43,13 @@ if [[ $WHAT == local ]]; then
   job "a leaf on another node dies before it posts: error completion within a second" 3 3 -- die-early
   job "a daemon goes silent (SIGSTOP): error completion within a second" 3 3 -- stall
   # A Gemini node: nicemu-run uses the daemon already running in its run directory.
-  mkdir -p "$TMP/gemini"
-  "$DAEMON" --node 0 --rundir "$TMP/gemini" --device gemini --log-level warn >"$TMP/gemini.log" 2>&1 </dev/null &
-  DAEMON_PID[gemini]=$!
-  for _ in $(seq 100); do
-    "$CTL" --rundir "$TMP/gemini" --timeout 1 status >/dev/null 2>&1 && break
-    sleep 0.1
-  done
+  start_daemon 0 "$TMP/gemini" --device gemini --log-level warn
   if timeout -k 5 60 "$RUN" --rundir "$TMP/gemini" -n 2 "$PROG" >"$TMP/gemini_job.log" 2>&1 &&
       grep -q 'Gemini device, every CE call GNI_RC_ILLEGAL_OP' "$TMP/gemini_job.log"; then
     pass "Gemini device: every CE call GNI_RC_ILLEGAL_OP"
   else
     fail "Gemini device"
-    sed 's/^/    /' "$TMP/gemini_job.log" >&2
+    show_log "$TMP/gemini_job.log"
   fi
 else
   job "7 processes on 3 hosts" 7 3 --fabric udp
@@ -77,5 +59,4 @@ else
   job "a host goes silent (its daemon SIGSTOPped): error completion within a second" 3 3 --fabric udp -- stall
 fi
 
-[[ $FAILS -eq 0 ]] && echo "all collective-engine checks passed" || echo "$FAILS collective-engine checks failed" >&2
-[[ $FAILS -eq 0 ]]
+finish "collective engine ($WHAT)"

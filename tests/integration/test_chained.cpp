@@ -40,8 +40,8 @@ struct Target {
     CHILD_CHECK(g.open(inst, c) == GNI_RC_SUCCESS);
     std::memset(buf, 0, sizeof buf);
     Info i{g.addr, inst, uint64_t(buf), {}, {}};
-    CHILD_CHECK(GNI_MemRegister(g.nic, i.buf, sizeof buf, g.rcq, 0, uint32_t(-1), &i.buf_h) == GNI_RC_SUCCESS);
-    CHILD_CHECK(GNI_MemRegister(g.nic, i.buf, sizeof buf, nullptr, 0, uint32_t(-1), &i.nocq_h) == GNI_RC_SUCCESS);
+    i.buf_h = mem_register(g.nic, i.buf, sizeof buf, g.rcq);
+    i.nocq_h = mem_register(g.nic, i.buf, sizeof buf);
     return i;
   }
 
@@ -65,40 +65,26 @@ struct Target {
 
 constexpr uint32_t kRemoteData = 0xABCD0001;  // remote event data of the initiator's EPs
 
+// The chain's first descriptor: make_desc with a post id that its one completion carries.
 gni_post_descriptor_t first(gni_post_type_t type, uint64_t local, gni_mem_handle_t lh, uint64_t remote,
                             gni_mem_handle_t rh, uint64_t len) {
-  gni_post_descriptor_t d{};
-  d.type = type;
-  d.cq_mode = GNI_CQMODE_GLOBAL_EVENT;
-  d.dlvr_mode = GNI_DLVMODE_PERFORMANCE;
+  gni_post_descriptor_t d = make_desc(type, local, lh, remote, rh, len);
   d.post_id = 0x1234567;
-  d.local_addr = local;
-  d.local_mem_hndl = lh;
-  d.remote_addr = remote;
-  d.remote_mem_hndl = rh;
-  d.length = len;
   return d;
 }
 
 // Waits for the chain's one completion: it must carry `d`; returns its status. A second
 // event for the same chain fails the test.
 uint64_t complete(Gni& g, gni_post_descriptor_t& d) {
-  gni_cq_entry_t e = 0;
-  gni_return_t rc = GNI_CqWaitEvent(g.cq, 5000, &e);
-  CHILD_CHECK(rc == GNI_RC_SUCCESS || rc == GNI_RC_TRANSACTION_ERROR);
-  gni_post_descriptor_t* out = nullptr;
-  gni_return_t rc2 = GNI_GetCompleted(g.cq, e, &out);
-  CHILD_CHECK(out == &d);
-  CHILD_CHECK((rc2 == GNI_RC_SUCCESS) == (GNI_CQ_GET_STATUS(e) == 0));
+  const uint64_t status = wait_completion(g.cq, d, 5000);
   CHILD_CHECK(d.post_id == 0x1234567);
   gni_cq_entry_t more = 0;
   CHILD_CHECK(GNI_CqGetEvent(g.cq, &more) == GNI_RC_NOT_DONE);
-  return GNI_CQ_GET_STATUS(e);
+  return status;
 }
 
 int initiator(Cred c, Oob& o1, Oob& o2) {
-  Gni g;
-  CHILD_CHECK(g.open(200, c) == GNI_RC_SUCCESS);
+  Gni g = open_gni(200, c);
   const Info t1 = o1.recv<Info>(0), t2 = o2.recv<Info>(0);
   gni_ep_handle_t e1, e2, unbound;
   for (auto [ep, t] : {std::pair{&e1, &t1}, std::pair{&e2, &t2}}) {
@@ -111,7 +97,7 @@ int initiator(Cred c, Oob& o1, Oob& o2) {
 
   alignas(64) static char src[512], dst[512];
   gni_mem_handle_t dst_h{};
-  CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(dst), sizeof dst, nullptr, 0, uint32_t(-1), &dst_h) == GNI_RC_SUCCESS);
+  dst_h = mem_register(g.nic, uint64_t(dst), sizeof dst);
   for (int i = 0; i < 512; ++i) src[i] = char(i * 7 + 1);
 
   // PUT chain: t1[0,64), t2[8,108), t1[256,260), a zero-length element, with remote events.
@@ -146,7 +132,7 @@ int initiator(Cred c, Oob& o1, Oob& o2) {
   // AMO chain: fetching adds on both targets, a non-fetching add, a 4-byte fetching add.
   alignas(8) static uint64_t res[4];
   gni_mem_handle_t res_h{};
-  CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(res), sizeof res, nullptr, 0, uint32_t(-1), &res_h) == GNI_RC_SUCCESS);
+  res_h = mem_register(g.nic, uint64_t(res), sizeof res);
   auto ad = first(GNI_POST_AMO, uint64_t(&res[0]), res_h, t1.buf + 1024, t1.buf_h, 8);
   ad.amo_cmd = GNI_FMA_ATOMIC_FADD;
   ad.first_operand = 5;
@@ -210,11 +196,8 @@ int initiator(Cred c, Oob& o1, Oob& o2) {
   refused(bad, e1, GNI_RC_INVALID_PARAM);
   {
     // An EP of another NIC handle (a second CDM of this process).
-    Gni other;
-    CHILD_CHECK(other.open(201, c) == GNI_RC_SUCCESS);
-    gni_ep_handle_t foreign;
-    CHILD_CHECK(GNI_EpCreate(other.nic, other.cq, &foreign) == GNI_RC_SUCCESS);
-    CHILD_CHECK(GNI_EpBind(foreign, t2.addr, t2.inst) == GNI_RC_SUCCESS);
+    Gni other = open_gni(201, c);
+    gni_ep_handle_t foreign = bound_ep(other.nic, other.cq, t2.addr, t2.inst);
     z.ep_hndl = foreign;
     refused(bad, e1, GNI_RC_INVALID_PARAM);
     CHILD_CHECK(GNI_EpDestroy(foreign) == GNI_RC_SUCCESS);
@@ -287,9 +270,7 @@ int initiator(Cred c, Oob& o1, Oob& o2) {
 
 }  // namespace
 
-TEST_CASE("GNI_CtPostFma and GNI_CtPostCqWrite: chains over EPs to two nodes, one completion each") {
-  Cluster cl(2);
-  Cred c = cl.credential();
+TEST_CASE_FIXTURE(TwoNodes, "GNI_CtPostFma and GNI_CtPostCqWrite: chains over EPs to two nodes, one completion each") {
   Oob o1, o2;
   auto target = [&](int node, uint32_t inst, Oob& o, bool first_target) {
     return cl.spawn(node, [&, inst, first_target] {
@@ -317,18 +298,13 @@ TEST_CASE("GNI_CtPostFma and GNI_CtPostCqWrite: chains over EPs to two nodes, on
   CHECK(cl.wait(t2, 60) == 0);
 }
 
-TEST_CASE("GNI_CtPostFma: 1 MiB in total when the CDM shares FMA descriptors") {
-  Cluster cl(1);
-  Cred c = cl.credential();
+TEST_CASE_FIXTURE(OneNode, "GNI_CtPostFma: 1 MiB in total when the CDM shares FMA descriptors") {
   pid_t p = cl.spawn(0, [&] {
-    Gni g;
-    CHILD_CHECK(g.open(5, c, GNI_CDM_MODE_ERR_NO_KILL | GNI_CDM_MODE_FMA_SHARED) == GNI_RC_SUCCESS);
+    Gni g = open_gni(5, c, GNI_CDM_MODE_ERR_NO_KILL | GNI_CDM_MODE_FMA_SHARED);
     static char buf[2 << 20];
     gni_mem_handle_t h{};
-    CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(buf), sizeof buf, nullptr, 0, uint32_t(-1), &h) == GNI_RC_SUCCESS);
-    gni_ep_handle_t ep;
-    CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
-    CHILD_CHECK(GNI_EpBind(ep, g.addr, 5) == GNI_RC_SUCCESS);
+    h = mem_register(g.nic, uint64_t(buf), sizeof buf);
+    gni_ep_handle_t ep = bound_ep(g.nic, g.cq, g.addr, 5);
     static char src[1 << 20];
     std::memset(src, 0x3C, sizeof src);
     auto d = first(GNI_POST_FMA_PUT, uint64_t(src), {}, uint64_t(buf), h, (1 << 20) - 8);

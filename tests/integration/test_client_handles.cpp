@@ -69,21 +69,18 @@ struct Target {
 };
 
 int target(Oob& oob, Cred c) {
-  Gni g;
-  CHILD_CHECK(g.open(7, c) == GNI_RC_SUCCESS);
+  Gni g = open_gni(7, c);
   // Other registrations first, so the one under test is not in slot 0 (the slot bits a
   // client-built handle leaves at 0).
   static char pad[4][4096];
   gni_mem_handle_t ph;
-  for (auto& p : pad) CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(p), sizeof p, nullptr, 0, uint32_t(-1), &ph) == GNI_RC_SUCCESS);
+  for (auto& p : pad) ph = mem_register(g.nic, uint64_t(p), sizeof p);
   alignas(4096) static char rw[kBuf + 4096], ro[kBuf + 4096];
   std::memset(rw, 't', sizeof rw);
   std::memset(ro, 'r', sizeof ro);
   gni_mem_handle_t rwh, roh;
-  CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(rw + kOff), kBuf, g.rcq, GNI_MEM_READWRITE, uint32_t(-1), &rwh) ==
-              GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(ro + kOff), kBuf, g.rcq, GNI_MEM_READ_ONLY, uint32_t(-1), &roh) ==
-              GNI_RC_SUCCESS);
+  rwh = mem_register(g.nic, uint64_t(rw + kOff), kBuf, g.rcq, GNI_MEM_READWRITE);
+  roh = mem_register(g.nic, uint64_t(ro + kOff), kBuf, g.rcq, GNI_MEM_READ_ONLY);
   Target t{g.addr, uint64_t(rw + kOff), uint64_t(ro + kOff), key_of(rwh), key_of(roh), uint32_t(rwh.qword2 >> 42) & 0x3FFF};
   CHILD_CHECK(t.rw_slot != 0);
   oob.send(1, t);
@@ -106,20 +103,17 @@ int target(Oob& oob, Cred c) {
 }
 
 int initiator(Oob& oob, Cred c) {
-  Gni g;
-  CHILD_CHECK(g.open(3, c) == GNI_RC_SUCCESS);
+  Gni g = open_gni(3, c);
   // The provider sizes its NIC pool from the job's FMA descriptors (one per attached CDM).
   gni_job_res_desc_t jr{};
   CHILD_CHECK(GNI_GetJobResInfo(0, c.ptag, GNI_JOB_RES_FMA, &jr) == GNI_RC_SUCCESS);
   CHILD_CHECK(jr.used == 1 && jr.limit >= jr.used);
   Target t = oob.recv<Target>(0);
-  gni_ep_handle_t ep;
-  CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_EpBind(ep, t.addr, 7) == GNI_RC_SUCCESS);
+  gni_ep_handle_t ep = bound_ep(g.nic, g.cq, t.addr, 7);
   alignas(4096) static char src[kBuf], back[kBuf];
   gni_mem_handle_t sh, bh;
-  CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(src), kBuf, nullptr, 0, uint32_t(-1), &sh) == GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(back), kBuf, nullptr, 0, uint32_t(-1), &bh) == GNI_RC_SUCCESS);
+  sh = mem_register(g.nic, uint64_t(src), kBuf);
+  bh = mem_register(g.nic, uint64_t(back), kBuf);
   const gni_mem_handle_t rw = handle_from_key(t.rw_key), ro = handle_from_key(t.ro_key);
   CHILD_CHECK(((rw.qword2 >> 42) & 0x3FFF) == 0);  // no slot: found by address
 
@@ -176,8 +170,7 @@ int initiator(Oob& oob, Cred c) {
   CHILD_CHECK(post_and_wait(g.cq, ep, wrong) != 0);
 
   // A CQ write through the client-built handle.
-  auto cqw = make_desc(GNI_POST_CQWRITE, 0, {}, 0, rw, 0);
-  cqw.cqwrite_value = 0xBEEF;
+  auto cqw = cqwrite_desc(rw, 0xBEEF);
   CHILD_CHECK(post_and_wait(g.cq, ep, cqw) == 0);
   oob.send(0, 1);
   CHILD_CHECK(oob.recv<int>(0) == 2);
@@ -197,8 +190,7 @@ void run(int target_node, int initiator_node) {
 }  // namespace
 
 TEST_CASE("client-built handles: one node") {
-  const char* f = std::getenv("NICEMU_TEST_FABRIC");
-  if (f && std::string(f) == "1") return;  // across hosts means two nodes
+  if (across_hosts()) return;  // across hosts means two nodes
   run(0, 0);
 }
 
@@ -247,11 +239,7 @@ void* block_forever(void* arg) {
 // cancellation) while they sit in these calls; the process must go on (it used to end in
 // std::terminate: the cancel unwound through a lock of this C++ library).
 TEST_CASE("blocking calls cancelled asynchronously") {
-  Cluster cl(1);
-  Cred c = cl.credential();
-  pid_t p = cl.spawn(0, [&] {
-    Gni g;
-    CHILD_CHECK(g.open(5, c) == GNI_RC_SUCCESS);
+  CHECK(in_one_child(5, 30, [&](Cluster&, Cred, Gni& g) {
     gni_ep_handle_t ep = nullptr;
     CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
     uint64_t in = 1, out = 0;
@@ -287,6 +275,5 @@ TEST_CASE("blocking calls cancelled asynchronously") {
     CHILD_CHECK(GNI_EpPostDataCancelById(ep, kPostId) == GNI_RC_SUCCESS);
     CHILD_CHECK(GNI_EpDestroy(ep) == GNI_RC_SUCCESS);
     return 0;
-  });
-  CHECK(cl.wait(p) == 0);
+  }) == 0);
 }

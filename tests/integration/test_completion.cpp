@@ -30,46 +30,18 @@ uint64_t now_ms() {
 
 void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
+// A CQ write of `value` to the CQ behind `h`, in order.
 gni_post_descriptor_t cqw_desc(gni_mem_handle_t h, uint64_t value, uint16_t cq_mode = GNI_CQMODE_GLOBAL_EVENT) {
-  gni_post_descriptor_t d{};
-  d.type = GNI_POST_CQWRITE;
-  d.cq_mode = cq_mode;
+  gni_post_descriptor_t d = cqwrite_desc(h, value, cq_mode);
   d.dlvr_mode = GNI_DLVMODE_IN_ORDER;
-  d.remote_mem_hndl = h;
-  d.cqwrite_value = value;
   return d;
-}
-
-gni_post_descriptor_t put_desc(uint64_t local, uint64_t remote, gni_mem_handle_t h, uint64_t len) {
-  gni_post_descriptor_t d{};
-  d.type = GNI_POST_FMA_PUT;
-  d.cq_mode = GNI_CQMODE_GLOBAL_EVENT;
-  d.local_addr = local;
-  d.remote_addr = remote;
-  d.remote_mem_hndl = h;
-  d.length = len;
-  return d;
-}
-
-// Waits for the local event of `d` on `cq`, checks that GNI_GetCompleted hands back `d`
-// itself, and returns the entry's status (0 = ok).
-uint64_t complete(gni_cq_handle_t cq, gni_post_descriptor_t& d) {
-  gni_cq_entry_t e = 0;
-  gni_return_t rc = GNI_CqWaitEvent(cq, 5000, &e);
-  CHILD_CHECK(rc == GNI_RC_SUCCESS || rc == GNI_RC_TRANSACTION_ERROR);
-  CHILD_CHECK(GNI_CQ_GET_TYPE(e) == GNI_CQ_EVENT_TYPE_POST);
-  gni_post_descriptor_t* out = nullptr;
-  gni_return_t rc2 = GNI_GetCompleted(cq, e, &out);
-  CHILD_CHECK(out == &d);
-  CHILD_CHECK((rc2 == GNI_RC_SUCCESS) == (GNI_CQ_GET_STATUS(e) == 0));
-  return GNI_CQ_GET_STATUS(e);
 }
 
 // Posts a CQ write with a local event and waits for it; returns the status.
 uint64_t cqwrite(gni_ep_handle_t ep, gni_cq_handle_t cq, gni_mem_handle_t h, uint64_t value) {
   gni_post_descriptor_t d = cqw_desc(h, value);
   CHILD_CHECK(GNI_PostCqWrite(ep, &d) == GNI_RC_SUCCESS);
-  return complete(cq, d);
+  return wait_completion(cq, d, 5000);
 }
 
 // A CQ write without local event (the target's CQ is what the test looks at).
@@ -78,17 +50,8 @@ void cqwrite_silent(gni_ep_handle_t ep, gni_mem_handle_t h, uint64_t value) {
   CHILD_CHECK(GNI_PostCqWrite(ep, &d) == GNI_RC_SUCCESS);
 }
 
-gni_ep_handle_t bound_ep(Gni& g, uint32_t addr, uint32_t inst) {
-  gni_ep_handle_t ep = nullptr;
-  CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_EpBind(ep, addr, inst) == GNI_RC_SUCCESS);
-  return ep;
-}
-
 gni_mem_handle_t reg(Gni& g, const void* p, uint64_t len, gni_cq_handle_t dst, uint32_t flags = GNI_MEM_READWRITE) {
-  gni_mem_handle_t h{};
-  CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(p), len, dst, flags, uint32_t(-1), &h) == GNI_RC_SUCCESS);
-  return h;
+  return mem_register(g.nic, uint64_t(p), len, dst, flags);
 }
 
 // What a target process tells the initiator.
@@ -103,14 +66,10 @@ struct Target {
 
 }  // namespace
 
-TEST_CASE("CQ write: 48-bit value and inst id at the target, local completion, errors, overrun") {
-  Cluster cl(2);
-  Cred c = cl.credential();
-  Oob oob;
+TEST_CASE_FIXTURE(TwoNodes, "CQ write: 48-bit value and inst id at the target, local completion, errors, overrun") {
   const uint64_t values[] = {0xFFFF876543210ABCull, 0x1ull, 0x0000FFFFFFFFFFFFull, 0x123456789ABCull};
   pid_t t = cl.spawn(1, [&] {
-    Gni g;
-    CHILD_CHECK(g.open(7, c) == GNI_RC_SUCCESS);
+    Gni g = open_gni(7, c);
     gni_cq_handle_t small;
     CHILD_CHECK(GNI_CqCreate(g.nic, 16, 0, GNI_CQ_BLOCKING, nullptr, nullptr, &small) == GNI_RC_SUCCESS);
     static char buf[4096];
@@ -162,8 +121,7 @@ TEST_CASE("CQ write: 48-bit value and inst id at the target, local completion, e
     return 0;
   });
   pid_t i = cl.spawn(0, [&] {
-    Gni g;
-    CHILD_CHECK(g.open(3, c) == GNI_RC_SUCCESS);
+    Gni g = open_gni(3, c);
     Target tg = oob.recv<Target>(0);
     gni_ep_handle_t ep = nullptr;
     CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
@@ -212,7 +170,7 @@ TEST_CASE("CQ write: 48-bit value and inst id at the target, local completion, e
     for (gni_mem_handle_t h : {tg.no_cq_h, tg.dead_h, forged}) {
       d = cqw_desc(h, 0x5555);
       CHILD_CHECK(GNI_PostCqWrite(ep, &d) == GNI_RC_SUCCESS);
-      CHILD_CHECK(complete(g.cq, d) == cqe::kErrProtection);
+      CHILD_CHECK(wait_completion(g.cq, d, 5000) == cqe::kErrProtection);
       CHILD_CHECK(d.status == cqe::kErrProtection);
     }
     // Parameters the API refuses.
@@ -232,7 +190,7 @@ TEST_CASE("CQ write: 48-bit value and inst id at the target, local completion, e
     // way. A completed post to the same target comes after them (in order per peer).
     d = cqw_desc(tg.no_cq_h, 0x5555);
     CHILD_CHECK(GNI_PostCqWrite(ep, &d) == GNI_RC_SUCCESS);
-    CHILD_CHECK(complete(g.cq, d) == cqe::kErrProtection);
+    CHILD_CHECK(wait_completion(g.cq, d, 5000) == cqe::kErrProtection);
     oob.send(0, 2);
     CHILD_CHECK(oob.recv<int>(0) == 2);
     for (uint64_t k = 0; k < 3; ++k) CHILD_CHECK(cqwrite(ep, g.cq, tg.small_h, 200 + k) == 0);
@@ -243,13 +201,9 @@ TEST_CASE("CQ write: 48-bit value and inst id at the target, local completion, e
   CHECK(cl.wait(t) == 0);
 }
 
-TEST_CASE("vector wait and monitor: producer in another process, timeouts, monitor does not dequeue, masks") {
-  Cluster cl(1);
-  Cred c = cl.credential();
-  Oob oob;
+TEST_CASE_FIXTURE(OneNode, "vector wait and monitor: producer in another process, timeouts, monitor does not dequeue, masks") {
   pid_t w = cl.spawn(0, [&] {
-    Gni g;
-    CHILD_CHECK(g.open(1, c) == GNI_RC_SUCCESS);
+    Gni g = open_gni(1, c);
     gni_cq_handle_t v[3], nb;
     for (auto& q : v) CHILD_CHECK(GNI_CqCreate(g.nic, 64, 0, GNI_CQ_BLOCKING, nullptr, nullptr, &q) == GNI_RC_SUCCESS);
     CHILD_CHECK(GNI_CqCreate(g.nic, 64, 0, GNI_CQ_NOBLOCK, nullptr, nullptr, &nb) == GNI_RC_SUCCESS);
@@ -343,10 +297,9 @@ TEST_CASE("vector wait and monitor: producer in another process, timeouts, monit
     return 0;
   });
   pid_t p = cl.spawn(0, [&] {
-    Gni g;
-    CHILD_CHECK(g.open(2, c) == GNI_RC_SUCCESS);
+    Gni g = open_gni(2, c);
     Target tg = oob.recv<Target>(1);
-    gni_ep_handle_t ep = bound_ep(g, tg.addr, tg.inst);
+    gni_ep_handle_t ep = bound_ep(g.nic, g.cq, tg.addr, tg.inst);
     CHILD_CHECK(oob.recv<int>(1) == 1);
     sleep_ms(100);  // let the waiter fall asleep
     cqwrite_silent(ep, tg.vec_h[2], 0x2222);
@@ -364,20 +317,17 @@ TEST_CASE("vector wait and monitor: producer in another process, timeouts, monit
   CHECK(cl.wait(p) == 0);
 }
 
-TEST_CASE("a progress thread monitors while other threads use the CQs; a CQ write to itself stops it") {
-  Cluster cl(1);
-  Cred c = cl.credential();
+TEST_CASE_FIXTURE(OneNode, "a progress thread monitors while other threads use the CQs; a CQ write to itself stops it") {
   pid_t p = cl.spawn(0, [&] {
     // Open MPI's pattern: the progress thread runs GNI_CqVectorMonitor unlocked and then
     // progresses under the client's lock, as the main thread does; shutdown is a CQ write
     // from the process to itself. This also exercises a process reaching its own address.
-    Gni g;
-    CHILD_CHECK(g.open(4, c) == GNI_RC_SUCCESS);
+    Gni g = open_gni(4, c);
     static char irq[64], data[4096], src[4096], back[4096];
     gni_mem_handle_t irq_h = reg(g, irq, sizeof irq, g.rcq);
     gni_mem_handle_t data_h = reg(g, data, sizeof data, g.rcq);
     gni_mem_handle_t back_h = reg(g, back, sizeof back, nullptr);
-    gni_ep_handle_t ep = bound_ep(g, g.addr, 4);  // our own NIC address and instance
+    gni_ep_handle_t ep = bound_ep(g.nic, g.cq, g.addr, 4);  // our own NIC address and instance
     CHILD_CHECK(GNI_EpSetEventData(ep, 4, 40) == GNI_RC_SUCCESS);
 
     std::mutex lock;  // the client's device lock
@@ -464,7 +414,7 @@ TEST_CASE("a progress thread monitors while other threads use the CQs; a CQ writ
     gd.type = GNI_POST_FMA_GET;
     gd.local_mem_hndl = back_h;
     CHILD_CHECK(GNI_PostFma(ep, &gd) == GNI_RC_SUCCESS);
-    CHILD_CHECK(complete(g.cq, gd) == 0);
+    CHILD_CHECK(wait_completion(g.cq, gd, 5000) == 0);
     CHILD_CHECK(std::memcmp(back, data, sizeof data) == 0);
     for (int slot = 0; slot < 64; ++slot) {
       int last = slot;  // the last round that wrote this slot
@@ -477,17 +427,13 @@ TEST_CASE("a progress thread monitors while other threads use the CQs; a CQ writ
 }
 
 TEST_CASE("a vector of more CQs than one futex_waitv takes still wakes (the polling fallback)") {
-  Cluster cl(1);
-  Cred c = cl.credential();
-  pid_t p = cl.spawn(0, [&] {
-    Gni g;
-    CHILD_CHECK(g.open(1, c) == GNI_RC_SUCCESS);
+  CHECK(in_one_child(1, 30, [&](Cluster&, Cred, Gni& g) {
     constexpr uint32_t kCqs = 130;
     std::vector<gni_cq_handle_t> v(kCqs);
     for (auto& q : v) CHILD_CHECK(GNI_CqCreate(g.nic, 16, 0, GNI_CQ_BLOCKING, nullptr, nullptr, &q) == GNI_RC_SUCCESS);
     static char buf[64];
     gni_mem_handle_t h = reg(g, buf, sizeof buf, v[kCqs - 1]);
-    gni_ep_handle_t ep = bound_ep(g, g.addr, 1);
+    gni_ep_handle_t ep = bound_ep(g.nic, g.cq, g.addr, 1);
     gni_cq_entry_t e;
     uint32_t which = 0;
     CHILD_CHECK(GNI_CqVectorWaitEvent(v.data(), kCqs, 20, &e, &which) == GNI_RC_TIMEOUT);
@@ -502,17 +448,12 @@ TEST_CASE("a vector of more CQs than one futex_waitv takes still wakes (the poll
     CHILD_CHECK(GNI_CqVectorWaitEvent(v.data(), kCqs, 1000, &e, &which) == GNI_RC_SUCCESS && which == kCqs - 1);
     CHILD_CHECK(GNI_CQ_GET_DATA(e) == 0x130);
     return 0;
-  });
-  CHECK(cl.wait(p) == 0);
+  }) == 0);
 }
 
-TEST_CASE("daemon SIGKILL: a blocked vector wait and a blocked monitor notice") {
-  Cluster cl(1);
-  Cred c = cl.credential();
-  Oob oob;
+TEST_CASE_FIXTURE(OneNode, "daemon SIGKILL: a blocked vector wait and a blocked monitor notice") {
   pid_t p = cl.spawn(0, [&] {
-    Gni g;
-    CHILD_CHECK(g.open(1, c) == GNI_RC_SUCCESS);
+    Gni g = open_gni(1, c);
     gni_cq_handle_t vec[2] = {g.cq, g.rcq};
     std::atomic<int> mon_rc{-1};
     std::thread th([&] {
@@ -563,9 +504,7 @@ uint32_t stat(Gni& g, gni_statistic_t s) {
 
 }  // namespace
 
-TEST_CASE("two CDMs in one process talk to each other: FMA, SMSG, CQ writes; per-NIC statistics") {
-  Cluster cl(1);
-  Cred c = cl.credential();
+TEST_CASE_FIXTURE(OneNode, "two CDMs in one process talk to each other: FMA, SMSG, CQ writes; per-NIC statistics") {
   pid_t p = cl.spawn(0, [&] {
     Gni a, b;  // same ptag/cookie, different inst_id, as UCX's gtest sets both ends up
     CHILD_CHECK(a.open(1, c) == GNI_RC_SUCCESS);
@@ -575,7 +514,7 @@ TEST_CASE("two CDMs in one process talk to each other: FMA, SMSG, CQ writes; per
       CHILD_CHECK(GNI_ResetNicStat(a.nic, gni_statistic_t(s)) == GNI_RC_SUCCESS);
       CHILD_CHECK(GNI_ResetNicStat(b.nic, gni_statistic_t(s)) == GNI_RC_SUCCESS);
     }
-    gni_ep_handle_t ab = bound_ep(a, b.addr, 2), ba = bound_ep(b, a.addr, 1);
+    gni_ep_handle_t ab = bound_ep(a.nic, a.cq, b.addr, 2), ba = bound_ep(b.nic, b.cq, a.addr, 1);
     static char a_buf[4096], b_buf[4096], a_irq[64], b_irq[64];
     gni_mem_handle_t a_buf_h = reg(a, a_buf, sizeof a_buf, nullptr);
     gni_mem_handle_t b_buf_h = reg(b, b_buf, sizeof b_buf, b.rcq);
@@ -587,7 +526,7 @@ TEST_CASE("two CDMs in one process talk to each other: FMA, SMSG, CQ writes; per
     gni_post_descriptor_t d = put_desc(uint64_t(a_buf), uint64_t(b_buf), b_buf_h, 512);
     d.cq_mode = GNI_CQMODE_GLOBAL_EVENT | GNI_CQMODE_REMOTE_EVENT;
     CHILD_CHECK(GNI_PostFma(ab, &d) == GNI_RC_SUCCESS);
-    CHILD_CHECK(complete(a.cq, d) == 0);
+    CHILD_CHECK(wait_completion(a.cq, d, 5000) == 0);
     for (int k = 0; k < 512; ++k) CHILD_CHECK(b_buf[k] == 'A');
     gni_cq_entry_t e;
     CHILD_CHECK(GNI_CqWaitEvent(b.rcq, 1000, &e) == GNI_RC_SUCCESS && GNI_CQ_GET_REM_INST_ID(e) == 1);
@@ -596,7 +535,7 @@ TEST_CASE("two CDMs in one process talk to each other: FMA, SMSG, CQ writes; per
     d.type = GNI_POST_FMA_GET;
     d.local_mem_hndl = a_buf_h;
     CHILD_CHECK(GNI_PostFma(ab, &d) == GNI_RC_SUCCESS);
-    CHILD_CHECK(complete(a.cq, d) == 0);
+    CHILD_CHECK(wait_completion(a.cq, d, 5000) == 0);
     for (int k = 0; k < 256; ++k) CHILD_CHECK(a_buf[2048 + k] == 'B');
 
     // SMSG both ways.
@@ -658,11 +597,7 @@ TEST_CASE("two CDMs in one process talk to each other: FMA, SMSG, CQ writes; per
 }
 
 TEST_CASE("queries: registrations, handle attributes, device resources, delivery mode, error subscriptions") {
-  Cluster cl(1);
-  Cred c = cl.credential();
-  pid_t p = cl.spawn(0, [&] {
-    Gni g;
-    CHILD_CHECK(g.open(1, c) == GNI_RC_SUCCESS);
+  CHECK(in_one_child(1, 30, [&](Cluster&, Cred, Gni& g) {
     gni_dev_res_desc_t mdd0{}, mdd{}, cqs{};
     CHILD_CHECK(GNI_GetDevResInfo(0, GNI_DEV_RES_MDD, &mdd0) == GNI_RC_SUCCESS);
 
@@ -767,8 +702,7 @@ TEST_CASE("queries: registrations, handle attributes, device resources, delivery
     CHILD_CHECK(wrc == GNI_RC_NOT_DONE);
     CHILD_CHECK(GNI_ReleaseErrors(nullptr) == GNI_RC_INVALID_PARAM);
     return 0;
-  });
-  CHECK(cl.wait(p) == 0);
+  }) == 0);
 }
 
 TEST_CASE("device type: a daemon started with --device gemini reports GNI_DEVICE_GEMINI") {
@@ -777,19 +711,18 @@ TEST_CASE("device type: a daemon started with --device gemini reports GNI_DEVICE
   pid_t p = cl.spawn(0, [&] {
     gni_nic_device_t dt = GNI_DEVICE_ARIES;
     CHILD_CHECK(GNI_GetDeviceType(&dt) == GNI_RC_SUCCESS && dt == GNI_DEVICE_GEMINI);
-    Gni g;
-    CHILD_CHECK(g.open(1, c) == GNI_RC_SUCCESS);
+    Gni g = open_gni(1, c);
     // Gemini's rule for GETs: the local address must be 4-byte aligned too.
     static char buf[256] __attribute__((aligned(8)));
     gni_mem_handle_t h = reg(g, buf, sizeof buf, nullptr);
-    gni_ep_handle_t ep = bound_ep(g, g.addr, 1);
+    gni_ep_handle_t ep = bound_ep(g.nic, g.cq, g.addr, 1);
     gni_post_descriptor_t d = put_desc(uint64_t(buf + 2), uint64_t(buf + 128), h, 8);
     d.type = GNI_POST_FMA_GET;
     d.local_mem_hndl = h;
     CHILD_CHECK(GNI_PostFma(ep, &d) == GNI_RC_ALIGNMENT_ERROR);
     d.local_addr = uint64_t(buf + 4);
     CHILD_CHECK(GNI_PostFma(ep, &d) == GNI_RC_SUCCESS);
-    CHILD_CHECK(complete(g.cq, d) == 0);
+    CHILD_CHECK(wait_completion(g.cq, d, 5000) == 0);
     return 0;
   });
   CHECK(cl.wait(p) == 0);

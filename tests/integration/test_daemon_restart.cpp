@@ -27,18 +27,6 @@ void kill_daemon(Cluster& cl) {
   waitpid(d, nullptr, 0);
 }
 
-gni_post_descriptor_t put_desc(uint64_t local, uint64_t remote, gni_mem_handle_t h, uint64_t len) {
-  gni_post_descriptor_t d{};
-  d.type = GNI_POST_FMA_PUT;
-  d.cq_mode = GNI_CQMODE_GLOBAL_EVENT;
-  d.dlvr_mode = GNI_DLVMODE_PERFORMANCE;
-  d.local_addr = local;
-  d.remote_addr = remote;
-  d.remote_mem_hndl = h;
-  d.length = len;
-  return d;
-}
-
 // 0 if the PUT completed without error.
 uint64_t put(Gni& g, gni_ep_handle_t ep, gni_post_descriptor_t& d) {
   if (GNI_PostFma(ep, &d) != GNI_RC_SUCCESS) return ~0ull;
@@ -68,13 +56,9 @@ struct Info {
 
 }  // namespace
 
-TEST_CASE("daemon killed: prompt errors, then re-attach to a new daemon") {
-  Cluster cl(1);
-  Cred c = cl.credential();
-  Oob oob;
+TEST_CASE_FIXTURE(OneNode, "daemon killed: prompt errors, then re-attach to a new daemon") {
   pid_t p = cl.spawn(0, [&] {
-    Gni g;
-    CHILD_CHECK(g.open(1, c) == GNI_RC_SUCCESS);
+    Gni g = open_gni(1, c);
     oob.send(0, 1);
     gni_cq_entry_t e;
     uint64_t t0 = now_ms();
@@ -88,12 +72,9 @@ TEST_CASE("daemon killed: prompt errors, then re-attach to a new daemon") {
     oob.send(0, 2);
     Cred c2 = oob.recv<Cred>(0);
     GNI_CdmDestroy(g.cdm);
-    Gni n;
-    CHILD_CHECK(n.open(1, c2) == GNI_RC_SUCCESS);
-    CHILD_CHECK(GNI_MemRegister(n.nic, uint64_t(buf), sizeof buf, nullptr, 0, uint32_t(-1), &h) == GNI_RC_SUCCESS);
-    gni_ep_handle_t ep;
-    CHILD_CHECK(GNI_EpCreate(n.nic, n.cq, &ep) == GNI_RC_SUCCESS);
-    CHILD_CHECK(GNI_EpBind(ep, n.addr, n.inst) == GNI_RC_SUCCESS);
+    Gni n = open_gni(1, c2);
+    h = mem_register(n.nic, uint64_t(buf), sizeof buf);
+    gni_ep_handle_t ep = bound_ep(n.nic, n.cq, n.addr, n.inst);
     static char src[64];
     std::memset(src, 'N', sizeof src);
     gni_post_descriptor_t d = put_desc(uint64_t(src), uint64_t(buf), h, sizeof src);
@@ -118,13 +99,11 @@ TEST_CASE("a stale mapping from a dead daemon writes nothing") {
   REQUIRE(pipe(to_parent) == 0);
   REQUIRE(pipe(to_q) == 0);
   pid_t t = cl.spawn(0, [&] {
-    Gni g;
-    CHILD_CHECK(g.open(1, c) == GNI_RC_SUCCESS);
+    Gni g = open_gni(1, c);
     static char buf[4096];
     std::memset(buf, 'T', sizeof buf);
     Info info{g.addr, 1, uint64_t(buf), {}};
-    CHILD_CHECK(GNI_MemRegister(g.nic, info.buf, sizeof buf, nullptr, GNI_MEM_READWRITE, uint32_t(-1), &info.h) ==
-                GNI_RC_SUCCESS);
+    info.h = mem_register(g.nic, info.buf, sizeof buf, nullptr, GNI_MEM_READWRITE);
     oob.send(0, info);
     CHILD_CHECK(oob.recv<int>(0) == 1);  // the initiator is done
     for (size_t i = 0; i < 64; ++i) CHILD_CHECK(buf[i] == 'Q');
@@ -132,12 +111,9 @@ TEST_CASE("a stale mapping from a dead daemon writes nothing") {
     return 0;
   });
   pid_t q = cl.spawn(0, [&] {
-    Gni g;
-    CHILD_CHECK(g.open(2, c) == GNI_RC_SUCCESS);
+    Gni g = open_gni(2, c);
     Info info = oob.recv<Info>(1);
-    gni_ep_handle_t ep;
-    CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
-    CHILD_CHECK(GNI_EpBind(ep, info.addr, info.inst) == GNI_RC_SUCCESS);
+    gni_ep_handle_t ep = bound_ep(g.nic, g.cq, info.addr, info.inst);
     static char src[4096];
     std::memset(src, 'Q', sizeof src);
     gni_post_descriptor_t d = put_desc(uint64_t(src), info.buf, info.h, 64);

@@ -22,8 +22,7 @@ constexpr uint64_t kDirected = uint64_t{1} << 63;
 // The server side of a connection set-up the way Open MPI and UCX do it: a wildcard post
 // with id 0, a probe for the finished id, then a wait that consumes it.
 int wildcard_server(Oob& oob, int side, Cred c, uint32_t inst, int expected_clients) {
-  Gni g;
-  CHILD_CHECK(g.open(inst, c) == GNI_RC_SUCCESS);
+  Gni g = open_gni(inst, c);
   oob.send(side, Addr{g.addr, inst});
   for (int k = 0; k < expected_clients; ++k) {
     gni_ep_handle_t any;
@@ -49,11 +48,8 @@ int wildcard_server(Oob& oob, int side, Cred c, uint32_t inst, int expected_clie
 }
 
 int directed_client(Addr srv, Cred c, uint32_t inst) {
-  Gni g;
-  CHILD_CHECK(g.open(inst, c) == GNI_RC_SUCCESS);
-  gni_ep_handle_t ep;
-  CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_EpBind(ep, srv.addr, srv.inst) == GNI_RC_SUCCESS);
+  Gni g = open_gni(inst, c);
+  gni_ep_handle_t ep = bound_ep(g.nic, g.cq, srv.addr, srv.inst);
   char in[64], out[64] = {};
   std::snprintf(in, sizeof in, "client %u", inst);
   CHILD_CHECK(GNI_EpPostDataWId(ep, in, sizeof in, out, sizeof out, kDirected | inst) == GNI_RC_SUCCESS);
@@ -94,14 +90,11 @@ TEST_CASE("two directed posts aimed at each other match, in either order and acr
       Cred c = cl.credential();
       Oob oob;
       auto side = [&](int me, uint32_t inst, uint32_t peer_inst) {
-        Gni g;
-        CHILD_CHECK(g.open(inst, c) == GNI_RC_SUCCESS);
+        Gni g = open_gni(inst, c);
         oob.send(me, Addr{g.addr, inst});
         Addr peer = oob.recv<Addr>(me);
         CHILD_CHECK(peer.inst == peer_inst);
-        gni_ep_handle_t ep;
-        CHILD_CHECK(GNI_EpCreate(g.nic, nullptr, &ep) == GNI_RC_SUCCESS);
-        CHILD_CHECK(GNI_EpBind(ep, peer.addr, peer.inst) == GNI_RC_SUCCESS);
+        gni_ep_handle_t ep = bound_ep(g.nic, nullptr, peer.addr, peer.inst);
         if (me != order) std::this_thread::sleep_for(std::chrono::milliseconds(50));
         uint32_t in = inst * 10, out = 0;
         CHILD_CHECK(GNI_EpPostData(ep, &in, sizeof in, &out, sizeof out) == GNI_RC_SUCCESS);
@@ -127,11 +120,7 @@ TEST_CASE("two directed posts aimed at each other match, in either order and acr
 }
 
 TEST_CASE("cancellation, EpDestroy waking a blocked probe, timeouts and errors") {
-  Cluster cl(1);
-  Cred c = cl.credential();
-  pid_t p = cl.spawn(0, [&] {
-    Gni g;
-    CHILD_CHECK(g.open(1, c) == GNI_RC_SUCCESS);
+  CHECK(in_one_child(1, 30, [&](Cluster&, Cred, Gni& g) {
     gni_ep_handle_t w1, w2, bound;
     CHILD_CHECK(GNI_EpCreate(g.nic, nullptr, &w1) == GNI_RC_SUCCESS);
     CHILD_CHECK(GNI_EpCreate(g.nic, nullptr, &w2) == GNI_RC_SUCCESS);
@@ -177,15 +166,12 @@ TEST_CASE("cancellation, EpDestroy waking a blocked probe, timeouts and errors")
     CHILD_CHECK(probe_rc.load() == GNI_RC_SUCCESS && woke_id == 1);
     // A directed post to nobody times out in the wait, and SIZE_ERROR reports a reply
     // larger than the buffer.
-    CHILD_CHECK(GNI_EpCreate(g.nic, nullptr, &bound) == GNI_RC_SUCCESS);
-    CHILD_CHECK(GNI_EpBind(bound, g.addr, 424242) == GNI_RC_SUCCESS);
+    bound = bound_ep(g.nic, nullptr, g.addr, 424242);
     CHILD_CHECK(GNI_EpPostData(bound, nullptr, 0, nullptr, 0) == GNI_RC_SUCCESS);
     CHILD_CHECK(GNI_EpPostDataWait(bound, 30, &st, &ra, &ri) == GNI_RC_TIMEOUT);
     CHILD_CHECK(GNI_EpPostDataCancel(bound) == GNI_RC_SUCCESS);
     CHILD_CHECK(GNI_EpPostDataTest(bound, &st, &ra, &ri) == GNI_RC_SUCCESS && st == GNI_POST_TERMINATED);
-    gni_ep_handle_t self_ep;
-    CHILD_CHECK(GNI_EpCreate(g.nic, nullptr, &self_ep) == GNI_RC_SUCCESS);
-    CHILD_CHECK(GNI_EpBind(self_ep, g.addr, 1) == GNI_RC_SUCCESS);  // our own CDM
+    gni_ep_handle_t self_ep = bound_ep(g.nic, nullptr, g.addr, 1);  // our own CDM
     char lots[100], small[10];
     std::memset(lots, 'x', sizeof lots);
     CHILD_CHECK(GNI_EpPostDataWId(w2, lots, sizeof lots, small, sizeof small, 5) == GNI_RC_SUCCESS);
@@ -196,8 +182,7 @@ TEST_CASE("cancellation, EpDestroy waking a blocked probe, timeouts and errors")
     GNI_EpDestroy(self_ep);
     GNI_EpDestroy(w2);
     return 0;
-  });
-  CHECK(cl.wait(p) == 0);
+  }) == 0);
 }
 
 // UCX's udt destroys an EP after GNI_EpPostDataCancelById returned NO_MATCH, taking that
@@ -205,11 +190,7 @@ TEST_CASE("cancellation, EpDestroy waking a blocked probe, timeouts and errors")
 // cancels a post it has not reaped. A matched post not yet consumed must therefore cancel
 // with SUCCESS and stay COMPLETED; and once its EP is destroyed, no probe may report it.
 TEST_CASE("cancelling a matched post that was not consumed, and destroying its EP") {
-  Cluster cl(1);
-  Cred c = cl.credential();
-  pid_t p = cl.spawn(0, [&] {
-    Gni g;
-    CHILD_CHECK(g.open(1, c) == GNI_RC_SUCCESS);
+  CHECK(in_one_child(1, 30, [&](Cluster&, Cred, Gni& g) {
     gni_ep_handle_t any, a, b;
     CHILD_CHECK(GNI_EpCreate(g.nic, nullptr, &any) == GNI_RC_SUCCESS);
     CHILD_CHECK(GNI_EpCreate(g.nic, nullptr, &a) == GNI_RC_SUCCESS);
@@ -241,20 +222,13 @@ TEST_CASE("cancelling a matched post that was not consumed, and destroying its E
     GNI_EpDestroy(a);
     GNI_EpDestroy(any);
     return 0;
-  });
-  CHECK(cl.wait(p) == 0);
+  }) == 0);
 }
 
-TEST_CASE("a CDM that dies takes its posts with it") {
-  Cluster cl(2);
-  Cred c = cl.credential();
-  Oob oob;
+TEST_CASE_FIXTURE(TwoNodes, "a CDM that dies takes its posts with it") {
   pid_t dead = cl.spawn(1, [&] {
-    Gni g;
-    CHILD_CHECK(g.open(7, c) == GNI_RC_SUCCESS);
-    gni_ep_handle_t ep;
-    CHILD_CHECK(GNI_EpCreate(g.nic, nullptr, &ep) == GNI_RC_SUCCESS);
-    CHILD_CHECK(GNI_EpBind(ep, cl.addr(0), 8) == GNI_RC_SUCCESS);  // nobody there yet
+    Gni g = open_gni(7, c);
+    gni_ep_handle_t ep = bound_ep(g.nic, nullptr, cl.addr(0), 8);  // nobody there yet
     CHILD_CHECK(GNI_EpPostData(ep, nullptr, 0, nullptr, 0) == GNI_RC_SUCCESS);
     oob.send(1, 1);
     pause();
@@ -282,10 +256,9 @@ TEST_CASE("a cancel that arrives after its post was replaced leaves the new post
   Cluster cl(1);
   Cred c = cl.credential();
   nicemu::ctl::Connection conn;
-  REQUIRE(conn.connect(cl.socket(0)));
   ctl::AttachReply ar{};
   int fds[2];
-  REQUIRE((attach_by_hand(conn, 5, c, ar, fds) && ar.r.rc == GNI_RC_SUCCESS));
+  REQUIRE((attach_by_hand(conn, cl.socket(0), 5, c, ar, fds) && ar.r.rc == GNI_RC_SUCCESS));
   for (int fd : fds)
     if (fd >= 0) close(fd);
   ctl::DgramOpen op{};

@@ -21,38 +21,30 @@ struct Self {
   alignas(64) static inline uint64_t buf[8];
   gni_mem_handle_t h{};
 
-  void open(uint32_t inst, Cred c) {
-    CHILD_CHECK(g.open(inst, c) == GNI_RC_SUCCESS);
-    CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
-    CHILD_CHECK(GNI_EpBind(ep, g.addr, inst) == GNI_RC_SUCCESS);
-    CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(buf), sizeof buf, nullptr, 0, uint32_t(-1), &h) == GNI_RC_SUCCESS);
+  // Checks that the library reports device type `want`, then opens instance `inst`.
+  void open(gni_nic_device_t want, uint32_t inst, Cred c) {
+    gni_nic_device_t dev = want == GNI_DEVICE_ARIES ? GNI_DEVICE_GEMINI : GNI_DEVICE_ARIES;
+    CHILD_CHECK(GNI_GetDeviceType(&dev) == GNI_RC_SUCCESS && dev == want);
+    g = open_gni(inst, c);
+    ep = bound_ep(g.nic, g.cq, g.addr, inst);
+    h = mem_register(g.nic, uint64_t(buf), sizeof buf);
   }
 
+  // An AMO on buf + off, its fetched value to buf[7].
   gni_post_descriptor_t amo(uint32_t cmd, uint64_t off, uint64_t len, uint64_t a) {
-    gni_post_descriptor_t d{};
-    d.type = GNI_POST_AMO;
-    d.cq_mode = GNI_CQMODE_GLOBAL_EVENT;
-    d.remote_addr = uint64_t(buf) + off;
-    d.remote_mem_hndl = h;
+    gni_post_descriptor_t d = amo_desc(cmd, uint64_t(buf) + off, h, len, a);
     d.local_addr = uint64_t(&buf[7]);
     d.local_mem_hndl = h;
-    d.length = len;
-    d.amo_cmd = gni_fma_cmd_type_t(cmd);
-    d.first_operand = a;
     return d;
   }
 
-  // Posts and completes `d`; its CQE status.
-  uint64_t run(gni_post_descriptor_t& d) {
-    CHILD_CHECK(GNI_PostFma(ep, &d) == GNI_RC_SUCCESS);
-    gni_cq_entry_t e = 0;
-    gni_return_t rc = GNI_CqWaitEvent(g.cq, 5000, &e);
-    CHILD_CHECK(rc == GNI_RC_SUCCESS || rc == GNI_RC_TRANSACTION_ERROR);
-    gni_post_descriptor_t* out = nullptr;
-    GNI_GetCompleted(g.cq, e, &out);
-    CHILD_CHECK(out == &d);
-    return GNI_CQ_GET_STATUS(e);
+  // An 8-byte GET of buf[0] to buf[4] + 2 (an unaligned destination).
+  gni_post_descriptor_t unaligned_get() {
+    return make_desc(GNI_POST_FMA_GET, uint64_t(&buf[4]) + 2, h, uint64_t(&buf[0]), h, 8);
   }
+
+  // Posts and completes `d`; its CQE status.
+  uint64_t run(gni_post_descriptor_t& d) { return post_and_wait(g.cq, ep, d, 5000); }
 };
 
 // Every collective-engine entry point, valid-looking or not, says "not on this device".
@@ -111,10 +103,8 @@ TEST_CASE("a Gemini daemon: device type, gen-1 AMOs only, aligned GET destinatio
   CHECK(cl.status(0)["device_type"] == "gemini");
   Cred c = cl.credential();
   pid_t p = cl.spawn(0, [&] {
-    gni_nic_device_t dev = GNI_DEVICE_ARIES;
-    CHILD_CHECK(GNI_GetDeviceType(&dev) == GNI_RC_SUCCESS && dev == GNI_DEVICE_GEMINI);
     Self s;
-    s.open(3, c);
+    s.open(GNI_DEVICE_GEMINI, 3, c);
     // Gen-1 opcodes work; gen-2 (Aries) opcodes, 32-bit forms included, are not Gemini's.
     auto fadd = s.amo(GNI_FMA_ATOMIC_FADD, 0, 8, 5);
     CHILD_CHECK(s.run(fadd) == 0);
@@ -130,14 +120,7 @@ TEST_CASE("a Gemini daemon: device type, gen-1 AMOs only, aligned GET destinatio
     CHILD_CHECK(GNI_PostFma(s.ep, &s32) == GNI_RC_INVALID_PARAM);
     CHILD_CHECK(Self::buf[0] == 11 && Self::buf[1] == 0);
     // GET: on Gemini the local address must be 4-byte aligned too (FMA and RDMA).
-    gni_post_descriptor_t g{};
-    g.type = GNI_POST_FMA_GET;
-    g.cq_mode = GNI_CQMODE_GLOBAL_EVENT;
-    g.local_addr = uint64_t(&Self::buf[4]) + 2;
-    g.local_mem_hndl = s.h;
-    g.remote_addr = uint64_t(&Self::buf[0]);
-    g.remote_mem_hndl = s.h;
-    g.length = 8;
+    gni_post_descriptor_t g = s.unaligned_get();
     CHILD_CHECK(GNI_PostFma(s.ep, &g) == GNI_RC_ALIGNMENT_ERROR);
     g.type = GNI_POST_RDMA_GET;
     CHILD_CHECK(GNI_PostRdma(s.ep, &g) == GNI_RC_ALIGNMENT_ERROR);
@@ -156,10 +139,8 @@ TEST_CASE("an Aries daemon (the default): device type, gen-2 AMOs, unaligned GET
   CHECK(cl.status(0)["device_type"] == "aries");
   Cred c = cl.credential();
   pid_t p = cl.spawn(0, [&] {
-    gni_nic_device_t dev = GNI_DEVICE_GEMINI;
-    CHILD_CHECK(GNI_GetDeviceType(&dev) == GNI_RC_SUCCESS && dev == GNI_DEVICE_ARIES);
     Self s;
-    s.open(3, c);
+    s.open(GNI_DEVICE_ARIES, 3, c);
     auto a = s.amo(GNI_FMA_ATOMIC2_FIADD, 0, 8, 4);
     CHILD_CHECK(s.run(a) == 0);
     auto b = s.amo(GNI_FMA_ATOMIC_ADD, 0, 8, 3);  // gen-1 codes stay valid on Aries
@@ -167,14 +148,7 @@ TEST_CASE("an Aries daemon (the default): device type, gen-2 AMOs, unaligned GET
     auto s32 = s.amo(GNI_FMA_ATOMIC2_IADD_S, 8, 4, 9);
     CHILD_CHECK(s.run(s32) == 0);
     CHILD_CHECK(Self::buf[0] == 7 && Self::buf[1] == 9);
-    gni_post_descriptor_t g{};
-    g.type = GNI_POST_FMA_GET;
-    g.cq_mode = GNI_CQMODE_GLOBAL_EVENT;
-    g.local_addr = uint64_t(&Self::buf[4]) + 2;
-    g.local_mem_hndl = s.h;
-    g.remote_addr = uint64_t(&Self::buf[0]);
-    g.remote_mem_hndl = s.h;
-    g.length = 8;
+    gni_post_descriptor_t g = s.unaligned_get();
     CHILD_CHECK(s.run(g) == 0);
     uint64_t got;
     std::memcpy(&got, reinterpret_cast<char*>(&Self::buf[4]) + 2, 8);
@@ -185,9 +159,7 @@ TEST_CASE("an Aries daemon (the default): device type, gen-2 AMOs, unaligned GET
   CHECK(cl.wait(p, 60) == 0);
 }
 
-TEST_CASE("bandwidth injection: settings per NIC, shared by its processes, validated, never throttling") {
-  Cluster cl(2);
-  Cred c = cl.credential();
+TEST_CASE_FIXTURE(TwoNodes, "bandwidth injection: settings per NIC, shared by its processes, validated, never throttling") {
   Oob o;
   pid_t setter = cl.spawn(0, [&] {
     gni_bi_desc_t d{};

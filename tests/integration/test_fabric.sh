@@ -24,31 +24,18 @@
 set -u
 . "$(dirname "$0")/lib.sh"
 
-BUILD=${1:-}
+use_build "${1:-}" tests/integration/fabric_dgram tools/nicemu-run/nicemu-run
 PACKETS=${2:-}
 shift 2 2>/dev/null
 EXTRA=("$@")
-DAEMON=$BUILD/nicemu/daemon/nicemu
-CTL=$BUILD/tools/nicemuctl/nicemuctl
 PROG=$BUILD/tests/integration/fabric_dgram
-RUN=$BUILD/tools/nicemu-run/nicemu-run
-for f in "$DAEMON" "$CTL" "$PROG" "$RUN"; do
-  [[ -x "$f" ]] || { echo "SKIP: $f not built" >&2; exit 77; }
-done
-command -v python3 >/dev/null || { echo "SKIP: python3 needed" >&2; exit 77; }
-
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_fabric.XXXXXX") || exit 1
-cleanup() {
-  stop_daemons
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+need_cmd python3
+test_init test_fabric
 
 # Ports: a base derived from the pid, so concurrent runs of other suites do not collide.
 BASE=$((20000 + ($$ % 1500) * 8))  # below the ephemeral range (32768+)
-KEY=$TMP/fabric.key
-"$CTL" keygen "$KEY" || { echo "FAIL: nicemuctl keygen" >&2; exit 1; }
+fabric_key
+KEY=$FABRIC_KEY
 [[ $(stat -c %a "$KEY") == 600 ]] && pass "keygen writes a 0600 key" || fail "key mode $(stat -c %a "$KEY")"
 # Three "hosts" that are all 127.0.0.1: one node each, distinct ports.
 {
@@ -56,68 +43,25 @@ KEY=$TMP/fabric.key
   for n in 0 1 2; do printf '\n[[node]]\nnic = %d\nhost = "127.0.0.1"\nport = %d\n' "$n" $((BASE + n)); done
 } >"$TMP/fabric.toml"
 "$CTL" fabric gen --port "$BASE" --per-host 3 127.0.0.1 >"$TMP/gen.toml" &&
-  grep -c '^\[\[node\]\]' "$TMP/gen.toml" | grep -qx 3 && pass "fabric gen writes a map" || fail "fabric gen"
-
-start_daemon() {  # NODE [DAEMON_ARG...]
-  local a=$1
-  mkdir -p "$TMP/host$a"
-  "$DAEMON" --node "$a" --rundir "$TMP/host$a" --fabric "$TMP/fabric.toml" --fabric-key "$KEY" --log-level info \
-    "${EXTRA[@]}" "${@:2}" >>"$TMP/daemon$a.log" 2>&1 </dev/null &
-  DAEMON_PID[$a]=$!
-  for _ in $(seq 100); do
-    "$CTL" --rundir "$TMP/host$a" --timeout 1 status >/dev/null 2>&1 && return 0
-    sleep 0.1
-  done
-  echo "FAIL: daemon $a did not come up" >&2
-  sed 's/^/    /' "$TMP/daemon$a.log" >&2
-  exit 1
-}
-stop_daemon() {  # NODE
-  local p=${DAEMON_PID[$1]}
-  kill -TERM "$p" 2>/dev/null
-  wait "$p" 2>/dev/null
-  unset "DAEMON_PID[$1]"
-}
-# counter NODE NAME: a node counter from the daemon's counter page.
-counter() {
-  "$CTL" --rundir "$TMP/host$1" stats --json |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)["nodes"][0]["counters"][sys.argv[1]])' "$2"
-}
-
-# One job credential, valid on every host: issued on host 0, granted on the others.
-cred() {
-  eval "$("$CTL" --rundir "$TMP/host0" cred issue --export)" || { echo "FAIL: cred issue" >&2; exit 1; }
-  for a in "$@"; do
-    "$CTL" --rundir "$TMP/host$a" cred grant --ptag "$PMI_GNI_PTAG" --cookie "$PMI_GNI_COOKIE" >/dev/null ||
-      { echo "FAIL: cred grant on $a" >&2; exit 1; }
-  done
-}
+  [ "$(grep -c '^\[\[node\]\]' "$TMP/gen.toml")" = 3 ] && pass "fabric gen writes a map" || fail "fabric gen"
 
 # run NODE INST ARGS...: one fabric_dgram on NODE's host, in the background.
-declare -a PIDS=()
 run() {
   local a=$1 inst=$2; shift 2
   NICEMU_RUNDIR=$TMP/host$a NICEMU_NODE=$a timeout -k 5 40 "$PROG" "$inst" "$@" >>"$TMP/prog.log" 2>&1 &
-  PIDS+=($!)
-}
-wait_all() {  # NAME
-  local ok=1 p
-  for p in "${PIDS[@]}"; do wait "$p" || ok=0; done
-  PIDS=()
-  if [[ $ok -eq 1 ]]; then pass "$1"; else fail "$1"; sed 's/^/    /' "$TMP/prog.log" >&2; fi
-  : >"$TMP/prog.log"
+  BG_PIDS+=($!)
 }
 
 # ---- 1. two daemons ----
 
-start_daemon 0
-start_daemon 1
+fabric_daemon 0 "${EXTRA[@]}"
+fabric_daemon 1 "${EXTRA[@]}"
 echo "receive path: $(grep -ho 'nodes in the map; .*' "$TMP/daemon0.log" | head -1)"
-cred 1
+fabric_cred 1
 FABRIC_DGRAM_REMOTE_FMA=1 run 0 0 20 1:1
 run 1 1 20 0:0
 wait_all "two daemons: 20 rounds of directed datagrams across the fabric, bad remote FMA/RDMA are error completions"
-rx=$(counter 0 fabric_rx_packets)
+rx=$(node_counter 0 fabric_rx_packets)
 [[ $rx -gt 0 ]] && pass "daemon 0 received $rx fabric packets" || fail "no fabric packets counted"
 plane=$("$CTL" --rundir "$TMP/host0" status --json | python3 -c '
 import json, sys
@@ -132,13 +76,13 @@ esac
 # ---- 2. three daemons, every pair ----
 # Daemon 2 pins ChaCha20-Poly1305 (as on a host without AES-NI); the others use the best
 # their CPU has: every daemon verifies what the others seal.
-start_daemon 2 --fabric-mac chacha20poly1305
+fabric_daemon 2 "${EXTRA[@]}" --fabric-mac chacha20poly1305
 macs=$(for a in 0 2; do "$CTL" --rundir "$TMP/host$a" status --json | python3 -c '
 import json, sys
 print(json.load(sys.stdin)["nodes"][0]["fabric"]["mac"])'; done | tr '\n' ' ')
 [[ $macs == "aes256gcm chacha20poly1305 " || $macs == "chacha20poly1305 chacha20poly1305 " ]] &&
   pass "status names the packet AEAD: $macs" || fail "status fabric.mac: '$macs'"
-cred 1 2
+fabric_cred 1 2
 run 0 10 20 1:11 2:12
 run 1 11 20 0:10 2:12
 run 2 12 20 0:10 1:11
@@ -149,15 +93,15 @@ for a in 0 1; do
   "$CTL" --rundir "$TMP/host$a" fault reset seed=$((5 + a)) packet.drop=0.15 packet.dup=0.1 packet.corrupt=0.05 \
     packet.delay=0.1 >/dev/null || fail "nicemuctl fault reset on $a"
 done
-rtx0=$(counter 0 fabric_retransmits)
-mac0=$(( $(counter 0 fabric_drop_mac) + $(counter 1 fabric_drop_mac) ))
-dup0=$(( $(counter 0 fabric_duplicates) + $(counter 1 fabric_duplicates) ))
+rtx0=$(node_counter 0 fabric_retransmits)
+mac0=$(( $(node_counter 0 fabric_drop_mac) + $(node_counter 1 fabric_drop_mac) ))
+dup0=$(( $(node_counter 0 fabric_duplicates) + $(node_counter 1 fabric_duplicates) ))
 run 0 50 20 1:51
 run 1 51 20 0:50
 wait_all "packet faults (drop 15%, dup 10%, corrupt 5%, delay 10%): 20 rounds verified"
-rtx=$(( $(counter 0 fabric_retransmits) + $(counter 1 fabric_retransmits) - rtx0 ))
-mac=$(( $(counter 0 fabric_drop_mac) + $(counter 1 fabric_drop_mac) - mac0 ))
-dup=$(( $(counter 0 fabric_duplicates) + $(counter 1 fabric_duplicates) - dup0 ))
+rtx=$(( $(node_counter 0 fabric_retransmits) + $(node_counter 1 fabric_retransmits) - rtx0 ))
+mac=$(( $(node_counter 0 fabric_drop_mac) + $(node_counter 1 fabric_drop_mac) - mac0 ))
+dup=$(( $(node_counter 0 fabric_duplicates) + $(node_counter 1 fabric_duplicates) - dup0 ))
 [[ $rtx -gt 0 && $mac -gt 0 && $dup -gt 0 ]] &&
   pass "injected packet faults: $rtx retransmissions, $mac corrupted packets dropped, $dup duplicates suppressed" ||
   fail "injected packet faults not seen: retransmits $rtx bad MACs $mac duplicates $dup"
@@ -168,13 +112,13 @@ kill -STOP "${DAEMON_PID[1]}"
 # A process on node 0 posts a datagram to node 1: the daemon's message to node 1 is never
 # acknowledged; about 1.7 s of backoff later the channel is down.
 NICEMU_RUNDIR=$TMP/host0 NICEMU_NODE=0 timeout -k 2 4 "$PROG" 40 1 1:41 >/dev/null 2>&1
-downs=$(counter 0 fabric_peer_downs)
-abandoned=$(counter 0 fabric_messages_abandoned)
+downs=$(node_counter 0 fabric_peer_downs)
+abandoned=$(node_counter 0 fabric_messages_abandoned)
 [[ $downs -ge 1 && $abandoned -ge 1 ]] && pass "silent peer: channel down after the retry budget ($abandoned message(s) abandoned)" ||
   fail "silent peer: downs $downs abandoned $abandoned"
-refused0=$(counter 0 fabric_send_refused)
+refused0=$(node_counter 0 fabric_send_refused)
 NICEMU_RUNDIR=$TMP/host0 NICEMU_NODE=0 timeout -k 2 2 "$PROG" 42 1 1:43 >/dev/null 2>&1
-refused=$(counter 0 fabric_send_refused)
+refused=$(node_counter 0 fabric_send_refused)
 [[ $refused -gt $refused0 ]] && pass "silent peer: new messages refused at once" || fail "no fail-fast while down"
 kill -CONT "${DAEMON_PID[1]}"
 back=0
@@ -191,24 +135,24 @@ done
 
 # ---- 3b. a restarted peer is detected; traffic resumes ----
 stop_daemon 1
-start_daemon 1
-cred 1 2
+fabric_daemon 1 "${EXTRA[@]}"
+fabric_cred 1 2
 run 0 20 5 1:21
 run 1 21 5 0:20
 wait_all "after daemon 1 restarted: datagrams flow again"
-restarts=$(counter 0 fabric_peer_restarts)
+restarts=$(node_counter 0 fabric_peer_restarts)
 [[ $restarts -ge 1 ]] && pass "daemon 0 saw the new epoch ($restarts restart)" || fail "restart not detected"
 
 # ---- 4. malformed packets against a live daemon ----
 # Daemon 2 is stopped; the script takes its address (so it is a source in the map) and
 # sends at daemon 0 everything a broken or hostile peer could.
 stop_daemon 2
-before=$(counter 0 malformed_messages)
+before=$(node_counter 0 malformed_messages)
 if python3 "$PACKETS" --key "$KEY" --target-port "$BASE" --target-nic 0 --as-nic 2 --as-port $((BASE + 2)) \
     --expect-json "$TMP/expect.json" --sealer "$BUILD/tests/integration/fabric_seal" >"$TMP/packets.log" 2>&1; then
   sleep 0.5  # the daemon drains its socket
   if ! kill -0 "${DAEMON_PID[0]}" 2>/dev/null; then
-    fail "daemon 0 died under the malformed-packet barrage"; sed 's/^/    /' "$TMP/daemon0.log" >&2
+    fail "daemon 0 died under the malformed-packet barrage"; show_log "$TMP/daemon0.log"
   else
     pass "daemon 0 survived the barrage"
     # Each class of bad packet shows in its counter, at least as often as sent.
@@ -232,39 +176,21 @@ EOF
   run 1 31 3 0:30
   wait_all "datagrams still flow after the barrage"
 else
-  fail "fabric_packets.py"; sed 's/^/    /' "$TMP/packets.log" >&2
+  fail "fabric_packets.py"; show_log "$TMP/packets.log"
 fi
 
 # ---- 5. the launcher places nodes on separate "hosts" ----
 for a in "${!DAEMON_PID[@]}"; do stop_daemon "$a"; done
-if timeout -k 5 60 "$RUN" --fabric udp --rundir "$TMP/launcher" -n 4 --nodes 3 --timeout 50 "$PROG" pmi 10 \
-    >"$TMP/run.log" 2>&1; then
-  n=$(grep -c 'rounds with 3 peers verified' "$TMP/run.log")
-  [[ $n -eq 4 ]] && pass "nicemu-run --fabric udp: 4 ranks on 3 hosts, every pair verified" ||
-    { fail "nicemu-run --fabric udp: $n of 4 ranks verified"; sed 's/^/    /' "$TMP/run.log" >&2; }
-else
-  fail "nicemu-run --fabric udp"; sed 's/^/    /' "$TMP/run.log" >&2
-fi
+expect_verified "nicemu-run --fabric udp" "4 ranks on 3 hosts, every pair verified" "$TMP/run.log" 4 \
+  'rounds with 3 peers verified' \
+  timeout -k 5 60 "$RUN" --fabric udp --rundir "$TMP/launcher" -n 4 --nodes 3 --timeout 50 "$PROG" pmi 10
 RMA=$BUILD/tests/integration/fabric_rma
 for impair in "" "loss=0.05,dup=0.03,reorder=0.05,seed=11"; do
-  what="fabric_rma on 3 hosts${impair:+ with impairment $impair}"
-  rounds=5
-  if NICEMU_FABRIC_IMPAIR="$impair" timeout -k 5 90 "$RUN" --fabric udp --rundir "$TMP/launcher" -n 3 --nodes 3 \
-      --timeout 80 "$RMA" "$rounds" >"$TMP/rma.log" 2>&1; then
-    n=$(grep -c 'rounds with 2 peers verified' "$TMP/rma.log")
-    [[ $n -eq 3 ]] && pass "$what: FMA, RDMA, AMO, CQ writes and chains verified by all 3 ranks" ||
-      { fail "$what: $n of 3 ranks verified"; sed 's/^/    /' "$TMP/rma.log" >&2; }
-  else
-    fail "$what"; sed 's/^/    /' "$TMP/rma.log" >&2
-  fi
+  NICEMU_FABRIC_IMPAIR="$impair" expect_verified "fabric_rma on 3 hosts${impair:+ with impairment $impair}" \
+    "FMA, RDMA, AMO, CQ writes and chains verified by all 3 ranks" "$TMP/rma.log" 3 'rounds with 2 peers verified' \
+    timeout -k 5 90 "$RUN" --fabric udp --rundir "$TMP/launcher" -n 3 --nodes 3 --timeout 80 "$RMA" 5
 done
 left=$(find "$TMP/launcher" -mindepth 1 -maxdepth 1 -name 'fabric-*' 2>/dev/null | wc -l)
 [[ $left -eq 0 ]] && pass "nicemu-run removed its fabric directory" || fail "nicemu-run left $left fabric directories"
 
-if [[ $FAILS -ne 0 ]]; then
-  echo "--- daemon logs ---" >&2
-  for a in 0 1 2; do tail -n 20 "$TMP/daemon$a.log" 2>/dev/null | sed "s/^/    [$a] /" >&2; done
-  exit 1
-fi
-echo "PASS: fabric"
-exit 0
+finish fabric 0 1 2

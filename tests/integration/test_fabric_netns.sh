@@ -21,33 +21,18 @@
 set -u
 . "$(dirname "$0")/lib.sh"
 
-BUILD=${1:-}
-DAEMON=$BUILD/nicemu/daemon/nicemu
-CTL=$BUILD/tools/nicemuctl/nicemuctl
+use_build "${1:-}" tests/integration/fabric_dgram
 PROG=$BUILD/tests/integration/fabric_dgram
-for f in "$DAEMON" "$CTL" "$PROG"; do
-  [[ -x "$f" ]] || { echo "SKIP: $f not built" >&2; exit 77; }
-done
-[[ $(id -u) -eq 0 ]] || { echo "SKIP: needs root (network namespaces)" >&2; exit 77; }
-command -v ip >/dev/null && command -v tc >/dev/null || { echo "SKIP: needs ip and tc" >&2; exit 77; }
-command -v python3 >/dev/null || { echo "SKIP: python3 needed" >&2; exit 77; }
+[[ $(id -u) -eq 0 ]] || skip "needs root (network namespaces)"
+need_cmd ip tc python3
 
 TAG=nf$$
 SW=${TAG}sw
 NS=("${TAG}a" "${TAG}b" "${TAG}c")
 NET=10.213.$(($$ % 200)).
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_fabric_netns.XXXXXX") || exit 1
-PIDS=()
-cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
-  stop_daemons
-  # Deleting a namespace deletes its end of the veth pair, and with it the other end.
-  for n in "${NS[@]}" "$SW"; do ip netns del "$n" 2>/dev/null; done
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+# Deleting a namespace deletes its end of the veth pair, and with it the other end.
+test_cleanup() { for n in "${NS[@]}" "$SW"; do ip netns del "$n" 2>/dev/null; done; }
+test_init test_fabric_netns
 
 if ! ip netns add "$SW" 2>"$TMP/err"; then
   echo "SKIP: cannot create network namespaces: $(cat "$TMP/err")" >&2
@@ -76,56 +61,31 @@ if ! ip netns exec "${NS[0]}" ping -c 1 -W 2 "${NET}2" >/dev/null 2>&1; then
   ip netns exec "${NS[0]}" ping -c 1 -W 2 "${NET}2" >/dev/null 2>&1 || true
 fi
 
-KEY=$TMP/fabric.key
-"$CTL" keygen "$KEY" || exit 1
+fabric_key
 "$CTL" fabric gen --port 7700 "${NET}1" "${NET}2" "${NET}3" >"$TMP/fabric.toml" || exit 1
+DAEMON_NS=("${NS[@]}")
 
 # start_all [IMPAIR-SPEC]: one daemon per namespace, and the job credential on all three.
 start_all() {
-  for i in 0 1 2; do
-    mkdir -p "$TMP/host$i"
-    ip netns exec "${NS[$i]}" env NICEMU_FABRIC_IMPAIR="${1:-}" "$DAEMON" --node "$i" --rundir "$TMP/host$i" \
-      --fabric "$TMP/fabric.toml" --fabric-key "$KEY" --log-level info >>"$TMP/daemon$i.log" 2>&1 </dev/null &
-    DAEMON_PID[$i]=$!
-  done
-  for i in 0 1 2; do
-    up=0
-    for _ in $(seq 100); do
-      "$CTL" --rundir "$TMP/host$i" --timeout 1 status >/dev/null 2>&1 && { up=1; break; }
-      sleep 0.1
-    done
-    [[ $up -eq 1 ]] || { echo "FAIL: daemon $i did not come up" >&2; sed 's/^/    /' "$TMP/daemon$i.log" >&2; exit 1; }
-  done
-  eval "$("$CTL" --rundir "$TMP/host0" cred issue --export)" || exit 1
-  for i in 1 2; do
-    "$CTL" --rundir "$TMP/host$i" cred grant --ptag "$PMI_GNI_PTAG" --cookie "$PMI_GNI_COOKIE" >/dev/null || exit 1
-  done
+  for i in 0 1 2; do NICEMU_FABRIC_IMPAIR="${1:-}" fabric_daemon "$i"; done
+  fabric_cred 1 2
 }
 stop_all() {
-  for i in "${!DAEMON_PID[@]}"; do kill -TERM "${DAEMON_PID[$i]}"; wait "${DAEMON_PID[$i]}" 2>/dev/null; done
-  DAEMON_PID=()
+  for i in "${!DAEMON_PID[@]}"; do stop_daemon "$i"; done
 }
 start_all
 
-counter() {  # NODE NAME
-  "$CTL" --rundir "$TMP/host$1" stats --json |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)["nodes"][0]["counters"][sys.argv[1]])' "$2"
-}
 # exchange BASE_INST ROUNDS NAME: three processes, one per host, every pair.
 exchange() {
-  local b=$1 rounds=$2 name=$3 i p ok=1
-  PIDS=()
+  local b=$1 rounds=$2 name=$3 i
   for i in 0 1 2; do
     local peers=()
     for j in 0 1 2; do [[ $j -ne $i ]] && peers+=("$j:$((b + j))"); done
     ip netns exec "${NS[$i]}" env NICEMU_RUNDIR="$TMP/host$i" NICEMU_NODE=$i \
       timeout -k 5 50 "$PROG" $((b + i)) "$rounds" "${peers[@]}" >>"$TMP/prog.log" 2>&1 &
-    PIDS+=($!)
+    BG_PIDS+=($!)
   done
-  for p in "${PIDS[@]}"; do wait "$p" || ok=0; done
-  PIDS=()
-  if [[ $ok -eq 1 ]]; then pass "$name"; else fail "$name"; sed 's/^/    /' "$TMP/prog.log" >&2; fi
-  : >"$TMP/prog.log"
+  wait_all "$name"
 }
 
 exchange 0 30 "clean link: 3 hosts, every pair, 30 rounds"
@@ -143,12 +103,12 @@ for i in 0 1 2; do
 done
 rtx0=0 dup0=0
 if [[ $how == netem* ]]; then
-  rtx0=$(( $(counter 0 fabric_retransmits) + $(counter 1 fabric_retransmits) + $(counter 2 fabric_retransmits) ))
-  dup0=$(( $(counter 0 fabric_duplicates) + $(counter 1 fabric_duplicates) + $(counter 2 fabric_duplicates) ))
+  rtx0=$(( $(node_counter 0 fabric_retransmits) + $(node_counter 1 fabric_retransmits) + $(node_counter 2 fabric_retransmits) ))
+  dup0=$(( $(node_counter 0 fabric_duplicates) + $(node_counter 1 fabric_duplicates) + $(node_counter 2 fabric_duplicates) ))
 fi
 exchange 100 30 "$how: every round exactly once, in order"
-rtx=$(( $(counter 0 fabric_retransmits) + $(counter 1 fabric_retransmits) + $(counter 2 fabric_retransmits) - rtx0 ))
-dup=$(( $(counter 0 fabric_duplicates) + $(counter 1 fabric_duplicates) + $(counter 2 fabric_duplicates) - dup0 ))
+rtx=$(( $(node_counter 0 fabric_retransmits) + $(node_counter 1 fabric_retransmits) + $(node_counter 2 fabric_retransmits) - rtx0 ))
+dup=$(( $(node_counter 0 fabric_duplicates) + $(node_counter 1 fabric_duplicates) + $(node_counter 2 fabric_duplicates) - dup0 ))
 [[ $rtx -gt 0 ]] && pass "lost packets were retransmitted ($rtx records)" || fail "no retransmissions under 10% loss"
 [[ $dup -gt 0 ]] && pass "duplicates were suppressed ($dup records)" || fail "no duplicates counted under netem duplicate"
 
@@ -156,22 +116,21 @@ dup=$(( $(counter 0 fabric_duplicates) + $(counter 1 fabric_duplicates) + $(coun
 # 1000 messages each way, each exactly once and in order with its CQEs (fabric_smsg.c).
 SMSG=$BUILD/tests/integration/fabric_smsg
 if [[ -x "$SMSG" ]]; then
-  PIDS=()
   ok=1
   for i in 0 1 2; do
     peers=()
     for j in 0 1 2; do [[ $j -ne $i ]] && peers+=("$j:$((200 + j))"); done
     ip netns exec "${NS[$i]}" env NICEMU_RUNDIR="$TMP/host$i" NICEMU_NODE=$i \
       timeout -k 5 60 "$SMSG" $((200 + i)) 1000 "${peers[@]}" >>"$TMP/prog.log" 2>&1 &
-    PIDS+=($!)
+    BG_PIDS+=($!)
   done
-  for p in "${PIDS[@]}"; do wait "$p" || ok=0; done
-  PIDS=()
+  for p in "${BG_PIDS[@]}"; do wait "$p" || ok=0; done
+  BG_PIDS=()
   if [[ $ok -eq 1 && $(grep -c '1000 messages each way with 2 peers verified' "$TMP/prog.log") -eq 3 ]]; then
     pass "SMSG on the impaired links: every pair, 1000 messages each way, exactly once, in order"
     grep -o 'verified in .*' "$TMP/prog.log" | head -1 | sed 's/^/    /'
   else
-    fail "SMSG on the impaired links"; sed 's/^/    /' "$TMP/prog.log" >&2
+    fail "SMSG on the impaired links"; show_log "$TMP/prog.log"
   fi
   : >"$TMP/prog.log"
 else
@@ -201,9 +160,9 @@ EOF2
     n=$(grep -c 'rounds with 5 peers verified' "$TMP/hydra.log")
     hosts=$(grep -o 'fabric_dgram [0-9]*/[0-9]*: 10 rounds' "$TMP/hydra.log" | cut -d' ' -f2 | cut -d/ -f1 | sort -u | wc -l)
     [[ $n -eq 6 && $hosts -eq 3 ]] && pass "Hydra: 6 ranks on 3 namespace hosts, datagrams between every pair verified" ||
-      { fail "Hydra: $n of 6 ranks verified, on $hosts nodes"; sed 's/^/    /' "$TMP/hydra.log" >&2; }
+      { fail "Hydra: $n of 6 ranks verified, on $hosts nodes"; show_log "$TMP/hydra.log"; }
   else
-    fail "Hydra job"; sed 's/^/    /' "$TMP/hydra.log" >&2
+    fail "Hydra job"; show_log "$TMP/hydra.log"
   fi
   # Memory operations between every pair (two ranks per host: same-host pairs too).
   RMA=$BUILD/tests/integration/fabric_rma
@@ -213,17 +172,12 @@ EOF2
       >"$TMP/hydra-rma.log" 2>&1; then
     n=$(grep -c 'rounds with 5 peers verified' "$TMP/hydra-rma.log")
     [[ $n -eq 6 ]] && pass "Hydra: fabric_rma on 6 ranks, 3 hosts, $how: FMA, RDMA, AMO, CQ writes, chains (mixed same-host and other-host members) verified" ||
-      { fail "Hydra fabric_rma: $n of 6 ranks verified"; sed 's/^/    /' "$TMP/hydra-rma.log" >&2; }
+      { fail "Hydra fabric_rma: $n of 6 ranks verified"; show_log "$TMP/hydra-rma.log"; }
   else
-    fail "Hydra fabric_rma job"; sed 's/^/    /' "$TMP/hydra-rma.log" >&2
+    fail "Hydra fabric_rma job"; show_log "$TMP/hydra-rma.log"
   fi
 else
   echo "note: mpiexec.hydra not installed (Debian mpich); the Hydra phase is skipped"
 fi
 
-if [[ $FAILS -ne 0 ]]; then
-  for a in 0 1 2; do tail -n 15 "$TMP/daemon$a.log" | sed "s/^/    [$a] /" >&2; done
-  exit 1
-fi
-echo "PASS: fabric-netns"
-exit 0
+finish fabric-netns 0 1 2

@@ -15,27 +15,10 @@
 set -u
 . "$(dirname "$0")/lib.sh"
 
-BUILD=${1:-}
-DAEMON=$BUILD/nicemu/daemon/nicemu
-CTL=$BUILD/tools/nicemuctl/nicemuctl
+use_build "${1:-}" tests/integration/fabric_smsg tools/nicemu-run/nicemu-run
 PROG=$BUILD/tests/integration/fabric_smsg
-RUN=$BUILD/tools/nicemu-run/nicemu-run
-for f in "$DAEMON" "$CTL" "$PROG" "$RUN"; do
-  [[ -x "$f" ]] || { echo "SKIP: $f not built" >&2; exit 77; }
-done
-command -v python3 >/dev/null || { echo "SKIP: python3 needed" >&2; exit 77; }
-
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_fabric_smsg.XXXXXX") || exit 1
-declare -a PIDS=()
-cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
-  for p in "${DAEMON_PID[@]}"; do kill -CONT "$p" 2>/dev/null; done
-  stop_daemons
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+need_cmd python3
+test_init test_fabric_smsg
 T0=$SECONDS
 
 # ---- 1. and 2. the launcher: every node on a "host" of its own ----
@@ -50,10 +33,10 @@ launch() {  # NAME RANKS NODES COUNT
       pass "$name ($stalls credit stalls, each resolved by releases)"
       grep -o 'verified in .*' "$log" | head -1 | sed 's/^/    /'
     else
-      fail "$name: $ok of $n ranks verified, $stalls credit stalls"; sed 's/^/    /' "$log" >&2
+      fail "$name: $ok of $n ranks verified, $stalls credit stalls"; show_log "$log"
     fi
   else
-    fail "$name"; sed 's/^/    /' "$log" >&2
+    fail "$name"; show_log "$log"
   fi
 }
 launch "2 ranks on 2 hosts: 20000 SMSG messages each way, exactly once, in order, CQEs both sides" 2 2 20000
@@ -63,43 +46,22 @@ left=$(find "$TMP/launcher" -mindepth 1 -maxdepth 1 -name 'fabric-*' 2>/dev/null
 
 # ---- daemons started here (faults, SIGSTOP, a dying receiver) ----
 BASE=$((20000 + ($$ % 1500) * 8 + 4))  # as test_fabric.sh, other ports
-KEY=$TMP/fabric.key
-"$CTL" keygen "$KEY" >/dev/null || { echo "FAIL: nicemuctl keygen" >&2; exit 1; }
+fabric_key
 for n in 0 1; do printf '[[node]]\nnic = %d\nhost = "127.0.0.1"\nport = %d\n\n' "$n" $((BASE + n)); done >"$TMP/fabric.toml"
-start_daemon() {  # NODE
-  local a=$1
-  mkdir -p "$TMP/host$a"
-  "$DAEMON" --node "$a" --rundir "$TMP/host$a" --fabric "$TMP/fabric.toml" --fabric-key "$KEY" --log-level info \
-    >>"$TMP/daemon$a.log" 2>&1 </dev/null &
-  DAEMON_PID[$a]=$!
-  for _ in $(seq 100); do
-    "$CTL" --rundir "$TMP/host$a" --timeout 1 status >/dev/null 2>&1 && return 0
-    sleep 0.1
-  done
-  echo "FAIL: daemon $a did not come up" >&2
-  sed 's/^/    /' "$TMP/daemon$a.log" >&2
-  exit 1
-}
-counter() {  # NODE NAME
-  "$CTL" --rundir "$TMP/host$1" stats --json |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)["nodes"][0]["counters"][sys.argv[1]])' "$2"
-}
-start_daemon 0
-start_daemon 1
-eval "$("$CTL" --rundir "$TMP/host0" cred issue --export)" || { echo "FAIL: cred issue" >&2; exit 1; }
-"$CTL" --rundir "$TMP/host1" cred grant --ptag "$PMI_GNI_PTAG" --cookie "$PMI_GNI_COOKIE" >/dev/null ||
-  { echo "FAIL: cred grant" >&2; exit 1; }
+fabric_daemon 0
+fabric_daemon 1
+fabric_cred 1
 run() {  # NODE INST COUNT PEER [ENV=VALUE...]: one fabric_smsg in the background
   local a=$1 inst=$2 count=$3 peer=$4; shift 4
   env "$@" NICEMU_RUNDIR="$TMP/host$a" NICEMU_NODE="$a" timeout -k 5 60 "$PROG" "$inst" "$count" "$peer" \
     >>"$TMP/prog$a.log" 2>&1 &
-  PIDS+=($!)
+  BG_PIDS+=($!)
   LAST=$!
 }
 wait_pid() {  # PID: its exit status
   local p=$1 s i
   wait "$p"; s=$?
-  for i in "${!PIDS[@]}"; do [[ ${PIDS[$i]} == "$p" ]] && unset "PIDS[$i]"; done
+  for i in "${!BG_PIDS[@]}"; do [[ ${BG_PIDS[$i]} == "$p" ]] && unset "BG_PIDS[$i]"; done
   return $s
 }
 show_logs() { for a in 0 1; do sed "s/^/    [prog $a] /" "$TMP/prog$a.log" >&2; done; }
@@ -109,14 +71,14 @@ for a in 0 1; do
   "$CTL" --rundir "$TMP/host$a" fault reset seed=$((11 + a)) packet.drop=0.1 packet.dup=0.05 packet.corrupt=0.02 \
     packet.delay=0.1 >/dev/null || fail "nicemuctl fault reset on $a"
 done
-rtx0=$(( $(counter 0 fabric_retransmits) + $(counter 1 fabric_retransmits) ))
-mal0=$(( $(counter 0 malformed_messages) + $(counter 1 malformed_messages) ))
+rtx0=$(( $(node_counter 0 fabric_retransmits) + $(node_counter 1 fabric_retransmits) ))
+mal0=$(( $(node_counter 0 malformed_messages) + $(node_counter 1 malformed_messages) ))
 run 0 10 3000 1:11; p0=$LAST
 run 1 11 3000 0:10; p1=$LAST
 ok=1; wait_pid "$p0" || ok=0; wait_pid "$p1" || ok=0
-rtx=$(( $(counter 0 fabric_retransmits) + $(counter 1 fabric_retransmits) - rtx0 ))
-mal=$(( $(counter 0 malformed_messages) + $(counter 1 malformed_messages) - mal0 ))
-relayed=$(counter 0 smsg_relay_sent)
+rtx=$(( $(node_counter 0 fabric_retransmits) + $(node_counter 1 fabric_retransmits) - rtx0 ))
+mal=$(( $(node_counter 0 malformed_messages) + $(node_counter 1 malformed_messages) - mal0 ))
+relayed=$(node_counter 0 smsg_relay_sent)
 if [[ $ok -eq 1 && $rtx -gt 0 && $mal -eq 0 ]]; then
   pass "packet faults (drop 10%, dup 5%, corrupt 2%, delay 10%): 3000 messages each way exactly once, in order ($rtx retransmissions, $relayed relayed by daemon 0)"
 else
@@ -133,16 +95,16 @@ for _ in $(seq 300); do
   [[ $(grep -c verified "$TMP/prog0.log" "$TMP/prog1.log" | awk -F: '{s += $2} END {print s}') -eq 2 ]] && break
   sleep 0.1
 done
-fail0=$(counter 0 smsg_relay_failures)
+fail0=$(node_counter 0 smsg_relay_failures)
 kill -STOP "${DAEMON_PID[1]}"
 start=$SECONDS
 touch "$GO"
 if wait_pid "$p0"; then
   took=$((SECONDS - start))
   msg=$(grep -o 'unreachable: .*' "$TMP/prog0.log")
-  [[ $took -le 10 && $(counter 0 smsg_relay_failures) -gt $fail0 ]] &&
+  [[ $took -le 10 && $(node_counter 0 smsg_relay_failures) -gt $fail0 ]] &&
     pass "receiver's daemon stopped: the sender sees an error in ${took} s ($msg)" ||
-    { fail "silent peer: error after $took s, relay failures $(counter 0 smsg_relay_failures)"; show_logs; }
+    { fail "silent peer: error after $took s, relay failures $(node_counter 0 smsg_relay_failures)"; show_logs; }
 else
   fail "silent peer: the sender saw no error"; show_logs
 fi
@@ -180,13 +142,7 @@ else
 fi
 rm -f "$GO"
 
-mal=$(( $(counter 0 malformed_messages) + $(counter 1 malformed_messages) ))
+mal=$(( $(node_counter 0 malformed_messages) + $(node_counter 1 malformed_messages) ))
 [[ $mal -eq 0 ]] && pass "no message counted as malformed" || fail "$mal messages counted as malformed"
 echo "took $((SECONDS - T0)) s"
-if [[ $FAILS -ne 0 ]]; then
-  echo "--- daemon logs ---" >&2
-  for a in 0 1; do tail -n 20 "$TMP/daemon$a.log" 2>/dev/null | sed "s/^/    [$a] /" >&2; done
-  exit 1
-fi
-echo "PASS: fabric-smsg"
-exit 0
+finish fabric-smsg 0 1

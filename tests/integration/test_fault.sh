@@ -6,34 +6,12 @@
 # daemon's configuration live, refuses malformed specs, and stats shows the counter.
 # Usage: test_fault.sh BUILD_DIR     Exit: 0 pass, 1 fail, 77 skip.
 set -u
+. "$(dirname "$0")/lib.sh"
 
-BUILD=${1:-}
-DAEMON=$BUILD/nicemu/daemon/nicemu
-CTL=$BUILD/tools/nicemuctl/nicemuctl
+use_build "${1:-}" tools/fault-scenarios/fault-scenarios
 FS=$BUILD/tools/fault-scenarios/fault-scenarios
-if [[ -z "$BUILD" || ! -x "$DAEMON" || ! -x "$CTL" || ! -x "$FS" ]]; then
-  echo "SKIP: usage: $0 BUILD_DIR (needs nicemu, nicemuctl and fault-scenarios built)" >&2
-  exit 77
-fi
 export NICEMU_DAEMON=$DAEMON
-
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_fault.XXXXXX") || exit 1
-DPID=
-cleanup() {
-  if [[ -n "$DPID" ]]; then
-    kill -TERM "$DPID" 2>/dev/null
-    for _ in $(seq 20); do kill -0 "$DPID" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$DPID" 2>/dev/null
-    wait "$DPID" 2>/dev/null
-  fi
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
-FAILS=0
-fail() { echo "FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
-pass() { echo "ok: $*"; }
+test_init test_fault
 
 # Runs a scenario twice; both runs must pass and print the same outcome line.
 twice() {
@@ -98,10 +76,8 @@ twice "kill (e)" kill --seed 9
 
 # Live configuration of a running daemon.
 RUNDIR=$TMP/run
-"$DAEMON" --node 30 --rundir "$RUNDIR" --log-level info --fault "seed=11 smsg.drop=0.1" >"$TMP/d.log" 2>&1 &
-DPID=$!
-for _ in $(seq 100); do [[ -S $RUNDIR/nic-30.sock ]] && break; sleep 0.05; done
-grep -q 'fault injection (start): on seed=11 ' "$TMP/d.log" && pass "seed logged at start" || fail "seed not logged: $(cat "$TMP/d.log")"
+start_daemon 30 "$RUNDIR" --log-level info --fault "seed=11 smsg.drop=0.1"
+grep -q 'fault injection (start): on seed=11 ' "$TMP/daemon30.log" && pass "seed logged at start" || fail "seed not logged: $(cat "$TMP/daemon30.log")"
 [[ -f $RUNDIR/nic-30.fault ]] && pass "fault page published" || fail "no fault page in $RUNDIR"
 out=$("$CTL" --rundir "$RUNDIR" fault set smsg.dup=0.05 reorder=0.5 2>&1)
 [[ $out == *"smsg.drop=0.1 smsg.dup=0.05"* && $out == *"reorder=0.5"* ]] && pass "fault set merges" || fail "fault set: $out"
@@ -115,6 +91,4 @@ sleep 0.3
 out=$("$CTL" --rundir "$RUNDIR" stats)
 [[ $out =~ fault_config_changes\ +4 ]] && pass "stats counts configuration changes" || fail "stats: $out"
 
-[[ $FAILS -eq 0 ]] && echo "PASS" && exit 0
-echo "$FAILS failure(s)"
-exit 1
+finish fault

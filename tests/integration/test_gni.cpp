@@ -39,36 +39,8 @@ gni_return_t wait_event(gni_cq_handle_t cq, gni_cq_entry_t& e, uint64_t ms = 500
   return GNI_CqWaitEvent(cq, ms, &e);
 }
 
-// Posts `d` and waits for its completion; returns the descriptor's status (0 = ok).
-uint64_t post_and_complete(Gni& g, gni_ep_handle_t ep, gni_post_descriptor_t& d) {
-  CHILD_CHECK(GNI_PostFma(ep, &d) == GNI_RC_SUCCESS);
-  gni_cq_entry_t e = 0;
-  gni_return_t rc = wait_event(g.cq, e);
-  CHILD_CHECK(rc == GNI_RC_SUCCESS || rc == GNI_RC_TRANSACTION_ERROR);
-  gni_post_descriptor_t* out = nullptr;
-  gni_return_t rc2 = GNI_GetCompleted(g.cq, e, &out);
-  CHILD_CHECK(out == &d);  // the very descriptor that was posted
-  CHILD_CHECK((rc2 == GNI_RC_SUCCESS) == (GNI_CQ_GET_STATUS(e) == 0));
-  return GNI_CQ_GET_STATUS(e);
-}
-
-gni_post_descriptor_t put_desc(uint64_t local, uint64_t remote, gni_mem_handle_t h, uint64_t len) {
-  gni_post_descriptor_t d{};
-  d.type = GNI_POST_FMA_PUT;
-  d.cq_mode = GNI_CQMODE_GLOBAL_EVENT;
-  d.dlvr_mode = GNI_DLVMODE_PERFORMANCE;
-  d.local_addr = local;
-  d.remote_addr = remote;
-  d.remote_mem_hndl = h;
-  d.length = len;
-  return d;
-}
-
-// The target: three registrations (rw with a remote-event CQ, read-only, deregistered),
-// then waits for the initiator to finish and checks its memory.
 int target_process(Oob& oob, Cred c, uint32_t inst, int side) {
-  Gni g;
-  CHILD_CHECK(g.open(inst, c) == GNI_RC_SUCCESS);
+  Gni g = open_gni(inst, c);
   static char rw[kBuf], ro[kBuf], dead[kBuf];
   std::memset(rw, 'r', kBuf);
   std::memset(ro, 'o', kBuf);
@@ -79,9 +51,9 @@ int target_process(Oob& oob, Cred c, uint32_t inst, int side) {
   info.rw = uint64_t(rw) + 64;  // a registration that does not start on a page boundary
   info.ro = uint64_t(ro);
   info.dead = uint64_t(dead);
-  CHILD_CHECK(GNI_MemRegister(g.nic, info.rw, 4096, g.rcq, GNI_MEM_READWRITE, uint32_t(-1), &info.rw_h) == GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_MemRegister(g.nic, info.ro, 4096, nullptr, GNI_MEM_READ_ONLY, uint32_t(-1), &info.ro_h) == GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_MemRegister(g.nic, info.dead, 4096, nullptr, GNI_MEM_READWRITE, uint32_t(-1), &info.dead_h) == GNI_RC_SUCCESS);
+  info.rw_h = mem_register(g.nic, info.rw, 4096, g.rcq, GNI_MEM_READWRITE);
+  info.ro_h = mem_register(g.nic, info.ro, 4096, nullptr, GNI_MEM_READ_ONLY);
+  info.dead_h = mem_register(g.nic, info.dead, 4096, nullptr, GNI_MEM_READWRITE);
   CHILD_CHECK(GNI_MemDeregister(g.nic, &info.dead_h) == GNI_RC_SUCCESS);
   CHILD_CHECK(GNI_MemDeregister(g.nic, &info.dead_h) == GNI_RC_INVALID_PARAM);
   oob.send(side, info);
@@ -104,15 +76,12 @@ int target_process(Oob& oob, Cred c, uint32_t inst, int side) {
 }
 
 int initiator_process(Oob& oob, Cred c, uint32_t inst, int side) {
-  Gni g;
-  CHILD_CHECK(g.open(inst, c) == GNI_RC_SUCCESS);
+  Gni g = open_gni(inst, c);
   Info t = oob.recv<Info>(side);
-  gni_ep_handle_t ep;
-  CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_EpBind(ep, t.addr, t.inst) == GNI_RC_SUCCESS);
+  gni_ep_handle_t ep = bound_ep(g.nic, g.cq, t.addr, t.inst);
   static char src[kBuf], back[kBuf];
   gni_mem_handle_t back_h;
-  CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(back), kBuf, nullptr, 0, uint32_t(-1), &back_h) == GNI_RC_SUCCESS);
+  back_h = mem_register(g.nic, uint64_t(back), kBuf);
 
   // PUT of every size class, then GET back: data and descriptor fields preserved.
   for (uint64_t len : {8ull, 64ull, 512ull, 4096ull}) {
@@ -121,14 +90,14 @@ int initiator_process(Oob& oob, Cred c, uint32_t inst, int side) {
     d.post_id = 0xABCD0000 + len;
     d.first_operand = 0x1111;  // clients stash data in unused fields
     d.cqwrite_value = 0x2222;
-    CHILD_CHECK(post_and_complete(g, ep, d) == 0);
+    CHILD_CHECK(post_and_wait(g.cq, ep, d, 5000) == 0);
     CHILD_CHECK(d.post_id == 0xABCD0000 + len && d.first_operand == 0x1111 && d.cqwrite_value == 0x2222);
     std::memset(back, 0, kBuf);
     gni_post_descriptor_t gd = d;
     gd.type = GNI_POST_FMA_GET;
     gd.local_addr = uint64_t(back);
     gd.local_mem_hndl = back_h;
-    CHILD_CHECK(post_and_complete(g, ep, gd) == 0);
+    CHILD_CHECK(post_and_wait(g.cq, ep, gd, 5000) == 0);
     CHILD_CHECK(std::memcmp(back, src, len) == 0);
   }
   // Local event ids come from EpSetEventData; one remote event for a REMOTE_EVENT put.
@@ -164,7 +133,7 @@ int initiator_process(Oob& oob, Cred c, uint32_t inst, int side) {
   };
   for (auto& b : bad) {
     gni_post_descriptor_t d = put_desc(uint64_t(src), b.remote, b.h, b.len);
-    uint64_t st = post_and_complete(g, ep, d);
+    uint64_t st = post_and_wait(g.cq, ep, d, 5000);
     CHILD_CHECK(st == b.want);
     CHILD_CHECK(d.status == b.want);
     uint32_t rec = 1;
@@ -176,7 +145,7 @@ int initiator_process(Oob& oob, Cred c, uint32_t inst, int side) {
     gni_post_descriptor_t d = put_desc(uint64_t(src), t.rw, t.rw_h, 8);
     d.type = GNI_POST_FMA_GET;
     d.local_mem_hndl = back_h;
-    CHILD_CHECK(post_and_complete(g, ep, d) == cqe::kErrLocalProtection);
+    CHILD_CHECK(post_and_wait(g.cq, ep, d, 5000) == cqe::kErrLocalProtection);
     d.local_addr = uint64_t(back);
     d.remote_addr = t.rw + 2;
     CHILD_CHECK(GNI_PostFma(ep, &d) == GNI_RC_ALIGNMENT_ERROR);
@@ -202,9 +171,7 @@ void fma_between(int nodes) {
 
 }  // namespace
 
-TEST_CASE("attach: credentials, devices and addresses") {
-  Cluster cl(1);
-  Cred c = cl.credential();
+TEST_CASE_FIXTURE(OneNode, "attach: credentials, devices and addresses") {
   pid_t p = cl.spawn(0, [&] {
     gni_cdm_handle_t cdm;
     gni_nic_handle_t nic;
@@ -251,31 +218,27 @@ TEST_CASE("another protection domain cannot reach registered memory") {
   REQUIRE(mine.cookie != other.cookie);
   Oob oob;
   pid_t t = cl.spawn(0, [&] {
-    Gni g;
-    CHILD_CHECK(g.open(5, mine) == GNI_RC_SUCCESS);
+    Gni g = open_gni(5, mine);
     static char buf[4096];
     std::memset(buf, 'm', sizeof buf);
     Info info{};
     info.addr = g.addr;
     info.inst = 5;
     info.rw = uint64_t(buf);
-    CHILD_CHECK(GNI_MemRegister(g.nic, info.rw, sizeof buf, nullptr, 0, uint32_t(-1), &info.rw_h) == GNI_RC_SUCCESS);
+    info.rw_h = mem_register(g.nic, info.rw, sizeof buf);
     oob.send(1, info);
     (void)oob.recv<int>(1);
     for (char ch : buf) CHILD_CHECK(ch == 'm');
     return 0;
   });
   pid_t i = cl.spawn(0, [&] {
-    Gni g;
-    CHILD_CHECK(g.open(9, other) == GNI_RC_SUCCESS);
+    Gni g = open_gni(9, other);
     Info t = oob.recv<Info>(0);
-    gni_ep_handle_t ep;
-    CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
-    CHILD_CHECK(GNI_EpBind(ep, t.addr, t.inst) == GNI_RC_SUCCESS);
+    gni_ep_handle_t ep = bound_ep(g.nic, g.cq, t.addr, t.inst);
     static char src[64];
     std::memset(src, 'X', sizeof src);
     gni_post_descriptor_t d = put_desc(uint64_t(src), t.rw, t.rw_h, 64);
-    uint64_t st = post_and_complete(g, ep, d);
+    uint64_t st = post_and_wait(g.cq, ep, d, 5000);
     CHILD_CHECK(st != 0);
     oob.send(0, 1);
     return 0;
@@ -296,17 +259,7 @@ struct SmsgPeer {
 // Both sides: a mailbox registered with the remote-event CQ, attrs exchanged, SmsgInit.
 void smsg_connect(SmsgPeer& p, Oob& oob, int side, Cred c, uint32_t inst, uint16_t credits) {
   CHILD_CHECK(p.g.open(inst, c) == GNI_RC_SUCCESS);
-  p.local.msg_type = GNI_SMSG_TYPE_MBOX_AUTO_RETRANSMIT;
-  p.local.mbox_maxcredit = credits;
-  p.local.msg_maxsize = 256;
-  unsigned size = 0;
-  CHILD_CHECK(GNI_SmsgBufferSizeNeeded(&p.local, &size) == GNI_RC_SUCCESS && size > 0);
-  p.mbox.assign(size + 128, 0);
-  p.local.msg_buffer = p.mbox.data();
-  p.local.buff_size = size + 128;
-  p.local.mbox_offset = 128;
-  CHILD_CHECK(GNI_MemRegister(p.g.nic, uint64_t(p.mbox.data()), p.mbox.size(), p.g.rcq, 0, uint32_t(-1),
-                              &p.local.mem_hndl) == GNI_RC_SUCCESS);
+  p.local = smsg_mailbox(p.g, p.mbox, credits, 256, 128);
   Info mine{};
   mine.addr = p.g.addr;
   mine.inst = inst;
@@ -322,10 +275,7 @@ void smsg_connect(SmsgPeer& p, Oob& oob, int side, Cred c, uint32_t inst, uint16
 
 }  // namespace
 
-TEST_CASE("SMSG: credits, order, tags and completion events") {
-  Cluster cl(2);
-  Cred c = cl.credential();
-  Oob oob;
+TEST_CASE_FIXTURE(TwoNodes, "SMSG: credits, order, tags and completion events") {
   constexpr uint16_t kCredits = 8;
   pid_t a = cl.spawn(0, [&] {
     SmsgPeer p;
@@ -433,7 +383,7 @@ TEST_CASE("a killed peer: error completions within a second, resources reclaimed
     static char buf[4096];
     Info info{};
     info.rw = uint64_t(buf);
-    CHILD_CHECK(GNI_MemRegister(p.g.nic, info.rw, sizeof buf, nullptr, 0, uint32_t(-1), &info.rw_h) == GNI_RC_SUCCESS);
+    info.rw_h = mem_register(p.g.nic, info.rw, sizeof buf);
     oob.send(1, info);
     pause();
     return 0;
@@ -444,12 +394,12 @@ TEST_CASE("a killed peer: error completions within a second, resources reclaimed
     Info t = oob.recv<Info>(0);
     static char src[64];
     gni_post_descriptor_t d = put_desc(uint64_t(src), t.rw, t.rw_h, 64);
-    CHILD_CHECK(post_and_complete(p.g, p.ep, d) == 0);
+    CHILD_CHECK(post_and_wait(p.g.cq, p.ep, d, 5000) == 0);
     ctlc.send(0, 1);         // tell the parent to kill the victim
     (void)ctlc.recv<int>(0);  // killed
     uint64_t t0 = now_ms();
     uint64_t st = 0;
-    while ((st = post_and_complete(p.g, p.ep, d)) == 0) CHILD_CHECK(now_ms() - t0 < 1000);
+    while ((st = post_and_wait(p.g.cq, p.ep, d, 5000)) == 0) CHILD_CHECK(now_ms() - t0 < 1000);
     CHILD_CHECK(st == cqe::kErrPeerGone || st == cqe::kErrNoPeer);
     uint32_t hdr = 1;
     CHILD_CHECK(GNI_SmsgSend(p.ep, &hdr, sizeof hdr, nullptr, 0, 5) == GNI_RC_SUCCESS);
@@ -479,13 +429,9 @@ TEST_CASE("a killed peer: error completions within a second, resources reclaimed
   CHECK(cl.wait(survivor) == 0);
 }
 
-TEST_CASE("daemon SIGTERM: blocked and later calls get errors, not hangs") {
-  Cluster cl(1);
-  Cred c = cl.credential();
-  Oob oob;
+TEST_CASE_FIXTURE(OneNode, "daemon SIGTERM: blocked and later calls get errors, not hangs") {
   pid_t p = cl.spawn(0, [&] {
-    Gni g;
-    CHILD_CHECK(g.open(1, c) == GNI_RC_SUCCESS);
+    Gni g = open_gni(1, c);
     oob.send(0, 1);
     gni_cq_entry_t e;
     uint64_t t0 = now_ms();
@@ -507,13 +453,9 @@ TEST_CASE("daemon SIGTERM: blocked and later calls get errors, not hangs") {
   CHECK(cl.wait(p, 10) == 0);
 }
 
-TEST_CASE("daemon SIGKILL: a blocked waiter notices") {
-  Cluster cl(1);
-  Cred c = cl.credential();
-  Oob oob;
+TEST_CASE_FIXTURE(OneNode, "daemon SIGKILL: a blocked waiter notices") {
   pid_t p = cl.spawn(0, [&] {
-    Gni g;
-    CHILD_CHECK(g.open(1, c) == GNI_RC_SUCCESS);
+    Gni g = open_gni(1, c);
     oob.send(0, 1);
     gni_cq_entry_t e;
     CHILD_CHECK(GNI_CqWaitEvent(g.cq, uint64_t(-1), &e) == GNI_RC_TRANSACTION_ERROR);
@@ -525,11 +467,7 @@ TEST_CASE("daemon SIGKILL: a blocked waiter notices") {
 }
 
 TEST_CASE("invalid parameters are refused with the API's codes") {
-  Cluster cl(1);
-  Cred c = cl.credential();
-  pid_t p = cl.spawn(0, [&] {
-    Gni g;
-    CHILD_CHECK(g.open(1, c) == GNI_RC_SUCCESS);
+  CHECK(in_one_child(1, 30, [&](Cluster&, Cred, Gni& g) {
     gni_cq_entry_t e;
     gni_cq_handle_t nb;
     CHILD_CHECK(GNI_CqCreate(g.nic, 16, 0, GNI_CQ_NOBLOCK, nullptr, nullptr, &nb) == GNI_RC_SUCCESS);
@@ -551,15 +489,13 @@ TEST_CASE("invalid parameters are refused with the API's codes") {
       gni_cq_handle_t rx;
       gni_mem_handle_t rh;
       CHILD_CHECK(GNI_CqCreate(g.nic, 16, 0, GNI_CQ_NOBLOCK, nullptr, nullptr, &rx) == GNI_RC_SUCCESS);
-      CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(buf), sizeof buf, rx, 0, uint32_t(-1), &rh) == GNI_RC_SUCCESS);
+      rh = mem_register(g.nic, uint64_t(buf), sizeof buf, rx);
       CHILD_CHECK(GNI_CqDestroy(rx) == GNI_RC_SUCCESS);
-      gni_ep_handle_t self_ep;
-      CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &self_ep) == GNI_RC_SUCCESS);
-      CHILD_CHECK(GNI_EpBind(self_ep, g.addr, g.inst) == GNI_RC_SUCCESS);
+      gni_ep_handle_t self_ep = bound_ep(g.nic, g.cq, g.addr, g.inst);
       static uint64_t v = 0x5151;
       gni_post_descriptor_t pd = put_desc(uint64_t(&v), uint64_t(buf), rh, 8);
       pd.cq_mode = GNI_CQMODE_GLOBAL_EVENT | GNI_CQMODE_REMOTE_EVENT;
-      CHILD_CHECK(post_and_complete(g, self_ep, pd) == 0);
+      CHILD_CHECK(post_and_wait(g.cq, self_ep, pd, 5000) == 0);
       uint64_t got;
       std::memcpy(&got, buf, 8);
       CHILD_CHECK(got == 0x5151);
@@ -590,8 +526,7 @@ TEST_CASE("invalid parameters are refused with the API's codes") {
     CHILD_CHECK(GNI_EpDestroy(ep) == GNI_RC_SUCCESS);
     CHILD_CHECK(GNI_CqDestroy(g.cq) == GNI_RC_SUCCESS);
     return 0;
-  });
-  CHECK(cl.wait(p) == 0);
+  }) == 0);
 }
 
 TEST_CASE("malformed control messages are counted and dropped; the daemon keeps serving") {

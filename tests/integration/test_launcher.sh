@@ -5,34 +5,29 @@
 # covered by test_gni), and the daemons nicemu-run
 # started are gone afterwards. Usage: test_launcher.sh BUILD_DIR
 set -u
+. "$(dirname "$0")/lib.sh"
 build=${1:?build dir}
-run=$build/tools/nicemu-run/nicemu-run
+RUN=$build/tools/nicemu-run/nicemu-run
 ctl=$build/tools/nicemuctl/nicemuctl
 demo=$build/examples/gni_ring
-for b in "$run" "$ctl" "$demo"; do [ -x "$b" ] || { echo "missing $b"; exit 77; }; done
-command -v python3 >/dev/null || exit 77
-
-rundir=$(mktemp -d /tmp/nicemu-launcher-XXXXXX)
+need_exec "$RUN" "$ctl" "$demo"
+need_cmd python3
+test_init test_launcher
+rundir=$TMP
+KILL_RUNDIR=$rundir
 export NICEMU_RUNDIR=$rundir
-job=
-cleanup() {
-  [ -n "$job" ] && kill -KILL "$job" 2>/dev/null
-  pkill -KILL -f -- "--rundir $rundir" 2>/dev/null
-  rm -rf "$rundir"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; exit 1; }
 
 # 1. The demo passes and nicemu-run stops the daemons it started.
-out=$("$run" -n 4 --nodes 2 "$demo" 200 2>&1) || fail "demo job failed: $out"
-echo "$out" | grep -q "demo passed" || fail "demo did not pass: $out"
-[ "$(echo "$out" | grep -c '^\[0\] [0-3] ')" -eq 4 ] || fail "result table lacks 4 ranks: $out"
+out=$("$RUN" -n 4 --nodes 2 "$demo" 200 2>&1) || die "demo job failed: $out"
+grep -q "demo passed" <<<"$out" || die "demo did not pass: $out"
+[ "$(echo "$out" | grep -c '^\[0\] [0-3] ')" -eq 4 ] || die "result table lacks 4 ranks: $out"
 sleep 0.2
-pgrep -f -- "--rundir $rundir" >/dev/null && fail "daemons left running after the job"
+pgrep -f -- "--rundir $rundir" >/dev/null && die "daemons left running after the job"
 
 # 2. A long job: status lists 4 ranks over 2 nodes while it runs.
-"$run" -n 4 --nodes 2 "$demo" 100000000 >"$rundir/job.log" 2>&1 &
+"$RUN" -n 4 --nodes 2 "$demo" 100000000 >"$rundir/job.log" 2>&1 &
 job=$!
+BG_PIDS+=("$job")
 listed=0
 for _ in $(seq 1 100); do
   n=$("$ctl" status --json 2>/dev/null | python3 -c '
@@ -42,7 +37,7 @@ print(sum(len(n["cdms"]) for n in d["nodes"]), len(d["nodes"]))' 2>/dev/null) ||
   if [ "$n" = "4 2" ]; then listed=1; break; fi
   sleep 0.1
 done
-[ "$listed" -eq 1 ] || fail "nicemuctl status did not list 4 ranks on 2 nodes (last: $n)"
+[ "$listed" -eq 1 ] || die "nicemuctl status did not list 4 ranks on 2 nodes (last: $n)"
 
 # 3. SIGKILL one rank: the job ends with 128+9 and the launcher says why.
 victim=$("$ctl" status --json | python3 -c '
@@ -52,10 +47,9 @@ print(d["nodes"][1]["cdms"][0]["pid"])')
 kill -KILL "$victim"
 rc=0
 wait "$job" || rc=$?
-job=
-[ "$rc" -eq 137 ] || fail "job exit status $rc, expected 137; log: $(cat "$rundir/job.log")"
-grep -qi "signal 9\|killed\|SIGKILL" "$rundir/job.log" || fail "launcher did not say why the job failed: $(tail -5 "$rundir/job.log")"
+BG_PIDS=()
+[ "$rc" -eq 137 ] || die "job exit status $rc, expected 137; log: $(cat "$rundir/job.log")"
+grep -qi "signal 9\|killed\|SIGKILL" "$rundir/job.log" || die "launcher did not say why the job failed: $(tail -5 "$rundir/job.log")"
 sleep 0.2
-pgrep -f -- "--rundir $rundir" >/dev/null && fail "daemons left running after the failed job"
-echo "launcher: all checks passed"
-exit 0
+pgrep -f -- "--rundir $rundir" >/dev/null && die "daemons left running after the failed job"
+finish launcher

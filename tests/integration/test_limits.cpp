@@ -77,8 +77,7 @@ int first_process(Cred c, int ready_fd, int go_fd) {
   CHILD_CHECK(GNI_MemDeregister(a.nic, &regs.back()) == GNI_RC_SUCCESS);
   regs.pop_back();
   gni_mem_handle_t m;
-  CHILD_CHECK(GNI_MemRegister(a.nic, uint64_t(buf), 4096, nullptr, GNI_MEM_READWRITE, uint32_t(-1), &m) ==
-              GNI_RC_SUCCESS);
+  m = mem_register(a.nic, uint64_t(buf), 4096, nullptr, GNI_MEM_READWRITE);
   regs.push_back(m);
 
   // CDMs: a second one, not a third. The second shares the process's registrations, so

@@ -117,8 +117,7 @@ struct Client {
   gni_ep_handle_t ep(uint32_t pe, uint32_t inst) {
     auto& e = eps[{pe, inst}];
     if (!e) {
-      CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &e) == GNI_RC_SUCCESS);
-      CHILD_CHECK(GNI_EpBind(e, pe, inst) == GNI_RC_SUCCESS);
+      e = bound_ep(g.nic, g.cq, pe, inst);
     }
     return e;
   }
@@ -168,9 +167,7 @@ void connect_nodes(Shared* s, Client& c, int node, uint32_t other_pe, uint32_t n
 
 }  // namespace
 
-TEST_CASE("two nodes, two instances each: every message once, in order, both ways") {
-  Cluster cl(2);
-  Cred c = cl.credential();
+TEST_CASE_FIXTURE(TwoNodes, "two nodes, two instances each: every message once, in order, both ways") {
   Shared* s = make_shared_state();
   constexpr uint32_t kN = 400;
   const gni_msgq_attr_t attrs = make_attrs(8, 2);
@@ -252,9 +249,7 @@ TEST_CASE("two nodes, two instances each: every message once, in order, both way
 
 // Same semantics on one host and across hosts (NICEMU_TEST_FABRIC=1: credits, msgq_layout.h
 // TxCredit): a node's senders never have more than the ring's depth of messages in flight.
-TEST_CASE("two senders, one ring: NOT_DONE at its depth, room again once the receiver took them") {
-  Cluster cl(2);
-  Cred c = cl.credential();
+TEST_CASE_FIXTURE(TwoNodes, "two senders, one ring: NOT_DONE at its depth, room again once the receiver took them") {
   Shared* s = make_shared_state();
   constexpr uint32_t kDepth = 16, kN = 500;
   const gni_msgq_attr_t attrs = make_attrs(kDepth, 2);
@@ -372,9 +367,7 @@ TEST_CASE("two senders, one ring: NOT_DONE at its depth, room again once the rec
   }
 }
 
-TEST_CASE("flow control, size errors and connection errors between two nodes") {
-  Cluster cl(2);
-  Cred c = cl.credential();
+TEST_CASE_FIXTURE(TwoNodes, "flow control, size errors and connection errors between two nodes") {
   Shared* s = make_shared_state();
   const gni_msgq_attr_t attrs = make_attrs(4, 1);
   pid_t sender = cl.spawn(0, [&] {
@@ -454,9 +447,7 @@ TEST_CASE("flow control, size errors and connection errors between two nodes") {
   CHECK(cl.wait(receiver, 60) == 0);
 }
 
-TEST_CASE("attributes and parameters: mismatch, limits, loopback, callbacks") {
-  Cluster cl(1);
-  Cred c = cl.credential();
+TEST_CASE_FIXTURE(OneNode, "attributes and parameters: mismatch, limits, loopback, callbacks") {
   pid_t p = cl.spawn(0, [&] {
     const uint32_t pe = cl.addr(0);
     gni_msgq_attr_t a = make_attrs(4, 2, 0);  // non-blocking mode
@@ -550,9 +541,7 @@ TEST_CASE("attributes and parameters: mismatch, limits, loopback, callbacks") {
 // Cray's gni_pub.h: GNI_MsgqProgress returns GNI_RC_SUCCESS when "all messages were
 // processed" and GNI_RC_NOT_DONE when "messages could still be available for processing"; the
 // documented codes have no TIMEOUT. A queue with nothing for us has nothing left to process.
-TEST_CASE("GNI_MsgqProgress on an empty queue: SUCCESS for a poll and for a blocking call whose timeout ran out") {
-  Cluster cl(1);
-  Cred c = cl.credential();
+TEST_CASE_FIXTURE(OneNode, "GNI_MsgqProgress on an empty queue: SUCCESS for a poll and for a blocking call whose timeout ran out") {
   pid_t p = cl.spawn(0, [&] {
     using clock = std::chrono::steady_clock;
     auto ms_since = [](clock::time_point t0) {
@@ -603,9 +592,7 @@ TEST_CASE("GNI_MsgqProgress on an empty queue: SUCCESS for a poll and for a bloc
   CHECK(cl.wait(p, 60) == 0);
 }
 
-TEST_CASE("GNI_MsgqProgress: a callback returning 0 gives NOT_DONE with messages left, a later call delivers them") {
-  Cluster cl(1);
-  Cred c = cl.credential();
+TEST_CASE_FIXTURE(OneNode, "GNI_MsgqProgress: a callback returning 0 gives NOT_DONE with messages left, a later call delivers them") {
   pid_t p = cl.spawn(0, [&] {
     const uint32_t pe = cl.addr(0);
     Client cli;
@@ -649,9 +636,7 @@ TEST_CASE("GNI_MsgqProgress: a callback returning 0 gives NOT_DONE with messages
 // What Cray programs do once their exchange is over: drain the queue with
 // `while (GNI_MsgqProgress(q, t) == GNI_RC_NOT_DONE)`. The loop delivers what is left and
 // ends once nothing is. Also run across hosts (msgq-fabric).
-TEST_CASE("two nodes: after the exchange, while (GNI_MsgqProgress(q, t) == GNI_RC_NOT_DONE) ends") {
-  Cluster cl(2);
-  Cred c = cl.credential();
+TEST_CASE_FIXTURE(TwoNodes, "two nodes: after the exchange, while (GNI_MsgqProgress(q, t) == GNI_RC_NOT_DONE) ends") {
   Shared* s = make_shared_state();
   constexpr uint32_t kN = 6;
   const gni_msgq_attr_t attrs = make_attrs(8, 1);
@@ -704,9 +689,7 @@ TEST_CASE("two nodes: after the exchange, while (GNI_MsgqProgress(q, t) == GNI_R
   CHECK(cl.wait(b, 90) == 0);
 }
 
-TEST_CASE("blocking progress sleeps until a message comes, and wakes with an error when the NIC goes down") {
-  Cluster cl(2);
-  Cred c = cl.credential();
+TEST_CASE_FIXTURE(TwoNodes, "blocking progress sleeps until a message comes, and wakes with an error when the NIC goes down") {
   Shared* s = make_shared_state();
   const gni_msgq_attr_t attrs = make_attrs(4, 1);
   pid_t receiver = cl.spawn(1, [&] {
@@ -745,9 +728,7 @@ TEST_CASE("blocking progress sleeps until a message comes, and wakes with an err
   CHECK(cl.wait(receiver, 15) == 0);  // well before its 20 s timeout
 }
 
-TEST_CASE("a dead receiver: senders get INVALID_STATE, its queued messages stop blocking the ring") {
-  Cluster cl(2);
-  Cred c = cl.credential();
+TEST_CASE_FIXTURE(TwoNodes, "a dead receiver: senders get INVALID_STATE, its queued messages stop blocking the ring") {
   Shared* s = make_shared_state();
   const gni_msgq_attr_t attrs = make_attrs(4, 2);
   pid_t victim = cl.spawn(1, [&]() -> int {
@@ -820,9 +801,7 @@ TEST_CASE("a dead receiver: senders get INVALID_STATE, its queued messages stop 
   CHECK(cl.status(1)["msgq"].empty());
 }
 
-TEST_CASE("forged ring entries are counted and dropped, genuine ones delivered") {
-  Cluster cl(2);
-  Cred c = cl.credential();
+TEST_CASE_FIXTURE(TwoNodes, "forged ring entries are counted and dropped, genuine ones delivered") {
   Shared* s = make_shared_state();
   const gni_msgq_attr_t attrs = make_attrs(8, 1);
   pid_t receiver = cl.spawn(1, [&] {

@@ -6,63 +6,19 @@
 set -u
 . "$(dirname "$0")/lib.sh"
 
-BUILD=${1:-}
-DAEMON=$BUILD/nicemu/daemon/nicemu
-CTL=$BUILD/tools/nicemuctl/nicemuctl
-if [[ -z "$BUILD" || ! -x "$DAEMON" || ! -x "$CTL" ]]; then
-  echo "SKIP: usage: $0 BUILD_DIR (needs nicemu/daemon/nicemu and tools/nicemuctl/nicemuctl built)" >&2
-  exit 77
-fi
-if ! command -v python3 >/dev/null; then
-  echo "SKIP: python3 is needed to check the JSON output" >&2
-  exit 77
-fi
-
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_nicemuctl.XXXXXX") || exit 1
+use_build "${1:-}"
+need_cmd python3
+test_init test_nicemuctl
 RUNDIR=$TMP/run
-cleanup() {
-  # Every daemon this script started: SIGTERM, a moment to exit, then SIGKILL.
-  stop_daemons
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
 
-# ctl NAME ARGS...: runs nicemuctl on the test run dir; output in $TMP/NAME.out / .err,
-# status in RC.
-ctl() {
-  local name=$1; shift
-  timeout -k 5 30 "$CTL" --rundir "$RUNDIR" "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" </dev/null
-  RC=$?
-}
-show() { sed 's/^/    /' "$TMP/$1.out" "$TMP/$1.err" >&2; }
-expect_rc() {  # NAME WANT
-  if [[ $RC -ne $2 ]]; then fail "$1: exit status $RC, expected $2"; show "$1"; return 1; fi
-  return 0
-}
-# json NAME PYTHON-EXPR: evaluates EXPR with d = the parsed $TMP/NAME.out; prints it.
+ctl() { capture "$1" 30 "$CTL" --rundir "$RUNDIR" "${@:2}"; }  # NAME ARG...
 json() {
   python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$TMP/$1.out" "$2"
 }
 
 # ---- start two daemons and wait until both answer ----
-mkdir -p "$RUNDIR"
-for a in 10 11; do
-  "$DAEMON" --node "$a" --rundir "$RUNDIR" --log-level warn >"$TMP/daemon$a.log" 2>&1 </dev/null &
-  DAEMON_PID[$a]=$!
-done
-for a in 10 11; do
-  up=0
-  for _ in $(seq 100); do
-    if "$CTL" --rundir "$RUNDIR" --node "$a" --timeout 1 status >/dev/null 2>&1; then up=1; break; fi
-    sleep 0.1
-  done
-  if [[ $up -ne 1 ]]; then
-    echo "FAIL: daemon for NIC address $a did not come up" >&2
-    sed 's/^/    /' "$TMP/daemon$a.log" >&2
-    exit 1
-  fi
-done
+start_daemon 10 "$RUNDIR" --log-level warn
+start_daemon 11 "$RUNDIR" --log-level warn
 
 # ---- 1. status, text ----
 ctl status status
@@ -155,20 +111,13 @@ fi
 
 # ---- 6. no daemon reachable: exit 1 with a message ----
 mkdir -p "$TMP/empty"
-timeout 30 "$CTL" --rundir "$TMP/empty" status >"$TMP/empty.out" 2>"$TMP/empty.err"
-RC=$?
+capture empty 30 "$CTL" --rundir "$TMP/empty" status
 if expect_rc empty 1; then
   grep -q 'no nicemu daemon' "$TMP/empty.err" && [[ ! -s "$TMP/empty.out" ]] &&
     pass "empty run dir: exit 1, message on stderr" || { fail "empty run dir: no message"; show empty; }
 fi
-timeout 30 "$CTL" --rundir "$TMP/does-not-exist" status --json >"$TMP/missing.out" 2>"$TMP/missing.err"
-RC=$?
+capture missing 30 "$CTL" --rundir "$TMP/does-not-exist" status --json
 expect_rc missing 1 && grep -q 'does-not-exist' "$TMP/missing.err" && pass "missing run dir: exit 1 naming it" ||
   { fail "missing run dir"; show missing; }
 
-if [[ $FAILS -ne 0 ]]; then
-  echo "test_nicemuctl: $FAILS failure(s)" >&2
-  exit 1
-fi
-echo "test_nicemuctl: all passed"
-exit 0
+finish nicemuctl

@@ -8,48 +8,35 @@
 set -u
 . "$(dirname "$0")/lib.sh"
 
-BUILD=${1:-}
 SRC=${2:-}
-DAEMON=$BUILD/nicemu/daemon/nicemu
-CTL=$BUILD/tools/nicemuctl/nicemuctl
+use_build "${1:-}" tests/integration/counters_client
 CLIENT=$BUILD/tests/integration/counters_client
 CHECK_PROM=$SRC/tests/integration/check_prometheus.py
-for f in "$DAEMON" "$CTL" "$CLIENT"; do
-  [[ -x "$f" ]] || { echo "SKIP: $f not built (usage: $0 BUILD_DIR SOURCE_DIR)" >&2; exit 77; }
-done
-command -v python3 >/dev/null || { echo "SKIP: python3 is needed to check JSON and exposition text" >&2; exit 77; }
+need_cmd python3
 # The exposition check also runs prometheus_client's parser where a Python has it (Debian's
 # python3-prometheus-client is for /usr/bin/python3).
 PROM_PY=python3
 /usr/bin/python3 -c 'import prometheus_client' 2>/dev/null && PROM_PY=/usr/bin/python3
 
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_observability.XXXXXX") || exit 1
-RUNDIR=$TMP/run
-CFG=$TMP/nicemu.toml
+RUNDIR=""
+CFG=""
 CLIENT_PID=""
-cleanup() {
+test_cleanup() {
   [[ -n "$CLIENT_PID" ]] && kill -KILL "$CLIENT_PID" 2>/dev/null && wait "$CLIENT_PID" 2>/dev/null
   exec 7>&- 2>/dev/null
-  stop_daemons
-  rm -rf "$TMP"
 }
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+test_init test_observability
+RUNDIR=$TMP/run
+CFG=$TMP/nicemu.toml
 
 ctl() { "$CTL" --rundir "$RUNDIR" "$@"; }
 # json_get FILE PYTHON-EXPRESSION-ON-d
 json_get() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
 
-start_daemon() {  # addr
-  "$DAEMON" --config "$CFG" --node "$1" --rundir "$RUNDIR" >"$TMP/daemon-$1.log" 2>&1 &
-  DAEMON_PID[$1]=$!
-  for _ in $(seq 100); do
-    [[ -S "$RUNDIR/nic-$1.sock" && -f "$RUNDIR/nic-$1.stats" ]] && return 0
-    kill -0 "${DAEMON_PID[$1]}" 2>/dev/null || break
-    sleep 0.05
-  done
-  cat "$TMP/daemon-$1.log" >&2
-  return 1
+# start_daemon A with the test's config, and its counter page published.
+obs_daemon() {
+  start_daemon "$1" "$RUNDIR" --config "$CFG"
+  wait_until 50 test -f "$RUNDIR/nic-$1.stats" || die "daemon $1 published no counter page"
 }
 
 # ---- settings ---------------------------------------------------------------------------
@@ -83,8 +70,8 @@ sed -i 's/^stats_interval_ms = .*/stats_interval_ms = 50/' "$CFG"
 grep -q '^stats_interval_ms = 50$' "$CFG" || fail "the default config has no stats_interval_ms line"
 
 # ---- daemons and a client with known traffic ---------------------------------------------
-start_daemon 20 || { fail "daemon 20 did not start with the uncommented default config"; exit 1; }
-start_daemon 21 || { fail "daemon 21 did not start"; exit 1; }
+obs_daemon 20
+obs_daemon 21
 pass "daemons start with the default config file (all settings uncommented)"
 [[ "$(stat -c %a "$RUNDIR/nic-20.stats")" == 644 ]] && pass "counter page mode 0644" || fail "counter page mode"
 
@@ -158,17 +145,17 @@ done
 # ---- SIGHUP --------------------------------------------------------------------------------
 reloads() { ctl --node 20 stats --json >"$TMP/r.json" && json_get "$TMP/r.json" "d['nodes'][0]['counters']['reloads']"; }
 wait_log() {  # pattern
-  for _ in $(seq 100); do grep -q "$1" "$TMP/daemon-20.log" && return 0; sleep 0.05; done
+  for _ in $(seq 100); do grep -q "$1" "$TMP/daemon20.log" && return 0; sleep 0.05; done
   return 1
 }
 sed -i 's/^log_level = .*/log_level = "debug"/' "$CFG"
 kill -HUP "${DAEMON_PID[20]}"
 wait_log "reload: log_level is now debug" && [[ "$(reloads)" == 1 ]] &&
-  pass "SIGHUP applies a live setting (log_level) and counts the reload" || fail "SIGHUP live: $(tail -3 "$TMP/daemon-20.log")"
+  pass "SIGHUP applies a live setting (log_level) and counts the reload" || fail "SIGHUP live: $(tail -3 "$TMP/daemon20.log")"
 sed -i 's/^bte_channels = .*/bte_channels = 3/' "$CFG"
 kill -HUP "${DAEMON_PID[20]}"
 wait_log "bte_channels changed in .* takes effect only after a restart" &&
-  pass "SIGHUP reports a restart-only change" || fail "SIGHUP restart-only: $(tail -3 "$TMP/daemon-20.log")"
+  pass "SIGHUP reports a restart-only change" || fail "SIGHUP restart-only: $(tail -3 "$TMP/daemon20.log")"
 echo 'this is = = not toml' >>"$CFG"
 kill -HUP "${DAEMON_PID[20]}"
 wait_log "reload failed, settings unchanged" && ctl --node 20 status >/dev/null &&
@@ -184,14 +171,8 @@ grep -q '^nicemu_up{nic="21"} 0$' "$TMP/stale.prom" && grep -q '^nicemu_up{nic="
   fail "stale page: $(grep nicemu_up "$TMP/stale.prom")"
 
 # ---- clean stop removes the page ------------------------------------------------------------
-kill -TERM "${DAEMON_PID[20]}"
-wait "${DAEMON_PID[20]}"
-unset 'DAEMON_PID[20]'
+stop_daemon 20
 [[ ! -e "$RUNDIR/nic-20.stats" && ! -e "$RUNDIR/nic-20.sock" ]] && pass "SIGTERM removes socket and counter page" ||
   fail "files left after SIGTERM: $(ls "$RUNDIR")"
 
-if [[ $FAILS -ne 0 ]]; then
-  echo "$FAILS check(s) failed" >&2
-  exit 1
-fi
-echo "all observability checks passed"
+finish observability

@@ -5,6 +5,7 @@
 # barrier deadlock detection, timeout, signals to the launcher, output tagging.
 # Usage: test_pmi.sh NICEMU_RUN PMI_CHECK     Exit: 0 pass, 1 fail, 77 skip.
 set -u
+. "$(dirname "$0")/lib.sh"
 
 RUN=${1:-}
 CHECK=${2:-}
@@ -13,39 +14,19 @@ if [[ -z "$RUN" || -z "$CHECK" || ! -x "$RUN" || ! -x "$CHECK" ]]; then
   exit 77
 fi
 
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/test_pmi.XXXXXX") || exit 1
-BG_PIDS=()
-cleanup() {
-  # Everything this script started: background launchers, then any rank still alive.
-  local p
-  for p in "${BG_PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+# Beyond BG_PIDS (background launchers): any rank still alive.
+test_cleanup() {
+  local f p
   for f in "$TMP"/pid.*; do
     [[ -e "$f" ]] || continue
     p=$(cat "$f" 2>/dev/null) && [[ -n "$p" ]] && kill -KILL "$p" 2>/dev/null
   done
-  rm -rf "$TMP"
 }
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
-FAILS=0
-fail() { echo "FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
-pass() { echo "ok: $*"; }
+test_init test_pmi
 
 # job NAME ARGS...: runs nicemu-run with ARGS under an outer time limit, output in
 # $TMP/NAME.out / .err, status in RC, wall time in ELAPSED (seconds).
-job() {
-  local name=$1; shift
-  local t0=$SECONDS
-  timeout -k 5 90 "$RUN" "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" </dev/null
-  RC=$?
-  ELAPSED=$((SECONDS - t0))
-}
-show() { sed 's/^/    /' "$TMP/$1.out" "$TMP/$1.err" >&2; }
-expect_rc() {  # NAME WANT
-  if [[ $RC -ne $2 ]]; then fail "$1: exit status $RC, expected $2"; show "$1"; return 1; fi
-  return 0
-}
+job() { capture "$1" 90 "$RUN" "${@:2}"; }
 # No process whose pid a rank recorded may still be alive.
 no_survivors() {
   local f p
@@ -79,9 +60,7 @@ job port --no-nic --pmi-port -n 3 --nodes 3 --timeout 60 "$CHECK" 3 3
 expect_rc port 0 && pass "pmi_check over PMI_PORT"
 
 # 4. Singleton: no process manager at all.
-env -u PMI_FD -u PMI_PORT -u PMI_RANK -u PMI_SIZE -u PMI_ID -u PMI_GNI_LOC_ADDR \
-  timeout 30 "$CHECK" 1 1 >"$TMP/single.out" 2>"$TMP/single.err"
-RC=$?
+capture single 30 env -u PMI_FD -u PMI_PORT -u PMI_RANK -u PMI_SIZE -u PMI_ID -u PMI_GNI_LOC_ADDR "$CHECK" 1 1
 expect_rc single 0 && pass "pmi_check as a singleton"
 
 # 5. A rank exiting 3: the launcher exits 3, the sleeping ranks are killed.
@@ -170,8 +149,7 @@ job usage --no-nic "$CHECK"
 
 # 15. Interoperability: pmi_check under MPICH's Hydra, a PMI-1 server we did not write.
 if command -v mpiexec.hydra >/dev/null 2>&1; then
-  timeout -k 5 90 mpiexec.hydra -n 3 "$CHECK" 3 1 >"$TMP/hydra.out" 2>"$TMP/hydra.err" </dev/null
-  RC=$?
+  capture hydra 90 mpiexec.hydra -n 3 "$CHECK" 3 1
   if expect_rc hydra 0 && [[ $(grep -c 'pmi_check: rank [0-2]: OK' "$TMP/hydra.out") -eq 3 ]]; then
     pass "pmi_check under Hydra (mpiexec.hydra)"
   else
@@ -181,9 +159,4 @@ else
   echo "skip: mpiexec.hydra not installed (Hydra interoperability)"
 fi
 
-if [[ $FAILS -ne 0 ]]; then
-  echo "test_pmi: $FAILS failure(s)" >&2
-  exit 1
-fi
-echo "test_pmi: all passed"
-exit 0
+finish pmi

@@ -42,13 +42,10 @@ void across_cdms(int nodes) {
     CHILD_CHECK(GNI_CdmAttach(md_cdm, 0, &a, &md_nic) == GNI_RC_SUCCESS);
     static uint64_t late[8];
     Target info{};
-    CHILD_CHECK(GNI_MemRegister(md_nic, uint64_t(late), sizeof late, nullptr, 0, uint32_t(-1), &info.late_h) ==
-                GNI_RC_SUCCESS);
-    Gni iface;
-    CHILD_CHECK(iface.open(7, c) == GNI_RC_SUCCESS);
+    info.late_h = mem_register(md_nic, uint64_t(late), sizeof late);
+    Gni iface = open_gni(7, c);
     static uint64_t buf[8];
-    CHILD_CHECK(GNI_MemRegister(md_nic, uint64_t(buf), sizeof buf, nullptr, 0, uint32_t(-1), &info.h) ==
-                GNI_RC_SUCCESS);
+    info.h = mem_register(md_nic, uint64_t(buf), sizeof buf);
     info.addr = iface.addr;
     info.inst = iface.inst;
     info.buf = uint64_t(buf);
@@ -69,17 +66,13 @@ void across_cdms(int nodes) {
     return 0;
   });
   pid_t i = cl.spawn(0, [&] {
-    Gni g;
-    CHILD_CHECK(g.open(3, c) == GNI_RC_SUCCESS);
+    Gni g = open_gni(3, c);
     Target tg = oob.recv<Target>(0);
-    gni_ep_handle_t ep;
-    CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
-    CHILD_CHECK(GNI_EpBind(ep, tg.addr, tg.inst) == GNI_RC_SUCCESS);
+    gni_ep_handle_t ep = bound_ep(g.nic, g.cq, tg.addr, tg.inst);
     static uint64_t src[2] = {0x1111, 0x2222};
     static uint64_t back[1];
     gni_mem_handle_t back_h;
-    CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(back), sizeof back, nullptr, 0, uint32_t(-1), &back_h) ==
-                GNI_RC_SUCCESS);
+    back_h = mem_register(g.nic, uint64_t(back), sizeof back);
     CHILD_CHECK(post(g, ep, GNI_POST_FMA_PUT, uint64_t(&src[0]), {}, tg.buf, tg.h, 8) == 0);
     CHILD_CHECK(post(g, ep, GNI_POST_FMA_PUT, uint64_t(&src[1]), {}, tg.late_buf, tg.late_h, 8) == 0);
     CHILD_CHECK(post(g, ep, GNI_POST_FMA_GET, uint64_t(back), back_h, tg.buf, tg.h, 8) == 0);

@@ -68,15 +68,11 @@ void check_read_only(int ro_fd, int heap_fd, uint64_t region_size) {
 
 }  // namespace
 
-TEST_CASE("the read-only section stays read-only for its owner and for peers") {
-  Cluster cl(1);
-  Cred c = cl.credential();
-
+TEST_CASE_FIXTURE(OneNode, "the read-only section stays read-only for its owner and for peers") {
   nicemu::ctl::Connection owner;
-  REQUIRE(owner.connect(cl.socket(0)));
   ctl::AttachReply ar{};
   int fds[2];
-  REQUIRE(attach_by_hand(owner, 3, c, ar, fds));
+  REQUIRE(attach_by_hand(owner, cl.socket(0), 3, c, ar, fds));
   REQUIRE(ar.r.rc == GNI_RC_SUCCESS);
   REQUIRE(fds[0] >= 0);
   REQUIRE(fds[1] >= 0);
@@ -107,17 +103,11 @@ TEST_CASE("the read-only section stays read-only for its owner and for peers") {
 }
 
 TEST_CASE("libugni attaches and works on the two-memfd region") {
-  Cluster cl(1);
-  Cred c = cl.credential();
-  pid_t p = cl.spawn(0, [&] {
-    Gni g;
-    CHILD_CHECK(g.open(1, c) == GNI_RC_SUCCESS);
+  CHECK(in_one_child(1, 30, [&](Cluster&, Cred, Gni& g) {
     static char buf[4096];
     gni_mem_handle_t h;
-    CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(buf), sizeof buf, g.rcq, GNI_MEM_READWRITE, uint32_t(-1), &h) ==
-                GNI_RC_SUCCESS);
+    h = mem_register(g.nic, uint64_t(buf), sizeof buf, g.rcq, GNI_MEM_READWRITE);
     CHILD_CHECK(GNI_MemDeregister(g.nic, &h) == GNI_RC_SUCCESS);
     return 0;
-  });
-  CHECK(cl.wait(p) == 0);
+  }) == 0);
 }

@@ -27,37 +27,24 @@ struct Target {
   gni_mem_handle_t h;  // registered with the remote-event CQ
 };
 
-gni_post_descriptor_t fma(gni_post_type_t type, uint64_t local, gni_mem_handle_t lh, uint64_t remote,
-                          gni_mem_handle_t rh, uint64_t len) {
-  return make_desc(type, local, lh, remote, rh, len);
-}
-
 // Posts `d` and waits for its event; checks the event names the descriptor and carries
 // `inst` (the bound id, or EpSetEventData's local value). Returns the CQE status.
 uint64_t complete(gni_cq_handle_t cq, gni_ep_handle_t ep, gni_post_descriptor_t& d, uint32_t inst) {
-  gni_return_t rc = d.type == GNI_POST_RDMA_PUT || d.type == GNI_POST_RDMA_GET ? GNI_PostRdma(ep, &d)
-                    : d.type == GNI_POST_CQWRITE                               ? GNI_PostCqWrite(ep, &d)
-                                                                               : GNI_PostFma(ep, &d);
-  CHILD_CHECK(rc == GNI_RC_SUCCESS);
+  CHILD_CHECK(post(ep, d) == GNI_RC_SUCCESS);
   gni_cq_entry_t e = 0;
-  rc = GNI_CqWaitEvent(cq, 10000, &e);
-  CHILD_CHECK(rc == GNI_RC_SUCCESS || rc == GNI_RC_TRANSACTION_ERROR);
+  const uint64_t status = wait_completion(cq, d, 10000, &e);
   CHILD_CHECK(GNI_CQ_GET_INST_ID(e) == inst);
-  gni_post_descriptor_t* out = nullptr;
-  GNI_GetCompleted(cq, e, &out);
-  CHILD_CHECK(out == &d);
-  return GNI_CQ_GET_STATUS(e);
+  return status;
 }
 
 // The target: one registration with a remote-event CQ; after the initiator is done, its
 // bytes and the remote events (which carry the initiator's remote event data).
 int target(Oob& oob, Cred c) {
-  Gni g;
-  CHILD_CHECK(g.open(kTargetInst, c) == GNI_RC_SUCCESS);
+  Gni g = open_gni(kTargetInst, c);
   static char buf[kBuf];
   std::memset(buf, 't', sizeof buf);
   Target t{g.addr, uint64_t(buf), {}};
-  CHILD_CHECK(GNI_MemRegister(g.nic, t.buf, kBuf, g.rcq, GNI_MEM_READWRITE, uint32_t(-1), &t.h) == GNI_RC_SUCCESS);
+  t.h = mem_register(g.nic, t.buf, kBuf, g.rcq, GNI_MEM_READWRITE);
   oob.send(1, t);
   CHILD_CHECK(oob.recv<int>(1) == 1);
   for (size_t i = 0; i < 64; ++i) CHILD_CHECK(buf[i] == 'F');            // FMA PUT
@@ -88,22 +75,19 @@ int target(Oob& oob, Cred c) {
 }
 
 int initiator(Oob& oob, Cred c) {
-  Gni g;
-  CHILD_CHECK(g.open(kInitInst, c) == GNI_RC_SUCCESS);
+  Gni g = open_gni(kInitInst, c);
   Target t = oob.recv<Target>(0);
-  gni_ep_handle_t ep;
-  CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_EpBind(ep, t.addr, kLabel) == GNI_RC_SUCCESS);
+  gni_ep_handle_t ep = bound_ep(g.nic, g.cq, t.addr, kLabel);
   static char src[kBuf], back[kBuf];
   gni_mem_handle_t back_h;
-  CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(back), kBuf, nullptr, 0, uint32_t(-1), &back_h) == GNI_RC_SUCCESS);
+  back_h = mem_register(g.nic, uint64_t(back), kBuf);
 
   // FMA PUT with a remote event, then GET it back: local events report the bound id.
   std::memset(src, 'F', 64);
-  auto put = fma(GNI_POST_FMA_PUT, uint64_t(src), {}, t.buf, t.h, 64);
+  auto put = make_desc(GNI_POST_FMA_PUT, uint64_t(src), {}, t.buf, t.h, 64);
   put.cq_mode = GNI_CQMODE_GLOBAL_EVENT | GNI_CQMODE_REMOTE_EVENT;
   CHILD_CHECK(complete(g.cq, ep, put, kLabel) == 0);
-  auto get = fma(GNI_POST_FMA_GET, uint64_t(back), back_h, t.buf, t.h, 64);
+  auto get = make_desc(GNI_POST_FMA_GET, uint64_t(back), back_h, t.buf, t.h, 64);
   CHILD_CHECK(complete(g.cq, ep, get, kLabel) == 0);
   CHILD_CHECK(std::memcmp(back, src, 64) == 0);
 
@@ -111,9 +95,9 @@ int initiator(Oob& oob, Cred c) {
   // with both operands' length, as programs written for Cray XC machines do.
   uint64_t init[3] = {5, 0xF0F0, 0x55};
   std::memcpy(src, init, sizeof init);
-  auto seed = fma(GNI_POST_FMA_PUT, uint64_t(src), {}, t.buf + 512, t.h, sizeof init);
+  auto seed = make_desc(GNI_POST_FMA_PUT, uint64_t(src), {}, t.buf + 512, t.h, sizeof init);
   CHILD_CHECK(complete(g.cq, ep, seed, kLabel) == 0);
-  auto fadd = fma(GNI_POST_AMO, uint64_t(back), back_h, t.buf + 512, t.h, 8);
+  auto fadd = make_desc(GNI_POST_AMO, uint64_t(back), back_h, t.buf + 512, t.h, 8);
   fadd.amo_cmd = GNI_FMA_ATOMIC_FADD;
   fadd.first_operand = 10;
   std::memset(back, 0, 8);
@@ -121,18 +105,18 @@ int initiator(Oob& oob, Cred c) {
   uint64_t fetched;
   std::memcpy(&fetched, back, 8);
   CHILD_CHECK(fetched == 5);
-  auto ax = fma(GNI_POST_AMO, 0, {}, t.buf + 520, t.h, 16);
+  auto ax = make_desc(GNI_POST_AMO, 0, {}, t.buf + 520, t.h, 16);
   ax.amo_cmd = GNI_FMA_ATOMIC_AX;
   ax.first_operand = 0xFF00;
   ax.second_operand = 0x0003;
   CHILD_CHECK(complete(g.cq, ep, ax, kLabel) == 0);
-  auto cswap = fma(GNI_POST_AMO, 0, {}, t.buf + 528, t.h, 16);
+  auto cswap = make_desc(GNI_POST_AMO, 0, {}, t.buf + 528, t.h, 16);
   cswap.amo_cmd = GNI_FMA_ATOMIC2_CSWAP;
   cswap.first_operand = 0x55;
   cswap.second_operand = 0x77;
   CHILD_CHECK(complete(g.cq, ep, cswap, kLabel) == 0);
   // A fetching form keeps the operand size; a length that fits no form is refused.
-  auto fax = fma(GNI_POST_AMO, uint64_t(back), back_h, t.buf + 520, t.h, 16);
+  auto fax = make_desc(GNI_POST_AMO, uint64_t(back), back_h, t.buf + 520, t.h, 16);
   fax.amo_cmd = GNI_FMA_ATOMIC2_FAX;
   CHILD_CHECK(GNI_PostFma(ep, &fax) == GNI_RC_INVALID_PARAM);
   ax.length = 24;
@@ -140,7 +124,7 @@ int initiator(Oob& oob, Cred c) {
 
   // PUT with a sync flag.
   std::memset(src, 'S', 256);
-  auto sync = fma(GNI_POST_FMA_PUT_W_SYNCFLAG, uint64_t(src), {}, t.buf + 1024, t.h, 256);
+  auto sync = make_desc(GNI_POST_FMA_PUT_W_SYNCFLAG, uint64_t(src), {}, t.buf + 1024, t.h, 256);
   sync.sync_flag_addr = t.buf + 2048;
   sync.sync_flag_value = 0x5A5A;
   CHILD_CHECK(complete(g.cq, ep, sync, kLabel) == 0);
@@ -150,18 +134,18 @@ int initiator(Oob& oob, Cred c) {
   static char rsrc[8192];
   std::memset(rsrc, 'R', sizeof rsrc);
   gni_mem_handle_t rsrc_h;
-  CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(rsrc), sizeof rsrc, nullptr, 0, uint32_t(-1), &rsrc_h) == GNI_RC_SUCCESS);
-  auto rput = fma(GNI_POST_RDMA_PUT, uint64_t(rsrc), rsrc_h, t.buf + 4096, t.h, sizeof rsrc);
+  rsrc_h = mem_register(g.nic, uint64_t(rsrc), sizeof rsrc);
+  auto rput = make_desc(GNI_POST_RDMA_PUT, uint64_t(rsrc), rsrc_h, t.buf + 4096, t.h, sizeof rsrc);
   rput.rdma_mode = GNI_RDMAMODE_PHYS_ADDR;
   CHILD_CHECK(complete(g.cq, ep, rput, kLabel) == 0);
   std::memset(back, 0, sizeof rsrc);
-  auto rget = fma(GNI_POST_RDMA_GET, uint64_t(back), back_h, t.buf + 4096, t.h, sizeof rsrc);
+  auto rget = make_desc(GNI_POST_RDMA_GET, uint64_t(back), back_h, t.buf + 4096, t.h, sizeof rsrc);
   CHILD_CHECK(complete(g.cq, ep, rget, kLabel) == 0);
   CHILD_CHECK(std::memcmp(back, rsrc, sizeof rsrc) == 0);
 
   // EpSetEventData changes what both sides see from then on.
   CHILD_CHECK(GNI_EpSetEventData(ep, 0x55, 0x66) == GNI_RC_SUCCESS);
-  auto put2 = fma(GNI_POST_FMA_PUT, uint64_t(src), {}, t.buf + 1024, t.h, 8);
+  auto put2 = make_desc(GNI_POST_FMA_PUT, uint64_t(src), {}, t.buf + 1024, t.h, 8);
   put2.cq_mode = GNI_CQMODE_GLOBAL_EVENT | GNI_CQMODE_REMOTE_EVENT;
   CHILD_CHECK(complete(g.cq, ep, put2, 0x55) == 0);
 
@@ -176,16 +160,14 @@ int initiator(Oob& oob, Cred c) {
 
   // Another label for the same peer works too; an address without that memory domain's
   // CDM is an error completion, never a write.
-  gni_ep_handle_t ep2;
-  CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep2) == GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_EpBind(ep2, t.addr, 0xDEADBEEF) == GNI_RC_SUCCESS);
-  auto get2 = fma(GNI_POST_FMA_GET, uint64_t(back), back_h, t.buf, t.h, 64);
+  gni_ep_handle_t ep2 = bound_ep(g.nic, g.cq, t.addr, 0xDEADBEEF);
+  auto get2 = make_desc(GNI_POST_FMA_GET, uint64_t(back), back_h, t.buf, t.h, 64);
   std::memset(back, 0, 64);
   CHILD_CHECK(complete(g.cq, ep2, get2, 0xDEADBEEF) == 0);
   CHILD_CHECK(back[0] == 'F' && back[63] == 'F');
   gni_mem_handle_t nobody = t.h;
   nobody.qword1 ^= uint64_t{0x800} << 52;  // another memory domain (and a CRC that no longer matches)
-  auto bad = fma(GNI_POST_FMA_PUT, uint64_t(src), {}, t.buf, nobody, 8);
+  auto bad = make_desc(GNI_POST_FMA_PUT, uint64_t(src), {}, t.buf, nobody, 8);
   CHILD_CHECK(complete(g.cq, ep2, bad, 0xDEADBEEF) != 0);
   GNI_EpDestroy(ep2);
 
@@ -214,24 +196,12 @@ struct SmsgInfo {
 };
 
 int smsg_side(Oob& oob, Cred c, int side, uint32_t inst, uint32_t label, int messages) {
-  Gni g;
-  CHILD_CHECK(g.open(inst, c) == GNI_RC_SUCCESS);
-  gni_smsg_attr_t a{};
-  a.msg_type = GNI_SMSG_TYPE_MBOX_AUTO_RETRANSMIT;
-  a.mbox_maxcredit = 2;
-  a.msg_maxsize = 64;
-  unsigned size = 0;
-  CHILD_CHECK(GNI_SmsgBufferSizeNeeded(&a, &size) == GNI_RC_SUCCESS);
-  std::vector<char> mbox(size);
-  a.msg_buffer = mbox.data();
-  a.buff_size = size;
-  a.mbox_offset = 0;
-  CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(mbox.data()), size, g.rcq, 0, uint32_t(-1), &a.mem_hndl) == GNI_RC_SUCCESS);
+  Gni g = open_gni(inst, c);
+  std::vector<char> mbox;
+  gni_smsg_attr_t a = smsg_mailbox(g, mbox, 2, 64);
   oob.send(side, SmsgInfo{g.addr, a});
   SmsgInfo peer = oob.recv<SmsgInfo>(side);
-  gni_ep_handle_t ep;
-  CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_EpBind(ep, peer.addr, label) == GNI_RC_SUCCESS);
+  gni_ep_handle_t ep = bound_ep(g.nic, g.cq, peer.addr, label);
   CHILD_CHECK(GNI_SmsgInit(ep, &a, &peer.attr) == GNI_RC_SUCCESS);
   oob.send(side, 1);
   CHILD_CHECK(oob.recv<int>(side) == 1);
@@ -311,9 +281,7 @@ TEST_CASE("any remote id: SMSG, and a sender that waits on its CQ for credits, b
   smsg_credits(2);
 }
 
-TEST_CASE("GNI_CdmAttach with device -1 attaches to the nearest device") {
-  Cluster cl(1);
-  Cred c = cl.credential();
+TEST_CASE_FIXTURE(OneNode, "GNI_CdmAttach with device -1 attaches to the nearest device") {
   pid_t p = cl.spawn(0, [&] {
     gni_cdm_handle_t cdm;
     CHILD_CHECK(GNI_CdmCreate(4, c.ptag, c.cookie, GNI_CDM_MODE_ERR_NO_KILL, &cdm) == GNI_RC_SUCCESS);

@@ -4,21 +4,18 @@
 # PUT and one SMSG message over every channel; every rank verifies every byte it received.
 # The job runs under nicemu-run's --timeout. Usage: test_scale.sh BUILD_DIR RANKS NODES [TIMEOUT_S]
 set -u
+. "$(dirname "$0")/lib.sh"
 build=${1:?build dir}
 ranks=${2:?ranks}
 nodes=${3:?nodes}
 limit=${4:-120}
-run=$build/tools/nicemu-run/nicemu-run
+RUN=$build/tools/nicemu-run/nicemu-run
 bench=$build/bench/connect_bench
-for b in "$run" "$bench"; do [ -x "$b" ] || { echo "missing $b"; exit 77; }; done
-
-rundir=$(mktemp -u /tmp/nicemu-scale-XXXXXX)
-out=$(mktemp /tmp/nicemu-scale-out-XXXXXX)
-cleanup() {
-  pkill -KILL -f -- "--rundir $rundir" 2>/dev/null
-  rm -rf "$rundir" "$out"
-}
-trap cleanup EXIT
+need_exec "$RUN" "$bench"
+test_init test_scale
+rundir=$TMP/run
+KILL_RUNDIR=$rundir
+out=$TMP/out
 fail() {
   echo "FAIL: $*"
   grep -v '^rank ' "$out" | tail -20
@@ -26,7 +23,7 @@ fail() {
 }
 
 start=$(date +%s.%N)
-"$run" -n "$ranks" --nodes "$nodes" --rundir "$rundir" --no-tag-output --timeout "$limit" \
+"$RUN" -n "$ranks" --nodes "$nodes" --rundir "$rundir" --no-tag-output --timeout "$limit" \
   "$bench" --on-demand --all --timeout "$limit" >"$out" 2>&1
 rc=$?
 took=$(echo "$(date +%s.%N) - $start" | bc)

@@ -39,20 +39,6 @@ struct Target {
   gni_mem_handle_t mdh;
 };
 
-gni_post_descriptor_t desc(gni_post_type_t type, uint64_t local, gni_mem_handle_t lh, uint64_t remote,
-                           gni_mem_handle_t rh, uint64_t len) {
-  gni_post_descriptor_t d{};
-  d.type = type;
-  d.cq_mode = GNI_CQMODE_GLOBAL_EVENT;
-  d.dlvr_mode = GNI_DLVMODE_PERFORMANCE;
-  d.local_addr = local;
-  d.local_mem_hndl = lh;
-  d.remote_addr = remote;
-  d.remote_mem_hndl = rh;
-  d.length = len;
-  return d;
-}
-
 bool completes_ok(gni_cq_handle_t cq) {
   gni_cq_entry_t e = 0;
   if (GNI_CqWaitEvent(cq, 10000, &e) != GNI_RC_SUCCESS) return false;
@@ -61,12 +47,10 @@ bool completes_ok(gni_cq_handle_t cq) {
 }
 
 int target(Cred c, int info_fd, int go_fd) {
-  Gni g;
-  CHILD_CHECK(g.open(1, c) == GNI_RC_SUCCESS);
+  Gni g = open_gni(1, c);
   static uint8_t buf[kBuf];
   Target t{g.addr, 1, uint64_t(buf), {}};
-  CHILD_CHECK(GNI_MemRegister(g.nic, t.buf, kBuf, nullptr, GNI_MEM_READWRITE, uint32_t(-1), &t.mdh) ==
-              GNI_RC_SUCCESS);
+  t.mdh = mem_register(g.nic, t.buf, kBuf, nullptr, GNI_MEM_READWRITE);
   CHILD_CHECK(write(info_fd, &t, sizeof t) == sizeof t);
   char go;
   CHILD_CHECK(read(go_fd, &go, 1) == 1);
@@ -77,29 +61,24 @@ int target(Cred c, int info_fd, int go_fd) {
 // The healthy initiator: FMA and RDMA PUT of a fresh pattern, GET back, compare; as many
 // rounds as fit in the run. Fails on any error or mismatch.
 int healthy(Cred c, const Target& t) {
-  Gni g;
-  CHILD_CHECK(g.open(2, c) == GNI_RC_SUCCESS);
-  gni_ep_handle_t ep;
-  CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_EpBind(ep, t.addr, t.inst) == GNI_RC_SUCCESS);
+  Gni g = open_gni(2, c);
+  gni_ep_handle_t ep = bound_ep(g.nic, g.cq, t.addr, t.inst);
   static uint8_t src[kBuf], back[kBuf];
   gni_mem_handle_t sh, bh;
-  CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(src), kBuf, nullptr, GNI_MEM_READWRITE, uint32_t(-1), &sh) ==
-              GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(back), kBuf, nullptr, GNI_MEM_READWRITE, uint32_t(-1), &bh) ==
-              GNI_RC_SUCCESS);
+  sh = mem_register(g.nic, uint64_t(src), kBuf, nullptr, GNI_MEM_READWRITE);
+  bh = mem_register(g.nic, uint64_t(back), kBuf, nullptr, GNI_MEM_READWRITE);
   auto end = std::chrono::steady_clock::now() + kRun;
   int rounds = 0;
   for (uint8_t k = 1; std::chrono::steady_clock::now() < end; k = uint8_t(k % 200 + 1), ++rounds) {
     std::memset(src, k, kBuf);
-    gni_post_descriptor_t put = desc(GNI_POST_FMA_PUT, uint64_t(src), sh, t.buf, t.mdh, 4096);
+    gni_post_descriptor_t put = make_desc(GNI_POST_FMA_PUT, uint64_t(src), sh, t.buf, t.mdh, 4096);
     CHILD_CHECK(GNI_PostFma(ep, &put) == GNI_RC_SUCCESS);
     CHILD_CHECK(completes_ok(g.cq));
-    gni_post_descriptor_t rput = desc(GNI_POST_RDMA_PUT, uint64_t(src), sh, t.buf + 4096, t.mdh, kBuf - 4096);
+    gni_post_descriptor_t rput = make_desc(GNI_POST_RDMA_PUT, uint64_t(src), sh, t.buf + 4096, t.mdh, kBuf - 4096);
     CHILD_CHECK(GNI_PostRdma(ep, &rput) == GNI_RC_SUCCESS);
     CHILD_CHECK(completes_ok(g.cq));
     std::memset(back, 0, kBuf);
-    gni_post_descriptor_t get = desc(GNI_POST_RDMA_GET, uint64_t(back), bh, t.buf, t.mdh, kBuf);
+    gni_post_descriptor_t get = make_desc(GNI_POST_RDMA_GET, uint64_t(back), bh, t.buf, t.mdh, kBuf);
     CHILD_CHECK(GNI_PostRdma(ep, &get) == GNI_RC_SUCCESS);
     CHILD_CHECK(completes_ok(g.cq));
     CHILD_CHECK(std::memcmp(back, src, kBuf) == 0);
@@ -114,10 +93,9 @@ int healthy(Cred c, const Target& t) {
 int scribbler(Cluster& cl, Cred c, const Target& t) {
   std::mt19937_64 rng(12345);
   nicemu::ctl::Connection conn;
-  CHILD_CHECK(conn.connect(cl.socket(0)));
   ctl::AttachReply ar{};
   int fds[2];
-  CHILD_CHECK(attach_by_hand(conn, 3, c, ar, fds) && ar.r.rc == GNI_RC_SUCCESS);
+  CHILD_CHECK(attach_by_hand(conn, cl.socket(0), 3, c, ar, fds) && ar.r.rc == GNI_RC_SUCCESS);
   char* base = abi::map_region(fds[0], fds[1], ar.region_size);
   CHILD_CHECK(base != nullptr);
   const uint64_t size = ar.region_size;
@@ -266,9 +244,7 @@ int scribbler(Cluster& cl, Cred c, const Target& t) {
 
 }  // namespace
 
-TEST_CASE("a client scribbling over its own region hurts nobody else") {
-  Cluster cl(1);
-  Cred c = cl.credential();
+TEST_CASE_FIXTURE(OneNode, "a client scribbling over its own region hurts nobody else") {
   int info[2], go[2];
   REQUIRE(pipe(info) == 0);
   REQUIRE(pipe(go) == 0);

@@ -74,9 +74,7 @@ struct Done {
 
 // One initiator's whole exchange with the target; returns what the target must find.
 Done initiate(Gni& g, const Info& t, uint32_t seed) {
-  gni_ep_handle_t ep;
-  CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_EpBind(ep, t.addr, t.inst) == GNI_RC_SUCCESS);
+  gni_ep_handle_t ep = bound_ep(g.nic, g.cq, t.addr, t.inst);
   Done done{};
 
   // FMA PUT of the offset space in three posts, the middle one across two boundaries.
@@ -93,7 +91,7 @@ Done initiate(Gni& g, const Info& t, uint32_t seed) {
   // FMA GET of everything into a plain local buffer.
   char* dst = anon(kTotal);
   gni_mem_handle_t dst_h{};
-  CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(dst), kTotal, nullptr, 0, uint32_t(-1), &dst_h) == GNI_RC_SUCCESS);
+  dst_h = mem_register(g.nic, uint64_t(dst), kTotal);
   auto get = make_desc(GNI_POST_FMA_GET, uint64_t(dst), dst_h, 0, t.seg_h, kTotal);
   CHILD_CHECK(post_and_wait(g.cq, ep, get) == 0);
   CHILD_CHECK(std::memcmp(dst, src, kTotal) == 0);
@@ -193,13 +191,10 @@ void verify_target(char* mem, const Done& d) {
 
 }  // namespace
 
-TEST_CASE("peers address a multi-segment registration by offset: FMA, RDMA and AMOs across boundaries") {
-  Cluster cl(2);
-  Cred c = cl.credential();
+TEST_CASE_FIXTURE(TwoNodes, "peers address a multi-segment registration by offset: FMA, RDMA and AMOs across boundaries") {
   Oob near, far;  // initiator on the target's node / on the other node
   pid_t target = cl.spawn(0, [&] {
-    Gni g;
-    CHILD_CHECK(g.open(100, c) == GNI_RC_SUCCESS);
+    Gni g = open_gni(100, c);
     char* mem = anon(kMem);
     std::memset(mem, kGap, kMem);
     Info info{g.addr, 100, register_segments(g.nic, mem, kSegs, 4, g.rcq),
@@ -229,8 +224,7 @@ TEST_CASE("peers address a multi-segment registration by offset: FMA, RDMA and A
   });
   auto initiator = [&](int node, uint32_t inst, Oob& o, uint32_t seed) {
     return cl.spawn(node, [&, inst, seed] {
-      Gni g;
-      CHILD_CHECK(g.open(inst, c) == GNI_RC_SUCCESS);
+      Gni g = open_gni(inst, c);
       Info t = o.recv<Info>(0);
       o.send(0, initiate(g, t, seed));
       CHILD_CHECK(o.recv<int>(0) == 1);
@@ -245,11 +239,7 @@ TEST_CASE("peers address a multi-segment registration by offset: FMA, RDMA and A
 }
 
 TEST_CASE("segment lists: parameter errors, a full table, and entries freed on deregistration") {
-  Cluster cl(1);
-  Cred c = cl.credential();
-  pid_t p = cl.spawn(0, [&] {
-    Gni g;
-    CHILD_CHECK(g.open(7, c) == GNI_RC_SUCCESS);
+  CHECK(in_one_child(7, 60, [&](Cluster&, Cred, Gni& g) {
     const uint32_t n = 1024;
     char* mem = anon(uint64_t{n} * 64);
     std::vector<gni_mem_segment_t> s(n + 1);
@@ -283,9 +273,7 @@ TEST_CASE("segment lists: parameter errors, a full table, and entries freed on d
       CHILD_CHECK(GNI_MemDeregister(g.nic, &h) == GNI_RC_SUCCESS);
     }
     // A deregistered handle no longer reaches the memory.
-    gni_ep_handle_t ep;
-    CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
-    CHILD_CHECK(GNI_EpBind(ep, g.addr, 7) == GNI_RC_SUCCESS);
+    gni_ep_handle_t ep = bound_ep(g.nic, g.cq, g.addr, 7);
     uint64_t v = 1;
     auto d = make_desc(GNI_POST_FMA_PUT, uint64_t(&v), {}, 0, h, 8);
     CHILD_CHECK(post_and_wait(g.cq, ep, d) == cqe::kErrProtection);
@@ -297,13 +285,10 @@ TEST_CASE("segment lists: parameter errors, a full table, and entries freed on d
     std::memcpy(&got, reinterpret_cast<char*>(s[5].address) + 56, 8);
     CHILD_CHECK(got == 1);
     return 0;
-  });
-  CHECK(cl.wait(p, 60) == 0);
+  }) == 0);
 }
 
-TEST_CASE("RDMA in many chunks over segments on both sides (chunks split across segments and channels)") {
-  Cluster cl(1);
-  Cred c = cl.credential();
+TEST_CASE_FIXTURE(OneNode, "RDMA in many chunks over segments on both sides (chunks split across segments and channels)") {
   // ~2.3 MiB in odd-sized segments out of order on the target, other cuts locally: the
   // engine's 256 KiB chunks start and end inside segments on both sides.
   constexpr Piece remote_segs[] = {{3 << 20, 700001}, {0, 1000003}, {(5 << 20) + 5, 611111}};
@@ -313,8 +298,7 @@ TEST_CASE("RDMA in many chunks over segments on both sides (chunks split across 
   constexpr uint64_t len = total - 3;  // RDMA GET lengths are multiples of 4
   Oob o;
   pid_t target = cl.spawn(0, [&] {
-    Gni g;
-    CHILD_CHECK(g.open(100, c) == GNI_RC_SUCCESS);
+    Gni g = open_gni(100, c);
     char* mem = anon(8 << 20);
     std::memset(mem, kGap, 8 << 20);
     o.send(1, Info{g.addr, 100, register_segments(g.nic, mem, remote_segs, 3, nullptr), {}});
@@ -326,12 +310,9 @@ TEST_CASE("RDMA in many chunks over segments on both sides (chunks split across 
     return 0;
   });
   pid_t in = cl.spawn(0, [&] {
-    Gni g;
-    CHILD_CHECK(g.open(200, c) == GNI_RC_SUCCESS);
+    Gni g = open_gni(200, c);
     Info t = o.recv<Info>(0);
-    gni_ep_handle_t ep;
-    CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
-    CHILD_CHECK(GNI_EpBind(ep, t.addr, t.inst) == GNI_RC_SUCCESS);
+    gni_ep_handle_t ep = bound_ep(g.nic, g.cq, t.addr, t.inst);
     char* lbuf = anon(4 << 20);
     for (uint64_t i = 0; i < len; ++i) *at_offset(lbuf, local_segs, 2, i) = char(pattern(i, 3));
     gni_mem_handle_t lh = register_segments(g.nic, lbuf, local_segs, 2, nullptr);

@@ -123,13 +123,11 @@ gni_post_descriptor_t desc(gni_post_type_t type, uint64_t local, gni_mem_handle_
 // waits until the others are done, then checks that only its own peer wrote.
 int owner(Cluster& cl, User a, Cred ca, int info_fd, int go_fd) {
   become(a);
-  Gni g;
-  CHILD_CHECK(g.open(1, ca) == GNI_RC_SUCCESS);
+  Gni g = open_gni(1, ca);
   static uint8_t buf[kBuf];
   std::memset(buf, kFill, sizeof buf);
   OwnerInfo info{getpid(), g.addr, 1, uint64_t(buf), {}, 77};
-  CHILD_CHECK(GNI_MemRegister(g.nic, info.buf, kBuf, g.rcq, GNI_MEM_READWRITE, uint32_t(-1), &info.mdh) ==
-              GNI_RC_SUCCESS);
+  info.mdh = mem_register(g.nic, info.buf, kBuf, g.rcq, GNI_MEM_READWRITE);
   gni_ep_handle_t any;
   CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &any) == GNI_RC_SUCCESS);
   static uint8_t in[16], out[16];
@@ -160,11 +158,8 @@ int control(Cluster& cl, User a, Cred ca, const OwnerInfo& t) {
   int fd = -1;
   CHILD_CHECK(peer_lookup(cl.socket(0), t.addr, t.mdh, ca, fd) == GNI_RC_SUCCESS && fd >= 0);
   close(fd);
-  Gni g;
-  CHILD_CHECK(g.open(2, ca) == GNI_RC_SUCCESS);
-  gni_ep_handle_t ep;
-  CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_EpBind(ep, t.addr, t.inst) == GNI_RC_SUCCESS);
+  Gni g = open_gni(2, ca);
+  gni_ep_handle_t ep = bound_ep(g.nic, g.cq, t.addr, t.inst);
   static uint8_t src[64];
   std::memset(src, 0xA2, sizeof src);
   gni_post_descriptor_t d = desc(GNI_POST_FMA_PUT, uint64_t(src), {}, t);
@@ -237,17 +232,13 @@ int intruder(Cluster& cl, User a, User b, Cred ca, Cred cb, const OwnerInfo& t) 
       if (d["ptag"] == ca.ptag) CHILD_CHECK(d["cookie"].is_null());
   }
   // The data path from B's own domain: FMA PUT/GET, CQ write and RDMA at A's memory.
-  Gni g;
-  CHILD_CHECK(g.open(1, cb) == GNI_RC_SUCCESS);
-  gni_ep_handle_t ep;
-  CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_EpBind(ep, t.addr, t.inst) == GNI_RC_SUCCESS);  // binding is local; posts are checked
+  Gni g = open_gni(1, cb);
+  gni_ep_handle_t ep = bound_ep(g.nic, g.cq, t.addr, t.inst);  // binding is local; posts are checked
   {
     static uint8_t src[kBuf];
     std::memset(src, 0xBB, sizeof src);
     gni_mem_handle_t sh;
-    CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(src), kBuf, nullptr, GNI_MEM_READWRITE, uint32_t(-1), &sh) ==
-                GNI_RC_SUCCESS);
+    sh = mem_register(g.nic, uint64_t(src), kBuf, nullptr, GNI_MEM_READWRITE);
     gni_post_descriptor_t put = desc(GNI_POST_FMA_PUT, uint64_t(src), sh, t);
     CHILD_CHECK(refused(GNI_PostFma(ep, &put), g.cq));
     gni_post_descriptor_t get = desc(GNI_POST_FMA_GET, uint64_t(src), sh, t);
@@ -264,9 +255,7 @@ int intruder(Cluster& cl, User a, User b, Cred ca, Cred cb, const OwnerInfo& t) 
     CHILD_CHECK(refused(GNI_PostRdma(ep, &rdma), g.cq));
   }
   // A directed datagram at A's instance, from B's domain: it must not match A's wildcard.
-  gni_ep_handle_t dep;
-  CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &dep) == GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_EpBind(dep, t.addr, t.inst) == GNI_RC_SUCCESS);
+  gni_ep_handle_t dep = bound_ep(g.nic, g.cq, t.addr, t.inst);
   {
     static uint8_t din[16], dout[16];
     CHILD_CHECK(GNI_EpPostDataWId(dep, din, sizeof din, dout, sizeof dout, 5) == GNI_RC_SUCCESS);

@@ -3,21 +3,16 @@
 # one daemon) and deletes the users again, on failure too.
 # Usage: test_two_users.sh TEST_BINARY     Exit: 0 pass, 1 fail, 77 skip (not root).
 set -u
+. "$(dirname "$0")/lib.sh"
 BIN=${1:?usage: $0 TEST_BINARY}
-if [[ $(id -u) -ne 0 ]]; then
-  echo "SKIP: creating users needs root" >&2
-  exit 77
-fi
-if ! command -v useradd >/dev/null || ! command -v userdel >/dev/null; then
-  echo "SKIP: useradd/userdel not available" >&2
-  exit 77
-fi
+[[ $(id -u) -eq 0 ]] || skip "creating users needs root"
+need_cmd useradd userdel
 
 # Short unique names (useradd allows 32 characters); no home directories, no login.
 A=nicemu-a-$$
 B=nicemu-b-$$
 CREATED=()
-cleanup() {
+test_cleanup() {
   local u
   for u in "${CREATED[@]}"; do
     # Processes of the user would make userdel fail; the test binary kills its children,
@@ -27,14 +22,10 @@ cleanup() {
     getent group "$u" >/dev/null && groupdel "$u" 2>/dev/null
   done
 }
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+test_init test_two_users
 
 for u in "$A" "$B"; do
-  if ! useradd --system --no-create-home --user-group --shell /usr/sbin/nologin "$u"; then
-    echo "FAIL: useradd $u" >&2
-    exit 1
-  fi
+  useradd --system --no-create-home --user-group --shell /usr/sbin/nologin "$u" || die "useradd $u"
   CREATED+=("$u")
 done
 

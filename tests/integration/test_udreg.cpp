@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "../anon_memory.h"
 #include "udreg_nicemu.h"
 #include "udreg_pub.h"
 
@@ -181,50 +182,16 @@ inline uint8_t pattern(uint64_t i) { return uint8_t((i * 131) ^ (i >> 7) ^ 0x5a)
 // this memory.
 void put_through(Ctx& c, void* dst, udreg_entry_t* e, uint64_t len) {
   auto* r = static_cast<GniDevice::Reg*>(e->device_data);
-  gni_ep_handle_t ep = nullptr;
-  CHILD_CHECK(GNI_EpCreate(c.g.nic, c.g.cq, &ep) == GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_EpBind(ep, c.g.addr, c.g.inst) == GNI_RC_SUCCESS);
+  gni_ep_handle_t ep = bound_ep(c.g.nic, c.g.cq, c.g.addr, c.g.inst);
   static char src[4096];
   if (len > sizeof src) len = sizeof src;
   for (uint64_t i = 0; i < len; ++i) src[i] = char(pattern(i));
   std::memset(dst, 0, len);
-  gni_post_descriptor_t d{};
-  d.type = GNI_POST_FMA_PUT;
-  d.cq_mode = GNI_CQMODE_GLOBAL_EVENT;
-  d.dlvr_mode = GNI_DLVMODE_PERFORMANCE;
-  d.local_addr = uint64_t(src);
-  d.remote_addr = uint64_t(dst);
-  d.remote_mem_hndl = r->h;
-  d.length = len;
-  CHILD_CHECK(GNI_PostFma(ep, &d) == GNI_RC_SUCCESS);
-  gni_cq_entry_t ev = 0;
-  CHILD_CHECK(GNI_CqWaitEvent(c.g.cq, 5000, &ev) == GNI_RC_SUCCESS);
-  gni_post_descriptor_t* out = nullptr;
-  CHILD_CHECK(GNI_GetCompleted(c.g.cq, ev, &out) == GNI_RC_SUCCESS);
-  CHILD_CHECK(out == &d);
+  gni_post_descriptor_t d = put_desc(uint64_t(src), uint64_t(dst), r->h, len);
+  CHILD_CHECK(post_and_wait(c.g.cq, ep, d, 5000) == 0);
   CHILD_CHECK(std::memcmp(dst, src, len) == 0);
   CHILD_CHECK(GNI_EpUnbind(ep) == GNI_RC_SUCCESS);
   CHILD_CHECK(GNI_EpDestroy(ep) == GNI_RC_SUCCESS);
-}
-
-char* map_anon(uint64_t len) {
-  void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  CHILD_CHECK(p != MAP_FAILED);
-  std::memset(p, 0x11, len);
-  return static_cast<char*>(p);
-}
-
-// Maps fresh memory into the hole [p, p + n) an unmap left. Another thread (a sanitizer
-// runtime's allocator) may have taken the hole first: then false, and the scenario starts
-// over at another address.
-bool refill(char* p, uint64_t n) {
-  void* q = mmap(p, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-  if (q != p) {
-    if (q != MAP_FAILED) munmap(q, n);
-    return false;
-  }
-  std::memset(p, 0x11, n);
-  return true;
 }
 
 // Runs `scenario` until it found its holes free, at most 20 times.
@@ -259,196 +226,178 @@ int expect_fresh_or_stale(Ctx& c, udreg_entry_t* old, uint64_t old_serial, void*
 
 const std::vector<std::string> kModes = {"none", "uffd", "hooks", "auto"};
 
+// Runs `body` (run) once per invalidation mode on a one-node cluster and checks every run.
+void in_every_mode(const std::string& what, std::function<int(Ctx&)> body, uint32_t max_entries = 64) {
+  Cluster cl(1);
+  Cred cred = cl.credential();
+  for (const auto& mode : kModes) expect_ok(run(cl, cred, mode, body, max_entries), what + ", mode " + mode);
+}
+
+// Registers [p, p + n) and drops the reference at once (the entry stays cached); returns
+// the entry in `e` and its registration's serial, to tell a stale entry from a fresh one.
+uint64_t register_cached(Ctx& c, void* p, uint64_t n, udreg_entry_t*& e) {
+  e = nullptr;
+  CHILD_CHECK(UDREG_Register(c.cache, p, n, &e) == UDREG_RC_SUCCESS);
+  const uint64_t serial = serial_of(e);
+  CHILD_CHECK(UDREG_DecrRefcount(c.cache, e) == UDREG_RC_SUCCESS);
+  return serial;
+}
+
 }  // namespace
 
 TEST_CASE("free then malloc at the same address: stale without invalidation, fresh with it") {
-  Cluster cl(1);
-  Cred cred = cl.credential();
-  for (const auto& mode : kModes) {
-    int rc = run(cl, cred, mode, [](Ctx& c) {
-      const uint64_t n = 4 << 20;
-      char* p = static_cast<char*>(malloc(n));
-      CHILD_CHECK(p);
-      std::memset(p, 1, n);
-      udreg_entry_t* e = nullptr;
-      CHILD_CHECK(UDREG_Register(c.cache, p, n, &e) == UDREG_RC_SUCCESS);
-      uint64_t dd = serial_of(e);
-      put_through(c, p, e, kPage);
-      CHILD_CHECK(UDREG_DecrRefcount(c.cache, e) == UDREG_RC_SUCCESS);
-      // The hit before the free: same entry, no new registration.
-      udreg_entry_t* again = nullptr;
-      CHILD_CHECK(UDREG_Register(c.cache, p + 100, 1000, &again) == UDREG_RC_SUCCESS);
-      CHILD_CHECK(again == e && stat(c.cache, UDREG_STAT_CACHE_HIT) == 1);
-      CHILD_CHECK(UDREG_DecrRefcount(c.cache, again) == UDREG_RC_SUCCESS);
+  in_every_mode("free/malloc", [](Ctx& c) {
+    const uint64_t n = 4 << 20;
+    char* p = static_cast<char*>(malloc(n));
+    CHILD_CHECK(p);
+    std::memset(p, 1, n);
+    udreg_entry_t* e = nullptr;
+    CHILD_CHECK(UDREG_Register(c.cache, p, n, &e) == UDREG_RC_SUCCESS);
+    uint64_t dd = serial_of(e);
+    put_through(c, p, e, kPage);
+    CHILD_CHECK(UDREG_DecrRefcount(c.cache, e) == UDREG_RC_SUCCESS);
+    // The hit before the free: same entry, no new registration.
+    udreg_entry_t* again = nullptr;
+    CHILD_CHECK(UDREG_Register(c.cache, p + 100, 1000, &again) == UDREG_RC_SUCCESS);
+    CHILD_CHECK(again == e && stat(c.cache, UDREG_STAT_CACHE_HIT) == 1);
+    CHILD_CHECK(UDREG_DecrRefcount(c.cache, again) == UDREG_RC_SUCCESS);
 
-      free(p);  // glibc unmaps the block from inside libc
-      char* q = static_cast<char*>(malloc(n));
-      if (q != p) {
-        std::fprintf(stderr, "malloc did not return the same address (sanitizer allocator?): skipped\n");
-        free(q);
-        return kSkip;
-      }
-      std::memset(q, 2, n);
-      int rc = expect_fresh_or_stale(c, e, dd, q, n);
+    free(p);  // glibc unmaps the block from inside libc
+    char* q = static_cast<char*>(malloc(n));
+    if (q != p) {
+      std::fprintf(stderr, "malloc did not return the same address (sanitizer allocator?): skipped\n");
       free(q);
-      return rc;
-    });
-    expect_ok(rc, "free/malloc, mode " + mode);
-  }
+      return kSkip;
+    }
+    std::memset(q, 2, n);
+    int rc = expect_fresh_or_stale(c, e, dd, q, n);
+    free(q);
+    return rc;
+  });
 }
 
 TEST_CASE("munmap then mmap at the same address, and an entry in use when its memory goes") {
-  Cluster cl(1);
-  Cred cred = cl.credential();
-  for (const auto& mode : kModes) {
-    int rc = run(cl, cred, mode, [](Ctx& c) {
-      const uint64_t n = 1 << 20;
-      CHILD_CHECK(with_retries([&] {
-        char* p = map_anon(n);
-        udreg_entry_t* e = nullptr;
-        CHILD_CHECK(UDREG_Register(c.cache, p, n, &e) == UDREG_RC_SUCCESS);
-        uint64_t dd = serial_of(e);
-        CHILD_CHECK(UDREG_DecrRefcount(c.cache, e) == UDREG_RC_SUCCESS);
-        CHILD_CHECK(munmap(p, n) == 0);
-        if (!refill(p, n)) return false;
-        CHILD_CHECK(expect_fresh_or_stale(c, e, dd, p, n) == 0);
-        munmap(p, n);
-        return true;
-      }));
+  in_every_mode("munmap/mmap", [](Ctx& c) {
+    const uint64_t n = 1 << 20;
+    CHILD_CHECK(with_retries([&] {
+      char* p = map_anon(n, 0x11);
+      udreg_entry_t* e = nullptr;
+      const uint64_t dd = register_cached(c, p, n, e);
+      CHILD_CHECK(munmap(p, n) == 0);
+      if (!refill(p, n, 0x11)) return false;
+      CHILD_CHECK(expect_fresh_or_stale(c, e, dd, p, n) == 0);
+      munmap(p, n);
+      return true;
+    }));
 
-      // In use: the reference is held across the unmap.
-      CHILD_CHECK(with_retries([&] {
-        char* r = map_anon(n);
-        udreg_entry_t* held = nullptr;
-        CHILD_CHECK(UDREG_Register(c.cache, r, n, &held) == UDREG_RC_SUCCESS);
-        uint64_t held_serial = serial_of(held);
-        CHILD_CHECK(munmap(r, n) == 0);
-        if (!refill(r, n)) {
-          CHILD_CHECK(UDREG_DecrRefcount(c.cache, held) == UDREG_RC_SUCCESS);
-          return false;
-        }
-        uint64_t deregs = c.dev.deregs;
-        udreg_entry_t* fresh = nullptr;
-        CHILD_CHECK(UDREG_Register(c.cache, r, n, &fresh) == UDREG_RC_SUCCESS);
-        if (c.mode == "none") {
-          CHILD_CHECK(fresh == held);
-          CHILD_CHECK(UDREG_DecrRefcount(c.cache, fresh) == UDREG_RC_SUCCESS);
-        } else {
-          CHILD_CHECK(fresh != held);
-          CHILD_CHECK(c.dev.deregs == deregs);  // still referenced: not yet
-          CHILD_CHECK(c.dev.is_live(held_serial));
-        }
+    // In use: the reference is held across the unmap.
+    CHILD_CHECK(with_retries([&] {
+      char* r = map_anon(n, 0x11);
+      udreg_entry_t* held = nullptr;
+      CHILD_CHECK(UDREG_Register(c.cache, r, n, &held) == UDREG_RC_SUCCESS);
+      uint64_t held_serial = serial_of(held);
+      CHILD_CHECK(munmap(r, n) == 0);
+      if (!refill(r, n, 0x11)) {
         CHILD_CHECK(UDREG_DecrRefcount(c.cache, held) == UDREG_RC_SUCCESS);
-        if (c.mode != "none") {
-          CHILD_CHECK(c.dev.deregs == deregs + 1);  // the last reference went: deregistered, lazy or not
-          CHILD_CHECK(!c.dev.is_live(held_serial));
-          CHILD_CHECK(UDREG_DecrRefcount(c.cache, fresh) == UDREG_RC_SUCCESS);
-        }
-        munmap(r, n);
-        return true;
-      }));
-      return 0;
-    });
-    expect_ok(rc, "munmap/mmap, mode " + mode);
-  }
+        return false;
+      }
+      uint64_t deregs = c.dev.deregs;
+      udreg_entry_t* fresh = nullptr;
+      CHILD_CHECK(UDREG_Register(c.cache, r, n, &fresh) == UDREG_RC_SUCCESS);
+      if (c.mode == "none") {
+        CHILD_CHECK(fresh == held);
+        CHILD_CHECK(UDREG_DecrRefcount(c.cache, fresh) == UDREG_RC_SUCCESS);
+      } else {
+        CHILD_CHECK(fresh != held);
+        CHILD_CHECK(c.dev.deregs == deregs);  // still referenced: not yet
+        CHILD_CHECK(c.dev.is_live(held_serial));
+      }
+      CHILD_CHECK(UDREG_DecrRefcount(c.cache, held) == UDREG_RC_SUCCESS);
+      if (c.mode != "none") {
+        CHILD_CHECK(c.dev.deregs == deregs + 1);  // the last reference went: deregistered, lazy or not
+        CHILD_CHECK(!c.dev.is_live(held_serial));
+        CHILD_CHECK(UDREG_DecrRefcount(c.cache, fresh) == UDREG_RC_SUCCESS);
+      }
+      munmap(r, n);
+      return true;
+    }));
+    return 0;
+  });
 }
 
 TEST_CASE("mremap: moved and shrunk registrations are invalidated") {
-  Cluster cl(1);
-  Cred cred = cl.credential();
-  for (const auto& mode : kModes) {
-    int rc = run(cl, cred, mode, [](Ctx& c) {
-      const uint64_t n = 1 << 20;
-      // Moved away: new memory appears at the old address.
-      CHILD_CHECK(with_retries([&] {
-        char* p = map_anon(n);
-        char* dst = map_anon(n);
-        udreg_entry_t* e = nullptr;
-        CHILD_CHECK(UDREG_Register(c.cache, p, n, &e) == UDREG_RC_SUCCESS);
-        uint64_t dd = serial_of(e);
-        CHILD_CHECK(UDREG_DecrRefcount(c.cache, e) == UDREG_RC_SUCCESS);
-        CHILD_CHECK(mremap(p, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, dst) == dst);
-        bool ok = refill(p, n);
-        if (ok) {
-          CHILD_CHECK(expect_fresh_or_stale(c, e, dd, p, n) == 0);
-          munmap(p, n);
-        }
-        munmap(dst, n);
-        return ok;
-      }));
+  in_every_mode("mremap", [](Ctx& c) {
+    const uint64_t n = 1 << 20;
+    // Moved away: new memory appears at the old address.
+    CHILD_CHECK(with_retries([&] {
+      char* p = map_anon(n, 0x11);
+      char* dst = map_anon(n, 0x11);
+      udreg_entry_t* e = nullptr;
+      const uint64_t dd = register_cached(c, p, n, e);
+      CHILD_CHECK(mremap(p, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, dst) == dst);
+      bool ok = refill(p, n, 0x11);
+      if (ok) {
+        CHILD_CHECK(expect_fresh_or_stale(c, e, dd, p, n) == 0);
+        munmap(p, n);
+      }
+      munmap(dst, n);
+      return ok;
+    }));
 
-      // Shrunk in place: the tail is gone and comes back as other memory.
-      CHILD_CHECK(with_retries([&] {
-        char* s = map_anon(n);
-        udreg_entry_t* e = nullptr;
-        CHILD_CHECK(UDREG_Register(c.cache, s, n, &e) == UDREG_RC_SUCCESS);
-        uint64_t dd = serial_of(e);
-        CHILD_CHECK(UDREG_DecrRefcount(c.cache, e) == UDREG_RC_SUCCESS);
-        CHILD_CHECK(mremap(s, n, n / 2, 0) == s);
-        bool ok = refill(s + n / 2, n / 2);
-        if (ok) CHILD_CHECK(expect_fresh_or_stale(c, e, dd, s, n) == 0);
-        munmap(s, ok ? n : n / 2);
-        return ok;
-      }));
-      return 0;
-    });
-    expect_ok(rc, "mremap, mode " + mode);
-  }
+    // Shrunk in place: the tail is gone and comes back as other memory.
+    CHILD_CHECK(with_retries([&] {
+      char* s = map_anon(n, 0x11);
+      udreg_entry_t* e = nullptr;
+      const uint64_t dd = register_cached(c, s, n, e);
+      CHILD_CHECK(mremap(s, n, n / 2, 0) == s);
+      bool ok = refill(s + n / 2, n / 2, 0x11);
+      if (ok) CHILD_CHECK(expect_fresh_or_stale(c, e, dd, s, n) == 0);
+      munmap(s, ok ? n : n / 2);
+      return ok;
+    }));
+    return 0;
+  });
 }
 
 TEST_CASE("madvise DONTNEED, FREE and REMOVE give pages back: entries are invalidated") {
-  Cluster cl(1);
-  Cred cred = cl.credential();
-  for (const auto& mode : kModes) {
-    int rc = run(cl, cred, mode, [](Ctx& c) {
-      const uint64_t n = 256 << 10;
-      struct Case {
-        int advice;
-        int flags;
-      };
-      for (Case k : {Case{MADV_DONTNEED, MAP_PRIVATE}, Case{MADV_FREE, MAP_PRIVATE}, Case{MADV_REMOVE, MAP_SHARED}}) {
-        void* m = mmap(nullptr, n, PROT_READ | PROT_WRITE, k.flags | MAP_ANONYMOUS, -1, 0);
-        CHILD_CHECK(m != MAP_FAILED);
-        char* p = static_cast<char*>(m);
-        std::memset(p, 3, n);
-        udreg_entry_t* e = nullptr;
-        CHILD_CHECK(UDREG_Register(c.cache, p + 100, n - 200, &e) == UDREG_RC_SUCCESS);
-        uint64_t dd = serial_of(e);
-        CHILD_CHECK(UDREG_DecrRefcount(c.cache, e) == UDREG_RC_SUCCESS);
-        CHILD_CHECK(madvise(p + 2 * kPage, kPage, k.advice) == 0);  // one page in the middle
-        CHILD_CHECK(expect_fresh_or_stale(c, e, dd, p + 100, n - 200) == 0);
-        munmap(p, n);
-      }
-      return 0;
-    });
-    expect_ok(rc, "madvise, mode " + mode);
-  }
+  in_every_mode("madvise", [](Ctx& c) {
+    const uint64_t n = 256 << 10;
+    struct Case {
+      int advice;
+      int flags;
+    };
+    for (Case k : {Case{MADV_DONTNEED, MAP_PRIVATE}, Case{MADV_FREE, MAP_PRIVATE}, Case{MADV_REMOVE, MAP_SHARED}}) {
+      void* m = mmap(nullptr, n, PROT_READ | PROT_WRITE, k.flags | MAP_ANONYMOUS, -1, 0);
+      CHILD_CHECK(m != MAP_FAILED);
+      char* p = static_cast<char*>(m);
+      std::memset(p, 3, n);
+      udreg_entry_t* e = nullptr;
+      const uint64_t dd = register_cached(c, p + 100, n - 200, e);
+      CHILD_CHECK(madvise(p + 2 * kPage, kPage, k.advice) == 0);  // one page in the middle
+      CHILD_CHECK(expect_fresh_or_stale(c, e, dd, p + 100, n - 200) == 0);
+      munmap(p, n);
+    }
+    return 0;
+  });
 }
 
 TEST_CASE("brk shrink: heap memory given back is invalidated") {
-  Cluster cl(1);
-  Cred cred = cl.credential();
-  for (const auto& mode : kModes) {
-    int rc = run(cl, cred, mode, [](Ctx& c) {
-      const intptr_t n = 64 << 10;
-      // Page-align the break first (malloc may have left it anywhere).
-      uintptr_t cur = uintptr_t(sbrk(0));
-      CHILD_CHECK(sbrk(intptr_t((kPage - cur % kPage) % kPage)) != reinterpret_cast<void*>(-1));
-      char* p = static_cast<char*>(sbrk(n));
-      CHILD_CHECK(p != reinterpret_cast<char*>(-1));
-      std::memset(p, 4, size_t(n));
-      udreg_entry_t* e = nullptr;
-      CHILD_CHECK(UDREG_Register(c.cache, p, uint64_t(n), &e) == UDREG_RC_SUCCESS);
-      uint64_t dd = serial_of(e);
-      CHILD_CHECK(UDREG_DecrRefcount(c.cache, e) == UDREG_RC_SUCCESS);
-      CHILD_CHECK(sbrk(-n) == p + n);
-      CHILD_CHECK(sbrk(n) == p);
-      std::memset(p, 5, size_t(n));
-      CHILD_CHECK(expect_fresh_or_stale(c, e, dd, p, uint64_t(n)) == 0);
-      return 0;
-    });
-    expect_ok(rc, "brk, mode " + mode);
-  }
+  in_every_mode("brk", [](Ctx& c) {
+    const intptr_t n = 64 << 10;
+    // Page-align the break first (malloc may have left it anywhere).
+    uintptr_t cur = uintptr_t(sbrk(0));
+    CHILD_CHECK(sbrk(intptr_t((kPage - cur % kPage) % kPage)) != reinterpret_cast<void*>(-1));
+    char* p = static_cast<char*>(sbrk(n));
+    CHILD_CHECK(p != reinterpret_cast<char*>(-1));
+    std::memset(p, 4, size_t(n));
+    udreg_entry_t* e = nullptr;
+    const uint64_t dd = register_cached(c, p, uint64_t(n), e);
+    CHILD_CHECK(sbrk(-n) == p + n);
+    CHILD_CHECK(sbrk(n) == p);
+    std::memset(p, 5, size_t(n));
+    CHILD_CHECK(expect_fresh_or_stale(c, e, dd, p, uint64_t(n)) == 0);
+    return 0;
+  });
 }
 
 TEST_CASE("eviction under a small max_entries keeps hits, misses and registrations consistent") {
@@ -459,7 +408,7 @@ TEST_CASE("eviction under a small max_entries keeps hits, misses and registratio
       [](Ctx& c) {
         constexpr int kBufs = 10;
         constexpr uint64_t kLen = 64 << 10;
-        char* base = map_anon(kBufs * kLen);
+        char* base = map_anon(kBufs * kLen, 0x11);
         std::mt19937 rng(7);
         uint64_t calls = 0;
         for (int round = 0; round < 200; ++round) {
@@ -502,7 +451,7 @@ TEST_CASE("threads register and release while others free and remap memory") {
         [](Ctx& c) {
           constexpr uint64_t kChunk = 64 << 10;
           constexpr int kChunks = 16;
-          char* base = map_anon(kChunks * kChunk);
+          char* base = map_anon(kChunks * kChunk, 0x11);
           std::atomic<bool> stop{false};
           std::atomic<int> bad{0};
           // Churn: big blocks through malloc/free (libc's own munmap), and one chunk of the
@@ -578,7 +527,7 @@ TEST_CASE("caches by name: create once, access many, release, destroy; bad argum
     CHILD_CHECK(UDREG_CacheCreate(&a) == UDREG_RC_SUCCESS);
     udreg_cache_handle_t h3 = nullptr;
     CHILD_CHECK(UDREG_CacheAccess("udreg-test-2", &h3) == UDREG_RC_SUCCESS);
-    char* p = map_anon(kPage);
+    char* p = map_anon(kPage, 0x11);
     udreg_entry_t* e = nullptr;
     CHILD_CHECK(UDREG_Register(h3, p, kPage, &e) == UDREG_RC_SUCCESS);
     uint64_t deregs = c.dev.deregs;
@@ -619,8 +568,7 @@ TEST_CASE("peers write and read memory that uDREG registered and userfaultfd wat
   constexpr uint64_t kLen = 2 << 20;
   pid_t target = cl.spawn(0, [&]() -> int {
     setenv("NICEMU_UDREG_INVALIDATION", "auto", 1);
-    Gni g;
-    CHILD_CHECK(g.open(1, cred) == GNI_RC_SUCCESS);
+    Gni g = open_gni(1, cred);
     GniDevice dev;
     dev.nic = g.nic;
     udreg_cache_handle_t cache = make_cache(dev, "udreg-peer", UDREG_CC_MODE_USE_LAZY_DEREG, 16);
@@ -644,18 +592,13 @@ TEST_CASE("peers write and read memory that uDREG registered and userfaultfd wat
   });
   pid_t initiator = cl.spawn(0, [&]() -> int {
     Target t = oob.recv<Target>(1);
-    Gni g;
-    CHILD_CHECK(g.open(2, cred) == GNI_RC_SUCCESS);
-    gni_ep_handle_t ep = nullptr;
-    CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
-    CHILD_CHECK(GNI_EpBind(ep, t.addr, t.inst) == GNI_RC_SUCCESS);
+    Gni g = open_gni(2, cred);
+    gni_ep_handle_t ep = bound_ep(g.nic, g.cq, t.addr, t.inst);
     std::vector<char> src(1 << 20), back(1 << 20);
     for (uint64_t i = 0; i < src.size(); ++i) src[i] = char(pattern(i + 7));
     gni_mem_handle_t src_h, back_h;
-    CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(src.data()), src.size(), nullptr, GNI_MEM_READWRITE, uint32_t(-1),
-                                &src_h) == GNI_RC_SUCCESS);
-    CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(back.data()), back.size(), nullptr, GNI_MEM_READWRITE, uint32_t(-1),
-                                &back_h) == GNI_RC_SUCCESS);
+    src_h = mem_register(g.nic, uint64_t(src.data()), src.size(), nullptr, GNI_MEM_READWRITE);
+    back_h = mem_register(g.nic, uint64_t(back.data()), back.size(), nullptr, GNI_MEM_READWRITE);
     auto complete = [&](gni_post_descriptor_t* d) {
       gni_cq_entry_t ev = 0;
       CHILD_CHECK(GNI_CqWaitEvent(g.cq, 10000, &ev) == GNI_RC_SUCCESS);

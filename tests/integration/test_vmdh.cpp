@@ -40,8 +40,7 @@ struct Target {
 };
 
 int target(Oob& oob, Oob& nb, Cred c) {
-  Gni g;
-  CHILD_CHECK(g.open(7, c) == GNI_RC_SUCCESS);
+  Gni g = open_gni(7, c);
   alignas(4096) static char rw[kBuf + 4096], ro[kBuf], lazy[kBuf], other[4096];
   std::memset(rw, 't', sizeof rw);
   std::memset(ro, 'r', sizeof ro);
@@ -64,8 +63,7 @@ int target(Oob& oob, Oob& nb, Cred c) {
               GNI_RC_SUCCESS);
   CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(lazy), kBuf, nullptr, GNI_MEM_USE_VMDH | GNI_MEM_RESERVE_REGION, kLazy,
                               &lazyh) == GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(other), 4096, nullptr, GNI_MEM_USE_VMDH, uint32_t(-1), &anyh) ==
-              GNI_RC_SUCCESS);
+  anyh = mem_register(g.nic, uint64_t(other), 4096, nullptr, GNI_MEM_USE_VMDH);
   // Multi-segment registrations take indices the same way (and give them back).
   static char seg_a[4096], seg_b[4096];
   gni_mem_segment_t segs[2] = {{uint64_t(seg_a), sizeof seg_a}, {uint64_t(seg_b), sizeof seg_b}};
@@ -116,8 +114,7 @@ int target(Oob& oob, Oob& nb, Cred c) {
 // Another process of the job on the target's node: the block is the node's, so the
 // indices the target took are taken for it too.
 int neighbour(Oob& nb, Cred c) {
-  Gni g;
-  CHILD_CHECK(g.open(8, c) == GNI_RC_SUCCESS);
+  Gni g = open_gni(8, c);
   CHILD_CHECK(nb.recv<int>(0) == 4);
   CHILD_CHECK(GNI_SetMddResources(g.nic, kBlock) == GNI_RC_SUCCESS);
   alignas(4096) static char mine[4096];
@@ -132,16 +129,13 @@ int neighbour(Oob& nb, Cred c) {
 }
 
 int initiator(Oob& oob, Cred c) {
-  Gni g;
-  CHILD_CHECK(g.open(3, c) == GNI_RC_SUCCESS);
+  Gni g = open_gni(3, c);
   Target t = oob.recv<Target>(0);
-  gni_ep_handle_t ep;
-  CHILD_CHECK(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_EpBind(ep, t.addr, 7) == GNI_RC_SUCCESS);
+  gni_ep_handle_t ep = bound_ep(g.nic, g.cq, t.addr, 7);
   alignas(4096) static char src[kBuf], back[kBuf];
   gni_mem_handle_t sh, bh;
-  CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(src), kBuf, nullptr, 0, uint32_t(-1), &sh) == GNI_RC_SUCCESS);
-  CHILD_CHECK(GNI_MemRegister(g.nic, uint64_t(back), kBuf, nullptr, 0, uint32_t(-1), &bh) == GNI_RC_SUCCESS);
+  sh = mem_register(g.nic, uint64_t(src), kBuf);
+  bh = mem_register(g.nic, uint64_t(back), kBuf);
   const gni_mem_handle_t rw = vmdh_handle(kRw), ro = vmdh_handle(kRo), lazy = vmdh_handle(kLazy);
 
   // The reservation is closed until its pages are filled in.
@@ -204,8 +198,7 @@ int initiator(Oob& oob, Cred c) {
   auto unknown = make_desc(GNI_POST_FMA_PUT, uint64_t(src), sh, 0, vmdh_handle(40), 8);
   CHILD_CHECK(post_and_wait(g.cq, ep, unknown) != 0);
   // A CQ write through the vMDH handle.
-  auto cqw = make_desc(GNI_POST_CQWRITE, 0, {}, 0, rw, 0);
-  cqw.cqwrite_value = 0xBEEF;
+  auto cqw = cqwrite_desc(rw, 0xBEEF);
   CHILD_CHECK(post_and_wait(g.cq, ep, cqw) == 0);
   oob.send(0, 3);
   CHILD_CHECK(oob.recv<int>(0) == 4);
@@ -227,8 +220,7 @@ void run(int target_node, int initiator_node) {
 }  // namespace
 
 TEST_CASE("vMDH registrations: one node") {
-  const char* f = std::getenv("NICEMU_TEST_FABRIC");
-  if (f && std::string(f) == "1") return;  // across hosts means two nodes
+  if (across_hosts()) return;  // across hosts means two nodes
   run(0, 0);
 }
 

@@ -8,19 +8,13 @@
 #include <vector>
 
 #include "nicemu/abi/bte_ring.h"
+#include "ring_fixture.h"
 
 using namespace nicemu::abi;
 
 namespace {
-struct Ring {
-  explicit Ring(uint32_t cap) : slots(cap) {
-    view.ctl = &ctl;
-    view.slots = slots.data();
-    view.mask = cap - 1;
-  }
-  BteRingCtl ctl{};
-  std::vector<BteSlot> slots;
-  BteRingView view;
+struct Ring : RingFixture<BteRingCtl, BteSlot, BteRingView, &BteRingView::slots> {
+  using RingFixture::RingFixture;
   uint64_t head = 0;  // the consumer's private index
 };
 

@@ -80,21 +80,19 @@ TEST_CASE("the page: header, node counters, CDM entries, totals, links") {
   init_block(b);
   page.cdm_attached(7, 1234, 1000, 3, 5, 0xabc);
   CHECK(page.node(ac::node::cdms_attached).value() == 1);
-  b.v[ac::cdm::smsg_sends] = 10;
-  page.refresh(7, &b);
-  CHECK(page.total(ac::cdm::smsg_sends) == 10);
-  b.v[ac::cdm::smsg_sends] = 15;
-  page.refresh(7, &b);
-  CHECK(page.total(ac::cdm::smsg_sends) == 15);
+  // The client's block says `sends`; the page's total after its refresh.
+  auto total_after = [&](uint64_t sends) {
+    b.v[ac::cdm::smsg_sends] = sends;
+    page.refresh(7, &b);
+    return page.total(ac::cdm::smsg_sends);
+  };
+  CHECK(total_after(10) == 10);
+  CHECK(total_after(15) == 15);
 
   // The client's block is untrusted: a counter going down does not take the totals down,
   // and growth after that counts from the new value.
-  b.v[ac::cdm::smsg_sends] = 3;
-  page.refresh(7, &b);
-  CHECK(page.total(ac::cdm::smsg_sends) == 15);
-  b.v[ac::cdm::smsg_sends] = 5;
-  page.refresh(7, &b);
-  CHECK(page.total(ac::cdm::smsg_sends) == 17);
+  CHECK(total_after(3) == 15);
+  CHECK(total_after(5) == 17);
   // A block whose magic was overwritten is not copied at all.
   b.magic = 0;
   b.v[ac::cdm::smsg_sends] = 1000;

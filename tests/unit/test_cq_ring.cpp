@@ -7,20 +7,12 @@
 
 #include "nicemu/abi/cq_entry.h"
 #include "nicemu/abi/cq_ring.h"
+#include "ring_fixture.h"
 
 using namespace nicemu::abi;
 
 namespace {
-struct Ring {
-  explicit Ring(uint32_t cap) : storage(cap) {
-    view.ctl = &ctl;
-    view.entries = storage.data();
-    view.mask = cap - 1;
-  }
-  CqRingCtl ctl{};
-  std::vector<std::atomic<uint64_t>> storage;
-  CqRingView view;
-};
+using Ring = RingFixture<CqRingCtl, std::atomic<uint64_t>, CqRingView, &CqRingView::entries>;
 }  // namespace
 
 TEST_CASE("entries come out in push order and the ring wraps") {

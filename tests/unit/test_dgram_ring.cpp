@@ -7,20 +7,12 @@
 #include <vector>
 
 #include "nicemu/abi/dgram_ring.h"
+#include "ring_fixture.h"
 
 using namespace nicemu::abi;
 
 namespace {
-struct Ring {
-  explicit Ring(uint32_t cap) : events(cap) {
-    view.ctl = &ctl;
-    view.events = events.data();
-    view.mask = cap - 1;
-  }
-  DgramRingCtl ctl{};
-  std::vector<DgramEvent> events;
-  DgramRingView view;
-};
+using Ring = RingFixture<DgramRingCtl, DgramEvent, DgramRingView, &DgramRingView::events>;
 
 DgramEvent ev(uint64_t seq) {
   DgramEvent e{};

@@ -181,23 +181,20 @@ TEST_CASE("fabric channel: no spurious retransmission on a slow but lossless lin
   SimLink ab(LinkModel{0, 0, 0, 20000, 0}, 1), ba(LinkModel{0, 0, 0, 20000, 0}, 2);
   uint64_t now = 0;
   std::string s(50, 'q');
-  for (int i = 0; i < 300; ++i) {
-    if (i % 3 == 0) REQUIRE(a.ch.send(RecordType::kCtl, s.data(), s.size()));
-    pump(a, ab, now);
-    pump(b, ba, now);
-    now += 1000;
-    receive(b, ab, now);
-    receive(a, ba, now);
-  }
+  // `ticks` milliseconds of traffic: a record from a every third one, both ways pumped.
+  auto run = [&](int ticks) {
+    for (int i = 0; i < ticks; ++i) {
+      if (i % 3 == 0) REQUIRE(a.ch.send(RecordType::kCtl, s.data(), s.size()));
+      pump(a, ab, now);
+      pump(b, ba, now);
+      now += 1000;
+      receive(b, ab, now);
+      receive(a, ba, now);
+    }
+  };
+  run(300);
   const uint64_t early = a.ch.stats().retransmits;
-  for (int i = 0; i < 600; ++i) {
-    if (i % 3 == 0) REQUIRE(a.ch.send(RecordType::kCtl, s.data(), s.size()));
-    pump(a, ab, now);
-    pump(b, ba, now);
-    now += 1000;
-    receive(b, ab, now);
-    receive(a, ba, now);
-  }
+  run(600);
   CHECK(a.ch.stats().retransmits == early);  // none once the estimate settled
   CHECK(a.ch.srtt_us() >= 40000);
   CHECK(b.got.size() >= 250);

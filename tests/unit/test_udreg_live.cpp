@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "../anon_memory.h"
 #include "udreg_nicemu.h"
 #include "udreg_pub.h"
 
@@ -99,24 +100,6 @@ bool invalidating() {
   return s & (NICEMU_UDREG_SOURCE_UFFD | NICEMU_UDREG_SOURCE_HOOKS);
 }
 
-char* map_anon(uint64_t len) {
-  void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  REQUIRE(p != MAP_FAILED);
-  std::memset(p, 0x22, len);
-  return static_cast<char*>(p);
-}
-
-// Maps fresh memory into the hole [p, p + n) an unmap left; false if another thread (a
-// sanitizer runtime's allocator) took it first.
-bool refill(char* p, uint64_t n) {
-  void* q = mmap(p, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-  if (q != p) {
-    if (q != MAP_FAILED) munmap(q, n);
-    return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 TEST_CASE("live sources: munmap then mmap at the same address is a miss") {
@@ -129,7 +112,7 @@ TEST_CASE("live sources: munmap then mmap at the same address is a miss") {
   char* p = nullptr;
   uint64_t regs = 0;
   for (int attempt = 0; attempt < 20 && !p; ++attempt) {
-    char* m = map_anon(kChunk);
+    char* m = map_anon(kChunk, 0x22);
     udreg_entry_t* e = nullptr;
     REQUIRE(UDREG_Register(h, m, kChunk, &e) == UDREG_RC_SUCCESS);
     REQUIRE(UDREG_DecrRefcount(h, e) == UDREG_RC_SUCCESS);
@@ -164,8 +147,8 @@ TEST_CASE("live sources: threads register and release while memory is unmapped a
   if (mode() == "none") return;  // staleness is the point of that mode
   FakeDevice d;
   udreg_cache_handle_t h = make_cache(&d, "live-threads", 32);
-  char* stable = map_anon(kChunks * kChunk);
-  g_churn_base = map_anon(kChunks * kChunk);
+  char* stable = map_anon(kChunks * kChunk, 0x22);
+  g_churn_base = map_anon(kChunks * kChunk, 0x22);
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> unmaps_done[kChunks] = {};
   std::atomic<uint64_t> remaps{0};
@@ -261,7 +244,7 @@ TEST_CASE("live sources: a fork child drops inherited entries and watches its ow
   if (mode() == "none") return;
   FakeDevice d;
   udreg_cache_handle_t h = make_cache(&d, "live-fork", 16);
-  char* p = map_anon(kChunk);
+  char* p = map_anon(kChunk, 0x22);
   udreg_entry_t* e = nullptr;
   REQUIRE(UDREG_Register(h, p, kChunk, &e) == UDREG_RC_SUCCESS);
   REQUIRE(UDREG_DecrRefcount(h, e) == UDREG_RC_SUCCESS);

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # tools/compat/lib.sh — shared helpers of the compatibility builds (sourced, not run).
 #
 # Work directory: $NICEMU_COMPAT_DIR, default /tmp/nicemu-compat. Everything third-party
@@ -7,6 +8,9 @@
 #   $COMPAT_DIR/ucx          UCX source, build and install   (tools/compat/ucx)
 #   $COMPAT_DIR/openmpi      Open MPI source, build, install (tools/compat/openmpi)
 # Stages leave stamp files (.stamp-*) so that a second run skips finished work.
+#
+# A pipeline into grep tests with grep -c >/dev/null, not grep -q: under pipefail, grep -q
+# quitting at the first match can kill the writer with SIGPIPE and fail the pipeline.
 
 COMPAT_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 COMPAT_TOOLS="$COMPAT_ROOT/tools/compat"
@@ -64,7 +68,7 @@ run_logged() {
 # (same URIs, suites, components and keyring), then runs apt-get update.
 ensure_deb_src() {
   local pkg=$1
-  if apt-cache showsrc "$pkg" 2>/dev/null | grep -q '^Package:'; then return 0; fi
+  if apt-cache showsrc "$pkg" 2>/dev/null | grep -c '^Package:' >/dev/null; then return 0; fi
   local codename
   codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
   [ -n "$codename" ] || die "cannot tell the Debian suite (/etc/os-release has no VERSION_CODENAME)"
@@ -133,7 +137,7 @@ PY
   fi
   note "apt-get update"
   $SUDO apt-get update -qq >/dev/null 2>&1 || $SUDO apt-get update || die "apt-get update failed"
-  apt-cache showsrc "$pkg" 2>/dev/null | grep -q '^Package:' ||
+  apt-cache showsrc "$pkg" 2>/dev/null | grep -c '^Package:' >/dev/null ||
     die "APT still knows no source package $pkg (check $out)"
 }
 
@@ -141,7 +145,7 @@ PY
 apt_install() {
   local missing=() p
   for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -c 'install ok installed' >/dev/null || missing+=("$p")
   done
   [ ${#missing[@]} -eq 0 ] && return 0
   note "installing ${missing[*]}"
@@ -203,6 +207,74 @@ ensure_nicemu_installed() {
     nicemu_env
   fi
   [ -n "$NICEMU_PKG_CONFIG_PATH" ]
+}
+
+# ---- a build script's frame: exit, summary, step 1 -----------------------------------------
+# tmp (a scratch directory of the run) and bg_pids (background processes) are the script's
+# to fill; compat_cleanup removes and kills them, with the namespaces and the daemons.
+tmp=""
+bg_pids=()
+compat_cleanup() {
+  local rc=$? p
+  set +e
+  trap - INT TERM HUP
+  for p in ${bg_pids[@]+"${bg_pids[@]}"}; do kill -KILL "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+  ipogif_netns_del
+  stop_nodes
+  [ -n "$tmp" ] && rm -rf "$tmp"
+  exit "$rc"
+}
+# compat_traps: compat_cleanup at exit; INT, TERM and HUP exit with 128 + the signal, so the
+# EXIT trap runs for them too.
+compat_traps() {
+  trap compat_cleanup EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  trap 'exit 129' HUP
+}
+# finish: the summary, then exit 0 unless a required step failed.
+finish() {
+  print_summary
+  [ "$required_failed" = 0 ]
+  exit $?
+}
+
+# compat_install_step DO_INSTALL WORK: step 1 of a build script. With DO_INSTALL=1, installs
+# this tree at $NICEMU_PREFIX (log WORK/install-nicemu.out), falling back to the previous
+# install when this tree does not build (a FAIL all the same); otherwise uses the existing
+# install. Ends the script (finish) when there is no install to use.
+compat_install_step() {
+  local do_install=$1 out="$2/install-nicemu.out"
+  if [ "$do_install" = 1 ]; then
+    if ensure_nicemu_installed force >"$out" 2>&1; then
+      record ok "install nicemu ($NICEMU_PREFIX)"
+    elif nicemu_env && [ -n "$NICEMU_PKG_CONFIG_PATH" ]; then
+      record FAIL "install nicemu" "this tree did not build (see $out); the runs below use the previous install, not this tree"
+    else
+      cat "$out" >&2
+      record FAIL "install nicemu" "see $out"; finish
+    fi
+  else
+    ensure_nicemu_installed || { record FAIL "installed nicemu" "none at $NICEMU_PREFIX"; finish; }
+    record ok "installed nicemu ($NICEMU_PREFIX)" "not reinstalled (--no-install)"
+  fi
+}
+
+# nic_ops: the daemons' totals (live and finished CDMs, every node of $NICEMU_RUNDIR) of SMSG
+# sends and FMA/RDMA/AMO posts, as "key=value ..." sorted by key; "none" when the daemons do
+# not answer. Always succeeds (callers run it under set -e).
+nic_ops() {
+  local j
+  j=$("$NICEMU_BIN/nicemuctl" --rundir "$NICEMU_RUNDIR" stats --json 2>/dev/null) || j=""
+  python3 -c '
+import json, sys
+try:
+    d = json.loads(sys.argv[1])
+except ValueError:
+    print("none"); sys.exit()
+keys = ("smsg_sends", "fma_put_posts", "fma_get_posts", "amo_posts", "rdma_posts")
+tot = {k: sum(n.get("totals", {}).get(k, 0) for n in d.get("nodes", [])) for k in keys}
+print(" ".join(f"{k}={int(v)}" for k, v in sorted(tot.items())))' "$j" 2>/dev/null || echo none
 }
 
 # ---- emulated nodes ---------------------------------------------------------------------

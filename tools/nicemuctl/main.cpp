@@ -385,16 +385,28 @@ int main(int argc, char** argv) {
   top->add_flag("--no-clear", top_no_clear, "do not clear the screen between frames");
 
   CredOptions co;
+  // --uid and --gid: whom a credential is for (issue, grant).
+  auto add_owner = [&](CLI::App* sub) {
+    sub->add_option("--uid", co.uid, "user the credential is for (default: yours)")->type_name("UID");
+    sub->add_option("--gid", co.gid, "also let processes of this group (their effective gid) use it")
+        ->type_name("GID")
+        ->check(CLI::Range(int64_t{0}, int64_t{0xFFFFFFFE}));
+  };
+  // The required --ptag and --cookie of an existing credential (grant, revoke).
+  auto add_existing = [&](CLI::App* sub) {
+    sub->add_option("--ptag", co.ptag, "ptag")->required()->type_name("N")->check(u32_validator(1, 255));
+    sub->add_option("--cookie", co.cookie, "cookie (decimal or 0x-hex)")
+        ->required()
+        ->type_name("N")
+        ->check(u32_validator(0, 0xFFFFFFFF));
+  };
   auto* cred = app.add_subcommand("cred", "job credentials (ptag/cookie)");
   cred->require_subcommand(1);
   auto* issue =
       cred->add_subcommand("issue",
                            "issue a credential on the first selected daemon and grant it on the others; prints\n"
                            "PMI_GNI_PTAG=... and PMI_GNI_COOKIE=... lines (use: export $(nicemuctl cred issue))");
-  issue->add_option("--uid", co.uid, "user the credential is for (default: yours)")->type_name("UID");
-  issue->add_option("--gid", co.gid, "also let processes of this group (their effective gid) use it")
-      ->type_name("GID")
-      ->check(CLI::Range(int64_t{0}, int64_t{0xFFFFFFFE}));
+  add_owner(issue);
   issue->add_option("--ptag", co.ptag, "ptag to use (default: chosen by the daemon)")
       ->type_name("N")
       ->check(u32_validator(1, 255));
@@ -404,22 +416,11 @@ int main(int argc, char** argv) {
   issue->add_flag("--export", co.export_vars, "prefix the lines with 'export ' (for eval)");
 
   auto* grant = cred->add_subcommand("grant", "grant an existing credential on the selected daemons");
-  grant->add_option("--ptag", co.ptag, "ptag")->required()->type_name("N")->check(u32_validator(1, 255));
-  grant->add_option("--cookie", co.cookie, "cookie (decimal or 0x-hex)")
-      ->required()
-      ->type_name("N")
-      ->check(u32_validator(0, 0xFFFFFFFF));
-  grant->add_option("--uid", co.uid, "user the credential is for (default: yours)")->type_name("UID");
-  grant->add_option("--gid", co.gid, "also let processes of this group (their effective gid) use it")
-      ->type_name("GID")
-      ->check(CLI::Range(int64_t{0}, int64_t{0xFFFFFFFE}));
+  add_existing(grant);
+  add_owner(grant);
 
   auto* revoke = cred->add_subcommand("revoke", "revoke a credential on the selected daemons");
-  revoke->add_option("--ptag", co.ptag, "ptag")->required()->type_name("N")->check(u32_validator(1, 255));
-  revoke->add_option("--cookie", co.cookie, "cookie (decimal or 0x-hex)")
-      ->required()
-      ->type_name("N")
-      ->check(u32_validator(0, 0xFFFFFFFF));
+  add_existing(revoke);
 
   auto* list = cred->add_subcommand("list", "credentials held by each daemon");
   list->add_flag("--json", co.as_json, "print {\"credentials\":[...]} as JSON");
