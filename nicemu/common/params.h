@@ -133,10 +133,6 @@ inline constexpr Param kTable[] = {
      .doc = "NIC address whose daemon a process attaches to"},
     {.name = "daemon_binary", .type = Type::kPath, .default_text = "nicemu next to nicemu-run, else from PATH",
      .env = "NICEMU_DAEMON", .users = kLauncher, .doc = "daemon executable nicemu-run starts when none runs"},
-    {.name = "torus", .type = Type::kString, .default_text = "the job's node count factored into three balanced sides",
-     .env = "NICEMU_TORUS", .users = kLibrary | kCtl,
-     .doc = "emulated 3-D torus XxYxZ (e.g. 4x2x2) behind PMI_Get_meshcoord, librca and nicemuctl status; "
-            "NIC address a sits at (a mod X, a/X mod Y, a/(XY))"},
 };
 
 // The row called `name`; naming a row that does not exist fails to compile when used in a

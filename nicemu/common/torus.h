@@ -7,6 +7,9 @@
 // 6 -> 3x2x1, a prime p -> px1x1), so every address below the count has its own
 // coordinate. Address a sits at x = a mod X, y = (a / X) mod Y, z = a / (X * Y).
 // Header-only: the libraries link nothing for it.
+//
+// NICEMU_TORUS is not (yet) a row of the parameter table (params.h): adding one rebuilds
+// every translation unit of the daemon; docs/cray-pe.md documents it meanwhile.
 #pragma once
 #include <cstdint>
 #include <cstdlib>
@@ -14,7 +17,6 @@
 #include <string>
 #include <string_view>
 
-#include "nicemu/common/params.h"
 
 namespace nicemu::torus {
 
@@ -28,6 +30,8 @@ struct Coord {
   uint32_t x = 0, y = 0, z = 0;
   bool operator==(const Coord&) const = default;
 };
+
+inline constexpr const char* kEnv = "NICEMU_TORUS";
 
 // Largest side the coordinates can carry: Cray's mesh coordinate fields are 16 bits.
 inline constexpr uint32_t kMaxSide = 0xFFFF;
@@ -74,7 +78,7 @@ inline Dims balanced(uint64_t nodes) {
 // The torus in force: NICEMU_TORUS when set (nullopt with `error` filled when it is
 // malformed), else balanced(nodes).
 inline std::optional<Dims> from_env(uint64_t nodes, std::string* error = nullptr) {
-  const char* name = params::param("torus").env.data();
+  const char* name = kEnv;
   const char* v = std::getenv(name);
   if (!v || !*v) return balanced(nodes);
   auto d = parse(v);

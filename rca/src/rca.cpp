@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "nicemu/common/params.h"
 #include "nicemu/common/torus.h"
 #include "rca_lib.h"
 
