@@ -49,7 +49,7 @@ constexpr const char* kOwnedVars[] = {
     "PMI_FD",         "PMI_PORT",       "PMI_ID",           "PMI_RANK",
     "PMI_SIZE",       "PMI_SPAWNED",    "PMI_GNI_PTAG",     "PMI_GNI_COOKIE",
     "PMI_GNI_DEV_ID", "PMI_GNI_LOC_ADDR", "NICEMU_NODE",    "ALPS_APP_PE",
-    "NICEMU_JOB_NODES", "NICEMU_PMI_PIPELINE",
+    "NICEMU_JOB_NODES", "NICEMU_PMI_PIPELINE", "NICEMU_JOB_RANKS_PER_NODE",
 };
 
 void say(const std::string& msg) { fmt::print(stderr, "nicemu-run: {}\n", msg); }
@@ -201,6 +201,8 @@ void Job::spawn(int rank, const std::string& path, const std::vector<std::string
     std::string nodes;
     for (uint32_t a : cfg_.nic->node_addrs) nodes += (nodes.empty() ? "" : ",") + std::to_string(a);
     env.push_back("NICEMU_JOB_NODES=" + nodes);
+    if (cfg_.ranks_per_node > 0)
+      env.push_back(fmt::format("NICEMU_JOB_RANKS_PER_NODE={}", cfg_.ranks_per_node));
   }
   std::vector<char*> envp, argv;
   for (std::string& s : env) envp.push_back(s.data());
