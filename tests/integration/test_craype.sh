@@ -140,6 +140,17 @@ else
   fail "cc -o rca_check: $(cat "$tmp/cc.err")"
 fi
 
+# libalpsutil reports aprun -N's placement: 4 ranks on the first node, 1 on the second.
+alps_check=$build/tests/integration/alps_check
+if [ -x "$alps_check" ]; then
+  out=$(aprun -n 5 -N 4 -cc none "$alps_check" 2>&1)
+  got=$(echo "$out" | grep -o 'alps rank [0-9] .* first [0-9]* here [0-9]* pes 5' | awk '{print $3 ":" $(NF-4) ":" $(NF-2)}' | sort | tr '\n' ' ')
+  [ "$got" = "0:0:4 1:0:4 2:0:4 3:0:4 4:4:1 " ] && pass "libalpsutil placement of aprun -n 5 -N 4" ||
+    fail "ALPS placement of aprun -n 5 -N 4 ($got): $out"
+else
+  echo "note: $alps_check not built: ALPS placement not checked"
+fi
+
 # CPU binding: -cc LIST pins each rank, -cc none leaves the launcher's set.
 all=$(grep Cpus_allowed_list /proc/self/status | awk '{print $2}')
 ncpu=$(nproc)
