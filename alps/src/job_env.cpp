@@ -128,7 +128,17 @@ bool read_job_env(JobEnv& job, std::string& error, bool placement) {
     }
     // More nodes than ranks: the placement uses the first `size` (nicemu-run never starts
     // an empty node's ranks; the block formula already leaves none empty when nodes <= size).
-    job.node_index = node_of_rank(job.rank, job.size, static_cast<int>(job.nodes.size()));
+    if (const char* per_s = std::getenv("NICEMU_JOB_RANKS_PER_NODE"); per_s && *per_s) {
+      uint64_t v = 0;
+      if (!parse_u64(per_s, v) || v < 1 || v > 0x7FFFFFFF ||
+          static_cast<uint64_t>(job.size) > v * job.nodes.size()) {
+        error = std::string("NICEMU_JOB_RANKS_PER_NODE=") + per_s + " does not place " + std::to_string(job.size) +
+                " ranks on the " + std::to_string(job.nodes.size()) + " nodes of NICEMU_JOB_NODES";
+        return false;
+      }
+      job.per_node = static_cast<int>(v);
+    }
+    job.node_index = node_of_rank(job.rank, job.size, static_cast<int>(job.nodes.size()), job.per_node);
     int32_t mine = job.devices[0].local_addr;
     if (job.nodes[job.node_index] != mine) {
       error = "rank " + std::to_string(job.rank) + " of " + std::to_string(job.size) + " is placed on node " +

@@ -2,6 +2,7 @@
 // credential of every device and the placement of the ranks over the emulated nodes.
 // Shared by libalpslli (apid, credentials) and libalpsutil (placement).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -22,6 +23,7 @@ struct JobEnv {
   int size = 1;                    // PEs of the job
   std::vector<int32_t> nodes;      // NIC addresses of the job's nodes, in placement order
   int node_index = 0;              // this rank's node in `nodes`
+  int per_node = 0;                // NICEMU_JOB_RANKS_PER_NODE (aprun -N); 0: equal blocks
 };
 
 // Reads the environment: the credential always, the placement (rank, size, nodes) when
@@ -31,8 +33,10 @@ struct JobEnv {
 bool read_job_env(JobEnv& job, std::string& error, bool placement);
 
 // The node index of `rank` among `nnodes` nodes: ranks in blocks, as nicemu-run and
-// tools/compat/nicemu-rank place them.
-inline int node_of_rank(int rank, int size, int nnodes) {
+// tools/compat/nicemu-rank place them; of `per_node` ranks each when that is set
+// (nicemu-run --ranks-per-node, aprun -N), the last node taking the rest.
+inline int node_of_rank(int rank, int size, int nnodes, int per_node = 0) {
+  if (per_node > 0) return std::min(rank / per_node, nnodes - 1);
   return static_cast<int>(static_cast<long long>(rank) * nnodes / size);
 }
 

@@ -1,14 +1,18 @@
 // Node and topology queries (shared/spec/pmi-api.md §2.2 clique functions, §3 Cray
-// extensions), answered from the job layout (layout.h). The emulated machine is a line of
-// nodes: node `nid` sits at mesh coordinate (nid, 0, 0).
+// extensions), answered from the job layout (layout.h). Mesh coordinates are those of the
+// node's NIC address on the emulated torus (nicemu/common/torus.h), which librca answers too.
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "client.h"
 #include "layout.h"
+#include "nicemu/common/torus.h"
 #include "pmi.h"
 
 using nicemu::pmi::Client;
@@ -53,6 +57,17 @@ int job_fact(int* out, int value) {
   return PMI_SUCCESS;
 }
 
+// The torus of this job: NICEMU_TORUS, else sized by the highest NIC address of the job
+// (what librca derives from NICEMU_JOB_NODES). nullopt when NICEMU_TORUS is malformed.
+std::optional<nicemu::torus::Dims> job_torus(const Layout& l) {
+  int highest = 0;
+  for (int nid = 0; nid < l.num_nodes; ++nid) highest = std::max(highest, l.nic_addr(nid));
+  std::string error;
+  auto d = nicemu::torus::from_env(static_cast<uint64_t>(highest) + 1, &error);
+  if (!d) Client::get().report(error);
+  return d;
+}
+
 }  // namespace
 
 extern "C" {
@@ -82,19 +97,27 @@ int PMI_Get_nidlist_ptr(void** nidlist) {
 
 int PMI_Get_meshcoord(pmi_nid_t nid, pmi_mesh_coord_t* xyz) {
   if (!xyz) return PMI_ERR_INVALID_ARG;
-  if (!Client::get().known()) return PMI_ERR_INIT;
-  xyz->mesh_x = nid;
-  xyz->mesh_y = 0;
-  xyz->mesh_z = 0;
-  return PMI_SUCCESS;
+  return with_layout([&](const Layout& l) {
+    auto d = job_torus(l);
+    if (!d) return PMI_FAIL;
+    auto c = nicemu::torus::coord_of(*d, static_cast<uint64_t>(l.nic_addr(nid)));
+    if (!c) return PMI_ERR_INVALID_ARG;
+    xyz->mesh_x = static_cast<uint16_t>(c->x);
+    xyz->mesh_y = static_cast<uint16_t>(c->y);
+    xyz->mesh_z = static_cast<uint16_t>(c->z);
+    return PMI_SUCCESS;
+  });
 }
 
 int PMI_Get_max_dimension(pmi_mesh_coord_t* max) {
   if (!max) return PMI_ERR_INVALID_ARG;
   return with_layout([&](const Layout& l) {
-    max->mesh_x = static_cast<uint16_t>(l.num_nodes - 1);
-    max->mesh_y = 0;
-    max->mesh_z = 0;
+    auto d = job_torus(l);
+    if (!d) return PMI_FAIL;
+    auto m = nicemu::torus::max_coord(*d);
+    max->mesh_x = static_cast<uint16_t>(m.x);
+    max->mesh_y = static_cast<uint16_t>(m.y);
+    max->mesh_z = static_cast<uint16_t>(m.z);
     return PMI_SUCCESS;
   });
 }

@@ -115,13 +115,12 @@ static void check_topology(int rank, int size, int nodes) {
   int *nidlist = NULL;
   CHECK_RC(PMI_Get_nidlist_ptr((void **)&nidlist));
   CHECK(nidlist != NULL);
-  int local = 0, max_nid = 0;
+  int local = 0;
   for (int r = 0; r < size && nidlist; r++) {
     int n = -1;
     CHECK_RC(PMI_Get_nid(r, &n));
     CHECK(nidlist[r] == n);
     if (nidlist[r] == nidlist[rank]) local++;
-    if (nidlist[r] > max_nid) max_nid = nidlist[r];
   }
 
   int clique = 0, numpes = 0, in_app = 0;
@@ -151,15 +150,18 @@ static void check_topology(int rank, int size, int nodes) {
   CHECK_RC(PMI_Allgather_on_smp(&rank, smp, sizeof(int)));
   for (int i = 0; i < clique; i++) CHECK(smp[i] == cranks[i]);
 
-  /* Mesh: a line of nodes. */
+  /* Mesh: the node's NIC address on the emulated torus, x fastest (nicemu/common/torus.h). */
   pmi_mesh_coord_t xyz = {9, 9, 9}, max = {9, 9, 9};
   CHECK_RC(PMI_Get_meshcoord((pmi_nid_t)nid, &xyz));
-  CHECK(xyz.mesh_x == nid && xyz.mesh_y == 0 && xyz.mesh_z == 0);
   CHECK_RC(PMI_Get_max_dimension(&max));
-  CHECK(max.mesh_x >= max_nid && max.mesh_y == 0 && max.mesh_z == 0);
-  /* Exact when every node holds a rank (empty trailing nodes are invisible to PMI-only
-   * jobs, which have no NIC address list). */
-  if (nodes > 0 && nodes <= size) CHECK(max.mesh_x == nodes - 1);
+  CHECK(xyz.mesh_x <= max.mesh_x && xyz.mesh_y <= max.mesh_y && xyz.mesh_z <= max.mesh_z);
+  const char *loc_addr = getenv("PMI_GNI_LOC_ADDR");
+  long addr = loc_addr ? atol(loc_addr) : nid;
+  CHECK(xyz.mesh_x + (max.mesh_x + 1L) * (xyz.mesh_y + (max.mesh_y + 1L) * xyz.mesh_z) == addr);
+  /* Without NICEMU_TORUS the sides multiply to the node count when every node holds a
+   * rank (empty trailing nodes are invisible to PMI-only jobs). */
+  if (!getenv("NICEMU_TORUS") && nodes > 0 && nodes <= size)
+    CHECK((max.mesh_x + 1L) * (max.mesh_y + 1L) * (max.mesh_z + 1L) == nodes);
 
   /* NIC address: what the launcher exported for this node, else the nid itself. */
   pmi_nic_addr_t nic = -1;

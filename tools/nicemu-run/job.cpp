@@ -32,7 +32,8 @@ extern char** environ;
 
 namespace nicemu::run {
 
-int node_of_rank(int rank, int np, int nodes) {
+int node_of_rank(int rank, int np, int nodes, int per_node) {
+  if (per_node > 0) return std::min(rank / per_node, nodes - 1);
   return static_cast<int>(static_cast<long long>(rank) * nodes / np);
 }
 
@@ -48,7 +49,7 @@ constexpr const char* kOwnedVars[] = {
     "PMI_FD",         "PMI_PORT",       "PMI_ID",           "PMI_RANK",
     "PMI_SIZE",       "PMI_SPAWNED",    "PMI_GNI_PTAG",     "PMI_GNI_COOKIE",
     "PMI_GNI_DEV_ID", "PMI_GNI_LOC_ADDR", "NICEMU_NODE",    "ALPS_APP_PE",
-    "NICEMU_JOB_NODES", "NICEMU_PMI_PIPELINE",
+    "NICEMU_JOB_NODES", "NICEMU_PMI_PIPELINE", "NICEMU_JOB_RANKS_PER_NODE",
 };
 
 void say(const std::string& msg) { fmt::print(stderr, "nicemu-run: {}\n", msg); }
@@ -159,7 +160,7 @@ std::vector<std::string> Job::base_environment() const {
 void Job::spawn(int rank, const std::string& path, const std::vector<std::string>& base_env,
                 const std::string& pmi_port) {
   Rank& r = ranks_[rank];
-  r.node = node_of_rank(rank, cfg_.np, cfg_.nodes);
+  r.node = node_of_rank(rank, cfg_.np, cfg_.nodes, cfg_.ranks_per_node);
 
   // Descriptors, all close-on-exec in the launcher; the child clears the flag on its own.
   int pmi[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
@@ -200,6 +201,8 @@ void Job::spawn(int rank, const std::string& path, const std::vector<std::string
     std::string nodes;
     for (uint32_t a : cfg_.nic->node_addrs) nodes += (nodes.empty() ? "" : ",") + std::to_string(a);
     env.push_back("NICEMU_JOB_NODES=" + nodes);
+    if (cfg_.ranks_per_node > 0)
+      env.push_back(fmt::format("NICEMU_JOB_RANKS_PER_NODE={}", cfg_.ranks_per_node));
   }
   std::vector<char*> envp, argv;
   for (std::string& s : env) envp.push_back(s.data());
@@ -337,7 +340,7 @@ int Job::run() {
 
   // The job's KVS starts with where ranks run and, with a NIC, each node's NIC address.
   std::vector<int> nodes(static_cast<size_t>(cfg_.np));
-  for (int r = 0; r < cfg_.np; ++r) nodes[r] = node_of_rank(r, cfg_.np, cfg_.nodes);
+  for (int r = 0; r < cfg_.np; ++r) nodes[r] = node_of_rank(r, cfg_.np, cfg_.nodes, cfg_.ranks_per_node);
   PmiServer::Options opts;
   opts.size = cfg_.np;
   opts.kvsname = fmt::format("kvs_{}_0", ::getpid());

@@ -89,6 +89,10 @@ int main(int argc, char** argv) {
   app.add_option("--nodes", cfg.nodes, "number of emulated nodes; ranks are placed in blocks")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
+  auto* per_node_opt = app.add_option("--ranks-per-node", cfg.ranks_per_node,
+                                      "place ranks in blocks of this many per node (aprun -N) instead of\n"
+                                      "blocks of equal size; needs --nodes * this >= -n")
+                           ->check(CLI::Range(1, 1 << 20));
   app.add_option("--rundir", rundir, "directory of the daemons' sockets")->capture_default_str();
   app.add_option("--log-level", log_level, "launcher and daemon log level")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical", "off"}))
@@ -126,6 +130,10 @@ int main(int argc, char** argv) {
     if (!cfg.command.empty() && cfg.command.front() == "--") cfg.command.erase(cfg.command.begin());
     if (!daemons_only && np_opt->count() == 0) throw CLI::RequiredError("-n");
     if (cfg.command.empty() && !daemons_only) throw CLI::RequiredError("program");
+    if (per_node_opt->count() && static_cast<long long>(cfg.ranks_per_node) * cfg.nodes < cfg.np)
+      throw CLI::ValidationError("--ranks-per-node",
+                                 fmt::format("{} node(s) of {} rank(s) cannot hold {} ranks", cfg.nodes,
+                                             cfg.ranks_per_node, cfg.np));
     // Separate run directories per node cannot be described by one NICEMU_RUNDIR.
     if (daemons_only && !fabric_mode.empty())
       throw CLI::ValidationError("--fabric", "cannot be combined with --daemons-only");

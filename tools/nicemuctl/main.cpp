@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -21,6 +22,7 @@
 #include "nicemu/abi/gni_values.h"
 #include "nicemu/fabric/fabric_map.h"
 #include "nicemu/fabric/packet_codec.h"
+#include "nicemu/common/torus.h"
 #include "status_view.h"
 
 namespace {
@@ -104,6 +106,31 @@ void warn(const std::string& msg) { fmt::print(stderr, "nicemuctl: {}\n", msg); 
 
 // ---- status ----
 
+// Each node's place on the emulated torus (nicemu/common/torus.h), as librca and
+// PMI_Get_meshcoord report it: NICEMU_TORUS, else sized by the highest NIC address shown.
+void add_mesh_coordinates(json& nodes) {
+  uint64_t highest = 0;
+  for (const auto& n : nodes)
+    if (n.contains("nic_addr") && n["nic_addr"].is_number_unsigned()) highest = std::max(highest, n["nic_addr"].get<uint64_t>());
+  std::string error;
+  auto dims = nicemu::torus::from_env(highest + 1, &error);
+  if (!dims) {
+    warn("warning: " + error + "; mesh coordinates not shown");
+    return;
+  }
+  const std::string torus = fmt::format("{}x{}x{}", dims->x, dims->y, dims->z);
+  for (auto& n : nodes) {
+    if (!n.contains("nic_addr") || !n["nic_addr"].is_number_unsigned()) continue;
+    json mesh{{"torus", torus}};
+    if (auto c = nicemu::torus::coord_of(*dims, n["nic_addr"].get<uint64_t>())) {
+      mesh["x"] = c->x;
+      mesh["y"] = c->y;
+      mesh["z"] = c->z;
+    }
+    n["mesh"] = mesh;
+  }
+}
+
 int cmd_status(const Globals& g, bool as_json) {
   std::vector<std::string> failures;
   std::vector<Link> links = g.connect(&failures);
@@ -117,6 +144,7 @@ int cmd_status(const Globals& g, bool as_json) {
     }
   }
   if (nodes.empty()) throw CtlError("no nicemu daemon answered the status request");
+  add_mesh_coordinates(nodes);
   if (as_json) {
     json doc{{"nodes", nodes}};
     if (!failures.empty()) doc["unreachable"] = failures;

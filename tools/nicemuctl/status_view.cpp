@@ -106,6 +106,14 @@ std::string format_duration(double seconds) {
 void print_status(std::FILE* out, const json& node) {
   fmt::print(out, "nic {}\n", u64(node, "nic_addr"));
   field(out, "device", str(node, "device_type"));
+  // Added by nicemuctl from the torus setting (add_mesh_coordinates), not by the daemon.
+  if (auto m = node.find("mesh"); m != node.end() && m->is_object()) {
+    if (m->contains("x"))
+      field(out, "mesh", fmt::format("({}, {}, {}) on the {} torus", u64(*m, "x"), u64(*m, "y"), u64(*m, "z"),
+                                     str(*m, "torus")));
+    else
+      field(out, "mesh", "outside the " + str(*m, "torus") + " torus (NICEMU_TORUS)");
+  }
   field(out, "pid", std::to_string(u64(node, "pid")));
   field(out, "socket", str(node, "socket"));
   double up = node.contains("uptime_s") && node["uptime_s"].is_number() ? node["uptime_s"].get<double>() : 0;
