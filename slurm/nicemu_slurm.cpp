@@ -92,7 +92,9 @@ extern "C" int nicemu_slurm_issue(const char* rundir, uint32_t uid, const nicemu
     for (uint32_t n : nodes) {
       ctl::CredReply rep;
       std::string why;
-      if (!cred_call(nicemu::ctl::socket_path(dir, n), ctl::Op::kCredIssue, uid, *cred, timeout_ms, rep, why))
+      // A grant with explicit values creates the credential or confirms it for the same
+      // uid (the job's later steps); an issue would look for a free one instead.
+      if (!cred_call(nicemu::ctl::socket_path(dir, n), ctl::Op::kCredGrant, uid, *cred, timeout_ms, rep, why))
         return fail(err, errlen, "the nicemu daemon of NIC " + std::to_string(n) + " is not running: " + why);
       if (rep.r.rc != 0)
         return fail(err, errlen,

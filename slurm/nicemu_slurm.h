@@ -23,7 +23,7 @@ struct nicemu_job_cred {
 int nicemu_slurm_derive(const char* key_path, uint32_t job_id, struct nicemu_job_cred* out, char* err,
                         size_t errlen);
 
-/* Issues `cred` to `uid` on every daemon in `rundir` (NULL: the default run dir), each
+/* Gives `cred` to `uid` on every daemon in `rundir` (NULL: the default run dir), each
  * within `timeout_ms`. Issuing a credential the uid already holds succeeds (the job's
  * later steps). *nic_addr receives the lowest NIC address among them. Fails when the run
  * dir has no daemon or one does not answer. */

@@ -28,6 +28,7 @@ static char rundir_pattern[PATH_MAX];                    /* empty: the daemons' 
 static char key_path[PATH_MAX] = "/etc/nicemu/slurm.key";
 static int timeout_ms = 5000;
 static int enabled = 1;     /* default=on|off in plugstack.conf */
+static char task_failure[1024];  /* why this node cannot run the step's tasks */
 
 static int opt_nicemu(int val, const char* optarg, int remote) {
   (void)val;
@@ -51,7 +52,7 @@ struct spank_option spank_options[] = {
 
 /* rundir=PATH, with %h replaced by the short host name (several emulated hosts on one
  * machine, each with its own run directory); key=PATH; timeout_ms=N; default=on|off. */
-static int parse_args(int ac, char** av) {
+static int parse_args(int ac, char** av, int with_default) {
   for (int i = 0; i < ac; ++i) {
     const char* a = av[i];
     if (strncmp(a, "rundir=", 7) == 0) {
@@ -67,7 +68,7 @@ static int parse_args(int ac, char** av) {
       }
       timeout_ms = (int)v;
     } else if (strcmp(a, "default=on") == 0 || strcmp(a, "default=off") == 0) {
-      enabled = a[9] == 'n';
+      if (with_default) enabled = a[9] == 'n';
     } else {
       slurm_error("nicemu: unknown plugstack.conf argument \"%s\" (rundir=, key=, timeout_ms=, default=on|off)", a);
       return -1;
@@ -107,7 +108,7 @@ static int node_rundir(char* out, size_t len) {
 
 int slurm_spank_init(spank_t sp, int ac, char** av) {
   (void)sp;
-  return parse_args(ac, av);
+  return parse_args(ac, av, 1);
 }
 
 static int set_env(spank_t sp, const char* name, const char* value) {
@@ -148,9 +149,11 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char** av) {
   }
   uint32_t nic = 0;
   if (nicemu_slurm_issue(rundir[0] ? rundir : NULL, (uint32_t)uid, &cred, timeout_ms, &nic, err, sizeof err) != 0) {
-    /* Failing here fails the step on this node before any task starts. */
-    slurm_error("nicemu: job %u cannot start on this node: %s", job_id, err);
-    return -1;
+    /* Failing here would fail the step with only "Plugin initialization failed" at srun
+     * (and srun's exit status 0): each task fails instead, before exec, saying why. */
+    snprintf(task_failure, sizeof task_failure, "nicemu: job %u cannot run on this node: %s", job_id, err);
+    slurm_error("%s", task_failure);
+    return 0;
   }
   char v[32];
   snprintf(v, sizeof v, "%u", cred.ptag);
@@ -166,13 +169,24 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char** av) {
   return 0;
 }
 
+/* In each task's process before exec: the reason the node cannot run the job, on the
+ * task's stderr (which srun shows), and a failed task. */
+int slurm_spank_task_init(spank_t sp, int ac, char** av) {
+  (void)sp;
+  (void)ac;
+  (void)av;
+  if (!task_failure[0]) return 0;
+  fprintf(stderr, "%s\n", task_failure);
+  return -1;
+}
+
 /* In slurmd's epilog on every node of the job, however it ended (completed, scancel, a
  * killed step, a node failure of another node): its processes are gone, so is the
  * credential. Never fails the epilog (that would drain the node): a daemon that is down
  * holds no credential to revoke. */
 int slurm_spank_job_epilog(spank_t sp, int ac, char** av) {
-  (void)ac;
-  (void)av;
+  /* slurmd's epilog does not run slurm_spank_init first: read the arguments here. */
+  if (parse_args(ac, av, 0) != 0) return 0;
   uint32_t job_id = 0;
   if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS) {
     const char* s = getenv("SLURM_JOB_ID");
