@@ -274,6 +274,9 @@ int Client::handshake_init() {
   if (int rc = exchange(wire::Message("get_appnum"), "appnum", reply); rc != PMI_SUCCESS)
     return rc;
   appnum_ = static_cast<int>(reply.get_int("appnum").value_or(0));
+  // A server that does not number applications answers -1 (Slurm's PMI-2 plugin over
+  // PMI-1): a job of one application, number 0, as Cray PMI reports it.
+  if (appnum_ < 0) appnum_ = 0;
 
   if (int rc = exchange(wire::Message("get_my_kvsname"), "my_kvsname", reply); rc != PMI_SUCCESS)
     return rc;
