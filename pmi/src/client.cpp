@@ -274,6 +274,9 @@ int Client::handshake_init() {
   if (int rc = exchange(wire::Message("get_appnum"), "appnum", reply); rc != PMI_SUCCESS)
     return rc;
   appnum_ = static_cast<int>(reply.get_int("appnum").value_or(0));
+  // A server that does not number applications answers -1 (Slurm's PMI-2 plugin over
+  // PMI-1): a job of one application, number 0, as Cray PMI reports it.
+  if (appnum_ < 0) appnum_ = 0;
 
   if (int rc = exchange(wire::Message("get_my_kvsname"), "my_kvsname", reply); rc != PMI_SUCCESS)
     return rc;
@@ -314,12 +317,30 @@ int Client::init(int* spawned) {
       if (ch == '=' || static_cast<unsigned char>(ch) <= 0x20 || ch == 0x7F) ch = '_';
     if (kvsname_.empty()) kvsname_ = "pmix";
   } else if (!singleton_) {
+    bool first = !known_;
     if (int rc = handshake_init(); rc != PMI_SUCCESS) return rc;
+    known_ = true;
+    refcount_ = 1;
+    if (first) publish_nic_addr();
   }
   known_ = true;
   refcount_ = 1;
   if (spawned) *spawned = spawned_ ? 1 : 0;
   return PMI_SUCCESS;
+}
+
+// nicemu-run pre-loads every node's NIC address (nicemu_nic_addrs). Another PMI-1 server
+// (Slurm's, Hydra) knows nothing of NICs: each rank puts its own under
+// nicemu_nic_addr_<rank>, committed by the application's next barrier, and
+// PMI_nid_to_nicaddrs reads the first rank's of a node (layout.h).
+void Client::publish_nic_addr() {
+  if (std::getenv("NICEMU_PMI_PIPELINE")) return;  // nicemu-run
+  const char* addr = std::getenv("PMI_GNI_LOC_ADDR");
+  if (!addr || !*addr) return;
+  std::string first(addr, std::strcspn(addr, ":"));
+  if (first.empty() || first.find_first_not_of("0123456789") != std::string::npos) return;
+  if (kvs_put(kvsname_, kNicAddrKeyPrefix + std::to_string(rank_), first) != PMI_SUCCESS)
+    report("could not publish this rank's NIC address (PMI_nid_to_nicaddrs will answer node ids)");
 }
 
 int Client::finalize() {

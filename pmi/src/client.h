@@ -15,6 +15,10 @@
 
 namespace nicemu::pmi {
 
+// KVS key prefix under which each rank publishes its NIC address when the server is not
+// nicemu-run (Client::publish_nic_addr).
+inline constexpr const char* kNicAddrKeyPrefix = "nicemu_nic_addr_";
+
 class Client {
  public:
   // The process-wide instance. Never destroyed: atexit handlers of other libraries may
@@ -75,6 +79,7 @@ class Client {
   bool send_line(const std::string& line);
   bool recv_line(std::string& line);
   void lost(std::string_view what, int err);
+  void publish_nic_addr();
 
   std::recursive_mutex mu_;
   int refcount_ = 0;

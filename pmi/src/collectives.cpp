@@ -4,6 +4,7 @@
 // number, so no call ever reads another's data. Output is in rank order (a fixed
 // permutation, which the sheet allows).
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -19,9 +20,19 @@ using nicemu::pmi::Client;
 using nicemu::pmi::guarded;
 
 // Raw bytes per KVS value: hex doubles them; two characters of margin for servers that
-// count a terminating NUL against vallen_max.
+// count a terminating NUL against vallen_max. A server other than nicemu-run may read each
+// request into a 1024-byte buffer whatever vallen_max it announces (Slurm's PMI-2 plugin
+// answering PMI-1 does, as MPICH's PMIU_MAXLINE did): there the whole put line must fit.
 size_t chunk_bytes(const Client& c) {
-  return static_cast<size_t>(std::max(1, (c.vallen_max() - 2) / 2));
+  int limit = c.vallen_max() - 2;
+  static const bool long_lines = std::getenv("NICEMU_PMI_PIPELINE") != nullptr;  // nicemu-run
+  if (!long_lines) {
+    constexpr int kPortableLine = 1024;
+    const int overhead = static_cast<int>(std::strlen("cmd=put kvsname= key= value=\n")) +
+                         static_cast<int>(c.kvsname().size()) + c.keylen_max() + 1;
+    limit = std::min(limit, kPortableLine - overhead);
+  }
+  return static_cast<size_t>(std::max(1, limit / 2));
 }
 
 std::string chunk_key(unsigned call, int rank, size_t chunk) {

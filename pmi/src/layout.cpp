@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -32,6 +33,24 @@ bool parse_int_list(const std::string& s, long min, std::vector<int>& out) {
 int Layout::nic_addr(int nid) const {
   if (nid >= 0 && static_cast<size_t>(nid) < nic_addrs.size()) return nic_addrs[nid];
   return nid;
+}
+
+int node_nic_addr(const Layout& l, int nid) {
+  if (!l.nic_addrs.empty()) return l.nic_addr(nid);
+  static std::map<int, int> found;  // published addresses do not change
+  Client& c = Client::get();
+  std::lock_guard lock(c.mutex());
+  if (auto it = found.find(nid); it != found.end()) return it->second;
+  auto first = std::find(l.nid_of_rank.begin(), l.nid_of_rank.end(), nid);
+  if (first == l.nid_of_rank.end()) return nid;
+  std::string value;
+  if (c.kvs_get(c.kvsname(), kNicAddrKeyPrefix + std::to_string(first - l.nid_of_rank.begin()), value) !=
+      PMI_SUCCESS)
+    return nid;  // not published, or not yet visible: not cached
+  auto addrs = parse_nic_addrs(value);
+  if (addrs.size() != 1) return nid;
+  found[nid] = addrs[0];
+  return addrs[0];
 }
 
 const Layout* get_layout(int* rc) {

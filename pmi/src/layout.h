@@ -19,6 +19,11 @@ struct Layout {
   int nic_addr(int nid) const;
 };
 
+// NIC address of node `nid`: from nicemu_nic_addrs when nicemu-run set it, else what the
+// node's first rank published (Client::publish_nic_addr, visible after a barrier), else
+// the nid itself.
+int node_nic_addr(const Layout& l, int nid);
+
 // The layout, loading it on first call. nullptr with *rc set when PMI is not initialized
 // or the server cannot be reached. A missing or malformed PMI_process_mapping means one
 // node holding every rank.

@@ -127,7 +127,8 @@ int PMI_nid_to_nicaddrs(int nid, int count, pmi_nic_addr_t* nicaddrs) {
   if (count < 1 || !nicaddrs) return PMI_ERR_INVALID_ARG;
   return with_layout([&](const Layout& l) {
     if (nid < 0 || nid >= l.num_nodes) return PMI_ERR_INVALID_ARG;
-    for (int i = 0; i < count; ++i) nicaddrs[i] = l.nic_addr(nid);
+    int addr = nicemu::pmi::node_nic_addr(l, nid);
+    for (int i = 0; i < count; ++i) nicaddrs[i] = addr;
     return PMI_SUCCESS;
   });
 }

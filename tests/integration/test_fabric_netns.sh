@@ -31,34 +31,13 @@ SW=${TAG}sw
 NS=("${TAG}a" "${TAG}b" "${TAG}c")
 NET=10.213.$(($$ % 200)).
 # Deleting a namespace deletes its end of the veth pair, and with it the other end.
-test_cleanup() { for n in "${NS[@]}" "$SW"; do ip netns del "$n" 2>/dev/null; done; }
+test_cleanup() { netns_hosts_down "${NS[@]}" "$SW"; }
 test_init test_fabric_netns
 
-if ! ip netns add "$SW" 2>"$TMP/err"; then
-  echo "SKIP: cannot create network namespaces: $(cat "$TMP/err")" >&2
-  exit 77
-fi
-setup() {
-  ip -n "$SW" link add br0 type bridge || return 1
-  ip -n "$SW" link set br0 up || return 1
-  local i
-  for i in 0 1 2; do
-    ip netns add "${NS[$i]}" || return 1
-    ip -n "${NS[$i]}" link set lo up || return 1
-    ip link add "${TAG}h$i" netns "${NS[$i]}" type veth peer name "${TAG}s$i" netns "$SW" || return 1
-    ip -n "$SW" link set "${TAG}s$i" master br0 up || return 1
-    ip -n "${NS[$i]}" addr add "${NET}$((i + 1))/24" dev "${TAG}h$i" || return 1
-    ip -n "${NS[$i]}" link set "${TAG}h$i" up || return 1
-  done
-}
-if ! setup 2>"$TMP/err"; then
+. "$(dirname "$0")/../../tools/compat/netns-hosts.sh"
+if ! netns_hosts_up "$SW" "$NET" "${NS[@]}" 2>"$TMP/err"; then
   echo "SKIP: cannot build the namespace network: $(cat "$TMP/err")" >&2
   exit 77
-fi
-if ! ip netns exec "${NS[0]}" ping -c 1 -W 2 "${NET}2" >/dev/null 2>&1; then
-  # The bridge may need a moment to forward (or ping is missing): give it one more try.
-  sleep 1
-  ip netns exec "${NS[0]}" ping -c 1 -W 2 "${NET}2" >/dev/null 2>&1 || true
 fi
 
 fabric_key
@@ -92,7 +71,7 @@ exchange 0 30 "clean link: 3 hosts, every pair, 30 rounds"
 
 how="netem loss 10%, duplicate 5%, reorder 25%, delay 2±1 ms"
 for i in 0 1 2; do
-  if ! ip netns exec "${NS[$i]}" tc qdisc add dev "${TAG}h$i" root netem delay 2ms 1ms loss 10% duplicate 5% \
+  if ! ip netns exec "${NS[$i]}" tc qdisc add dev "$(netns_host_if "$SW" "$i")" root netem delay 2ms 1ms loss 10% duplicate 5% \
       reorder 25% 50% 2>"$TMP/err"; then
     echo "note: tc netem unavailable ($(head -c 80 "$TMP/err")); the daemons impair their own packets instead" >&2
     how="daemon-side impairment (no netem here): loss 10%, duplicate 5%, reorder 25%, seed 7"
