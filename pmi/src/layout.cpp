@@ -47,8 +47,8 @@ int node_nic_addr(const Layout& l, int nid) {
   if (c.kvs_get(c.kvsname(), kNicAddrKeyPrefix + std::to_string(first - l.nid_of_rank.begin()), value) !=
       PMI_SUCCESS)
     return nid;  // not published, or not yet visible: not cached
-  auto addrs = parse_nic_addrs(value);
-  if (addrs.size() != 1) return nid;
+  std::vector<int> addrs;
+  if (!parse_int_list(value, 0, addrs) || addrs.size() != 1) return nid;
   found[nid] = addrs[0];
   return addrs[0];
 }
