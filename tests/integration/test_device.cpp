@@ -25,6 +25,10 @@ struct Self {
   void open(gni_nic_device_t want, uint32_t inst, Cred c) {
     gni_nic_device_t dev = want == GNI_DEVICE_ARIES ? GNI_DEVICE_GEMINI : GNI_DEVICE_ARIES;
     CHILD_CHECK(GNI_GetDeviceType(&dev) == GNI_RC_SUCCESS && dev == want);
+    open(inst, c);
+  }
+
+  void open(uint32_t inst, Cred c) {
     g = open_gni(inst, c);
     ep = bound_ep(g.nic, g.cq, g.addr, inst);
     h = mem_register(g.nic, uint64_t(buf), sizeof buf);
