@@ -1,7 +1,10 @@
 #include "nicemu/fabric/reliable_channel.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstring>
+#include <new>
 
 namespace nicemu::fabric {
 
@@ -23,8 +26,18 @@ ReliableChannel::ReliableChannel(ChannelConfig cfg, Deliver deliver)
   in_ = std::make_unique<InRecord[]>(cfg_.window);
   // Payload rings are not cleared: their pages are committed only as records use them, so a
   // peer that only ever exchanges small messages costs a few pages, not the full rings.
-  out_data_ = std::make_unique_for_overwrite<uint8_t[]>(uint64_t{cfg_.backlog} * kMaxRecordPayload);
-  in_data_ = std::make_unique_for_overwrite<uint8_t[]>(uint64_t{cfg_.window} * kMaxRecordPayload);
+  out_data_ = map_ring(uint64_t{cfg_.backlog} * kMaxRecordPayload);
+  in_data_ = map_ring(uint64_t{cfg_.window} * kMaxRecordPayload);
+}
+
+ReliableChannel::Ring ReliableChannel::map_ring(size_t len) {
+  void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  return Ring(static_cast<uint8_t*>(p), RingUnmap{len});
+}
+
+void RingUnmap::operator()(uint8_t* p) const {
+  if (p) munmap(p, len);
 }
 
 bool ReliableChannel::send(RecordType type, const void* data, size_t len) {

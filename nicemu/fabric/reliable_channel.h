@@ -30,6 +30,12 @@
 
 namespace nicemu::fabric {
 
+// Deleter of a channel's payload ring (an anonymous mapping of `len` bytes).
+struct RingUnmap {
+  size_t len = 0;
+  void operator()(uint8_t* p) const;
+};
+
 struct ChannelConfig {
   uint32_t window = abi::wire::kWindow;
   uint32_t backlog = 2048;          // records queued (in flight + waiting), fixed ring
@@ -137,7 +143,14 @@ class ReliableChannel {
   Reassembly reasm_;
   std::unique_ptr<OutRecord[]> out_;
   std::unique_ptr<InRecord[]> in_;
-  std::unique_ptr<uint8_t[]> out_data_, in_data_;
+  // Payload rings: anonymous mappings, not heap blocks. A page is committed only when a
+  // record first uses it, whatever the allocator does: glibc with MALLOC_PERTURB_ (set by
+  // `meson test`) fills every new block, which made each new peer cost 4 MB of page faults
+  // in the daemon's loop (16 hosts: 60 MB per daemon at the first collective, and CE
+  // liveness probes timed out behind it).
+  using Ring = std::unique_ptr<uint8_t[], RingUnmap>;
+  static Ring map_ring(size_t len);
+  Ring out_data_, in_data_;
   // No record sent is due before this (a lower bound, exact after each scan): fill() skips
   // its scan for expired records until then.
   uint64_t due_floor_ = UINT64_MAX;

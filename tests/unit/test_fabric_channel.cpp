@@ -3,8 +3,13 @@
 // whole; a silent peer takes the channel down and its return brings it back. Also the
 // packet checks (MAC, lengths) and the fabric map parser; test_packet_auth.cpp: the AEAD.
 #include <doctest/doctest.h>
+#include <malloc.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <deque>
 #include <random>
 #include <string>
@@ -275,6 +280,39 @@ TEST_CASE("fabric channel: backlog full and oversize messages are refused") {
   while (a.ch.send(RecordType::kCtl, s.data(), s.size())) ++ok;
   CHECK(ok == static_cast<int>(cfg.backlog));
   CHECK(a.ch.stats().refused == 2);
+}
+
+namespace {
+// Resident bytes of this process (/proc/self/statm).
+uint64_t resident_bytes() {
+  unsigned long size = 0, resident = 0;
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  REQUIRE(f != nullptr);
+  const int n = std::fscanf(f, "%lu %lu", &size, &resident);
+  std::fclose(f);
+  REQUIRE(n == 2);
+  return uint64_t{resident} * uint64_t(sysconf(_SC_PAGESIZE));
+}
+}  // namespace
+
+// A daemon makes a channel per peer on first contact, inside its event loop: the payload
+// rings (4 MB a channel) must not be touched then, also when the allocator fills new
+// blocks (glibc's MALLOC_PERTURB_, which `meson test` sets). Filled, 16 peers cost 60 MB of
+// page faults in one loop turn, enough on a loaded host for the collective engine's
+// liveness probes of that daemon to time out (ce-fabric, 64 processes on 16 hosts).
+TEST_CASE("fabric channel: payload rings are committed only as records use them") {
+  const char* env = std::getenv("MALLOC_PERTURB_");
+  mallopt(M_PERTURB, 0xa5);
+  constexpr int kChannels = 16;
+  std::vector<std::unique_ptr<ReliableChannel>> chans;
+  const uint64_t before = resident_bytes();
+  for (int i = 0; i < kChannels; ++i)
+    chans.push_back(std::make_unique<ReliableChannel>(ChannelConfig{}, [](RecordType, const uint8_t*, size_t) {}));
+  const uint64_t grown = resident_bytes() - std::min(before, resident_bytes());
+  mallopt(M_PERTURB, env ? std::atoi(env) : 0);
+  const uint64_t rings = uint64_t{ChannelConfig{}.backlog + ChannelConfig{}.window} * kMaxRecordPayload;
+  INFO("resident growth ", grown, " bytes for ", kChannels, " channels of ", rings, " ring bytes each");
+  CHECK(grown < kChannels * rings / 8);
 }
 
 TEST_CASE("fabric channel: small messages are packed many to a record, delivered one by one") {
