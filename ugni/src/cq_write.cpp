@@ -31,6 +31,16 @@ uint64_t execute_cq_write(Ep* ep, const gni_mem_handle_t& remote_mem_hndl, uint6
   return st;
 }
 
+gni_return_t check_cq_write(gni_ep_handle_t ep_hndl, const gni_post_descriptor_t* d, Ep*& ep, Cq*& cq) {
+  ep = posting_ep(ep_hndl, d);
+  if (!ep) return GNI_RC_INVALID_PARAM;
+  if (post_type(d) != GNI_POST_CQWRITE) return GNI_RC_INVALID_PARAM;
+  // Open MPI names the CQ for the local event in the descriptor (src_cq_hndl, as for RDMA
+  // posts); NULL means the EP's CQ.
+  if (!post_cq(ep, d, cq)) return GNI_RC_INVALID_PARAM;
+  return check_events(ep, cq, d);
+}
+
 }  // namespace nicemu::ugni
 
 using namespace nicemu;
@@ -39,14 +49,9 @@ using namespace nicemu::ugni;
 extern "C" {
 
 gni_return_t GNI_PostCqWrite(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
-  Ep* ep = posting_ep(ep_hndl, d);
-  if (!ep) return GNI_RC_INVALID_PARAM;
-  if (post_type(d) != GNI_POST_CQWRITE) return GNI_RC_INVALID_PARAM;
-  // Open MPI names the CQ for the local event in the descriptor (src_cq_hndl, as for RDMA
-  // posts); NULL means the EP's CQ.
+  Ep* ep;
   Cq* cq;
-  if (!post_cq(ep, d, cq)) return GNI_RC_INVALID_PARAM;
-  if (gni_return_t rc = check_events(ep, cq, d); rc != GNI_RC_SUCCESS) return rc;
+  if (gni_return_t rc = check_cq_write(ep_hndl, d, ep, cq); rc != GNI_RC_SUCCESS) return rc;
   int32_t tid;
   if (!start_post(ep->nic, d, tid)) return GNI_RC_ERROR_RESOURCE;
   // A CQ write is an FMA transaction on the hardware.

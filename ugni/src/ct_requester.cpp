@@ -168,12 +168,9 @@ gni_return_t GNI_CtPostFma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
 // The same for CQ writes: elements are gni_ct_cqw_post_descriptor_t. The local event goes
 // where GNI_PostCqWrite would put it (src_cq_hndl if given, else the first EP's CQ).
 gni_return_t GNI_CtPostCqWrite(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
-  Ep* ep = posting_ep(ep_hndl, d);
-  if (!ep) return GNI_RC_INVALID_PARAM;
-  if (post_type(d) != GNI_POST_CQWRITE) return GNI_RC_INVALID_PARAM;
+  Ep* ep;
   Cq* cq;
-  if (!post_cq(ep, d, cq)) return GNI_RC_INVALID_PARAM;
-  if (gni_return_t rc = check_events(ep, cq, d); rc != GNI_RC_SUCCESS) return rc;
+  if (gni_return_t rc = check_cq_write(ep_hndl, d, ep, cq); rc != GNI_RC_SUCCESS) return rc;
 
   struct Write {
     Ep* ep;
