@@ -398,7 +398,7 @@ TEST_CASE("SMSG relay: the receiver's daemon refuses forged and malformed messag
 TEST_CASE("SMSG relay: a mailbox outside the receiver's registration is refused, the sender fails") {
   Rig r;
   ctl::SmsgRelayOpen o = r.attrs();
-  o.mbox_offset = 4096 * 16;  // beyond the registered buffer
+  o.mbox.mbox_offset = 4096 * 16;  // beyond the registered buffer
   ctl::SmsgRelayOpenReply rep{};
   abi::SmsgRelayCtl* blk = r.open(rep, o);
   CHECK(r.send(rep.relay, 0, "lost", 7));
