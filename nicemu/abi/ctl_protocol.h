@@ -457,6 +457,21 @@ struct MsgqLookupReply {
   uint64_t size;
 };
 
+// A receiver's mailbox as GNI_SmsgInit's remote attributes name it: the registration of its
+// area, the area's address, the mailbox's offset and size, its credits and message size.
+// SmsgRelayOpen and SmsgOpen carry it whole; MboxOpen has the same fields in another order.
+struct MailboxAttrs {
+  uint64_t qword1;
+  uint64_t qword2;
+  uint64_t msg_buffer;
+  uint32_t mbox_offset;
+  uint32_t buff_size;
+  uint32_t credits;
+  uint32_t max_size;
+  bool operator==(const MailboxAttrs&) const = default;
+};
+static_assert(sizeof(MailboxAttrs) == 40);
+
 // On the attach connection: GNI_SmsgInit towards a NIC address of another host. The daemon
 // finds or creates the relay of (this CDM, peer, mailbox) and its SmsgRelayCtl in our heap
 // (shm_layout.h); the same attributes give the same relay, which resumes where it was.
@@ -464,13 +479,7 @@ struct SmsgRelayOpen {
   Header h;
   uint32_t peer_addr;   // receiver's NIC address (on another host)
   uint32_t peer_inst;
-  uint64_t qword1;      // receiver's registration of its mailbox area (its remote attrs)
-  uint64_t qword2;
-  uint64_t msg_buffer;
-  uint32_t mbox_offset;
-  uint32_t buff_size;
-  uint32_t credits;
-  uint32_t max_size;
+  MailboxAttrs mbox;    // the receiver's (its remote attrs)
   uint32_t credit_cq;   // our CQ slot for the SMSG event of credits coming back (kNoCq: none)
   uint32_t reserved;
 };
@@ -508,14 +517,22 @@ struct SmsgOpen {
   uint32_t to_inst;      // receiver CDM, here
   uint32_t ptag;
   uint32_t cookie;
-  uint64_t qword1;
-  uint64_t qword2;
-  uint64_t msg_buffer;
-  uint32_t mbox_offset;
-  uint32_t buff_size;
-  uint32_t credits;
-  uint32_t max_size;
+  MailboxAttrs mbox;
 };
+
+// Mailbox attributes into MboxOpen's fields (or a MailboxAttrs): the receiver's daemon opens
+// the mailbox an SmsgOpen names as its own library's GNI_SmsgInit would.
+template <class Dst, class Src>
+constexpr void copy_mailbox_attrs(Dst& d, const Src& s) {
+  d.qword1 = s.qword1;
+  d.qword2 = s.qword2;
+  d.msg_buffer = s.msg_buffer;
+  d.mbox_offset = s.mbox_offset;
+  d.buff_size = s.buff_size;
+  d.credits = s.credits;
+  d.max_size = s.max_size;
+}
+
 struct SmsgData {
   Header h;
   uint32_t relay;

@@ -113,13 +113,8 @@ struct Rig {
     ctl::SmsgRelayOpen o{};
     o.peer_addr = 1;
     o.peer_inst = 20;
-    o.qword1 = q1;
-    o.qword2 = q2;
-    o.msg_buffer = reinterpret_cast<uint64_t>(mbox_mem.data());
-    o.mbox_offset = 0;
-    o.buff_size = static_cast<uint32_t>(mbox_mem.size());
-    o.credits = kCredits;
-    o.max_size = kMax;
+    o.mbox = {q1, q2, reinterpret_cast<uint64_t>(mbox_mem.data()), 0, static_cast<uint32_t>(mbox_mem.size()),
+              kCredits, kMax};
     return o;
   }
 
@@ -183,12 +178,7 @@ struct Rig {
     ctl::SmsgRelayOpen o = attrs();
     req.ptag = kPtag;
     req.cookie = kCookie;
-    req.qword1 = o.qword1;
-    req.qword2 = o.qword2;
-    req.msg_buffer = o.msg_buffer;
-    req.buff_size = o.buff_size;
-    req.credits = kCredits;
-    req.max_size = kMax;
+    ctl::copy_mailbox_attrs(req, o.mbox);
     ctl::MboxOpenReply rep{};
     REQUIRE(receiver->mbox_open(req, rep) == abi::gni::kSuccess);
     char* mem = receiver->heap_ptr(rep.ctl_offset, rep.bytes);
@@ -396,8 +386,8 @@ TEST_CASE("SMSG relay: the receiver's daemon refuses forged and malformed messag
   ctl::SmsgOpen o{};
   o.h = ctl::make_header<ctl::SmsgOpen>(ctl::Op::kSmsgOpen, 0);
   o.origin_node = 5;
-  o.credits = kCredits;
-  o.max_size = kMax;
+  o.mbox.credits = kCredits;
+  o.mbox.max_size = kMax;
   std::vector<char> om(reinterpret_cast<char*>(&o), reinterpret_cast<char*>(&o) + sizeof o);
   CHECK(inject(om) == "SmsgOpen about another node");
   // Data from another node for this relay is not this relay's: it gets a failure answer.
@@ -408,7 +398,7 @@ TEST_CASE("SMSG relay: the receiver's daemon refuses forged and malformed messag
 TEST_CASE("SMSG relay: a mailbox outside the receiver's registration is refused, the sender fails") {
   Rig r;
   ctl::SmsgRelayOpen o = r.attrs();
-  o.mbox_offset = 4096 * 16;  // beyond the registered buffer
+  o.mbox.mbox_offset = 4096 * 16;  // beyond the registered buffer
   ctl::SmsgRelayOpenReply rep{};
   abi::SmsgRelayCtl* blk = r.open(rep, o);
   CHECK(r.send(rep.relay, 0, "lost", 7));

@@ -11,6 +11,8 @@
 #
 # A pipeline into grep tests with grep -c >/dev/null, not grep -q: under pipefail, grep -q
 # quitting at the first match can kill the writer with SIGPIPE and fail the pipeline.
+# For the same reason the first lines of a pipeline are taken with sed -n 1,Np (it reads
+# all its input), not head -N.
 
 COMPAT_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 COMPAT_TOOLS="$COMPAT_ROOT/tools/compat"
@@ -168,11 +170,11 @@ build_dep() {
 fetch_source() {
   local pkg=$1 ver=$2 dest=$3
   mkdir -p "$dest"
-  src_tree=$(find "$dest" -maxdepth 1 -mindepth 1 -type d -name "$pkg-$ver*" | head -1)
+  src_tree=$(find "$dest" -maxdepth 1 -mindepth 1 -type d -name "$pkg-$ver*" | sed -n 1p)
   if [ -n "$src_tree" ] && [ -f "$dest/.stamp-source" ]; then return 0; fi
   ensure_deb_src "$pkg"
   local avail
-  avail=$(apt-cache showsrc "$pkg" | sed -n 's/^Version: //p' | head -1)
+  avail=$(apt-cache showsrc "$pkg" | sed -n 's/^Version: //p' | sed -n 1p)
   case "$avail" in
     "$ver"*) ;;
     *) note "warning: APT offers $pkg $avail, this script was written for $ver" ;;
@@ -181,7 +183,7 @@ fetch_source() {
   note "apt-get source $pkg ($avail) into $dest"
   (cd "$dest" && apt-get source -qq "$pkg" >"$dest/source.log" 2>&1) || {
     tail -n 20 "$dest/source.log" >&2; return 1; }
-  src_tree=$(find "$dest" -maxdepth 1 -mindepth 1 -type d -name "$pkg-*" | head -1)
+  src_tree=$(find "$dest" -maxdepth 1 -mindepth 1 -type d -name "$pkg-*" | sed -n 1p)
   [ -n "$src_tree" ] || return 1
   touch "$dest/.stamp-source"
 }

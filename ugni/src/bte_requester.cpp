@@ -104,11 +104,7 @@ namespace nicemu::ugni {
 RdmaOp rdma_op(const Ep* ep, const gni_post_descriptor_t* d, bool get) {
   RdmaOp op;
   op.get = get;
-  op.local_addr = d->local_addr;
-  op.remote_addr = d->remote_addr;
-  op.length = d->length;
-  op.local_mem_hndl = d->local_mem_hndl;
-  op.remote_mem_hndl = d->remote_mem_hndl;
+  copy_transfer(op, d);
   op.cq_mode = d->cq_mode;
   op.local_event = ep->local_event;
   op.remote_event = ep->remote_event;
@@ -145,8 +141,8 @@ void rdma_local_events(Cq* cq, uint16_t cq_mode, uint32_t local_event, int32_t t
 extern "C" {
 
 gni_return_t GNI_PostRdma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
-  Ep* ep = as_ep(ep_hndl);
-  if (!ep || !d || !ep->bound) return GNI_RC_INVALID_PARAM;
+  Ep* ep = posting_ep(ep_hndl, d);
+  if (!ep) return GNI_RC_INVALID_PARAM;
   Nic* n = ep->nic;
   const int type = post_type(d);
   if (type != GNI_POST_RDMA_PUT && type != GNI_POST_RDMA_GET) return GNI_RC_INVALID_PARAM;
@@ -161,15 +157,9 @@ gni_return_t GNI_PostRdma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
     if ((d->remote_addr | d->length) & 3) return GNI_RC_ALIGNMENT_ERROR;
     if (n->device_type == GNI_DEVICE_GEMINI && (d->local_addr & 3)) return GNI_RC_ALIGNMENT_ERROR;
   }
-  const uint16_t local = d->cq_mode & (GNI_CQMODE_LOCAL_EVENT | GNI_CQMODE_GLOBAL_EVENT);
-  if (local == GNI_CQMODE_DUAL_EVENTS && !(n->cdm->modes & GNI_CDM_MODE_DUAL_EVENTS)) return GNI_RC_INVALID_PARAM;
-  // §12.2: the descriptor's src_cq_hndl, if set, takes this post's local events.
-  Cq* cq = ep->src_cq;
-  if (d->src_cq_hndl) {
-    cq = as_cq(d->src_cq_hndl);
-    if (!cq || cq->nic != n) return GNI_RC_INVALID_PARAM;
-  }
-  if (local && !cq) return GNI_RC_INVALID_PARAM;
+  Cq* cq;
+  if (!post_cq(ep, d, cq)) return GNI_RC_INVALID_PARAM;
+  if (gni_return_t rc = check_events(ep, cq, d); rc != GNI_RC_SUCCESS) return rc;
   // The local side must be registered with this NIC and cover the transfer (§10.3); a GET
   // writes into it, so it must not be read-only.
   switch (validate_access(*n->self, d->local_mem_hndl, d->local_addr, d->length, get, nullptr)) {
@@ -186,13 +176,8 @@ gni_return_t GNI_PostRdma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
     auto f = abi::mdh::decode(d->remote_mem_hndl.qword1, d->remote_mem_hndl.qword2);
     if (f && (f->flags & abi::mdh::kFlagReadOnly)) return GNI_RC_PERMISSION_ERROR;
   }
-  int32_t tid = -1;
-  if (local) {
-    tid = n->alloc_tid(d, local == GNI_CQMODE_DUAL_EVENTS ? 2 : 1);
-    if (tid < 0) return GNI_RC_ERROR_RESOURCE;
-  }
-  d->status = 0;
-  d->cq_mode_complete = 0;
+  int32_t tid;
+  if (!start_post(n, d, tid)) return GNI_RC_ERROR_RESOURCE;
   if (n->nic_down.load(std::memory_order_relaxed)) {
     // Nobody will execute it: complete it here, as an error, like every post after NIC down.
     rdma_local_events(cq, d->cq_mode, ep->local_event, tid, cqe::kErrNicDown);
@@ -228,14 +213,7 @@ gni_return_t GNI_PostRdma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
   r.local_event = ep->local_event;
   r.remote_event = ep->remote_event;
   r.ep_id = ep->bte_id;
-  r.remote_nic = ep->remote_addr;
-  r.local_addr = d->local_addr;
-  r.local_qword1 = d->local_mem_hndl.qword1;
-  r.local_qword2 = d->local_mem_hndl.qword2;
-  r.remote_addr = d->remote_addr;
-  r.remote_qword1 = d->remote_mem_hndl.qword1;
-  r.remote_qword2 = d->remote_mem_hndl.qword2;
-  r.length = d->length;
+  copy_transfer_to_daemon(r, ep, d);
   switch (n->bte.view.push(r)) {
     case abi::BteRingView::Push::kFull:
       release_tid(n, tid);

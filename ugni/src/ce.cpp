@@ -28,10 +28,7 @@ struct Ce {
   uint32_t id = 0;
 };
 
-Ce* as_ce(gni_ce_handle_t h) {
-  auto* c = reinterpret_cast<Ce*>(h);
-  return c && c->magic == kCeMagic ? c : nullptr;
-}
+Ce* as_ce(gni_ce_handle_t h) { return from_handle<Ce, kCeMagic>(h); }
 
 bool gemini(const Nic* n) { return n->device_type == GNI_DEVICE_GEMINI; }
 
@@ -83,16 +80,9 @@ gni_return_t post_ce(Ep* ep, gni_post_descriptor_t* d) {
   if (d->local_addr == 0 || d->local_addr % 8 != 0 ||
       validate_access(*n->self, d->local_mem_hndl, d->local_addr, sizeof(gni_ce_result_t), true, nullptr) != 0)
     return GNI_RC_INVALID_PARAM;
-  const uint16_t local = d->cq_mode & (GNI_CQMODE_LOCAL_EVENT | GNI_CQMODE_GLOBAL_EVENT);
-  if (local == GNI_CQMODE_DUAL_EVENTS && !(n->cdm->modes & GNI_CDM_MODE_DUAL_EVENTS)) return GNI_RC_INVALID_PARAM;
-  if (local && !ep->src_cq) return GNI_RC_INVALID_PARAM;
-  int32_t tid = -1;
-  if (local) {
-    tid = n->alloc_tid(d, local == GNI_CQMODE_DUAL_EVENTS ? 2 : 1);
-    if (tid < 0) return GNI_RC_ERROR_RESOURCE;
-  }
-  d->status = 0;
-  d->cq_mode_complete = 0;
+  if (gni_return_t rc = check_events(ep, ep->src_cq, d); rc != GNI_RC_SUCCESS) return rc;
+  int32_t tid;
+  if (!start_post(n, d, tid)) return GNI_RC_ERROR_RESOURCE;
   stat_add(n, GNI_STAT_FMA_LAUNCH_COUNT);
   ace::CePost p{};
   p.h = header<ace::CePost>(abi::ctl::Op::kCePost);
@@ -104,7 +94,7 @@ gni_return_t post_ce(Ep* ep, gni_post_descriptor_t* d) {
   p.src_cq = ep->src_cq ? ep->src_cq->slot : abi::kNoCq;
   p.tid = tid < 0 ? ace::kNoTid : static_cast<uint32_t>(tid);
   p.local_event = ep->local_event;
-  p.cq_mode = local;
+  p.cq_mode = local_events(d);
   p.red_id = d->ce_red_id;
   p.first = d->first_operand;
   p.second = d->second_operand;
@@ -146,8 +136,7 @@ gni_return_t GNI_CeCreate(gni_nic_handle_t nic_hndl, gni_ce_handle_t* ce_hndl) {
   ace::CeCreate req{};
   req.h = header<ace::CeCreate>(abi::ctl::Op::kCeCreate);
   ace::CeCreateReply rep{};
-  if (!n->conn.call(req, rep)) return GNI_RC_ERROR_RESOURCE;
-  if (rep.r.rc != GNI_RC_SUCCESS) return static_cast<gni_return_t>(rep.r.rc);
+  if (gni_return_t rc = daemon_call(n, req, rep); rc != GNI_RC_SUCCESS) return rc;
   auto* ce = new (std::nothrow) Ce;
   if (!ce) return GNI_RC_ERROR_NOMEM;
   ce->nic = n;

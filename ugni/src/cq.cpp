@@ -68,8 +68,7 @@ gni_return_t GNI_CqCreate(gni_nic_handle_t nic_hndl, uint32_t entry_count, uint3
   req.entry_count = entry_count;
   req.mode = mode;
   abi::ctl::CqCreateReply rep{};
-  if (!n->conn.call(req, rep)) return GNI_RC_ERROR_RESOURCE;
-  if (rep.r.rc != GNI_RC_SUCCESS) return static_cast<gni_return_t>(rep.r.rc);
+  if (gni_return_t rc = daemon_call(n, req, rep); rc != GNI_RC_SUCCESS) return rc;
   auto* cq = new (std::nothrow) Cq;
   if (!cq) return GNI_RC_ERROR_NOMEM;
   cq->nic = n;

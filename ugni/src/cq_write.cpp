@@ -31,6 +31,16 @@ uint64_t execute_cq_write(Ep* ep, const gni_mem_handle_t& remote_mem_hndl, uint6
   return st;
 }
 
+gni_return_t check_cq_write(gni_ep_handle_t ep_hndl, const gni_post_descriptor_t* d, Ep*& ep, Cq*& cq) {
+  ep = posting_ep(ep_hndl, d);
+  if (!ep) return GNI_RC_INVALID_PARAM;
+  if (post_type(d) != GNI_POST_CQWRITE) return GNI_RC_INVALID_PARAM;
+  // Open MPI names the CQ for the local event in the descriptor (src_cq_hndl, as for RDMA
+  // posts); NULL means the EP's CQ.
+  if (!post_cq(ep, d, cq)) return GNI_RC_INVALID_PARAM;
+  return check_events(ep, cq, d);
+}
+
 }  // namespace nicemu::ugni
 
 using namespace nicemu;
@@ -39,28 +49,11 @@ using namespace nicemu::ugni;
 extern "C" {
 
 gni_return_t GNI_PostCqWrite(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
-  Ep* ep = as_ep(ep_hndl);
-  if (!ep || !d || !ep->bound) return GNI_RC_INVALID_PARAM;
-  if (post_type(d) != GNI_POST_CQWRITE) return GNI_RC_INVALID_PARAM;
-  // Open MPI names the CQ for the local event in the descriptor (src_cq_hndl, as for RDMA
-  // posts); NULL means the EP's CQ.
-  Cq* cq = ep->src_cq;
-  if (d->src_cq_hndl) {
-    cq = as_cq(d->src_cq_hndl);
-    if (!cq || cq->nic != ep->nic) return GNI_RC_INVALID_PARAM;
-  }
-  const uint16_t local = d->cq_mode & (GNI_CQMODE_LOCAL_EVENT | GNI_CQMODE_GLOBAL_EVENT);
-  if (local == GNI_CQMODE_DUAL_EVENTS && !(ep->nic->cdm->modes & GNI_CDM_MODE_DUAL_EVENTS))
-    return GNI_RC_INVALID_PARAM;
-  if (local && !cq) return GNI_RC_INVALID_PARAM;
-
-  int32_t tid = -1;
-  if (local) {
-    tid = ep->nic->alloc_tid(d, local == GNI_CQMODE_DUAL_EVENTS ? 2 : 1);
-    if (tid < 0) return GNI_RC_ERROR_RESOURCE;
-  }
-  d->status = 0;
-  d->cq_mode_complete = 0;
+  Ep* ep;
+  Cq* cq;
+  if (gni_return_t rc = check_cq_write(ep_hndl, d, ep, cq); rc != GNI_RC_SUCCESS) return rc;
+  int32_t tid;
+  if (!start_post(ep->nic, d, tid)) return GNI_RC_ERROR_RESOURCE;
   // A CQ write is an FMA transaction on the hardware.
   stat_add(ep->nic, GNI_STAT_FMA_LAUNCH_COUNT);
   count(ep->nic->counters, ctr::cdm::cq_write_posts);

@@ -57,15 +57,6 @@ bool element(const void* p, int type, Nic* nic, FmaOp& op, const void*& next) {
   return true;
 }
 
-// The local-event checks every post makes; GNI_RC_SUCCESS or the error.
-gni_return_t check_events(const Ep* ep, const Cq* cq, const gni_post_descriptor_t* d) {
-  const uint16_t local = d->cq_mode & (GNI_CQMODE_LOCAL_EVENT | GNI_CQMODE_GLOBAL_EVENT);
-  if (local == GNI_CQMODE_DUAL_EVENTS && !(ep->nic->cdm->modes & GNI_CDM_MODE_DUAL_EVENTS))
-    return GNI_RC_INVALID_PARAM;
-  if (local && !cq) return GNI_RC_INVALID_PARAM;
-  return GNI_RC_SUCCESS;
-}
-
 // The members of a chain that crosses hosts: `remote(i)` says whether member i's target is
 // on another host; `run_local(i)` runs a same-host member and returns its status;
 // `post(i, chain)` sends a member to the daemon (false: the daemon is gone). `d` is the
@@ -97,22 +88,13 @@ void run_split_chain(Ep* ep, Cq* cq, gni_post_descriptor_t* d, int32_t tid, size
   }
 }
 
-// Takes the tid the chain's local event carries (-1: none asked for).
-bool take_tid(Ep* ep, gni_post_descriptor_t* d, int32_t& tid) {
-  const uint16_t local = d->cq_mode & (GNI_CQMODE_LOCAL_EVENT | GNI_CQMODE_GLOBAL_EVENT);
-  tid = -1;
-  if (!local) return true;
-  tid = ep->nic->alloc_tid(d, local == GNI_CQMODE_DUAL_EVENTS ? 2 : 1);
-  return tid >= 0;
-}
-
 }  // namespace
 
 extern "C" {
 
 gni_return_t GNI_CtPostFma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
-  Ep* ep = as_ep(ep_hndl);
-  if (!ep || !d || !ep->bound) return GNI_RC_INVALID_PARAM;
+  Ep* ep = posting_ep(ep_hndl, d);
+  if (!ep) return GNI_RC_INVALID_PARAM;
   const int type = post_type(d);
   if (type != GNI_POST_FMA_PUT && type != GNI_POST_FMA_GET && type != GNI_POST_AMO) return GNI_RC_INVALID_PARAM;
   if (d->dlvr_mode & GNI_DLVMODE_ORDERED_TAIL) return GNI_RC_INVALID_PARAM;
@@ -139,9 +121,7 @@ gni_return_t GNI_CtPostFma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
   }
 
   int32_t tid;
-  if (!take_tid(ep, d, tid)) return GNI_RC_ERROR_RESOURCE;
-  d->status = 0;
-  d->cq_mode_complete = 0;
+  if (!start_post(ep->nic, d, tid)) return GNI_RC_ERROR_RESOURCE;
   stat_add(ep->nic, GNI_STAT_FMA_LAUNCH_COUNT, static_cast<uint32_t>(ops.size()));
   auto remote = [&](size_t i) { return posts_through_daemon(ops[i].ep); };
   if (std::any_of(ops.begin(), ops.end(), [](const FmaOp& op) { return posts_through_daemon(op.ep); })) {
@@ -188,15 +168,9 @@ gni_return_t GNI_CtPostFma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
 // The same for CQ writes: elements are gni_ct_cqw_post_descriptor_t. The local event goes
 // where GNI_PostCqWrite would put it (src_cq_hndl if given, else the first EP's CQ).
 gni_return_t GNI_CtPostCqWrite(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
-  Ep* ep = as_ep(ep_hndl);
-  if (!ep || !d || !ep->bound) return GNI_RC_INVALID_PARAM;
-  if (post_type(d) != GNI_POST_CQWRITE) return GNI_RC_INVALID_PARAM;
-  Cq* cq = ep->src_cq;
-  if (d->src_cq_hndl) {
-    cq = as_cq(d->src_cq_hndl);
-    if (!cq || cq->nic != ep->nic) return GNI_RC_INVALID_PARAM;
-  }
-  if (gni_return_t rc = check_events(ep, cq, d); rc != GNI_RC_SUCCESS) return rc;
+  Ep* ep;
+  Cq* cq;
+  if (gni_return_t rc = check_cq_write(ep_hndl, d, ep, cq); rc != GNI_RC_SUCCESS) return rc;
 
   struct Write {
     Ep* ep;
@@ -215,9 +189,7 @@ gni_return_t GNI_CtPostCqWrite(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d
   }
 
   int32_t tid;
-  if (!take_tid(ep, d, tid)) return GNI_RC_ERROR_RESOURCE;
-  d->status = 0;
-  d->cq_mode_complete = 0;
+  if (!start_post(ep->nic, d, tid)) return GNI_RC_ERROR_RESOURCE;
   stat_add(ep->nic, GNI_STAT_FMA_LAUNCH_COUNT, static_cast<uint32_t>(writes.size()));
   auto remote = [&](size_t i) { return posts_through_daemon(writes[i].ep); };
   if (std::any_of(writes.begin(), writes.end(), [](const Write& w) { return posts_through_daemon(w.ep); })) {

@@ -31,10 +31,7 @@ struct ErrSubscription {
   int waiting = 0;
 };
 
-ErrSubscription* as_sub(gni_err_handle_t h) {
-  auto* s = reinterpret_cast<ErrSubscription*>(h);
-  return s && s->magic == kErrMagic ? s : nullptr;
-}
+ErrSubscription* as_sub(gni_err_handle_t h) { return from_handle<ErrSubscription, kErrMagic>(h); }
 
 }  // namespace
 

@@ -62,6 +62,18 @@ struct Held {
   std::function<void()> run;
 };
 
+// An FMA or RDMA post the engine holds back (reordered or delayed), counted as such; the
+// caller sets what it runs.
+Held held_post(Nic* n, Ep* ep, Class cls, bool posted) {
+  count(n->counters, ctr::cdm::reorder_held);
+  Held h;
+  h.nic = n;
+  h.ep = ep;
+  h.cls = cls;
+  h.posted = posted;
+  return h;
+}
+
 struct Engine {
   std::mutex mu;
   std::condition_variable cv;
@@ -266,12 +278,7 @@ gni_return_t fault_post_fma(const FmaOp& op0, gni_post_descriptor_t* d, int32_t 
     run_fma(op, *target, cq, cq_mode, all, tid, ep->local_event, ep->remote_event);
     return GNI_RC_SUCCESS;
   }
-  count(n->counters, ctr::cdm::reorder_held);
-  Held h;
-  h.nic = n;
-  h.ep = ep;
-  h.cls = cls;
-  h.posted = posted;
+  Held h = held_post(n, ep, cls, posted);
   uint16_t later = all;
   std::shared_ptr<std::vector<char>> data;
   if (posted) {
@@ -499,12 +506,7 @@ bool fault_post_rdma(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, int32_t tid
   }
   // The data moves when the engine runs it, so every completion event (local ones too:
   // the source buffer is read then) comes from there.
-  count(n->counters, ctr::cdm::reorder_held);
-  Held h;
-  h.nic = n;
-  h.ep = ep;
-  h.cls = cls;
-  h.posted = posted;
+  Held h = held_post(n, ep, cls, posted);
   h.rdma = true;
   h.run = std::move(run);
   e.hold(due, std::move(h));

@@ -107,11 +107,7 @@ FmaOp fma_op_of(Ep* ep, const gni_post_descriptor_t* d) {
   FmaOp op;
   op.type = post_type(d);
   op.ep = ep;
-  op.local_addr = d->local_addr;
-  op.local_mem_hndl = d->local_mem_hndl;
-  op.remote_addr = d->remote_addr;
-  op.remote_mem_hndl = d->remote_mem_hndl;
-  op.length = d->length;
+  copy_transfer(op, d);
   op.amo_cmd = amo_command(d->amo_cmd);
   op.first_operand = d->first_operand;
   op.second_operand = d->second_operand;
@@ -203,9 +199,8 @@ using namespace nicemu::ugni;
 extern "C" {
 
 gni_return_t GNI_PostFma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
-  Ep* ep = as_ep(ep_hndl);
-  if (!ep || !d) return GNI_RC_INVALID_PARAM;
-  if (!ep->bound) return GNI_RC_INVALID_PARAM;
+  Ep* ep = posting_ep(ep_hndl, d);
+  if (!ep) return GNI_RC_INVALID_PARAM;
   switch (post_type(d)) {
     case GNI_POST_CE:
       return post_ce(ep, d);  // ce.cpp: the operand goes to the daemons' collective engine
@@ -217,18 +212,9 @@ gni_return_t GNI_PostFma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
   }
   const FmaOp op = fma_op_of(ep, d);
   if (gni_return_t rc = check_fma(op); rc != GNI_RC_SUCCESS) return rc;
-  const uint16_t local = d->cq_mode & (GNI_CQMODE_LOCAL_EVENT | GNI_CQMODE_GLOBAL_EVENT);
-  if (local == GNI_CQMODE_DUAL_EVENTS && !(ep->nic->cdm->modes & GNI_CDM_MODE_DUAL_EVENTS))
-    return GNI_RC_INVALID_PARAM;
-  if (local && !ep->src_cq) return GNI_RC_INVALID_PARAM;
-
-  int32_t tid = -1;
-  if (local) {
-    tid = ep->nic->alloc_tid(d, local == GNI_CQMODE_DUAL_EVENTS ? 2 : 1);
-    if (tid < 0) return GNI_RC_ERROR_RESOURCE;
-  }
-  d->status = 0;
-  d->cq_mode_complete = 0;
+  if (gni_return_t rc = check_events(ep, ep->src_cq, d); rc != GNI_RC_SUCCESS) return rc;
+  int32_t tid;
+  if (!start_post(ep->nic, d, tid)) return GNI_RC_ERROR_RESOURCE;
   stat_add(ep->nic, GNI_STAT_FMA_LAUNCH_COUNT);
   count_post(ep->nic->counters, post_type(d), d->length);
   // A target on another host: our daemon carries it (remote_post.cpp).

@@ -50,6 +50,10 @@ uint64_t execute_fma_on(const FmaOp& op, const Region& target, uint32_t* dst_cq)
 // The target's remote event of a transaction that succeeded, into `dst_cq` of its region.
 void push_fma_remote_event(const FmaOp& op, uint32_t dst_cq);
 
+// The post-time checks of a CQ write, plain or chained (cq_write.cpp): the EP and the CQ
+// that takes its local event (src_cq_hndl if given, else the EP's), or the error.
+gni_return_t check_cq_write(gni_ep_handle_t ep_hndl, const gni_post_descriptor_t* d, Ep*& ep, Cq*& cq);
+
 // Executes one CQ write (cq_write.cpp) on `ep`'s peer; a CQE status.
 uint64_t execute_cq_write(Ep* ep, const gni_mem_handle_t& remote_mem_hndl, uint64_t value);
 

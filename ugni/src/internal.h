@@ -335,22 +335,68 @@ uint32_t spin_ns();                                // spin budget before blockin
 // detection); shared by the single-CQ and the vector waits (cq.cpp).
 gni_return_t take_event(Cq* cq, gni_cq_entry_t* event_data);
 
-inline Nic* as_nic(gni_nic_handle_t h) {
-  auto* n = reinterpret_cast<Nic*>(h);
-  return n && n->magic == kNicMagic ? n : nullptr;
+// A handle is a pointer to one of our objects; its magic tells a live object of that type
+// from a stale, destroyed or foreign one (nullptr then).
+template <class T, uint32_t Magic, class Handle>
+T* from_handle(Handle h) {
+  auto* p = reinterpret_cast<T*>(h);
+  return p && p->magic == Magic ? p : nullptr;
 }
-inline Cdm* as_cdm(gni_cdm_handle_t h) {
-  auto* c = reinterpret_cast<Cdm*>(h);
-  return c && c->magic == kCdmMagic ? c : nullptr;
+inline Nic* as_nic(gni_nic_handle_t h) { return from_handle<Nic, kNicMagic>(h); }
+inline Cdm* as_cdm(gni_cdm_handle_t h) { return from_handle<Cdm, kCdmMagic>(h); }
+inline Ep* as_ep(gni_ep_handle_t h) { return from_handle<Ep, kEpMagic>(h); }
+inline Cq* as_cq(gni_cq_handle_t h) { return from_handle<Cq, kCqMagic>(h); }
+
+// One request to our daemon whose reply starts with an abi::ctl::Reply: the reply's rc, or
+// `gone` when the daemon does not answer.
+template <class Req, class Rep>
+gni_return_t daemon_call(Nic* n, Req& req, Rep& rep, gni_return_t gone = GNI_RC_ERROR_RESOURCE) {
+  if (!n->conn.call(req, rep)) return gone;
+  return static_cast<gni_return_t>(rep.r.rc);
 }
-inline Ep* as_ep(gni_ep_handle_t h) {
-  auto* e = reinterpret_cast<Ep*>(h);
-  return e && e->magic == kEpMagic ? e : nullptr;
+
+// The transfer a post descriptor names: both addresses with their memory handles, and the
+// length; into a requester's operation (FmaOp, RdmaOp) ...
+template <class Op>
+void copy_transfer(Op& op, const gni_post_descriptor_t* d) {
+  op.local_addr = d->local_addr;
+  op.local_mem_hndl = d->local_mem_hndl;
+  op.remote_addr = d->remote_addr;
+  op.remote_mem_hndl = d->remote_mem_hndl;
+  op.length = d->length;
 }
-inline Cq* as_cq(gni_cq_handle_t h) {
-  auto* c = reinterpret_cast<Cq*>(h);
-  return c && c->magic == kCqMagic ? c : nullptr;
+// ... or, with the handles as their two qwords and the peer, into a request to our daemon
+// (the BTE ring's request, a remote post).
+template <class Msg>
+void copy_transfer_to_daemon(Msg& m, const Ep* ep, const gni_post_descriptor_t* d) {
+  m.remote_nic = ep->remote_addr;
+  m.local_addr = d->local_addr;
+  m.local_qword1 = d->local_mem_hndl.qword1;
+  m.local_qword2 = d->local_mem_hndl.qword2;
+  m.remote_addr = d->remote_addr;
+  m.remote_qword1 = d->remote_mem_hndl.qword1;
+  m.remote_qword2 = d->remote_mem_hndl.qword2;
+  m.length = d->length;
 }
+
+// What every post (FMA, BTE, CE, CQ write, chained) checks and does before it runs.
+// The EP it goes through: live and bound, with a descriptor; nullptr otherwise.
+inline Ep* posting_ep(gni_ep_handle_t h, const gni_post_descriptor_t* d) {
+  Ep* ep = as_ep(h);
+  return ep && d && ep->bound ? ep : nullptr;
+}
+// The local events it asks for: GNI_CQMODE_LOCAL_EVENT and/or GNI_CQMODE_GLOBAL_EVENT.
+inline uint16_t local_events(const gni_post_descriptor_t* d) {
+  return d->cq_mode & (GNI_CQMODE_LOCAL_EVENT | GNI_CQMODE_GLOBAL_EVENT);
+}
+// The CQ that takes a post's local events: the descriptor's src_cq_hndl if set (§12.2),
+// else the EP's; false for a handle that is not a live CQ of the EP's NIC.
+bool post_cq(const Ep* ep, const gni_post_descriptor_t* d, Cq*& cq);
+// The local events it asks for must be allowed by the CDM's modes and have a CQ to go to.
+gni_return_t check_events(const Ep* ep, const Cq* cq, const gni_post_descriptor_t* d);
+// Takes the tid its local events carry (-1: none asked for) and clears the descriptor's
+// completion state; false when every tid is in flight.
+bool start_post(Nic* n, gni_post_descriptor_t* d, int32_t& tid);
 
 // Cross-memory access to another process (or memcpy for our own pid). Returns a CQE status.
 uint64_t xmem_write(pid_t pid, uint64_t remote, const void* local, uint64_t len);

@@ -57,8 +57,7 @@ gni_return_t GNI_MemRegister(gni_nic_handle_t nic_hndl, uint64_t address, uint64
     req.qword2 = mem_hndl->qword2;
   }
   abi::ctl::MemRegisterReply rep{};
-  if (!n->conn.call(req, rep)) return GNI_RC_ERROR_RESOURCE;
-  if (rep.r.rc != GNI_RC_SUCCESS) return static_cast<gni_return_t>(rep.r.rc);
+  if (gni_return_t rc = daemon_call(n, req, rep); rc != GNI_RC_SUCCESS) return rc;
   mem_hndl->qword1 = rep.qword1;
   mem_hndl->qword2 = rep.qword2;
   if (update) return GNI_RC_SUCCESS;  // the same registration

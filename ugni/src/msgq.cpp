@@ -162,10 +162,7 @@ struct Msgq {
   std::atomic<uint64_t> malformed{0};
 };
 
-Msgq* as_msgq(gni_msgq_handle_t h) {
-  auto* q = reinterpret_cast<Msgq*>(h);
-  return q && q->magic == kMsgqMagic ? q : nullptr;
-}
+Msgq* as_msgq(gni_msgq_handle_t h) { return from_handle<Msgq, kMsgqMagic>(h); }
 
 mq::Attrs to_attrs(const gni_msgq_attr_t& a) {
   return mq::Attrs{a.max_msg_sz, a.smsg_q_sz, a.rcv_pool_sz, a.num_msgq_eps, a.nloc_insts, a.modes, a.rcv_cq_sz, 0};
@@ -221,8 +218,7 @@ gni_return_t control(Nic* n, abi::ctl::Op op, uint32_t remote_pe, uint32_t remot
   req.h.op = static_cast<uint16_t>(op);
   req.remote_pe = remote_pe;
   req.remote_insts = remote_insts;
-  if (!n->conn.call(req, rep)) return GNI_RC_INVALID_STATE;  // the daemon is gone
-  return static_cast<gni_return_t>(rep.r.rc);
+  return daemon_call(n, req, rep, GNI_RC_INVALID_STATE);  // INVALID_STATE: the daemon is gone
 }
 
 // Maps the segment of node `pe` for our domain through that node's daemon.

@@ -54,7 +54,7 @@ bool send_remote_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t k
   rop::RemotePost p{};
   p.kind = kind;
   p.engine = engine;
-  p.cq_mode = d->cq_mode & (GNI_CQMODE_LOCAL_EVENT | GNI_CQMODE_GLOBAL_EVENT);
+  p.cq_mode = local_events(d);
   if (d->cq_mode & GNI_CQMODE_REMOTE_EVENT) p.flags |= rop::kFlagRemoteEvent;
   p.src_cq = cq ? cq->slot : abi::kNoCq;
   p.tid = tid < 0 ? abi::kBteNoTid : static_cast<uint32_t>(tid);
@@ -67,14 +67,7 @@ bool send_remote_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t k
     p.chain_fail_index = chain->fail_index;
     p.chain_fail_status = chain->fail_status;
   }
-  p.remote_nic = ep->remote_addr;
-  p.local_addr = d->local_addr;
-  p.local_qword1 = d->local_mem_hndl.qword1;
-  p.local_qword2 = d->local_mem_hndl.qword2;
-  p.remote_addr = d->remote_addr;
-  p.remote_qword1 = d->remote_mem_hndl.qword1;
-  p.remote_qword2 = d->remote_mem_hndl.qword2;
-  p.length = d->length;
+  copy_transfer_to_daemon(p, ep, d);
   int type;
   std::memcpy(&type, &d->type, sizeof type);
   switch (kind) {

@@ -32,13 +32,7 @@ gni_return_t open_mailbox(Ep* ep, uint32_t addr, const gni_smsg_attr_t* a, Mailb
   req.h.op = static_cast<uint16_t>(abi::ctl::Op::kMboxOpen);
   req.ptag = n->cdm->ptag;
   req.cookie = n->cdm->cookie;
-  req.mbox_offset = a->mbox_offset;
-  req.qword1 = a->mem_hndl.qword1;
-  req.qword2 = a->mem_hndl.qword2;
-  req.msg_buffer = reinterpret_cast<uint64_t>(a->msg_buffer);
-  req.buff_size = a->buff_size;
-  req.credits = a->mbox_maxcredit;
-  req.max_size = a->msg_maxsize;
+  copy_mailbox_attr(req, a);
   abi::ctl::MboxOpenReply rep{};
   nicemu::ctl::Connection* c = addr == n->nic_addr ? &n->conn : nullptr;
   if (!c) {

@@ -14,17 +14,10 @@ gni_return_t relay_open(Ep* ep, const gni_smsg_attr_t* a, uint32_t credit_cq, Ma
   req.h.op = static_cast<uint16_t>(abi::ctl::Op::kSmsgRelayOpen);
   req.peer_addr = ep->remote_addr;
   req.peer_inst = ep->remote_id;
-  req.qword1 = a->mem_hndl.qword1;
-  req.qword2 = a->mem_hndl.qword2;
-  req.msg_buffer = reinterpret_cast<uint64_t>(a->msg_buffer);
-  req.mbox_offset = a->mbox_offset;
-  req.buff_size = a->buff_size;
-  req.credits = a->mbox_maxcredit;
-  req.max_size = a->msg_maxsize;
+  copy_mailbox_attr(req.mbox, a);
   req.credit_cq = credit_cq;
   abi::ctl::SmsgRelayOpenReply rep{};
-  if (!n->conn.call(req, rep)) return GNI_RC_INVALID_STATE;
-  if (rep.r.rc != GNI_RC_SUCCESS) return static_cast<gni_return_t>(rep.r.rc);
+  if (gni_return_t rc = daemon_call(n, req, rep, GNI_RC_INVALID_STATE); rc != GNI_RC_SUCCESS) return rc;
   if (!n->self->in_heap(rep.ctl_offset, sizeof(abi::SmsgRelayCtl)) ||
       !n->self->in_heap(rep.ring_offset, abi::kRelayRingBytes))
     return GNI_RC_INVALID_STATE;

@@ -28,6 +28,12 @@ T message(Op op) {
   m.h = ctl::make_header<T>(op, 0);
   return m;
 }
+
+// Sizes a relay can carry, checked at both ends: the sender's daemon when its library opens
+// the relay, the receiver's when the SmsgOpen arrives.
+bool relayable(const ctl::MailboxAttrs& m) {
+  return m.credits != 0 && m.credits <= 65535 && m.max_size != 0 && smsg_capacity(m.max_size) <= ctl::kSmsgRelayMaxSize;
+}
 }  // namespace
 
 SmsgRelay::SmsgRelay(uint32_t self, StatsPage& stats, SmsgRelayEnv env)
@@ -67,12 +73,9 @@ SmsgRelayCtl* SmsgRelay::block(const Tx& t) const {
 
 int SmsgRelay::open(CdmRegion& cdm, const ctl::SmsgRelayOpen& req, ctl::SmsgRelayOpenReply& rep) {
   if (!io_ || !env_.remote(req.peer_addr)) return rc::kInvalidState;  // not a node of another host
-  if (req.credits == 0 || req.credits > 65535 || req.max_size == 0 || smsg_capacity(req.max_size) > ctl::kSmsgRelayMaxSize)
-    return rc::kInvalidParam;
+  if (!relayable(req.mbox)) return rc::kInvalidParam;
   auto same = [&](const ctl::SmsgRelayOpen& a) {
-    return a.peer_addr == req.peer_addr && a.peer_inst == req.peer_inst && a.qword1 == req.qword1 &&
-           a.qword2 == req.qword2 && a.msg_buffer == req.msg_buffer && a.mbox_offset == req.mbox_offset &&
-           a.buff_size == req.buff_size && a.credits == req.credits && a.max_size == req.max_size;
+    return a.peer_addr == req.peer_addr && a.peer_inst == req.peer_inst && a.mbox == req.mbox;
   };
   // The same channel again (GNI_SmsgInit on a re-created EP): it resumes where it was.
   size_t mine = 0;
@@ -99,8 +102,8 @@ int SmsgRelay::open(CdmRegion& cdm, const ctl::SmsgRelayOpen& req, ctl::SmsgRela
   if (!off) return rc::kErrorNomem;
   auto* b = new (cdm.heap_ptr(*off, sizeof(SmsgRelayCtl))) SmsgRelayCtl{};
   b->magic = kRelayMagic;
-  b->credits = req.credits;
-  b->max_size = req.max_size;
+  b->credits = req.mbox.credits;
+  b->max_size = req.mbox.max_size;
   uint32_t id = next_tx_++;
   while (id == 0 || tx_.contains(id)) id = next_tx_++;
   Tx& t = tx_[id];
@@ -114,7 +117,7 @@ int SmsgRelay::open(CdmRegion& cdm, const ctl::SmsgRelayOpen& req, ctl::SmsgRela
   rep.relay = id;
   rep.ring_offset = *ring;
   spdlog::debug("nic {}: SMSG relay {} opened: inst {} -> node {} inst {} ({} credits, {} bytes)", self_, id,
-                t.inst, req.peer_addr, req.peer_inst, req.credits, req.max_size);
+                t.inst, req.peer_addr, req.peer_inst, req.mbox.credits, req.mbox.max_size);
   return rc::kSuccess;
 }
 
@@ -250,8 +253,8 @@ bool SmsgRelay::send(CdmRegion& cdm, const char* msg, size_t len, Clock::time_po
   auto it = tx_.find(s.relay);
   if (it == tx_.end() || it->second.attach_id != cdm.attach_id()) return false;
   Tx& t = it->second;
-  if (s.length > smsg_capacity(t.attrs.max_size) || s.seq != t.next_seq) return false;
-  if (t.next_seq - t.released >= t.attrs.credits) return false;  // the library checks credits first
+  if (s.length > smsg_capacity(t.attrs.mbox.max_size) || s.seq != t.next_seq) return false;
+  if (t.next_seq - t.released >= t.attrs.mbox.credits) return false;  // the library checks credits first
   ++t.next_seq;
   if (t.failed) {  // the library had not seen it yet
     cdm.push_cqe(s.src_cq, cqe::make(cqe::kSrcLocalRequest, cqe::kTypeSmsg, t.failed, cqe::kInfoGlobal, 0, s.msg_id));
@@ -266,13 +269,7 @@ bool SmsgRelay::send(CdmRegion& cdm, const char* msg, size_t len, Clock::time_po
     o.to_inst = t.attrs.peer_inst;
     o.ptag = t.cred.ptag;
     o.cookie = t.cred.cookie;
-    o.qword1 = t.attrs.qword1;
-    o.qword2 = t.attrs.qword2;
-    o.msg_buffer = t.attrs.msg_buffer;
-    o.mbox_offset = t.attrs.mbox_offset;
-    o.buff_size = t.attrs.buff_size;
-    o.credits = t.attrs.credits;
-    o.max_size = t.attrs.max_size;
+    o.mbox = t.attrs.mbox;
     t.opened = true;
     to_peer(t.attrs.peer_addr, &o, sizeof o);
   }
@@ -401,7 +398,7 @@ void SmsgRelay::on_ack(uint32_t from, const ctl::SmsgAck& a) {
     b->released.store(a.released, std::memory_order_seq_cst);
     // The library ran out of credits and waits on its receive CQ: the SMSG event the
     // hardware's credit message would raise (SmsgRelayCtl::credit_wanted).
-    if (t.next_seq - a.released < t.attrs.credits && t.attrs.credit_cq != kNoCq &&
+    if (t.next_seq - a.released < t.attrs.mbox.credits && t.attrs.credit_cq != kNoCq &&
         b->credit_wanted.load(std::memory_order_seq_cst) != 0 &&
         b->credit_wanted.exchange(0, std::memory_order_relaxed) != 0) {
       queue_cqe(tx_cqes_, t.attach_id, t.attrs.credit_cq,
@@ -457,8 +454,7 @@ const char* SmsgRelay::fabric_message(uint32_t from, const ctl::Header& h, const
 
 const char* SmsgRelay::on_open(uint32_t from, const ctl::SmsgOpen& o) {
   if (o.origin_node != from) return "SmsgOpen about another node";
-  if (o.credits == 0 || o.credits > 65535 || o.max_size == 0 || smsg_capacity(o.max_size) > ctl::kSmsgRelayMaxSize)
-    return "SmsgOpen with impossible sizes";
+  if (!relayable(o.mbox)) return "SmsgOpen with impossible sizes";
   RxKey k{from, o.relay};
   watch_.erase(k);
   ack_due_.erase(k);
@@ -475,18 +471,12 @@ const char* SmsgRelay::on_open(uint32_t from, const ctl::SmsgOpen& o) {
   };
   // The receiver is the CDM whose registration the mailbox handle names, whatever id the
   // sender's EP was bound with.
-  CdmRegion* t = env_.find_domain(Credential{o.ptag, o.cookie}, mdh::route_of(o.qword1, o.qword2));
+  CdmRegion* t = env_.find_domain(Credential{o.ptag, o.cookie}, mdh::route_of(o.mbox.qword1, o.mbox.qword2));
   if (!t) return refuse(cqe::kErrPeerGone, "no CDM of the mailbox handle's memory domain in that domain here");
   ctl::MboxOpen req{};
   req.ptag = o.ptag;
   req.cookie = o.cookie;
-  req.mbox_offset = o.mbox_offset;
-  req.qword1 = o.qword1;
-  req.qword2 = o.qword2;
-  req.msg_buffer = o.msg_buffer;
-  req.buff_size = o.buff_size;
-  req.credits = o.credits;
-  req.max_size = o.max_size;
+  ctl::copy_mailbox_attrs(req, o.mbox);
   ctl::MboxOpenReply rep{};
   int code = t->mbox_open(req, rep, false);
   if (code == rc::kErrorResource)  // not open yet: creating one is subject to the limits
@@ -496,14 +486,14 @@ const char* SmsgRelay::on_open(uint32_t from, const ctl::SmsgOpen& o) {
                   code == rc::kInvalidParam ? "mailbox not inside a registration of the receiver, or sizes differ"
                                             : "no room for the mailbox (limit or heap)");
   auto* m = reinterpret_cast<MboxCtl*>(t->heap_ptr(rep.ctl_offset, rep.bytes));
-  if (!m || rep.bytes != mbox_bytes(o.credits, o.max_size)) return refuse(cqe::kErrPeerGone, "mailbox not in the heap");
+  if (!m || rep.bytes != mbox_bytes(o.mbox.credits, o.mbox.max_size)) return refuse(cqe::kErrPeerGone, "mailbox not in the heap");
   ++mbox_opens_;
   r.attach_id = t->attach_id();
   r.mbox_offset = rep.ctl_offset;
   r.mbox_bytes = rep.bytes;
-  r.credits = o.credits;
-  r.slot_size = mbox_slot_size(o.max_size);
-  r.max_size = o.max_size;
+  r.credits = o.mbox.credits;
+  r.slot_size = mbox_slot_size(o.mbox.max_size);
+  r.max_size = o.mbox.max_size;
   r.dst_cq = rep.dst_cq;
   // The mailbox may have carried messages before (a channel re-initialised): ours follow.
   r.base = m->sent.load(std::memory_order_acquire);
