@@ -12,11 +12,12 @@
 namespace nicemu::abi::ctl {
 
 inline constexpr uint32_t kMagic = 0x4E43544C;  // "NCTL"
-inline constexpr uint16_t kVersion = 6;  // 2: PeerLookup and MboxOpen name memory domains;
+inline constexpr uint16_t kVersion = 7;  // 2: PeerLookup and MboxOpen name memory domains;
                                          // 3: the collective engine (ce_ops.h);
                                          // 4: the status reply comes in pages;
                                          // 5: virtual-MDH registrations, PeerLookup by route;
-                                         // 6: DgramCancel names the post (lib_seq)
+                                         // 6: DgramCancel names the post (lib_seq);
+                                         // 7: DRC credentials (Drc, DrcReply)
 inline constexpr size_t kMaxMessage = 73728;    // every message but a status reply (the largest:
                                                 // SmsgRelaySend of a 64 KiB SMSG message)
 // A status document can be megabytes on a busy node (hundreds of CDMs), more than one
@@ -90,6 +91,7 @@ enum class Op : uint16_t {
   kCeProbeReply = 97,    // daemon -> daemon: its answer
   kCeMember = 98,        // no reply: a leaf EP of this CDM names its channel (GNI_EpSetCeAttr)
   kCeLeafGone = 99,      // daemon -> daemon: that leaf's CDM is gone before it posted
+  kDrc = 100,            // -> DrcReply         libdrc (rdmacred.h): DrcAction
 };
 
 // Reply codes are gni_return_t values, so libugni can return them unchanged.
@@ -267,6 +269,41 @@ struct CredReply {
   Reply r;
   uint32_t ptag;
   uint32_t cookie;
+};
+
+// Cray DRC credentials (libdrc): a job credential with a numeric id, an owner (the uid that
+// acquired it) and grants (uids, gids, workload-manager job ids) naming who else may attach
+// with it. Only the owner (or root) grants, revokes or releases. kDrcAcquire with id, ptag
+// and cookie 0 chooses all three; with them given it installs that credential on this
+// node for the caller (libdrc copies a credential to every daemon of its run directory).
+enum class DrcAction : uint32_t {
+  kAcquire = 1,  // -> id, ptag, cookie
+  kGrant = 2,    // kind (DrcGrant) + value
+  kRevoke = 3,   // kind + value
+  kAccess = 4,   // -> ptag, cookie, if the caller may use credential `id`
+  kRelease = 5,  // forget the credential and its grants (attached CDMs keep running)
+  kLookup = 6,   // -> ptag of the credential with `cookie` that the caller may use (GNI_GetPtag)
+};
+enum class DrcGrant : uint32_t { kUid = 1, kGid = 2, kWlm = 3 };
+inline constexpr uint32_t kDrcFlex = 1;  // Drc.flags on kAcquire: DRC_FLAGS_FLEX_CREDENTIAL
+struct Drc {
+  Header h;
+  uint32_t action;  // DrcAction
+  uint32_t id;
+  uint32_t kind;    // DrcGrant (grant, revoke)
+  uint32_t value;   // uid, gid or job id (grant, revoke)
+  uint32_t ptag;
+  uint32_t cookie;
+  uint32_t flags;   // kDrcFlex
+  uint32_t reserved;
+};
+static_assert(sizeof(Drc) == 48);
+struct DrcReply {
+  Reply r;
+  uint32_t id;
+  uint32_t ptag;
+  uint32_t cookie;
+  uint32_t reserved;
 };
 
 // Page `offset` of the status JSON. Offset 0 takes a snapshot, which later pages of the

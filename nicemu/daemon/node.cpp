@@ -198,6 +198,7 @@ const Node::Table& Node::table() {
     on({kHello}, &Node::on_hello);
     on({kAttach}, &Node::on_attach);
     on({kCredIssue, kCredGrant, kCredRevoke}, &Node::on_cred);
+    on({kDrc}, &Node::on_drc);
     on({kShutdown}, &Node::on_shutdown);
     on({kMemRegister}, &Node::on_mem_register);
     on({kMemRegisterSegments}, &Node::on_mem_register_segments);

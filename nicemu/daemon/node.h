@@ -70,6 +70,15 @@ struct CredOwner {
   uid_t uid = 0;
   gid_t gid = 0;
   bool has_gid = false;
+  uint32_t drc_id = 0;  // a DRC credential (drc_): its grants admit others too
+};
+
+// A Cray DRC credential (libdrc): the job credential it names, and whom its owner granted it.
+struct DrcCredential {
+  Credential cred;
+  uid_t owner = 0;
+  bool flex = false;
+  std::vector<std::pair<uint32_t, uint32_t>> grants;  // (abi::ctl::DrcGrant, uid/gid/job id)
 };
 
 // Node counters, bound to slots of the counter page (stats_page.h): `++ctr_.x` updates the
@@ -146,6 +155,7 @@ class Node {
   void on_hello(Request& q);
   void on_attach(Request& q);
   void on_cred(Request& q);
+  void on_drc(Request& q);
   void on_shutdown(Request& q);
   // control/memory.cpp
   void on_mem_register(Request& q);
@@ -175,6 +185,9 @@ class Node {
   // the per-process or per-credential limit.
   bool may_take(Peer& peer, Resource r, pid_t pid, const Credential& c);
   int handle_cred(Peer& peer, const ctl::Header& h, const ctl::Cred& req, ctl::CredReply& r);
+  int handle_drc(Peer& peer, const ctl::Drc& req, ctl::DrcReply& r);
+  // Whether one of DRC credential `d`'s grants admits `peer` (uid, gid, or its job).
+  bool drc_admits(const Peer& peer, const DrcCredential& d) const;
   CdmRegion* owned_cdm(const Peer& peer);
   CdmRegion* find_cdm(const Credential& c, uint32_t inst_id);
   // The live CDM of memory domain `domain` (the MDH of its handles) if it is in domain `c`:
@@ -197,6 +210,7 @@ class Node {
   NodeConfig cfg_;
   StatsPage stats_{cfg_.stats_path, cfg_.nic_addr};
   std::map<Credential, CredOwner> credentials_;
+  std::map<uint32_t, DrcCredential> drc_;  // DRC id -> credential and grants
   std::map<uint64_t, std::unique_ptr<CdmRegion>> cdms_;  // attach_id -> region
   CdmIndex cdm_index_;                                   // the same CDMs, by inst, process, credential
   // After cdms_, so it ends (marking the regions still mapped NIC down) before they unmap.

@@ -49,7 +49,7 @@ constexpr const char* kOwnedVars[] = {
     "PMI_FD",         "PMI_PORT",       "PMI_ID",           "PMI_RANK",
     "PMI_SIZE",       "PMI_SPAWNED",    "PMI_GNI_PTAG",     "PMI_GNI_COOKIE",
     "PMI_GNI_DEV_ID", "PMI_GNI_LOC_ADDR", "NICEMU_NODE",    "ALPS_APP_PE",
-    "NICEMU_JOB_NODES", "NICEMU_PMI_PIPELINE", "NICEMU_JOB_RANKS_PER_NODE",
+    "NICEMU_JOB_NODES", "NICEMU_PMI_PIPELINE", "NICEMU_JOB_RANKS_PER_NODE", "NICEMU_JOB_ID",
 };
 
 void say(const std::string& msg) { fmt::print(stderr, "nicemu-run: {}\n", msg); }
@@ -188,6 +188,9 @@ void Job::spawn(int rank, const std::string& path, const std::vector<std::string
   // collectives' gets (pmi/src/client.h, kvs_get_many); other servers do not promise it.
   env.push_back("NICEMU_PMI_PIPELINE=64");
   env.push_back(fmt::format("ALPS_APP_PE={}", rank));
+  // The job's workload-manager id (drc_get_wlm_id, DRC grants to a job): the launcher's
+  // pid, unique on this host while the job runs.
+  env.push_back(fmt::format("NICEMU_JOB_ID={}", ::getpid()));
   if (cfg_.nic) {
     uint32_t addr = cfg_.nic->node_addrs[r.node];
     env.push_back(fmt::format("PMI_GNI_PTAG={}", cfg_.nic->ptag));

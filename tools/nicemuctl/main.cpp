@@ -314,12 +314,15 @@ int cmd_cred_list(const Globals& g, const CredOptions& o) {
   if (o.as_json) {
     json creds = json::array();
     for (const auto& n : nodes)
-      for (const auto& c : n.value("credentials", json::array()))
-        creds.push_back({{"nic_addr", n.value("nic_addr", 0u)},
-                         {"ptag", c.value("ptag", 0u)},
-                         {"cookie", c.value("cookie", json(nullptr))},
-                         {"uid", c.value("uid", 0u)},
-                         {"gid", c.value("gid", json(nullptr))}});
+      for (const auto& c : n.value("credentials", json::array())) {
+        json e{{"nic_addr", n.value("nic_addr", 0u)},
+               {"ptag", c.value("ptag", 0u)},
+               {"cookie", c.value("cookie", json(nullptr))},
+               {"uid", c.value("uid", 0u)},
+               {"gid", c.value("gid", json(nullptr))}};
+        if (c.contains("drc")) e["drc"] = c["drc"];  // DRC id and grants (libdrc)
+        creds.push_back(e);
+      }
     fmt::print("{}\n", json{{"credentials", creds}}.dump(2));
     return 0;
   }

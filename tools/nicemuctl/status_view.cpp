@@ -218,8 +218,17 @@ void print_status(std::FILE* out, const json& node) {
   }
 }
 
+// "-" for a job credential; "id 7 grants uid:1000,job:42" for a DRC credential.
+std::string drc_text(const json& c) {
+  if (!c.contains("drc")) return "-";
+  std::string s = "id " + std::to_string(u64(c["drc"], "id")) + " grants ";
+  std::string g;
+  for (const auto& e : c["drc"].value("grants", json::array())) g += (g.empty() ? "" : ",") + e.get<std::string>();
+  return s + (g.empty() ? "none" : g);
+}
+
 void print_credentials(std::FILE* out, const std::vector<json>& nodes) {
-  Table t({{"NIC", true}, {"PTAG", true}, {"COOKIE"}, {"COOKIE(DEC)", true}, {"UID", true}, {"CDMS", true}});
+  Table t({{"NIC", true}, {"PTAG", true}, {"COOKIE"}, {"COOKIE(DEC)", true}, {"UID", true}, {"CDMS", true}, {"DRC"}});
   for (const auto& n : nodes) {
     for (const auto& c : array(n, "credentials")) {
       uint64_t ptag = u64(c, "ptag"), cookie = u64(c, "cookie");
@@ -227,7 +236,7 @@ void print_credentials(std::FILE* out, const std::vector<json>& nodes) {
       for (const auto& d : array(n, "cdms"))
         if (u64(d, "ptag") == ptag && u64(d, "cookie") == cookie) ++users;
       t.add({std::to_string(u64(n, "nic_addr")), std::to_string(ptag), hex32(cookie), std::to_string(cookie),
-             std::to_string(u64(c, "uid")), std::to_string(users)});
+             std::to_string(u64(c, "uid")), std::to_string(users), drc_text(c)});
     }
   }
   if (t.empty())

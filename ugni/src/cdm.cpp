@@ -278,7 +278,19 @@ gni_return_t GNI_GetPtag(uint32_t device_id, uint32_t cookie, uint8_t* ptag) {
     *ptag = static_cast<uint8_t>(std::strtoul(pt, nullptr, 10));
     return GNI_RC_SUCCESS;
   }
-  return GNI_RC_NO_MATCH;
+  // A credential shared with us by DRC (drc_access hands out only the cookie): the daemon
+  // answers if we may use it.
+  nicemu::ctl::Connection conn;
+  std::string path = daemon_socket();
+  if (path.empty() || !conn.connect(path)) return GNI_RC_NO_MATCH;
+  abi::ctl::Drc req{};
+  req.h.op = static_cast<uint16_t>(abi::ctl::Op::kDrc);
+  req.action = static_cast<uint32_t>(abi::ctl::DrcAction::kLookup);
+  req.cookie = cookie;
+  abi::ctl::DrcReply rep{};
+  if (!conn.call(req, rep) || rep.r.rc != GNI_RC_SUCCESS) return GNI_RC_NO_MATCH;
+  *ptag = static_cast<uint8_t>(rep.ptag);
+  return GNI_RC_SUCCESS;
 }
 
 }  // extern "C"

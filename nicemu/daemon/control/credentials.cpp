@@ -7,6 +7,11 @@
 #include <sodium.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "nicemu/common/wlm_job.h"
 #include "nicemu/daemon/cdm/process_mdd.h"
 
 namespace nicemu::daemon {
@@ -36,6 +41,13 @@ void Node::on_cred(Request& q) {
   r.r.rc = handle_cred(q.peer, q.h, req, r);
 }
 
+void Node::on_drc(Request& q) {
+  ctl::Drc req;
+  if (!parse(q, req) || (req.flags & ~ctl::kDrcFlex) != 0) return bad(q);
+  auto& r = init_reply<ctl::DrcReply>(q.reply, q.h);
+  r.r.rc = handle_drc(q.peer, req, r);
+}
+
 void Node::on_shutdown(Request& q) {
   auto& r = init_reply<PlainReply>(q.reply, q.h);
   if (q.peer.uid != 0 && q.peer.uid != geteuid()) {
@@ -50,7 +62,152 @@ bool Node::may_use(const Peer& peer, const Credential& c) const {
   auto it = credentials_.find(c);
   if (it == credentials_.end()) return false;
   const CredOwner& o = it->second;
-  return peer.uid == 0 || o.uid == peer.uid || (o.has_gid && o.gid == peer.gid);
+  if (peer.uid == 0 || o.uid == peer.uid || (o.has_gid && o.gid == peer.gid)) return true;
+  if (o.drc_id == 0) return false;
+  auto d = drc_.find(o.drc_id);
+  return d != drc_.end() && drc_admits(peer, d->second);
+}
+
+namespace {
+
+// Supplementary groups of `pid` (its "Groups:" line); empty if it is gone.
+std::vector<gid_t> groups_of(pid_t pid) {
+  std::ifstream st("/proc/" + std::to_string(pid) + "/status");
+  std::vector<gid_t> out;
+  for (std::string line; std::getline(st, line);)
+    if (line.rfind("Groups:", 0) == 0) {
+      std::istringstream in(line.substr(7));
+      for (unsigned long g; in >> g;) out.push_back(static_cast<gid_t>(g));
+    }
+  return out;
+}
+
+}  // namespace
+
+bool Node::drc_admits(const Peer& peer, const DrcCredential& d) const {
+  using ctl::DrcGrant;
+  std::optional<std::vector<gid_t>> groups;
+  std::optional<std::optional<wlm::JobId>> job;
+  for (const auto& [kind, value] : d.grants) {
+    switch (static_cast<DrcGrant>(kind)) {
+      case DrcGrant::kUid:
+        if (peer.uid == value) return true;
+        break;
+      case DrcGrant::kGid:
+        if (peer.gid == value) return true;
+        if (!groups) groups = groups_of(peer.pid);
+        for (gid_t g : *groups)
+          if (g == value) return true;
+        break;
+      case DrcGrant::kWlm:
+        // Read once, and only when a job grant is there to match (docs/security.md: a job
+        // id from the cgroup is trusted, one from the environment is not).
+        if (!job) job = wlm::job_of(peer.pid);
+        if (*job && (*job)->id == value) return true;
+        break;
+    }
+  }
+  return false;
+}
+
+// libdrc's requests. Errors map onto DRC codes in libdrc: kNoMatch = no such credential,
+// kPermissionError = not the owner / not granted, kInvalidState = already granted.
+int Node::handle_drc(Peer& peer, const ctl::Drc& req, ctl::DrcReply& r) {
+  using ctl::DrcAction;
+  const auto action = static_cast<DrcAction>(req.action);
+  auto owned = [&](const DrcCredential& d) { return peer.uid == 0 || peer.uid == d.owner; };
+  if (action == DrcAction::kLookup) {
+    for (const auto& [c, o] : credentials_)
+      if (c.cookie == req.cookie && may_use(peer, c)) {
+        r.ptag = c.ptag;
+        r.cookie = c.cookie;
+        return rc::kSuccess;
+      }
+    return rc::kNoMatch;
+  }
+  if (action == DrcAction::kAcquire) {
+    DrcCredential d;
+    d.owner = peer.uid;
+    d.flex = (req.flags & ctl::kDrcFlex) != 0;
+    uint32_t id = req.id;
+    if (req.id == 0 && req.ptag == 0 && req.cookie == 0) {
+      // Same draw as a job credential (handle_cred), and an id that is not in use here.
+      bool found = false;
+      for (int tries = 0; tries < 1000 && !found; ++tries) {
+        Credential cand{3 + randombytes_uniform(251),
+                        ((128 + randombytes_uniform(65407 - 128)) << 16) | randombytes_uniform(0x10000)};
+        uint32_t cand_id = 1 + randombytes_uniform(0x7FFFFFFF);
+        if (!credentials_.contains(cand) && !drc_.contains(cand_id)) {
+          d.cred = cand;
+          id = cand_id;
+          found = true;
+        }
+      }
+      if (!found) return rc::kErrorResource;
+    } else {
+      if (req.id == 0 || req.ptag == 0 || req.ptag > 255 || req.cookie == 0) return rc::kInvalidParam;
+      d.cred = Credential{req.ptag, req.cookie};
+      if (auto it = drc_.find(req.id); it != drc_.end()) {
+        // libdrc copying a credential onto a node that has it already: fine if it is the same.
+        if (it->second.cred == d.cred && owned(it->second)) {
+          r.id = req.id;
+          r.ptag = d.cred.ptag;
+          r.cookie = d.cred.cookie;
+          return rc::kSuccess;
+        }
+        return rc::kPermissionError;
+      }
+      if (credentials_.contains(d.cred)) return rc::kPermissionError;
+    }
+    credentials_[d.cred] = CredOwner{peer.uid, 0, false, id};
+    drc_[id] = d;
+    ++ctr_.credentials_issued;
+    r.id = id;
+    r.ptag = d.cred.ptag;
+    r.cookie = d.cred.cookie;
+    spdlog::info("nic {}: DRC credential {} (ptag {}) acquired by uid {}", cfg_.nic_addr, id, d.cred.ptag, peer.uid);
+    return rc::kSuccess;
+  }
+  auto it = drc_.find(req.id);
+  if (it == drc_.end()) return rc::kNoMatch;
+  DrcCredential& d = it->second;
+  if (action == DrcAction::kAccess) {
+    if (!may_use(peer, d.cred)) return refuse_credential(peer, "DRC access", d.cred);
+    r.id = req.id;
+    r.ptag = d.cred.ptag;
+    r.cookie = d.cred.cookie;
+    return rc::kSuccess;
+  }
+  if (!owned(d)) {
+    ++ctr_.credential_refused;
+    spdlog::warn("nic {}: DRC request {} on credential {} by uid {} refused: owned by uid {}", cfg_.nic_addr,
+                 req.action, req.id, peer.uid, d.owner);
+    return rc::kPermissionError;
+  }
+  if (action == DrcAction::kRelease) {
+    // New attaches stop here; attached CDMs keep their domain until they detach, as a
+    // NIC keeps a ptag's state until its last user is gone.
+    credentials_.erase(d.cred);
+    spdlog::info("nic {}: DRC credential {} released by uid {}", cfg_.nic_addr, req.id, peer.uid);
+    drc_.erase(it);
+    return rc::kSuccess;
+  }
+  if (action != DrcAction::kGrant && action != DrcAction::kRevoke) return rc::kInvalidParam;
+  if (req.kind < static_cast<uint32_t>(ctl::DrcGrant::kUid) || req.kind > static_cast<uint32_t>(ctl::DrcGrant::kWlm))
+    return rc::kInvalidParam;
+  std::pair<uint32_t, uint32_t> g{req.kind, req.value};
+  auto at = std::find(d.grants.begin(), d.grants.end(), g);
+  if (action == DrcAction::kGrant) {
+    if (at != d.grants.end()) return rc::kInvalidState;
+    d.grants.push_back(g);
+  } else {
+    if (at == d.grants.end()) return rc::kNoMatch;
+    d.grants.erase(at);
+  }
+  static constexpr const char* kKind[] = {"", "uid", "gid", "job"};
+  spdlog::info("nic {}: DRC credential {} {} {} {}", cfg_.nic_addr, req.id,
+               action == DrcAction::kGrant ? "granted to" : "revoked from", kKind[req.kind], req.value);
+  return rc::kSuccess;
 }
 
 int Node::refuse_credential(Peer& peer, const char* what, const Credential& c) {
@@ -109,6 +266,7 @@ int Node::handle_cred(Peer& peer, const ctl::Header& h, const ctl::Cred& req, ct
                  peer.pid, peer.uid);
     return rc::kPermissionError;
   }
+  if (auto it = credentials_.find(c); it != credentials_.end()) owner.drc_id = it->second.drc_id;
   credentials_[c] = owner;
   ++ctr_.credentials_issued;
   r.ptag = c.ptag;

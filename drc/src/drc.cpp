@@ -1,0 +1,214 @@
+// libdrc: Cray's DRC calls as requests to the nicemu daemons (ctl::Drc). A credential is
+// acquired on this node's daemon and copied to every other daemon of the run directory, so
+// it is valid on every emulated node of the host; grants, revokes and releases go to all of
+// them. Daemons of other hosts are not reached (docs/launchers.md, DRC).
+#include "rdmacred.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "nicemu/abi/ctl_protocol.h"
+#include "nicemu/abi/gni_values.h"
+#include "nicemu/common/params.h"
+#include "nicemu/common/wlm_job.h"
+#include "nicemu/ctl/ctl_client.h"
+
+struct drc_info {
+  uint32_t magic;
+  uint32_t credential;
+  uint32_t ptag;
+  uint32_t cookie;
+};
+
+namespace {
+
+namespace ctl = nicemu::abi::ctl;
+namespace rc = nicemu::abi::gni;
+constexpr uint32_t kInfoMagic = 0x44524349;  // "DRCI"
+
+// This node's daemon first (as libugni chooses it), then the other daemons of the run directory.
+std::vector<std::string> daemon_sockets() {
+  namespace params = nicemu::params;
+  std::string rundir = nicemu::ctl::default_rundir();
+  std::string home;
+  if (const char* s = std::getenv(params::param("client_socket").env.data()); s && *s) home = s;
+  for (const char* var : {params::param("client_node").env.data(), "PMI_GNI_LOC_ADDR"}) {
+    if (!home.empty()) break;
+    if (const char* v = std::getenv(var); v && *v >= '0' && *v <= '9')
+      home = nicemu::ctl::socket_path(rundir, static_cast<uint32_t>(std::strtoul(v, nullptr, 10)));
+  }
+  std::vector<std::string> out;
+  if (!home.empty()) out.push_back(home);
+  for (uint32_t n : nicemu::ctl::list_nodes(rundir)) {
+    std::string p = nicemu::ctl::socket_path(rundir, n);
+    if (p != home) out.push_back(p);
+  }
+  return out;
+}
+
+// One request to one daemon; the reply's rc, or -1 if the daemon did not answer.
+int call(const std::string& socket, ctl::Drc req, ctl::DrcReply& rep) {
+  nicemu::ctl::Connection c;
+  if (!c.connect(socket)) return -1;
+  req.h.op = static_cast<uint16_t>(ctl::Op::kDrc);
+  rep = ctl::DrcReply{};
+  if (!c.call(req, rep)) return -1;
+  return rep.r.rc;
+}
+
+int to_drc(int r) {
+  switch (r) {
+    case rc::kSuccess: return DRC_SUCCESS;
+    case -1: return -DRC_ECONNREFUSED;
+    case rc::kInvalidParam: return -DRC_EINVAL;
+    case rc::kPermissionError: return -DRC_EPERM;
+    case rc::kNoMatch: return -DRC_CRED_NOT_FOUND;
+    case rc::kInvalidState: return -DRC_ALREADY_GRANTED;
+    case rc::kErrorResource: return -DRC_ENOSPC;
+    default: return -DRC_CRED_EXTERNAL_FAILURE;
+  }
+}
+
+// `req` on every daemon. The answer is this node's daemon's; another daemon that refuses
+// while this one accepted makes it DRC_CRED_EXTERNAL_FAILURE (the nodes disagree).
+int on_all(const ctl::Drc& req) {
+  auto sockets = daemon_sockets();
+  if (sockets.empty()) return -DRC_ECONNREFUSED;
+  ctl::DrcReply rep;
+  int home = call(sockets[0], req, rep);
+  if (home != rc::kSuccess) return to_drc(home);
+  for (size_t i = 1; i < sockets.size(); ++i) {
+    int r = call(sockets[i], req, rep);
+    if (r != rc::kSuccess && r != -1) return -DRC_CRED_EXTERNAL_FAILURE;
+  }
+  return DRC_SUCCESS;
+}
+
+bool grant_kind(int flags, uint32_t& kind) {
+  switch (flags) {
+    case DRC_FLAGS_TARGET_UID: kind = static_cast<uint32_t>(ctl::DrcGrant::kUid); return true;
+    case DRC_FLAGS_TARGET_GID: kind = static_cast<uint32_t>(ctl::DrcGrant::kGid); return true;
+    case DRC_FLAGS_TARGET_WLM: kind = static_cast<uint32_t>(ctl::DrcGrant::kWlm); return true;
+    default: return false;
+  }
+}
+
+int grant_or_revoke(ctl::DrcAction action, uint32_t credential, uint32_t value, int flags) {
+  ctl::Drc req{};
+  if (credential == 0 || !grant_kind(flags, req.kind)) return -DRC_EINVAL;
+  req.action = static_cast<uint32_t>(action);
+  req.id = credential;
+  req.value = value;
+  return on_all(req);
+}
+
+}  // namespace
+
+extern "C" {
+
+int drc_acquire(uint32_t* credential, int flags) {
+  if (!credential || (flags & ~DRC_FLAGS_FLEX_CREDENTIAL) != 0) return -DRC_EINVAL;
+  auto sockets = daemon_sockets();
+  if (sockets.empty()) return -DRC_ECONNREFUSED;
+  ctl::Drc req{};
+  req.action = static_cast<uint32_t>(ctl::DrcAction::kAcquire);
+  req.flags = (flags & DRC_FLAGS_FLEX_CREDENTIAL) ? ctl::kDrcFlex : 0;
+  ctl::DrcReply rep;
+  int r = call(sockets[0], req, rep);
+  if (r != rc::kSuccess) return r == rc::kErrorResource || r == -1 ? to_drc(r) : -DRC_CRED_CREATE_FAILURE;
+  // The same credential on the other nodes; a node that refuses it undoes the whole.
+  req.id = rep.id;
+  req.ptag = rep.ptag;
+  req.cookie = rep.cookie;
+  for (size_t i = 1; i < sockets.size(); ++i) {
+    ctl::DrcReply other;
+    int o = call(sockets[i], req, other);
+    if (o != rc::kSuccess && o != -1) {
+      ctl::Drc rel{};
+      rel.action = static_cast<uint32_t>(ctl::DrcAction::kRelease);
+      rel.id = rep.id;
+      for (size_t k = 0; k < i; ++k) call(sockets[k], rel, other);
+      return -DRC_CRED_CREATE_FAILURE;
+    }
+  }
+  *credential = rep.id;
+  return DRC_SUCCESS;
+}
+
+int drc_grant(uint32_t credential, uint32_t value, int flags) {
+  return grant_or_revoke(ctl::DrcAction::kGrant, credential, value, flags);
+}
+
+int drc_revoke(uint32_t credential, uint32_t value, int flags) {
+  return grant_or_revoke(ctl::DrcAction::kRevoke, credential, value, flags);
+}
+
+int drc_access(uint32_t credential, int flags, drc_info_handle_t* info) {
+  if (credential == 0 || flags != 0 || !info) return -DRC_EINVAL;
+  auto sockets = daemon_sockets();
+  if (sockets.empty()) return -DRC_ECONNREFUSED;
+  ctl::Drc req{};
+  req.action = static_cast<uint32_t>(ctl::DrcAction::kAccess);
+  req.id = credential;
+  ctl::DrcReply rep;
+  int r = call(sockets[0], req, rep);
+  if (r != rc::kSuccess) return to_drc(r);
+  auto* h = new (std::nothrow) drc_info{kInfoMagic, credential, rep.ptag, rep.cookie};
+  if (!h) return -DRC_ENOSPC;
+  *info = h;
+  return DRC_SUCCESS;
+}
+
+uint32_t drc_get_first_cookie(drc_info_handle_t info) {
+  return info && info->magic == kInfoMagic ? info->cookie : 0;
+}
+
+// A nicemu credential has one cookie; Cray's second cookie (a second protection domain)
+// has no counterpart, so 0, which GNI_GetPtag finds nothing for.
+uint32_t drc_get_second_cookie(drc_info_handle_t info) {
+  (void)info;
+  return 0;
+}
+
+int drc_release_local(drc_info_handle_t* info) {
+  if (!info || !*info || (*info)->magic != kInfoMagic) return -DRC_EINVAL;
+  (*info)->magic = 0;
+  delete *info;
+  *info = nullptr;
+  return DRC_SUCCESS;
+}
+
+int drc_release(uint32_t credential, int flags) {
+  if (credential == 0 || flags != 0) return -DRC_EINVAL;
+  ctl::Drc req{};
+  req.action = static_cast<uint32_t>(ctl::DrcAction::kRelease);
+  req.id = credential;
+  return on_all(req);
+}
+
+uint32_t drc_get_wlm_id(void) {
+  auto job = nicemu::wlm::job_of(getpid());
+  return job ? job->id : 0;
+}
+
+const char* drc_strerror(int errnum) {
+  switch (errnum < 0 ? -errnum : errnum) {
+    case DRC_SUCCESS: return "DRC_SUCCESS: success";
+    case DRC_EINVAL: return "DRC_EINVAL: invalid argument";
+    case DRC_EPERM: return "DRC_EPERM: permission denied (not the owner, or not granted)";
+    case DRC_ENOSPC: return "DRC_ENOSPC: no credential left";
+    case DRC_ECONNREFUSED: return "DRC_ECONNREFUSED: no nicemu daemon answered";
+    case DRC_ALREADY_GRANTED: return "DRC_ALREADY_GRANTED: already granted";
+    case DRC_CRED_NOT_FOUND: return "DRC_CRED_NOT_FOUND: no such credential";
+    case DRC_CRED_CREATE_FAILURE: return "DRC_CRED_CREATE_FAILURE: a daemon refused the credential";
+    case DRC_CRED_EXTERNAL_FAILURE: return "DRC_CRED_EXTERNAL_FAILURE: the daemons disagree or failed";
+    case DRC_BAD_TOKEN: return "DRC_BAD_TOKEN: bad token";
+    default: return "unknown DRC error";
+  }
+}
+
+}  // extern "C"
