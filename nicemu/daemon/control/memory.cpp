@@ -136,7 +136,7 @@ void Node::on_peer_lookup(Request& q) {
   if (req.nic_addr != cfg_.nic_addr) {
     r.r.rc = rc::kNoMatch;
   } else if (!may_use(q.peer, c)) {
-    r.r.rc = refuse_credential(q.peer, "q.peer lookup", c);
+    r.r.rc = refuse_credential(q.peer, "peer lookup", c);
   } else if (!(t = find_cdm_by_domain(c, req.mem_domain))) {
     r.r.rc = rc::kNoMatch;
   } else {
@@ -150,7 +150,7 @@ void Node::on_peer_lookup(Request& q) {
   }
   if (r.r.rc != rc::kSuccess) {
     ++ctr_.peer_lookup_failures;
-    spdlog::debug("nic {}: q.peer lookup of memory domain {} (ptag {}) by pid {} failed: rc {}", cfg_.nic_addr,
+    spdlog::debug("nic {}: peer lookup of memory domain {} (ptag {}) by pid {} failed: rc {}", cfg_.nic_addr,
                   req.mem_domain, req.ptag, q.peer.pid, r.r.rc);
   }
 }
