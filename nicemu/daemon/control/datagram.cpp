@@ -13,7 +13,7 @@ using namespace nicemu::abi;
 void Node::handle_datagram(Request& q) {
   auto bad = [&] {
     ++ctr_.malformed_messages;
-    // Only requests that expect a q.reply get one (the others are one-way).
+    // Only requests that expect a reply get one (the others are one-way).
     if (q.h.op == static_cast<uint16_t>(Op::kDgramCancel) || q.h.op == static_cast<uint16_t>(Op::kDgramOpen))
       init_reply<PlainReply>(q.reply, q.h).r.rc = rc::kInvalidParam;
   };
