@@ -31,13 +31,13 @@ uint64_t FabricPort::reach(uint32_t node) {
 
 bool FabricPort::send(uint32_t node, const void* msg, size_t len) {
   const bool ok = remote(node) ? transport_->send(node, msg, len) : links_.send(node, msg, len);
-  namespace nc = abi::counters::link;
-  if (!ok) {
-    stats_.link(node, nc::send_failures).add(1);
-  } else {
-    stats_.link(node, nc::messages_sent).add(1);
-    stats_.link(node, nc::bytes_sent).add(len);
-  }
+  stats_.link_sent(node, len, ok);
+  return ok;
+}
+
+bool FabricPort::send_remote(uint32_t node, const void* msg, size_t len) {
+  const bool ok = transport_ && transport_->send(node, msg, len);
+  stats_.link_sent(node, len, ok);
   return ok;
 }
 

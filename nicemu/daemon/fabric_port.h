@@ -1,8 +1,9 @@
 // The daemon's one port to the other nodes' daemons. Services that talk across nodes (the
 // remote requester and responder, the SMSG and MSGQ relays, datagram matching, the
-// collective engine) implement FabricService, send through FabricPort::send, and receive
-// from the port's table (message type -> service): the transport (transport/udp_fabric.h)
-// delivers to the port, the port to the service, without passing through the node.
+// collective engine) implement FabricService, send through FabricPort::send (send_remote
+// for those that only address other hosts), and receive from the port's table (message
+// type -> service): the transport (transport/udp_fabric.h) delivers to the port, the port
+// to the service, without passing through the node.
 // Single-threaded: every call comes from the daemon's event loop.
 #pragma once
 #include <array>
@@ -54,11 +55,21 @@ class FabricPort {
   void set_transport(UdpFabric* t);
   UdpFabric* transport() const { return transport_; }
 
-  // The one send function: the daemon of `node` by its socket if it is on this host, else
+  // The send function of services whose peers may be on this host (datagram matching, the
+  // collective engine): the daemon of `node` by its socket if it is on this host, else
   // through the transport. Counted per link in the counter page.
   bool send(uint32_t node, const void* msg, size_t len);
   FabricSend sender() {
     return [this](uint32_t node, const void* m, size_t n) { return send(node, m, n); };
+  }
+  // The send function of services that only ever address other hosts (RMA, the SMSG and
+  // MSGQ relays: their peers were found remote(), or sent to us over the transport):
+  // straight to the transport, so their per-message path does not ask whether the node is
+  // on this host (a map look-up, a clock read, and a stat of its socket path each second).
+  // Counted per link like send().
+  bool send_remote(uint32_t node, const void* msg, size_t len);
+  FabricSend remote_sender() {
+    return [this](uint32_t node, const void* m, size_t n) { return send_remote(node, m, n); };
   }
   // Whether `node` is a node of another host that the transport reaches.
   bool remote(uint32_t node);

@@ -28,10 +28,10 @@ Node::Node(NodeConfig cfg)
             return it == cdms_.end() ? nullptr : it->second.get();
           },
           [this](const Credential& c, uint32_t inst) { return find_cdm(c, inst); }),
-      remote_out_(port_.sender(), [this](uint32_t node) { return port_.reach(node); }),
-      remote_in_(cfg_.nic_addr, bte_.regions(), port_.sender()),
+      remote_out_(port_.remote_sender(), [this](uint32_t node) { return port_.reach(node); }),
+      remote_in_(cfg_.nic_addr, bte_.regions(), port_.remote_sender()),
       msgq_relay_(
-          cfg_.nic_addr, port_.sender(), [this](uint32_t node) { return port_.peer_up(node); },
+          cfg_.nic_addr, port_.remote_sender(), [this](uint32_t node) { return port_.peer_up(node); },
           [this](const Credential& c) -> MsgqSegment* {
             auto it = msgqs_.find(c);
             return it == msgqs_.end() ? nullptr : it->second.get();
@@ -55,7 +55,7 @@ Node::Node(NodeConfig cfg)
                   remote.uid = static_cast<uid_t>(-1);
                   return may_take(remote, Resource::kMailboxes, t.pid(), t.credential());
                 },
-                [this](uint32_t node) { return port_.remote(node); }, port_.sender(),
+                [this](uint32_t node) { return port_.remote(node); }, port_.remote_sender(),
                 [this](uint32_t node) { return port_.peer_up(node); }}),
       ce_(cfg_.nic_addr, CeEnv{port_.sender(), [this](uint64_t id) -> CdmRegion* {
                                  auto it = cdms_.find(id);

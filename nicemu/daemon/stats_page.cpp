@@ -169,11 +169,10 @@ void StatsPage::cdm_detached(uint64_t attach_id, const CdmCounterBlock* block) {
 
 void StatsPage::refreshed() { hdr_->refreshed_ns.store(clock_ns(CLOCK_MONOTONIC), std::memory_order_relaxed); }
 
-Counter StatsPage::link(uint32_t peer_addr, link::Counter c) {
-  static std::atomic<uint64_t> overflow{0};  // links beyond the table are not shown
+LinkEntry* StatsPage::link_of(uint32_t peer_addr) {
   auto it = links_.find(peer_addr);
   if (it == links_.end()) {
-    if (links_.size() >= kLinkEntries) return Counter(&overflow);
+    if (links_.size() >= kLinkEntries) return nullptr;
     int i = static_cast<int>(links_.size());
     LinkEntry* e = link_entry(i);
     e->seq.store(1, std::memory_order_relaxed);
@@ -183,7 +182,24 @@ Counter StatsPage::link(uint32_t peer_addr, link::Counter c) {
     e->seq.store(2, std::memory_order_release);
     it = links_.emplace(peer_addr, i).first;
   }
-  return Counter(&link_entry(it->second)->v[c]);
+  return link_entry(it->second);
+}
+
+Counter StatsPage::link(uint32_t peer_addr, link::Counter c) {
+  static std::atomic<uint64_t> overflow{0};  // links beyond the table are not shown
+  LinkEntry* e = link_of(peer_addr);
+  return Counter(e ? &e->v[c] : &overflow);
+}
+
+void StatsPage::link_sent(uint32_t peer_addr, uint64_t bytes, bool ok) {
+  LinkEntry* e = link_of(peer_addr);
+  if (!e) return;  // beyond the table: not shown
+  if (!ok) {
+    Counter(&e->v[link::send_failures]).add(1);
+    return;
+  }
+  Counter(&e->v[link::messages_sent]).add(1);
+  Counter(&e->v[link::bytes_sent]).add(bytes);
 }
 
 }  // namespace nicemu::daemon

@@ -65,6 +65,9 @@ class StatsPage {
 
   // A counter of the link to the daemon of `peer_addr` (entry made on first use).
   Counter link(uint32_t peer_addr, abi::counters::link::Counter c);
+  // One message to that daemon: sent (`bytes` long) or refused. One look-up of the entry:
+  // the fabric port counts every message it sends with it.
+  void link_sent(uint32_t peer_addr, uint64_t bytes, bool ok);
 
   const abi::counters::PageHeader& header() const { return *hdr_; }
 
@@ -75,6 +78,8 @@ class StatsPage {
   };
   abi::counters::CdmEntry* cdm_entry(int i) const;
   abi::counters::LinkEntry* link_entry(int i) const;
+  // The link entry of `peer_addr`, made on first use; nullptr when the table is full.
+  abi::counters::LinkEntry* link_of(uint32_t peer_addr);
 
   std::string path_;
   char* base_ = nullptr;
