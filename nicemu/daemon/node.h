@@ -74,12 +74,18 @@ struct CredOwner {
 };
 
 // A Cray DRC credential (libdrc): the job credential it names, and whom its owner granted it.
+// Its owner is the uid of that credential's CredOwner, whose drc_id names it back: the two
+// come and go together (acquire, release, and a revoke of the job credential).
 struct DrcCredential {
   Credential cred;
-  uid_t owner = 0;
   bool flex = false;
   std::vector<std::pair<uint32_t, uint32_t>> grants;  // (abi::ctl::DrcGrant, uid/gid/job id)
 };
+// "uid", "gid" or "job": a grant's kind in logs and the status document.
+inline const char* drc_grant_name(uint32_t kind) {
+  static constexpr const char* kNames[] = {"?", "uid", "gid", "job"};
+  return kNames[kind < 4 ? kind : 0];
+}
 
 // Node counters, bound to slots of the counter page (stats_page.h): `++ctr_.x` updates the
 // page that nicemuctl stats reads.

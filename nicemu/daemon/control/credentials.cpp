@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "nicemu/common/wlm_job.h"
@@ -70,6 +71,19 @@ bool Node::may_use(const Peer& peer, const Credential& c) const {
 
 namespace {
 
+// A credential not held on this node; a part given (non-zero) is kept. The ptag from the user
+// range, the cookie a random pkey (bits 31..16, 128..65406) over random low bits: neither
+// predictable nor in use. nullopt if every draw collided.
+std::optional<Credential> fresh_credential(const std::map<Credential, CredOwner>& held, uint32_t ptag,
+                                           uint32_t cookie) {
+  for (int tries = 0; tries < 1000; ++tries) {
+    Credential c{ptag ? ptag : 3 + randombytes_uniform(251),
+                 cookie ? cookie : ((128 + randombytes_uniform(65407 - 128)) << 16) | randombytes_uniform(0x10000)};
+    if (!held.contains(c)) return c;
+  }
+  return std::nullopt;
+}
+
 // Supplementary groups of `pid` (its "Groups:" line); empty if it is gone.
 std::vector<gid_t> groups_of(pid_t pid) {
   std::ifstream st("/proc/" + std::to_string(pid) + "/status");
@@ -115,7 +129,8 @@ bool Node::drc_admits(const Peer& peer, const DrcCredential& d) const {
 int Node::handle_drc(Peer& peer, const ctl::Drc& req, ctl::DrcReply& r) {
   using ctl::DrcAction;
   const auto action = static_cast<DrcAction>(req.action);
-  auto owned = [&](const DrcCredential& d) { return peer.uid == 0 || peer.uid == d.owner; };
+  auto owner = [&](const DrcCredential& d) { return credentials_.at(d.cred).uid; };
+  auto owned = [&](const DrcCredential& d) { return peer.uid == 0 || peer.uid == owner(d); };
   if (action == DrcAction::kLookup) {
     for (const auto& [c, o] : credentials_)
       if (c.cookie == req.cookie && may_use(peer, c)) {
@@ -127,23 +142,15 @@ int Node::handle_drc(Peer& peer, const ctl::Drc& req, ctl::DrcReply& r) {
   }
   if (action == DrcAction::kAcquire) {
     DrcCredential d;
-    d.owner = peer.uid;
     d.flex = (req.flags & ctl::kDrcFlex) != 0;
     uint32_t id = req.id;
     if (req.id == 0 && req.ptag == 0 && req.cookie == 0) {
-      // Same draw as a job credential (handle_cred), and an id that is not in use here.
-      bool found = false;
-      for (int tries = 0; tries < 1000 && !found; ++tries) {
-        Credential cand{3 + randombytes_uniform(251),
-                        ((128 + randombytes_uniform(65407 - 128)) << 16) | randombytes_uniform(0x10000)};
-        uint32_t cand_id = 1 + randombytes_uniform(0x7FFFFFFF);
-        if (!credentials_.contains(cand) && !drc_.contains(cand_id)) {
-          d.cred = cand;
-          id = cand_id;
-          found = true;
-        }
-      }
-      if (!found) return rc::kErrorResource;
+      // Drawn as a job credential is (handle_cred), with an id that is not in use here.
+      auto c = fresh_credential(credentials_, 0, 0);
+      for (int tries = 0; tries < 1000 && (id == 0 || drc_.contains(id)); ++tries)
+        id = 1 + randombytes_uniform(0x7FFFFFFF);
+      if (!c || id == 0 || drc_.contains(id)) return rc::kErrorResource;
+      d.cred = *c;
     } else {
       if (req.id == 0 || req.ptag == 0 || req.ptag > 255 || req.cookie == 0) return rc::kInvalidParam;
       d.cred = Credential{req.ptag, req.cookie};
@@ -181,7 +188,7 @@ int Node::handle_drc(Peer& peer, const ctl::Drc& req, ctl::DrcReply& r) {
   if (!owned(d)) {
     ++ctr_.credential_refused;
     spdlog::warn("nic {}: DRC request {} on credential {} by uid {} refused: owned by uid {}", cfg_.nic_addr,
-                 req.action, req.id, peer.uid, d.owner);
+                 req.action, req.id, peer.uid, owner(d));
     return rc::kPermissionError;
   }
   if (action == DrcAction::kRelease) {
@@ -204,9 +211,8 @@ int Node::handle_drc(Peer& peer, const ctl::Drc& req, ctl::DrcReply& r) {
     if (at == d.grants.end()) return rc::kNoMatch;
     d.grants.erase(at);
   }
-  static constexpr const char* kKind[] = {"", "uid", "gid", "job"};
   spdlog::info("nic {}: DRC credential {} {} {} {}", cfg_.nic_addr, req.id,
-               action == DrcAction::kGrant ? "granted to" : "revoked from", kKind[req.kind], req.value);
+               action == DrcAction::kGrant ? "granted to" : "revoked from", drc_grant_name(req.kind), req.value);
   return rc::kSuccess;
 }
 
@@ -237,24 +243,18 @@ int Node::handle_cred(Peer& peer, const ctl::Header& h, const ctl::Cred& req, ct
   if (op == Op::kCredRevoke) {
     auto it = credentials_.find(c);
     if (it == credentials_.end() || (peer.uid != 0 && it->second.uid != peer.uid)) return rc::kNoMatch;
+    // A DRC credential goes with its job credential: a drc_ entry left behind would answer
+    // a re-acquire without installing the credential, and its release would erase the
+    // credential of whoever was issued it next.
+    drc_.erase(it->second.drc_id);
     credentials_.erase(it);
     spdlog::info("nic {}: credential ptag {} revoked by uid {}", cfg_.nic_addr, req.ptag, peer.uid);
     return rc::kSuccess;
   }
   if (op == Op::kCredIssue) {
-    // ptag from the user range, cookie with a random pkey (bits 31..16, 128..65406) and
-    // random low bits: unpredictable, and unique on this node.
-    bool found = false;
-    for (int tries = 0; tries < 1000 && !found; ++tries) {
-      Credential cand{req.ptag ? req.ptag : 3 + randombytes_uniform(251),
-                      req.cookie ? req.cookie : ((128 + randombytes_uniform(65407 - 128)) << 16) |
-                                                    randombytes_uniform(0x10000)};
-      if (!credentials_.contains(cand)) {
-        c = cand;
-        found = true;
-      }
-    }
-    if (!found) return rc::kErrorResource;
+    auto fresh = fresh_credential(credentials_, req.ptag, req.cookie);
+    if (!fresh) return rc::kErrorResource;
+    c = *fresh;
   }
   if (c.ptag == 0 || c.ptag > 255) return rc::kInvalidParam;
   CredOwner owner{static_cast<uid_t>(req.uid), static_cast<gid_t>(req.gid), with_gid};

@@ -60,9 +60,8 @@ nlohmann::json Node::status(const Peer* viewer) const {
     if (o.has_gid) e["gid"] = o.gid;
     if (auto d = drc_.find(o.drc_id); o.drc_id != 0 && d != drc_.end()) {
       json grants = json::array();
-      static constexpr const char* kKind[] = {"", "uid", "gid", "job"};
       for (const auto& [kind, value] : d->second.grants)
-        grants.push_back(std::string(kind <= 3 ? kKind[kind] : "?") + ":" + std::to_string(value));
+        grants.push_back(std::string(drc_grant_name(kind)) + ":" + std::to_string(value));
       e["drc"] = {{"id", o.drc_id}, {"flex", d->second.flex}, {"grants", grants}};
     }
     creds.push_back(e);
