@@ -200,26 +200,27 @@ const Node::Table& Node::table() {
     on({kCredIssue, kCredGrant, kCredRevoke}, &Node::on_cred);
     on({kDrc}, &Node::on_drc);
     on({kShutdown}, &Node::on_shutdown);
-    on({kMemRegister}, &Node::on_mem_register);
+    on({kMemRegister}, &Node::with_cdm<ctl::MemRegister, ctl::MemRegisterReply, &Node::on_mem_register>);
     on({kMemRegisterSegments}, &Node::on_mem_register_segments);
-    on({kMemDeregister}, &Node::on_mem_deregister);
-    on({kCqCreate}, &Node::on_cq_create);
-    on({kCqDestroy}, &Node::on_cq_destroy);
+    on({kMemDeregister}, &Node::with_cdm<ctl::MemDeregister, PlainReply, &Node::on_mem_deregister>);
+    on({kCqCreate}, &Node::with_cdm<ctl::CqCreate, ctl::CqCreateReply, &Node::on_cq_create>);
+    on({kCqDestroy}, &Node::with_cdm<ctl::CqDestroy, PlainReply, &Node::on_cq_destroy>);
     on({kPeerLookup}, &Node::on_peer_lookup);
     on({kMboxOpen}, &Node::on_mbox_open);
-    on({kBteOpen}, &Node::on_bte_open);
+    on({kBteOpen}, &Node::with_cdm<ctl::BteOpen, ctl::BteOpenReply, &Node::on_bte_open>);
     on({kBiConfigSet}, &Node::on_bi_config_set);
     on({kBiConfigGet}, &Node::on_bi_config_get);
     on({kFaultSet, kFaultGet}, &Node::handle_fault);
     on({kStatus}, &Node::on_status);
     // From this host's other daemons too (datagram matching): handle_datagram checks who.
-    on({kDgramOpen, kDgramSubmit, kDgramKick, kDgramCancel, kDgramIncoming, kDgramMatched, kDgramRetract},
-       &Node::handle_datagram);
+    on({kDgramOpen}, &Node::with_cdm<ctl::DgramOpen, ctl::DgramOpenReply, &Node::on_dgram_open>);
+    on({kDgramCancel}, &Node::with_cdm<ctl::DgramCancel, PlainReply, &Node::on_dgram_cancel>);
+    on({kDgramSubmit, kDgramKick, kDgramIncoming, kDgramMatched, kDgramRetract}, &Node::handle_datagram);
     on({kMsgqJoin, kMsgqLeave, kMsgqConnOpen, kMsgqConnect, kMsgqConnRelease, kMsgqLookup, kMsgqRemoteSend},
        &Node::handle_msgq);
     on({kRemotePost}, &Node::on_remote_post);
     // kSmsgRelaySend only as a record of the relay ring: one path keeps sends in order.
-    on({kSmsgRelayOpen}, &Node::on_smsg_relay_open);
+    on({kSmsgRelayOpen}, &Node::with_cdm<ctl::SmsgRelayOpen, ctl::SmsgRelayOpenReply, &Node::on_smsg_relay_open>);
     on({kSmsgRelayDoorbell, kSmsgRelayReleased}, &Node::on_smsg_relay_note);
     on({kCeCreate, kCeConfigure, kCeDestroy, kCePost, kCeContribute, kCeResult, kCeProbe, kCeProbeReply, kCeMember,
         kCeLeafGone},

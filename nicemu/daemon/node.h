@@ -102,6 +102,7 @@ struct Counters {
 inline void to_json(nlohmann::json& j, const Counter& c) { j = c.value(); }
 
 class UdpFabric;
+struct PlainReply;  // control/request.h
 
 class Node {
  public:
@@ -157,6 +158,11 @@ class Node {
   static const Table& table();
   // A malformed request: counted, answered GNI_RC_INVALID_PARAM.
   void bad(Request& q);
+  // The handler of a fixed-size request `Req` of the connection's attached CDM, answered
+  // with `Rep` (control/request.h): malformed -> bad(); no CDM -> GNI_RC_INVALID_STATE;
+  // else the reply's code is what `F` returns (it fills the rest of the reply).
+  template <typename Req, typename Rep, int (Node::*F)(Request&, CdmRegion&, const Req&, Rep&)>
+  void with_cdm(Request& q);
   // control/credentials.cpp
   void on_hello(Request& q);
   void on_attach(Request& q);
@@ -164,21 +170,21 @@ class Node {
   void on_drc(Request& q);
   void on_shutdown(Request& q);
   // control/memory.cpp
-  void on_mem_register(Request& q);
+  int on_mem_register(Request& q, CdmRegion& cdm, const ctl::MemRegister& req, ctl::MemRegisterReply& r);
   void on_mem_register_segments(Request& q);
-  void on_mem_deregister(Request& q);
-  void on_cq_create(Request& q);
-  void on_cq_destroy(Request& q);
+  int on_mem_deregister(Request& q, CdmRegion& cdm, const ctl::MemDeregister& req, PlainReply& r);
+  int on_cq_create(Request& q, CdmRegion& cdm, const ctl::CqCreate& req, ctl::CqCreateReply& r);
+  int on_cq_destroy(Request& q, CdmRegion& cdm, const ctl::CqDestroy& req, PlainReply& r);
   void on_peer_lookup(Request& q);
   void on_mbox_open(Request& q);
-  void on_bte_open(Request& q);
+  int on_bte_open(Request& q, CdmRegion& cdm, const ctl::BteOpen& req, ctl::BteOpenReply& r);
   void on_bi_config_set(Request& q);
   void on_bi_config_get(Request& q);
   // control/status.cpp
   void on_status(Request& q);
   // control/remote.cpp
   void on_remote_post(Request& q);
-  void on_smsg_relay_open(Request& q);
+  int on_smsg_relay_open(Request& q, CdmRegion& cdm, const ctl::SmsgRelayOpen& req, ctl::SmsgRelayOpenReply& r);
   void on_smsg_relay_note(Request& q);
   int attach(Peer& peer, const abi::ctl::Attach& req, abi::ctl::AttachReply& rep, PassFds& pass_fds);
   bool may_use(const Peer& peer, const Credential& c) const;
@@ -208,7 +214,10 @@ class Node {
   void handle_fault(Request& q);
   // Publishes `c` in the fault page, drawing a seed if none was given, and logs it.
   void publish_fault(abi::fault::Config c, bool seed_given, const char* why);
-  void handle_datagram(Request& q);  // control/datagram.cpp
+  // control/datagram.cpp
+  int on_dgram_open(Request& q, CdmRegion& cdm, const ctl::DgramOpen& req, ctl::DgramOpenReply& r);
+  int on_dgram_cancel(Request& q, CdmRegion& cdm, const ctl::DgramCancel& req, PlainReply& r);
+  void handle_datagram(Request& q);
   void handle_msgq(Request& q);      // control/msgq.cpp
   // The CDM leaves its domain's MSGQ segment (if it joined); the last member reclaims it.
   void msgq_leave(const CdmRegion& cdm);

@@ -10,32 +10,31 @@ namespace nicemu::daemon {
 
 using namespace nicemu::abi;
 
+int Node::on_dgram_open(Request&, CdmRegion& cdm, const ctl::DgramOpen&, ctl::DgramOpenReply& r) {
+  uint64_t off = 0;
+  const int code = cdm.dgram_ring(off);
+  if (code == rc::kSuccess) {
+    r.ctl_offset = off;
+    r.capacity = kDgramRingCapacity;
+    // The library refuses a post over the per-process limit itself (posts are one-way).
+    r.post_limit = static_cast<uint32_t>(
+        std::min<uint64_t>(cfg_.limits.per_process[size_t(Resource::kDatagrams)], UINT32_MAX));
+  }
+  return code;
+}
+
+int Node::on_dgram_cancel(Request&, CdmRegion& cdm, const ctl::DgramCancel& req, PlainReply&) {
+  const int code = dgrams_.cancel(cdm, req);
+  if (code == rc::kSuccess) ++ctr_.datagrams_cancelled;
+  return code;
+}
+
+// The one-way datagram messages: they get no reply, a malformed one only counts.
 void Node::handle_datagram(Request& q) {
-  auto bad = [&] {
-    ++ctr_.malformed_messages;
-    // Only requests that expect a reply get one (the others are one-way).
-    if (q.h.op == static_cast<uint16_t>(Op::kDgramCancel) || q.h.op == static_cast<uint16_t>(Op::kDgramOpen))
-      init_reply<PlainReply>(q.reply, q.h).r.rc = rc::kInvalidParam;
-  };
+  auto bad = [&] { ++ctr_.malformed_messages; };
   // Messages between daemons: from a daemon of this host (root or the daemon's own user).
   const bool from_daemon = q.peer.uid == 0 || q.peer.uid == geteuid();
   switch (static_cast<Op>(q.h.op)) {
-    case Op::kDgramOpen: {
-      ctl::DgramOpen req;
-      if (!parse(q, req)) return bad();
-      auto& r = init_reply<ctl::DgramOpenReply>(q.reply, q.h);
-      CdmRegion* cdm = owned_cdm(q.peer);
-      uint64_t off = 0;
-      r.r.rc = cdm ? cdm->dgram_ring(off) : rc::kInvalidState;
-      if (r.r.rc == rc::kSuccess) {
-        r.ctl_offset = off;
-        r.capacity = kDgramRingCapacity;
-        // The library refuses a post over the per-process limit itself (posts are one-way).
-        r.post_limit = static_cast<uint32_t>(
-            std::min<uint64_t>(cfg_.limits.per_process[size_t(Resource::kDatagrams)], UINT32_MAX));
-      }
-      return;
-    }
     case Op::kDgramSubmit: {  // one-way: refusals go to the ring as TERMINATED
       ctl::DgramSubmit req;
       if (!parse(q, req)) return bad();
@@ -54,15 +53,6 @@ void Node::handle_datagram(Request& q) {
       ctl::DgramKick req;
       if (!parse(q, req)) return bad();
       if (CdmRegion* cdm = owned_cdm(q.peer)) dgrams_.kick(*cdm);
-      return;
-    }
-    case Op::kDgramCancel: {
-      ctl::DgramCancel req;
-      if (!parse(q, req)) return bad();
-      auto& r = init_reply<PlainReply>(q.reply, q.h);
-      CdmRegion* cdm = owned_cdm(q.peer);
-      r.r.rc = cdm ? dgrams_.cancel(*cdm, req) : rc::kInvalidState;
-      if (r.r.rc == rc::kSuccess) ++ctr_.datagrams_cancelled;
       return;
     }
     case Op::kDgramIncoming: {

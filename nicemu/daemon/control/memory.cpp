@@ -14,21 +14,13 @@ namespace nicemu::daemon {
 
 using namespace nicemu::abi;
 
-void Node::on_mem_register(Request& q) {
-  ctl::MemRegister req;
-  if (!parse(q, req)) return bad(q);
-  auto& r = init_reply<ctl::MemRegisterReply>(q.reply, q.h);
-  CdmRegion* cdm = owned_cdm(q.peer);
+int Node::on_mem_register(Request& q, CdmRegion& cdm, const ctl::MemRegister& req, ctl::MemRegisterReply& r) {
+  if (req.flags & gni::kMemUpdateRegion) return mdd_update(cdm, family(cdm.pid(), cdm.credential()), req, r);
+  if (!may_take(q.peer, Resource::kRegistrations, cdm.pid(), cdm.credential())) return rc::kErrorResource;
   RegSpec spec{req.address, req.length, req.flags, req.dst_cq, {}};
-  if (!cdm)
-    r.r.rc = rc::kInvalidState;
-  else if (req.flags & gni::kMemUpdateRegion)
-    r.r.rc = mdd_update(*cdm, family(cdm->pid(), cdm->credential()), req, r);
-  else if (!may_take(q.peer, Resource::kRegistrations, cdm->pid(), cdm->credential()))
-    r.r.rc = rc::kErrorResource;
-  else
-    r.r.rc = register_memory(*cdm, spec, req.vmdh_index, req.mdd_block, r);
-  if (r.r.rc == rc::kSuccess && !(req.flags & gni::kMemUpdateRegion)) ++ctr_.registrations;
+  const int code = register_memory(cdm, spec, req.vmdh_index, req.mdd_block, r);
+  if (code == rc::kSuccess) ++ctr_.registrations;
+  return code;
 }
 
 void Node::on_mem_register_segments(Request& q) {
@@ -52,20 +44,17 @@ void Node::on_mem_register_segments(Request& q) {
   if (r.r.rc == rc::kSuccess) ++ctr_.registrations;
 }
 
-void Node::on_mem_deregister(Request& q) {
-  ctl::MemDeregister req;
-  if (!parse(q, req)) return bad(q);
-  auto& r = init_reply<PlainReply>(q.reply, q.h);
-  CdmRegion* cdm = owned_cdm(q.peer);
+int Node::on_mem_deregister(Request&, CdmRegion& cdm, const ctl::MemDeregister& req, PlainReply&) {
   uint32_t vmdh = 0, origin_domain = 0;  // a vMDH binding goes with the registration
-  if (auto f = mdh::decode(req.qword1, req.qword2); cdm && f) {
-    vmdh = cdm->reg_entry(f->slot).vmdh;
-    origin_domain = cdm->reg_entry(f->slot).domain;
+  if (auto f = mdh::decode(req.qword1, req.qword2)) {
+    vmdh = cdm.reg_entry(f->slot).vmdh;
+    origin_domain = cdm.reg_entry(f->slot).domain;
   }
-  r.r.rc = cdm ? mdd_deregister(*cdm, family(cdm->pid(), cdm->credential()), req) : rc::kInvalidState;
-  if (r.r.rc == rc::kSuccess && vmdh)
-    bte_.regions().vmdh().unbind(cdm->credential().ptag, cdm->credential().cookie, vmdh - 1, origin_domain);
-  if (r.r.rc == rc::kSuccess) ++ctr_.deregistrations;
+  const int code = mdd_deregister(cdm, family(cdm.pid(), cdm.credential()), req);
+  if (code != rc::kSuccess) return code;
+  if (vmdh) bte_.regions().vmdh().unbind(cdm.credential().ptag, cdm.credential().cookie, vmdh - 1, origin_domain);
+  ++ctr_.deregistrations;
+  return code;
 }
 
 // A registration of `cdm` (and its siblings, process_mdd.h). With GNI_MEM_USE_VMDH it takes
@@ -103,27 +92,17 @@ int Node::register_memory(CdmRegion& cdm, RegSpec& spec, uint32_t vmdh_index, ui
   return r;
 }
 
-void Node::on_cq_create(Request& q) {
-  ctl::CqCreate req;
-  if (!parse(q, req)) return bad(q);
-  auto& r = init_reply<ctl::CqCreateReply>(q.reply, q.h);
-  CdmRegion* cdm = owned_cdm(q.peer);
-  if (!cdm)
-    r.r.rc = rc::kInvalidState;
-  else if (!may_take(q.peer, Resource::kCqs, cdm->pid(), cdm->credential()))
-    r.r.rc = rc::kErrorResource;
-  else
-    r.r.rc = cdm->cq_create(req, r);
-  if (r.r.rc == rc::kSuccess) ++ctr_.cq_creates;
+int Node::on_cq_create(Request& q, CdmRegion& cdm, const ctl::CqCreate& req, ctl::CqCreateReply& r) {
+  if (!may_take(q.peer, Resource::kCqs, cdm.pid(), cdm.credential())) return rc::kErrorResource;
+  const int code = cdm.cq_create(req, r);
+  if (code == rc::kSuccess) ++ctr_.cq_creates;
+  return code;
 }
 
-void Node::on_cq_destroy(Request& q) {
-  ctl::CqDestroy req;
-  if (!parse(q, req)) return bad(q);
-  auto& r = init_reply<PlainReply>(q.reply, q.h);
-  CdmRegion* cdm = owned_cdm(q.peer);
-  r.r.rc = cdm ? cdm->cq_destroy(req) : rc::kInvalidState;
-  if (r.r.rc == rc::kSuccess) ++ctr_.cq_destroys;
+int Node::on_cq_destroy(Request&, CdmRegion& cdm, const ctl::CqDestroy& req, PlainReply&) {
+  const int code = cdm.cq_destroy(req);
+  if (code == rc::kSuccess) ++ctr_.cq_destroys;
+  return code;
 }
 
 void Node::on_peer_lookup(Request& q) {
@@ -170,18 +149,15 @@ void Node::on_mbox_open(Request& q) {
   if (r.r.rc == rc::kSuccess) ++ctr_.mbox_opens;
 }
 
-void Node::on_bte_open(Request& q) {
-  ctl::BteOpen req;
-  if (!parse(q, req)) return bad(q);
-  auto& r = init_reply<ctl::BteOpenReply>(q.reply, q.h);
-  CdmRegion* cdm = owned_cdm(q.peer);
+int Node::on_bte_open(Request& q, CdmRegion& cdm, const ctl::BteOpen&, ctl::BteOpenReply& r) {
   uint64_t off = 0;
-  r.r.rc = cdm ? cdm->bte_ring(off) : rc::kInvalidState;
-  if (r.r.rc == rc::kSuccess) r.r.rc = bte_.open_ring(cdm->attach_id(), off, kBteRingCapacity, q.pass_fds[0]);
-  if (r.r.rc == rc::kSuccess) {
+  int code = cdm.bte_ring(off);
+  if (code == rc::kSuccess) code = bte_.open_ring(cdm.attach_id(), off, kBteRingCapacity, q.pass_fds[0]);
+  if (code == rc::kSuccess) {
     r.ctl_offset = off;
     r.capacity = kBteRingCapacity;
   }
+  return code;
 }
 
 void Node::on_bi_config_set(Request& q) {

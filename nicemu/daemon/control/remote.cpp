@@ -27,12 +27,8 @@ void Node::on_remote_post(Request& q) {
   remote_out_.post(region, p, reinterpret_cast<const uint8_t*>(q.msg) + sizeof p);
 }
 
-void Node::on_smsg_relay_open(Request& q) {
-  ctl::SmsgRelayOpen req;
-  if (!parse(q, req)) return bad(q);
-  auto& r = init_reply<ctl::SmsgRelayOpenReply>(q.reply, q.h);
-  CdmRegion* cdm = owned_cdm(q.peer);
-  r.r.rc = cdm ? smsg_.open(*cdm, req, r) : rc::kInvalidState;
+int Node::on_smsg_relay_open(Request&, CdmRegion& cdm, const ctl::SmsgRelayOpen& req, ctl::SmsgRelayOpenReply& r) {
+  return smsg_.open(cdm, req, r);
 }
 
 void Node::on_smsg_relay_note(Request& q) {

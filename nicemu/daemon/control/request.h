@@ -1,5 +1,5 @@
 // What the control handlers (control/*.cpp, members of Node by area) share: the reply
-// framing and the parse of a fixed-size request.
+// framing, the parse of a fixed-size request, and the shape of a request of an attached CDM.
 #pragma once
 #include <cstring>
 #include <vector>
@@ -32,6 +32,15 @@ bool parse(const Node::Request& q, Req& out) {
   if (q.len != sizeof(Req)) return false;
   std::memcpy(&out, q.msg, sizeof(Req));
   return out.h.length == sizeof(Req);
+}
+
+template <typename Req, typename Rep, int (Node::*F)(Node::Request&, CdmRegion&, const Req&, Rep&)>
+void Node::with_cdm(Request& q) {
+  Req req;
+  if (!parse(q, req)) return bad(q);
+  auto& r = init_reply<Rep>(q.reply, q.h);
+  CdmRegion* cdm = owned_cdm(q.peer);
+  r.r.rc = cdm ? (this->*F)(q, *cdm, req, r) : rc::kInvalidState;
 }
 
 }  // namespace nicemu::daemon
