@@ -1,5 +1,6 @@
-// Control requests about who may use the NIC: job credentials (issue, grant, revoke), the
-// attach of a CDM, the daemon's own hello and shutdown.
+// Control requests about who may use the NIC: job credentials (issue, grant, revoke), DRC
+// credentials (libdrc: acquire, grant, revoke, access, release), the attach of a CDM, the
+// daemon's own hello and shutdown.
 #include "nicemu/daemon/control/request.h"
 
 #include <unistd.h>

@@ -77,7 +77,7 @@ void Node::handle_msgq(Request& q) {
         return;
       }
       std::memcpy(&req, q.msg, sizeof req);
-      if (!port_.transport() || port_.reach(req.dst_pe) == abi::cqe::kErrNoPeer || !msgq_relay_.forward(*cdm, *seg, req))
+      if (port_.reach(req.dst_pe) == abi::cqe::kErrNoPeer || !msgq_relay_.forward(*cdm, *seg, req))
         ++ctr_.malformed_messages;
       return;
     }
