@@ -1,9 +1,9 @@
 // The workload-manager job a process belongs to, as libdrc (drc_get_wlm_id) and the daemon
-// (DRC grants to a job) both see it. Slurm's cgroup hierarchy puts every task in a
-// `job_<id>` cgroup that only root can move it out of, so a job id found there is trusted.
-// Otherwise the process's initial environment is read (SLURM_JOB_ID, then NICEMU_JOB_ID,
-// which nicemu-run sets): any user can start a process with any environment, so such an id
-// is not a proof (docs/security.md, DRC).
+// (DRC grants to a job) both see it: the `job_<id>` cgroup Slurm puts every task in, else
+// the process's initial environment (SLURM_JOB_ID, then NICEMU_JOB_ID, which nicemu-run
+// sets). Neither is a proof: any user can start a process with any environment, and a user
+// with a delegated cgroup subtree (systemd's user@.service) can name a cgroup job_<id>
+// (docs/security.md, DRC).
 #pragma once
 #include <sys/types.h>
 
@@ -18,7 +18,6 @@ namespace nicemu::wlm {
 
 struct JobId {
   uint32_t id = 0;
-  bool trusted = false;  // from the cgroup, not from the environment
 };
 
 inline std::optional<uint32_t> parse_job_number(const std::string& s) {
@@ -38,7 +37,7 @@ inline std::optional<JobId> job_of(pid_t pid) {
       for (size_t at = line.find("/job_"); at != std::string::npos; at = line.find("/job_", at + 1)) {
         size_t end = line.find('/', at + 1);
         auto id = parse_job_number(line.substr(at + 5, end == std::string::npos ? std::string::npos : end - at - 5));
-        if (id) return JobId{*id, true};
+        if (id) return JobId{*id};
       }
     }
   }
@@ -50,7 +49,7 @@ inline std::optional<JobId> job_of(pid_t pid) {
       size_t end = all.find('\0', at);
       if (end == std::string::npos) end = all.size();
       if (all.compare(at, key.size(), key) == 0)
-        if (auto id = parse_job_number(all.substr(at + key.size(), end - at - key.size()))) return JobId{*id, false};
+        if (auto id = parse_job_number(all.substr(at + key.size(), end - at - key.size()))) return JobId{*id};
       at = end + 1;
     }
   }

@@ -115,8 +115,8 @@ bool Node::drc_admits(const Peer& peer, const DrcCredential& d) const {
           if (g == value) return true;
         break;
       case DrcGrant::kWlm:
-        // Read once, and only when a job grant is there to match (docs/security.md: a job
-        // id from the cgroup is trusted, one from the environment is not).
+        // Read once, and only when a job grant is there to match (wlm_job.h: the id is what
+        // the process claims, docs/security.md).
         if (!job) job = wlm::job_of(peer.pid);
         if (*job && (*job)->id == value) return true;
         break;
