@@ -17,7 +17,6 @@
 #include <string>
 #include <string_view>
 
-
 namespace nicemu::torus {
 
 struct Dims {
@@ -58,12 +57,12 @@ inline std::optional<Dims> parse(std::string_view s) {
 // `nodes` (at least 1) as X >= Y >= Z with X*Y*Z == nodes and the largest side smallest.
 inline Dims balanced(uint64_t nodes) {
   if (nodes < 1) nodes = 1;
-  Dims best{static_cast<uint32_t>(nodes > kMaxSide ? kMaxSide : nodes), 1, 1};
   if (nodes > kMaxSide) {  // beyond one side: the smallest cube-ish box that holds them
     uint32_t s = 1;
     while (uint64_t{s} * s * s < nodes) ++s;
     return Dims{s, s, s};
   }
+  Dims best{static_cast<uint32_t>(nodes), 1, 1};
   for (uint64_t z = 1; z * z * z <= nodes; ++z) {
     if (nodes % z) continue;
     for (uint64_t y = z; y * y <= nodes / z; ++y) {
@@ -78,11 +77,10 @@ inline Dims balanced(uint64_t nodes) {
 // The torus in force: NICEMU_TORUS when set (nullopt with `error` filled when it is
 // malformed), else balanced(nodes).
 inline std::optional<Dims> from_env(uint64_t nodes, std::string* error = nullptr) {
-  const char* name = kEnv;
-  const char* v = std::getenv(name);
+  const char* v = std::getenv(kEnv);
   if (!v || !*v) return balanced(nodes);
   auto d = parse(v);
-  if (!d && error) *error = std::string(name) + "=" + v + " is not XxYxZ with sides 1.." + std::to_string(kMaxSide);
+  if (!d && error) *error = std::string(kEnv) + "=" + v + " is not XxYxZ with sides 1.." + std::to_string(kMaxSide);
   return d;
 }
 
