@@ -3,12 +3,26 @@
 inputs each, laid out as the harnesses in fuzz/*.cpp read them. Run from anywhere; the
 output is deterministic, so re-running it changes nothing unless this file changed."""
 import os
+import re
 import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FUZZ_PID = 0x7FFFFFF0  # ctl_node.cpp's kFuzzPid
-CTL_MAGIC, CTL_VERSION = 0x4E43544C, 1
 KNOCQ = 0xFFFFFFFF
+
+
+def header_constant(path, name):
+    """`inline constexpr ... NAME = N;` of a header: seeds go stale with a version bump otherwise."""
+    with open(os.path.join(HERE, "..", path)) as f:
+        m = re.search(r"\b" + name + r"\s*=\s*(\d+)\s*;", f.read())
+    if not m:
+        raise SystemExit(f"{name} not found in {path}")
+    return int(m.group(1))
+
+
+CTL_MAGIC = 0x4E43544C
+CTL_VERSION = header_constant("nicemu/abi/ctl_protocol.h", "kVersion")
+ABI_VERSION = header_constant("nicemu/abi/shm_layout.h", "kAbiVersion")
 
 
 def write(target, name, data):
@@ -26,21 +40,25 @@ def msg(op, body=b"", seq=1):
 
 
 def attach(inst=0, ptag=10, cookie=0x1234):
-    return msg(2, struct.pack("<IIIIIHH", inst, ptag, cookie, 0, FUZZ_PID, 3, 0))
+    return msg(2, struct.pack("<IIIIIHH", inst, ptag, cookie, 0, FUZZ_PID, ABI_VERSION, 0))
+
+
+def drc(action, id_=0, kind=0, value=0, ptag=0, cookie=0, flags=0):
+    return msg(100, struct.pack("<8I", action, id_, kind, value, ptag, cookie, flags, 0))
 
 
 hello = msg(1)
-status = msg(11)
-mem_register = msg(3, struct.pack("<QQII", 0x10000000, 65536, 0, KNOCQ))
-mem_register_segs = msg(60, struct.pack("<IIII", 0, KNOCQ, 2, 0) +
+status = msg(11, struct.pack("<II", 0, 0))
+mem_register = msg(3, struct.pack("<QQIIIIQQ", 0x10000000, 65536, 0, KNOCQ, 0, 0, 0, 0))
+mem_register_segs = msg(60, struct.pack("<IIIIII", 0, KNOCQ, 2, 0, 0, 0) +
                         struct.pack("<QQ", 0x10000000, 8192) + struct.pack("<QQ", 0x20000000, 4096))
 cq_create = msg(5, struct.pack("<II", 64, 0))
 cq_destroy = msg(6, struct.pack("<II", 0, 0))
-cred_issue = msg(9, bytes(48))
+cred_issue = msg(9, bytes(24))  # uid 0: refused unless the fuzzer runs as root; parsed either way
 dgram_open = msg(27)
 bi_get = msg(62)
 fault_get = msg(64)
-msgq_join = msg(50, bytes(8))
+msgq_join = msg(50, struct.pack("<8I", 128, 1, 1, 2, 8, 0, 16, 0))
 write("ctl_node", "hello", hello)
 write("ctl_node", "status", status)
 write("ctl_node", "attach", attach())
@@ -49,6 +67,9 @@ write("ctl_node", "attach_cq", attach() + cq_create + cq_destroy)
 write("ctl_node", "attach_dgram", attach() + dgram_open)
 write("ctl_node", "getters", hello + bi_get + fault_get + cred_issue)
 write("ctl_node", "attach_msgq", attach() + msgq_join)
+# DRC (libdrc): acquire a chosen credential, grant it to uid 1, check access, release it.
+write("ctl_node", "drc", drc(1, 7, ptag=20, cookie=0x00800001) + drc(2, 7, kind=1, value=1) + drc(4, 7) +
+      drc(6, cookie=0x00800001) + drc(5, 7))
 
 # --- packet: mode byte, then [u16 length][packet without MAC] (nicemu/abi/wire_protocol.h) --
 WIRE_MAGIC, WIRE_VERSION = 0x4E464142, 2
