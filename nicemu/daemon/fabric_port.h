@@ -12,8 +12,6 @@
 #include <initializer_list>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "nicemu/abi/ctl_protocol.h"
 #include "nicemu/daemon/remote/daemon_links.h"
 #include "nicemu/daemon/stats_page.h"
@@ -42,7 +40,6 @@ class FabricService {
   // Microseconds after which progress() must run again even if nothing arrives (work that
   // waits on something other than the network); 0: no need.
   virtual uint64_t wake_after() const { return 0; }
-  virtual nlohmann::json status() const = 0;
 };
 
 class FabricPort {

@@ -70,7 +70,7 @@ class CeEngine : public FabricService {
   void start(asio::io_context& io);
   void stop();
   bool busy() const { return !leaves_.empty() || pending_rounds_ > 0; }
-  nlohmann::json status() const override;
+  nlohmann::json status() const;
 
  private:
   struct Contribution {

@@ -371,8 +371,4 @@ const char* DatagramMatcher::receive(uint32_t from, const ctl::Header& h, const 
   return why;
 }
 
-nlohmann::json DatagramMatcher::status() const {
-  return {{"pending", pending_posts()}, {"incoming", incoming_count()}, {"backlog", backlog_count()}};
-}
-
 }  // namespace nicemu::daemon

@@ -50,7 +50,6 @@ class DatagramMatcher : public FabricService {
   void retract(const abi::ctl::DgramRetract& m);
   // FabricService: the three above from a daemon of another host, each only about `from`.
   const char* receive(uint32_t from, const abi::ctl::Header& h, const uint8_t* msg, size_t len) override;
-  nlohmann::json status() const override;
 
   // The CDM detached or died: its posts go, forwarded copies are retracted.
   void cdm_gone(uint64_t attach_id);

@@ -66,7 +66,7 @@ class MsgqRelay : public FabricService {
   uint64_t poll_us() const { return poll_us_; }
   // Receivers free ring slots without telling anybody: look again shortly.
   uint64_t wake_after() const override { return busy() ? poll_us_ : 0; }
-  nlohmann::json status() const override;
+  nlohmann::json status() const;
 
  private:
   using Key = std::tuple<uint32_t, uint32_t, uint32_t>;  // target side: (ptag, cookie, origin node)

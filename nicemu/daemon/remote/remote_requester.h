@@ -57,7 +57,7 @@ class RemoteRequester : public FabricService {
     if (waiting()) pump();
   }
 
-  nlohmann::json status() const override;
+  nlohmann::json status() const;
 
  private:
   struct Op {

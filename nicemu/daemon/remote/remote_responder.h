@@ -44,7 +44,7 @@ class RemoteResponder : public FabricService {
     if (backlog()) retry();
   }
 
-  nlohmann::json status() const override;
+  nlohmann::json status() const;
 
  private:
   uint64_t execute(const abi::remote::RmaRequest& q, const uint8_t* data, MappedRegion& target, uint64_t& fetched,
