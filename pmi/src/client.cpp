@@ -304,6 +304,7 @@ int Client::init(int* spawned) {
     }
     spawned_ = env_long("PMI_SPAWNED").value_or(0) != 0;
   }
+  bool publish = false;
   if (pmix_) {
     pmix::JobFacts f;
     if (int rc = pmix::init(f); rc != PMI_SUCCESS) return rc;
@@ -317,14 +318,12 @@ int Client::init(int* spawned) {
       if (ch == '=' || static_cast<unsigned char>(ch) <= 0x20 || ch == 0x7F) ch = '_';
     if (kvsname_.empty()) kvsname_ = "pmix";
   } else if (!singleton_) {
-    bool first = !known_;
+    publish = !known_;  // the first init only: a re-init after finalize keeps what it put
     if (int rc = handshake_init(); rc != PMI_SUCCESS) return rc;
-    known_ = true;
-    refcount_ = 1;
-    if (first) publish_nic_addr();
   }
   known_ = true;
   refcount_ = 1;
+  if (publish) publish_nic_addr();
   if (spawned) *spawned = spawned_ ? 1 : 0;
   return PMI_SUCCESS;
 }
