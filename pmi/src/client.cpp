@@ -328,12 +328,17 @@ int Client::init(int* spawned) {
   return PMI_SUCCESS;
 }
 
+bool Client::server_is_nicemu_run() {
+  static const bool yes = std::getenv("NICEMU_PMI_PIPELINE") != nullptr;
+  return yes;
+}
+
 // nicemu-run pre-loads every node's NIC address (nicemu_nic_addrs). Another PMI-1 server
 // (Slurm's, Hydra) knows nothing of NICs: each rank puts its own under
 // nicemu_nic_addr_<rank>, committed by the application's next barrier, and
 // PMI_nid_to_nicaddrs reads the first rank's of a node (layout.h).
 void Client::publish_nic_addr() {
-  if (std::getenv("NICEMU_PMI_PIPELINE")) return;  // nicemu-run
+  if (server_is_nicemu_run()) return;
   const char* addr = std::getenv("PMI_GNI_LOC_ADDR");
   if (!addr || !*addr) return;
   std::string first(addr, std::strcspn(addr, ":"));
