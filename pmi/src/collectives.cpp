@@ -26,9 +26,13 @@ size_t chunk_bytes(const Client& c) {
   int limit = c.vallen_max() - 2;
   if (!Client::server_is_nicemu_run()) {
     constexpr int kPortableLine = 1024;
-    const int overhead = static_cast<int>(std::strlen("cmd=put kvsname= key= value=\n")) +
-                         static_cast<int>(c.kvsname().size()) + c.keylen_max() + 1;
-    limit = std::min(limit, kPortableLine - overhead);
+    // The line kvs_put sends, with the longest key and no value yet, and a NUL.
+    const std::string put = nicemu::pmi::wire::Message("put")
+                                .add("kvsname", c.kvsname())
+                                .add("key", std::string(static_cast<size_t>(c.keylen_max()), 'k'))
+                                .add("value", "")
+                                .serialize();
+    limit = std::min(limit, kPortableLine - static_cast<int>(put.size()) - 1);
   }
   return static_cast<size_t>(std::max(1, limit / 2));
 }
