@@ -304,6 +304,7 @@ int Client::init(int* spawned) {
     }
     spawned_ = env_long("PMI_SPAWNED").value_or(0) != 0;
   }
+  bool publish = false;
   if (pmix_) {
     pmix::JobFacts f;
     if (int rc = pmix::init(f); rc != PMI_SUCCESS) return rc;
@@ -317,16 +318,19 @@ int Client::init(int* spawned) {
       if (ch == '=' || static_cast<unsigned char>(ch) <= 0x20 || ch == 0x7F) ch = '_';
     if (kvsname_.empty()) kvsname_ = "pmix";
   } else if (!singleton_) {
-    bool first = !known_;
+    publish = !known_;  // the first init only: a re-init after finalize keeps what it put
     if (int rc = handshake_init(); rc != PMI_SUCCESS) return rc;
-    known_ = true;
-    refcount_ = 1;
-    if (first) publish_nic_addr();
   }
   known_ = true;
   refcount_ = 1;
+  if (publish) publish_nic_addr();
   if (spawned) *spawned = spawned_ ? 1 : 0;
   return PMI_SUCCESS;
+}
+
+bool Client::server_is_nicemu_run() {
+  static const bool yes = std::getenv("NICEMU_PMI_PIPELINE") != nullptr;
+  return yes;
 }
 
 // nicemu-run pre-loads every node's NIC address (nicemu_nic_addrs). Another PMI-1 server
@@ -334,7 +338,7 @@ int Client::init(int* spawned) {
 // nicemu_nic_addr_<rank>, committed by the application's next barrier, and
 // PMI_nid_to_nicaddrs reads the first rank's of a node (layout.h).
 void Client::publish_nic_addr() {
-  if (std::getenv("NICEMU_PMI_PIPELINE")) return;  // nicemu-run
+  if (server_is_nicemu_run()) return;
   const char* addr = std::getenv("PMI_GNI_LOC_ADDR");
   if (!addr || !*addr) return;
   std::string first(addr, std::strcspn(addr, ":"));

@@ -44,6 +44,9 @@ class Client {
   int kvsname_max() const { return kvsname_max_; }
   int keylen_max() const { return keylen_max_; }
   int vallen_max() const { return vallen_max_; }
+  // The server is nicemu-run (it sets NICEMU_PMI_PIPELINE for its ranks): it pre-loads
+  // every node's NIC address and reads request lines of any length.
+  static bool server_is_nicemu_run();
 
   // KVS operations on raw values; escaping for the wire happens here. kvs_get returns
   // PMI_ERR_INVALID_KEY when the key is absent.

@@ -4,7 +4,6 @@
 // number, so no call ever reads another's data. Output is in rank order (a fixed
 // permutation, which the sheet allows).
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -25,12 +24,15 @@ using nicemu::pmi::guarded;
 // answering PMI-1 does, as MPICH's PMIU_MAXLINE did): there the whole put line must fit.
 size_t chunk_bytes(const Client& c) {
   int limit = c.vallen_max() - 2;
-  static const bool long_lines = std::getenv("NICEMU_PMI_PIPELINE") != nullptr;  // nicemu-run
-  if (!long_lines) {
+  if (!Client::server_is_nicemu_run()) {
     constexpr int kPortableLine = 1024;
-    const int overhead = static_cast<int>(std::strlen("cmd=put kvsname= key= value=\n")) +
-                         static_cast<int>(c.kvsname().size()) + c.keylen_max() + 1;
-    limit = std::min(limit, kPortableLine - overhead);
+    // The line kvs_put sends, with the longest key and no value yet, and a NUL.
+    const std::string put = nicemu::pmi::wire::Message("put")
+                                .add("kvsname", c.kvsname())
+                                .add("key", std::string(static_cast<size_t>(c.keylen_max()), 'k'))
+                                .add("value", "")
+                                .serialize();
+    limit = std::min(limit, kPortableLine - static_cast<int>(put.size()) - 1);
   }
   return static_cast<size_t>(std::max(1, limit / 2));
 }

@@ -30,13 +30,9 @@ bool parse_int_list(const std::string& s, long min, std::vector<int>& out) {
   return true;
 }
 
-int Layout::nic_addr(int nid) const {
-  if (nid >= 0 && static_cast<size_t>(nid) < nic_addrs.size()) return nic_addrs[nid];
-  return nid;
-}
-
 int node_nic_addr(const Layout& l, int nid) {
-  if (!l.nic_addrs.empty()) return l.nic_addr(nid);
+  if (!l.nic_addrs.empty())
+    return nid >= 0 && static_cast<size_t>(nid) < l.nic_addrs.size() ? l.nic_addrs[nid] : nid;
   static std::map<int, int> found;  // published addresses do not change
   Client& c = Client::get();
   std::lock_guard lock(c.mutex());

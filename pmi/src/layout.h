@@ -14,9 +14,6 @@ struct Layout {
   std::vector<int> local_ranks;    // ranks on this rank's node, ascending
   int my_nid = 0;
   int num_nodes = 1;               // highest node id + 1 (at least the NIC list's length)
-
-  // NIC address of node `nid`, the nid itself when nicemu_nic_addrs is absent.
-  int nic_addr(int nid) const;
 };
 
 // NIC address of node `nid`: from nicemu_nic_addrs when nicemu-run set it, else what the

@@ -58,10 +58,10 @@ int job_fact(int* out, int value) {
 }
 
 // The torus of this job: NICEMU_TORUS, else sized by the highest NIC address of the job
-// (what librca derives from NICEMU_JOB_NODES). nullopt when NICEMU_TORUS is malformed.
+// (node_nic_addr; what librca derives from NICEMU_JOB_NODES). nullopt when NICEMU_TORUS is malformed.
 std::optional<nicemu::torus::Dims> job_torus(const Layout& l) {
   int highest = 0;
-  for (int nid = 0; nid < l.num_nodes; ++nid) highest = std::max(highest, l.nic_addr(nid));
+  for (int nid = 0; nid < l.num_nodes; ++nid) highest = std::max(highest, nicemu::pmi::node_nic_addr(l, nid));
   std::string error;
   auto d = nicemu::torus::from_env(static_cast<uint64_t>(highest) + 1, &error);
   if (!d) Client::get().report(error);
@@ -100,7 +100,7 @@ int PMI_Get_meshcoord(pmi_nid_t nid, pmi_mesh_coord_t* xyz) {
   return with_layout([&](const Layout& l) {
     auto d = job_torus(l);
     if (!d) return PMI_FAIL;
-    auto c = nicemu::torus::coord_of(*d, static_cast<uint64_t>(l.nic_addr(nid)));
+    auto c = nicemu::torus::coord_of(*d, static_cast<uint64_t>(nicemu::pmi::node_nic_addr(l, nid)));
     if (!c) return PMI_ERR_INVALID_ARG;
     xyz->mesh_x = static_cast<uint16_t>(c->x);
     xyz->mesh_y = static_cast<uint16_t>(c->y);

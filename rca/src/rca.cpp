@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -54,9 +55,8 @@ std::optional<nicemu::torus::Dims> dims() {
   std::string error;
   auto d = nicemu::torus::from_env(machine_nodes(), &error);
   if (!d) {
-    static bool said = false;
-    if (!said) std::fprintf(stderr, "librca: %s\n", error.c_str());
-    said = true;
+    static std::once_flag said;  // the queries may come from several threads
+    std::call_once(said, [&] { std::fprintf(stderr, "librca: %s\n", error.c_str()); });
   }
   return d;
 }

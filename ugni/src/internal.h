@@ -389,14 +389,36 @@ inline Ep* posting_ep(gni_ep_handle_t h, const gni_post_descriptor_t* d) {
 inline uint16_t local_events(const gni_post_descriptor_t* d) {
   return d->cq_mode & (GNI_CQMODE_LOCAL_EVENT | GNI_CQMODE_GLOBAL_EVENT);
 }
+// Inline: they run on every FMA, BTE and CQ-write post (no call on the post path).
 // The CQ that takes a post's local events: the descriptor's src_cq_hndl if set (§12.2),
 // else the EP's; false for a handle that is not a live CQ of the EP's NIC.
-bool post_cq(const Ep* ep, const gni_post_descriptor_t* d, Cq*& cq);
+inline bool post_cq(const Ep* ep, const gni_post_descriptor_t* d, Cq*& cq) {
+  cq = ep->src_cq;
+  if (!d->src_cq_hndl) return true;
+  cq = as_cq(d->src_cq_hndl);
+  return cq && cq->nic == ep->nic;
+}
 // The local events it asks for must be allowed by the CDM's modes and have a CQ to go to.
-gni_return_t check_events(const Ep* ep, const Cq* cq, const gni_post_descriptor_t* d);
+inline gni_return_t check_events(const Ep* ep, const Cq* cq, const gni_post_descriptor_t* d) {
+  const uint16_t local = local_events(d);
+  if (local == GNI_CQMODE_DUAL_EVENTS && !(ep->nic->cdm->modes & GNI_CDM_MODE_DUAL_EVENTS))
+    return GNI_RC_INVALID_PARAM;
+  if (local && !cq) return GNI_RC_INVALID_PARAM;
+  return GNI_RC_SUCCESS;
+}
 // Takes the tid its local events carry (-1: none asked for) and clears the descriptor's
 // completion state; false when every tid is in flight.
-bool start_post(Nic* n, gni_post_descriptor_t* d, int32_t& tid);
+inline bool start_post(Nic* n, gni_post_descriptor_t* d, int32_t& tid) {
+  const uint16_t local = local_events(d);
+  tid = -1;
+  if (local) {
+    tid = n->alloc_tid(d, local == GNI_CQMODE_DUAL_EVENTS ? 2 : 1);
+    if (tid < 0) return false;
+  }
+  d->status = 0;
+  d->cq_mode_complete = 0;
+  return true;
+}
 
 // Cross-memory access to another process (or memcpy for our own pid). Returns a CQE status.
 uint64_t xmem_write(pid_t pid, uint64_t remote, const void* local, uint64_t len);

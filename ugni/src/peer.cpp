@@ -116,31 +116,4 @@ int32_t Nic::alloc_tid(gni_post_descriptor_t* d, uint16_t events) {
   return tid;
 }
 
-bool post_cq(const Ep* ep, const gni_post_descriptor_t* d, Cq*& cq) {
-  cq = ep->src_cq;
-  if (!d->src_cq_hndl) return true;
-  cq = as_cq(d->src_cq_hndl);
-  return cq && cq->nic == ep->nic;
-}
-
-gni_return_t check_events(const Ep* ep, const Cq* cq, const gni_post_descriptor_t* d) {
-  const uint16_t local = local_events(d);
-  if (local == GNI_CQMODE_DUAL_EVENTS && !(ep->nic->cdm->modes & GNI_CDM_MODE_DUAL_EVENTS))
-    return GNI_RC_INVALID_PARAM;
-  if (local && !cq) return GNI_RC_INVALID_PARAM;
-  return GNI_RC_SUCCESS;
-}
-
-bool start_post(Nic* n, gni_post_descriptor_t* d, int32_t& tid) {
-  const uint16_t local = local_events(d);
-  tid = -1;
-  if (local) {
-    tid = n->alloc_tid(d, local == GNI_CQMODE_DUAL_EVENTS ? 2 : 1);
-    if (tid < 0) return false;
-  }
-  d->status = 0;
-  d->cq_mode_complete = 0;
-  return true;
-}
-
 }  // namespace nicemu::ugni

@@ -32,7 +32,7 @@ gni_return_t open_mailbox(Ep* ep, uint32_t addr, const gni_smsg_attr_t* a, Mailb
   req.h.op = static_cast<uint16_t>(abi::ctl::Op::kMboxOpen);
   req.ptag = n->cdm->ptag;
   req.cookie = n->cdm->cookie;
-  copy_mailbox_attr(req, a);
+  abi::ctl::copy_mailbox_attrs(req, mailbox_attrs(a));
   abi::ctl::MboxOpenReply rep{};
   nicemu::ctl::Connection* c = addr == n->nic_addr ? &n->conn : nullptr;
   if (!c) {

@@ -14,7 +14,7 @@ gni_return_t relay_open(Ep* ep, const gni_smsg_attr_t* a, uint32_t credit_cq, Ma
   req.h.op = static_cast<uint16_t>(abi::ctl::Op::kSmsgRelayOpen);
   req.peer_addr = ep->remote_addr;
   req.peer_inst = ep->remote_id;
-  copy_mailbox_attr(req.mbox, a);
+  req.mbox = mailbox_attrs(a);
   req.credit_cq = credit_cq;
   abi::ctl::SmsgRelayOpenReply rep{};
   if (gni_return_t rc = daemon_call(n, req, rep, GNI_RC_INVALID_STATE); rc != GNI_RC_SUCCESS) return rc;

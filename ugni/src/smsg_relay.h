@@ -9,17 +9,16 @@
 
 namespace nicemu::ugni {
 
-// The remote mailbox's attributes as GNI_SmsgInit gives them, into the request that opens
-// it: to the daemon that owns it (same host, MboxOpen) or to ours that relays to it.
-template <class Req>
-void copy_mailbox_attr(Req& req, const gni_smsg_attr_t* a) {
-  req.qword1 = a->mem_hndl.qword1;
-  req.qword2 = a->mem_hndl.qword2;
-  req.msg_buffer = reinterpret_cast<uint64_t>(a->msg_buffer);
-  req.mbox_offset = a->mbox_offset;
-  req.buff_size = a->buff_size;
-  req.credits = a->mbox_maxcredit;
-  req.max_size = a->msg_maxsize;
+// The remote mailbox's attributes as GNI_SmsgInit gives them, as the daemons take them: to
+// the daemon that owns it (same host, MboxOpen) or to ours that relays to it.
+inline abi::ctl::MailboxAttrs mailbox_attrs(const gni_smsg_attr_t* a) {
+  return {.qword1 = a->mem_hndl.qword1,
+          .qword2 = a->mem_hndl.qword2,
+          .msg_buffer = reinterpret_cast<uint64_t>(a->msg_buffer),
+          .mbox_offset = a->mbox_offset,
+          .buff_size = a->buff_size,
+          .credits = a->mbox_maxcredit,
+          .max_size = a->msg_maxsize};
 }
 
 // GNI_SmsgInit's send side towards another host (Nic::on_other_host): the relay of (this CDM, peer, mailbox).
