@@ -6,17 +6,15 @@
 # agrees with PMI, aprun's CPU binding and refusals, nicemuctl status shows the mesh.
 # Usage: test_craype.sh BUILD_DIR SOURCE_DIR modules|lmod
 # Exit 77 when the module system is not installed (tools/setup installs both).
-# pass and fail both return 0, so `check && pass || fail` is an if-then-else here.
+# pass and fail (lib.sh) both return 0, so `check && pass || fail` is an if-then-else here.
 # shellcheck disable=SC2015,SC2016
 set -u
+. "$(dirname "$0")/lib.sh"
 build=${1:?build dir}
 src=${2:?source dir}
 mode=${3:?modules or lmod}
-run=$build/tools/nicemu-run/nicemu-run
-daemon=$build/nicemu/daemon/nicemu
-ctl=$build/tools/nicemuctl/nicemuctl
-for b in "$run" "$daemon" "$ctl"; do [ -x "$b" ] || { echo "missing $b"; exit 77; }; done
-command -v gcc >/dev/null && command -v g++ >/dev/null || { echo "gcc/g++ not installed"; exit 77; }
+use_build "$build" tools/nicemu-run/nicemu-run  # DAEMON, CTL, RUN
+need_cmd gcc g++
 
 case $mode in
   modules)
@@ -37,22 +35,13 @@ case $mode in
   *) echo "mode must be modules or lmod"; exit 2 ;;
 esac
 
-tmp=$(mktemp -d /tmp/nicemu-craype-XXXXXX)
-served=
-cleanup() {
-  if [ -n "$served" ]; then kill -TERM "$served" 2>/dev/null; wait "$served" 2>/dev/null; fi
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-FAILS=0
-fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
-pass() { echo "ok: $*"; }
-export NICEMU_RUN=$run NICEMU_DAEMON=$daemon NICEMU_RUNDIR=$tmp/run
+test_init nicemu-craype
+export NICEMU_RUN=$RUN NICEMU_DAEMON=$DAEMON NICEMU_RUNDIR=$TMP/run
 unset NICEMU_TORUS SLURM_JOB_ID
-cd "$tmp" || exit 1
+cd "$TMP" || exit 1
 
-module load PrgEnv-gnu 2>"$tmp/module.err" || { cat "$tmp/module.err"; echo "FAIL: module load PrgEnv-gnu"; exit 1; }
-[ "$(command -v cc)" = "$src/craype/bin/cc" ] || { echo "FAIL: cc on PATH is $(command -v cc), not the driver"; exit 1; }
+module load PrgEnv-gnu 2>"$TMP/module.err" || { show_log "$TMP/module.err"; die "module load PrgEnv-gnu"; }
+[ "$(command -v cc)" = "$src/craype/bin/cc" ] || die "cc on PATH is $(command -v cc), not the driver"
 pass "$mode: module load PrgEnv-gnu puts the drivers on PATH (CRAYPE_NETWORK_TARGET=${CRAYPE_NETWORK_TARGET:-unset})"
 
 # Queries reach the compiler untouched.
@@ -77,14 +66,14 @@ v=$(cc -craype-verbose -M t.c) || fail "cc -M: $v"
 case $v in *" -l"*|*as-needed*) fail "cc -M added link flags: $v" ;; esac
 
 # A uGNI program built with nothing but the driver.
-if cc -o ring "$src/examples/gni_ring.c" 2>"$tmp/cc.err"; then
+if cc -o ring "$src/examples/gni_ring.c" 2>"$TMP/cc.err"; then
   needed=$(readelf -d ring | awk '/NEEDED/ {print $5}' | tr -d '[]' | tr '\n' ' ')
   case $needed in
     *libugni.so.0*libpmi.so.0*|*libpmi.so.0*libugni.so.0*) pass "cc links gni_ring against $needed" ;;
     *) fail "gni_ring's libraries: $needed" ;;
   esac
 else
-  fail "cc -o ring gni_ring.c: $(cat "$tmp/cc.err")"
+  fail "cc -o ring gni_ring.c: $(cat "$TMP/cc.err")"
 fi
 libs=$(cc --cray-print-opts=libs)
 case $libs in *-lugni*-lrca*|*-lrca*-lugni*) pass "--cray-print-opts=libs: $libs" ;; *) fail "--cray-print-opts=libs: $libs" ;; esac
@@ -92,18 +81,18 @@ case $libs in *-lugni*-lrca*|*-lrca*-lugni*) pass "--cray-print-opts=libs: $libs
 # Arguments with spaces and quotes reach the compiler as they were given.
 mkdir -p "dir with space"
 printf '#include <stdio.h>\nint main(void) { puts(MSG); return 0; }\n' > "dir with space/x y.c"
-if cc -DMSG='"two  words '\''q'\''"' -o "dir with space/x y" "dir with space/x y.c" 2>"$tmp/cc.err" &&
+if cc -DMSG='"two  words '\''q'\''"' -o "dir with space/x y" "dir with space/x y.c" 2>"$TMP/cc.err" &&
    [ "$("./dir with space/x y")" = "two  words 'q'" ]; then
   pass "arguments with spaces and quotes"
 else
-  fail "quoting: $(cat "$tmp/cc.err")"
+  fail "quoting: $(cat "$TMP/cc.err")"
 fi
 
 # ftn, when gfortran is installed.
 if command -v gfortran >/dev/null; then
   printf 'program hello\n  print *, "ftn ok"\nend program hello\n' > hello.f90
-  if ftn -o hello hello.f90 2>"$tmp/ftn.err" && ./hello | grep -q "ftn ok"; then pass "ftn builds Fortran"
-  else fail "ftn: $(cat "$tmp/ftn.err")"; fi
+  if ftn -o hello hello.f90 2>"$TMP/ftn.err" && ./hello | grep -q "ftn ok"; then pass "ftn builds Fortran"
+  else fail "ftn: $(cat "$TMP/ftn.err")"; fi
 else
   echo "note: gfortran not installed: ftn not exercised"
 fi
@@ -117,13 +106,10 @@ else
   fail "aprun -n 4 -N 2 ./ring: $out"
 fi
 
-if [ "$mode" = lmod ]; then
-  [ $FAILS -eq 0 ] && echo "all craype checks passed ($mode)" || echo "$FAILS check(s) failed ($mode)"
-  [ $FAILS -eq 0 ]; exit
-fi
+[ "$mode" = lmod ] && finish "craype-$mode"
 
 # librca agrees with PMI on every rank; the torus default and NICEMU_TORUS.
-if cc -o rca_check "$src/tests/integration/rca_check.c" 2>"$tmp/cc.err"; then
+if cc -o rca_check "$src/tests/integration/rca_check.c" 2>"$TMP/cc.err"; then
   out=$(aprun -n 4 -N 2 ./rca_check 2>&1)
   got=$(echo "$out" | grep -o 'rca rank [0-9] of 4 nid [0-9]* xyz [0-9 ]* max [0-9 ]* nodes [0-9]*' | sort | tr '\n' '|')
   want="rca rank 0 of 4 nid 0 xyz 0 0 0 max 1 0 0 nodes 2|rca rank 1 of 4 nid 0 xyz 0 0 0 max 1 0 0 nodes 2|"
@@ -137,7 +123,7 @@ if cc -o rca_check "$src/tests/integration/rca_check.c" 2>"$tmp/cc.err"; then
   echo "$out" | grep -q "NICEMU_TORUS=2x2 is not XxYxZ" && pass "a malformed NICEMU_TORUS is reported" ||
     fail "malformed NICEMU_TORUS: $out"
 else
-  fail "cc -o rca_check: $(cat "$tmp/cc.err")"
+  fail "cc -o rca_check: $(cat "$TMP/cc.err")"
 fi
 
 # libalpsutil reports aprun -N's placement: 4 ranks on the first node, 1 on the second.
@@ -177,14 +163,11 @@ out=$(aprun -n 2 -e NICEMU_APRUN_TEST=a=b sh -c 'echo "v=$NICEMU_APRUN_TEST"' 2>
 [ "$(echo "$out" | grep -c 'v=a=b')" -eq 2 ] && pass "-e VAR=value reaches every rank" || fail "-e: $out"
 
 # nicemuctl status: each node's coordinates on the torus.
-"$run" --daemons-only --nodes 2 --env-file "$tmp/env" >"$tmp/served.log" 2>&1 &
-served=$!
-for _ in $(seq 100); do [ -s "$tmp/env" ] && break; sleep 0.1; done
-out=$(NICEMU_TORUS=1x1x2 "$ctl" --rundir "$tmp/run" status 2>&1)
+serve_daemons "$TMP/env" "$TMP/served.log" --nodes 2
+out=$(NICEMU_TORUS=1x1x2 "$CTL" --rundir "$TMP/run" status 2>&1)
 echo "$out" | grep -q 'mesh *(0, 0, 1) on the 1x1x2 torus' && pass "nicemuctl status shows the mesh" ||
   fail "nicemuctl status mesh: $out"
-out=$("$ctl" --rundir "$tmp/run" status --json 2>&1)
+out=$("$CTL" --rundir "$TMP/run" status --json 2>&1)
 echo "$out" | grep -q '"torus": "2x1x1"' || fail "nicemuctl status --json mesh: $out"
 
-[ $FAILS -eq 0 ] && echo "all craype checks passed ($mode)" || echo "$FAILS check(s) failed ($mode)"
-[ $FAILS -eq 0 ]
+finish "craype-$mode"

@@ -19,7 +19,13 @@ if "$RUN" --rundir "$RUNDIR" --nodes 2 -n 1 --timeout 60 "$BUILD/tests/integrati
 else
   fail "drc_check"; show_log "$TMP/drc.log"
 fi
-# The credential is gone from both daemons after drc_release, and nicemuctl shows grants.
-"$CTL" --rundir "$RUNDIR" cred list --json >"$TMP/list.json" 2>&1
-if grep -q '"drc"' "$TMP/list.json"; then fail "a released DRC credential is still listed"; show_log "$TMP/list.json"; else pass "released everywhere"; fi
+# The credential is gone from both daemons after drc_release: both answer, neither lists it.
+if ! "$CTL" --rundir "$RUNDIR" cred list --json >"$TMP/list.json" 2>"$TMP/list.err" || [[ -s $TMP/list.err ]] ||
+    ! grep -q '"credentials"' "$TMP/list.json"; then
+  fail "nicemuctl cred list of both daemons"; show_log "$TMP/list.json" "$TMP/list.err"
+elif grep -q '"drc"' "$TMP/list.json"; then
+  fail "a released DRC credential is still listed"; show_log "$TMP/list.json"
+else
+  pass "released everywhere"
+fi
 finish test_drc 0 1
