@@ -11,7 +11,7 @@
 #include <initializer_list>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "nicemu/abi/ctl_protocol.h"
 #include "nicemu/daemon/remote/daemon_links.h"
