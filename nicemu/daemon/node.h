@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "nicemu/abi/mem_handle.h"
 #include "nicemu/daemon/cdm/bandwidth_injection.h"
@@ -99,7 +99,7 @@ struct Counters {
   Counter credential_refused, resource_refused;
   Counter accept_deferred;  // accept retried later: the daemon was out of descriptors
 };
-inline void to_json(nlohmann::json& j, const Counter& c) { j = c.value(); }
+void to_json(nlohmann::json& j, const Counter& c);  // defined in control/status.cpp
 
 class UdpFabric;
 struct PlainReply;  // control/request.h

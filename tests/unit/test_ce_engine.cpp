@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <vector>
+#include <nlohmann/json.hpp>
 
 #include "gni_pub.h"
 #include "nicemu/abi/ce_ops.h"

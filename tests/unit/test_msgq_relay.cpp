@@ -14,6 +14,7 @@
 #include <deque>
 #include <memory>
 #include <vector>
+#include <nlohmann/json.hpp>
 
 #include "cdm_fixture.h"
 #include "nicemu/abi/cq_entry.h"

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <deque>
 #include <vector>
+#include <nlohmann/json.hpp>
 
 #include "nicemu/abi/bte_ring.h"
 #include "nicemu/abi/cq_entry.h"

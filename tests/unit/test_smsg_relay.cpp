@@ -10,6 +10,7 @@
 #include <cstring>
 #include <deque>
 #include <vector>
+#include <nlohmann/json.hpp>
 
 #include "nicemu/abi/cq_entry.h"
 #include "nicemu/abi/gni_values.h"

@@ -10,6 +10,7 @@
 #include <string>
 
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include "nicemu/abi/gni_values.h"
 #include "nicemu/abi/region_access.h"

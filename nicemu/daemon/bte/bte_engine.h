@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "nicemu/daemon/bte/bte_channel.h"
 #include "nicemu/daemon/bte/bte_regions.h"

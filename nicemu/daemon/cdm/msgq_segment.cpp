@@ -7,6 +7,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <nlohmann/json.hpp>
 
 #include "nicemu/abi/futex.h"
 #include "nicemu/abi/gni_values.h"

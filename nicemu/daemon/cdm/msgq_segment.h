@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <optional>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "nicemu/abi/msgq_layout.h"
 #include "nicemu/daemon/cdm/cdm_region.h"

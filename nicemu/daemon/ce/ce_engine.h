@@ -18,8 +18,9 @@
 
 #include <optional>
 
-#include <asio.hpp>
-#include <nlohmann/json.hpp>
+#include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "nicemu/abi/ce_ops.h"
 #include "nicemu/ce/ce_alu.h"

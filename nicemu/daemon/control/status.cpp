@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 #include "nicemu/daemon/transport/udp_fabric.h"
 #include "nicemu/fault/fault_spec.h"
@@ -12,6 +13,8 @@
 namespace nicemu::daemon {
 
 using namespace nicemu::abi;
+
+void to_json(nlohmann::json& j, const Counter& c) { j = c.value(); }
 
 void Node::on_status(Request& q) {
   ctl::Status req;

@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include "nicemu/abi/gni_values.h"
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include "nicemu/abi/cq_entry.h"
 #include "nicemu/abi/gni_values.h"

@@ -24,7 +24,7 @@
 #include <map>
 #include <tuple>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "nicemu/abi/remote_ops.h"
 #include "nicemu/daemon/cdm/cdm_region.h"

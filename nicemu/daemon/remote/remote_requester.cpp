@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include "nicemu/abi/bte_ring.h"
 #include "nicemu/abi/cq_entry.h"

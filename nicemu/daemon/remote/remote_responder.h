@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "nicemu/abi/remote_ops.h"
 #include "nicemu/daemon/bte/bte_regions.h"

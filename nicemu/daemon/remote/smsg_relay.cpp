@@ -4,6 +4,8 @@
 
 #include <sodium.h>
 #include <spdlog/spdlog.h>
+#include <asio/post.hpp>
+#include <nlohmann/json.hpp>
 
 #include "nicemu/abi/cq_entry.h"
 #include "nicemu/abi/mem_handle.h"

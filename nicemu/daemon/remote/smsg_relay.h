@@ -48,8 +48,9 @@
 #include <utility>
 #include <vector>
 
-#include <asio.hpp>
-#include <nlohmann/json.hpp>
+#include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "nicemu/abi/ctl_protocol.h"
 #include "nicemu/daemon/cdm/cdm_region.h"

@@ -14,6 +14,7 @@
 #include <string>
 
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 namespace nicemu::daemon {
 

@@ -31,7 +31,7 @@
 #include <vector>
 
 #include <asio.hpp>
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "nicemu/abi/wire_protocol.h"
 #include "nicemu/daemon/stats_page.h"
