@@ -29,6 +29,17 @@
 //                completion and polls the empty CQ, each call through its own non-inlined
 //                wrapper (call_*), so `valgrind --tool=callgrind` gives instructions per
 //                call (tools/bench-profile); ns per round is reported too.
+//   rdv_lat      Rendezvous round trip, per size (--sizes, default 100 B, 4 KiB, 64 KiB,
+//                1 MiB, 4 MiB): rank 0 registers its page-aligned, touched buffer
+//                (GNI_MemRegister, or UDREG_Register on a lazy cache made for the run), sends
+//                {address, handle, length} by SMSG; rank 1 GETs it with GNI_PostRdma into a
+//                buffer it registered once, waits for its local completion and answers by
+//                SMSG; rank 0 deregisters (GNI_MemDeregister, or UDREG_Unregister) on the
+//                answer. Each iteration timed alone at rank 0: median and p99. Next to it the
+//                same run's 8 B SMSG round trip (ping-pong, per iteration, median) and the
+//                ratio. Every 64th GET is checked at its first and last 8 bytes (stamped by
+//                rank 0 per iteration) and one untimed GET per size and mode at every byte.
+//                --rdv-reg direct|udreg|both (default both).
 //
 // The program forks the two ranks itself; they exchange addresses, SMSG attributes and
 // memory handles over a socketpair (what PMI does in applications). Each rank pins itself
@@ -40,6 +51,7 @@
 // Cray; the daemon is --socket, else $NICEMU_SOCKET, else node $NICEMU_NODE in
 // $NICEMU_RUNDIR (else the first daemon found there).
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -63,6 +75,7 @@
 #include "nicemu/abi/ctl_protocol.h"
 #include "nicemu/ctl/ctl_client.h"
 #include "socket_choice.h"
+#include "udreg_pub.h"
 
 namespace {
 
@@ -78,6 +91,8 @@ struct Options {
   std::string cpus = "0,1";
   int cpu[2] = {0, 1};
   unsigned timeout_s = 600;
+  std::vector<uint64_t> sizes = {100, 4096, 65536, 1 << 20, 4 << 20};  // rdv_lat
+  std::string rdv_reg = "both";
 };
 
 Options opt;
@@ -129,9 +144,9 @@ void report(const char* test, uint64_t size, double value, const char* unit) {
   if (opt.csv)
     std::printf("%s,%llu,%.6g,%s\n", test, static_cast<unsigned long long>(size), value, unit);
   else if (std::strcmp(unit, "msg/s") == 0)
-    std::printf("%-12s %8llu %14.0f  %s\n", test, static_cast<unsigned long long>(size), value, unit);
+    std::printf("%-17s %8llu %14.0f  %s\n", test, static_cast<unsigned long long>(size), value, unit);
   else
-    std::printf("%-12s %8llu %14.3f  %s\n", test, static_cast<unsigned long long>(size), value, unit);
+    std::printf("%-17s %8llu %14.3f  %s\n", test, static_cast<unsigned long long>(size), value, unit);
   std::fflush(stdout);
 }
 
@@ -217,8 +232,8 @@ struct Rank {
   // Waits for one message: remote-event CQ first, then the mailbox; an event with no
   // message (credits that came back) waits again. After send_one took events while out of
   // credits, the mailbox is looked at first (one of them may have announced a message).
-  // Returns its tag.
-  uint8_t recv_one() {
+  // Returns its tag; the first `n` bytes of the message go to `out` if given.
+  uint8_t recv_one(void* out = nullptr, size_t n = 0) {
     for (;;) {
       if (!events_taken)
         while (!take_remote_event()) drain_local();
@@ -227,6 +242,7 @@ struct Rank {
       uint8_t tag = GNI_SMSG_ANY_TAG;
       gni_return_t rc = GNI_SmsgGetNextWTag(ep, &msg, &tag);
       if (rc == GNI_RC_SUCCESS) {
+        if (out) std::memcpy(out, msg, n);
         CHECK_GNI(GNI_SmsgRelease(ep));
         return tag;
       }
@@ -236,9 +252,10 @@ struct Rank {
 
   // Out of credits: reap local completions and remote events (credits come back as an
   // SMSG event, which a real progress engine takes from its receive CQ) and try again.
-  void send_one(uint32_t len, uint8_t tag, uint32_t msg_id) {
+  void send_one(uint32_t len, uint8_t tag, uint32_t msg_id, const void* data = nullptr) {
+    void* p = data ? const_cast<void*>(data) : src;
     gni_return_t rc;
-    while ((rc = GNI_SmsgSendWTag(ep, src, len, nullptr, 0, msg_id, tag)) == GNI_RC_NOT_DONE) {
+    while ((rc = GNI_SmsgSendWTag(ep, p, len, nullptr, 0, msg_id, tag)) == GNI_RC_NOT_DONE) {
       drain_local();
       while (take_remote_event()) events_taken = true;
     }
@@ -680,6 +697,243 @@ struct Rank {
     }
     barrier(id);
   }
+
+  // (h) rendezvous: registration, handle by SMSG, RDMA GET by the peer, answer, deregistration.
+  struct Rts {
+    uint64_t addr;
+    gni_mem_handle_t mh;
+    uint64_t len;
+    uint64_t seq;
+  };
+  struct Fin {
+    uint64_t seq;
+    uint32_t checked;  // this GET's bytes were compared ...
+    uint32_t bad;      // ... and differed from what rank 0 wrote
+  };
+  static constexpr uint64_t kFullCheck = ~uint64_t{0};
+  static uint8_t pattern(uint64_t size, uint64_t k) { return uint8_t(k * 131 + size * 7 + 1); }
+  static uint64_t stamp_of(uint64_t size, int mode, uint64_t seq) {
+    return 0x5a00000000000000ull ^ (uint64_t(mode) << 52) ^ (size << 20) ^ seq;
+  }
+
+  gni_cq_handle_t rdv_cq = nullptr;  // rank 1: GET completions (blocking: it may sleep on it)
+  char* rdv_dst = nullptr;           // rank 1: GET destination, registered once
+  gni_mem_handle_t rdv_dst_h{};
+  udreg_cache_handle_t rdv_cache = nullptr;  // rank 0 with --rdv-reg udreg|both
+
+  static void* udreg_reg(void* addr, uint64_t len, void* ctx) {
+    auto* h = new gni_mem_handle_t;
+    gni_return_t rc = GNI_MemRegister(static_cast<gni_nic_handle_t>(ctx), uint64_t(addr), len, nullptr,
+                                      GNI_MEM_READWRITE, uint32_t(-1), h);
+    if (rc != GNI_RC_SUCCESS) {
+      delete h;
+      return rc == GNI_RC_ERROR_RESOURCE ? nullptr : UDREG_DEVICE_REG_FAILED;
+    }
+    return h;
+  }
+  static uint32_t udreg_dereg(void* data, void* ctx) {
+    auto* h = static_cast<gni_mem_handle_t*>(data);
+    gni_return_t rc = GNI_MemDeregister(static_cast<gni_nic_handle_t>(ctx), h);
+    delete h;
+    return rc == GNI_RC_SUCCESS ? 0 : 1;
+  }
+
+  static double pct(std::vector<double>& v, double p) {
+    std::sort(v.begin(), v.end());
+    size_t i = size_t(p * double(v.size() - 1) + 0.5);
+    return v[std::min(i, v.size() - 1)];
+  }
+
+  // Rank 1's side of one rendezvous: take the handle, GET, check if asked, answer.
+  void rdv_serve(int mode, bool verify) {
+    Rts rts{};
+    if (recv_one(&rts, sizeof rts) != kTagData) die("rdv_lat: expected a handle message");
+    const bool full = rts.seq == kFullCheck;
+    Fin fin{rts.seq, 0, 0};
+    if (full)
+      std::memset(rdv_dst, 0, rts.len);
+    else if (verify) {
+      std::memset(rdv_dst, 0, 8);
+      std::memset(rdv_dst + rts.len - 8, 0, 8);
+    }
+    gni_post_descriptor_t d{};
+    d.type = GNI_POST_RDMA_GET;
+    d.cq_mode = GNI_CQMODE_GLOBAL_EVENT;
+    d.dlvr_mode = GNI_DLVMODE_PERFORMANCE;
+    d.local_addr = uint64_t(rdv_dst);
+    d.local_mem_hndl = rdv_dst_h;
+    d.remote_addr = rts.addr;
+    d.remote_mem_hndl = rts.mh;
+    d.length = rts.len;
+    d.src_cq_hndl = rdv_cq;
+    CHECK_GNI(GNI_PostRdma(ep, &d));
+    // The same-host GET usually completes inside the post; otherwise the daemon moves the
+    // data, and this rank sleeps rather than take a CPU from it.
+    gni_cq_entry_t e;
+    gni_return_t rc = GNI_CqGetEvent(rdv_cq, &e);
+    if (rc == GNI_RC_NOT_DONE) rc = GNI_CqWaitEvent(rdv_cq, 10000, &e);
+    if (rc != GNI_RC_SUCCESS) die("rdv_lat: GET completion error or timeout");
+    gni_post_descriptor_t* out = nullptr;
+    CHECK_GNI(GNI_GetCompleted(rdv_cq, e, &out));
+    if (out != &d) die("rdv_lat: GNI_GetCompleted returned another descriptor");
+    if (full) {
+      fin.checked = 1;
+      for (uint64_t k = 0; k < rts.len && !fin.bad; ++k)
+        if (uint8_t(rdv_dst[k]) != pattern(rts.len, k)) fin.bad = 1;
+    } else if (verify) {
+      fin.checked = 1;
+      const uint64_t st = stamp_of(rts.len, mode, rts.seq);
+      uint64_t first = 0, last = 0;
+      std::memcpy(&first, rdv_dst, 8);
+      std::memcpy(&last, rdv_dst + rts.len - 8, 8);
+      fin.bad = first != st || last != st;
+    }
+    send_one(sizeof fin, kTagAck, 0, &fin);
+  }
+
+  // Rank 0's side: register, send the handle, wait for the answer, deregister.
+  Fin rdv_round(int mode, char* b, uint64_t len, uint64_t seq) {
+    gni_mem_handle_t h{};
+    udreg_entry_t* ent = nullptr;
+    if (mode == 0) {
+      CHECK_GNI(GNI_MemRegister(nic, uint64_t(b), len, nullptr, GNI_MEM_READWRITE, uint32_t(-1), &h));
+    } else {
+      if (UDREG_Register(rdv_cache, b, len, &ent) != UDREG_RC_SUCCESS) die("rdv_lat: UDREG_Register failed");
+      h = *static_cast<gni_mem_handle_t*>(ent->device_data);
+    }
+    Rts rts{uint64_t(b), h, len, seq};
+    send_one(sizeof rts, kTagData, uint32_t(seq), &rts);
+    Fin fin{};
+    if (recv_one(&fin, sizeof fin) != kTagAck || fin.seq != seq) die("rdv_lat: unexpected answer");
+    if (mode == 0)
+      CHECK_GNI(GNI_MemDeregister(nic, &h));
+    else if (UDREG_Unregister(rdv_cache, ent) != UDREG_RC_SUCCESS)
+      die("rdv_lat: UDREG_Unregister failed");
+    return fin;
+  }
+
+  void rdv_lat() {
+    const uint64_t iters = opt.iters ? opt.iters : 2000;
+    const uint64_t warm = opt.warmup >= 0 ? uint64_t(opt.warmup) : 200;
+    const uint64_t max_len = *std::max_element(opt.sizes.begin(), opt.sizes.end());
+    std::vector<int> modes;
+    if (opt.rdv_reg != "udreg") modes.push_back(0);
+    if (opt.rdv_reg != "direct") modes.push_back(1);
+    barrier(id);
+    drain_local();
+
+    // The plain SMSG round trip of this run: 8 B ping-pong, each round trip timed.
+    const uint64_t smsg_iters = std::max<uint64_t>(iters, 10000), smsg_warm = smsg_iters / 10;
+    std::vector<double> rtt;
+    rtt.reserve(smsg_iters);
+    for (uint64_t i = 0; i < smsg_warm + smsg_iters; ++i) {
+      if (id == 0) {
+        const double t0 = now_s();
+        send_one(8, kTagData, uint32_t(i));
+        (void)recv_one();
+        if (i >= smsg_warm) rtt.push_back(now_s() - t0);
+      } else {
+        (void)recv_one();
+        send_one(8, kTagData, uint32_t(i));
+      }
+    }
+    double smsg_rtt = 0;
+    if (id == 0) {
+      smsg_rtt = pct(rtt, 0.5) * 1e6;
+      report("rdv_smsg_rtt", 8, smsg_rtt, "us");
+      report("rdv_smsg_p99", 8, pct(rtt, 0.99) * 1e6, "us");
+    }
+
+    if (id == 1) {
+      CHECK_GNI(GNI_CqCreate(nic, 64, 0, GNI_CQ_BLOCKING, nullptr, nullptr, &rdv_cq));
+      rdv_dst = static_cast<char*>(std::aligned_alloc(4096, (max_len + 4095) & ~uint64_t{4095}));
+      if (!rdv_dst) die("out of memory");
+      std::memset(rdv_dst, 0, max_len);
+      CHECK_GNI(GNI_MemRegister(nic, uint64_t(rdv_dst), max_len, nullptr, GNI_MEM_READWRITE, uint32_t(-1), &rdv_dst_h));
+    } else if (modes.back() == 1) {
+      udreg_cache_attr_t a{};
+      std::snprintf(a.cache_name, sizeof a.cache_name, "gni_bench_rdv_%d", int(getpid()));
+      a.max_entries = 64;
+      // What an MPI's rendezvous cache does: entries stay registered after their last
+      // reference (lazy), so a buffer sent again is a hit.
+      a.modes = UDREG_CC_MODE_USE_KERNEL_CACHE | UDREG_CC_MODE_USE_LAZY_DEREG;
+      a.reg_context = nic;
+      a.dreg_context = nic;
+      a.device_reg_func = udreg_reg;
+      a.device_dereg_func = udreg_dereg;
+      if (UDREG_CacheCreate(&a) != UDREG_RC_SUCCESS) die("rdv_lat: UDREG_CacheCreate failed");
+      if (UDREG_CacheAccess(a.cache_name, &rdv_cache) != UDREG_RC_SUCCESS) die("rdv_lat: UDREG_CacheAccess failed");
+    }
+    barrier(id);
+
+    for (uint64_t len : opt.sizes) {
+      // Rank 0's buffer: its own pages (mmap), touched, so registration pins resident memory.
+      const uint64_t map_len = (len + 4095) & ~uint64_t{4095};
+      char* b = nullptr;
+      if (id == 0) {
+        b = static_cast<char*>(mmap(nullptr, map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+        if (b == MAP_FAILED) die("rdv_lat: mmap failed");
+      }
+      for (int mode : modes) {
+        if (id == 0)
+          for (uint64_t k = 0; k < len; ++k) b[k] = char(pattern(len, k));
+        barrier(id);
+        std::vector<double> t;
+        t.reserve(iters);
+        uint64_t checked = 0;
+        for (uint64_t i = 0; i < warm + iters; ++i) {
+          const bool verify = i % 64 == 0 || i + 1 == warm + iters;
+          if (id == 1) {
+            rdv_serve(mode, verify);
+            continue;
+          }
+          const uint64_t st = stamp_of(len, mode, i);
+          std::memcpy(b, &st, 8);
+          std::memcpy(b + len - 8, &st, 8);
+          const double t0 = now_s();
+          const Fin fin = rdv_round(mode, b, len, i);
+          const double dt = now_s() - t0;
+          if (fin.bad) die("rdv_lat: the GET read other bytes than the sender's (first/last 8)");
+          checked += fin.checked;
+          if (i >= warm) t.push_back(dt);
+        }
+        // One untimed GET of the whole buffer, every byte compared.
+        if (id == 0) {
+          for (uint64_t k = 0; k < len; ++k) b[k] = char(pattern(len, k));
+          const Fin fin = rdv_round(mode, b, len, kFullCheck);
+          if (!fin.checked || fin.bad) die("rdv_lat: the full-buffer GET read other bytes than the sender's");
+          ++checked;
+          const char* name = mode == 0 ? "rdv_lat" : "rdv_udreg_lat";
+          const double med = pct(t, 0.5) * 1e6;
+          report(name, len, med, "us");
+          report(mode == 0 ? "rdv_p99" : "rdv_udreg_p99", len, pct(t, 0.99) * 1e6, "us");
+          report(mode == 0 ? "rdv_ratio" : "rdv_udreg_ratio", len, med / smsg_rtt, "x_smsg_rtt");
+          report(mode == 0 ? "rdv_checked" : "rdv_udreg_checked", len, double(checked), "gets");
+        } else {
+          rdv_serve(mode, true);
+        }
+        barrier(id);
+      }
+      if (id == 0) {
+        // Drop the cached registration before the pages go (not left to the invalidation).
+        if (rdv_cache)
+          while (UDREG_Evict(rdv_cache) == UDREG_RC_SUCCESS) {
+          }
+        munmap(b, map_len);
+      }
+    }
+
+    if (id == 1) {
+      CHECK_GNI(GNI_MemDeregister(nic, &rdv_dst_h));
+      std::free(rdv_dst);
+      CHECK_GNI(GNI_CqDestroy(rdv_cq));
+    } else if (rdv_cache) {
+      UDREG_CacheRelease(rdv_cache);
+      UDREG_CacheDestroy(rdv_cache);
+    }
+    drain_local();
+    barrier(id);
+  }
 };
 
 int run_rank(int id, uint8_t ptag, uint32_t cookie) {
@@ -699,6 +953,7 @@ int run_rank(int id, uint8_t ptag, uint32_t cookie) {
   if (want("smsg_am_lat")) r.smsg_am_lat();
   if (want("smsg_am_bw")) r.smsg_am_bw();
   if (opt.test == "smsg_calls") r.smsg_calls();
+  if (opt.test == "rdv_lat") r.rdv_lat();
   if (want("fma_put_lat")) r.fma_lat(true);
   if (want("fma_get_lat")) r.fma_lat(false);
   if (want("rdma_put_bw")) r.rdma_put_bw();
@@ -756,19 +1011,27 @@ int main(int argc, char** argv) {
                "on one nicemu node, each pinned to its own CPU"};
   app.add_option("--test", opt.test,
                  "smsg_lat | smsg_bw | smsg_am_lat | smsg_am_bw | fma_put_lat | fma_get_lat | rdma_put_bw | msgq_lat | "
-                 "msgq_bw | all (all of these) | smsg_calls (only alone)")
+                 "msgq_bw | all (all of these) | smsg_calls, rdv_lat (only alone)")
       ->check(CLI::IsMember({"smsg_lat", "smsg_bw", "smsg_am_lat", "smsg_am_bw", "fma_put_lat", "fma_get_lat",
-                             "rdma_put_bw", "msgq_lat", "msgq_bw", "all", "smsg_calls"}));
+                             "rdma_put_bw", "msgq_lat", "msgq_bw", "all", "smsg_calls", "rdv_lat"}));
   app.add_option("--iters", opt.iters,
                  "timed iterations (default: smsg_lat/smsg_am_lat 200000, smsg_bw/smsg_am_bw 2000000, smsg_calls 1000000, "
-                 "fma 50000 per size)");
-  app.add_option("--warmup", opt.warmup, "untimed iterations first (default: smsg_lat 20000, smsg_bw 100000, fma 2000 per size)");
+                 "fma 50000 per size, rdv_lat 2000 per size and registration mode)");
+  app.add_option("--warmup", opt.warmup,
+                 "untimed iterations first (default: smsg_lat 20000, smsg_bw 100000, fma 2000 per size, rdv_lat 200)");
   auto* size_opt = app.add_option("--size", opt.size,
                                   "SMSG payload bytes (default 8); if given, also the only FMA size "
                                   "(default: 8, 16, ... 4096)");
   app.add_option("--window", opt.window,
                  "SMSG mailbox credits (the smsg_bw window) and MSGQ ring slots (msgq_bw) (default 64)")
       ->check(CLI::Range(1u, 65535u));
+  app.add_option("--sizes", opt.sizes,
+                 "rdv_lat buffer sizes in bytes, multiples of 4 from 16 (default 100 4096 65536 1048576 4194304)")
+      ->check(CLI::Range(uint64_t{16}, uint64_t{1} << 30));
+  app.add_option("--rdv-reg", opt.rdv_reg,
+                 "rdv_lat registration: direct (GNI_MemRegister/Deregister per send), udreg (a lazy uDREG cache), "
+                 "both (default)")
+      ->check(CLI::IsMember({"direct", "udreg", "both"}));
   app.add_flag("--csv", opt.csv, "one line per result: test,size,value,unit");
   app.add_option("--socket", opt.socket,
                  "control socket of the nicemu daemon (default: $NICEMU_SOCKET, else node $NICEMU_NODE in "
@@ -779,6 +1042,16 @@ int main(int argc, char** argv) {
   opt.size_given = size_opt->count() > 0;
   if (!parse_cpus(opt.cpus)) {
     std::fprintf(stderr, "gni_bench: --cpus wants two CPU numbers, e.g. 0,1\n");
+    return 2;
+  }
+  for (uint64_t s : opt.sizes)
+    if (s % 4) {
+      std::fprintf(stderr, "gni_bench: --sizes: %llu is not a multiple of 4 (RDMA GET lengths are)\n",
+                   static_cast<unsigned long long>(s));
+      return 2;
+    }
+  if (opt.sizes.empty()) {
+    std::fprintf(stderr, "gni_bench: --sizes is empty\n");
     return 2;
   }
   if (opt.size == 0 || opt.size > GNI_SMSG_MAX_SIZE) {
@@ -806,7 +1079,7 @@ int main(int argc, char** argv) {
   if (!opt.csv) {
     std::printf("# gni_bench: daemon %s, ranks pinned to CPUs %d and %d, SMSG window %u\n", sock.c_str(),
                 opt.cpu[0], opt.cpu[1], opt.window);
-    std::printf("%-12s %8s %14s  %s\n", "test", "size", "value", "unit");
+    std::printf("%-17s %8s %14s  %s\n", "test", "size", "value", "unit");
   }
   std::fflush(stdout);
 
