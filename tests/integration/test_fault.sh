@@ -63,6 +63,9 @@ NICEMU_RDMA_DIRECT=0 twice "envelope strict rdma, direct path off (d)" envelope 
 # GNI_RDMAMODE_FENCE: a fenced RDMA PUT never passes a held earlier one of its EP.
 twice "rdma fence" fence --seed 2 --count 100
 grep -q ' old_won=0 ' <<<"$LAST" || fail "fenced rdma put passed the earlier one: $LAST"
+# A fence on the first PUT: gni_pub.h has the next RDMA descriptor wait for it.
+twice "rdma fence on the first put" fence --seed 2 --count 100 --fence-first
+grep -q ' old_won=0 ' <<<"$LAST" || fail "rdma put passed an earlier fenced one: $LAST"
 # Without the fence, which of two puts held with random delays lands last can depend on the
 # engine thread's timing (63/37 and 64/36 seen under load): run once, check both orders occur.
 out=$(timeout 60 "$FS" fence --seed 2 --count 100 --no-fence 2>&1)

@@ -8,7 +8,7 @@
 //   fault-scenarios rdma     --seed N [--count N]           (b) transient errors, replayed
 //   fault-scenarios race     --seed N --ordering M [--count N] [--rdma]  (c) Get passes Put
 //   fault-scenarios envelope --seed N --ordering M [--count N] [--rdma]  (d) payload vs envelope
-//   fault-scenarios fence    --seed N [--count N] [--no-fence]  RDMA FENCE vs held RDMA PUTs
+//   fault-scenarios fence    --seed N [--count N] [--no-fence | --fence-first]  RDMA FENCE vs held RDMA PUTs
 //   fault-scenarios kill     --seed N [--count N]           (e) a rank dies mid-run
 //   fault-scenarios amo      --seed N [--count N]           AMO effect done or not on error
 #include <fcntl.h>
@@ -239,6 +239,7 @@ struct Opts {
   std::string ordering = "relaxed";
   std::string extra;  // more fault-spec tokens (smsg scenario)
   bool no_fence = false;  // fence: the second PUT without GNI_RDMAMODE_FENCE
+  bool fence_first = false;  // fence: GNI_RDMAMODE_FENCE on the first PUT instead of the second
   bool rdma = false;  // race, envelope: the payload PUT by GNI_PostRdma (BTE), not GNI_PostFma
 };
 
@@ -575,7 +576,9 @@ int scenario_envelope(const Opts& o) {
 // RDMA FENCE under reordering: rank 0 PUTs an old then a new value into the same word of
 // rank 1 (relaxed memory, half of the RDMA posts delayed), the second with
 // GNI_RDMAMODE_FENCE, waits for both and reads the word back. Fenced: the new value always
-// wins. --no-fence: a delayed first PUT may land last (the old value wins).
+// wins. --no-fence: a delayed first PUT may land last (the old value wins). --fence-first:
+// the fence on the first PUT, which gni_pub.h has the next descriptor wait for: the new
+// value always wins too.
 int scenario_fence(const Opts& o) {
   const uint64_t n = o.count ? o.count : 100;
   Cluster cl(1, daemon_args("seed=" + std::to_string(o.seed) + " rdma.delay=0.5 delay_us=2000..4000"));
@@ -598,7 +601,10 @@ int scenario_fence(const Opts& o) {
       r.buf[3] = 2 * k + 1;  // new
       auto a = harness::make_desc(GNI_POST_RDMA_PUT, uint64_t(&r.buf[2]), r.buf_mh, t.va, t.mh, 8);
       auto b = harness::make_desc(GNI_POST_RDMA_PUT, uint64_t(&r.buf[3]), r.buf_mh, t.va, t.mh, 8);
-      if (!o.no_fence) b.rdma_mode = GNI_RDMAMODE_FENCE;
+      if (o.fence_first)
+        a.rdma_mode = GNI_RDMAMODE_FENCE;
+      else if (!o.no_fence)
+        b.rdma_mode = GNI_RDMAMODE_FENCE;
       CHECK_OR_EXIT(GNI_PostRdma(r.ep[1], &a) == GNI_RC_SUCCESS);
       CHECK_OR_EXIT(GNI_PostRdma(r.ep[1], &b) == GNI_RC_SUCCESS);
       r.wait_posts(2 * k);
@@ -613,7 +619,7 @@ int scenario_fence(const Opts& o) {
   bool ok = wait_all(cl, {ini, tgt});
   std::printf("outcome: fence seed=%" PRIu64 " fenced=%s trials=%" PRIu64 " new_won=%" PRIu64 " old_won=%" PRIu64
               " other=%" PRIu64 "\n",
-              o.seed, o.no_fence ? "no" : "yes", n, res[0], res[1], res[2]);
+              o.seed, o.no_fence ? "no" : o.fence_first ? "first" : "yes", n, res[0], res[1], res[2]);
   ok = ok && res[2] == 0 && res[0] + res[1] == n && (o.no_fence ? res[1] > 0 : res[1] == 0);
   return ok ? 0 : 1;
 }
@@ -735,7 +741,10 @@ int main(int argc, char** argv) {
   auto* amo =
       add("amo", "AMO FADDs under injected errors, replayed: failed AMOs whose effect was done count twice", false);
   auto* fen = add("fence", "RDMA PUTs to one word under delays: a fenced second PUT always lands last", false);
-  fen->add_flag("--no-fence", o.no_fence, "post the second PUT without GNI_RDMAMODE_FENCE (the old value may win)");
+  auto* nof =
+      fen->add_flag("--no-fence", o.no_fence, "post the second PUT without GNI_RDMAMODE_FENCE (the old value may win)");
+  fen->add_flag("--fence-first", o.fence_first, "put GNI_RDMAMODE_FENCE on the first PUT instead (the next one waits for it)")
+      ->excludes(nof);
   auto* kil = add("kill", "(e) a rank killed mid-run: every posted operation completes or fails", false);
   CLI11_PARSE(app, argc, argv);
   if (!daemon.empty()) setenv("NICEMU_DAEMON", daemon.c_str(), 1);

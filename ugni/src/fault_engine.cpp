@@ -59,6 +59,7 @@ struct Held {
   bool posted = true;
   bool smsg = false;      // counts in ep->smsg_held (a message not yet in the mailbox)
   bool rdma = false;      // an RDMA post (a later fenced one of its EP waits for it)
+  bool fence = false;     // posted with GNI_RDMAMODE_FENCE: later RDMA posts of its EP wait for it
   std::function<void()> run;
 };
 
@@ -148,15 +149,20 @@ bool may_pass(const Held& y, Ep* ep, Class cls, bool posted, bool smsg) {
 }
 
 // When a new transaction of `n` may run: 0 = now. `passed` tells whether it overtakes a
-// held transaction. `rdma_fence`: an RDMA post with GNI_RDMAMODE_FENCE, which never passes
-// an earlier RDMA post of its EP. Under the engine's lock.
+// held transaction. `rdma`: an RDMA post; `rdma_fence`: one with GNI_RDMAMODE_FENCE.
+// Between RDMA posts of one EP a fence on either one keeps them in order: gni_pub.h has the
+// fenced post wait for the responses of itself and all earlier posts before the *next*
+// descriptor is processed, and clients also set it on the later post expecting it to wait;
+// honouring both readings never reorders what the hardware keeps in order. Under the
+// engine's lock.
 uint64_t due_time(Engine& e, Nic* n, Ep* ep, Class cls, bool posted, bool smsg, uint32_t hold_us, bool& passed,
-                  bool rdma_fence = false) {
+                  bool rdma = false, bool rdma_fence = false) {
   uint64_t after = 0;
   passed = false;
   for (const auto& [key, y] : e.q) {
     if (y.nic != n) continue;
-    if (may_pass(y, ep, cls, posted, smsg) && !(rdma_fence && y.rdma && y.ep == ep))
+    const bool fenced = rdma && y.rdma && y.ep == ep && (rdma_fence || y.fence);
+    if (may_pass(y, ep, cls, posted, smsg) && !fenced)
       passed = true;
     else
       after = std::max(after, key.first);  // ties run in sequence order: after y
@@ -478,7 +484,7 @@ bool fault_post_rdma(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, int32_t tid
   const bool posted = !get;
   bool passed = false;
   const bool fence = (d->rdma_mode & GNI_RDMAMODE_FENCE) != 0;
-  const uint64_t due = due_time(e, n, ep, cls, posted, false, hold, passed, fence);
+  const uint64_t due = due_time(e, n, ep, cls, posted, false, hold, passed, true, fence);
   if (passed) count(n->counters, ctr::cdm::reorder_passed);
   // A duplicated PUT writes the same bytes again; a GET is answered once.
   const int runs = dec.action == af::kDup && posted ? 2 : 1;
@@ -508,6 +514,7 @@ bool fault_post_rdma(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, int32_t tid
   // the source buffer is read then) comes from there.
   Held h = held_post(n, ep, cls, posted);
   h.rdma = true;
+  h.fence = fence;
   h.run = std::move(run);
   e.hold(due, std::move(h));
   return true;
