@@ -9,6 +9,7 @@
 //   fault-scenarios race     --seed N --ordering M [--count N] [--rdma]  (c) Get passes Put
 //   fault-scenarios envelope --seed N --ordering M [--count N] [--rdma]  (d) payload vs envelope
 //   fault-scenarios fence    --seed N [--count N] [--no-fence | --fence-first]  RDMA FENCE vs held RDMA PUTs
+//   fault-scenarios silent   --seed N [--count N]           PUTs without events are never failed
 //   fault-scenarios kill     --seed N [--count N]           (e) a rank dies mid-run
 //   fault-scenarios amo      --seed N [--count N]           AMO effect done or not on error
 #include <fcntl.h>
@@ -399,6 +400,60 @@ int scenario_rdma(const Opts& o) {
   return ok ? 0 : 1;
 }
 
+// Posts without local events under put.error=1: a silent PUT has no CQE to carry an error,
+// so it is never failed (gni_pub.h: errors kill or are reported through the CQ); each is
+// read back by a GET. The same PUT with a GLOBAL event gets its (recoverable) error.
+int scenario_silent(const Opts& o) {
+  const uint64_t n = o.count ? o.count : 200;
+  Cluster cl(1, daemon_args("seed=" + std::to_string(o.seed) + " put.error=1 rdma_put.error=1 error_done=0"));
+  Cred c = cl.credential();
+  uint64_t* res = shared_u64(4);  // lost silent puts, evented puts that failed, recoverable ones
+  pid_t tgt = cl.spawn(0, [&] {
+    Rank r;
+    r.open(1, 2, c, 0);
+    wait_flag(board()->done[0]);
+    return 0;
+  });
+  pid_t ini = cl.spawn(0, [&] {
+    Rank r;
+    r.open(0, 2, c, 0);
+    wait_flag(board()->r[1].ready);
+    RankInfo& t = board()->r[1];
+    for (uint64_t k = 1; k <= n; ++k) {
+      const bool rdma = k % 2;
+      r.buf[2] = k;
+      auto put = harness::make_desc(rdma ? GNI_POST_RDMA_PUT : GNI_POST_FMA_PUT, uint64_t(&r.buf[2]), r.buf_mh, t.va,
+                                    t.mh, 8, GNI_CQMODE_SILENT);
+      CHECK_OR_EXIT((rdma ? GNI_PostRdma(r.ep[1], &put) : GNI_PostFma(r.ep[1], &put)) == GNI_RC_SUCCESS);
+      r.buf[3] = 0;
+      auto get = harness::make_desc(GNI_POST_FMA_GET, uint64_t(&r.buf[3]), r.buf_mh, t.va, t.mh, 8);
+      CHECK_OR_EXIT(harness::post_and_wait(r.g.cq, r.ep[1], get) == 0);
+      if (r.buf[3] != k) ++res[0];
+    }
+    for (bool rdma : {false, true}) {
+      auto put = harness::make_desc(rdma ? GNI_POST_RDMA_PUT : GNI_POST_FMA_PUT, uint64_t(&r.buf[2]), r.buf_mh, t.va,
+                                    t.mh, 8);
+      CHECK_OR_EXIT(rdma ? GNI_PostRdma(r.ep[1], &put) == GNI_RC_SUCCESS : GNI_PostFma(r.ep[1], &put) == GNI_RC_SUCCESS);
+      gni_cq_entry_t e = 0;
+      const gni_return_t rc = GNI_CqWaitEvent(r.g.cq, 10000, &e);
+      if (rc == GNI_RC_TRANSACTION_ERROR) {
+        ++res[1];
+        uint32_t rec = 0;
+        if (GNI_CqErrorRecoverable(e, &rec) == GNI_RC_SUCCESS && rec) ++res[2];
+      }
+      gni_post_descriptor_t* done = nullptr;
+      GNI_GetCompleted(r.g.cq, e, &done);
+    }
+    board()->done[0].store(1);
+    return 0;
+  });
+  bool ok = wait_all(cl, {ini, tgt});
+  std::printf("outcome: silent seed=%" PRIu64 " silent_puts=%" PRIu64 " lost=%" PRIu64 " evented_failed=%" PRIu64
+              "/2 recoverable=%" PRIu64 "\n",
+              o.seed, n, res[0], res[1], res[2]);
+  return ok && res[0] == 0 && res[1] == 2 && res[2] == 2 ? 0 : 1;
+}
+
 // AMOs under injected transient errors, replayed: an AMO whose response was lost took
 // effect anyway (error_done), so replaying a non-idempotent FADD counts it twice — exactly
 // what a runtime's recovery code has to expect on hardware.
@@ -745,6 +800,8 @@ int main(int argc, char** argv) {
       fen->add_flag("--no-fence", o.no_fence, "post the second PUT without GNI_RDMAMODE_FENCE (the old value may win)");
   fen->add_flag("--fence-first", o.fence_first, "put GNI_RDMAMODE_FENCE on the first PUT instead (the next one waits for it)")
       ->excludes(nof);
+  auto* sil = add("silent", "PUTs without local events under put.error=1: never failed (no CQE could report it)",
+                  false);
   auto* kil = add("kill", "(e) a rank killed mid-run: every posted operation completes or fails", false);
   CLI11_PARSE(app, argc, argv);
   if (!daemon.empty()) setenv("NICEMU_DAEMON", daemon.c_str(), 1);
@@ -758,6 +815,7 @@ int main(int argc, char** argv) {
     if (env->parsed()) return scenario_envelope(o);
     if (kil->parsed()) return scenario_kill(o);
     if (fen->parsed()) return scenario_fence(o);
+    if (sil->parsed()) return scenario_silent(o);
     if (amo->parsed()) return scenario_amo(o);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fault-scenarios: %s\n", e.what());

@@ -199,6 +199,14 @@ bool is_failure(af::Action a) {
   return a == af::kError || a == af::kDrop || a == af::kCorrupt || a == af::kLinkDown || a == af::kExhaust;
 }
 
+// A post that asked for no local event (or has no CQ) has nowhere to report an error:
+// gni_pub.h has transaction errors either kill the process or arrive through the CQ, never
+// vanish, so such a post is not failed (a silent loss would blame the client for it).
+Decision reportable(Decision d, const Cq* cq, int32_t tid) {
+  if (is_failure(d.action) && (!cq || tid < 0)) d.action = af::kNone;
+  return d;
+}
+
 void count_failure(Nic* n, const Decision& d) {
   count(n->counters, ctr::cdm::fault_errors);
   if (d.action == af::kCorrupt) count(n->counters, ctr::cdm::fault_corrupts);
@@ -246,7 +254,7 @@ gni_return_t fault_post_fma(const FmaOp& op0, gni_post_descriptor_t* d, int32_t 
   std::unique_lock<std::mutex> lk(e.mu);
   FaultState& s = state(n);
   const af::Config& c = s.inj.config();
-  const Decision dec = s.inj.decide(fma_kind(op.type), ep->remote_addr, monotonic_ns());
+  const Decision dec = reportable(s.inj.decide(fma_kind(op.type), ep->remote_addr, monotonic_ns()), cq, tid);
   const Class cls = fma_class(c, op, d->dlvr_mode, *target);
   uint32_t hold = cls == kStrict ? 0 : s.inj.reorder_hold_us();
   if (hold && n->fault_held.load(std::memory_order_relaxed) >= c.reorder_window) hold = 0;
@@ -371,15 +379,24 @@ gni_return_t fault_smsg_send(Ep* ep, const void* header, uint32_t header_length,
   uint32_t hold = cls == kStrict ? 0 : s.inj.reorder_hold_us();
   if (hold && n->fault_held.load(std::memory_order_relaxed) >= c.reorder_window) hold = 0;
   bool dup = false;
+  // Without a CQ the sender could not learn of a lost message (as for silent posts,
+  // reportable()): its retransmissions do not run out.
+  const bool can_fail = ep->src_cq != nullptr;
   switch (dec.action) {
     case af::kExhaust:
+      if (!can_fail) {
+        count(n->counters, ctr::cdm::fault_smsg_drops);
+        count(n->counters, ctr::cdm::fault_smsg_retransmits);
+        hold = std::max<uint32_t>({hold, c.retransmit_us, 1});
+        break;
+      }
       smsg_fail(ep, msg_id);
       return GNI_RC_SUCCESS;
     case af::kLinkDown:
       count(n->counters, ctr::cdm::fault_link_down);
       // Retransmissions every retransmit_us run out before the link comes back; the
       // client's GNI_SmsgSetMaxRetrans limit applies when it is the lower one.
-      if (uint64_t{dec.delay_us} >
+      if (can_fail && uint64_t{dec.delay_us} >
           uint64_t{std::min<uint32_t>(c.max_retrans, n->smsg_max_retrans)} * std::max<uint32_t>(c.retransmit_us, 1)) {
         smsg_fail(ep, msg_id);
         return GNI_RC_SUCCESS;
@@ -460,7 +477,8 @@ bool fault_post_rdma(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, int32_t tid
   std::unique_lock<std::mutex> lk(e.mu);
   FaultState& s = state(n);
   const af::Config& c = s.inj.config();
-  const Decision dec = s.inj.decide(get ? af::kRdmaGet : af::kRdmaPut, ep->remote_addr, monotonic_ns());
+  const Decision dec =
+      reportable(s.inj.decide(get ? af::kRdmaGet : af::kRdmaPut, ep->remote_addr, monotonic_ns()), cq, tid);
   if (is_failure(dec.action)) {
     lk.unlock();
     count_failure(n, dec);
