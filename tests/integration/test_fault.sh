@@ -2,8 +2,9 @@
 # Fault injection end to end: each scenario of tools/fault-scenarios (issue 5 a-e) passes
 # and prints the same outcome line when repeated with its seed; race and envelope differ
 # between relaxed and strict as the ordering model says, with the payload by FMA and by RDMA;
-# a fenced RDMA PUT never passes a held earlier one; nicemuctl fault changes a running
-# daemon's configuration live, refuses malformed specs, and stats shows the counter.
+# RDMA posts never pass a fenced one nor a fenced one earlier ones; posts without local
+# events are never failed; nicemuctl fault changes a running daemon's configuration live,
+# refuses malformed specs, names settings beyond the hardware, and stats shows the counter.
 # Usage: test_fault.sh BUILD_DIR     Exit: 0 pass, 1 fail, 77 skip.
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -95,5 +96,11 @@ out=$("$CTL" --rundir "$RUNDIR" fault reset put.error=0.1 seed=5)
 sleep 0.3
 out=$("$CTL" --rundir "$RUNDIR" stats)
 [[ $out =~ fault_config_changes\ +4 ]] && pass "stats counts configuration changes" || fail "stats: $out"
+# Settings beyond the hardware, or without effect, are named (stderr; "notes" in JSON).
+"$CTL" --rundir "$RUNDIR" fault set ordering=relaxed datagram.drop=0.1 >/dev/null 2>"$TMP/e"
+grep -q "note: stress, beyond the hardware: ordering=relaxed" "$TMP/e" && grep -q "note: no effect: datagram.drop" "$TMP/e" &&
+  pass "stress-only and no-effect settings noted" || fail "notes: $(cat "$TMP/e")"
+out=$("$CTL" --rundir "$RUNDIR" fault reset put.error=0.1 --json)
+[[ $out == *'"notes":[]'* ]] && pass "hardware-like configuration: no notes" || fail "notes of a hardware-like spec: $out"
 
 finish fault
