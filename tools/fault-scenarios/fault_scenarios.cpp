@@ -272,7 +272,8 @@ int scenario_smsg(const Opts& o) {
   const bool lossy = o.extra.find("exhaust") != std::string::npos || o.extra.find("link_down") != std::string::npos;
   Cluster cl(1, daemon_args(spec));
   Cred c = cl.credential();
-  uint64_t* res = shared_u64(4);  // delivered, out of order, extra, lost (sender's error events)
+  // delivered, out of order, extra, lost (sender's error events), sender's GNI_GetNicStat retransmissions
+  uint64_t* res = shared_u64(5);
   pid_t tx = cl.spawn(0, [&] {
     Rank r;
     r.open(0, 2, c, 0);
@@ -280,6 +281,9 @@ int scenario_smsg(const Opts& o) {
     wait_flag(board()->done[1]);
     r.drain_local();
     res[3] = r.smsg_errors;
+    uint32_t retrans = 0;
+    CHECK_OR_EXIT(GNI_GetNicStat(r.g.nic, GNI_STAT_SMSG_RETRANS_COUNT, &retrans) == GNI_RC_SUCCESS);
+    res[4] = retrans;
     return lossy || r.smsg_errors == 0 ? 0 : 1;
   });
   pid_t rx = cl.spawn(0, [&] {
@@ -315,7 +319,11 @@ int scenario_smsg(const Opts& o) {
   ok = ok && res[0] + res[3] == n && res[1] == 0 && res[2] == 0 &&
        (lossy || page.total(ctr::cdm::fault_smsg_drops) > 0) &&
        page.total(ctr::cdm::fault_smsg_dups) == page.total(ctr::cdm::fault_smsg_dups_suppressed) &&
-       page.total(ctr::cdm::fault_smsg_exhausted) == res[3];
+       page.total(ctr::cdm::fault_smsg_exhausted) == res[3] &&
+       page.total(ctr::cdm::fault_smsg_retransmits) == res[4];
+  if (page.total(ctr::cdm::fault_smsg_retransmits) != res[4])
+    std::fprintf(stderr, "GNI_STAT_SMSG_RETRANS_COUNT %" PRIu64 " != fault_smsg_retransmits %" PRIu64 "\n", res[4],
+                 page.total(ctr::cdm::fault_smsg_retransmits));
   return ok ? 0 : 1;
 }
 

@@ -387,6 +387,7 @@ gni_return_t fault_smsg_send(Ep* ep, const void* header, uint32_t header_length,
       if (!can_fail) {
         count(n->counters, ctr::cdm::fault_smsg_drops);
         count(n->counters, ctr::cdm::fault_smsg_retransmits);
+        stat_add(n, GNI_STAT_SMSG_RETRANS_COUNT);  // as the NIC counts them (GNI_GetNicStat)
         hold = std::max<uint32_t>({hold, c.retransmit_us, 1});
         break;
       }
@@ -402,6 +403,7 @@ gni_return_t fault_smsg_send(Ep* ep, const void* header, uint32_t header_length,
         return GNI_RC_SUCCESS;
       }
       count(n->counters, ctr::cdm::fault_smsg_retransmits);
+      stat_add(n, GNI_STAT_SMSG_RETRANS_COUNT);  // as the NIC counts them (GNI_GetNicStat)
       hold = std::max(hold, dec.delay_us);
       break;
     case af::kCorrupt:
@@ -411,6 +413,7 @@ gni_return_t fault_smsg_send(Ep* ep, const void* header, uint32_t header_length,
     case af::kError:  // SMSG has no error completion for a lost packet: it is retransmitted
       count(n->counters, ctr::cdm::fault_smsg_drops);
       count(n->counters, ctr::cdm::fault_smsg_retransmits);
+      stat_add(n, GNI_STAT_SMSG_RETRANS_COUNT);  // as the NIC counts them (GNI_GetNicStat)
       hold = std::max<uint32_t>({hold, dec.delay_us, 1});
       break;
     case af::kDelay:
