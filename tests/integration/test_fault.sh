@@ -77,6 +77,8 @@ else
 fi
 # A post without local events has no CQE to report an error on: never failed.
 twice "silent posts not failed" silent --seed 3 --count 100
+# A PUT that failed after taking effect still raises its remote event at the target.
+twice "failed puts that took effect: remote events" remote --seed 3 --count 100
 # (e) is timing-dependent in which operations fail; its outcome (all finished) is not.
 twice "kill (e)" kill --seed 9
 

@@ -10,6 +10,7 @@
 //   fault-scenarios envelope --seed N --ordering M [--count N] [--rdma]  (d) payload vs envelope
 //   fault-scenarios fence    --seed N [--count N] [--no-fence | --fence-first]  RDMA FENCE vs held RDMA PUTs
 //   fault-scenarios silent   --seed N [--count N]           PUTs without events are never failed
+//   fault-scenarios remote   --seed N [--count N]           a failed PUT that took effect: remote event
 //   fault-scenarios kill     --seed N [--count N]           (e) a rank dies mid-run
 //   fault-scenarios amo      --seed N [--count N]           AMO effect done or not on error
 #include <fcntl.h>
@@ -462,6 +463,52 @@ int scenario_silent(const Opts& o) {
   return ok && res[0] == 0 && res[1] == 2 && res[2] == 2 ? 0 : 1;
 }
 
+// PUTs with a remote event under put.error=1 error_done=1: every PUT fails at the initiator
+// (recoverable), yet took effect, so the target gets its data and its remote event, as from
+// a request that reached it before the response was lost.
+int scenario_remote(const Opts& o) {
+  const uint64_t n = o.count ? o.count : 100;
+  Cluster cl(1, daemon_args("seed=" + std::to_string(o.seed) + " put.error=1 rdma_put.error=1 error_done=1"));
+  Cred c = cl.credential();
+  uint64_t* res = shared_u64(4);  // recoverable failures, remote events at the target, final word
+  pid_t tgt = cl.spawn(0, [&] {
+    Rank r;
+    r.open(1, 2, c, 0);
+    wait_flag(board()->done[0]);
+    gni_cq_entry_t e = 0;
+    while (GNI_CqGetEvent(r.g.rcq, &e) == GNI_RC_SUCCESS)
+      if (GNI_CQ_GET_TYPE(e) == GNI_CQ_EVENT_TYPE_POST) ++res[1];
+    res[2] = r.buf[0];
+    return 0;
+  });
+  pid_t ini = cl.spawn(0, [&] {
+    Rank r;
+    r.open(0, 2, c, 0);
+    wait_flag(board()->r[1].ready);
+    RankInfo& t = board()->r[1];
+    for (uint64_t k = 1; k <= n; ++k) {
+      const bool rdma = k % 2;
+      r.buf[2] = k;
+      auto put = harness::make_desc(rdma ? GNI_POST_RDMA_PUT : GNI_POST_FMA_PUT, uint64_t(&r.buf[2]), r.buf_mh, t.va,
+                                    t.mh, 8, GNI_CQMODE_GLOBAL_EVENT | GNI_CQMODE_REMOTE_EVENT);
+      CHECK_OR_EXIT((rdma ? GNI_PostRdma(r.ep[1], &put) : GNI_PostFma(r.ep[1], &put)) == GNI_RC_SUCCESS);
+      gni_cq_entry_t e = 0;
+      const gni_return_t rc = GNI_CqWaitEvent(r.g.cq, 10000, &e);
+      uint32_t rec = 0;
+      if (rc == GNI_RC_TRANSACTION_ERROR && GNI_CqErrorRecoverable(e, &rec) == GNI_RC_SUCCESS && rec) ++res[0];
+      gni_post_descriptor_t* done = nullptr;
+      GNI_GetCompleted(r.g.cq, e, &done);
+    }
+    board()->done[0].store(1);
+    return 0;
+  });
+  bool ok = wait_all(cl, {ini, tgt});
+  std::printf("outcome: remote seed=%" PRIu64 " puts=%" PRIu64 " failed_recoverable=%" PRIu64
+              " remote_events=%" PRIu64 " final=%" PRIu64 "\n",
+              o.seed, n, res[0], res[1], res[2]);
+  return ok && res[0] == n && res[1] == n && res[2] == n ? 0 : 1;
+}
+
 // AMOs under injected transient errors, replayed: an AMO whose response was lost took
 // effect anyway (error_done), so replaying a non-idempotent FADD counts it twice — exactly
 // what a runtime's recovery code has to expect on hardware.
@@ -810,6 +857,8 @@ int main(int argc, char** argv) {
       ->excludes(nof);
   auto* sil = add("silent", "PUTs without local events under put.error=1: never failed (no CQE could report it)",
                   false);
+  auto* rem = add("remote", "PUTs failed after taking effect (error_done=1): the target still gets each remote event",
+                  false);
   auto* kil = add("kill", "(e) a rank killed mid-run: every posted operation completes or fails", false);
   CLI11_PARSE(app, argc, argv);
   if (!daemon.empty()) setenv("NICEMU_DAEMON", daemon.c_str(), 1);
@@ -824,6 +873,7 @@ int main(int argc, char** argv) {
     if (kil->parsed()) return scenario_kill(o);
     if (fen->parsed()) return scenario_fence(o);
     if (sil->parsed()) return scenario_silent(o);
+    if (rem->parsed()) return scenario_remote(o);
     if (amo->parsed()) return scenario_amo(o);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fault-scenarios: %s\n", e.what());

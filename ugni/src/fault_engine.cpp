@@ -267,7 +267,12 @@ gni_return_t fault_post_fma(const FmaOp& op0, gni_post_descriptor_t* d, int32_t 
     uint32_t dst_cq = abi::kNoCq;
     if (dec.action == af::kError && dec.effect_done) {
       count(n->counters, ctr::cdm::fault_errors_effect_done);
-      execute_fma_on(op, *target, &dst_cq);
+      // The request reached the target, so the target sees what any executed request
+      // gives it, its remote event included.
+      if (execute_fma_on(op, *target, &dst_cq) == cqe::kOk && (cq_mode & GNI_CQMODE_REMOTE_EVENT) &&
+          dst_cq != abi::kNoCq)
+        push_remote_event(*target, dst_cq,
+                          cqe::make(cqe::kSrcRemoteRequest, cqe::kTypePost, cqe::kOk, 0, 0, ep->remote_event));
     }
     push_event(cq, cq_mode, all, cqe::kSrcLocalRequest, cqe::kErrInjected, tid, ep->local_event);
     return GNI_RC_SUCCESS;
@@ -489,7 +494,10 @@ bool fault_post_rdma(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, int32_t tid
     if (dec.action == af::kError && dec.effect_done && target) {
       count(n->counters, ctr::cdm::fault_errors_effect_done);
       uint32_t dst_cq = abi::kNoCq;
-      rdma_execute_on(n, op, *target, &dst_cq);
+      if (rdma_execute_on(n, op, *target, &dst_cq) == cqe::kOk && (op.cq_mode & GNI_CQMODE_REMOTE_EVENT) &&
+          dst_cq != abi::kNoCq)
+        push_remote_event(*target, dst_cq,
+                          cqe::make(cqe::kSrcRemoteDma, cqe::kTypePost, cqe::kOk, 0, 0, op.remote_event));
     }
     push_event(cq, d->cq_mode, all, cqe::kSrcBte, cqe::kErrInjected, tid, ep->local_event);
     return true;
