@@ -120,6 +120,32 @@ bool valid_config(const af::Config& c, std::string& error) {
   return true;
 }
 
+std::vector<std::string> hardware_notes(const af::Config& c) {
+  std::vector<std::string> notes;
+  if (c.ordering == af::kOrderDefault || c.ordering == af::kOrderRelaxed)
+    notes.push_back(std::string("stress, beyond the hardware: ordering=") + af::kOrderingNames[c.ordering] +
+                    " also reorders posts made strict by GNI_DLVMODE_IN_ORDER or GNI_MEM_STRICT_PI_ORDERING, "
+                    "which Gemini/Aries keep in order (ordering=auto follows them)");
+  auto rule_notes = [&](uint32_t mask, uint8_t action, const std::string& text) {
+    if (mask == (1u << af::kDatagram))
+      notes.push_back("no effect: " + text + " (datagram rules are not consulted; datagrams are never failed)");
+    else if (mask == (1u << af::kPacket) && (action == af::kError || action == af::kExhaust))
+      notes.push_back("no effect: " + text + " (the fabric acts on packet drop, dup, delay and corrupt only)");
+  };
+  for (uint32_t i = 0; i < c.rule_count && i < af::kMaxRules; ++i) {
+    const af::Rule& r = c.rules[i];
+    if (r.action < af::kActions)
+      rule_notes(r.kind_mask, r.action, mask_name(r.kind_mask) + "." + af::kActionNames[r.action]);
+  }
+  for (uint32_t i = 0; i < c.nth_count && i < af::kMaxNth; ++i) {
+    const af::NthHook& h = c.nth[i];
+    if (h.action < af::kActions)
+      rule_notes(h.kind_mask, h.action, "nth=" + mask_name(h.kind_mask) + ":" + std::to_string(h.n) + ":" +
+                                            af::kActionNames[h.action]);
+  }
+  return notes;
+}
+
 bool parse_spec(std::string_view spec, af::Config& c, std::string& error, bool* seed_given) {
   std::vector<std::string_view> toks;
   size_t i = 0;

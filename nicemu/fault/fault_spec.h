@@ -19,6 +19,7 @@
 #pragma once
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "nicemu/abi/fault_layout.h"
 
@@ -36,5 +37,10 @@ std::string to_spec(const abi::fault::Config& cfg);
 
 // Checks a configuration that came from an untrusted source (a control message).
 bool valid_config(const abi::fault::Config& cfg, std::string& error);
+
+// What in `cfg` is stress beyond what Gemini/Aries can do, or has no effect, one line each
+// (docs/fault-injection.md, "What the hardware can produce"); empty when everything in it
+// is hardware-like. nicemuctl fault prints these, so a client is not judged by mistake.
+std::vector<std::string> hardware_notes(const abi::fault::Config& cfg);
 
 }  // namespace nicemu::fault

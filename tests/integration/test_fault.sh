@@ -2,8 +2,9 @@
 # Fault injection end to end: each scenario of tools/fault-scenarios (issue 5 a-e) passes
 # and prints the same outcome line when repeated with its seed; race and envelope differ
 # between relaxed and strict as the ordering model says, with the payload by FMA and by RDMA;
-# a fenced RDMA PUT never passes a held earlier one; nicemuctl fault changes a running
-# daemon's configuration live, refuses malformed specs, and stats shows the counter.
+# RDMA posts never pass a fenced one nor a fenced one earlier ones; posts without local
+# events are never failed; nicemuctl fault changes a running daemon's configuration live,
+# refuses malformed specs, names settings beyond the hardware, and stats shows the counter.
 # Usage: test_fault.sh BUILD_DIR     Exit: 0 pass, 1 fail, 77 skip.
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -63,6 +64,9 @@ NICEMU_RDMA_DIRECT=0 twice "envelope strict rdma, direct path off (d)" envelope 
 # GNI_RDMAMODE_FENCE: a fenced RDMA PUT never passes a held earlier one of its EP.
 twice "rdma fence" fence --seed 2 --count 100
 grep -q ' old_won=0 ' <<<"$LAST" || fail "fenced rdma put passed the earlier one: $LAST"
+# A fence on the first PUT: gni_pub.h has the next RDMA descriptor wait for it.
+twice "rdma fence on the first put" fence --seed 2 --count 100 --fence-first
+grep -q ' old_won=0 ' <<<"$LAST" || fail "rdma put passed an earlier fenced one: $LAST"
 # Without the fence, which of two puts held with random delays lands last can depend on the
 # engine thread's timing (63/37 and 64/36 seen under load): run once, check both orders occur.
 out=$(timeout 60 "$FS" fence --seed 2 --count 100 --no-fence 2>&1)
@@ -71,6 +75,10 @@ if [[ $? -eq 0 && $out != *" old_won=0 "* && $out != *" new_won=0 "* ]]; then
 else
   fail "unfenced rdma puts were never permuted: $out"
 fi
+# A post without local events has no CQE to report an error on: never failed.
+twice "silent posts not failed" silent --seed 3 --count 100
+# A PUT that failed after taking effect still raises its remote event at the target.
+twice "failed puts that took effect: remote events" remote --seed 3 --count 100
 # (e) is timing-dependent in which operations fail; its outcome (all finished) is not.
 twice "kill (e)" kill --seed 9
 
@@ -90,5 +98,11 @@ out=$("$CTL" --rundir "$RUNDIR" fault reset put.error=0.1 seed=5)
 sleep 0.3
 out=$("$CTL" --rundir "$RUNDIR" stats)
 [[ $out =~ fault_config_changes\ +4 ]] && pass "stats counts configuration changes" || fail "stats: $out"
+# Settings beyond the hardware, or without effect, are named (stderr; "notes" in JSON).
+"$CTL" --rundir "$RUNDIR" fault set ordering=relaxed datagram.drop=0.1 >/dev/null 2>"$TMP/e"
+grep -q "note: stress, beyond the hardware: ordering=relaxed" "$TMP/e" && grep -q "note: no effect: datagram.drop" "$TMP/e" &&
+  pass "stress-only and no-effect settings noted" || fail "notes: $(cat "$TMP/e")"
+out=$("$CTL" --rundir "$RUNDIR" fault reset put.error=0.1 --json)
+[[ $out == *'"notes":[]'* ]] && pass "hardware-like configuration: no notes" || fail "notes of a hardware-like spec: $out"
 
 finish fault

@@ -152,6 +152,28 @@ TEST_CASE("fault spec: round trip and errors") {
   CHECK_FALSE(nicemu::fault::valid_config(v, err));
 }
 
+TEST_CASE("fault spec: what is beyond the hardware or has no effect is named") {
+  // Hardware-like settings (docs/fault-injection.md, "What the hardware can produce").
+  CHECK(nicemu::fault::hardware_notes(spec("seed=1 smsg.drop=0.1 smsg.exhaust=0.01 put.error=0.1 amo.error=0.1 "
+                                           "rdma.error=0.1 any.delay=0.2 reorder=0.5 ordering=auto "
+                                           "packet.drop=0.1 link_down=*@0..10ms nth=amo:3:error"))
+            .empty());
+  CHECK(nicemu::fault::hardware_notes(spec("ordering=strict reorder=1")).empty());
+  // Forcing default or relaxed order reorders what IN_ORDER / STRICT_PI keep in order.
+  for (const char* o : {"ordering=relaxed", "ordering=default"}) {
+    auto notes = nicemu::fault::hardware_notes(spec(o));
+    REQUIRE_MESSAGE(notes.size() == 1, o);
+    CHECK(notes[0].find("stress, beyond the hardware") != std::string::npos);
+    CHECK(notes[0].find(o) != std::string::npos);
+  }
+  // Rules no path consults.
+  auto notes = nicemu::fault::hardware_notes(spec("datagram.drop=0.5 packet.error=0.1 nth=packet:2:exhaust"));
+  REQUIRE(notes.size() == 3);
+  CHECK(notes[0].find("no effect: datagram.drop") == 0);
+  CHECK(notes[1].find("no effect: packet.error") == 0);
+  CHECK(notes[2].find("no effect: nth=packet:2:exhaust") == 0);
+}
+
 TEST_CASE("fault page: published configuration is read back consistently") {
   nicemu::fault::PagePublisher pub("");
   af::Config c = spec("seed=9 smsg.drop=0.5");

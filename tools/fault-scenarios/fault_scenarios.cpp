@@ -8,7 +8,9 @@
 //   fault-scenarios rdma     --seed N [--count N]           (b) transient errors, replayed
 //   fault-scenarios race     --seed N --ordering M [--count N] [--rdma]  (c) Get passes Put
 //   fault-scenarios envelope --seed N --ordering M [--count N] [--rdma]  (d) payload vs envelope
-//   fault-scenarios fence    --seed N [--count N] [--no-fence]  RDMA FENCE vs held RDMA PUTs
+//   fault-scenarios fence    --seed N [--count N] [--no-fence | --fence-first]  RDMA FENCE vs held RDMA PUTs
+//   fault-scenarios silent   --seed N [--count N]           PUTs without events are never failed
+//   fault-scenarios remote   --seed N [--count N]           a failed PUT that took effect: remote event
 //   fault-scenarios kill     --seed N [--count N]           (e) a rank dies mid-run
 //   fault-scenarios amo      --seed N [--count N]           AMO effect done or not on error
 #include <fcntl.h>
@@ -239,6 +241,7 @@ struct Opts {
   std::string ordering = "relaxed";
   std::string extra;  // more fault-spec tokens (smsg scenario)
   bool no_fence = false;  // fence: the second PUT without GNI_RDMAMODE_FENCE
+  bool fence_first = false;  // fence: GNI_RDMAMODE_FENCE on the first PUT instead of the second
   bool rdma = false;  // race, envelope: the payload PUT by GNI_PostRdma (BTE), not GNI_PostFma
 };
 
@@ -270,7 +273,8 @@ int scenario_smsg(const Opts& o) {
   const bool lossy = o.extra.find("exhaust") != std::string::npos || o.extra.find("link_down") != std::string::npos;
   Cluster cl(1, daemon_args(spec));
   Cred c = cl.credential();
-  uint64_t* res = shared_u64(4);  // delivered, out of order, extra, lost (sender's error events)
+  // delivered, out of order, extra, lost (sender's error events), sender's GNI_GetNicStat retransmissions
+  uint64_t* res = shared_u64(5);
   pid_t tx = cl.spawn(0, [&] {
     Rank r;
     r.open(0, 2, c, 0);
@@ -278,6 +282,9 @@ int scenario_smsg(const Opts& o) {
     wait_flag(board()->done[1]);
     r.drain_local();
     res[3] = r.smsg_errors;
+    uint32_t retrans = 0;
+    CHECK_OR_EXIT(GNI_GetNicStat(r.g.nic, GNI_STAT_SMSG_RETRANS_COUNT, &retrans) == GNI_RC_SUCCESS);
+    res[4] = retrans;
     return lossy || r.smsg_errors == 0 ? 0 : 1;
   });
   pid_t rx = cl.spawn(0, [&] {
@@ -313,7 +320,11 @@ int scenario_smsg(const Opts& o) {
   ok = ok && res[0] + res[3] == n && res[1] == 0 && res[2] == 0 &&
        (lossy || page.total(ctr::cdm::fault_smsg_drops) > 0) &&
        page.total(ctr::cdm::fault_smsg_dups) == page.total(ctr::cdm::fault_smsg_dups_suppressed) &&
-       page.total(ctr::cdm::fault_smsg_exhausted) == res[3];
+       page.total(ctr::cdm::fault_smsg_exhausted) == res[3] &&
+       page.total(ctr::cdm::fault_smsg_retransmits) == res[4];
+  if (page.total(ctr::cdm::fault_smsg_retransmits) != res[4])
+    std::fprintf(stderr, "GNI_STAT_SMSG_RETRANS_COUNT %" PRIu64 " != fault_smsg_retransmits %" PRIu64 "\n", res[4],
+                 page.total(ctr::cdm::fault_smsg_retransmits));
   return ok ? 0 : 1;
 }
 
@@ -396,6 +407,106 @@ int scenario_rdma(const Opts& o) {
               o.seed, 2 * n, res[0], res[1], res[2] == 0 && res[3] == 0 ? "yes" : "no", fault_counters(page).c_str());
   ok = ok && res[0] > 0 && res[1] == 0 && res[2] == 0 && res[3] == 0 && page.total(ctr::cdm::fault_errors) == res[0];
   return ok ? 0 : 1;
+}
+
+// Posts without local events under put.error=1: a silent PUT has no CQE to carry an error,
+// so it is never failed (gni_pub.h: errors kill or are reported through the CQ); each is
+// read back by a GET. The same PUT with a GLOBAL event gets its (recoverable) error.
+int scenario_silent(const Opts& o) {
+  const uint64_t n = o.count ? o.count : 200;
+  Cluster cl(1, daemon_args("seed=" + std::to_string(o.seed) + " put.error=1 rdma_put.error=1 error_done=0"));
+  Cred c = cl.credential();
+  uint64_t* res = shared_u64(4);  // lost silent puts, evented puts that failed, recoverable ones
+  pid_t tgt = cl.spawn(0, [&] {
+    Rank r;
+    r.open(1, 2, c, 0);
+    wait_flag(board()->done[0]);
+    return 0;
+  });
+  pid_t ini = cl.spawn(0, [&] {
+    Rank r;
+    r.open(0, 2, c, 0);
+    wait_flag(board()->r[1].ready);
+    RankInfo& t = board()->r[1];
+    for (uint64_t k = 1; k <= n; ++k) {
+      const bool rdma = k % 2;
+      r.buf[2] = k;
+      auto put = harness::make_desc(rdma ? GNI_POST_RDMA_PUT : GNI_POST_FMA_PUT, uint64_t(&r.buf[2]), r.buf_mh, t.va,
+                                    t.mh, 8, GNI_CQMODE_SILENT);
+      CHECK_OR_EXIT((rdma ? GNI_PostRdma(r.ep[1], &put) : GNI_PostFma(r.ep[1], &put)) == GNI_RC_SUCCESS);
+      r.buf[3] = 0;
+      auto get = harness::make_desc(GNI_POST_FMA_GET, uint64_t(&r.buf[3]), r.buf_mh, t.va, t.mh, 8);
+      CHECK_OR_EXIT(harness::post_and_wait(r.g.cq, r.ep[1], get) == 0);
+      if (r.buf[3] != k) ++res[0];
+    }
+    for (bool rdma : {false, true}) {
+      auto put = harness::make_desc(rdma ? GNI_POST_RDMA_PUT : GNI_POST_FMA_PUT, uint64_t(&r.buf[2]), r.buf_mh, t.va,
+                                    t.mh, 8);
+      CHECK_OR_EXIT(rdma ? GNI_PostRdma(r.ep[1], &put) == GNI_RC_SUCCESS : GNI_PostFma(r.ep[1], &put) == GNI_RC_SUCCESS);
+      gni_cq_entry_t e = 0;
+      const gni_return_t rc = GNI_CqWaitEvent(r.g.cq, 10000, &e);
+      if (rc == GNI_RC_TRANSACTION_ERROR) {
+        ++res[1];
+        uint32_t rec = 0;
+        if (GNI_CqErrorRecoverable(e, &rec) == GNI_RC_SUCCESS && rec) ++res[2];
+      }
+      gni_post_descriptor_t* done = nullptr;
+      GNI_GetCompleted(r.g.cq, e, &done);
+    }
+    board()->done[0].store(1);
+    return 0;
+  });
+  bool ok = wait_all(cl, {ini, tgt});
+  std::printf("outcome: silent seed=%" PRIu64 " silent_puts=%" PRIu64 " lost=%" PRIu64 " evented_failed=%" PRIu64
+              "/2 recoverable=%" PRIu64 "\n",
+              o.seed, n, res[0], res[1], res[2]);
+  return ok && res[0] == 0 && res[1] == 2 && res[2] == 2 ? 0 : 1;
+}
+
+// PUTs with a remote event under put.error=1 error_done=1: every PUT fails at the initiator
+// (recoverable), yet took effect, so the target gets its data and its remote event, as from
+// a request that reached it before the response was lost.
+int scenario_remote(const Opts& o) {
+  const uint64_t n = o.count ? o.count : 100;
+  Cluster cl(1, daemon_args("seed=" + std::to_string(o.seed) + " put.error=1 rdma_put.error=1 error_done=1"));
+  Cred c = cl.credential();
+  uint64_t* res = shared_u64(4);  // recoverable failures, remote events at the target, final word
+  pid_t tgt = cl.spawn(0, [&] {
+    Rank r;
+    r.open(1, 2, c, 0);
+    wait_flag(board()->done[0]);
+    gni_cq_entry_t e = 0;
+    while (GNI_CqGetEvent(r.g.rcq, &e) == GNI_RC_SUCCESS)
+      if (GNI_CQ_GET_TYPE(e) == GNI_CQ_EVENT_TYPE_POST) ++res[1];
+    res[2] = r.buf[0];
+    return 0;
+  });
+  pid_t ini = cl.spawn(0, [&] {
+    Rank r;
+    r.open(0, 2, c, 0);
+    wait_flag(board()->r[1].ready);
+    RankInfo& t = board()->r[1];
+    for (uint64_t k = 1; k <= n; ++k) {
+      const bool rdma = k % 2;
+      r.buf[2] = k;
+      auto put = harness::make_desc(rdma ? GNI_POST_RDMA_PUT : GNI_POST_FMA_PUT, uint64_t(&r.buf[2]), r.buf_mh, t.va,
+                                    t.mh, 8, GNI_CQMODE_GLOBAL_EVENT | GNI_CQMODE_REMOTE_EVENT);
+      CHECK_OR_EXIT((rdma ? GNI_PostRdma(r.ep[1], &put) : GNI_PostFma(r.ep[1], &put)) == GNI_RC_SUCCESS);
+      gni_cq_entry_t e = 0;
+      const gni_return_t rc = GNI_CqWaitEvent(r.g.cq, 10000, &e);
+      uint32_t rec = 0;
+      if (rc == GNI_RC_TRANSACTION_ERROR && GNI_CqErrorRecoverable(e, &rec) == GNI_RC_SUCCESS && rec) ++res[0];
+      gni_post_descriptor_t* done = nullptr;
+      GNI_GetCompleted(r.g.cq, e, &done);
+    }
+    board()->done[0].store(1);
+    return 0;
+  });
+  bool ok = wait_all(cl, {ini, tgt});
+  std::printf("outcome: remote seed=%" PRIu64 " puts=%" PRIu64 " failed_recoverable=%" PRIu64
+              " remote_events=%" PRIu64 " final=%" PRIu64 "\n",
+              o.seed, n, res[0], res[1], res[2]);
+  return ok && res[0] == n && res[1] == n && res[2] == n ? 0 : 1;
 }
 
 // AMOs under injected transient errors, replayed: an AMO whose response was lost took
@@ -575,7 +686,9 @@ int scenario_envelope(const Opts& o) {
 // RDMA FENCE under reordering: rank 0 PUTs an old then a new value into the same word of
 // rank 1 (relaxed memory, half of the RDMA posts delayed), the second with
 // GNI_RDMAMODE_FENCE, waits for both and reads the word back. Fenced: the new value always
-// wins. --no-fence: a delayed first PUT may land last (the old value wins).
+// wins. --no-fence: a delayed first PUT may land last (the old value wins). --fence-first:
+// the fence on the first PUT, which gni_pub.h has the next descriptor wait for: the new
+// value always wins too.
 int scenario_fence(const Opts& o) {
   const uint64_t n = o.count ? o.count : 100;
   Cluster cl(1, daemon_args("seed=" + std::to_string(o.seed) + " rdma.delay=0.5 delay_us=2000..4000"));
@@ -598,7 +711,10 @@ int scenario_fence(const Opts& o) {
       r.buf[3] = 2 * k + 1;  // new
       auto a = harness::make_desc(GNI_POST_RDMA_PUT, uint64_t(&r.buf[2]), r.buf_mh, t.va, t.mh, 8);
       auto b = harness::make_desc(GNI_POST_RDMA_PUT, uint64_t(&r.buf[3]), r.buf_mh, t.va, t.mh, 8);
-      if (!o.no_fence) b.rdma_mode = GNI_RDMAMODE_FENCE;
+      if (o.fence_first)
+        a.rdma_mode = GNI_RDMAMODE_FENCE;
+      else if (!o.no_fence)
+        b.rdma_mode = GNI_RDMAMODE_FENCE;
       CHECK_OR_EXIT(GNI_PostRdma(r.ep[1], &a) == GNI_RC_SUCCESS);
       CHECK_OR_EXIT(GNI_PostRdma(r.ep[1], &b) == GNI_RC_SUCCESS);
       r.wait_posts(2 * k);
@@ -613,7 +729,7 @@ int scenario_fence(const Opts& o) {
   bool ok = wait_all(cl, {ini, tgt});
   std::printf("outcome: fence seed=%" PRIu64 " fenced=%s trials=%" PRIu64 " new_won=%" PRIu64 " old_won=%" PRIu64
               " other=%" PRIu64 "\n",
-              o.seed, o.no_fence ? "no" : "yes", n, res[0], res[1], res[2]);
+              o.seed, o.no_fence ? "no" : o.fence_first ? "first" : "yes", n, res[0], res[1], res[2]);
   ok = ok && res[2] == 0 && res[0] + res[1] == n && (o.no_fence ? res[1] > 0 : res[1] == 0);
   return ok ? 0 : 1;
 }
@@ -735,7 +851,14 @@ int main(int argc, char** argv) {
   auto* amo =
       add("amo", "AMO FADDs under injected errors, replayed: failed AMOs whose effect was done count twice", false);
   auto* fen = add("fence", "RDMA PUTs to one word under delays: a fenced second PUT always lands last", false);
-  fen->add_flag("--no-fence", o.no_fence, "post the second PUT without GNI_RDMAMODE_FENCE (the old value may win)");
+  auto* nof =
+      fen->add_flag("--no-fence", o.no_fence, "post the second PUT without GNI_RDMAMODE_FENCE (the old value may win)");
+  fen->add_flag("--fence-first", o.fence_first, "put GNI_RDMAMODE_FENCE on the first PUT instead (the next one waits for it)")
+      ->excludes(nof);
+  auto* sil = add("silent", "PUTs without local events under put.error=1: never failed (no CQE could report it)",
+                  false);
+  auto* rem = add("remote", "PUTs failed after taking effect (error_done=1): the target still gets each remote event",
+                  false);
   auto* kil = add("kill", "(e) a rank killed mid-run: every posted operation completes or fails", false);
   CLI11_PARSE(app, argc, argv);
   if (!daemon.empty()) setenv("NICEMU_DAEMON", daemon.c_str(), 1);
@@ -749,6 +872,8 @@ int main(int argc, char** argv) {
     if (env->parsed()) return scenario_envelope(o);
     if (kil->parsed()) return scenario_kill(o);
     if (fen->parsed()) return scenario_fence(o);
+    if (sil->parsed()) return scenario_silent(o);
+    if (rem->parsed()) return scenario_remote(o);
     if (amo->parsed()) return scenario_amo(o);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fault-scenarios: %s\n", e.what());

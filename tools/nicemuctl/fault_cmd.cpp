@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nicemu/abi/gni_values.h"
+#include "nicemu/fault/fault_spec.h"
 
 namespace nicemu::tools {
 
@@ -22,12 +23,19 @@ int cmd_fault(std::vector<Link>& links, FaultVerb verb, const std::vector<std::s
         throw CtlError(fmt::format("{}: fault configuration refused: {}: {}", l.target().label(), rc_name(rep.r.rc),
                                    std::string(rep.error, rep.error_length)));
       }
+      // What the configuration asks for beyond the hardware (or in vain), so nobody blames a
+      // client for it; the daemon's canonical text always parses.
+      std::vector<std::string> notes;
+      abi::fault::Config cfg = fault::default_config();
+      std::string perr;
+      if (fault::parse_spec(now, cfg, perr)) notes = fault::hardware_notes(cfg);
       if (as_json) {
-        nlohmann::json j{{"spec", now}, {"seed", rep.seed}, {"socket", l.target().socket}};
+        nlohmann::json j{{"spec", now}, {"seed", rep.seed}, {"socket", l.target().socket}, {"notes", notes}};
         if (l.target().nic_addr) j["nic_addr"] = *l.target().nic_addr;
         out.push_back(j);
       } else {
         fmt::print("{}: {}\n", l.target().label(), now);
+        for (const std::string& n : notes) fmt::print(stderr, "{}: note: {}\n", l.target().label(), n);
       }
     } catch (const CtlError& e) {
       fmt::print(stderr, "nicemuctl: {}\n", e.what());

@@ -59,6 +59,7 @@ struct Held {
   bool posted = true;
   bool smsg = false;      // counts in ep->smsg_held (a message not yet in the mailbox)
   bool rdma = false;      // an RDMA post (a later fenced one of its EP waits for it)
+  bool fence = false;     // posted with GNI_RDMAMODE_FENCE: later RDMA posts of its EP wait for it
   std::function<void()> run;
 };
 
@@ -148,15 +149,20 @@ bool may_pass(const Held& y, Ep* ep, Class cls, bool posted, bool smsg) {
 }
 
 // When a new transaction of `n` may run: 0 = now. `passed` tells whether it overtakes a
-// held transaction. `rdma_fence`: an RDMA post with GNI_RDMAMODE_FENCE, which never passes
-// an earlier RDMA post of its EP. Under the engine's lock.
+// held transaction. `rdma`: an RDMA post; `rdma_fence`: one with GNI_RDMAMODE_FENCE.
+// Between RDMA posts of one EP a fence on either one keeps them in order: gni_pub.h has the
+// fenced post wait for the responses of itself and all earlier posts before the *next*
+// descriptor is processed, and clients also set it on the later post expecting it to wait;
+// honouring both readings never reorders what the hardware keeps in order. Under the
+// engine's lock.
 uint64_t due_time(Engine& e, Nic* n, Ep* ep, Class cls, bool posted, bool smsg, uint32_t hold_us, bool& passed,
-                  bool rdma_fence = false) {
+                  bool rdma = false, bool rdma_fence = false) {
   uint64_t after = 0;
   passed = false;
   for (const auto& [key, y] : e.q) {
     if (y.nic != n) continue;
-    if (may_pass(y, ep, cls, posted, smsg) && !(rdma_fence && y.rdma && y.ep == ep))
+    const bool fenced = rdma && y.rdma && y.ep == ep && (rdma_fence || y.fence);
+    if (may_pass(y, ep, cls, posted, smsg) && !fenced)
       passed = true;
     else
       after = std::max(after, key.first);  // ties run in sequence order: after y
@@ -191,6 +197,14 @@ af::Kind fma_kind(int type) {
 
 bool is_failure(af::Action a) {
   return a == af::kError || a == af::kDrop || a == af::kCorrupt || a == af::kLinkDown || a == af::kExhaust;
+}
+
+// A post that asked for no local event (or has no CQ) has nowhere to report an error:
+// gni_pub.h has transaction errors either kill the process or arrive through the CQ, never
+// vanish, so such a post is not failed (a silent loss would blame the client for it).
+Decision reportable(Decision d, const Cq* cq, int32_t tid) {
+  if (is_failure(d.action) && (!cq || tid < 0)) d.action = af::kNone;
+  return d;
 }
 
 void count_failure(Nic* n, const Decision& d) {
@@ -240,7 +254,7 @@ gni_return_t fault_post_fma(const FmaOp& op0, gni_post_descriptor_t* d, int32_t 
   std::unique_lock<std::mutex> lk(e.mu);
   FaultState& s = state(n);
   const af::Config& c = s.inj.config();
-  const Decision dec = s.inj.decide(fma_kind(op.type), ep->remote_addr, monotonic_ns());
+  const Decision dec = reportable(s.inj.decide(fma_kind(op.type), ep->remote_addr, monotonic_ns()), cq, tid);
   const Class cls = fma_class(c, op, d->dlvr_mode, *target);
   uint32_t hold = cls == kStrict ? 0 : s.inj.reorder_hold_us();
   if (hold && n->fault_held.load(std::memory_order_relaxed) >= c.reorder_window) hold = 0;
@@ -253,7 +267,12 @@ gni_return_t fault_post_fma(const FmaOp& op0, gni_post_descriptor_t* d, int32_t 
     uint32_t dst_cq = abi::kNoCq;
     if (dec.action == af::kError && dec.effect_done) {
       count(n->counters, ctr::cdm::fault_errors_effect_done);
-      execute_fma_on(op, *target, &dst_cq);
+      // The request reached the target, so the target sees what any executed request
+      // gives it, its remote event included.
+      if (execute_fma_on(op, *target, &dst_cq) == cqe::kOk && (cq_mode & GNI_CQMODE_REMOTE_EVENT) &&
+          dst_cq != abi::kNoCq)
+        push_remote_event(*target, dst_cq,
+                          cqe::make(cqe::kSrcRemoteRequest, cqe::kTypePost, cqe::kOk, 0, 0, ep->remote_event));
     }
     push_event(cq, cq_mode, all, cqe::kSrcLocalRequest, cqe::kErrInjected, tid, ep->local_event);
     return GNI_RC_SUCCESS;
@@ -365,20 +384,31 @@ gni_return_t fault_smsg_send(Ep* ep, const void* header, uint32_t header_length,
   uint32_t hold = cls == kStrict ? 0 : s.inj.reorder_hold_us();
   if (hold && n->fault_held.load(std::memory_order_relaxed) >= c.reorder_window) hold = 0;
   bool dup = false;
+  // Without a CQ the sender could not learn of a lost message (as for silent posts,
+  // reportable()): its retransmissions do not run out.
+  const bool can_fail = ep->src_cq != nullptr;
   switch (dec.action) {
     case af::kExhaust:
+      if (!can_fail) {
+        count(n->counters, ctr::cdm::fault_smsg_drops);
+        count(n->counters, ctr::cdm::fault_smsg_retransmits);
+        stat_add(n, GNI_STAT_SMSG_RETRANS_COUNT);  // as the NIC counts them (GNI_GetNicStat)
+        hold = std::max<uint32_t>({hold, c.retransmit_us, 1});
+        break;
+      }
       smsg_fail(ep, msg_id);
       return GNI_RC_SUCCESS;
     case af::kLinkDown:
       count(n->counters, ctr::cdm::fault_link_down);
       // Retransmissions every retransmit_us run out before the link comes back; the
       // client's GNI_SmsgSetMaxRetrans limit applies when it is the lower one.
-      if (uint64_t{dec.delay_us} >
+      if (can_fail && uint64_t{dec.delay_us} >
           uint64_t{std::min<uint32_t>(c.max_retrans, n->smsg_max_retrans)} * std::max<uint32_t>(c.retransmit_us, 1)) {
         smsg_fail(ep, msg_id);
         return GNI_RC_SUCCESS;
       }
       count(n->counters, ctr::cdm::fault_smsg_retransmits);
+      stat_add(n, GNI_STAT_SMSG_RETRANS_COUNT);  // as the NIC counts them (GNI_GetNicStat)
       hold = std::max(hold, dec.delay_us);
       break;
     case af::kCorrupt:
@@ -388,6 +418,7 @@ gni_return_t fault_smsg_send(Ep* ep, const void* header, uint32_t header_length,
     case af::kError:  // SMSG has no error completion for a lost packet: it is retransmitted
       count(n->counters, ctr::cdm::fault_smsg_drops);
       count(n->counters, ctr::cdm::fault_smsg_retransmits);
+      stat_add(n, GNI_STAT_SMSG_RETRANS_COUNT);  // as the NIC counts them (GNI_GetNicStat)
       hold = std::max<uint32_t>({hold, dec.delay_us, 1});
       break;
     case af::kDelay:
@@ -454,7 +485,8 @@ bool fault_post_rdma(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, int32_t tid
   std::unique_lock<std::mutex> lk(e.mu);
   FaultState& s = state(n);
   const af::Config& c = s.inj.config();
-  const Decision dec = s.inj.decide(get ? af::kRdmaGet : af::kRdmaPut, ep->remote_addr, monotonic_ns());
+  const Decision dec =
+      reportable(s.inj.decide(get ? af::kRdmaGet : af::kRdmaPut, ep->remote_addr, monotonic_ns()), cq, tid);
   if (is_failure(dec.action)) {
     lk.unlock();
     count_failure(n, dec);
@@ -462,7 +494,10 @@ bool fault_post_rdma(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, int32_t tid
     if (dec.action == af::kError && dec.effect_done && target) {
       count(n->counters, ctr::cdm::fault_errors_effect_done);
       uint32_t dst_cq = abi::kNoCq;
-      rdma_execute_on(n, op, *target, &dst_cq);
+      if (rdma_execute_on(n, op, *target, &dst_cq) == cqe::kOk && (op.cq_mode & GNI_CQMODE_REMOTE_EVENT) &&
+          dst_cq != abi::kNoCq)
+        push_remote_event(*target, dst_cq,
+                          cqe::make(cqe::kSrcRemoteDma, cqe::kTypePost, cqe::kOk, 0, 0, op.remote_event));
     }
     push_event(cq, d->cq_mode, all, cqe::kSrcBte, cqe::kErrInjected, tid, ep->local_event);
     return true;
@@ -478,7 +513,7 @@ bool fault_post_rdma(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, int32_t tid
   const bool posted = !get;
   bool passed = false;
   const bool fence = (d->rdma_mode & GNI_RDMAMODE_FENCE) != 0;
-  const uint64_t due = due_time(e, n, ep, cls, posted, false, hold, passed, fence);
+  const uint64_t due = due_time(e, n, ep, cls, posted, false, hold, passed, true, fence);
   if (passed) count(n->counters, ctr::cdm::reorder_passed);
   // A duplicated PUT writes the same bytes again; a GET is answered once.
   const int runs = dec.action == af::kDup && posted ? 2 : 1;
@@ -508,6 +543,7 @@ bool fault_post_rdma(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, int32_t tid
   // the source buffer is read then) comes from there.
   Held h = held_post(n, ep, cls, posted);
   h.rdma = true;
+  h.fence = fence;
   h.run = std::move(run);
   e.hold(due, std::move(h));
   return true;
