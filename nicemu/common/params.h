@@ -131,6 +131,10 @@ inline constexpr Param kTable[] = {
     {.name = "client_node", .type = Type::kUint, .default_text = "first of PMI_GNI_LOC_ADDR, else the lowest in RUNDIR",
      .env = "NICEMU_NODE", .max = 0xFFFFFFFF, .users = kLibrary,
      .doc = "NIC address whose daemon a process attaches to"},
+    {.name = "torus", .type = Type::kString, .default_text = "the job's node count in three sides as close as its divisors allow",
+     .env = "NICEMU_TORUS", .users = kLibrary | kCtl,
+     .doc = "sides XxYxZ (each 1..65535) of the emulated 3-D torus that PMI_Get_meshcoord, PMI_Get_max_dimension, "
+            "librca and nicemuctl status place NIC addresses on (docs/cray-pe.md)"},
     {.name = "daemon_binary", .type = Type::kPath, .default_text = "nicemu next to nicemu-run, else from PATH",
      .env = "NICEMU_DAEMON", .users = kLauncher, .doc = "daemon executable nicemu-run starts when none runs"},
 };

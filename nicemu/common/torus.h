@@ -6,16 +6,16 @@
 // factored into three sides as close to each other as its divisors allow (8 -> 2x2x2,
 // 6 -> 3x2x1, a prime p -> px1x1), so every address below the count has its own
 // coordinate. Address a sits at x = a mod X, y = (a / X) mod Y, z = a / (X * Y).
-// Header-only: the libraries link nothing for it.
-//
-// NICEMU_TORUS is not (yet) a row of the parameter table (params.h): adding one rebuilds
-// every translation unit of the daemon; docs/cray-pe.md documents it meanwhile.
+// Header-only: the libraries link nothing for it. NICEMU_TORUS is the row "torus" of the
+// parameter table (params.h, docs/configuration.md).
 #pragma once
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
 #include <string>
 #include <string_view>
+
+#include "nicemu/common/params.h"
 
 namespace nicemu::torus {
 
@@ -31,6 +31,7 @@ struct Coord {
 };
 
 inline constexpr const char* kEnv = "NICEMU_TORUS";
+static_assert(params::param("torus").env == std::string_view(kEnv));
 
 // Largest side the coordinates can carry: Cray's mesh coordinate fields are 16 bits.
 inline constexpr uint32_t kMaxSide = 0xFFFF;
