@@ -31,6 +31,7 @@ as() {
 # A launcher killed by the EXIT trap would leave its ranks: SIGTERM first (nicemu-run kills
 # its ranks), then whatever still names the meeting directory (only this test's ranks).
 LAUNCHERS=()
+# shellcheck disable=SC2317  # called by lib.sh's EXIT trap
 test_cleanup() {
   local p
   for p in ${LAUNCHERS[@]+"${LAUNCHERS[@]}"}; do kill -TERM "$p" 2>/dev/null; done
@@ -72,7 +73,7 @@ printf '\1\0\0\0' >"$MEET/probed"
 ok=1
 wait "$SERVE" || ok=0
 wait "$CLIENT" || ok=0
-BG_PIDS=()
+BG_PIDS=()  # reaped: nothing for the EXIT trap to kill
 LAUNCHERS=()
 if [[ $ok -eq 1 ]] && grep -q "drc_pair serve: ok" "$TMP/serve.log" &&
     [[ $(grep -c "drc_pair client [01]: ok" "$TMP/client.log") -eq 2 ]]; then
