@@ -106,8 +106,9 @@ void refresh_pid() { g_pid = getpid(); }
 // Cross-memory attach refused: said once, on stderr (the library has no log of its own).
 void refused() {
   std::fprintf(stderr,
-               "libugni(nicemu): cross-memory attach to a peer was refused (EPERM); check "
-               "kernel.yama.ptrace_scope and container seccomp settings (docs/architecture.md)\n");
+               "libugni(nicemu): cross-memory attach to a peer was refused (EPERM): the peer is another "
+               "user's process (FMA cannot reach it; RDMA can with NICEMU_RDMA_DIRECT=0, docs/cray-pe.md, DRC), "
+               "or kernel.yama.ptrace_scope or a seccomp profile forbids it (docs/decisions.md)\n");
 }
 [[maybe_unused]] const bool g_refused_hook = (xmem::on_refused(refused), true);
 }  // namespace
