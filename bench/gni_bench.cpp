@@ -11,6 +11,8 @@
 //   fma_get_lat  GNI_CQMODE_GLOBAL_EVENT, poll the local CQ with GNI_CqGetEvent, hand the
 //                event to GNI_GetCompleted; time per operation. The target buffer is
 //                ordinary heap memory of rank 1 (the common case for clients).
+//   rdma_put_lat The same with GNI_PostRdma (only alone): the one-copy path in the
+//   rdma_get_lat initiator by default, the daemon's BTE engine with NICEMU_RDMA_DIRECT=0.
 //   rdma_put_bw  RDMA (BTE) PUT bandwidth, 4 MiB messages: rank 0 keeps 16 GNI_PostRdma
 //                outstanding on one EP and sleeps in GNI_CqWaitEvent (the daemon's BTE
 //                engine moves the data); GB/s from the first post to the last completion.
@@ -600,8 +602,8 @@ struct Rank {
     drain_local();
   }
 
-  // (c) FMA PUT or GET latency per size; rank 1 sleeps in the barrier meanwhile.
-  void fma_lat(bool put) {
+  // (c) FMA (or RDMA) PUT or GET latency per size; rank 1 sleeps in the barrier meanwhile.
+  void fma_lat(bool put, bool rdma = false) {
     const uint64_t iters = opt.iters ? opt.iters : 50000;
     const uint64_t warm = opt.warmup >= 0 ? uint64_t(opt.warmup) : 2000;
     barrier(id);
@@ -609,17 +611,19 @@ struct Rank {
       drain_local();
       std::vector<uint32_t> sizes;
       if (opt.size_given) {
-        if (opt.size > kFmaMax || (!put && (opt.size & 3))) die("FMA size must be <= 4096 (GET: a multiple of 4)");
+        if (opt.size == 0 || opt.size > kFmaMax || (!put && (opt.size & 3)))
+          die("FMA/RDMA size must be 1..4096 (GET: a multiple of 4)");
         sizes.push_back(opt.size);
       } else {
         for (uint32_t s = 8; s <= kFmaMax; s *= 2) sizes.push_back(s);
       }
       for (uint32_t len : sizes) {
         gni_post_descriptor_t d{};
-        d.type = put ? GNI_POST_FMA_PUT : GNI_POST_FMA_GET;
+        d.type = rdma ? (put ? GNI_POST_RDMA_PUT : GNI_POST_RDMA_GET) : (put ? GNI_POST_FMA_PUT : GNI_POST_FMA_GET);
         d.cq_mode = GNI_CQMODE_GLOBAL_EVENT;
         d.dlvr_mode = GNI_DLVMODE_PERFORMANCE;
-        d.local_addr = put ? uint64_t(src) : uint64_t(buf);
+        // An RDMA source must be registered (FMA's need not): the upper half of buf.
+        d.local_addr = put ? (rdma ? uint64_t(buf + kFmaMax) : uint64_t(src)) : uint64_t(buf);
         d.local_mem_hndl = buf_h;
         d.remote_addr = peer.buf;
         d.remote_mem_hndl = peer.buf_h;
@@ -627,17 +631,18 @@ struct Rank {
         double t0 = 0;
         for (uint64_t i = 0; i < warm + iters; ++i) {
           if (i == warm) t0 = now_s();
-          CHECK_GNI(GNI_PostFma(ep, &d));
+          CHECK_GNI(rdma ? GNI_PostRdma(ep, &d) : GNI_PostFma(ep, &d));
           gni_cq_entry_t e;
           gni_return_t rc;
           while ((rc = GNI_CqGetEvent(cq, &e)) == GNI_RC_NOT_DONE) {
           }
-          if (rc != GNI_RC_SUCCESS) die("FMA completion error");
+          if (rc != GNI_RC_SUCCESS) die(rdma ? "RDMA completion error" : "FMA completion error");
           gni_post_descriptor_t* out = nullptr;
           CHECK_GNI(GNI_GetCompleted(cq, e, &out));
           if (out != &d) die("GNI_GetCompleted returned another descriptor");
         }
-        report(put ? "fma_put_lat" : "fma_get_lat", len, (now_s() - t0) / double(iters) * 1e6, "us");
+        const char* name = rdma ? (put ? "rdma_put_lat" : "rdma_get_lat") : (put ? "fma_put_lat" : "fma_get_lat");
+        report(name, len, (now_s() - t0) / double(iters) * 1e6, "us");
       }
     }
     barrier(id);
@@ -956,6 +961,8 @@ int run_rank(int id, uint8_t ptag, uint32_t cookie) {
   if (opt.test == "rdv_lat") r.rdv_lat();
   if (want("fma_put_lat")) r.fma_lat(true);
   if (want("fma_get_lat")) r.fma_lat(false);
+  if (opt.test == "rdma_put_lat") r.fma_lat(true, true);
+  if (opt.test == "rdma_get_lat") r.fma_lat(false, true);
   if (want("rdma_put_bw")) r.rdma_put_bw();
   if (want("msgq_lat") || want("msgq_bw")) {
     r.msgq_setup();
@@ -1011,9 +1018,10 @@ int main(int argc, char** argv) {
                "on one nicemu node, each pinned to its own CPU"};
   app.add_option("--test", opt.test,
                  "smsg_lat | smsg_bw | smsg_am_lat | smsg_am_bw | fma_put_lat | fma_get_lat | rdma_put_bw | msgq_lat | "
-                 "msgq_bw | all (all of these) | smsg_calls, rdv_lat (only alone)")
+                 "msgq_bw | all (all of these) | smsg_calls, rdv_lat, rdma_put_lat, rdma_get_lat (only alone)")
       ->check(CLI::IsMember({"smsg_lat", "smsg_bw", "smsg_am_lat", "smsg_am_bw", "fma_put_lat", "fma_get_lat",
-                             "rdma_put_bw", "msgq_lat", "msgq_bw", "all", "smsg_calls", "rdv_lat"}));
+                             "rdma_put_bw", "msgq_lat", "msgq_bw", "all", "smsg_calls", "rdv_lat", "rdma_put_lat",
+                             "rdma_get_lat"}));
   app.add_option("--iters", opt.iters,
                  "timed iterations (default: smsg_lat/smsg_am_lat 200000, smsg_bw/smsg_am_bw 2000000, smsg_calls 1000000, "
                  "fma 50000 per size, rdv_lat 2000 per size and registration mode)");

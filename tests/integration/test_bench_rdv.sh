@@ -2,7 +2,9 @@
 # gni_bench --test rdv_lat, briefly (issue 37): the rendezvous (registration, handle by SMSG,
 # RDMA GET by the peer, answer, deregistration) runs for two sizes with GNI_MemRegister and
 # with a uDREG cache, and every GET that was checked read the sender's bytes (gni_bench
-# exits non-zero otherwise); bad sizes are refused with a message.
+# exits non-zero otherwise); bad sizes are refused with a message. Also rdma_put_lat and
+# rdma_get_lat (issue 37 item 2) on the one-copy path and through the daemon's BTE engine:
+# every post completes without an error event (gni_bench exits non-zero otherwise).
 # Usage: test_bench_rdv.sh BUILD_DIR
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -43,5 +45,17 @@ else
   fail "size 102 refused without the message"
   show_log "$TMP/bad.out"
 fi
+for op in put get; do
+  for direct in 1 0; do
+    lat=$TMP/rdma_$op.$direct
+    if NICEMU_RDMA_DIRECT=$direct "$bench" --socket "$sock" --csv --test rdma_${op}_lat --size 64 --iters 20 \
+         --warmup 2 --timeout 60 >"$lat" 2>&1 && grep -Eq "^rdma_${op}_lat,64,[0-9.]+,us$" "$lat"; then
+      pass "rdma_${op}_lat 64 B, NICEMU_RDMA_DIRECT=$direct"
+    else
+      fail "rdma_${op}_lat 64 B, NICEMU_RDMA_DIRECT=$direct"
+      show_log "$lat"
+    fi
+  done
+done
 [[ $FAILS -ne 0 ]] && show_log "$out"
 finish bench-rdv 1
