@@ -139,6 +139,19 @@ expect_verified() {
   fi
 }
 
+# Every daemon of run directory $1 answers `nicemuctl cred list` and lists no DRC credential
+# (after drc_release): one pass or fail.
+expect_no_drc_credentials() {
+  if ! "$CTL" --rundir "$1" cred list --json >"$TMP/list.json" 2>"$TMP/list.err" || [[ -s $TMP/list.err ]] ||
+      ! grep -q '"credentials"' "$TMP/list.json"; then
+    fail "nicemuctl cred list of every daemon"; show_log "$TMP/list.json" "$TMP/list.err"
+  elif grep -q '"drc"' "$TMP/list.json"; then
+    fail "a released DRC credential is still listed"; show_log "$TMP/list.json"
+  else
+    pass "released everywhere"
+  fi
+}
+
 # finish NAME [A...]: exits 1 when a check failed (after the test's `on_failure`, if it
 # defines one, and the last lines of $TMP/daemonA.log of each host A), else prints
 # PASS: NAME and exits 0.

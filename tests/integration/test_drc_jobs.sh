@@ -84,12 +84,5 @@ else
   fail "the two jobs"; show_log "$TMP/serve.log" "$TMP/client.log"
 fi
 # The released credential is on neither daemon.
-if ! "$CTL" --rundir "$RUNDIR" cred list --json >"$TMP/list.json" 2>"$TMP/list.err" || [[ -s $TMP/list.err ]] ||
-    ! grep -q '"credentials"' "$TMP/list.json"; then
-  fail "nicemuctl cred list of both daemons"; show_log "$TMP/list.json" "$TMP/list.err"
-elif grep -q '"drc"' "$TMP/list.json"; then
-  fail "a released DRC credential is still listed"; show_log "$TMP/list.json"
-else
-  pass "released everywhere"
-fi
+expect_no_drc_credentials "$RUNDIR"
 finish test_drc_jobs 0 1
