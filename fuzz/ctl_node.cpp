@@ -56,7 +56,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   peer.uid = getuid();
   peer.gid = getgid();
   std::vector<char> reply;
-  nicemu::daemon::PassFds fds{-1, -1};
+  nicemu::daemon::PassFds fds{-1, -1, -1};
   size_t off = 0;
   int budget = 64;  // messages per input
   while (off < size && budget-- > 0) {

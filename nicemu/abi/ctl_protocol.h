@@ -92,6 +92,7 @@ enum class Op : uint16_t {
   kCeMember = 98,        // no reply: a leaf EP of this CDM names its channel (GNI_EpSetCeAttr)
   kCeLeafGone = 99,      // daemon -> daemon: that leaf's CDM is gone before it posted
   kDrc = 100,            // -> DrcReply         libdrc (rdmacred.h): DrcAction
+  kRegBudget = 101,      // -> RegBudgetReply   room for registrations the library makes itself
 };
 
 // Reply codes are gni_return_t values, so libugni can return them unchanged.
@@ -147,6 +148,9 @@ struct AttachReply {
 // the first free one below `mdd_block`, the size the caller gave GNI_SetMddResources).
 // GNI_MEM_UPDATE_REGION: (qword1, qword2) is the handle of the reserved registration whose
 // pages [address, address + length) are filled in.
+// Only registrations that need the daemon come here (vMDH, reserved, updates; plain ones the
+// library writes into its MDD table itself, process_mdd.h): `slot` is the free entry of the
+// process's MDD table the library chose for it.
 struct MemRegister {
   Header h;
   uint64_t address;
@@ -157,6 +161,8 @@ struct MemRegister {
   uint32_t mdd_block;
   uint64_t qword1;
   uint64_t qword2;
+  uint32_t slot;
+  uint32_t reserved;
 };
 struct MemRegisterReply {
   Reply r;
@@ -178,7 +184,7 @@ struct MemRegisterSegments {
   uint32_t count;
   uint32_t vmdh_index;  // as in MemRegister
   uint32_t mdd_block;
-  uint32_t reserved;
+  uint32_t slot;        // as in MemRegister
   MemSegment segments[kMaxMemSegments];
 };
 
@@ -186,6 +192,21 @@ struct MemDeregister {
   Header h;
   uint64_t qword1;
   uint64_t qword2;
+};
+
+// Room for registrations: the library asks for `want` more (it counts the registrations it
+// makes itself against what it was granted) and gives `give_back` back. The daemon grants
+// what the process's and credential's limits leave (resource_limits.h); `granted` is the
+// process's total afterwards, `added` what this request added.
+struct RegBudget {
+  Header h;
+  uint32_t want;
+  uint32_t give_back;
+};
+struct RegBudgetReply {
+  Reply r;
+  uint32_t added;
+  uint32_t granted;
 };
 
 struct CqCreate {

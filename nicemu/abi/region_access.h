@@ -25,31 +25,35 @@ inline const RegEntry* region_reg_entry(const char* base, uint32_t slot) {
   return reinterpret_cast<const RegEntry*>(base + kRegTableOffset) + slot;
 }
 
-// Copies registration `slot` out under its seqlock; false if it kept changing. `seq_out`
-// receives the sequence the copy is valid for (to extend the read over its segments).
-inline bool region_read_reg(const char* base, uint32_t slot, RegEntry& out, uint32_t* seq_out = nullptr) {
-  if (slot >= kRegSlots) return false;
-  const RegEntry* e = region_reg_entry(base, slot);
+// Copies entry `e` out under its seqlock; false if it kept changing. `seq_out` receives the
+// sequence the copy is valid for (to extend the read over its segments).
+inline bool region_read_entry(const RegEntry& e, RegEntry& out, uint32_t* seq_out = nullptr) {
   for (int tries = 0; tries < 64; ++tries) {
-    uint32_t s1 = e->seq.load(std::memory_order_acquire);
+    uint32_t s1 = e.seq.load(std::memory_order_acquire);
     if (s1 & 1) continue;
-    out.state = e->state;
-    out.gen = e->gen;
-    out.flags = e->flags;
-    out.address = e->address;
-    out.length = e->length;
-    out.dst_cq = e->dst_cq;
-    out.seg_count = e->seg_count;
-    out.seg_first = e->seg_first;
-    out.domain = e->domain;
-    out.vmdh = e->vmdh;
+    out.state = e.state;
+    out.gen = e.gen;
+    out.flags = e.flags;
+    out.address = e.address;
+    out.length = e.length;
+    out.dst_cq = e.dst_cq;
+    out.seg_count = e.seg_count;
+    out.seg_first = e.seg_first;
+    out.domain = e.domain;
+    out.vmdh = e.vmdh;
     std::atomic_thread_fence(std::memory_order_acquire);
-    if (e->seq.load(std::memory_order_relaxed) == s1) {
+    if (e.seq.load(std::memory_order_relaxed) == s1) {
       if (seq_out) *seq_out = s1;
       return true;
     }
   }
   return false;
+}
+
+// Registration `slot` of a mapped region.
+inline bool region_read_reg(const char* base, uint32_t slot, RegEntry& out, uint32_t* seq_out = nullptr) {
+  if (slot >= kRegSlots) return false;
+  return region_read_entry(*region_reg_entry(base, slot), out, seq_out);
 }
 
 // A ring view of CQ `slot`; an invalid view if the CQ is not live or its descriptor points

@@ -1,14 +1,15 @@
-// How a CDM region (shm_layout.h) travels and is mapped: two memfds, one for the read-only
-// section [0, kRoSize) and one for the heap [kRoSize, region_size), mapped back to back so
-// that region offsets stay what shm_layout.h says.
+// How a CDM region (shm_layout.h) travels and is mapped: three memfds — the read-only
+// section (header and CQ descriptors), the process's MDD table (registrations, segments) and
+// the heap — mapped back to back so that region offsets stay what shm_layout.h says.
 //
-// Why two: a process holding a memfd may map any part of it with any protection the file
-// allows, so one memfd for both parts would let the owner (or any peer) map the read-only
-// section writable and forge the registration table that peers validate against. The
-// daemon maps the read-only memfd writable, then seals it with F_SEAL_FUTURE_WRITE: its own
-// mapping keeps working, while every later mmap(PROT_WRITE, MAP_SHARED), mprotect to
-// PROT_WRITE of a shared mapping, and write() on it fail for everybody. Shared by the
-// daemon, its BTE engine and libugni.
+// Why three: a process holding a memfd may map any part of it with any protection the file
+// allows. The daemon maps the read-only memfd writable, then seals it with
+// F_SEAL_FUTURE_WRITE: its own mapping keeps working, while every later mmap(PROT_WRITE,
+// MAP_SHARED), mprotect to PROT_WRITE of a shared mapping, and write() on it fail for
+// everybody. The MDD memfd is sealed the same way by its owner, right after the owner mapped
+// it writable (kMddOwnerSeals): from then on the owner alone can change its registrations,
+// and the daemon hands it to peers only once it carries that seal. Shared by the daemon, its
+// BTE engine and libugni.
 #pragma once
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -22,6 +23,10 @@ namespace nicemu::abi {
 // Seals the daemon puts on each memfd: sizes fixed; no new writers of the read-only part.
 inline constexpr int kRoSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL;
 inline constexpr int kHeapSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+// The daemon's seals on a fresh MDD memfd (its size is fixed: a shrunk file would fault its
+// readers), then the owner's once its writable mapping exists.
+inline constexpr int kMddDaemonSeals = F_SEAL_SHRINK | F_SEAL_GROW;
+inline constexpr int kMddOwnerSeals = F_SEAL_FUTURE_WRITE | F_SEAL_SEAL;
 
 // Maps `size` bytes from two memfds at one reserved address range: [0, ro_size) from
 // `ro_fd` with `ro_prot` (PROT_READ for everybody but the daemon before sealing), the rest
@@ -40,16 +45,29 @@ inline char* map_split(int ro_fd, int rw_fd, uint64_t ro_size, uint64_t size, in
   return b;
 }
 
-// A CDM region of `size` bytes (read-only section kRoSize).
-inline char* map_region(int ro_fd, int heap_fd, uint64_t size, int ro_prot = PROT_READ) {
-  return map_split(ro_fd, heap_fd, kRoSize, size, ro_prot);
+// A CDM region of `size` bytes: the read-only memfd at [0, kRegTableOffset) and
+// [kCqTableOffset, kRoSize) (same offsets in the file), the MDD memfd at [kRegTableOffset,
+// kCqTableOffset) with `mdd_prot`, the heap after. Returns the base, or nullptr.
+inline char* map_region(int ro_fd, int mdd_fd, int heap_fd, uint64_t size, int ro_prot = PROT_READ,
+                        int mdd_prot = PROT_READ) {
+  char* b = map_split(ro_fd, heap_fd, kRoSize, size, ro_prot);
+  if (!b) return nullptr;
+  if (mdd_fd < 0 || mmap(b + kRegTableOffset, kMddBytes, mdd_prot, MAP_SHARED | MAP_FIXED, mdd_fd, 0) == MAP_FAILED) {
+    munmap(b, size);
+    return nullptr;
+  }
+  return b;
+}
+
+// True if `fd` (a read-only or MDD memfd) carries the seals that keep the caller from writing
+// it: a client refuses a region whose tables their owner (or anybody else) could rewrite.
+inline bool fd_write_sealed(int fd) {
+  int s = fcntl(fd, F_GET_SEALS);
+  return s >= 0 && (s & (F_SEAL_FUTURE_WRITE | F_SEAL_SEAL)) == (F_SEAL_FUTURE_WRITE | F_SEAL_SEAL);
 }
 
 // True if `ro_fd` carries the seals that make the read-only section read-only for the
 // caller: a client refuses a region whose table its owner could rewrite.
-inline bool ro_sealed(int ro_fd) {
-  int s = fcntl(ro_fd, F_GET_SEALS);
-  return s >= 0 && (s & (F_SEAL_FUTURE_WRITE | F_SEAL_SEAL)) == (F_SEAL_FUTURE_WRITE | F_SEAL_SEAL);
-}
+inline bool ro_sealed(int ro_fd) { return fd_write_sealed(ro_fd); }
 
 }  // namespace nicemu::abi

@@ -1,19 +1,26 @@
-// Layout of the shared-memory region the daemon hands every attached CDM (a memfd passed
+// Layout of the shared-memory region the daemon hands every attached CDM (memfds passed
 // over the control socket), and of the structures peers on the same host write into it.
 // Defined once here for the daemon and all client libraries; fixed-width fields, offsets
 // instead of pointers, sizes pinned with static_assert, a version checked at attach.
 //
-//   0            RegionHeader                    \  read-only section: written by the daemon,
-//   4096         RegEntry[kRegSlots]              |  mapped PROT_READ by the owner and peers
-//   ...          CqDesc[kCqSlots]                 |  (validation data must not be forgeable)
-//   ...          SegEntry[kSegSlots]             /   segments of multi-segment registrations
-//   ro_size      heap: CQ rings, SMSG mailboxes     read-write section, allocated by the daemon
+//   0            RegionHeader                    read-only: written by the daemon only
+//   4096         RegEntry[kRegSlots]              \ the process's MDD table (process_mdd):
+//   ...          SegEntry[kSegSlots]              /  written by the owner process, read by all
+//   ...          CqDesc[kCqSlots]                 read-only: written by the daemon only
+//   kRoSize      heap: CQ rings, SMSG mailboxes   read-write section, allocated by the daemon
 //   region_size
 //
-// Everything in the read-write heap is untrusted input for everybody but its writer: a
-// reader copies what it needs and bounds-checks against values from the read-only section.
-// The two sections are two memfds (the read-only one sealed against new writers), mapped
-// back to back: nicemu/abi/region_map.h.
+// Three memfds, mapped back to back (nicemu/abi/region_map.h):
+//  - the read-only memfd (header, CQ descriptors), sealed against new writers by the daemon:
+//    peers trust the header (owner pid, state, lease) and nobody but the daemon may forge it;
+//  - the MDD memfd (registrations and their segments), one per process and credential,
+//    shared by the process's CDMs of that credential: the owner maps it writable once, then
+//    seals it against new writers, so the owner's library registers memory without asking
+//    the daemon, and no peer can write it. It describes the owner's own memory only: a
+//    forged entry can expose nothing but the owner's memory, and every reader validates
+//    what it copies out (region_access.h);
+//  - the heap, read-write for the owner and peers: untrusted input for everybody but its
+//    writer; a reader copies what it needs and bounds-checks it against the read-only part.
 #pragma once
 #include <atomic>
 #include <cstddef>
@@ -22,7 +29,7 @@
 namespace nicemu::abi {
 
 inline constexpr uint32_t kRegionMagic = 0x4E494345;  // "NICE"
-inline constexpr uint16_t kAbiVersion = 7;  // 2: segment table, RegEntry.seg_*; 3: two memfds (region_map.h), lease; 4: MboxCtl.note_at; 5: memory domains (mem_domain, RegEntry.domain), credit_wanted; 6: CQ sleepers check `tail` (producers no longer fence); 7: RegEntry.vmdh, kRegReserved, mailbox slots keep kSmsgTagHeaderRoom
+inline constexpr uint16_t kAbiVersion = 8;  // 2: segment table, RegEntry.seg_*; 3: two memfds (region_map.h), lease; 4: MboxCtl.note_at; 5: memory domains (mem_domain, RegEntry.domain), credit_wanted; 6: CQ sleepers check `tail` (producers no longer fence); 7: RegEntry.vmdh, kRegReserved, mailbox slots keep kSmsgTagHeaderRoom; 8: the MDD table (registrations, segments) in its own owner-written memfd, CqDesc after it
 inline constexpr uint32_t kRegSlots = 16384;          // = mdh::kMaxSlots
 inline constexpr uint32_t kCqSlots = 1024;
 inline constexpr uint32_t kNoCq = 0xFFFFFFFF;
@@ -89,8 +96,11 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free);
 // access through it is refused, as the hardware's MDH is not live yet.
 enum RegState : uint32_t { kRegFree = 0, kRegLive = 1, kRegReserved = 2 };
 
-// One registration (GNI_MemRegister). Written by the daemon under a seqlock: `seq` is odd
-// while the entry changes; readers copy the entry and retry if seq moved.
+// One registration (GNI_MemRegister). Written under a seqlock by the owner's library (plain
+// registrations), or by the daemon in a slot the library chose (vMDH, reserved and
+// multi-segment ones) and when it reclaims a CDM's entries: `seq` is odd while the entry
+// changes; readers copy the entry and retry if seq moved. A writer takes the entry by CAS of
+// `seq` from even to odd, so the library and the daemon never write one entry at once.
 // A multi-segment registration (GNI_MemRegisterSegments) is addressed by offset: its
 // `address` is 0, `length` the sum of its segments, and SegEntry[seg_first, seg_first +
 // seg_count) of the segment table map offsets to the owner's virtual addresses. Those
@@ -116,6 +126,16 @@ static_assert(offsetof(RegEntry, address) == 16);
 static_assert(offsetof(RegEntry, dst_cq) == 32);
 static_assert(offsetof(RegEntry, seg_count) == 36 && offsetof(RegEntry, seg_first) == 40);
 static_assert(offsetof(RegEntry, domain) == 44 && offsetof(RegEntry, vmdh) == 48);
+
+// Takes entry `e` for writing: CAS of `seq` from even to odd; false while another writer
+// holds it (a hostile owner may hold it forever: a writer other than the owner gives up).
+inline bool reg_write_begin(RegEntry& e, uint32_t& seq) {
+  seq = e.seq.load(std::memory_order_relaxed);
+  if ((seq & 1) || !e.seq.compare_exchange_strong(seq, seq + 1, std::memory_order_acquire)) return false;
+  std::atomic_thread_fence(std::memory_order_release);  // the fields' stores stay after the odd seq
+  return true;
+}
+inline void reg_write_end(RegEntry& e, uint32_t seq) { e.seq.store(seq + 2, std::memory_order_release); }
 
 // One segment of a multi-segment registration: offsets [offset, offset + length) of the
 // registration are the owner's [address, address + length). A registration's segments
@@ -144,10 +164,13 @@ struct CqDesc {
 static_assert(sizeof(CqDesc) == 64);
 
 inline constexpr uint64_t kRegTableOffset = kPageSize;
-inline constexpr uint64_t kCqTableOffset = kRegTableOffset + uint64_t{kRegSlots} * sizeof(RegEntry);
-inline constexpr uint64_t kSegTableOffset = kCqTableOffset + uint64_t{kCqSlots} * sizeof(CqDesc);
+inline constexpr uint64_t kSegTableOffset = kRegTableOffset + uint64_t{kRegSlots} * sizeof(RegEntry);
+inline constexpr uint64_t kCqTableOffset = kSegTableOffset + uint64_t{kSegSlots} * sizeof(SegEntry);
+// The MDD memfd maps at [kRegTableOffset, kCqTableOffset) of a region, from its offset 0.
+inline constexpr uint64_t kMddBytes = kCqTableOffset - kRegTableOffset;
 inline constexpr uint64_t kRoSize =
-    (kSegTableOffset + uint64_t{kSegSlots} * sizeof(SegEntry) + kPageSize - 1) / kPageSize * kPageSize;
+    (kCqTableOffset + uint64_t{kCqSlots} * sizeof(CqDesc) + kPageSize - 1) / kPageSize * kPageSize;
+static_assert(kRegTableOffset % kPageSize == 0 && kCqTableOffset % kPageSize == 0 && kMddBytes % kPageSize == 0);
 static_assert(kRoSize % kPageSize == 0);
 inline constexpr uint64_t kDefaultRegionSize = uint64_t{256} << 20;
 

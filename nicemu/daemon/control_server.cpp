@@ -67,7 +67,7 @@ class ControlServer::Session : public std::enable_shared_from_this<ControlServer
         spdlog::warn("oversized control message ({} bytes) from pid {} dropped", n, peer_.pid);
         continue;
       }
-      PassFds pass_fds{-1, -1};
+      PassFds pass_fds{-1, -1, -1};
       uint64_t attached_before = peer_.attach_id;
       node_.handle(peer_, buf_.data(), static_cast<size_t>(n), reply_, pass_fds);
       if (!reply_.empty() && !send_reply(pass_fds)) return close();
@@ -99,7 +99,7 @@ class ControlServer::Session : public std::enable_shared_from_this<ControlServer
     msghdr msg{};
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;
-    int fds[2];
+    int fds[std::tuple_size_v<PassFds>];
     size_t nfds = 0;
     for (int fd : pass_fds)
       if (fd >= 0) fds[nfds++] = fd;

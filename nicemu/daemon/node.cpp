@@ -98,8 +98,8 @@ Node::Node(NodeConfig cfg)
 
 std::array<uint64_t, 2> Node::usage(Resource r, pid_t pid, const Credential& c) const {
   std::array<uint64_t, 2> u{0, 0};
-  // A process's registrations are alike in all its CDMs of one domain (process_mdd.h):
-  // count them once per (process, domain), as the largest table among its CDMs there.
+  // A process's registrations are in one MDD table for all its CDMs of one domain
+  // (process_mdd.h): count the room granted to it (on_reg_budget) once per (process, domain).
   std::map<std::pair<pid_t, Credential>, uint64_t> regs;
   // The CDMs of the credential, then those of the process under other credentials.
   std::vector<uint64_t> ids = cdm_index_.of_credential(c);
@@ -115,7 +115,7 @@ std::array<uint64_t, 2> Node::usage(Resource r, pid_t pid, const Credential& c) 
       case Resource::kCdms: n = 1; break;
       case Resource::kRegistrations: {
         uint64_t& m = regs[{cdm->pid(), cdm->credential()}];
-        m = std::max<uint64_t>(m, cdm->live_registrations());
+        m = cdm->mdd().granted;
         continue;
       }
       case Resource::kCqs: n = cdm->live_cqs(); break;
@@ -203,6 +203,7 @@ const Node::Table& Node::table() {
     on({kMemRegister}, &Node::with_cdm<ctl::MemRegister, ctl::MemRegisterReply, &Node::on_mem_register>);
     on({kMemRegisterSegments}, &Node::on_mem_register_segments);
     on({kMemDeregister}, &Node::with_cdm<ctl::MemDeregister, PlainReply, &Node::on_mem_deregister>);
+    on({kRegBudget}, &Node::on_reg_budget);
     on({kCqCreate}, &Node::with_cdm<ctl::CqCreate, ctl::CqCreateReply, &Node::on_cq_create>);
     on({kCqDestroy}, &Node::with_cdm<ctl::CqDestroy, PlainReply, &Node::on_cq_destroy>);
     on({kPeerLookup}, &Node::on_peer_lookup);
@@ -270,7 +271,6 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
 void Node::connection_closed(Peer& peer) {
   auto it = cdms_.find(peer.attach_id);
   if (it == cdms_.end()) return;
-  const std::vector<uint32_t> own_slots = mdd_own_slots(*it->second);
   dgrams_.cdm_gone(peer.attach_id);
   smsg_.cdm_gone(peer.attach_id);
   msgq_leave(*it->second);
@@ -287,7 +287,6 @@ void Node::connection_closed(Peer& peer) {
   bte_.regions().vmdh().unbind_domain(it->second->mem_domain());  // its vMDH indices are free again
   cdm_index_.remove(peer.attach_id, pid, cred, it->second->inst_id());
   cdms_.erase(it);
-  mdd_drop_origin(peer.attach_id, own_slots, family(pid, cred));
   ce_.cdm_gone(peer.attach_id);
   peer.attach_id = 0;
 }

@@ -52,7 +52,7 @@ struct NodeConfig {
 
 // Descriptors sent along with a reply (SCM_RIGHTS), -1 = none; owned by the node. A CDM
 // region takes two (read-only section, heap: abi/region_map.h).
-using PassFds = std::array<int, 2>;
+using PassFds = std::array<int, 3>;
 
 // Identity of a control connection (SO_PEERCRED) and the CDM it attached, if any.
 struct Peer {
@@ -173,6 +173,7 @@ class Node {
   int on_mem_register(Request& q, CdmRegion& cdm, const ctl::MemRegister& req, ctl::MemRegisterReply& r);
   void on_mem_register_segments(Request& q);
   int on_mem_deregister(Request& q, CdmRegion& cdm, const ctl::MemDeregister& req, PlainReply& r);
+  void on_reg_budget(Request& q);
   int on_cq_create(Request& q, CdmRegion& cdm, const ctl::CqCreate& req, ctl::CqCreateReply& r);
   int on_cq_destroy(Request& q, CdmRegion& cdm, const ctl::CqDestroy& req, PlainReply& r);
   void on_peer_lookup(Request& q);
@@ -206,7 +207,7 @@ class Node {
   // how memory operations find their target, whatever id their EP was bound with.
   // `domain`: a route (mem_handle.h), a memory domain or a vMDH index | kVmdhRoute.
   CdmRegion* find_cdm_by_domain(const Credential& c, uint32_t domain);
-  int register_memory(CdmRegion& cdm, RegSpec& spec, uint32_t vmdh_index, uint32_t mdd_block,
+  int register_memory(CdmRegion& cdm, RegSpec& spec, uint32_t slot, uint32_t vmdh_index, uint32_t mdd_block,
                       abi::ctl::MemRegisterReply& rep);
   // The live CDMs of process `pid` in domain `c` (process_mdd.h).
   std::vector<CdmRegion*> family(pid_t pid, const Credential& c);

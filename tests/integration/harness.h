@@ -7,7 +7,9 @@
 // them (a fresh cluster key and fabric map per Cluster). The same tests then check that
 // operations across hosts keep the semantics they have on one host.
 #pragma once
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,6 +30,7 @@
 
 #include "gni_pub.h"
 #include "nicemu/abi/ctl_protocol.h"
+#include "nicemu/abi/region_map.h"
 #include "nicemu/abi/shm_layout.h"
 #include "nicemu/ctl/ctl_client.h"
 
@@ -58,8 +61,11 @@ struct Cred {
 // Connects `conn` to the daemon at `sock` and attaches CDM `inst` by hand, for tests that
 // speak the control protocol themselves (forged requests, the region's memfds). The reply
 // and the region's two memfds (-1 when absent) come back; true when the daemon answered.
+// Attaches as libugni does, by hand: fds = read-only section, MDD table, heap. Like the
+// library, maps the MDD table writable (into *mdd_rw if given, else kept mapped) and seals it,
+// without which the daemon shows the region to no peer.
 inline bool attach_by_hand(nicemu::ctl::Connection& conn, const std::string& sock, uint32_t inst, Cred c,
-                           nicemu::abi::ctl::AttachReply& ar, int (&fds)[2]) {
+                           nicemu::abi::ctl::AttachReply& ar, int (&fds)[3], char** mdd_rw = nullptr) {
   namespace ctl = nicemu::abi::ctl;
   ctl::Attach at{};
   at.h.op = uint16_t(ctl::Op::kAttach);
@@ -69,8 +75,13 @@ inline bool attach_by_hand(nicemu::ctl::Connection& conn, const std::string& soc
   at.pid = uint32_t(getpid());
   at.abi_version = nicemu::abi::kAbiVersion;
   ar = {};
-  fds[0] = fds[1] = -1;
-  return conn.connect(sock) && conn.call(at, ar, fds, 2);
+  fds[0] = fds[1] = fds[2] = -1;
+  if (!conn.connect(sock) || !conn.call(at, ar, fds, 3)) return false;
+  if (ar.r.rc != 0 || fds[1] < 0) return true;
+  void* rw = mmap(nullptr, nicemu::abi::kMddBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[1], 0);
+  if (rw == MAP_FAILED || fcntl(fds[1], F_ADD_SEALS, nicemu::abi::kMddOwnerSeals) != 0) return false;
+  if (mdd_rw) *mdd_rw = static_cast<char*>(rw);
+  return true;
 }
 
 class Cluster {

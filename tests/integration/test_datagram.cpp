@@ -257,7 +257,7 @@ TEST_CASE("a cancel that arrives after its post was replaced leaves the new post
   Cred c = cl.credential();
   nicemu::ctl::Connection conn;
   ctl::AttachReply ar{};
-  int fds[2];
+  int fds[3];
   REQUIRE((attach_by_hand(conn, cl.socket(0), 5, c, ar, fds) && ar.r.rc == GNI_RC_SUCCESS));
   for (int fd : fds)
     if (fd >= 0) close(fd);

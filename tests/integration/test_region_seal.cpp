@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "harness.h"
+#include "nicemu/abi/region_map.h"
 #include "nicemu/abi/shm_layout.h"
 
 using namespace harness;
@@ -66,18 +67,47 @@ void check_read_only(int ro_fd, int heap_fd, uint64_t region_size) {
   CHECK(ftruncate(heap_fd, 0) == -1);  // size sealed
 }
 
+// The MDD table's memfd, as the owner sealed it: no writable mapping, no write(), no hole
+// punched, no resizing, no unsealing.
+void check_mdd_sealed(int mdd_fd) {
+  CHECK(abi::fd_write_sealed(mdd_fd));
+  CHECK(fcntl(mdd_fd, F_ADD_SEALS, F_SEAL_WRITE) == -1);
+  errno = 0;
+  CHECK(mmap(nullptr, abi::kMddBytes, PROT_READ | PROT_WRITE, MAP_SHARED, mdd_fd, 0) == MAP_FAILED);
+  CHECK(errno == EPERM);
+  void* ro = mmap(nullptr, abi::kMddBytes, PROT_READ, MAP_SHARED, mdd_fd, 0);
+  REQUIRE(ro != MAP_FAILED);
+  CHECK(mprotect(ro, abi::kMddBytes, PROT_READ | PROT_WRITE) == -1);
+  munmap(ro, abi::kMddBytes);
+  uint32_t forged = 1;
+  CHECK(pwrite(mdd_fd, &forged, sizeof forged, 0) == -1);
+  CHECK(fallocate(mdd_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4096) == -1);
+  CHECK(ftruncate(mdd_fd, 0) == -1);
+}
+
 }  // namespace
 
 TEST_CASE_FIXTURE(OneNode, "the read-only section stays read-only for its owner and for peers") {
   nicemu::ctl::Connection owner;
   ctl::AttachReply ar{};
-  int fds[2];
-  REQUIRE(attach_by_hand(owner, cl.socket(0), 3, c, ar, fds));
+  int fds[3];
+  char* mdd_rw = nullptr;
+  REQUIRE(attach_by_hand(owner, cl.socket(0), 3, c, ar, fds, &mdd_rw));
   REQUIRE(ar.r.rc == GNI_RC_SUCCESS);
   REQUIRE(fds[0] >= 0);
   REQUIRE(fds[1] >= 0);
+  REQUIRE(fds[2] >= 0);
   CHECK(ar.ro_size == abi::kRoSize);
-  SUBCASE("owner") { check_read_only(fds[0], fds[1], ar.region_size); }
+  SUBCASE("owner") {
+    check_read_only(fds[0], fds[2], ar.region_size);
+    // The MDD table: the owner writes it through the one mapping it made before sealing it;
+    // no new writable mapping, for the owner either.
+    check_mdd_sealed(fds[1]);
+    REQUIRE(mdd_rw != nullptr);
+    auto* e = reinterpret_cast<abi::RegEntry*>(mdd_rw);
+    e[5].length = 4096;
+    CHECK(e[5].length == 4096);
+  }
 
   SUBCASE("peer") {
     nicemu::ctl::Connection peer;
@@ -89,17 +119,19 @@ TEST_CASE_FIXTURE(OneNode, "the read-only section stays read-only for its owner 
     pl.ptag = c.ptag;
     pl.cookie = c.cookie;
     ctl::PeerLookupReply pr{};
-    int pfds[2] = {-1, -1};
-    REQUIRE(peer.call(pl, pr, pfds, 2));
+    int pfds[3] = {-1, -1, -1};
+    REQUIRE(peer.call(pl, pr, pfds, 3));
     REQUIRE(pr.r.rc == GNI_RC_SUCCESS);
     REQUIRE(pfds[0] >= 0);
     REQUIRE(pfds[1] >= 0);
-    check_read_only(pfds[0], pfds[1], pr.region_size);
-    close(pfds[0]);
-    close(pfds[1]);
+    REQUIRE(pfds[2] >= 0);
+    check_read_only(pfds[0], pfds[2], pr.region_size);
+    check_mdd_sealed(pfds[1]);  // a peer cannot forge the owner's registrations
+    for (int fd : pfds) close(fd);
   }
   close(fds[0]);
   close(fds[1]);
+  close(fds[2]);
 }
 
 TEST_CASE("libugni attaches and works on the two-memfd region") {

@@ -1,5 +1,5 @@
-// A client that scribbles over the writable parts of its own region (BTE submission ring,
-// CQ ring, counter block, AMO locks, the rest of the heap) and submits forged RDMA requests
+// A client that scribbles over the writable parts of its own region (its MDD table, BTE
+// submission ring, CQ ring, counter block, AMO locks, the rest of the heap) and submits forged RDMA requests
 // (random handles, huge lengths, wrapped indices, random CQ slots) and garbage control
 // messages, in the same protection domain as a healthy pair that keeps running FMA and
 // RDMA transfers with checked data. The daemon survives and keeps serving, the healthy
@@ -94,9 +94,10 @@ int scribbler(Cluster& cl, Cred c, const Target& t) {
   std::mt19937_64 rng(12345);
   nicemu::ctl::Connection conn;
   ctl::AttachReply ar{};
-  int fds[2];
-  CHILD_CHECK(attach_by_hand(conn, cl.socket(0), 3, c, ar, fds) && ar.r.rc == GNI_RC_SUCCESS);
-  char* base = abi::map_region(fds[0], fds[1], ar.region_size);
+  int fds[3];
+  char* mdd_rw = nullptr;  // our MDD table, writable as libugni has it
+  CHILD_CHECK(attach_by_hand(conn, cl.socket(0), 3, c, ar, fds, &mdd_rw) && ar.r.rc == GNI_RC_SUCCESS);
+  char* base = abi::map_region(fds[0], fds[1], fds[2], ar.region_size);
   CHILD_CHECK(base != nullptr);
   const uint64_t size = ar.region_size;
 
@@ -202,6 +203,17 @@ int scribbler(Cluster& cl, Cred c, const Target& t) {
     for (int i = 0; i < 8; ++i) slots[rng() & mask].seq.store(uint32_t(rng()), std::memory_order_relaxed);
     cq_ctl->tail.store(rng(), std::memory_order_relaxed);
     cq_ctl->head.store(rng(), std::memory_order_relaxed);
+    // Our own MDD table, the only one we can write: forged registrations, garbage segments,
+    // seqlocks left odd. They can expose nothing but our own memory.
+    for (int i = 0; i < 16; ++i) {
+      uint64_t w[8];
+      for (auto& x : w) x = rng();
+      if (rng() % 2) w[0] &= ~1ull;  // a seqlock readers accept
+      std::memcpy(mdd_rw + (rng() % abi::kRegSlots) * sizeof(abi::RegEntry), w, sizeof w);
+      uint64_t v = rng();
+      std::memcpy(mdd_rw + (abi::kSegTableOffset - abi::kRegTableOffset) + rng() % (abi::kSegSlots * 32 - 8), &v,
+                  sizeof v);
+    }
     // Random bytes over random spots of the whole heap (counter block and AMO locks included).
     for (int i = 0; i < 64; ++i) {
       uint64_t off = abi::kRoSize + rng() % (size - abi::kRoSize - 8);

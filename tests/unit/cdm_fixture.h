@@ -22,8 +22,18 @@ inline std::unique_ptr<nicemu::daemon::CdmRegion> make_cdm(uint32_t node, uint32
   a.ptag = ptag;
   a.cookie = cookie;
   // The memory domain: the attach id, as a daemon numbering its first CDMs would.
+  // Each its own MDD table, as CDMs of different processes (or credentials) have.
   return std::make_unique<nicemu::daemon::CdmRegion>(node, nicemu::abi::gni::kDeviceAries, a, getpid(), attach_id,
-                                                     kRegion, static_cast<uint32_t>(attach_id));
+                                                     kRegion, static_cast<uint32_t>(attach_id),
+                                                     std::make_shared<nicemu::daemon::ProcessMdd>(getpid()));
+}
+
+// A registration of `r` in `slot`, as the daemon makes it (the owner's library writes the
+// same entry); returns the status.
+inline int reg_store(nicemu::daemon::CdmRegion& r, uint32_t slot, const nicemu::daemon::RegSpec& spec,
+                     uint32_t dst_cq) {
+  nicemu::abi::ctl::MemRegisterReply rep{};
+  return r.mdd().store(slot, spec, dst_cq, r.mem_domain(), rep);
 }
 
 inline uint32_t make_cq(nicemu::daemon::CdmRegion& r) {

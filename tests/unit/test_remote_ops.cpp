@@ -46,7 +46,7 @@ struct Handle {
 
 Handle reg(CdmRegion& r, uint32_t slot, std::vector<char>& mem, uint32_t dst_cq) {
   RegSpec spec{reinterpret_cast<uint64_t>(mem.data()), mem.size(), 0, dst_cq, {}};
-  REQUIRE(r.reg_store(slot, 1, spec, dst_cq, r.attach_id(), r.mem_domain()) == abi::gni::kSuccess);
+  REQUIRE(cdm_fixture::reg_store(r, slot, spec, dst_cq) == abi::gni::kSuccess);
   Handle h;
   abi::mdh::encode(abi::mdh::registration_fields(spec.address, spec.length, r.mem_domain(), slot, false), h.q1, h.q2);
   return h;
@@ -75,9 +75,9 @@ struct Rig {
   }
 
   Rig() {
-    init_map = MappedRegion::map(init->ro_memfd(), init->heap_memfd(), kRegion, getpid());
+    init_map = MappedRegion::map(init->ro_memfd(), init->mdd_memfd(), init->heap_memfd(), kRegion, getpid());
     REQUIRE(init_map);
-    REQUIRE(dir1.add_local(target->ro_memfd(), target->heap_memfd(), kRegion, getpid()));
+    REQUIRE(dir1.add_local(target->ro_memfd(), target->mdd_memfd(), target->heap_memfd(), kRegion, getpid()));
     th = reg(*target, 3, tmem, tcq);
     ih = reg(*init, 4, imem, abi::kNoCq);
   }

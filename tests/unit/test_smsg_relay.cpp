@@ -83,7 +83,7 @@ struct Rig {
     b.start(io);
     // The receiver's mailbox memory, registered with its CQ for remote events.
     RegSpec spec{reinterpret_cast<uint64_t>(mbox_mem.data()), mbox_mem.size(), 0, rcq, {}};
-    REQUIRE(receiver->reg_store(3, 1, spec, rcq, receiver->attach_id(), receiver->mem_domain()) == abi::gni::kSuccess);
+    REQUIRE(cdm_fixture::reg_store(*receiver, 3, spec, rcq) == abi::gni::kSuccess);
     abi::mdh::encode(abi::mdh::registration_fields(spec.address, spec.length, receiver->mem_domain(), 3, false), q1, q2);
   }
 

@@ -11,6 +11,7 @@
 
 #include "fault_engine.h"
 #include "internal.h"
+#include "mdd_table.h"
 #include "nicemu/common/params.h"
 
 using namespace nicemu;
@@ -62,6 +63,9 @@ gni_return_t GNI_CdmDestroy(gni_cdm_handle_t cdm_hndl) {
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) break;  // closed by the daemon
       }
     }
+    // The daemon cleared the CDM's registrations from the process's MDD table: their slots
+    // are ours to reuse.
+    if (c->nic->mdd) c->nic->mdd->forget_domain(c->nic->mem_domain);
     fault_forget_nic(c->nic);
     delete c->nic;
   }
@@ -92,15 +96,22 @@ gni_return_t GNI_CdmAttach(gni_cdm_handle_t cdm_hndl, uint32_t device_id, uint32
   req.pid = static_cast<uint32_t>(getpid());
   req.abi_version = abi::kAbiVersion;
   abi::ctl::AttachReply rep{};
-  int fds[2] = {-1, -1};  // read-only section, heap
-  if (!nic->conn.call(req, rep, fds, 2)) return GNI_RC_ERROR_RESOURCE;
-  if (rep.r.rc != GNI_RC_SUCCESS || fds[1] < 0) {
+  int fds[3] = {-1, -1, -1};  // read-only section, MDD table, heap
+  if (!nic->conn.call(req, rep, fds, 3)) return GNI_RC_ERROR_RESOURCE;
+  if (rep.r.rc != GNI_RC_SUCCESS || fds[2] < 0) {
     for (int fd : fds)
       if (fd >= 0) close(fd);
     return rep.r.rc != GNI_RC_SUCCESS ? static_cast<gni_return_t>(rep.r.rc) : GNI_RC_ERROR_RESOURCE;
   }
-  nic->self = Region::map(fds, rep.region_size, rep.ro_size);
-  if (!nic->self) return GNI_RC_ERROR_NOMEM;
+  // Our writable view of the MDD table first (it seals the memfd), then the region.
+  nic->mdd = MddTable::attach(fds[1]);
+  nic->self = nic->mdd ? Region::map(fds, rep.region_size, rep.ro_size) : nullptr;
+  if (!nic->self) {
+    for (int fd : fds)
+      if (fd >= 0) close(fd);
+    return GNI_RC_ERROR_NOMEM;
+  }
+  nic->mem_domain = rep.mem_domain;
   nic->counters = map_counter_block(*nic->self);
   nic->cdm = c;
   nic->nic_addr = rep.nic_addr;

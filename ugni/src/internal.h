@@ -60,9 +60,10 @@ struct Region {
   uint32_t nic_addr = 0;
   uint32_t inst_id = 0;
 
-  // Maps a region from its two memfds (abi/region_map.h); closes both. Refuses a region
-  // whose read-only section is not sealed against writers.
-  static std::shared_ptr<Region> map(int (&fds)[2], uint64_t size, uint64_t ro_size);
+  // Maps a region from its three memfds (abi/region_map.h: read-only section, MDD table,
+  // heap); closes them. Refuses a region whose read-only section or MDD table is not sealed
+  // against writers.
+  static std::shared_ptr<Region> map(int (&fds)[3], uint64_t size, uint64_t ro_size);
   ~Region();
 
   const abi::RegionHeader* header() const { return reinterpret_cast<const abi::RegionHeader*>(base); }
@@ -82,6 +83,7 @@ const abi::fault::Page* fault_off_page();
 
 struct Cdm;
 struct Nic;
+class MddTable;
 struct Cq;
 struct Ep;
 
@@ -139,6 +141,8 @@ struct Nic {
   std::string rundir;
   nicemu::ctl::Connection conn;            // the attach connection: its closure detaches us
   std::shared_ptr<Region> self;    // our own region
+  uint32_t mem_domain = 0;         // the MDH of our registrations (mem_handle.h)
+  std::shared_ptr<MddTable> mdd;  // the process's MDD table of our credential (mdd_table.h)
   std::atomic<bool> nic_down{false};
   uint32_t empty_polls = 0;        // paces liveness checks of the daemon
 

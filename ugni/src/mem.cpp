@@ -1,9 +1,13 @@
-// Memory registration: the daemon owns the table (it writes the entry peers validate
-// against); the handle it returns names the entry.
+// Memory registration. Plain registrations go straight into the process's MDD table
+// (mdd_table.h), which peers and the daemon validate every access against; those that need
+// the node (vMDH indices, reserved regions, segments) are made by the daemon in a slot we
+// chose. A handle names its entry: memory domain, slot, first page.
 #include <cstddef>
 #include <memory>
 
 #include "internal.h"
+#include "mdd_table.h"
+#include "nicemu/abi/mem_handle.h"
 
 using namespace nicemu;
 using namespace nicemu::ugni;
@@ -45,22 +49,41 @@ gni_return_t GNI_MemRegister(gni_nic_handle_t nic_hndl, uint64_t address, uint64
   abi::ctl::MemRegister req{};
   if (gni_return_t rc = check_registration(n, dst_cq_hndl, flags, vmdh_index, req.dst_cq); rc != GNI_RC_SUCCESS)
     return rc;
+  if (address + length < address) return GNI_RC_INVALID_PARAM;
+  const uint64_t first_page = address & ~(abi::kPageSize - 1);
+  if ((address + length - first_page + abi::kPageSize - 1) / abi::kPageSize > 0xFFFFFFF) return GNI_RC_INVALID_PARAM;
+  if (!n->self->alive()) return GNI_RC_INVALID_STATE;
+  const uint32_t domain = n->mem_domain;
   const bool update = flags & GNI_MEM_UPDATE_REGION;
-  req.h.op = static_cast<uint16_t>(abi::ctl::Op::kMemRegister);
-  req.address = address;
-  req.length = length;
-  req.flags = flags;
-  req.vmdh_index = vmdh_index;
-  req.mdd_block = n->mdd_resources;
-  if (update) {
-    req.qword1 = mem_hndl->qword1;
-    req.qword2 = mem_hndl->qword2;
+  if (!update && !(flags & (GNI_MEM_USE_VMDH | GNI_MEM_RESERVE_REGION))) {
+    // The common case: no request to the daemon.
+    const uint32_t slot = n->mdd->take(n, domain, MddTable::kOurs);
+    if (slot == abi::kRegSlots) return GNI_RC_ERROR_RESOURCE;
+    n->mdd->publish(slot, address, length, flags, req.dst_cq, domain);
+    abi::mdh::Fields f = abi::mdh::registration_fields(address, length, domain, slot, flags & GNI_MEM_READ_ONLY, 0);
+    abi::mdh::encode(f, mem_hndl->qword1, mem_hndl->qword2);
+  } else {
+    req.h.op = static_cast<uint16_t>(abi::ctl::Op::kMemRegister);
+    req.address = address;
+    req.length = length;
+    req.flags = flags;
+    req.vmdh_index = vmdh_index;
+    req.mdd_block = n->mdd_resources;
+    if (update) {
+      req.qword1 = mem_hndl->qword1;
+      req.qword2 = mem_hndl->qword2;
+    } else if ((req.slot = n->mdd->take(n, domain, MddTable::kDaemons)) == abi::kRegSlots) {
+      return GNI_RC_ERROR_RESOURCE;
+    }
+    abi::ctl::MemRegisterReply rep{};
+    if (gni_return_t rc = daemon_call(n, req, rep); rc != GNI_RC_SUCCESS) {
+      if (!update) n->mdd->give(n, req.slot);
+      return rc;
+    }
+    mem_hndl->qword1 = rep.qword1;
+    mem_hndl->qword2 = rep.qword2;
+    if (update) return GNI_RC_SUCCESS;  // the same registration
   }
-  abi::ctl::MemRegisterReply rep{};
-  if (gni_return_t rc = daemon_call(n, req, rep); rc != GNI_RC_SUCCESS) return rc;
-  mem_hndl->qword1 = rep.qword1;
-  mem_hndl->qword2 = rep.qword2;
-  if (update) return GNI_RC_SUCCESS;  // the same registration
   n->live_regs.fetch_add(1, std::memory_order_relaxed);
   count(n->counters, ctr::cdm::registrations);
   return GNI_RC_SUCCESS;
@@ -69,13 +92,27 @@ gni_return_t GNI_MemRegister(gni_nic_handle_t nic_hndl, uint64_t address, uint64
 gni_return_t GNI_MemDeregister(gni_nic_handle_t nic_hndl, gni_mem_handle_t* mem_hndl) {
   Nic* n = as_nic(nic_hndl);
   if (!n || !mem_hndl) return GNI_RC_INVALID_PARAM;
-  abi::ctl::MemDeregister req{};
-  req.h.op = static_cast<uint16_t>(abi::ctl::Op::kMemDeregister);
-  req.qword1 = mem_hndl->qword1;
-  req.qword2 = mem_hndl->qword2;
-  abi::ctl::Reply rep{};
-  if (!n->conn.call(req, rep)) return GNI_RC_INVALID_PARAM;  // NIC gone: nothing registered any more
-  if (rep.rc != GNI_RC_SUCCESS) return static_cast<gni_return_t>(rep.rc);
+  auto f = abi::mdh::decode(mem_hndl->qword1, mem_hndl->qword2);
+  if (!f || ((f->flags & abi::mdh::kFlagVmdh) && n->mdd->use(f->slot) != MddTable::kDaemons))
+    return GNI_RC_INVALID_PARAM;
+  switch (n->mdd->use(f->slot)) {
+    case MddTable::kOurs:
+      if (!n->mdd->unpublish(f->slot, f->domain, f->va)) return GNI_RC_INVALID_PARAM;
+      break;
+    case MddTable::kDaemons: {
+      abi::ctl::MemDeregister req{};
+      req.h.op = static_cast<uint16_t>(abi::ctl::Op::kMemDeregister);
+      req.qword1 = mem_hndl->qword1;
+      req.qword2 = mem_hndl->qword2;
+      abi::ctl::Reply rep{};
+      if (!n->conn.call(req, rep)) return GNI_RC_INVALID_PARAM;  // NIC gone: nothing registered any more
+      if (rep.rc != GNI_RC_SUCCESS) return static_cast<gni_return_t>(rep.rc);
+      break;
+    }
+    default:
+      return GNI_RC_INVALID_PARAM;  // not registered (any more)
+  }
+  n->mdd->give(n, f->slot);
   n->live_regs.fetch_sub(1, std::memory_order_relaxed);
   return GNI_RC_SUCCESS;
 }
@@ -105,12 +142,15 @@ gni_return_t GNI_MemRegisterSegments(gni_nic_handle_t nic_hndl, gni_mem_segment_
   req->h.op = static_cast<uint16_t>(abi::ctl::Op::kMemRegisterSegments);
   req->flags = flags;
   req->count = segments_cnt;
+  if ((req->slot = n->mdd->take(n, n->mem_domain, MddTable::kDaemons)) == abi::kRegSlots) return GNI_RC_ERROR_RESOURCE;
   abi::ctl::MemRegisterReply rep{};
   const size_t bytes =
       offsetof(abi::ctl::MemRegisterSegments, segments) + size_t{segments_cnt} * sizeof(abi::ctl::MemSegment);
-  if (n->conn.call(req.get(), bytes, &rep, sizeof rep) < static_cast<long>(sizeof(abi::ctl::Reply)))
-    return GNI_RC_ERROR_RESOURCE;
-  if (rep.r.rc != GNI_RC_SUCCESS) return static_cast<gni_return_t>(rep.r.rc);
+  const long got = n->conn.call(req.get(), bytes, &rep, sizeof rep);
+  if (got < static_cast<long>(sizeof(abi::ctl::Reply)) || rep.r.rc != GNI_RC_SUCCESS) {
+    n->mdd->give(n, req->slot);
+    return got < static_cast<long>(sizeof(abi::ctl::Reply)) ? GNI_RC_ERROR_RESOURCE : static_cast<gni_return_t>(rep.r.rc);
+  }
   mem_hndl->qword1 = rep.qword1;
   mem_hndl->qword2 = rep.qword2;
   n->live_regs.fetch_add(1, std::memory_order_relaxed);

@@ -21,9 +21,10 @@ namespace nicemu::ugni {
 
 using namespace nicemu::abi;
 
-std::shared_ptr<Region> Region::map(int (&fds)[2], uint64_t size, uint64_t ro_size) {
+std::shared_ptr<Region> Region::map(int (&fds)[3], uint64_t size, uint64_t ro_size) {
   char* b = nullptr;
-  if (ro_size == kRoSize && fds[0] >= 0 && ro_sealed(fds[0])) b = map_region(fds[0], fds[1], size);
+  if (ro_size == kRoSize && fds[0] >= 0 && fds[1] >= 0 && ro_sealed(fds[0]) && fd_write_sealed(fds[1]))
+    b = map_region(fds[0], fds[1], fds[2], size);
   for (int& fd : fds) {
     if (fd >= 0) close(fd);
     fd = -1;

@@ -61,13 +61,13 @@ std::shared_ptr<Region> Nic::resolve(uint32_t addr, uint32_t domain, uint64_t& s
   req.ptag = cdm->ptag;
   req.cookie = cdm->cookie;
   abi::ctl::PeerLookupReply rep{};
-  int fds[2] = {-1, -1};  // read-only section, heap
-  if (!c->call(req, rep, fds, 2)) {
+  int fds[3] = {-1, -1, -1};  // read-only section, MDD table, heap
+  if (!c->call(req, rep, fds, 3)) {
     if (addr != nic_addr) daemons.erase(addr);
     status = cqe::kErrNicDown;
     return nullptr;
   }
-  if (rep.r.rc != GNI_RC_SUCCESS || fds[1] < 0) {
+  if (rep.r.rc != GNI_RC_SUCCESS || fds[2] < 0) {
     for (int fd : fds)
       if (fd >= 0) close(fd);
     // A node that has no such memory domain cannot translate the handle: a protection

@@ -65,8 +65,8 @@ void BteEngine::kick() {
   [[maybe_unused]] ssize_t n = ::write(kick_, &one, sizeof one);
 }
 
-void BteEngine::region_attached(int ro_fd, int heap_fd, uint64_t size, pid_t owner) {
-  if (!regions_.add_local(ro_fd, heap_fd, size, owner))
+void BteEngine::region_attached(int ro_fd, int mdd_fd, int heap_fd, uint64_t size, pid_t owner) {
+  if (!regions_.add_local(ro_fd, mdd_fd, heap_fd, size, owner))
     spdlog::warn("nic {}: BTE cannot map the region of pid {}: its RDMA posts will fail", cfg_.nic_addr, owner);
 }
 

@@ -42,7 +42,7 @@ class BteEngine {
   BteEngine& operator=(const BteEngine&) = delete;
 
   // A CDM of this node attached (its region's two memfds) / was reclaimed.
-  void region_attached(int ro_fd, int heap_fd, uint64_t size, pid_t owner);
+  void region_attached(int ro_fd, int mdd_fd, int heap_fd, uint64_t size, pid_t owner);
   void region_gone(uint64_t attach_id);
   // kBteOpen: starts serving the CDM's ring at `ctl_offset` of its region. Returns a
   // gni_return_t value and the doorbell eventfd to pass (still owned by the engine).

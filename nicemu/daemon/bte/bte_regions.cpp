@@ -24,8 +24,8 @@ namespace nicemu::daemon {
 using namespace nicemu::abi;
 namespace cqe = nicemu::abi::cqe;
 
-std::shared_ptr<MappedRegion> MappedRegion::map(int ro_fd, int heap_fd, uint64_t size, pid_t owner) {
-  char* b = map_region(ro_fd, heap_fd, size);
+std::shared_ptr<MappedRegion> MappedRegion::map(int ro_fd, int mdd_fd, int heap_fd, uint64_t size, pid_t owner) {
+  char* b = map_region(ro_fd, mdd_fd, heap_fd, size);
   if (!b) return nullptr;
   std::shared_ptr<MappedRegion> r(new MappedRegion);
   r->base_ = b;
@@ -79,8 +79,8 @@ RegionDirectory::RegionDirectory(uint32_t nic_addr, std::string rundir)
 
 RegionDirectory::~RegionDirectory() = default;
 
-std::shared_ptr<MappedRegion> RegionDirectory::add_local(int ro_fd, int heap_fd, uint64_t size, pid_t owner) {
-  auto r = MappedRegion::map(ro_fd, heap_fd, size, owner);
+std::shared_ptr<MappedRegion> RegionDirectory::add_local(int ro_fd, int mdd_fd, int heap_fd, uint64_t size, pid_t owner) {
+  auto r = MappedRegion::map(ro_fd, mdd_fd, heap_fd, size, owner);
   if (!r) return nullptr;
   std::lock_guard<std::mutex> lk(mu_);
   local_[r->attach_id()] = r;
@@ -182,8 +182,8 @@ std::shared_ptr<MappedRegion> RegionDirectory::lookup_remote(const RegionKey& ke
   req.ptag = key.ptag;
   req.cookie = key.cookie;
   abi::ctl::PeerLookupReply rep{};
-  int fds[2] = {-1, -1};
-  if (!c->call(req, rep, fds, 2)) {
+  int fds[3] = {-1, -1, -1};  // read-only section, MDD table, heap
+  if (!c->call(req, rep, fds, 3)) {
     links_.erase(key.nic_addr);
     status = cqe::kErrNoPeer;
     return nullptr;
@@ -192,13 +192,13 @@ std::shared_ptr<MappedRegion> RegionDirectory::lookup_remote(const RegionKey& ke
     for (int fd : fds)
       if (fd >= 0) ::close(fd);
   };
-  if (rep.r.rc != gni::kSuccess || fds[1] < 0) {
+  if (rep.r.rc != gni::kSuccess || fds[2] < 0) {
     close_fds();
     // No such memory domain there (or not ours to see): the handle does not translate.
     status = cqe::kErrProtection;
     return nullptr;
   }
-  auto r = MappedRegion::map(fds[0], fds[1], rep.region_size, static_cast<pid_t>(rep.pid));
+  auto r = MappedRegion::map(fds[0], fds[1], fds[2], rep.region_size, static_cast<pid_t>(rep.pid));
   close_fds();
   if (!r || !r->alive()) {
     status = cqe::kErrPeerGone;

@@ -29,7 +29,7 @@ class MappedRegion {
  public:
   // Maps `memfd` (read-only section PROT_READ, heap read-write) and opens a pidfd of the
   // owner. nullptr if the region does not look like one (magic, version, size).
-  static std::shared_ptr<MappedRegion> map(int ro_fd, int heap_fd, uint64_t size, pid_t owner);
+  static std::shared_ptr<MappedRegion> map(int ro_fd, int mdd_fd, int heap_fd, uint64_t size, pid_t owner);
   ~MappedRegion();
   MappedRegion(const MappedRegion&) = delete;
   MappedRegion& operator=(const MappedRegion&) = delete;
@@ -78,7 +78,7 @@ class RegionDirectory {
   ~RegionDirectory();
 
   // A CDM of this node attached / went away (called by the control thread).
-  std::shared_ptr<MappedRegion> add_local(int ro_fd, int heap_fd, uint64_t size, pid_t owner);
+  std::shared_ptr<MappedRegion> add_local(int ro_fd, int mdd_fd, int heap_fd, uint64_t size, pid_t owner);
   void remove_local(uint64_t attach_id);
   std::shared_ptr<MappedRegion> local(uint64_t attach_id) const;
 

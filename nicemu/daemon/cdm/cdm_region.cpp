@@ -23,15 +23,16 @@ using namespace nicemu::abi;
 namespace rc = nicemu::abi::gni;
 
 CdmRegion::CdmRegion(uint32_t nic_addr, uint32_t device_type, const ctl::Attach& req, pid_t pid,
-                     uint64_t attach_id, uint64_t region_size, uint32_t mem_domain)
-    : size_(region_size),
+                     uint64_t attach_id, uint64_t region_size, uint32_t mem_domain, std::shared_ptr<ProcessMdd> mdd)
+    : mdd_(std::move(mdd)),
+      size_(region_size),
       attach_id_(attach_id),
       inst_id_(req.inst_id),
       mem_domain_(mem_domain),
       cred_{req.ptag, req.cookie},
       pid_(pid),
       heap_(kRoSize, region_size) {
-  // Two memfds (region_map.h): the read-only section and the heap.
+  // Three memfds (region_map.h): the read-only section, the process's MDD table, the heap.
   if (size_ <= kRoSize) throw std::runtime_error("region size " + std::to_string(size_) + " leaves no heap");
   std::string name = "nicemu-cdm-" + std::to_string(pid) + "-" + std::to_string(req.inst_id);
   auto fail = [&](const char* what) {
@@ -46,7 +47,7 @@ CdmRegion::CdmRegion(uint32_t nic_addr, uint32_t device_type, const ctl::Attach&
   if (ftruncate(ro_fd_, static_cast<off_t>(kRoSize)) != 0 ||
       ftruncate(heap_fd_, static_cast<off_t>(size_ - kRoSize)) != 0)
     fail("sizing");
-  base_ = map_region(ro_fd_, heap_fd_, size_, PROT_READ | PROT_WRITE);
+  base_ = map_region(ro_fd_, mdd_->memfd(), heap_fd_, size_, PROT_READ | PROT_WRITE, PROT_READ | PROT_WRITE);
   if (!base_) fail("mapping");
   // Sealed after the daemon's own writable mapping exists: it keeps working, and nobody
   // (the daemon included) can map the read-only section writable again.
@@ -122,95 +123,6 @@ int CdmRegion::check_register(const RegSpec& spec) const {
   return rc::kSuccess;
 }
 
-// Several segments are addressed by peers as offsets 0 .. total-1 of their concatenation.
-// The segment list goes into the read-only segment table first; the entry that refers to
-// it is published last, so no reader sees it half written.
-int CdmRegion::reg_store(uint32_t slot, uint32_t gen, const RegSpec& spec, uint32_t dst_cq, uint64_t origin,
-                         uint32_t domain) {
-  RegEntry* e = reg(slot);
-  if (e->state != kRegFree) return rc::kErrorResource;
-  const uint32_t count = static_cast<uint32_t>(spec.segments.size());
-  uint32_t first = 0;
-  if (count) {
-    auto run = segs_.allocate(uint64_t{count} * sizeof(SegEntry), sizeof(SegEntry));
-    if (!run) return rc::kErrorResource;  // segment table full: like running out of MDDs
-    first = static_cast<uint32_t>((*run - kSegTableOffset) / sizeof(SegEntry));
-    auto* seg = reinterpret_cast<SegEntry*>(base_ + kSegTableOffset) + first;
-    uint64_t offset = 0;
-    for (uint32_t i = 0; i < count; ++i) {
-      seg[i] = SegEntry{offset, spec.segments[i].address, spec.segments[i].length, 0};
-      offset += spec.segments[i].length;
-    }
-  }
-  uint32_t seq = e->seq.load(std::memory_order_relaxed);
-  e->seq.store(seq + 1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-  e->gen = gen & mdh::kGenMask;
-  e->flags = spec.flags;
-  e->address = count ? 0 : spec.address;
-  e->length = spec.length;
-  e->dst_cq = dst_cq;
-  e->seg_count = count;
-  e->seg_first = first;
-  e->domain = domain;
-  e->vmdh = spec.vmdh;
-  e->state = spec.reserved ? kRegReserved : kRegLive;
-  e->seq.store(seq + 2, std::memory_order_release);
-  origin_[slot] = origin;
-  if (spec.vmdh) vmdh_slots_[spec.vmdh - 1] = slot;
-  ++live_regs_;
-  return rc::kSuccess;
-}
-
-void CdmRegion::reg_make_live(uint32_t slot) {
-  RegEntry* e = reg(slot);
-  if (e->state != kRegReserved) return;
-  uint32_t seq = e->seq.load(std::memory_order_relaxed);
-  e->seq.store(seq + 1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-  e->state = kRegLive;
-  e->seq.store(seq + 2, std::memory_order_release);
-}
-
-std::optional<uint32_t> CdmRegion::vmdh_slot(uint32_t index) const {
-  auto it = vmdh_slots_.find(index);
-  if (it == vmdh_slots_.end()) return std::nullopt;
-  return it->second;
-}
-
-void CdmRegion::reg_clear(uint32_t slot) {
-  RegEntry* e = reg(slot);
-  if (e->state == kRegFree) return;
-  if (e->vmdh) vmdh_slots_.erase(e->vmdh - 1);
-  uint32_t seq = e->seq.load(std::memory_order_relaxed);
-  e->seq.store(seq + 1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-  e->state = kRegFree;
-  e->seq.store(seq + 2, std::memory_order_release);
-  // Only now may the segments be reused: a reader of the old entry sees its seq move.
-  if (e->seg_count) segs_.release(kSegTableOffset + uint64_t{e->seg_first} * sizeof(SegEntry));
-  origin_.erase(slot);
-  --live_regs_;
-}
-
-uint64_t CdmRegion::reg_origin(uint32_t slot) const {
-  auto it = origin_.find(slot);
-  return it == origin_.end() ? 0 : it->second;
-}
-
-RegSpec CdmRegion::reg_spec(uint32_t slot) const {
-  const RegEntry* e = reg(slot);
-  RegSpec spec;
-  spec.address = e->address;
-  spec.length = e->length;
-  spec.flags = e->flags;
-  spec.vmdh = e->vmdh;
-  spec.reserved = e->state == kRegReserved;
-  const auto* seg = reinterpret_cast<const SegEntry*>(base_ + kSegTableOffset) + e->seg_first;
-  for (uint32_t i = 0; i < e->seg_count; ++i) spec.segments.push_back(ctl::MemSegment{seg[i].address, seg[i].length});
-  return spec;
-}
-
 int CdmRegion::cq_create(const ctl::CqCreate& req, ctl::CqCreateReply& rep) {
   if (!alive()) return rc::kInvalidState;
   if (req.entry_count == 0 || req.entry_count > (1u << 24)) return rc::kInvalidParam;
@@ -248,15 +160,7 @@ int CdmRegion::cq_destroy(const ctl::CqDestroy& req) {
   // Registrations that name this CQ for remote events lose it (their later remote events
   // are dropped): clients destroy their receive CQ before deregistering the mailboxes that
   // feed it (Open MPI's btl/ugni does), and §11.2 refuses only while an EP uses the CQ.
-  for (uint32_t s = 0; s < kRegSlots; ++s) {
-    RegEntry* e = reg(s);
-    if (e->state == kRegFree || e->dst_cq != req.cq_index) continue;
-    uint32_t seq = e->seq.load(std::memory_order_relaxed);
-    e->seq.store(seq + 1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_release);
-    e->dst_cq = kNoCq;
-    e->seq.store(seq + 2, std::memory_order_release);
-  }
+  mdd_->drop_cq(mem_domain_, req.cq_index);
   CqDesc* d = cq(req.cq_index);
   d->state.store(kCqFree, std::memory_order_release);
   uint64_t bytes = sizeof(CqRingCtl) + uint64_t{d->capacity} * sizeof(uint64_t);
@@ -281,7 +185,9 @@ int CdmRegion::mbox_open(const ctl::MboxOpen& req, ctl::MboxOpenReply& rep, bool
     return rc::kInvalidParam;
   auto f = mdh::decode(req.qword1, req.qword2);
   if (!f) return rc::kInvalidParam;
-  RegEntry* e = reg(f->slot);
+  RegEntry copy;  // the owner writes its table: decide on one consistent copy
+  if (f->slot >= kRegSlots || !region_read_entry(mdd_->entry(f->slot), copy)) return rc::kInvalidParam;
+  const RegEntry* e = &copy;
   if (e->state != kRegLive || !region_entry_owner(*f, *e)) return rc::kInvalidParam;
   // The mailbox must lie inside the registration, as the RDMA writes of real SMSG would.
   uint64_t need = smsg_buffer_size(req.credits, req.max_size);
@@ -380,18 +286,8 @@ void CdmRegion::kill(RegionState why) {
   // State first: a peer that then finds a registration gone knows why (peer gone, not a
   // protection error).
   h->state.store(why, std::memory_order_seq_cst);
-  for (uint32_t s = 0; s < kRegSlots; ++s) {
-    RegEntry* e = reg(s);
-    if (e->state == kRegFree) continue;
-    uint32_t seq = e->seq.load(std::memory_order_relaxed);
-    e->seq.store(seq + 1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_release);
-    e->state = kRegFree;
-    e->seq.store(seq + 2, std::memory_order_release);
-  }
-  live_regs_ = 0;
-  origin_.clear();
-  vmdh_slots_.clear();
+  // Its registrations go (those through its siblings stay: the table is the process's).
+  mdd_->drop_domain(mem_domain_);
   h->down_futex.fetch_add(1);
   futex_wake_all(&h->down_futex);
   h->dgram_seq.fetch_add(1);

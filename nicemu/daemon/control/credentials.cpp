@@ -305,8 +305,11 @@ int Node::attach(Peer& peer, const ctl::Attach& req, ctl::AttachReply& rep, Pass
   if (domain == 0) return refuse(rc::kErrorResource, "no memory domain left (4095 CDMs attached to this NIC)");
   std::unique_ptr<CdmRegion> region;
   try {
+    // The process's MDD table of this credential: its other CDMs' (process_mdd.h), or new.
+    const std::vector<CdmRegion*> sib = family(peer.pid, c);
+    auto mdd = sib.empty() ? std::make_shared<ProcessMdd>(peer.pid) : sib.front()->mdd_ptr();
     region = std::make_unique<CdmRegion>(cfg_.nic_addr, cfg_.device_type, req, peer.pid, next_attach_++,
-                                         cfg_.region_size, domain);
+                                         cfg_.region_size, domain, std::move(mdd));
   } catch (const std::exception& e) {
     return refuse(rc::kErrorNomem, e.what());
   }
@@ -316,14 +319,13 @@ int Node::attach(Peer& peer, const ctl::Attach& req, ctl::AttachReply& rep, Pass
   rep.region_size = region->region_size();
   rep.ro_size = kRoSize;
   rep.mem_domain = domain;
-  pass_fds = {region->ro_memfd(), region->heap_memfd()};
+  pass_fds = {region->ro_memfd(), region->mdd_memfd(), region->heap_memfd()};
   peer.attach_id = region->attach_id();
   domains_[domain] = peer.attach_id;
   next_domain_ = domain + 1;
   spdlog::info("nic {}: pid {} attached inst {} ptag {} (attach {}, memory domain {})", cfg_.nic_addr, peer.pid,
                req.inst_id, req.ptag, peer.attach_id, domain);
-  bte_.region_attached(region->ro_memfd(), region->heap_memfd(), region->region_size(), peer.pid);
-  if (auto sib = family(peer.pid, c); !sib.empty()) mdd_copy_into(*region, *sib.front());
+  bte_.region_attached(region->ro_memfd(), region->mdd_memfd(), region->heap_memfd(), region->region_size(), peer.pid);
   // The page is readable by every local user: it names the job's uid and ptag, not its cookie.
   stats_.cdm_attached(peer.attach_id, peer.pid, peer.uid, req.inst_id, req.ptag, 0);
   leases_.add(region->header());

@@ -2,6 +2,8 @@
 // mailboxes, the BTE ring, bandwidth injection.
 #include "nicemu/daemon/control/request.h"
 
+#include <algorithm>
+#include <array>
 #include <cstddef>
 #include <memory>
 
@@ -9,16 +11,26 @@
 
 #include "nicemu/abi/gni_values.h"
 #include "nicemu/daemon/cdm/process_mdd.h"
+#include "nicemu/abi/mem_handle.h"
 
 namespace nicemu::daemon {
 
 using namespace nicemu::abi;
 
-int Node::on_mem_register(Request& q, CdmRegion& cdm, const ctl::MemRegister& req, ctl::MemRegisterReply& r) {
-  if (req.flags & gni::kMemUpdateRegion) return mdd_update(cdm, family(cdm.pid(), cdm.credential()), req, r);
-  if (!may_take(q.peer, Resource::kRegistrations, cdm.pid(), cdm.credential())) return rc::kErrorResource;
+// Registrations that need the daemon (process_mdd.h); plain ones the library writes itself.
+// Every registration counts against the room the process was granted (on_reg_budget), so
+// no registration limit is checked here.
+int Node::on_mem_register(Request&, CdmRegion& cdm, const ctl::MemRegister& req, ctl::MemRegisterReply& r) {
+  if (req.flags & gni::kMemUpdateRegion) {
+    const int code = cdm.mdd().update(req.qword1, req.qword2, req.address, req.length);
+    if (code == rc::kSuccess) {
+      r.qword1 = req.qword1;
+      r.qword2 = req.qword2;
+    }
+    return code;
+  }
   RegSpec spec{req.address, req.length, req.flags, req.dst_cq, {}};
-  const int code = register_memory(cdm, spec, req.vmdh_index, req.mdd_block, r);
+  const int code = register_memory(cdm, spec, req.slot, req.vmdh_index, req.mdd_block, r);
   if (code == rc::kSuccess) ++ctr_.registrations;
   return code;
 }
@@ -37,38 +49,61 @@ void Node::on_mem_register_segments(Request& q) {
   for (const ctl::MemSegment& g : spec.segments) spec.length += g.length;  // overflow: check_register
   if (!cdm)
     r.r.rc = rc::kInvalidState;
-  else if (!may_take(q.peer, Resource::kRegistrations, cdm->pid(), cdm->credential()))
-    r.r.rc = rc::kErrorResource;
   else
-    r.r.rc = register_memory(*cdm, spec, req->vmdh_index, req->mdd_block, r);
+    r.r.rc = register_memory(*cdm, spec, req->slot, req->vmdh_index, req->mdd_block, r);
   if (r.r.rc == rc::kSuccess) ++ctr_.registrations;
 }
 
 int Node::on_mem_deregister(Request&, CdmRegion& cdm, const ctl::MemDeregister& req, PlainReply&) {
-  uint32_t vmdh = 0, origin_domain = 0;  // a vMDH binding goes with the registration
-  if (auto f = mdh::decode(req.qword1, req.qword2)) {
-    vmdh = cdm.reg_entry(f->slot).vmdh;
-    origin_domain = cdm.reg_entry(f->slot).domain;
-  }
-  const int code = mdd_deregister(cdm, family(cdm.pid(), cdm.credential()), req);
+  auto f = mdh::decode(req.qword1, req.qword2);
+  const uint32_t vmdh = f ? cdm.mdd().made_vmdh(f->slot) : 0;  // a vMDH binding goes with the registration
+  const uint32_t origin_domain = f ? f->domain : 0;
+  const int code = cdm.mdd().deregister(req.qword1, req.qword2);
   if (code != rc::kSuccess) return code;
   if (vmdh) bte_.regions().vmdh().unbind(cdm.credential().ptag, cdm.credential().cookie, vmdh - 1, origin_domain);
   ++ctr_.deregistrations;
   return code;
 }
 
-// A registration of `cdm` (and its siblings, process_mdd.h). With GNI_MEM_USE_VMDH it takes
-// an index of the node's vMDH block of its protection domain: `vmdh_index`, or the first
-// free one below `mdd_block` for (uint32_t)-1. An index is in use while the CDM it is bound
-// to still holds a registration under it (bindings are checked, never trusted).
-int Node::register_memory(CdmRegion& cdm, RegSpec& spec, uint32_t vmdh_index, uint32_t mdd_block,
+// Room for the registrations the library makes itself: what the process's and its
+// credential's limits leave (resource_limits.h), counted once per process and credential.
+void Node::on_reg_budget(Request& q) {
+  ctl::RegBudget req;
+  if (!parse(q, req)) return bad(q);
+  auto& r = init_reply<ctl::RegBudgetReply>(q.reply, q.h);
+  CdmRegion* cdm = owned_cdm(q.peer);
+  if (!cdm) {
+    r.r.rc = rc::kInvalidState;
+    return;
+  }
+  ProcessMdd& mdd = cdm->mdd();
+  mdd.granted -= std::min<uint64_t>(mdd.granted, req.give_back);
+  const std::array<uint64_t, 2> used = usage(Resource::kRegistrations, cdm->pid(), cdm->credential());
+  const uint64_t i = static_cast<size_t>(Resource::kRegistrations);
+  const uint64_t room = std::min(cfg_.limits.per_process[i] - std::min(cfg_.limits.per_process[i], used[0]),
+                                 cfg_.limits.per_credential[i] - std::min(cfg_.limits.per_credential[i], used[1]));
+  const uint64_t added = std::min<uint64_t>(room, req.want);
+  mdd.granted += added;
+  r.added = static_cast<uint32_t>(added);
+  r.granted = static_cast<uint32_t>(mdd.granted);
+  if (req.want > 0 && added == 0) may_take(q.peer, Resource::kRegistrations, cdm->pid(), cdm->credential());  // counts and says why
+  r.r.rc = rc::kSuccess;
+}
+
+// A registration of `cdm` that needs the daemon, in MDD `slot` (the library's choice). With
+// GNI_MEM_USE_VMDH it takes an index of the node's vMDH block of its protection domain:
+// `vmdh_index`, or the first free one below `mdd_block` for (uint32_t)-1. An index is in use
+// while the CDM it is bound to still holds a registration under it (bindings are checked,
+// never trusted).
+int Node::register_memory(CdmRegion& cdm, RegSpec& spec, uint32_t slot, uint32_t vmdh_index, uint32_t mdd_block,
                           ctl::MemRegisterReply& rep) {
+  if (int r = cdm.check_register(spec); r != rc::kSuccess) return r;
   const Credential c = cdm.credential();
   VmdhTable& table = bte_.regions().vmdh();
   auto in_use = [&](uint32_t index) {
     auto d = table.domain(c.ptag, c.cookie, index);
     CdmRegion* holder = d ? find_cdm_by_domain(c, *d) : nullptr;
-    return holder && holder->vmdh_slot(index).has_value();
+    return holder && holder->mdd().vmdh_slot(index, holder->mem_domain()).has_value();
   };
   spec.reserved = spec.flags & gni::kMemReserveRegion;
   if (spec.flags & gni::kMemUseVmdh) {
@@ -87,7 +122,7 @@ int Node::register_memory(CdmRegion& cdm, RegSpec& spec, uint32_t vmdh_index, ui
     }
     spec.vmdh = index + 1;
   }
-  int r = mdd_register(cdm, family(cdm.pid(), c), spec, rep);
+  int r = cdm.mdd().store(slot, spec, spec.dst_cq, cdm.mem_domain(), rep);
   if (r == rc::kSuccess && spec.vmdh) table.bind(c.ptag, c.cookie, spec.vmdh - 1, cdm.mem_domain());
   return r;
 }
@@ -118,6 +153,10 @@ void Node::on_peer_lookup(Request& q) {
     r.r.rc = refuse_credential(q.peer, "peer lookup", c);
   } else if (!(t = find_cdm_by_domain(c, req.mem_domain))) {
     r.r.rc = rc::kNoMatch;
+  } else if (!t->mdd().owner_sealed()) {
+    // Its owner has not sealed its MDD table yet (it does in GNI_CdmAttach): handing it out
+    // now would let the peer map the owner's registrations writable.
+    r.r.rc = rc::kNoMatch;
   } else {
     r.r.rc = rc::kSuccess;
     r.pid = static_cast<uint32_t>(t->pid());
@@ -125,7 +164,7 @@ void Node::on_peer_lookup(Request& q) {
     r.attach_id = t->attach_id();
     r.region_size = t->region_size();
     r.ro_size = kRoSize;
-    q.pass_fds = {t->ro_memfd(), t->heap_memfd()};
+    q.pass_fds = {t->ro_memfd(), t->mdd_memfd(), t->heap_memfd()};
   }
   if (r.r.rc != rc::kSuccess) {
     ++ctr_.peer_lookup_failures;

@@ -1,0 +1,149 @@
+#include "mdd_table.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "internal.h"
+#include "nicemu/abi/mem_handle.h"
+#include "nicemu/abi/region_map.h"
+
+namespace nicemu::ugni {
+
+using namespace nicemu::abi;
+
+namespace {
+std::mutex g_tables_mu;
+std::map<std::pair<dev_t, ino_t>, std::weak_ptr<MddTable>> g_tables;  // by the memfd's inode
+
+// Room asked of the daemon at a time: enough that a registering loop rarely asks, little
+// enough that one process does not hold back what its job's others could use.
+constexpr uint64_t kRoomStep = 256;
+}  // namespace
+
+std::shared_ptr<MddTable> MddTable::attach(int fd) {
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != kMddBytes) return nullptr;
+  std::lock_guard<std::mutex> lk(g_tables_mu);
+  auto key = std::make_pair(st.st_dev, st.st_ino);
+  if (auto it = g_tables.find(key); it != g_tables.end())
+    if (auto t = it->second.lock()) return t;
+  // A fresh table: ours to write through this mapping only, once sealed (region_map.h).
+  void* b = mmap(nullptr, kMddBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (b == MAP_FAILED) return nullptr;
+  if (fcntl(fd, F_ADD_SEALS, kMddOwnerSeals) != 0) {
+    munmap(b, kMddBytes);
+    return nullptr;
+  }
+  std::shared_ptr<MddTable> t(new MddTable);
+  t->rw_ = static_cast<char*>(b);
+  t->dev_ = st.st_dev;
+  t->ino_ = st.st_ino;
+  g_tables[key] = t;
+  return t;
+}
+
+MddTable::~MddTable() {
+  {
+    std::lock_guard<std::mutex> lk(g_tables_mu);
+    if (auto it = g_tables.find({dev_, ino_}); it != g_tables.end() && it->second.expired()) g_tables.erase(it);
+  }
+  if (rw_) munmap(rw_, kMddBytes);
+}
+
+uint32_t MddTable::take(Nic* n, uint32_t domain, SlotUse use) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (used_ >= granted_) {
+    abi::ctl::RegBudget req{};
+    req.h.op = static_cast<uint16_t>(abi::ctl::Op::kRegBudget);
+    req.want = static_cast<uint32_t>(std::max<uint64_t>(kRoomStep, std::min<uint64_t>(granted_, kRegSlots)));
+    abi::ctl::RegBudgetReply rep{};
+    if (daemon_call(n, req, rep) != GNI_RC_SUCCESS || rep.added == 0) return kRegSlots;
+    granted_ += rep.added;
+  }
+  // Round-robin from the hint, so a just-freed slot (and its generation) is reused last.
+  for (uint32_t i = 0; i < kRegSlots; ++i) {
+    uint32_t s = (hint_ + i) % kRegSlots;
+    if (use_[s] != kFree) continue;
+    use_[s] = use;
+    domain_[s] = static_cast<uint16_t>(domain);
+    hint_ = s + 1;
+    ++used_;
+    return s;
+  }
+  return kRegSlots;
+}
+
+void MddTable::give(Nic* n, uint32_t slot) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (slot >= kRegSlots || use_[slot] == kFree) return;
+  use_[slot] = kFree;
+  --used_;
+  // Room far beyond what is in use goes back; a step stays for the next registrations.
+  if (granted_ - used_ >= 4 * kRoomStep) {
+    abi::ctl::RegBudget req{};
+    req.h.op = static_cast<uint16_t>(abi::ctl::Op::kRegBudget);
+    req.give_back = static_cast<uint32_t>(granted_ - used_ - kRoomStep);
+    abi::ctl::RegBudgetReply rep{};
+    if (daemon_call(n, req, rep) == GNI_RC_SUCCESS) granted_ -= req.give_back;
+  }
+}
+
+uint32_t MddTable::publish(uint32_t slot, uint64_t address, uint64_t length, uint32_t flags, uint32_t dst_cq,
+                           uint32_t domain) {
+  RegEntry& e = entry(slot);
+  uint32_t seq;
+  // Only the daemon's reclaim of a gone CDM competes for an entry, and never for a slot we
+  // hold: the wait is for a writer that is already leaving.
+  while (!reg_write_begin(e, seq)) {
+  }
+  const uint32_t gen = (e.gen + 1) & mdh::kGenMask;
+  e.gen = gen;
+  e.flags = flags;
+  e.address = address;
+  e.length = length;
+  e.dst_cq = dst_cq;
+  e.seg_count = 0;
+  e.seg_first = 0;
+  e.domain = domain;
+  e.vmdh = 0;
+  e.state = kRegLive;
+  reg_write_end(e, seq);
+  return gen;
+}
+
+bool MddTable::unpublish(uint32_t slot, uint32_t domain, uint64_t va_page) {
+  if (slot >= kRegSlots) return false;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (use_[slot] != kOurs || domain_[slot] != domain) return false;
+  }
+  RegEntry& e = entry(slot);
+  uint32_t seq;
+  while (!reg_write_begin(e, seq)) {
+  }
+  const bool named = e.state == kRegLive && e.domain == domain && (e.address & ~(kPageSize - 1)) == va_page;
+  if (named) e.state = kRegFree;
+  reg_write_end(e, seq);
+  return named;
+}
+
+MddTable::SlotUse MddTable::use(uint32_t slot) {
+  std::lock_guard<std::mutex> lk(mu_);
+  return slot < kRegSlots ? static_cast<SlotUse>(use_[slot]) : kFree;
+}
+
+void MddTable::forget_domain(uint32_t domain) {
+  std::lock_guard<std::mutex> lk(mu_);
+  for (uint32_t s = 0; s < kRegSlots; ++s)
+    if (use_[s] != kFree && domain_[s] == domain) {
+      use_[s] = kFree;
+      --used_;
+    }
+}
+
+}  // namespace nicemu::ugni
