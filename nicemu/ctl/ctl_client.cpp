@@ -125,7 +125,7 @@ long Connection::call(void* req, size_t req_size, void* reply, size_t reply_size
   if (!send_locked(req, req_size)) return -1;
 
   iovec iov{reply, reply_size};
-  constexpr size_t kMaxPassed = 2;  // a CDM region: read-only section and heap
+  constexpr size_t kMaxPassed = 3;  // a CDM region: read-only section, MDD table, heap
   alignas(cmsghdr) char cbuf[CMSG_SPACE(kMaxPassed * sizeof(int))];
   msghdr msg{};
   msg.msg_iov = &iov;

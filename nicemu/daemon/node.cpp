@@ -237,7 +237,7 @@ void Node::bad(Request& q) {
 }
 
 void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& reply, PassFds& pass_fds) {
-  pass_fds = {-1, -1};
+  pass_fds.fill(-1);
   reply.clear();
   ctl::Header h;
   if (len < sizeof(h)) {

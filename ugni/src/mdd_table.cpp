@@ -96,7 +96,7 @@ void MddTable::give(Nic* n, uint32_t slot) {
 uint32_t MddTable::publish(uint32_t slot, uint64_t address, uint64_t length, uint32_t flags, uint32_t dst_cq,
                            uint32_t domain) {
   RegEntry& e = entry(slot);
-  uint32_t seq;
+  uint32_t seq = 0;
   // Only the daemon's reclaim of a gone CDM competes for an entry, and never for a slot we
   // hold: the wait is for a writer that is already leaving.
   while (!reg_write_begin(e, seq)) {
@@ -123,7 +123,7 @@ bool MddTable::unpublish(uint32_t slot, uint32_t domain, uint64_t va_page) {
     if (use_[slot] != kOurs || domain_[slot] != domain) return false;
   }
   RegEntry& e = entry(slot);
-  uint32_t seq;
+  uint32_t seq = 0;
   while (!reg_write_begin(e, seq)) {
   }
   const bool named = e.state == kRegLive && e.domain == domain && (e.address & ~(kPageSize - 1)) == va_page;

@@ -47,7 +47,9 @@ CdmRegion::CdmRegion(uint32_t nic_addr, uint32_t device_type, const ctl::Attach&
   if (ftruncate(ro_fd_, static_cast<off_t>(kRoSize)) != 0 ||
       ftruncate(heap_fd_, static_cast<off_t>(size_ - kRoSize)) != 0)
     fail("sizing");
-  base_ = map_region(ro_fd_, mdd_->memfd(), heap_fd_, size_, PROT_READ | PROT_WRITE, PROT_READ | PROT_WRITE);
+  // The MDD table read-only here: once its owner sealed it, only ProcessMdd's first mapping
+  // writes it (and that is where the daemon writes it).
+  base_ = map_region(ro_fd_, mdd_->memfd(), heap_fd_, size_, PROT_READ | PROT_WRITE, PROT_READ);
   if (!base_) fail("mapping");
   // Sealed after the daemon's own writable mapping exists: it keeps working, and nobody
   // (the daemon included) can map the read-only section writable again.

@@ -53,7 +53,7 @@ int ProcessMdd::store(uint32_t slot, const RegSpec& spec, uint32_t dst_cq, uint3
                       ctl::MemRegisterReply& rep) {
   if (slot >= kRegSlots || made_.contains(slot)) return rc::kInvalidParam;
   RegEntry& e = entries()[slot];
-  uint32_t seq;
+  uint32_t seq = 0;
   if (!reg_write_begin(e, seq)) return rc::kInvalidParam;
   if (e.state != kRegFree) {  // the library chose a slot it holds itself
     reg_write_end(e, seq);
@@ -134,7 +134,7 @@ int ProcessMdd::update(uint64_t qword1, uint64_t qword2, uint64_t address, uint6
   auto f = mdh::decode(qword1, qword2);
   if (!f || !made_.contains(f->slot)) return rc::kInvalidParam;
   RegEntry& e = entries()[f->slot];
-  uint32_t seq;
+  uint32_t seq = 0;
   if (!reg_write_begin(e, seq)) return rc::kInvalidParam;
   int code = rc::kSuccess;
   if (e.state == kRegFree || (e.address & ~(kPageSize - 1)) != f->va || !region_entry_owner(*f, e)) {
@@ -171,7 +171,7 @@ void ProcessMdd::drop_domain(uint32_t domain) {
 void ProcessMdd::drop_cq(uint32_t domain, uint32_t cq) {
   for (uint32_t s = 0; s < kRegSlots; ++s) {
     RegEntry& e = entries()[s];
-    uint32_t seq;
+    uint32_t seq = 0;
     if (e.state == kRegFree || e.domain != domain || e.dst_cq != cq || !reg_write_begin(e, seq)) continue;
     if (e.domain == domain && e.dst_cq == cq) e.dst_cq = kNoCq;
     reg_write_end(e, seq);

@@ -55,7 +55,7 @@ void Node::handle_msgq(Request& q) {
       ++ctr_.msgq_joins;
       r.segment_id = seg->id();
       r.size = seg->size();
-      q.pass_fds = {seg->ro_memfd(), seg->rw_memfd()};
+      q.pass_fds = {seg->ro_memfd(), seg->rw_memfd(), -1};
       return;
     }
     case Op::kMsgqLeave: {
@@ -117,7 +117,7 @@ void Node::handle_msgq(Request& q) {
         r.r.rc = rc::kSuccess;
         r.segment_id = it->second->id();
         r.size = it->second->size();
-        q.pass_fds = {it->second->ro_memfd(), it->second->rw_memfd()};
+        q.pass_fds = {it->second->ro_memfd(), it->second->rw_memfd(), -1};
       }
       return;
     }
