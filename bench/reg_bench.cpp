@@ -141,8 +141,8 @@ double pct(std::vector<double> v, double q) {
 
 int main(int argc, char** argv) {
   CLI::App app{"reg_bench: GNI_MemRegister+GNI_MemDeregister next to mlock+munlock, 1..8 processes at once"};
-  app.add_option("--sizes", opt.sizes, "bytes per registration (default 4096 65536 1048576)");
-  app.add_option("--procs", opt.procs, "processes registering at once (default 1 2 4 8)");
+  app.add_option("--sizes", opt.sizes, "bytes per registration (default 4096,65536,1048576)")->delimiter(',');
+  app.add_option("--procs", opt.procs, "processes registering at once (default 1,2,4,8)")->delimiter(',');
   app.add_option("--rounds", opt.rounds, "rounds per size (default 30)");
   app.add_option("--iters", opt.iters, "pairs of each kind per round (default 50)");
   app.add_flag("--udreg", opt.udreg, "also time a uDREG miss");
