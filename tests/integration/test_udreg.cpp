@@ -170,7 +170,7 @@ void expect_ok(int rc, const std::string& what) {
   CHECK_MESSAGE(rc == 0, what);
 }
 
-uint64_t stat(udreg_cache_handle_t h, udreg_stat_t s) {
+uint64_t cache_stat(udreg_cache_handle_t h, udreg_stat_t s) {
   uint64_t v = 0;
   CHILD_CHECK(UDREG_GetStat(h, s, &v) == UDREG_RC_SUCCESS);
   return v;
@@ -259,7 +259,7 @@ TEST_CASE("free then malloc at the same address: stale without invalidation, fre
     // The hit before the free: same entry, no new registration.
     udreg_entry_t* again = nullptr;
     CHILD_CHECK(UDREG_Register(c.cache, p + 100, 1000, &again) == UDREG_RC_SUCCESS);
-    CHILD_CHECK(again == e && stat(c.cache, UDREG_STAT_CACHE_HIT) == 1);
+    CHILD_CHECK(again == e && cache_stat(c.cache, UDREG_STAT_CACHE_HIT) == 1);
     CHILD_CHECK(UDREG_DecrRefcount(c.cache, again) == UDREG_RC_SUCCESS);
 
     free(p);  // glibc unmaps the block from inside libc
@@ -420,8 +420,8 @@ TEST_CASE("eviction under a small max_entries keeps hits, misses and registratio
           if (round % 37 == 0) put_through(c, base + uint64_t(i) * kLen, e, kPage);
           CHILD_CHECK(UDREG_DecrRefcount(c.cache, e) == UDREG_RC_SUCCESS);
         }
-        uint64_t hit = stat(c.cache, UDREG_STAT_CACHE_HIT), miss = stat(c.cache, UDREG_STAT_CACHE_MISS),
-                 evicted = stat(c.cache, UDREG_STAT_CACHE_EVICTED);
+        uint64_t hit = cache_stat(c.cache, UDREG_STAT_CACHE_HIT), miss = cache_stat(c.cache, UDREG_STAT_CACHE_MISS),
+                 evicted = cache_stat(c.cache, UDREG_STAT_CACHE_EVICTED);
         std::fprintf(stderr, "hit %llu miss %llu evicted %llu\n", (unsigned long long)hit, (unsigned long long)miss,
                      (unsigned long long)evicted);
         CHILD_CHECK(hit + miss == calls);
@@ -434,7 +434,7 @@ TEST_CASE("eviction under a small max_entries keeps hits, misses and registratio
         CHILD_CHECK(UDREG_Evict(c.cache) == UDREG_RC_NO_MATCH);
         CHILD_CHECK(c.dev.live_count() == 0);
         CHILD_CHECK(UDREG_ResetStat(c.cache, UDREG_STAT_CACHE_HIT) == UDREG_RC_SUCCESS);
-        CHILD_CHECK(stat(c.cache, UDREG_STAT_CACHE_HIT) == 0);
+        CHILD_CHECK(cache_stat(c.cache, UDREG_STAT_CACHE_HIT) == 0);
         munmap(base, kBufs * kLen);
         return 0;
       },
