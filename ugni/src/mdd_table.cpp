@@ -40,6 +40,8 @@ std::shared_ptr<MddTable> MddTable::attach(int fd) {
     return nullptr;
   }
   std::shared_ptr<MddTable> t(new MddTable);
+  t->free_.reserve(kRegSlots);
+  for (uint32_t s = kRegSlots; s-- > 0;) t->free_.push_back(s);  // slot 0 first
   t->rw_ = static_cast<char*>(b);
   t->dev_ = st.st_dev;
   t->ino_ = st.st_ino;
@@ -65,23 +67,23 @@ uint32_t MddTable::take(Nic* n, uint32_t domain, SlotUse use) {
     if (daemon_call(n, req, rep) != GNI_RC_SUCCESS || rep.added == 0) return kRegSlots;
     granted_ += rep.added;
   }
-  // Round-robin from the hint, so a just-freed slot (and its generation) is reused last.
-  for (uint32_t i = 0; i < kRegSlots; ++i) {
-    uint32_t s = (hint_ + i) % kRegSlots;
-    if (use_[s] != kFree) continue;
-    use_[s] = use;
-    domain_[s] = static_cast<uint16_t>(domain);
-    hint_ = s + 1;
-    ++used_;
-    return s;
-  }
-  return kRegSlots;
+  // A reused slot gets a new generation (publish, ProcessMdd::store); an old handle that names
+  // it is refused unless the new registration is the same pages of the same memory domain,
+  // which the hardware's MDD accepts too.
+  if (free_.empty()) return kRegSlots;
+  const uint32_t s = free_.back();
+  free_.pop_back();
+  use_[s] = use;
+  domain_[s] = static_cast<uint16_t>(domain);
+  ++used_;
+  return s;
 }
 
 void MddTable::give(Nic* n, uint32_t slot) {
   std::lock_guard<std::mutex> lk(mu_);
   if (slot >= kRegSlots || use_[slot] == kFree) return;
   use_[slot] = kFree;
+  free_.push_back(slot);
   --used_;
   // Room far beyond what is in use goes back; a step stays for the next registrations.
   if (granted_ - used_ >= 4 * kRoomStep) {
@@ -142,6 +144,7 @@ void MddTable::forget_domain(uint32_t domain) {
   for (uint32_t s = 0; s < kRegSlots; ++s)
     if (use_[s] != kFree && domain_[s] == domain) {
       use_[s] = kFree;
+      free_.push_back(s);
       --used_;
     }
 }

@@ -55,7 +55,10 @@ class MddTable {
   std::mutex mu_;
   std::vector<uint8_t> use_ = std::vector<uint8_t>(abi::kRegSlots, kFree);
   std::vector<uint16_t> domain_ = std::vector<uint16_t>(abi::kRegSlots, 0);
-  uint32_t hint_ = 0;
+  // Free slots, the most recently freed last: taken from the back, so a process that
+  // registers and deregisters keeps using the same few entries (warm pages and cache lines
+  // for it, its peers and the daemon) instead of walking the whole table.
+  std::vector<uint32_t> free_;
   uint64_t granted_ = 0;  // room the daemon gave us (ctl::RegBudget)
   uint64_t used_ = 0;
 };
