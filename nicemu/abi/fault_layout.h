@@ -27,10 +27,11 @@ enum Kind : uint8_t {
   kRdmaGet = 5,  // GNI_PostRdma GET
   kDatagram = 6, // session datagram
   kPacket = 7,   // a packet of the inter-host fabric (reliable-channel layer)
-  kKinds = 8,
+  kReg = 8,      // GNI_MemRegister(Segments): error = GNI_RC_ERROR_RESOURCE, exhaust = GNI_RC_ERROR_NOMEM
+  kKinds = 9,
 };
 inline constexpr const char* kKindNames[kKinds] = {"smsg", "put", "get", "amo", "rdma_put", "rdma_get", "datagram",
-                                                   "packet"};
+                                                   "packet", "reg"};
 
 // What happens to one transaction.
 enum Action : uint8_t {

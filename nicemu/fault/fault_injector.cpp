@@ -43,6 +43,15 @@ bool Injector::link_down(uint32_t peer, uint64_t now_ns, uint64_t* up_ns) const 
   return false;
 }
 
+bool Injector::selects(Kind kind) const {
+  if (!cfg_.enabled || kind >= af::kKinds) return false;
+  for (uint32_t i = 0; i < cfg_.rule_count && i < af::kMaxRules; ++i)
+    if (in_mask(cfg_.rules[i].kind_mask, kind)) return true;
+  for (uint32_t i = 0; i < cfg_.nth_count && i < af::kMaxNth; ++i)
+    if (in_mask(cfg_.nth[i].kind_mask, kind)) return true;
+  return false;
+}
+
 Decision Injector::decide(Kind kind, uint32_t peer, uint64_t now_ns) {
   Decision d;
   d.index = ++index_;

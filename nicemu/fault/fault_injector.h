@@ -46,6 +46,9 @@ class Injector {
 
   // The fate of the next transaction of `kind` to NIC address `peer` at `now_ns`.
   Decision decide(Kind kind, uint32_t peer, uint64_t now_ns);
+  // Whether a rule or nth hook names `kind`: a caller that only then decides keeps the
+  // decision stream of the other kinds (and their replays) as it was.
+  bool selects(Kind kind) const;
   // For a transaction the ordering model lets later ones pass: how long the reorder engine
   // holds it (0: not held). Drawn for the transaction of the last decide().
   uint32_t reorder_hold_us() const;

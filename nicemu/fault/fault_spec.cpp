@@ -13,7 +13,9 @@ namespace {
 
 constexpr uint32_t kFma = (1u << af::kFmaPut) | (1u << af::kFmaGet) | (1u << af::kAmo);
 constexpr uint32_t kRdma = (1u << af::kRdmaPut) | (1u << af::kRdmaGet);
-constexpr uint32_t kAll = (1u << af::kKinds) - 1;
+// "any" is every transaction; registrations are failed only when named (kind reg), so a
+// spec written before they could be keeps its meaning and its replays.
+constexpr uint32_t kAll = (1u << af::kReg) - 1;
 
 bool kind_mask(std::string_view s, uint32_t& out) {
   if (s == "any") return out = kAll, true;
@@ -131,6 +133,9 @@ std::vector<std::string> hardware_notes(const af::Config& c) {
       notes.push_back("no effect: " + text + " (datagram rules are not consulted; datagrams are never failed)");
     else if (mask == (1u << af::kPacket) && (action == af::kError || action == af::kExhaust))
       notes.push_back("no effect: " + text + " (the fabric acts on packet drop, dup, delay and corrupt only)");
+    else if ((mask & (1u << af::kReg)) && action != af::kError && action != af::kExhaust)
+      notes.push_back("no effect on registrations: " + text +
+                      " (reg acts on error = GNI_RC_ERROR_RESOURCE and exhaust = GNI_RC_ERROR_NOMEM only)");
   };
   for (uint32_t i = 0; i < c.rule_count && i < af::kMaxRules; ++i) {
     const af::Rule& r = c.rules[i];

@@ -165,6 +165,30 @@ TEST_CASE("limits per process and per credential, and their release") {
   for (int fd : {ready[0], ready[1], go[0], go[1]}) close(fd);
 }
 
+// The fault injector's `reg` rules (docs/fault-injection.md): the first registration of each
+// CDM fails with GNI_RC_ERROR_RESOURCE, the second with GNI_RC_ERROR_NOMEM, nothing is
+// registered by either, and the next ones work.
+TEST_CASE("registrations failed by the fault injector") {
+  Cluster cl(1, {"--fault", "seed=9 nth=reg:1:error nth=reg:2:exhaust"});
+  Cred c = cl.credential();
+  CHECK(cl.wait(cl.spawn(0, [&] {
+          Attached a;
+          CHILD_CHECK(attach(a, 1, c) == GNI_RC_SUCCESS);
+          static char buf[4096 * 4] __attribute__((aligned(4096)));
+          gni_mem_handle_t h{};
+          CHILD_CHECK(GNI_MemRegister(a.nic, uint64_t(buf), 4096, nullptr, GNI_MEM_READWRITE, uint32_t(-1), &h) ==
+                      GNI_RC_ERROR_RESOURCE);
+          CHILD_CHECK(GNI_MemRegister(a.nic, uint64_t(buf), 4096, nullptr, GNI_MEM_READWRITE, uint32_t(-1), &h) ==
+                      GNI_RC_ERROR_NOMEM);
+          CHILD_CHECK(cl.status(0)["cdms"][0]["registrations"].get<uint64_t>() == 0);
+          CHILD_CHECK(GNI_MemRegister(a.nic, uint64_t(buf), 4096, nullptr, GNI_MEM_READWRITE, uint32_t(-1), &h) ==
+                      GNI_RC_SUCCESS);
+          CHILD_CHECK(GNI_MemDeregister(a.nic, &h) == GNI_RC_SUCCESS);
+          return 0;
+        })) == 0);
+  CHECK(cl.status(0)["cdms"].size() == 0);
+}
+
 TEST_CASE("a client flooding the control socket does not starve another") {
   Cluster cl(1);
   // The flooder pipelines requests without reading replies: the daemon serves one request

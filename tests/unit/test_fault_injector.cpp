@@ -174,6 +174,32 @@ TEST_CASE("fault spec: what is beyond the hardware or has no effect is named") {
   CHECK(notes[2].find("no effect: nth=packet:2:exhaust") == 0);
 }
 
+TEST_CASE("fault: registrations fail only where a rule names them") {
+  // `any` leaves registrations alone, and so keeps the decision streams of older specs.
+  af::Config any = spec("seed=5 any.error=1");
+  CHECK_FALSE(Injector(any, 1, 0).selects(af::kReg));
+  CHECK(Injector(any, 1, 0).selects(af::kAmo));
+  af::Config reg = spec("seed=5 reg.error=50% nth=reg:3:exhaust");
+  Injector inj(reg, 1, 0);
+  CHECK(inj.selects(af::kReg));
+  CHECK_FALSE(inj.selects(af::kSmsg));
+  int errors = 0, exhausted = 0;
+  for (int i = 1; i <= 1000; ++i) {
+    Decision d = inj.decide(af::kReg, 1, 0);
+    if (i == 3) CHECK(d.action == af::kExhaust);
+    errors += d.action == af::kError;
+    exhausted += d.action == af::kExhaust;
+  }
+  CHECK(exhausted == 1);
+  CHECK(errors > 400);
+  CHECK(errors < 600);
+  CHECK(nicemu::fault::to_spec(reg).find("reg.error") != std::string::npos);
+  // Actions a registration cannot take are named.
+  auto notes = nicemu::fault::hardware_notes(spec("reg.drop=0.5 reg.exhaust=0.1"));
+  REQUIRE(notes.size() == 1);
+  CHECK(notes[0].find("no effect on registrations: reg.drop") == 0);
+}
+
 TEST_CASE("fault page: published configuration is read back consistently") {
   nicemu::fault::PagePublisher pub("");
   af::Config c = spec("seed=9 smsg.drop=0.5");

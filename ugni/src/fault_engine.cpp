@@ -237,6 +237,17 @@ void run_fma(const FmaOp& op, const Region& target, Cq* cq, uint16_t cq_mode, ui
 
 }  // namespace
 
+gni_return_t fault_register(Nic* n) {
+  Engine& e = engine();
+  std::lock_guard<std::mutex> lk(e.mu);
+  FaultState& s = state(n);
+  if (!s.inj.selects(af::kReg)) return GNI_RC_SUCCESS;
+  const Decision dec = s.inj.decide(af::kReg, n->nic_addr, monotonic_ns());
+  if (dec.action != af::kError && dec.action != af::kExhaust) return GNI_RC_SUCCESS;  // a link window: not ours
+  count_failure(n, dec);
+  return dec.action == af::kError ? GNI_RC_ERROR_RESOURCE : GNI_RC_ERROR_NOMEM;
+}
+
 gni_return_t fault_post_fma(const FmaOp& op0, gni_post_descriptor_t* d, int32_t tid) {
   Ep* ep = op0.ep;
   Nic* n = ep->nic;

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "internal.h"
+#include "fault_engine.h"
 #include "mdd_table.h"
 #include "nicemu/abi/mem_handle.h"
 
@@ -53,6 +54,8 @@ gni_return_t GNI_MemRegister(gni_nic_handle_t nic_hndl, uint64_t address, uint64
   const uint64_t first_page = address & ~(abi::kPageSize - 1);
   if ((address + length - first_page + abi::kPageSize - 1) / abi::kPageSize > 0xFFFFFFF) return GNI_RC_INVALID_PARAM;
   if (!n->self->alive()) return GNI_RC_INVALID_STATE;
+  if (fault_path(n))
+    if (gni_return_t rc = fault_register(n); rc != GNI_RC_SUCCESS) return rc;
   const uint32_t domain = n->mem_domain;
   const bool update = flags & GNI_MEM_UPDATE_REGION;
   if (!update && !(flags & (GNI_MEM_USE_VMDH | GNI_MEM_RESERVE_REGION))) {
@@ -142,6 +145,8 @@ gni_return_t GNI_MemRegisterSegments(gni_nic_handle_t nic_hndl, gni_mem_segment_
   req->h.op = static_cast<uint16_t>(abi::ctl::Op::kMemRegisterSegments);
   req->flags = flags;
   req->count = segments_cnt;
+  if (fault_path(n))
+    if (gni_return_t rc = fault_register(n); rc != GNI_RC_SUCCESS) return rc;
   if ((req->slot = n->mdd->take(n, n->mem_domain, MddTable::kDaemons)) == abi::kRegSlots) return GNI_RC_ERROR_RESOURCE;
   abi::ctl::MemRegisterReply rep{};
   const size_t bytes =
