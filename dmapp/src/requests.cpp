@@ -73,7 +73,12 @@ dmapp_return_t Context::post(Request* r) {
 void Context::complete(Request* r, bool ok, gni_cq_entry_t ev) {
   if (!ok) {
     uint32_t recoverable = 0;
-    if (GNI_CqErrorRecoverable(ev, &recoverable) == GNI_RC_SUCCESS && recoverable && r->retries < kMaxRetries) {
+    // An AMO is never reposted: a failed one may have taken effect before its response was
+    // lost (gni_pub.h, GNI_CqErrorRecoverable; docs/fault-injection.md), and a second
+    // ADD/FADD/XOR/CSWAP would apply twice or fetch the first one's result. PUTs and GETs
+    // are idempotent and are.
+    if (GNI_CqErrorRecoverable(ev, &recoverable) == GNI_RC_SUCCESS && recoverable && r->retries < kMaxRetries &&
+        r->desc.type != GNI_POST_AMO) {
       ++r->retries;
       --r->group->pending;  // post() counts it again
       if (post(r) == DMAPP_RC_SUCCESS) return;

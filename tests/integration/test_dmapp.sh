@@ -52,5 +52,21 @@ print(t["fma_put_posts"] + t["fma_get_posts"], t["rdma_posts"])'
   [ "$(probe 64 0)" = "0 4" ] || die "threshold 0 did not send 64 B to the BTE"
   [ "$(probe 1048576 4294967295)" = "4 0" ] || die "the largest threshold did not keep 1 MiB on FMA"
   echo "offload threshold: FMA up to it, BTE above it (daemon counters)"
+  # A failed AMO may have taken effect before its response was lost (error_done=1: always):
+  # DMAPP must report it, not repost it and add twice (tools/fault-campaign found the
+  # histogram's total too high). The job fails; no bin may be over-counted.
+  hist=$build/examples/dmapp_histogram
+  if [ -x "$hist" ]; then
+    NICEMU_RUNDIR=$rundir "$ctl" fault reset seed=1 amo.error=0.05 error_done=1 >/dev/null 2>&1 ||
+      die "nicemuctl fault reset refused"
+    out=$("$RUN" -n 2 --nodes 1 --rundir "$rundir" --timeout 30 "$hist" 20000 2>&1) &&
+      die "dmapp_histogram passed although AMOs failed: $out"
+    grep -q MISMATCH <<<"$out" && die "a failed AMO was reposted (histogram over-counted): $out"
+    NICEMU_RUNDIR=$rundir "$ctl" fault off >/dev/null 2>&1 || die "nicemuctl fault off refused"
+    out=$("$RUN" -n 2 --nodes 1 --rundir "$rundir" --timeout 30 "$hist" 20000 2>&1) ||
+      die "dmapp_histogram without faults: $out"
+    grep -q "matches the serial recount" <<<"$out" || die "dmapp_histogram without faults: $out"
+    echo "failed AMOs reported, not reposted (amo.error=0.05 error_done=1)"
+  fi
 fi
 finish dmapp
