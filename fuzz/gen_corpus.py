@@ -205,3 +205,16 @@ write("fault_page", "published", fault_page())
 write("fault_page", "odd_seq", fault_page(seq=3))
 write("fault_page", "nth_count_past_array", fault_page(nth_count=0xFFFF))
 write("fault_page", "wild_action", fault_page(action=200, link_count=9))
+
+# --- bte_ring: the BTE engine on a hostile submission ring (fuzz/bte_ring.cpp) ---------------
+def bte_req(op=1, cq_mode=2, src_cq=0, tid=1, length=512, local_addr=0, remote_addr=0):
+    return struct.pack("<HHHHIIIIIIIIQQQQQQQ", op, cq_mode, 0, 0, src_cq, tid, 7, 8, 1, 0, 0, 0, local_addr, 0, 0,
+                       remote_addr, 0, 0, length)
+
+
+# Selector bits: 1 H's local handle, 2/4/6 target T / victim V / T's handle, 8 length < 2 KiB,
+# 16 a real op, 32 H's CQ.
+write("bte_ring", "put_get_own_job", bytes([2]) + bytes([0x3B]) + bte_req() + bytes([0x3B]) + bte_req(op=2))
+write("bte_ring", "at_other_job", bytes([2]) + bytes([0x3D]) + bte_req() + bytes([0x3D]) + bte_req(op=2, length=8))
+write("bte_ring", "mixed", bytes([5]) + b"".join(bytes([s]) + bte_req(length=100 * s) for s in (0x3F, 0x3B, 0x00, 0x39, 0x1A)))
+write("bte_ring", "wild_indices", bytes([1]) + bytes([0x3B]) + bte_req() + struct.pack("<QIQ", 2**64 - 1, 1, 12345))
