@@ -218,3 +218,11 @@ write("bte_ring", "put_get_own_job", bytes([2]) + bytes([0x3B]) + bte_req() + by
 write("bte_ring", "at_other_job", bytes([2]) + bytes([0x3D]) + bte_req() + bytes([0x3D]) + bte_req(op=2, length=8))
 write("bte_ring", "mixed", bytes([5]) + b"".join(bytes([s]) + bte_req(length=100 * s) for s in (0x3F, 0x3B, 0x00, 0x39, 0x1A)))
 write("bte_ring", "wild_indices", bytes([1]) + bytes([0x3B]) + bte_req() + struct.pack("<QIQ", 2**64 - 1, 1, 12345))
+
+# --- counter_block: a client's counter block copied into the page (fuzz/counter_block.cpp) ---
+write("counter_block", "growth", b"\x00" + b"\x00" + struct.pack("<Q", 5) + b"\x02" + b"\x04" + struct.pack("<Q", 7) +
+      b"\x02" + b"\x00" + struct.pack("<Q", 9) + b"\x02")
+write("counter_block", "backwards_and_magic", b"\x00" + b"\x00" + struct.pack("<Q", 100) + b"\x02" + b"\x00" +
+      struct.pack("<Q", 1) + b"\x02" + b"\x01" + struct.pack("<I", 0) + b"\x00" + struct.pack("<Q", 2**64 - 1) +
+      b"\x02\x03\x02\x03")
+write("counter_block", "table_taken", b"\x01" + b"\x01" * 256 + b"\x03\x00" + struct.pack("<Q", 3) + b"\x02\x03")
