@@ -11,8 +11,8 @@
 // Checks: the daemon writes nothing outside the hostile CQ (control block and entries) and
 // the datagram ring, and a second CQ of the same CDM, in honest use (entries pushed before
 // and taken after), keeps exactly its entries. Where the hostile indices are still
-// plausible (0 <= tail - head <= capacity), pushes land at the tail in order, as many as
-// there is room for; a push never blocks.
+// plausible (head <= tail <= head + capacity), pushes land at the tail in order, as many
+// as there is room for; a push never blocks.
 #include <cstdio>
 #include <vector>
 
@@ -85,7 +85,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const uint64_t t = h.ctl->tail.load(), hd = h.ctl->head.load();
         const size_t k = n == 1 ? (rig.cdm->push_cqe(rig.hostile, e[0]) ? 1 : 0) : rig.cdm->push_cqes(rig.hostile, e, n);
         if (k > n) std::abort();
-        if (t - hd <= cap) {  // plausible indices: the ring behaves as a ring
+        // Plausible indices (positions never wrap past 2^64 in a ring's life: a producer's
+        // stale copy of head may be 0): the ring behaves as a ring.
+        if (hd <= t && t - hd <= cap) {
           const size_t room = static_cast<size_t>(cap - (t - hd));
           if (k != (n < room ? n : room)) {
             std::fprintf(stderr, "pushed %zu of %zu with room %zu\n", k, n, room);
