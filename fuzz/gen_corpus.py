@@ -226,3 +226,33 @@ write("counter_block", "backwards_and_magic", b"\x00" + b"\x00" + struct.pack("<
       struct.pack("<Q", 1) + b"\x02" + b"\x01" + struct.pack("<I", 0) + b"\x00" + struct.pack("<Q", 2**64 - 1) +
       b"\x02\x03\x02\x03")
 write("counter_block", "table_taken", b"\x01" + b"\x01" * 256 + b"\x03\x00" + struct.pack("<Q", 3) + b"\x02\x03")
+
+# --- ce_engine: library requests and other daemons' messages (fuzz/ce_engine.cpp) ------------
+def ce_edge(node=0, ce=0, child=0, type_=1, remote=0):
+    return struct.pack("<6I", node, ce, child, type_, remote, 0)
+
+
+def ce_configure(nchildren, children, parent=None, modes=0):
+    has_parent = 1 if parent else 0
+    body = struct.pack("<6I", 0, modes, 0, nchildren, has_parent, 0) + (parent or ce_edge())
+    kids = b"".join(children) + ce_edge() * (32 - len(children))
+    return b"\x01" + b"\x00" * 16 + body + kids
+
+
+def ce_post(child, first, target=0, cmd=0x14, tid=5, who=0):
+    body = struct.pack("<8I", target, 0, child, cmd, 0, 0, tid, 9) + struct.pack("<HHI", 3, 0, 0)
+    body += struct.pack("<4Q", 77, first, 0, 0x1000)
+    return bytes([2 | (who << 4)]) + b"\x00" * 16 + body
+
+
+# Edge type: the harness maps 1 -> PE, 2 -> VCE (1 + (type & 1)).
+write("ce_engine", "local_sum", b"\x00" + ce_configure(2, [ce_edge(child=0), ce_edge(child=1)]) +
+      ce_post(0, 3) + ce_post(1, 4) + b"\x06\x08")
+write("ce_engine", "tree_over_nodes", b"\x00" + ce_configure(2, [ce_edge(node=1, child=0, type_=2), ce_edge(child=1)],
+                                                           parent=ce_edge(node=2, child=3)) +
+      ce_post(1, 5) + ce_post(0, 6, target=1) + b"\x07\x06\x06\x07")
+write("ce_engine", "other_job_posts", b"\x00\x10" + ce_configure(1, [ce_edge(child=0)]) + ce_post(0, 1, who=1) +
+      b"\x04" + struct.pack("<I", 0) + b"\x06")
+contrib = struct.pack("<12I", 1, 0, 0, 2, 0, 9, 0x55550000, 0x14, 0, 0, 0, 0) + struct.pack("<5Q", 1, 77, 3, 0, 0)
+write("ce_engine", "peer_messages", b"\x00" + ce_configure(1, [ce_edge(child=0)]) + b"\x05\x00" + b"\x00" * 16 +
+      contrib + b"\x25\x02" + b"\x00" * 48 + b"\x05\x04" + b"\x00" * 48 + b"\x06\x06\x06")

@@ -72,8 +72,11 @@ inline uint32_t make_cq(nicemu::daemon::CdmRegion& r, uint32_t entries = 64) {
 // elsewhere is a stray write: abort, so the fuzzer keeps the input.
 class Snapshot {
  public:
-  Snapshot(const char* base, uint64_t size) : base_(base), size_(size) {
-    static std::vector<char> buf;  // reused: one snapshot at a time
+  // `slot`: which of the reused copy buffers (snapshots alive at the same time need
+  // different ones).
+  Snapshot(const char* base, uint64_t size, unsigned slot = 0) : base_(base), size_(size) {
+    static std::vector<char> bufs[4];
+    std::vector<char>& buf = bufs[slot % 4];
     if (buf.size() < size) buf.resize(size);
     copy_ = buf.data();
     std::memcpy(copy_, base, size);
