@@ -26,6 +26,8 @@ class PagePublisher {
   // of the daemon's user can open the file read-write and write anything into it.
   const abi::fault::Config& config() const { return cfg_; }
   uint64_t epoch_ns() const { return epoch_ns_; }
+  // The page itself, as its readers see it (for in-process readers and tests).
+  const abi::fault::Page* page() const { return page_; }
   const std::string& path() const { return path_; }
 
  private:
