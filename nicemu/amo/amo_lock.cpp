@@ -100,7 +100,7 @@ abi::AmoLock* lock_for(char* base, uint64_t heap_offset, uint64_t region_size, u
   return reinterpret_cast<abi::AmoLock*>(base + offset) + idx;
 }
 
-LockResult lock_acquire(abi::AmoLock* l, uint64_t me, uint64_t spin_ns, int64_t timeout_ns) {
+LockResult lock_acquire(abi::AmoLock* l, uint64_t me, uint64_t spin_ns, int64_t timeout_ns, int64_t max_total_ns) {
   uint64_t expected = 0;
   if (l->owner.compare_exchange_strong(expected, me, std::memory_order_acquire, std::memory_order_relaxed))
     return LockResult::kAcquired;
@@ -118,7 +118,9 @@ LockResult lock_acquire(abi::AmoLock* l, uint64_t me, uint64_t spin_ns, int64_t 
   } while (now_ns() < spin_until);
 
   int64_t stalled_ns = 0;  // time asleep without seeing any release
+  const uint64_t give_up = max_total_ns < 0 ? UINT64_MAX : spin_start + static_cast<uint64_t>(max_total_ns);
   for (;;) {
+    if (now_ns() >= give_up) return LockResult::kTimeout;
     const uint32_t seq = l->wake.load(std::memory_order_acquire);
     l->waiters.fetch_add(1, std::memory_order_seq_cst);
     uint64_t cur = l->owner.load(std::memory_order_seq_cst);

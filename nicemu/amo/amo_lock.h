@@ -31,8 +31,12 @@ abi::AmoLock* lock_for(char* base, uint64_t heap_offset, uint64_t region_size, u
 enum class LockResult { kAcquired, kBrokeDeadHolder, kTimeout };
 
 // Takes `l` for the owner value `me` (lock_self), spinning `spin_ns` before sleeping.
-// kTimeout: not taken (see above).
-LockResult lock_acquire(abi::AmoLock* l, uint64_t me, uint64_t spin_ns, int64_t timeout_ns = kLockTimeoutNs);
+// kTimeout: not taken (see above). Any wake-up counts as a release there, so a holder that
+// keeps waking the waiters without releasing would keep them waiting for ever; a caller
+// that must not wait long whatever the lock's owner writes (the daemon's loop, serving
+// every job) also bounds the whole wait with `max_total_ns` (< 0: no bound).
+LockResult lock_acquire(abi::AmoLock* l, uint64_t me, uint64_t spin_ns, int64_t timeout_ns = kLockTimeoutNs,
+                        int64_t max_total_ns = -1);
 void lock_release(abi::AmoLock* l, uint64_t me);
 
 // The owner value of process `pid` ((start-time tag << 32) | pid); cached for the last pid.

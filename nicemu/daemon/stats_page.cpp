@@ -141,7 +141,12 @@ void StatsPage::refresh(uint64_t attach_id, const CdmCounterBlock* block) {
   CdmEntry* e = t.entry >= 0 ? cdm_entry(t.entry) : nullptr;
   for (uint32_t c = 0; c < cdm::kCount; ++c) {
     uint64_t v = block->v[c].load(std::memory_order_relaxed);
-    if (v > t.last[c]) totals_[c].fetch_add(v - t.last[c], std::memory_order_relaxed);
+    if (v > t.last[c]) {
+      // Saturating: a client can report any growth, and a total that wrapped would go
+      // backwards (found by fuzz/counter_block.cpp). One writer: load and store.
+      const uint64_t cur = totals_[c].load(std::memory_order_relaxed), d = v - t.last[c];
+      totals_[c].store(d > UINT64_MAX - cur ? UINT64_MAX : cur + d, std::memory_order_relaxed);
+    }
     t.last[c] = v;
     if (e) e->v[c].store(v, std::memory_order_relaxed);
   }

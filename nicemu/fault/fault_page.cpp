@@ -71,13 +71,15 @@ PagePublisher::~PagePublisher() {
 }
 
 void PagePublisher::publish(const af::Config& cfg) {
-  uint32_t s = page_->seq.load(std::memory_order_relaxed);
-  page_->seq.store(s + 1, std::memory_order_relaxed);
+  cfg_ = cfg;
+  epoch_ns_ = monotonic_ns();
+  page_->seq.store(seq_ + 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
-  page_->cfg = cfg;
-  page_->epoch_ns = monotonic_ns();
-  page_->active.store(cfg.enabled ? 1 : 0, std::memory_order_relaxed);
-  page_->seq.store(s + 2, std::memory_order_release);
+  page_->cfg = cfg_;
+  page_->epoch_ns = epoch_ns_;
+  page_->active.store(cfg_.enabled ? 1 : 0, std::memory_order_relaxed);
+  seq_ += 2;
+  page_->seq.store(seq_, std::memory_order_release);
 }
 
 const af::Page* map_page(const std::string& path) {

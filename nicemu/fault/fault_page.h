@@ -22,13 +22,20 @@ class PagePublisher {
 
   // Publishes `cfg` (already validated) with a new epoch for its link windows.
   void publish(const abi::fault::Config& cfg);
-  const abi::fault::Config& config() const { return page_->cfg; }
-  uint64_t epoch_ns() const { return page_->epoch_ns; }
+  // What was last published: the daemon's own copy. The page is never read back: a client
+  // of the daemon's user can open the file read-write and write anything into it.
+  const abi::fault::Config& config() const { return cfg_; }
+  uint64_t epoch_ns() const { return epoch_ns_; }
+  // The page itself, as its readers see it (for in-process readers and tests).
+  const abi::fault::Page* page() const { return page_; }
   const std::string& path() const { return path_; }
 
  private:
   std::string path_;
   abi::fault::Page* page_ = nullptr;
+  abi::fault::Config cfg_{};
+  uint64_t epoch_ns_ = 0;
+  uint32_t seq_ = 0;  // the seqlock's value, ours (the page's may have been overwritten)
 };
 
 // Library side: the page at `path` mapped read-only, or a process-wide all-off page when the

@@ -1,5 +1,6 @@
 #include "nicemu/fault/fault_spec.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -161,6 +162,11 @@ bool parse_spec(std::string_view spec, af::Config& c, std::string& error, bool* 
     if (j > i) toks.push_back(spec.substr(i, j - i));
     i = j;
   }
+  // Counts past the arrays can only come from memory somebody scribbled on (a copy of a
+  // page): never index with them. Found by fuzzing (fuzz/regressions/fault_page).
+  c.rule_count = std::min(c.rule_count, af::kMaxRules);
+  c.nth_count = std::min(c.nth_count, af::kMaxNth);
+  c.link_count = std::min(c.link_count, af::kMaxLinks);
   // An explicit on/off (the last one) decides over the enabling by rules, so the canonical
   // text of a disabled configuration ("off seed=... reorder=0 ...", to_spec) parses back
   // disabled. Found by fuzzing (fuzz/regressions/fault_spec).

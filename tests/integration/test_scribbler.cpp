@@ -32,6 +32,7 @@ namespace {
 constexpr size_t kBuf = 64 * 1024;
 constexpr uint8_t kForged = 0xEE;  // what forged requests would write; the real peer never does
 constexpr auto kRun = std::chrono::milliseconds(2500);
+constexpr int kForgedRequests = 32;  // phase 1 of the scribbler: each one an error CQE
 
 struct Target {
   uint32_t addr, inst;
@@ -160,7 +161,7 @@ int scribbler(Cluster& cl, Cred c, const Target& t) {
 
   // Phase 1: forged requests with our CQ intact. Each must come back as an error CQE.
   std::memset(mine, kForged, sizeof mine);
-  const int forged = 32;
+  const int forged = kForgedRequests;
   for (int i = 0; i < forged; ++i) publish(forge(false));
   int errors = 0, ok = 0;
   uint64_t head = 0;
@@ -263,7 +264,9 @@ TEST_CASE_FIXTURE(OneNode, "a client scribbling over its own region hurts nobody
   pid_t tp = cl.spawn(0, [&] { return target(c, info[1], go[0]); });
   Target t{};
   REQUIRE(read(info[0], &t, sizeof t) == sizeof t);
-  uint64_t malformed_before = cl.status(0)["counters"]["malformed_messages"].get<uint64_t>();
+  nlohmann::json before = cl.status(0);
+  const uint64_t malformed_before = before["counters"]["malformed_messages"].get<uint64_t>();
+  const uint64_t bte_errors_before = before["bte"]["errors"].get<uint64_t>();
 
   pid_t hp = cl.spawn(0, [&] { return healthy(c, t); });
   pid_t sp = cl.spawn(0, [&] { return scribbler(cl, c, t); });
@@ -275,6 +278,9 @@ TEST_CASE_FIXTURE(OneNode, "a client scribbling over its own region hurts nobody
   nlohmann::json s = cl.status(0);
   REQUIRE(!s.is_null());  // the daemon is alive and answers
   CHECK(s["counters"]["malformed_messages"].get<uint64_t>() > malformed_before);
+  // Every forged request of the first phase was counted as an error by the BTE engine (the
+  // healthy pair's transfers all succeeded, so the errors are the scribbler's).
+  CHECK(s["bte"]["errors"].get<uint64_t>() >= bte_errors_before + kForgedRequests);
   for (int fd : {info[0], info[1], go[0], go[1]}) close(fd);
 }
 

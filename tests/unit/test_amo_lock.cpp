@@ -162,6 +162,29 @@ TEST_CASE("a live holder that never releases: bounded wait, then the lock is usa
   munmap(s, 4096);
 }
 
+// The lock lives in the target's writable heap: its holder can write anything there, such
+// as waking the waiters again and again without ever releasing. Each wake-up looks like a
+// release to the waiter, so only the total bound ends the wait (the daemon's loop uses it).
+Shared* g_waker = nullptr;
+TEST_CASE("a holder that keeps waking waiters without releasing: the total bound ends the wait") {
+  auto* s = g_waker = shared_page<Shared>();
+  pid_t p = child_holding(s, [] {
+    for (;;) {
+      g_waker->lock.wake.fetch_add(1);
+      abi::futex_wake_all(&g_waker->lock.wake);
+      usleep(500);
+    }
+  });
+  auto t0 = std::chrono::steady_clock::now();
+  CHECK(amo::lock_acquire(&s->lock, amo::lock_self(getpid()), 0, 50'000'000, 150'000'000) == amo::LockResult::kTimeout);
+  double waited = seconds_since(t0);
+  CHECK(waited >= 0.14);
+  CHECK(waited < 1.0);
+  kill(p, SIGKILL);
+  waitpid(p, nullptr, 0);
+  munmap(s, 4096);
+}
+
 TEST_CASE("a waiter asleep on a held lock is woken by the release") {
   auto* s = shared_page<Shared>();
   REQUIRE(amo_lock_acquire(&s->lock) == AmoLockResult::kAcquired);

@@ -205,8 +205,7 @@ TEST_CASE("fault page: published configuration is read back consistently") {
   af::Config c = spec("seed=9 smsg.drop=0.5");
   pub.publish(c);
   // The publisher's private page stands for the mapped file.
-  const auto* page = reinterpret_cast<const af::Page*>(reinterpret_cast<const char*>(&pub.config()) -
-                                                       offsetof(af::Page, cfg));
+  const af::Page* page = pub.page();
   CHECK(page->active.load() == 1);
   af::Config out{};
   uint64_t epoch = 0;
@@ -216,6 +215,17 @@ TEST_CASE("fault page: published configuration is read back consistently") {
   CHECK(epoch == pub.epoch_ns());
   CHECK(seq % 2 == 0);
   CHECK(nicemu::fault::map_page("/nonexistent/nic-1.fault")->active.load() == 0);
+  // A client of the daemon's uid can write the page file: what the daemon uses is its own
+  // copy (fuzz/regressions/fault_page).
+  auto* w = const_cast<af::Page*>(page);
+  w->cfg.rule_count = 0xFFFFFFFF;
+  w->cfg.enabled = 0;
+  CHECK(pub.config().rule_count == c.rule_count);
+  CHECK(std::memcmp(&pub.config(), &c, sizeof c) == 0);
+  af::Config more = pub.config();
+  std::string err;
+  CHECK(nicemu::fault::parse_spec("get.drop=0.1", more, err));
+  CHECK(more.rule_count == c.rule_count + 1);
 }
 
 TEST_CASE("fault page: a file page is mapped read-only by readers and follows live changes") {

@@ -21,8 +21,9 @@ namespace cqe = nicemu::abi::cqe;
 
 namespace {
 
-// An AMO lock held by a stopped process is waited for this long before the AMO completes
-// with a recoverable error: the daemon's loop serves everybody else meanwhile.
+// An AMO lock held by a stopped process is waited for this long at most before the AMO
+// completes with a recoverable error. The daemon's loop (every job's traffic from other
+// hosts) waits meanwhile: the bound is what a target holding its own lock can cost others.
 constexpr int64_t kAmoLockWaitNs = 200'000'000;
 
 }  // namespace
@@ -136,7 +137,9 @@ uint64_t RemoteResponder::execute(const RmaRequest& q, const uint8_t* data, Mapp
       const RegionHeader& h = t.header();
       AmoLock* lock = amo::lock_for(t.base(), kRoSize, t.size(), h.amo_lock_count, h.amo_lock_offset, word[0].va);
       if (!lock) return cqe::kErrMemAccess;
-      if (amo::lock_acquire(lock, lock_owner_, 0, kAmoLockWaitNs) == amo::LockResult::kTimeout)
+      // Bounded in total: the lock is in the target's writable heap, and its owner could
+      // keep waking waiters without ever releasing (regression in tests/unit/test_amo_lock.cpp).
+      if (amo::lock_acquire(lock, lock_owner_, 0, kAmoLockWaitNs, kAmoLockWaitNs) == amo::LockResult::kTimeout)
         return cqe::kErrTransient;
       uint64_t old = 0;
       uint64_t st = xmem::copy(false, t.pid(), word[0].va, reinterpret_cast<char*>(&old), c->size, t.gone_status());
