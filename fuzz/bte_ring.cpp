@@ -50,7 +50,7 @@ struct Side {
     cdm = shm_fuzz::make_cdm(0, uint32_t(attach_id), attach_id, ptag, cookie, getpid());
     cq = shm_fuzz::make_cq(*cdm, 256);
     nicemu::daemon::RegSpec spec{reinterpret_cast<uint64_t>(buf.data()), kBuf, 0, cq, {}};
-    if (cdm->reg_store(5, 1, spec, cq, attach_id, cdm->mem_domain()) != abi::gni::kSuccess) std::abort();
+    if (shm_fuzz::reg_store(*cdm, 5, spec, cq) != abi::gni::kSuccess) std::abort();
     abi::mdh::encode(abi::mdh::registration_fields(spec.address, spec.length, cdm->mem_domain(), 5, false), q1, q2);
   }
 };
@@ -72,7 +72,7 @@ struct Rig {
     cfg.chunk_bytes = 4096;
     engine = new BteEngine(cfg);  // never destroyed: its threads run until the process exits
     for (Side* s : {&h, &t, &v})
-      engine->region_attached(s->cdm->ro_memfd(), s->cdm->heap_memfd(), shm_fuzz::kRegion, getpid());
+      engine->region_attached(s->cdm->ro_memfd(), s->cdm->mdd_memfd(), s->cdm->heap_memfd(), shm_fuzz::kRegion, getpid());
     uint64_t off = 0;
     if (h.cdm->bte_ring(off) != abi::gni::kSuccess ||
         engine->open_ring(h.cdm->attach_id(), off, abi::kBteRingCapacity, bell) != abi::gni::kSuccess)

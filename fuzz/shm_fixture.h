@@ -56,7 +56,15 @@ inline std::unique_ptr<nicemu::daemon::CdmRegion> make_cdm(uint32_t node, uint32
   a.ptag = ptag;
   a.cookie = cookie;
   return std::make_unique<nicemu::daemon::CdmRegion>(node, nicemu::abi::gni::kDeviceAries, a, pid, attach_id,
-                                                     kRegion, static_cast<uint32_t>(attach_id));
+                                                     kRegion, static_cast<uint32_t>(attach_id),
+                                                     std::make_shared<nicemu::daemon::ProcessMdd>(pid));
+}
+
+// A registration of `r` in `slot`, as the daemon makes it (libugni writes the same entry).
+inline int reg_store(nicemu::daemon::CdmRegion& r, uint32_t slot, const nicemu::daemon::RegSpec& spec,
+                     uint32_t dst_cq) {
+  nicemu::abi::ctl::MemRegisterReply rep{};
+  return r.mdd().store(slot, spec, dst_cq, r.mem_domain(), rep);
 }
 
 inline uint32_t make_cq(nicemu::daemon::CdmRegion& r, uint32_t entries = 64) {

@@ -44,7 +44,7 @@ struct Rig {
   uint64_t q1 = 0, q2 = 0;
   Rig() {
     nicemu::daemon::RegSpec spec{reinterpret_cast<uint64_t>(buf.data()), buf.size(), 0, cq, {}};
-    if (cdm->reg_store(3, 1, spec, cq, cdm->attach_id(), cdm->mem_domain()) != abi::gni::kSuccess) std::abort();
+    if (shm_fuzz::reg_store(*cdm, 3, spec, cq) != abi::gni::kSuccess) std::abort();
     abi::mdh::encode(abi::mdh::registration_fields(spec.address, spec.length, cdm->mem_domain(), 3, false), q1, q2);
   }
 };
