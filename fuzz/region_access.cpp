@@ -15,21 +15,7 @@
 
 namespace abi = nicemu::abi;
 
-namespace {
-struct Reader {
-  const uint8_t* p;
-  size_t n;
-  template <typename T>
-  T take() {
-    T v{};
-    size_t k = n < sizeof v ? n : sizeof v;
-    std::memcpy(&v, p, k);
-    p += k;
-    n -= k;
-    return v;
-  }
-};
-}  // namespace
+using fuzz::Reader;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static constexpr uint64_t kSize = abi::kRoSize + (uint64_t{1} << 20);

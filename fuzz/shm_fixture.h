@@ -1,5 +1,5 @@
 // Shared pieces of the fuzz targets that drive the daemon's readers of client-writable
-// shared memory (docs/security.md, Fuzzing): an input reader, a real CDM region of this
+// shared memory (docs/security.md, Fuzzing): a real CDM region of this
 // process as the daemon makes it on attach, and a check that the daemon wrote nothing
 // outside the ranges it may write.
 #pragma once
@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "fuzz_driver.h"
 #include "nicemu/abi/ctl_protocol.h"
 #include "nicemu/abi/gni_values.h"
 #include "nicemu/abi/shm_layout.h"
@@ -18,29 +19,7 @@
 
 namespace shm_fuzz {
 
-// Takes fixed-size values off the front of the input; zeros once it runs out.
-struct Reader {
-  const uint8_t* p;
-  size_t n;
-  template <typename T>
-  T take() {
-    T v{};
-    size_t k = n < sizeof v ? n : sizeof v;
-    std::memcpy(&v, p, k);
-    p += k;
-    n -= k;
-    return v;
-  }
-  // Up to `max` bytes into `dst`; how many.
-  size_t bytes(void* dst, size_t max) {
-    size_t k = n < max ? n : max;
-    std::memcpy(dst, p, k);
-    p += k;
-    n -= k;
-    return k;
-  }
-  bool empty() const { return n == 0; }
-};
+using Reader = fuzz::Reader;
 
 // No process has this pid (above the kernel's pid_max): whatever the daemon would copy to
 // or from the CDM's process fails with ESRCH instead of touching the fuzzer's memory.
