@@ -46,8 +46,8 @@ enum Kind : uint8_t { kCounter = 0, kGauge = 1 };
   X(attaches, kCounter, "CDMs attached (GNI_CdmAttach)")                                         \
   X(attach_refused, kCounter, "attaches refused (credential, ABI version, inst_id in use)")      \
   X(detaches, kCounter, "CDMs detached or reclaimed after their process died")                   \
-  X(registrations, kCounter, "memory registrations (GNI_MemRegister)")                           \
-  X(deregistrations, kCounter, "memory deregistrations")                                         \
+  X(registrations, kCounter, "registrations the daemon made (vMDH, reserved, segments); plain ones: CDM counter")  \
+  X(deregistrations, kCounter, "deregistrations of registrations the daemon made")                \
   X(cq_creates, kCounter, "completion queues created")                                           \
   X(cq_destroys, kCounter, "completion queues destroyed")                                        \
   X(peer_lookups, kCounter, "peer region lookups by same-host initiators")                       \

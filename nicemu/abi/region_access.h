@@ -80,6 +80,12 @@ inline bool region_entry_owner(const mdh::Fields& f, const RegEntry& e) {
   return (f.flags & mdh::kFlagVmdh) ? e.vmdh == f.domain + 1 : e.domain == f.domain;
 }
 
+// Whether entry `e` holds the registration handle `f` names, live or reserved: its owner
+// and first page. What deregistering (or filling in) through `f` acts on.
+inline bool region_entry_holds(const mdh::Fields& f, const RegEntry& e) {
+  return e.state != kRegFree && region_entry_owner(f, e) && (e.address & ~(kPageSize - 1)) == f.va;
+}
+
 // Whether entry `e` is the registration handle `f` names (ignoring the slot): its owner
 // (region_entry_owner) and, but for a vMDH handle, its first page; live (a reserved
 // registration is not, until its pages are filled in).

@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "internal.h"
-#include "nicemu/abi/mem_handle.h"
+#include "nicemu/abi/region_access.h"
 #include "nicemu/abi/region_map.h"
 
 namespace nicemu::ugni {
@@ -23,6 +23,17 @@ std::map<std::pair<dev_t, ino_t>, std::weak_ptr<MddTable>> g_tables;  // by the 
 // Room asked of the daemon at a time: enough that a registering loop rarely asks, little
 // enough that one process does not hold back what its job's others could use.
 constexpr uint64_t kRoomStep = 256;
+
+// Asks the daemon for `want` more registrations' room and gives `give_back` back; the room
+// added, or -1 if the daemon did not answer.
+int64_t room_call(Nic* n, uint64_t want, uint64_t give_back) {
+  abi::ctl::RegBudget req{};
+  req.h.op = static_cast<uint16_t>(abi::ctl::Op::kRegBudget);
+  req.want = static_cast<uint32_t>(want);
+  req.give_back = static_cast<uint32_t>(give_back);
+  abi::ctl::RegBudgetReply rep{};
+  return daemon_call(n, req, rep) == GNI_RC_SUCCESS ? int64_t{rep.added} : -1;
+}
 }  // namespace
 
 std::shared_ptr<MddTable> MddTable::attach(int fd) {
@@ -59,13 +70,10 @@ MddTable::~MddTable() {
 
 uint32_t MddTable::take(Nic* n, uint32_t domain, SlotUse use) {
   std::lock_guard<std::mutex> lk(mu_);
-  if (used_ >= granted_) {
-    abi::ctl::RegBudget req{};
-    req.h.op = static_cast<uint16_t>(abi::ctl::Op::kRegBudget);
-    req.want = static_cast<uint32_t>(std::max<uint64_t>(kRoomStep, std::min<uint64_t>(granted_, kRegSlots)));
-    abi::ctl::RegBudgetReply rep{};
-    if (daemon_call(n, req, rep) != GNI_RC_SUCCESS || rep.added == 0) return kRegSlots;
-    granted_ += rep.added;
+  if (kRegSlots - free_.size() >= granted_) {
+    const int64_t added = room_call(n, std::max<uint64_t>(kRoomStep, std::min<uint64_t>(granted_, kRegSlots)), 0);
+    if (added <= 0) return kRegSlots;
+    granted_ += static_cast<uint64_t>(added);
   }
   // A reused slot gets a new generation (publish, ProcessMdd::store); an old handle that names
   // it is refused unless the new registration is the same pages of the same memory domain,
@@ -75,7 +83,6 @@ uint32_t MddTable::take(Nic* n, uint32_t domain, SlotUse use) {
   free_.pop_back();
   use_[s] = use;
   domain_[s] = static_cast<uint16_t>(domain);
-  ++used_;
   return s;
 }
 
@@ -84,18 +91,15 @@ void MddTable::give(Nic* n, uint32_t slot) {
   if (slot >= kRegSlots || use_[slot] == kFree) return;
   use_[slot] = kFree;
   free_.push_back(slot);
-  --used_;
   // Room far beyond what is in use goes back; a step stays for the next registrations.
-  if (granted_ - used_ >= 4 * kRoomStep) {
-    abi::ctl::RegBudget req{};
-    req.h.op = static_cast<uint16_t>(abi::ctl::Op::kRegBudget);
-    req.give_back = static_cast<uint32_t>(granted_ - used_ - kRoomStep);
-    abi::ctl::RegBudgetReply rep{};
-    if (daemon_call(n, req, rep) == GNI_RC_SUCCESS) granted_ -= req.give_back;
+  const uint64_t used = kRegSlots - free_.size();
+  if (granted_ >= used + 4 * kRoomStep) {
+    const uint64_t back = granted_ - used - kRoomStep;
+    if (room_call(n, 0, back) >= 0) granted_ -= back;
   }
 }
 
-uint32_t MddTable::publish(uint32_t slot, uint64_t address, uint64_t length, uint32_t flags, uint32_t dst_cq,
+void MddTable::publish(uint32_t slot, uint64_t address, uint64_t length, uint32_t flags, uint32_t dst_cq,
                            uint32_t domain) {
   RegEntry& e = entry(slot);
   uint32_t seq = 0;
@@ -103,8 +107,7 @@ uint32_t MddTable::publish(uint32_t slot, uint64_t address, uint64_t length, uin
   // hold: the wait is for a writer that is already leaving.
   while (!reg_write_begin(e, seq)) {
   }
-  const uint32_t gen = (e.gen + 1) & mdh::kGenMask;
-  e.gen = gen;
+  e.gen = (e.gen + 1) & mdh::kGenMask;
   e.flags = flags;
   e.address = address;
   e.length = length;
@@ -115,20 +118,19 @@ uint32_t MddTable::publish(uint32_t slot, uint64_t address, uint64_t length, uin
   e.vmdh = 0;
   e.state = kRegLive;
   reg_write_end(e, seq);
-  return gen;
 }
 
-bool MddTable::unpublish(uint32_t slot, uint32_t domain, uint64_t va_page) {
-  if (slot >= kRegSlots) return false;
+bool MddTable::unpublish(const mdh::Fields& f) {
+  if (f.slot >= kRegSlots || (f.flags & mdh::kFlagVmdh)) return false;  // vMDH ones are the daemon's
   {
     std::lock_guard<std::mutex> lk(mu_);
-    if (use_[slot] != kOurs || domain_[slot] != domain) return false;
+    if (use_[f.slot] != kOurs || domain_[f.slot] != f.domain) return false;
   }
-  RegEntry& e = entry(slot);
+  RegEntry& e = entry(f.slot);
   uint32_t seq = 0;
   while (!reg_write_begin(e, seq)) {
   }
-  const bool named = e.state == kRegLive && e.domain == domain && (e.address & ~(kPageSize - 1)) == va_page;
+  const bool named = region_entry_holds(f, e);
   if (named) e.state = kRegFree;
   reg_write_end(e, seq);
   return named;
@@ -145,7 +147,6 @@ void MddTable::forget_domain(uint32_t domain) {
     if (use_[s] != kFree && domain_[s] == domain) {
       use_[s] = kFree;
       free_.push_back(s);
-      --used_;
     }
 }
 

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <vector>
 
+#include "nicemu/abi/mem_handle.h"
 #include "nicemu/abi/shm_layout.h"
 
 namespace nicemu::ugni {
@@ -35,12 +36,12 @@ class MddTable {
   // Gives `slot` back (its entry is already free); room well beyond what is in use goes back
   // to the daemon through `n`, so the other processes of the job may have it.
   void give(Nic* n, uint32_t slot);
-  // Writes a plain registration into `slot` (taken with kOurs) and returns its generation.
-  uint32_t publish(uint32_t slot, uint64_t address, uint64_t length, uint32_t flags, uint32_t dst_cq,
+  // Writes a plain registration into `slot` (taken with kOurs), with a new generation.
+  void publish(uint32_t slot, uint64_t address, uint64_t length, uint32_t flags, uint32_t dst_cq,
                    uint32_t domain);
-  // Frees the entry in `slot` if it is ours and the registration (domain, first page) is in
-  // it; false otherwise.
-  bool unpublish(uint32_t slot, uint32_t domain, uint64_t va_page);
+  // Frees the entry of handle `f` if its slot is ours and holds that registration (domain,
+  // first page); false otherwise.
+  bool unpublish(const abi::mdh::Fields& f);
   SlotUse use(uint32_t slot);
   // The CDM of `domain` is gone (the daemon cleared its entries): its slots are free again.
   void forget_domain(uint32_t domain);
@@ -59,8 +60,7 @@ class MddTable {
   // registers and deregisters keeps using the same few entries (warm pages and cache lines
   // for it, its peers and the daemon) instead of walking the whole table.
   std::vector<uint32_t> free_;
-  uint64_t granted_ = 0;  // room the daemon gave us (ctl::RegBudget)
-  uint64_t used_ = 0;
+  uint64_t granted_ = 0;  // room the daemon gave us (ctl::RegBudget); in use: kRegSlots - free_.size()
 };
 
 }  // namespace nicemu::ugni

@@ -96,11 +96,10 @@ gni_return_t GNI_MemDeregister(gni_nic_handle_t nic_hndl, gni_mem_handle_t* mem_
   Nic* n = as_nic(nic_hndl);
   if (!n || !mem_hndl) return GNI_RC_INVALID_PARAM;
   auto f = abi::mdh::decode(mem_hndl->qword1, mem_hndl->qword2);
-  if (!f || ((f->flags & abi::mdh::kFlagVmdh) && n->mdd->use(f->slot) != MddTable::kDaemons))
-    return GNI_RC_INVALID_PARAM;
+  if (!f) return GNI_RC_INVALID_PARAM;
   switch (n->mdd->use(f->slot)) {
     case MddTable::kOurs:
-      if (!n->mdd->unpublish(f->slot, f->domain, f->va)) return GNI_RC_INVALID_PARAM;
+      if (!n->mdd->unpublish(*f)) return GNI_RC_INVALID_PARAM;
       break;
     case MddTable::kDaemons: {
       abi::ctl::MemDeregister req{};

@@ -121,7 +121,7 @@ int ProcessMdd::deregister(uint64_t qword1, uint64_t qword2) {
   if (!f || !made_.contains(f->slot)) return rc::kInvalidParam;
   RegEntry e;
   if (!region_read_entry(entries()[f->slot], e)) return rc::kInvalidParam;
-  if (e.state == kRegFree || (e.address & ~(kPageSize - 1)) != f->va || !region_entry_owner(*f, e)) {
+  if (!region_entry_holds(*f, e)) {
     spdlog::debug("deregister of slot {} (domain {}, va {:#x}): not the registration there (state {}, domain {})",
                   f->slot, f->domain, f->va, e.state, e.domain);
     return rc::kInvalidParam;
@@ -137,7 +137,7 @@ int ProcessMdd::update(uint64_t qword1, uint64_t qword2, uint64_t address, uint6
   uint32_t seq = 0;
   if (!reg_write_begin(e, seq)) return rc::kInvalidParam;
   int code = rc::kSuccess;
-  if (e.state == kRegFree || (e.address & ~(kPageSize - 1)) != f->va || !region_entry_owner(*f, e)) {
+  if (!region_entry_holds(*f, e)) {
     code = rc::kInvalidParam;
   } else if (e.seg_count == 0) {
     // The pages filled in must lie in the reserved range.
