@@ -21,38 +21,49 @@ namespace abi = nicemu::abi;
 
 namespace {
 
-// What a client holding the read-only memfd can try; every attempt to write must fail.
-void check_read_only(int ro_fd, int heap_fd, uint64_t region_size) {
-  int seals = fcntl(ro_fd, F_GET_SEALS);
+// A memfd sealed against writers (the read-only section by the daemon, the MDD table by its
+// owner), as a client holding it sees it: no writable mapping, no mprotect to write, no
+// write(), no hole punched, no resizing, no unsealing, not even reopened through /proc.
+void check_write_sealed(int fd, uint64_t bytes) {
+  int seals = fcntl(fd, F_GET_SEALS);
   CHECK((seals & F_SEAL_FUTURE_WRITE) != 0);
   CHECK((seals & F_SEAL_SEAL) != 0);
-  CHECK(fcntl(ro_fd, F_ADD_SEALS, F_SEAL_WRITE) == -1);  // sealed seals: no changes at all
+  CHECK(abi::fd_write_sealed(fd));
+  CHECK(fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE) == -1);  // sealed seals: no changes at all
 
   errno = 0;
-  CHECK(mmap(nullptr, abi::kRoSize, PROT_READ | PROT_WRITE, MAP_SHARED, ro_fd, 0) == MAP_FAILED);
+  CHECK(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) == MAP_FAILED);
   CHECK(errno == EPERM);
-
-  void* ro = mmap(nullptr, abi::kRoSize, PROT_READ, MAP_SHARED, ro_fd, 0);
+  void* ro = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
   REQUIRE(ro != MAP_FAILED);
-  CHECK(mprotect(ro, abi::kRoSize, PROT_READ | PROT_WRITE) == -1);
-  const auto* h = static_cast<const abi::RegionHeader*>(ro);
-  CHECK(h->magic == abi::kRegionMagic);
+  CHECK(mprotect(ro, bytes, PROT_READ | PROT_WRITE) == -1);
+  munmap(ro, bytes);
 
   uint32_t forged = 0xDEADBEEF;
-  CHECK(pwrite(ro_fd, &forged, sizeof forged, 0) == -1);
-  CHECK(fallocate(ro_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4096) == -1);
-  CHECK(ftruncate(ro_fd, 0) == -1);
+  CHECK(pwrite(fd, &forged, sizeof forged, 0) == -1);
+  CHECK(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4096) == -1);
+  CHECK(ftruncate(fd, 0) == -1);
 
   // Reopening through /proc gives the same sealed file.
-  std::string self = "/proc/self/fd/" + std::to_string(ro_fd);
+  std::string self = "/proc/self/fd/" + std::to_string(fd);
   int again = open(self.c_str(), O_RDWR);
   if (again >= 0) {
-    CHECK(mmap(nullptr, abi::kRoSize, PROT_READ | PROT_WRITE, MAP_SHARED, again, 0) == MAP_FAILED);
+    CHECK(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, again, 0) == MAP_FAILED);
     CHECK(write(again, &forged, sizeof forged) == -1);
     close(again);
   }
+}
+
+// The region's read-only memfd and heap as a client holding them sees them.
+void check_read_only(int ro_fd, int heap_fd, uint64_t region_size) {
+  check_write_sealed(ro_fd, abi::kRoSize);
+  void* ro = mmap(nullptr, abi::kRoSize, PROT_READ, MAP_SHARED, ro_fd, 0);
+  REQUIRE(ro != MAP_FAILED);
+  const auto* h = static_cast<const abi::RegionHeader*>(ro);
+  CHECK(h->magic == abi::kRegionMagic);
 
   // A private copy may be scribbled on; the shared view is unchanged.
+  uint32_t forged = 0xDEADBEEF;
   void* priv = mmap(nullptr, abi::kRoSize, PROT_READ | PROT_WRITE, MAP_PRIVATE, ro_fd, 0);
   REQUIRE(priv != MAP_FAILED);
   std::memcpy(priv, &forged, sizeof forged);
@@ -65,24 +76,6 @@ void check_read_only(int ro_fd, int heap_fd, uint64_t region_size) {
   CHECK(heap != MAP_FAILED);
   if (heap != MAP_FAILED) munmap(heap, region_size - abi::kRoSize);
   CHECK(ftruncate(heap_fd, 0) == -1);  // size sealed
-}
-
-// The MDD table's memfd, as the owner sealed it: no writable mapping, no write(), no hole
-// punched, no resizing, no unsealing.
-void check_mdd_sealed(int mdd_fd) {
-  CHECK(abi::fd_write_sealed(mdd_fd));
-  CHECK(fcntl(mdd_fd, F_ADD_SEALS, F_SEAL_WRITE) == -1);
-  errno = 0;
-  CHECK(mmap(nullptr, abi::kMddBytes, PROT_READ | PROT_WRITE, MAP_SHARED, mdd_fd, 0) == MAP_FAILED);
-  CHECK(errno == EPERM);
-  void* ro = mmap(nullptr, abi::kMddBytes, PROT_READ, MAP_SHARED, mdd_fd, 0);
-  REQUIRE(ro != MAP_FAILED);
-  CHECK(mprotect(ro, abi::kMddBytes, PROT_READ | PROT_WRITE) == -1);
-  munmap(ro, abi::kMddBytes);
-  uint32_t forged = 1;
-  CHECK(pwrite(mdd_fd, &forged, sizeof forged, 0) == -1);
-  CHECK(fallocate(mdd_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4096) == -1);
-  CHECK(ftruncate(mdd_fd, 0) == -1);
 }
 
 }  // namespace
@@ -102,7 +95,7 @@ TEST_CASE_FIXTURE(OneNode, "the read-only section stays read-only for its owner 
     check_read_only(fds[0], fds[2], ar.region_size);
     // The MDD table: the owner writes it through the one mapping it made before sealing it;
     // no new writable mapping, for the owner either.
-    check_mdd_sealed(fds[1]);
+    check_write_sealed(fds[1], abi::kMddBytes);
     REQUIRE(mdd_rw != nullptr);
     auto* e = reinterpret_cast<abi::RegEntry*>(mdd_rw);
     e[5].length = 4096;
@@ -126,7 +119,7 @@ TEST_CASE_FIXTURE(OneNode, "the read-only section stays read-only for its owner 
     REQUIRE(pfds[1] >= 0);
     REQUIRE(pfds[2] >= 0);
     check_read_only(pfds[0], pfds[2], pr.region_size);
-    check_mdd_sealed(pfds[1]);  // a peer cannot forge the owner's registrations
+    check_write_sealed(pfds[1], abi::kMddBytes);  // a peer cannot forge the owner's registrations
     for (int fd : pfds) close(fd);
   }
   close(fds[0]);
