@@ -200,7 +200,7 @@ class UdpFabric {
   struct Ctr {
     Counter rx_packets, tx_packets, rx_bytes, tx_bytes, short_or_bad_length, bad_magic, bad_version, bad_mac,
         bad_records, unknown_source, stale_epoch, peer_restarts, duplicates, out_of_window, retransmits,
-        peer_downs, send_refused, messages_abandoned, send_errors;
+        peer_downs, send_refused, messages_abandoned, send_errors, fault_drops, fault_dups, fault_delays, fault_corrupts;
   } ctr_;
 };
 
