@@ -66,6 +66,7 @@ class UdpFabric {
   bool use_uring_send();
   // Whether `nic` is reachable through the fabric (in the map, not this node).
   bool has(uint32_t nic) const { return nic != self_ && map_.find(nic) != nullptr; }
+  const fabric::FabricMap& map() const { return map_; }
   // Queues a message for the daemon of `nic`; false at once if the peer is down (silent
   // past the retry budget), the message too long or the peer's backlog full.
   bool send(uint32_t nic, const void* msg, size_t len);
