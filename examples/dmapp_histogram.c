@@ -50,8 +50,8 @@ int main(int argc, char **argv) {
     const int b = sample_bin(&seed);
     dmapp_return_t rc = dmapp_aadd_qw_nbi(&bins[b / npes], &info.sheap_seg, b % npes, 1);
     if (rc == DMAPP_RC_NO_SPACE) { /* too many in flight: complete them and retry */
-      dmapp_gsync_wait();
-      rc = dmapp_aadd_qw_nbi(&bins[b / npes], &info.sheap_seg, b % npes, 1);
+      rc = dmapp_gsync_wait(); /* an add that failed is reported here, not later */
+      if (rc == DMAPP_RC_SUCCESS) rc = dmapp_aadd_qw_nbi(&bins[b / npes], &info.sheap_seg, b % npes, 1);
     }
     if (rc != DMAPP_RC_SUCCESS) {
       const char *msg;
@@ -60,7 +60,10 @@ int main(int argc, char **argv) {
       return 1;
     }
   }
-  if (dmapp_gsync_wait() != DMAPP_RC_SUCCESS) return 1;
+  if (dmapp_gsync_wait() != DMAPP_RC_SUCCESS) {
+    fprintf(stderr, "PE %d: an atomic add failed\n", me);
+    return 1;
+  }
   PMI_Barrier(); /* every PE's adds are done */
 
   int bad = 0;
