@@ -5,9 +5,8 @@
 // outstanding requests on one channel and otherwise choosing the least loaded. A small
 // request whose EP has nothing outstanding runs in the dispatcher itself: handing it to a
 // channel costs a thread wake-up, many times its copy. After its last request the
-// dispatcher keeps looking at the rings for `poll_us` (yielding the CPU between looks)
-// before it arms the doorbells and sleeps, so a client posting back to back rings no
-// doorbell and waits for no wake-up. Without work every thread of the engine sleeps.
+// dispatcher keeps looking at the rings for `poll_us` before it arms the doorbells and
+// sleeps, so a client posting back to back rings no doorbell and waits for no wake-up. Without work every thread of the engine sleeps.
 //
 // Called from the control thread (attach, reclaim, kBteOpen, status); its own threads do
 // the rest. Lives as long as the Node.
@@ -36,7 +35,7 @@ struct BteConfig {
   uint32_t channels = 2;           // worker threads
   uint64_t chunk_bytes = 256 << 10;  // bounce-buffer chunk: fits the L2 cache, so the
                                      // second copy reads from cache (docs/performance.md)
-  uint32_t poll_us = 50;           // dispatcher's polling window after work (0: sleep at once)
+  uint32_t poll_us = 20;           // dispatcher's polling window after work (0: sleep at once)
 };
 
 class BteEngine {
