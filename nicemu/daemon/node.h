@@ -44,7 +44,7 @@ struct NodeConfig {
   std::string socket_path;
   std::string rundir;  // where the other daemons of this host have their sockets
   uint32_t bte_channels = 2;  // BTE engine worker threads (--bte-channels)
-  uint32_t bte_poll_us = 20;  // BTE dispatcher's polling window (--bte-poll-us)
+  uint32_t bte_poll_us = 0;   // BTE dispatcher's polling window (--bte-poll-us)
   std::string stats_path;     // counter page file; empty = private memory (no readers)
   std::string fault_path;     // fault page file (abi/fault_layout.h); empty = private memory
   std::string fault_spec;     // fault configuration at start (--fault); "" or "off" = none

@@ -5,8 +5,9 @@
 // outstanding requests on one channel and otherwise choosing the least loaded. A small
 // request whose EP has nothing outstanding runs in the dispatcher itself: handing it to a
 // channel costs a thread wake-up, many times its copy. After its last request the
-// dispatcher keeps looking at the rings for `poll_us` before it arms the doorbells and
-// sleeps, so a client posting back to back rings no doorbell and waits for no wake-up. Without work every thread of the engine sleeps.
+// dispatcher may keep looking at the rings for `poll_us` before it arms the doorbells and
+// sleeps, so a client posting back to back rings no doorbell and waits for no wake-up
+// (off by default: on a small host it takes the CPU the spinning ranks need). Without work every thread of the engine sleeps.
 //
 // Called from the control thread (attach, reclaim, kBteOpen, status); its own threads do
 // the rest. Lives as long as the Node.
@@ -35,7 +36,7 @@ struct BteConfig {
   uint32_t channels = 2;           // worker threads
   uint64_t chunk_bytes = 256 << 10;  // bounce-buffer chunk: fits the L2 cache, so the
                                      // second copy reads from cache (docs/performance.md)
-  uint32_t poll_us = 20;           // dispatcher's polling window after work (0: sleep at once)
+  uint32_t poll_us = 0;            // dispatcher's polling window after work (0: sleep at once)
 };
 
 class BteEngine {
