@@ -478,13 +478,13 @@ TEST_CASE("RDMA: many outstanding posts, a full submission ring, per-EP order, o
   char cfg[] = "/tmp/nicemu-bte-cfg-XXXXXX";
   int fd = mkstemp(cfg);
   REQUIRE(fd >= 0);
-  const char text[] = "bte_channels = 1\nbte_poll_us = 0\n";  // and a dispatcher that never polls
+  const char text[] = "bte_channels = 1\nbte_poll_us = 5\n";  // and a dispatcher that polls after work
   REQUIRE(write(fd, text, sizeof text - 1) == long(sizeof text - 1));
   close(fd);
   Cluster cl(1, {"--config", cfg});
   unlink(cfg);
   CHECK(cl.status(0)["bte"]["channels"].get<int>() == 1);
-  CHECK(cl.status(0)["bte"]["poll_us"].get<int>() == 0);
+  CHECK(cl.status(0)["bte"]["poll_us"].get<int>() == 5);
   Cred c = cl.credential();
   Oob oob;
   pid_t t = cl.spawn(0, [&] {
