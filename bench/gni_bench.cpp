@@ -51,7 +51,9 @@
 //
 // The job credential comes from the daemon (control op kCredIssue), as from ALPS on a
 // Cray; the daemon is --socket, else $NICEMU_SOCKET, else node $NICEMU_NODE in
-// $NICEMU_RUNDIR (else the first daemon found there).
+// $NICEMU_RUNDIR (else the first daemon found there). With --peer-socket, rank 1 attaches
+// to that daemon instead (another emulated node of this host), which is granted the job's
+// credential (kCredGrant) as nicemu-run does for a job on several nodes.
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
@@ -90,6 +92,7 @@ struct Options {
   uint32_t window = 64;
   bool csv = false;
   std::string socket;
+  std::string peer_socket;  // rank 1's daemon (another emulated node of this host)
   std::string cpus = "0,1";
   int cpu[2] = {0, 1};
   unsigned timeout_s = 600;
@@ -1000,6 +1003,17 @@ bool issue_credential(const std::string& sock, uint8_t& ptag, uint32_t& cookie) 
   return true;
 }
 
+bool grant_credential(const std::string& sock, uint8_t ptag, uint32_t cookie) {
+  nicemu::abi::ctl::Cred req{};
+  req.h.op = uint16_t(nicemu::abi::ctl::Op::kCredGrant);
+  req.uid = getuid();
+  req.ptag = ptag;
+  req.cookie = cookie;
+  nicemu::abi::ctl::CredReply rep{};
+  nicemu::ctl::Connection c;
+  return c.connect(sock) && c.call(req, rep) && rep.r.rc == 0;
+}
+
 bool parse_cpus(const std::string& s) {
   int a = -1, b = -1;
   char tail;
@@ -1044,6 +1058,9 @@ int main(int argc, char** argv) {
   app.add_option("--socket", opt.socket,
                  "control socket of the nicemu daemon (default: $NICEMU_SOCKET, else node $NICEMU_NODE in "
                  "$NICEMU_RUNDIR)");
+  app.add_option("--peer-socket", opt.peer_socket,
+                 "control socket of another nicemu daemon of this host: rank 1 runs on that emulated node "
+                 "(default: both ranks on --socket's node)");
   app.add_option("--cpus", opt.cpus, "CPUs of rank 0 and rank 1, e.g. 0,1 (sched_setaffinity)");
   app.add_option("--timeout", opt.timeout_s, "seconds before the run is abandoned (default 600)");
   CLI11_PARSE(app, argc, argv);
@@ -1076,6 +1093,10 @@ int main(int argc, char** argv) {
   uint32_t cookie = 0;
   if (!issue_credential(sock, ptag, cookie)) {
     std::fprintf(stderr, "gni_bench: cannot obtain a credential from %s\n", sock.c_str());
+    return 2;
+  }
+  if (!opt.peer_socket.empty() && !grant_credential(opt.peer_socket, ptag, cookie)) {
+    std::fprintf(stderr, "gni_bench: the daemon at %s refused the job credential\n", opt.peer_socket.c_str());
     return 2;
   }
   setenv("NICEMU_SOCKET", sock.c_str(), 1);  // libugni in the ranks attaches to this daemon
@@ -1114,6 +1135,7 @@ int main(int argc, char** argv) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(2);
       ::close(oob_fd[1 - id]);
+      if (id == 1 && !opt.peer_socket.empty()) setenv("NICEMU_SOCKET", opt.peer_socket.c_str(), 1);
       int rc = 2;
       try {
         rc = run_rank(id, ptag, cookie);

@@ -61,6 +61,10 @@ inline constexpr Param kTable[] = {
     {.name = "bte_channels", .type = Type::kUint, .default_text = "2", .config_key = "bte_channels",
      .flag = "--bte-channels", .min = 1, .max = 64,
      .doc = "BTE (RDMA) engine channels: worker threads that move GNI_PostRdma data"},
+    {.name = "bte_poll_us", .type = Type::kUint, .default_text = "0", .config_key = "bte_poll_us",
+     .flag = "--bte-poll-us", .max = 1000,
+     .doc = "microseconds the BTE engine keeps polling its rings after a request before it sleeps until a "
+            "doorbell; 0 = sleep at once"},
     {.name = "allow_any_credential", .type = Type::kBool, .default_text = "false",
      .config_key = "allow_any_credential", .flag = "--allow-any-credential",
      .doc = "accept attaches with credentials that were never issued (single-user test setups only)"},

@@ -163,6 +163,7 @@ int main(int argc, char** argv) {
   cfg.socket_path = socket;
   cfg.rundir = rundir;
   cfg.bte_channels = static_cast<uint32_t>(settings.uint("bte_channels"));
+  cfg.bte_poll_us = static_cast<uint32_t>(settings.uint("bte_poll_us"));
   cfg.stats_path = nicemu::ctl::stats_path(socket);
   cfg.fault_path = nicemu::fault::page_path(socket);
   cfg.fault_spec = settings.str("fault");

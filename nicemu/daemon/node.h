@@ -44,6 +44,7 @@ struct NodeConfig {
   std::string socket_path;
   std::string rundir;  // where the other daemons of this host have their sockets
   uint32_t bte_channels = 2;  // BTE engine worker threads (--bte-channels)
+  uint32_t bte_poll_us = 0;   // BTE dispatcher's polling window (--bte-poll-us)
   std::string stats_path;     // counter page file; empty = private memory (no readers)
   std::string fault_path;     // fault page file (abi/fault_layout.h); empty = private memory
   std::string fault_spec;     // fault configuration at start (--fault); "" or "off" = none
@@ -256,7 +257,8 @@ class Node {
   std::map<Credential, std::unique_ptr<MsgqSegment>> msgqs_;  // one per domain with MSGQ members here
   uint64_t next_msgq_ = 1;
   // Its threads only touch their own mappings of the regions, so it may outlive cdms_.
-  BteEngine bte_{BteConfig{cfg_.nic_addr, cfg_.rundir, cfg_.bte_channels}};
+  BteEngine bte_{BteConfig{.nic_addr = cfg_.nic_addr, .rundir = cfg_.rundir, .channels = cfg_.bte_channels,
+                           .poll_us = cfg_.bte_poll_us}};
   // Memory operations on other hosts' nodes (abi/remote_ops.h): ours as initiator, theirs
   // on our CDMs as target.
   RemoteRequester remote_out_;

@@ -107,6 +107,13 @@ void BteChannel::join() {
   if (thread_.joinable()) thread_.join();
 }
 
+void BteChannel::run_inline(BteJob& job) {
+  sh_.counters.inline_jobs.fetch_add(1, std::memory_order_relaxed);
+  execute(job);
+  std::lock_guard<std::mutex> lk(sh_.mu);
+  if (sh_.finished) sh_.finished(job);
+}
+
 void BteChannel::enqueue(BteJob job) {
   queue_.push_back(std::move(job));
   has_work_.store(true, std::memory_order_relaxed);

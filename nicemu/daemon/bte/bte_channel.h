@@ -40,7 +40,7 @@ struct BteJob {
 };
 
 struct BteCounters {
-  std::atomic<uint64_t> requests{0}, bytes{0}, errors{0}, dropped{0}, chunks{0}, helped_chunks{0};
+  std::atomic<uint64_t> requests{0}, bytes{0}, errors{0}, dropped{0}, chunks{0}, helped_chunks{0}, inline_jobs{0};
 };
 
 class BteChannel;
@@ -68,6 +68,9 @@ class BteChannel {
 
   void start();
   void join();
+  // The engine's dispatcher runs a small job itself (this channel has no thread): executes
+  // and completes it, then reports it finished, as a channel would.
+  void run_inline(BteJob& job);
   // Under shared.mu: queue a job / how much work the channel has (for routing).
   void enqueue(BteJob job);
   size_t load() const { return queue_.size() + (busy_ ? 1 : 0); }

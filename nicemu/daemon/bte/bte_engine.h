@@ -2,8 +2,12 @@
 // Libraries queue requests in their CDM's submission ring (abi/bte_ring.h) and ring the
 // CDM's doorbell eventfd only when the dispatcher sleeps; the dispatcher thread copies
 // requests out and routes them to the channels (bte_channel.h), keeping each EP's
-// outstanding requests on one channel and otherwise choosing the least loaded. Without
-// work every thread of the engine sleeps.
+// outstanding requests on one channel and otherwise choosing the least loaded. A small
+// request whose EP has nothing outstanding runs in the dispatcher itself: handing it to a
+// channel costs a thread wake-up, many times its copy. After its last request the
+// dispatcher may keep looking at the rings for `poll_us` before it arms the doorbells and
+// sleeps, so a client posting back to back rings no doorbell and waits for no wake-up
+// (off by default: on a small host it takes the CPU the spinning ranks need). Without work every thread of the engine sleeps.
 //
 // Called from the control thread (attach, reclaim, kBteOpen, status); its own threads do
 // the rest. Lives as long as the Node.
@@ -32,6 +36,7 @@ struct BteConfig {
   uint32_t channels = 2;           // worker threads
   uint64_t chunk_bytes = 256 << 10;  // bounce-buffer chunk: fits the L2 cache, so the
                                      // second copy reads from cache (docs/performance.md)
+  uint32_t poll_us = 0;            // dispatcher's polling window after work (0: sleep at once)
 };
 
 class BteEngine {
@@ -61,6 +66,7 @@ class BteEngine {
   void route(const std::shared_ptr<BteSource>& s, const abi::BteRequest& req);
   void finished(const BteJob& job);  // under shared_.mu
   void kick();
+  bool poll_window_open(uint64_t last_work_ns) const;
 
   BteConfig cfg_;
   RegionDirectory regions_;
@@ -73,6 +79,7 @@ class BteEngine {
   std::atomic<uint64_t> sources_gen_{0};
   std::map<std::pair<uint64_t, uint32_t>, std::pair<uint32_t, uint32_t>> routes_;  // -> (channel, outstanding); under shared_.mu
   std::atomic<bool> stop_{false};
+  std::unique_ptr<BteChannel> inline_;  // the dispatcher's own executor (no thread)
   std::thread dispatcher_;
 };
 
