@@ -4,8 +4,12 @@
 // while the daemons combine the tree. The result is written into the post's
 // gni_ce_result_t (control word last, nicemu/abi/ce_ops.h) and the post's CQ events follow.
 // On a Gemini NIC every call answers GNI_RC_ILLEGAL_OP, which clients probe for.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstring>
+#include <mutex>
 #include <new>
 
 #include "ce_result.h"
@@ -66,7 +70,78 @@ bool edge_of(Nic* n, gni_ep_handle_t h, ace::Edge& out) {
   return true;
 }
 
+// Maps the job's post page of our node (one control round trip per CDM, on its first post
+// to a channel of our node).
+bool open_posts(Nic* n, CePosts& c) {
+  ace::CeOpen req{};
+  req.h = header<ace::CeOpen>(ace::kOpCeOpen);
+  ace::CeOpenReply rep{};
+  int fd = -1;
+  if (!n->conn.call(req, rep, &fd) || rep.r.rc != GNI_RC_SUCCESS || fd < 0 || rep.bytes != ace::kPostPageBytes ||
+      rep.slot >= ace::kPostSlots) {
+    if (fd >= 0) close(fd);
+    return false;
+  }
+  void* m = mmap(nullptr, ace::kPostPageBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (m == MAP_FAILED) return false;
+  if (static_cast<ace::PostPage*>(m)->magic != ace::kPostPageMagic) {
+    munmap(m, ace::kPostPageBytes);
+    return false;
+  }
+  c.page = m;
+  c.slot = rep.slot;
+  c.seq = std::atomic_ref<uint32_t>(static_cast<ace::PostPage*>(m)->slot[rep.slot].taken).load(std::memory_order_acquire);
+  return true;
+}
+
+enum class PagePost { kNo, kDone, kDaemonGone };
+
+// A leaf of a channel of our own node writes its post into its slot of the post page, and
+// only the post that completes the channel's local posts of the round rings the daemon
+// (abi/ce_ops.h): one daemon wake-up per channel and round instead of one per leaf. kNo when
+// the page cannot take it (not mapped, our slot not yet taken, the channel's leaves are not
+// all local to it...): the post goes as a CePost.
+PagePost post_in_page(Nic* n, const ace::CePost& p, const gni_mem_handle_t& mh) {
+  CePosts& c = n->ce_posts;
+  std::unique_lock<std::mutex> lk(c.mu, std::try_to_lock);
+  if (!lk.owns_lock() || p.ce_id >= ace::kMaxChannels || p.child_id >= ace::kMaxChildren) return PagePost::kNo;
+  if (c.state == 0) c.state = open_posts(n, c) ? 1 : -1;
+  if (c.state != 1) return PagePost::kNo;
+  auto* pg = static_cast<ace::PostPage*>(c.page);
+  const uint32_t bit = 1u << p.child_id;
+  const uint32_t local = std::atomic_ref<uint32_t>(pg->chan[p.ce_id].local).load(std::memory_order_acquire);
+  if (!(local & bit)) return PagePost::kNo;
+  ace::PostSlot& s = pg->slot[c.slot];
+  if (std::atomic_ref<uint32_t>(s.taken).load(std::memory_order_acquire) != c.seq) return PagePost::kNo;
+  s.ce_id = p.ce_id;
+  s.child_id = p.child_id;
+  s.cmd = p.cmd;
+  s.mode = p.mode;
+  s.src_cq = p.src_cq;
+  s.tid = p.tid;
+  s.local_event = p.local_event;
+  s.cq_mode = p.cq_mode;
+  s.red_id = p.red_id;
+  s.first = p.first;
+  s.second = p.second;
+  s.result_addr = p.result_addr;
+  s.mem_qword1 = mh.qword1;
+  s.mem_qword2 = mh.qword2;
+  std::atomic_ref<uint32_t>(s.seq).store(++c.seq, std::memory_order_release);
+  // After the post is visible: a daemon that finds the round whole finds our post too.
+  const uint32_t old = std::atomic_ref<uint32_t>(pg->chan[p.ce_id].posted).fetch_or(bit, std::memory_order_acq_rel);
+  if (((old | bit) & local) != local) return PagePost::kDone;
+  ace::CeRing r{};
+  r.h = header<ace::CeRing>(ace::kOpCeRing);
+  return n->conn.send(&r, sizeof r) ? PagePost::kDone : PagePost::kDaemonGone;
+}
+
 }  // namespace
+
+CePosts::~CePosts() {
+  if (page) munmap(page, ace::kPostPageBytes);
+}
 
 gni_return_t post_ce(Ep* ep, gni_post_descriptor_t* d) {
   Nic* n = ep->nic;
@@ -99,7 +174,10 @@ gni_return_t post_ce(Ep* ep, gni_post_descriptor_t* d) {
   p.first = d->first_operand;
   p.second = d->second_operand;
   p.result_addr = d->local_addr;
-  if (!n->nic_down.load(std::memory_order_relaxed) && n->conn.send(&p, sizeof p)) return GNI_RC_SUCCESS;
+  if (!n->nic_down.load(std::memory_order_relaxed)) {
+    const PagePost pp = p.target_node == n->nic_addr ? post_in_page(n, p, d->local_mem_hndl) : PagePost::kNo;
+    if (pp == PagePost::kDone || (pp == PagePost::kNo && n->conn.send(&p, sizeof p))) return GNI_RC_SUCCESS;
+  }
   // Our daemon is gone: nobody will combine it. The result says so, as the events do.
   auto* res = reinterpret_cast<gni_ce_result_t*>(d->local_addr);
   res->result1 = res->result2 = 0;

@@ -16,7 +16,8 @@ using namespace nicemu::abi;
 void Node::handle_ce(Request& q) {
   namespace ace = abi::ce;
   const Op op = static_cast<Op>(q.h.op);
-  const bool wants_reply = op == Op::kCeCreate || op == Op::kCeConfigure || op == Op::kCeDestroy;
+  const bool wants_reply =
+      op == Op::kCeCreate || op == Op::kCeConfigure || op == Op::kCeDestroy || op == ace::kOpCeOpen;
   auto bad = [&] {
     ++ctr_.malformed_messages;
     if (wants_reply) init_reply<PlainReply>(q.reply, q.h).r.rc = rc::kInvalidParam;
@@ -48,6 +49,23 @@ void Node::handle_ce(Request& q) {
       ace::CePost req;
       if (!parse(q, req) || !cdm || !aries) return bad();
       return ce_.post(*cdm, req);
+    }
+    case ace::kOpCeOpen: {
+      ace::CeOpen req;
+      if (!parse(q, req)) return bad();
+      auto& r = init_reply<ace::CeOpenReply>(q.reply, q.h);
+      int fd = -1;
+      r.r.rc = !aries ? rc::kIllegalOp : cdm ? ce_.open_page(*cdm, r.slot, fd) : rc::kInvalidState;
+      if (r.r.rc == rc::kSuccess) {
+        r.bytes = ace::kPostPageBytes;
+        q.pass_fds = {fd, -1, -1};
+      }
+      return;
+    }
+    case ace::kOpCeRing: {  // one-way
+      ace::CeRing req;
+      if (!parse(q, req) || !cdm || !aries) return bad();
+      return ce_.ring();
     }
     case Op::kCeMember: {  // one-way
       ace::CeMember req;
