@@ -9,6 +9,8 @@
 
 #include <atomic>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <new>
 
@@ -70,6 +72,36 @@ bool edge_of(Nic* n, gni_ep_handle_t h, ace::Edge& out) {
   return true;
 }
 
+// The job's CE post page on our node (abi/ce_ops.h PostPage) as one CDM uses it: mapped on
+// its first CE post to a channel of its node; a leaf writes its operand there instead of
+// sending it.
+struct CePosts {
+  std::mutex mu;                  // one post in the slot at a time; a second thread sends
+  int state = 0;                  // 0: not asked yet, 1: mapped, -1: not to be had (CePost)
+  void* page = nullptr;
+  uint32_t slot = 0;
+  uint32_t seq = 0;               // our last post's seq
+  ~CePosts() {
+    if (page) munmap(page, ace::kPostPageBytes);
+  }
+};
+
+// Each Nic's CePosts, by Nic and attach id (a Nic freed and another allocated at its address
+// is another CDM: its entry goes then).
+std::mutex g_posts_mu;
+std::map<std::pair<const Nic*, uint64_t>, std::unique_ptr<CePosts>> g_posts;
+
+CePosts& posts_of(const Nic* n) {
+  const uint64_t attach = n->self->attach_id;
+  std::lock_guard<std::mutex> lk(g_posts_mu);
+  auto key = std::make_pair(n, attach);
+  auto it = g_posts.find(key);
+  if (it != g_posts.end()) return *it->second;
+  for (auto o = g_posts.lower_bound(std::make_pair(n, uint64_t{0})); o != g_posts.end() && o->first.first == n;)
+    o = g_posts.erase(o);
+  return *g_posts.emplace(key, std::make_unique<CePosts>()).first->second;
+}
+
 // Maps the job's post page of our node (one control round trip per CDM, on its first post
 // to a channel of our node).
 bool open_posts(Nic* n, CePosts& c) {
@@ -103,7 +135,7 @@ enum class PagePost { kNo, kDone, kDaemonGone };
 // the page cannot take it (not mapped, our slot not yet taken, the channel's leaves are not
 // all local to it...): the post goes as a CePost.
 PagePost post_in_page(Nic* n, const ace::CePost& p, const gni_mem_handle_t& mh) {
-  CePosts& c = n->ce_posts;
+  CePosts& c = posts_of(n);
   std::unique_lock<std::mutex> lk(c.mu, std::try_to_lock);
   if (!lk.owns_lock() || p.ce_id >= ace::kMaxChannels || p.child_id >= ace::kMaxChildren) return PagePost::kNo;
   if (c.state == 0) c.state = open_posts(n, c) ? 1 : -1;
@@ -138,10 +170,6 @@ PagePost post_in_page(Nic* n, const ace::CePost& p, const gni_mem_handle_t& mh) 
 }
 
 }  // namespace
-
-CePosts::~CePosts() {
-  if (page) munmap(page, ace::kPostPageBytes);
-}
 
 gni_return_t post_ce(Ep* ep, gni_post_descriptor_t* d) {
   Nic* n = ep->nic;

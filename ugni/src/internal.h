@@ -133,17 +133,6 @@ struct DgramState {
   std::map<uint64_t, DgramFinished> finished;  // lib_seq -> finished post, in posting order
 };
 
-// The job's CE post page on our node (ce.cpp, abi/ce_ops.h PostPage), mapped on the first
-// CE post to a channel of our node: a leaf writes its operand there instead of sending it.
-struct CePosts {
-  std::mutex mu;                  // one post in the slot at a time; a second thread sends
-  int state = 0;                  // 0: not asked yet, 1: mapped, -1: not to be had (CePost)
-  void* page = nullptr;
-  uint32_t slot = 0;
-  uint32_t seq = 0;               // our last post's seq
-  ~CePosts();
-};
-
 struct Nic {
   uint32_t magic = kNicMagic;
   Cdm* cdm = nullptr;
@@ -182,7 +171,6 @@ struct Nic {
   std::atomic<uint32_t> live_cqs{0};
   std::atomic<uint32_t> live_regs{0};
   BteQueue bte;
-  CePosts ce_posts;
   // The relay ring (abi/relay_ring.h) every SMSG send to another host goes through; set by
   // the first relay open. relay_mu serialises producers.
   std::mutex relay_mu;
