@@ -218,8 +218,10 @@ static_assert(sizeof(CeConfigure) <= ctl::kMaxMessage);
 //           once it has taken every local slot of a channel's round, clears those bits
 //           of `posted` (before any result of that round is out, so before the next
 //           round's posts can come).
-// A leaf uses its slot only when the daemon has taken the previous post (taken == seq),
-// and the channel entry says its slot is local (`local`); otherwise it sends a CePost.
+// A leaf uses its slot only when the daemon has taken its previous post (taken == seq) and
+// every CePost it sent since CeOpen (sent_taken), so that its posts are taken in the order
+// it made them, and when the channel entry says its slot is local (`local`); otherwise it
+// sends a CePost. (The daemon takes the page before each CePost.)
 // The page's control ops (ctl::Op values, kept clear of the enum's numbers).
 inline constexpr ctl::Op kOpCeOpen = static_cast<ctl::Op>(130);  // -> CeOpenReply + the page's memfd
 inline constexpr ctl::Op kOpCeRing = static_cast<ctl::Op>(131);  // no reply: the channel's local posts are in
@@ -248,7 +250,9 @@ struct PostSlot {
   uint64_t result_addr;
   uint64_t mem_qword1;    // the registration of result_addr (gni_mem_handle_t)
   uint64_t mem_qword2;
-  uint64_t reserved1[3];
+  uint32_t sent_taken;    // daemon-written: CePosts of this CDM it has taken since CeOpen
+  uint32_t reserved1;
+  uint64_t reserved2[2];
 };
 static_assert(sizeof(PostSlot) == 112);
 struct PostPage {

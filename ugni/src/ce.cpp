@@ -81,6 +81,7 @@ struct CePosts {
   void* page = nullptr;
   uint32_t slot = 0;
   uint32_t seq = 0;               // our last post's seq
+  uint32_t sent = 0;              // CePosts sent since the page was mapped
   ~CePosts() {
     if (page) munmap(page, ace::kPostPageBytes);
   }
@@ -123,29 +124,40 @@ bool open_posts(Nic* n, CePosts& c) {
   }
   c.page = m;
   c.slot = rep.slot;
-  c.seq = std::atomic_ref<uint32_t>(static_cast<ace::PostPage*>(m)->slot[rep.slot].taken).load(std::memory_order_acquire);
+  ace::PostSlot& s = static_cast<ace::PostPage*>(m)->slot[rep.slot];
+  c.seq = std::atomic_ref<uint32_t>(s.taken).load(std::memory_order_acquire);
+  c.sent = std::atomic_ref<uint32_t>(s.sent_taken).load(std::memory_order_acquire);
   return true;
 }
 
-enum class PagePost { kNo, kDone, kDaemonGone };
+enum class PagePost { kDone, kDaemonGone };
 
 // A leaf of a channel of our own node writes its post into its slot of the post page, and
 // only the post that completes the channel's local posts of the round rings the daemon
-// (abi/ce_ops.h): one daemon wake-up per channel and round instead of one per leaf. kNo when
-// the page cannot take it (not mapped, our slot not yet taken, the channel's leaves are not
-// all local to it...): the post goes as a CePost.
-PagePost post_in_page(Nic* n, const ace::CePost& p, const gni_mem_handle_t& mh) {
+// (abi/ce_ops.h): one daemon wake-up per channel and round instead of one per leaf. A post
+// the page cannot take (not mapped, our previous posts not all taken yet, a channel of
+// another node or whose slot for us is not local...) goes as a CePost, counted so that we
+// know when the daemon has taken it.
+PagePost post_to_daemon(Nic* n, const ace::CePost& p, const gni_mem_handle_t& mh) {
   CePosts& c = posts_of(n);
-  std::unique_lock<std::mutex> lk(c.mu, std::try_to_lock);
-  if (!lk.owns_lock() || p.ce_id >= ace::kMaxChannels || p.child_id >= ace::kMaxChildren) return PagePost::kNo;
-  if (c.state == 0) c.state = open_posts(n, c) ? 1 : -1;
-  if (c.state != 1) return PagePost::kNo;
+  std::lock_guard<std::mutex> lk(c.mu);
+  if (c.state == 0 && p.target_node == n->nic_addr) c.state = open_posts(n, c) ? 1 : -1;
   auto* pg = static_cast<ace::PostPage*>(c.page);
-  const uint32_t bit = 1u << p.child_id;
-  const uint32_t local = std::atomic_ref<uint32_t>(pg->chan[p.ce_id].local).load(std::memory_order_acquire);
-  if (!(local & bit)) return PagePost::kNo;
+  const uint32_t bit = p.child_id < ace::kMaxChildren ? 1u << p.child_id : 0;
+  uint32_t local = 0;
+  bool page = false;
+  if (c.state == 1 && p.target_node == n->nic_addr && p.ce_id < ace::kMaxChannels && bit) {
+    ace::PostSlot& s = pg->slot[c.slot];
+    local = std::atomic_ref<uint32_t>(pg->chan[p.ce_id].local).load(std::memory_order_acquire);
+    page = (local & bit) && std::atomic_ref<uint32_t>(s.taken).load(std::memory_order_acquire) == c.seq &&
+           std::atomic_ref<uint32_t>(s.sent_taken).load(std::memory_order_acquire) == c.sent;
+  }
+  if (!page) {
+    if (!n->conn.send(&p, sizeof p)) return PagePost::kDaemonGone;
+    if (c.state == 1) ++c.sent;
+    return PagePost::kDone;
+  }
   ace::PostSlot& s = pg->slot[c.slot];
-  if (std::atomic_ref<uint32_t>(s.taken).load(std::memory_order_acquire) != c.seq) return PagePost::kNo;
   s.ce_id = p.ce_id;
   s.child_id = p.child_id;
   s.cmd = p.cmd;
@@ -202,10 +214,8 @@ gni_return_t post_ce(Ep* ep, gni_post_descriptor_t* d) {
   p.first = d->first_operand;
   p.second = d->second_operand;
   p.result_addr = d->local_addr;
-  if (!n->nic_down.load(std::memory_order_relaxed)) {
-    const PagePost pp = p.target_node == n->nic_addr ? post_in_page(n, p, d->local_mem_hndl) : PagePost::kNo;
-    if (pp == PagePost::kDone || (pp == PagePost::kNo && n->conn.send(&p, sizeof p))) return GNI_RC_SUCCESS;
-  }
+  if (!n->nic_down.load(std::memory_order_relaxed) && post_to_daemon(n, p, d->local_mem_hndl) == PagePost::kDone)
+    return GNI_RC_SUCCESS;
   // Our daemon is gone: nobody will combine it. The result says so, as the events do.
   auto* res = reinterpret_cast<gni_ce_result_t*>(d->local_addr);
   res->result1 = res->result2 = 0;

@@ -155,6 +155,10 @@ bool CeEngine::send_contribution(uint32_t node, const Contribution& c) {
 void CeEngine::post(CdmRegion& leaf, const ace::CePost& p) {
   scan();  // what the leaf wrote into its page slot before this came first
   post_one(leaf, p, false);
+  // The leaf goes back to its slot only once its CePosts are all taken (in order).
+  if (auto it = page_slot_.find(leaf.attach_id()); it != page_slot_.end())
+    if (Page* pg = page_of(it->second.first, false))
+      std::atomic_ref<uint32_t>(pg->p->slot[it->second.second].sent_taken).fetch_add(1, std::memory_order_release);
   drain();
 }
 
@@ -248,6 +252,7 @@ int CeEngine::open_page(CdmRegion& leaf, uint32_t& slot, int& fd) {
   }
   slot = free_slot;
   fd = pg->fd;
+  page_slot_[leaf.attach_id()] = {leaf.credential(), free_slot};
   return abi::gni::kSuccess;
 }
 
@@ -664,6 +669,7 @@ void CeEngine::cdm_gone(uint64_t attach_id) {
   for (auto& [cred, pg] : pages_)
     for (uint32_t i = 0; i < ace::kPostSlots; ++i)
       if (pg->owner[i] == attach_id) pg->owner[i] = 0;
+  page_slot_.erase(attach_id);
   // The channels it was a leaf of learn it now, rather than waiting for an operand that
   // will never come.
   if (auto m = members_.find(attach_id); m != members_.end()) {

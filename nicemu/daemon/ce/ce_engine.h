@@ -149,6 +149,7 @@ class CeEngine : public FabricService {
   void note_local(const Credential& cred, uint32_t ce_id, uint32_t child_id, bool via_page);
   void set_local(Channel& ch, uint32_t mask);
   std::map<Credential, std::unique_ptr<Page>> pages_;
+  std::map<uint64_t, std::pair<Credential, uint32_t>> page_slot_;  // attach id -> its page and slot
   struct Leaf {  // a post of one of our CDMs, waiting for its result
     uint64_t attach_id = 0;
     uint32_t target_node = 0, ce_id = 0;

@@ -25,6 +25,24 @@ void Node::handle_ce(Request& q) {
   CdmRegion* cdm = owned_cdm(q.peer);
   // The collective engine is an Aries block; a Gemini NIC has none.
   const bool aries = cfg_.device_type == gni::kDeviceAries;
+  // The post page's ops are numbered outside ctl::Op (abi/ce_ops.h).
+  if (op == ace::kOpCeOpen) {
+    ace::CeOpen req;
+    if (!parse(q, req)) return bad();
+    auto& r = init_reply<ace::CeOpenReply>(q.reply, q.h);
+    int fd = -1;
+    r.r.rc = !aries ? rc::kIllegalOp : cdm ? ce_.open_page(*cdm, r.slot, fd) : rc::kInvalidState;
+    if (r.r.rc == rc::kSuccess) {
+      r.bytes = ace::kPostPageBytes;
+      q.pass_fds = {fd, -1, -1};
+    }
+    return;
+  }
+  if (op == ace::kOpCeRing) {  // one-way
+    ace::CeRing req;
+    if (!parse(q, req) || !cdm || !aries) return bad();
+    return ce_.ring();
+  }
   switch (op) {
     case Op::kCeCreate: {
       ace::CeCreate req;
@@ -49,23 +67,6 @@ void Node::handle_ce(Request& q) {
       ace::CePost req;
       if (!parse(q, req) || !cdm || !aries) return bad();
       return ce_.post(*cdm, req);
-    }
-    case ace::kOpCeOpen: {
-      ace::CeOpen req;
-      if (!parse(q, req)) return bad();
-      auto& r = init_reply<ace::CeOpenReply>(q.reply, q.h);
-      int fd = -1;
-      r.r.rc = !aries ? rc::kIllegalOp : cdm ? ce_.open_page(*cdm, r.slot, fd) : rc::kInvalidState;
-      if (r.r.rc == rc::kSuccess) {
-        r.bytes = ace::kPostPageBytes;
-        q.pass_fds = {fd, -1, -1};
-      }
-      return;
-    }
-    case ace::kOpCeRing: {  // one-way
-      ace::CeRing req;
-      if (!parse(q, req) || !cdm || !aries) return bad();
-      return ce_.ring();
     }
     case Op::kCeMember: {  // one-way
       ace::CeMember req;
