@@ -138,7 +138,7 @@ enum class PagePost { kDone, kDaemonGone };
 // the page cannot take (not mapped, our previous posts not all taken yet, a channel of
 // another node or whose slot for us is not local...) goes as a CePost, counted so that we
 // know when the daemon has taken it.
-PagePost post_to_daemon(Nic* n, const ace::CePost& p, const gni_mem_handle_t& mh) {
+PagePost post_to_daemon(Nic* n, ace::CePost& p, const gni_mem_handle_t& mh) {
   CePosts& c = posts_of(n);
   std::lock_guard<std::mutex> lk(c.mu);
   if (c.state == 0 && p.target_node == n->nic_addr) c.state = open_posts(n, c) ? 1 : -1;
