@@ -50,9 +50,9 @@ if [[ $WHAT == local ]]; then
     pages=0 rings=0 posts=0
     for a in 0 1; do
       st=$("$CTL" --rundir "$TMP/pp" --node $a status --json)
-      pages=$((pages + $(jq '.collective_engine.page_posts' <<<"$st")))
-      rings=$((rings + $(jq '.collective_engine.rings' <<<"$st")))
-      posts=$((posts + $(jq '.collective_engine.posts' <<<"$st")))
+      pages=$((pages + $(jq '[.nodes[].collective_engine.page_posts] | add' <<<"$st")))
+      rings=$((rings + $(jq '[.nodes[].collective_engine.rings] | add' <<<"$st")))
+      posts=$((posts + $(jq '[.nodes[].collective_engine.posts] | add' <<<"$st")))
     done
     if (( pages > 0 && rings > 0 && rings < pages )); then
       pass "7 processes on 2 nodes: $pages of $posts posts through the post page, $rings rings"
