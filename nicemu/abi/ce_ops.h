@@ -222,10 +222,9 @@ static_assert(sizeof(CeConfigure) <= ctl::kMaxMessage);
 // every CePost it sent since CeOpen (sent_taken), so that its posts are taken in the order
 // it made them, and when the channel entry says its slot is local (`local`); otherwise it
 // sends a CePost. (The daemon takes the page before each CePost.)
-// The page's control ops (ctl::Op values, kept clear of the enum's numbers).
-inline constexpr ctl::Op kOpCeOpen = static_cast<ctl::Op>(130);  // -> CeOpenReply + the page's memfd
-inline constexpr ctl::Op kOpCeRing = static_cast<ctl::Op>(131);  // no reply: the channel's local posts are in
+// The page's control ops are ctl::Op::kCeOpen and kCeRing.
 inline constexpr uint32_t kPostPageMagic = 0x43455050;  // "CEPP"
+inline constexpr uint32_t kPostPageVersion = 1;
 inline constexpr uint32_t kPostSlots = 256;             // CDMs of one job on one node that post here
 
 struct PostChannel {
@@ -258,10 +257,14 @@ static_assert(sizeof(PostSlot) == 112);
 struct PostPage {
   uint32_t magic;
   uint32_t slots;         // kPostSlots
-  uint64_t reserved[7];
+  uint32_t version;       // kPostPageVersion
+  uint32_t reserved0;
+  uint64_t reserved[6];
   PostChannel chan[kMaxChannels];
   PostSlot slot[kPostSlots];
 };
+static_assert(sizeof(PostChannel) == 8 && offsetof(PostSlot, red_id) == 40 && offsetof(PostSlot, sent_taken) == 88);
+static_assert(offsetof(PostPage, chan) == 64 && offsetof(PostPage, slot) == 64 + 8 * kMaxChannels);
 inline constexpr uint64_t kPostPageBytes = (sizeof(PostPage) + 4095) / 4096 * 4096;
 
 struct CeOpen {

@@ -93,6 +93,8 @@ enum class Op : uint16_t {
   kCeLeafGone = 99,      // daemon -> daemon: that leaf's CDM is gone before it posted
   kDrc = 100,            // -> DrcReply         libdrc (rdmacred.h): DrcAction
   kRegBudget = 101,      // -> RegBudgetReply   room for registrations the library makes itself
+  kCeOpen = 103,         // -> CeOpenReply + memfd  the job's CE post page on this node (ce_ops.h)
+  kCeRing = 104,         // no reply: a CE channel's local posts of the round are in the post page
 };
 
 // Reply codes are gni_return_t values, so libugni can return them unchanged.

@@ -87,27 +87,22 @@ struct CePosts {
   }
 };
 
-// Each Nic's CePosts, by Nic and attach id (a Nic freed and another allocated at its address
-// is another CDM: its entry goes then).
+// Each CDM's CePosts, until GNI_CdmDestroy (ce_forget_nic).
 std::mutex g_posts_mu;
-std::map<std::pair<const Nic*, uint64_t>, std::unique_ptr<CePosts>> g_posts;
+std::map<const Nic*, std::unique_ptr<CePosts>> g_posts;
 
 CePosts& posts_of(const Nic* n) {
-  const uint64_t attach = n->self->attach_id;
   std::lock_guard<std::mutex> lk(g_posts_mu);
-  auto key = std::make_pair(n, attach);
-  auto it = g_posts.find(key);
-  if (it != g_posts.end()) return *it->second;
-  for (auto o = g_posts.lower_bound(std::make_pair(n, uint64_t{0})); o != g_posts.end() && o->first.first == n;)
-    o = g_posts.erase(o);
-  return *g_posts.emplace(key, std::make_unique<CePosts>()).first->second;
+  auto& p = g_posts[n];
+  if (!p) p = std::make_unique<CePosts>();
+  return *p;
 }
 
 // Maps the job's post page of our node (one control round trip per CDM, on its first post
 // to a channel of our node).
 bool open_posts(Nic* n, CePosts& c) {
   ace::CeOpen req{};
-  req.h = header<ace::CeOpen>(ace::kOpCeOpen);
+  req.h = header<ace::CeOpen>(nicemu::abi::ctl::Op::kCeOpen);
   ace::CeOpenReply rep{};
   int fd = -1;
   if (!n->conn.call(req, rep, &fd) || rep.r.rc != GNI_RC_SUCCESS || fd < 0 || rep.bytes != ace::kPostPageBytes ||
@@ -118,7 +113,8 @@ bool open_posts(Nic* n, CePosts& c) {
   void* m = mmap(nullptr, ace::kPostPageBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (m == MAP_FAILED) return false;
-  if (static_cast<ace::PostPage*>(m)->magic != ace::kPostPageMagic) {
+  if (static_cast<ace::PostPage*>(m)->magic != ace::kPostPageMagic ||
+      static_cast<ace::PostPage*>(m)->version != ace::kPostPageVersion) {
     munmap(m, ace::kPostPageBytes);
     return false;
   }
@@ -177,11 +173,20 @@ PagePost post_to_daemon(Nic* n, ace::CePost& p, const gni_mem_handle_t& mh) {
   const uint32_t old = std::atomic_ref<uint32_t>(pg->chan[p.ce_id].posted).fetch_or(bit, std::memory_order_acq_rel);
   if (((old | bit) & local) != local) return PagePost::kDone;
   ace::CeRing r{};
-  r.h = header<ace::CeRing>(ace::kOpCeRing);
+  r.h = header<ace::CeRing>(nicemu::abi::ctl::Op::kCeRing);
   return n->conn.send(&r, sizeof r) ? PagePost::kDone : PagePost::kDaemonGone;
 }
 
 }  // namespace
+
+void ce_forget_nic(const Nic* n) {
+  std::unique_ptr<CePosts> gone;  // unmapped outside the lock
+  std::lock_guard<std::mutex> lk(g_posts_mu);
+  if (auto it = g_posts.find(n); it != g_posts.end()) {
+    gone = std::move(it->second);
+    g_posts.erase(it);
+  }
+}
 
 gni_return_t post_ce(Ep* ep, gni_post_descriptor_t* d) {
   Nic* n = ep->nic;

@@ -217,6 +217,7 @@ CeEngine::Page* CeEngine::page_of(const Credential& cred, bool create) {
   // Sealed against resizing: a client that shrank it would fault the daemon.
   if (fcntl(pg->fd, F_ADD_SEALS, abi::kHeapSeals) != 0) return nullptr;
   pg->p->magic = ace::kPostPageMagic;
+  pg->p->version = ace::kPostPageVersion;
   pg->p->slots = ace::kPostSlots;
   Page* raw = pg.get();
   pages_[cred] = std::move(pg);

@@ -17,7 +17,7 @@ void Node::handle_ce(Request& q) {
   namespace ace = abi::ce;
   const Op op = static_cast<Op>(q.h.op);
   const bool wants_reply =
-      op == Op::kCeCreate || op == Op::kCeConfigure || op == Op::kCeDestroy || op == ace::kOpCeOpen;
+      op == Op::kCeCreate || op == Op::kCeConfigure || op == Op::kCeDestroy || op == Op::kCeOpen;
   auto bad = [&] {
     ++ctr_.malformed_messages;
     if (wants_reply) init_reply<PlainReply>(q.reply, q.h).r.rc = rc::kInvalidParam;
@@ -26,7 +26,7 @@ void Node::handle_ce(Request& q) {
   // The collective engine is an Aries block; a Gemini NIC has none.
   const bool aries = cfg_.device_type == gni::kDeviceAries;
   // The post page's ops are numbered outside ctl::Op (abi/ce_ops.h).
-  if (op == ace::kOpCeOpen) {
+  if (op == Op::kCeOpen) {
     ace::CeOpen req;
     if (!parse(q, req)) return bad();
     auto& r = init_reply<ace::CeOpenReply>(q.reply, q.h);
@@ -38,7 +38,7 @@ void Node::handle_ce(Request& q) {
     }
     return;
   }
-  if (op == ace::kOpCeRing) {  // one-way
+  if (op == Op::kCeRing) {  // one-way
     ace::CeRing req;
     if (!parse(q, req) || !cdm || !aries) return bad();
     return ce_.ring();
