@@ -1,7 +1,8 @@
 // libdrc: Cray's DRC calls as requests to the nicemu daemons (ctl::Drc). A credential is
 // acquired on this node's daemon and copied to every other daemon of the run directory, so
 // it is valid on every emulated node of the host; grants, revokes and releases go to all of
-// them. Daemons of other hosts are not reached (docs/launchers.md, DRC).
+// them. This node's daemon passes each change on to the daemons of other hosts over the
+// fabric (ctl::DrcSync; docs/cray-pe.md, DRC).
 #include "rdmacred.h"
 
 #include <unistd.h>
@@ -81,8 +82,11 @@ int on_all(const ctl::Drc& req) {
   ctl::DrcReply rep;
   int home = call(sockets[0], req, rep);
   if (home != rc::kSuccess) return to_drc(home);
+  // The home daemon passes the change on to other hosts; the others of this host need not.
+  ctl::Drc copy = req;
+  copy.flags |= ctl::kDrcCopy;
   for (size_t i = 1; i < sockets.size(); ++i) {
-    int r = call(sockets[i], req, rep);
+    int r = call(sockets[i], copy, rep);
     if (r != rc::kSuccess && r != -1) return -DRC_CRED_EXTERNAL_FAILURE;
   }
   return DRC_SUCCESS;
@@ -124,6 +128,7 @@ int drc_acquire(uint32_t* credential, int flags) {
   req.id = rep.id;
   req.ptag = rep.ptag;
   req.cookie = rep.cookie;
+  req.flags |= ctl::kDrcCopy;  // the home daemon passes it on to other hosts
   for (size_t i = 1; i < sockets.size(); ++i) {
     ctl::DrcReply other;
     int o = call(sockets[i], req, other);

@@ -85,6 +85,10 @@ enum Kind : uint8_t { kCounter = 0, kGauge = 1 };
   X(fabric_send_refused, kCounter, "UDP fabric: messages refused at once (peer down, backlog full)") \
   X(fabric_messages_abandoned, kCounter, "UDP fabric: queued messages given up (peer down or restarted)") \
   X(fabric_send_errors, kCounter, "UDP fabric: sendmmsg failures")                          \
+  X(fabric_fault_drops, kCounter, "UDP fabric: outgoing packets dropped on purpose (packet.drop, link-down, --impair loss)") \
+  X(fabric_fault_dups, kCounter, "UDP fabric: outgoing packets sent twice on purpose (packet.dup, --impair dup)") \
+  X(fabric_fault_delays, kCounter, "UDP fabric: outgoing packets held back behind the next one (packet.delay, --impair reorder)") \
+  X(fabric_fault_corrupts, kCounter, "UDP fabric: outgoing packets corrupted on purpose (packet.corrupt; the receiver drops them)") \
   X(smsg_relay_sent, kCounter, "SMSG across hosts: messages relayed to another host's daemon") \
   X(smsg_relay_delivered, kCounter, "SMSG across hosts: messages from another host written into a mailbox here") \
   X(smsg_relay_credit_updates, kCounter, "SMSG across hosts: receivers' releases reported back to senders") \

@@ -93,6 +93,7 @@ enum class Op : uint16_t {
   kCeLeafGone = 99,      // daemon -> daemon: that leaf's CDM is gone before it posted
   kDrc = 100,            // -> DrcReply         libdrc (rdmacred.h): DrcAction
   kRegBudget = 101,      // -> RegBudgetReply   room for registrations the library makes itself
+  kDrcSync = 102,        // daemon -> daemon: a DRC change made on another host (DrcSync)
   kCeOpen = 103,         // -> CeOpenReply + memfd  the job's CE post page on this node (ce_ops.h)
   kCeRing = 104,         // no reply: a CE channel's local posts of the round are in the post page
 };
@@ -309,6 +310,9 @@ enum class DrcAction : uint32_t {
 };
 enum class DrcGrant : uint32_t { kUid = 1, kGid = 2, kWlm = 3 };
 inline constexpr uint32_t kDrcFlex = 1;  // Drc.flags on kAcquire: DRC_FLAGS_FLEX_CREDENTIAL
+// Drc.flags: a copy of a change libdrc made on another daemon of this host, which that daemon
+// sends to the other hosts' daemons (DrcSync); this one does not send it again.
+inline constexpr uint32_t kDrcCopy = 2;
 struct Drc {
   Header h;
   uint32_t action;  // DrcAction
@@ -328,6 +332,22 @@ struct DrcReply {
   uint32_t cookie;
   uint32_t reserved;
 };
+// Over the fabric (authenticated by the cluster key): an acquire, grant, revoke or release
+// that the daemon of another host accepted from a client with `uid`, applied here as if that
+// client had asked (an acquire with its id, ptag and cookie). DRC credentials are
+// cluster-wide, as Cray's are.
+struct DrcSync {
+  Header h;
+  uint32_t action;  // DrcAction: kAcquire, kGrant, kRevoke, kRelease
+  uint32_t id;
+  uint32_t kind;
+  uint32_t value;
+  uint32_t ptag;
+  uint32_t cookie;
+  uint32_t flags;  // kDrcFlex
+  uint32_t uid;    // the requester's
+};
+static_assert(sizeof(DrcSync) == 48);
 
 // Page `offset` of the status JSON. Offset 0 takes a snapshot, which later pages of the
 // same connection read, so the pages of one document are consistent.

@@ -22,6 +22,14 @@ void FabricPort::set_transport(UdpFabric* t) {
 
 bool FabricPort::remote(uint32_t node) { return transport_ && transport_->has(node) && !links_.local(node); }
 
+std::vector<uint32_t> FabricPort::remote_nodes() {
+  std::vector<uint32_t> out;
+  if (!transport_) return out;
+  for (const auto& [nic, endpoint] : transport_->map().nodes())
+    if (remote(nic)) out.push_back(nic);
+  return out;
+}
+
 bool FabricPort::peer_up(uint32_t node) const { return transport_ && transport_->peer_up(node); }
 
 uint64_t FabricPort::reach(uint32_t node) {

@@ -70,6 +70,8 @@ class FabricPort {
   }
   // Whether `node` is a node of another host that the transport reaches.
   bool remote(uint32_t node);
+  // Every such node of the fabric map.
+  std::vector<uint32_t> remote_nodes();
   // Whether the transport's channel to `node` is up.
   bool peer_up(uint32_t node) const;
   // The transport's view of `node`: cqe::kOk if reachable, kErrNoPeer (not a node of

@@ -69,6 +69,7 @@ Node::Node(NodeConfig cfg)
   port_.route({kMsgqDeliver, kMsgqCredit, kMsgqResult}, msgq_relay_);
   port_.route({kDgramIncoming, kDgramMatched, kDgramRetract}, dgrams_);
   port_.route({kCeContribute, kCeResult, kCeProbe, kCeProbeReply, kCeLeafGone}, ce_);
+  port_.route({kDrcSync}, drc_sync_);
   // Cookies come from the kernel's CSPRNG (libsodium): a user must not be able to predict
   // the credential of another user's next job.
   if (sodium_init() < 0) throw std::runtime_error("libsodium initialisation failed");

@@ -199,6 +199,10 @@ class Node {
   bool may_take(Peer& peer, Resource r, pid_t pid, const Credential& c);
   int handle_cred(Peer& peer, const ctl::Header& h, const ctl::Cred& req, ctl::CredReply& r);
   int handle_drc(Peer& peer, const ctl::Drc& req, ctl::DrcReply& r);
+  // A DRC change this node accepted from a client of this host, to every node of the other
+  // hosts (ctl::DrcSync); and one of those from another host, applied here.
+  void send_drc_sync(const Peer& peer, const ctl::Drc& req, const ctl::DrcReply& r);
+  const char* on_drc_sync(uint32_t from, const uint8_t* msg, size_t len);
   // Whether one of DRC credential `d`'s grants admits `peer` (uid, gid, or its job).
   bool drc_admits(const Peer& peer, const DrcCredential& d) const;
   CdmRegion* owned_cdm(const Peer& peer);
@@ -238,6 +242,14 @@ class Node {
   uint32_t next_domain_ = 1;
   Counters ctr_;
   FabricPort port_{cfg_.nic_addr, cfg_.rundir, stats_};
+  // The port's service for ctl::DrcSync.
+  struct DrcSyncService : FabricService {
+    Node* node;
+    explicit DrcSyncService(Node* n) : node(n) {}
+    const char* receive(uint32_t from, const abi::ctl::Header&, const uint8_t* msg, size_t len) override {
+      return node->on_drc_sync(from, msg, len);
+    }
+  } drc_sync_{this};
   DatagramMatcher dgrams_;
   BandwidthInjection bi_;
   fault::PagePublisher fault_{cfg_.fault_path};

@@ -7,7 +7,7 @@
  * cookie and ptag is refused). The jobs have no PMI in common: they meet through files in
  * DIR, each written whole (renamed into place) and polled for.
  *   drc_pair serve DIR CLIENTS COUNT   the service (one process, the credential's owner)
- *   drc_pair client DIR COUNT          a client rank (PMI_RANK of a job of CLIENTS ranks)
+ *   drc_pair client DIR COUNT          a client rank (PMI_RANK, else SLURM_PROCID, of a job of CLIENTS ranks)
  *   drc_pair probe DIR                 a process neither owner nor granted: every way in refused
  * Prints "drc_pair ...: ok" and exits 0 when everything checked. */
 #define NICEMU_DRC_STRERROR
@@ -389,6 +389,7 @@ static int serve(int clients, uint32_t count) {
 
 static int client(uint32_t count) {
   const char* r = getenv("PMI_RANK");
+  if (!r) r = getenv("SLURM_PROCID"); /* a plain srun step, without a PMI plugin */
   int rank = r ? atoi(r) : 0;
   static char name_buf[64];
   snprintf(name_buf, sizeof name_buf, "drc_pair client %d", rank);

@@ -96,6 +96,10 @@ done
 rtx0=$(node_counter 0 fabric_retransmits)
 mac0=$(( $(node_counter 0 fabric_drop_mac) + $(node_counter 1 fabric_drop_mac) ))
 dup0=$(( $(node_counter 0 fabric_duplicates) + $(node_counter 1 fabric_duplicates) ))
+injected0=0
+for k in fabric_fault_drops fabric_fault_dups fabric_fault_corrupts fabric_fault_delays; do
+  injected0=$(( injected0 + $(node_counter 0 $k) + $(node_counter 1 $k) ))
+done
 run 0 50 20 1:51
 run 1 51 20 0:50
 wait_all "packet faults (drop 15%, dup 10%, corrupt 5%, delay 10%): 20 rounds verified"
@@ -105,6 +109,20 @@ dup=$(( $(node_counter 0 fabric_duplicates) + $(node_counter 1 fabric_duplicates
 [[ $rtx -gt 0 && $mac -gt 0 && $dup -gt 0 ]] &&
   pass "injected packet faults: $rtx retransmissions, $mac corrupted packets dropped, $dup duplicates suppressed" ||
   fail "injected packet faults not seen: retransmits $rtx bad MACs $mac duplicates $dup"
+# The senders count what they did on purpose, each rule in its own counter.
+declare -A injected
+for k in fabric_fault_drops fabric_fault_dups fabric_fault_corrupts fabric_fault_delays; do
+  injected[$k]=$(( $(node_counter 0 $k) + $(node_counter 1 $k) ))
+done
+[[ ${injected[fabric_fault_drops]} -gt 0 && ${injected[fabric_fault_dups]} -gt 0 &&
+   ${injected[fabric_fault_corrupts]} -gt 0 && ${injected[fabric_fault_delays]} -gt 0 &&
+   $injected0 -eq 0 ]] &&
+  pass "the senders counted the injected packet faults: drops ${injected[fabric_fault_drops]}, dups ${injected[fabric_fault_dups]}, corrupted ${injected[fabric_fault_corrupts]}, delayed ${injected[fabric_fault_delays]}" ||
+  fail "injected packet fault counters: before $injected0, after drops ${injected[fabric_fault_drops]} dups ${injected[fabric_fault_dups]} corrupted ${injected[fabric_fault_corrupts]} delayed ${injected[fabric_fault_delays]}"
+# A corrupted packet is one the receiver drops for its MAC: never fewer bad MACs than that.
+[[ $mac -ge ${injected[fabric_fault_corrupts]} ]] &&
+  pass "every corrupted packet failed its MAC at the receiver ($mac >= ${injected[fabric_fault_corrupts]})" ||
+  fail "corrupted $((injected[fabric_fault_corrupts])) packets but only $mac bad MACs counted"
 for a in 0 1; do "$CTL" --rundir "$TMP/host$a" fault off >/dev/null; done
 
 # ---- 3a. a silent peer: channel down after the retry budget, fail fast, back when heard ----

@@ -45,9 +45,69 @@ void Node::on_cred(Request& q) {
 
 void Node::on_drc(Request& q) {
   ctl::Drc req;
-  if (!parse(q, req) || (req.flags & ~ctl::kDrcFlex) != 0) return bad(q);
+  if (!parse(q, req) || (req.flags & ~(ctl::kDrcFlex | ctl::kDrcCopy)) != 0) return bad(q);
   auto& r = init_reply<ctl::DrcReply>(q.reply, q.h);
   r.r.rc = handle_drc(q.peer, req, r);
+  if (r.r.rc == rc::kSuccess && !(req.flags & ctl::kDrcCopy)) send_drc_sync(q.peer, req, r);
+}
+
+void Node::send_drc_sync(const Peer& peer, const ctl::Drc& req, const ctl::DrcReply& r) {
+  using ctl::DrcAction;
+  const auto action = static_cast<DrcAction>(req.action);
+  if (action != DrcAction::kAcquire && action != DrcAction::kGrant && action != DrcAction::kRevoke &&
+      action != DrcAction::kRelease)
+    return;
+  ctl::DrcSync m{};
+  m.h = ctl::make_header<ctl::DrcSync>(Op::kDrcSync, 0);
+  m.action = req.action;
+  m.id = action == DrcAction::kAcquire ? r.id : req.id;
+  m.kind = req.kind;
+  m.value = req.value;
+  m.ptag = action == DrcAction::kAcquire ? r.ptag : 0;
+  m.cookie = action == DrcAction::kAcquire ? r.cookie : 0;
+  m.flags = req.flags & ctl::kDrcFlex;
+  m.uid = static_cast<uint32_t>(peer.uid);
+  // In order on each channel, so a grant never arrives before its acquire. A host that is
+  // down now misses the change (logged): DRC state is not replayed to a daemon that returns.
+  for (uint32_t node : port_.remote_nodes())
+    if (!port_.send(node, &m, sizeof m))
+      spdlog::warn("nic {}: DRC credential {} change (action {}) not sent to NIC address {}: its daemon is not "
+                   "reachable",
+                   cfg_.nic_addr, m.id, m.action, node);
+}
+
+const char* Node::on_drc_sync(uint32_t from, const uint8_t* msg, size_t len) {
+  ctl::DrcSync m;
+  if (len != sizeof m) return "DRC change of the wrong size";
+  std::memcpy(&m, msg, sizeof m);
+  using ctl::DrcAction;
+  const auto action = static_cast<DrcAction>(m.action);
+  if (action != DrcAction::kAcquire && action != DrcAction::kGrant && action != DrcAction::kRevoke &&
+      action != DrcAction::kRelease)
+    return "DRC change with an unknown action";
+  if (action == DrcAction::kAcquire && (m.id == 0 || m.ptag == 0 || m.cookie == 0))
+    return "DRC acquire without its credential";
+  // The requester as the other host's daemon saw it (SO_PEERCRED there): the fabric key
+  // vouches for that daemon.
+  Peer remote{};
+  remote.uid = static_cast<uid_t>(m.uid);
+  remote.gid = static_cast<gid_t>(-1);
+  ctl::Drc req{};
+  req.action = m.action;
+  req.id = m.id;
+  req.kind = m.kind;
+  req.value = m.value;
+  req.ptag = m.ptag;
+  req.cookie = m.cookie;
+  req.flags = m.flags;
+  ctl::DrcReply r{};
+  int code = handle_drc(remote, req, r);
+  // A repeated grant or a revoke/release of what is already gone changes nothing.
+  if (code != rc::kSuccess && !(code == rc::kInvalidState && action == DrcAction::kGrant) &&
+      !(code == rc::kNoMatch && action != DrcAction::kAcquire))
+    spdlog::warn("nic {}: DRC credential {} change (action {}) from NIC address {} for uid {} not applied: rc {}",
+                 cfg_.nic_addr, m.id, m.action, from, m.uid, code);
+  return nullptr;
 }
 
 void Node::on_shutdown(Request& q) {

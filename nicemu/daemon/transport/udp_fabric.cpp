@@ -143,7 +143,8 @@ UdpFabric::UdpFabric(asio::io_context& io, uint32_t self, fabric::FabricMap map,
              c(nc::fabric_drop_unknown_source), c(nc::fabric_drop_stale_epoch), c(nc::fabric_peer_restarts),
              c(nc::fabric_duplicates),     c(nc::fabric_out_of_window),     c(nc::fabric_retransmits),
              c(nc::fabric_peer_downs),     c(nc::fabric_send_refused),      c(nc::fabric_messages_abandoned),
-             c(nc::fabric_send_errors)};
+             c(nc::fabric_send_errors),    c(nc::fabric_fault_drops),       c(nc::fabric_fault_dups),
+             c(nc::fabric_fault_delays),   c(nc::fabric_fault_corrupts)};
   spdlog::info("fabric: NIC address {} on udp {} (epoch {:#x}), {} nodes in the map; {}; packets sealed with {}",
                self_, endpoint_text(me->addr), epoch_, map_.nodes().size(), data_plane_,
                fabric::mac_alg_name(auth_.alg()));
@@ -451,15 +452,25 @@ void UdpFabric::impaired_send() {
       act = p.inj.decide(abi::fault::kPacket, p.nic, now_ns).action;
       if (act == abi::fault::kLinkDown || p.inj.link_down(p.nic, now_ns)) act = abi::fault::kDrop;
     }
-    if (act == abi::fault::kDrop || chance(impair_.loss)) continue;
-    if (act == abi::fault::kCorrupt) pkt[sizeof(PacketHeader) / 2] ^= 0x40;  // the MAC will not verify
+    if (act == abi::fault::kDrop || chance(impair_.loss)) {
+      ++ctr_.fault_drops;
+      continue;
+    }
+    if (act == abi::fault::kCorrupt) {
+      pkt[sizeof(PacketHeader) / 2] ^= 0x40;  // the MAC will not verify
+      ++ctr_.fault_corrupts;
+    }
     if (impair_.held.empty() && (act == abi::fault::kDelay || chance(impair_.reorder))) {
       impair_.held.assign(pkt, pkt + len);
       impair_.held_to = tx_addr_[i];
+      ++ctr_.fault_delays;
       continue;
     }
     out(pkt, len, tx_addr_[i]);
-    if (act == abi::fault::kDup || chance(impair_.dup)) out(pkt, len, tx_addr_[i]);
+    if (act == abi::fault::kDup || chance(impair_.dup)) {
+      out(pkt, len, tx_addr_[i]);
+      ++ctr_.fault_dups;
+    }
     if (!impair_.held.empty()) {
       out(impair_.held.data(), impair_.held.size(), impair_.held_to);
       impair_.held.clear();

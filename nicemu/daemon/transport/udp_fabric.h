@@ -66,6 +66,7 @@ class UdpFabric {
   bool use_uring_send();
   // Whether `nic` is reachable through the fabric (in the map, not this node).
   bool has(uint32_t nic) const { return nic != self_ && map_.find(nic) != nullptr; }
+  const fabric::FabricMap& map() const { return map_; }
   // Queues a message for the daemon of `nic`; false at once if the peer is down (silent
   // past the retry budget), the message too long or the peer's backlog full.
   bool send(uint32_t nic, const void* msg, size_t len);
@@ -200,7 +201,7 @@ class UdpFabric {
   struct Ctr {
     Counter rx_packets, tx_packets, rx_bytes, tx_bytes, short_or_bad_length, bad_magic, bad_version, bad_mac,
         bad_records, unknown_source, stale_epoch, peer_restarts, duplicates, out_of_window, retransmits,
-        peer_downs, send_refused, messages_abandoned, send_errors;
+        peer_downs, send_refused, messages_abandoned, send_errors, fault_drops, fault_dups, fault_delays, fault_corrupts;
   } ctr_;
 };
 
