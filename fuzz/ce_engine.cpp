@@ -1,20 +1,27 @@
-// Fuzz target: the collective engine (nicemu/daemon/ce) under hostile leaves and peers. CE
-// operands do not travel through shared memory: a leaf's CePost is a one-way control
-// message (abi/ce_ops.h), the result goes into the poster's own process (result_addr, by
-// process_vm_writev to the CDM's pid) and the events into its CQ. So the engine's untrusted
-// inputs are the library requests of its CDMs (create, configure, post, member, destroy)
-// and the messages of other daemons (contribute, result, probe, probe reply, leaf gone);
-// this target interleaves both on a real CeEngine with two real CDM regions of two jobs.
+// Fuzz target: the collective engine (nicemu/daemon/ce) under hostile leaves and peers. A
+// leaf's operand comes as a one-way CePost control message or is written into its slot of
+// the job's post page (abi/ce_ops.h, PostPage: client-written shared memory); the result
+// goes into the poster's own process (result_addr, by process_vm_writev to the CDM's pid)
+// and the events into its CQ. So the engine's untrusted inputs are the library requests of
+// its CDMs (create, configure, post, member, destroy, open of the post page, ring), the
+// post pages' bytes, and the messages of other daemons (contribute, result, probe, probe
+// reply, leaf gone); this target interleaves them on a real CeEngine with two real CDM
+// regions of two jobs.
 //
-// Input: operations until the input ends: an op byte (op % 9: create, configure, post,
+// Input: operations until the input ends: an op byte (op % 11: create, configure, post,
 // member, destroy, a message from another node, a tick of the liveness timer, the messages
-// the engine sent handed back to it as their nodes' answers, a CDM going away), the CDM
-// (op bit 4), then the struct's bytes from the input, with the fields that name things
-// (channel ids, child slots, nodes, CQs) mostly replaced by ones that exist.
+// the engine sent handed back to it as their nodes' answers, a CDM going away, a write into
+// the CDM's post page (a post in its slot, mostly well-formed, or raw bytes anywhere in the
+// page), a ring), the CDM (op bit 4), then the struct's bytes from the input, with the
+// fields that name things (channel ids, child slots, nodes, CQs, the result's
+// registration) mostly replaced by ones that exist.
 //
 // Checks: the engine writes nothing of either CDM's heap but its CQ (no result lands in a
 // region: results go to the process, here one that does not exist); once both CDMs are
-// gone and the liveness timer ran out, nothing is pending (no reduction waits for ever).
+// gone and the liveness timer ran out, nothing is pending (no reduction waits for ever) and
+// no post page is left.
+#include <sys/mman.h>
+
 #include <cstdio>
 #include <deque>
 #include <vector>
@@ -23,9 +30,12 @@
 
 #include "fuzz_driver.h"
 #include "nicemu/abi/ce_ops.h"
+#include "nicemu/abi/mem_handle.h"
 #include "nicemu/abi/region_access.h"
 #include "nicemu/daemon/ce/ce_engine.h"
 #include "shm_fixture.h"
+
+#include <nlohmann/json.hpp>
 
 namespace abi = nicemu::abi;
 namespace ace = nicemu::abi::ce;
@@ -38,12 +48,21 @@ namespace {
 struct Cdm {
   std::unique_ptr<CdmRegion> r;
   uint32_t cq;
+  // A registration for results (the process does not exist: nothing is written there).
+  std::vector<char> res = std::vector<char>(4096);
+  uint64_t q1 = 0, q2 = 0;
+  void init() {
+    cq = shm_fuzz::make_cq(*r, 256);
+    nicemu::daemon::RegSpec spec{reinterpret_cast<uint64_t>(res.data()), res.size(), 0, cq, {}};
+    if (shm_fuzz::reg_store(*r, 3, spec, cq) != abi::gni::kSuccess) std::abort();
+    abi::mdh::encode(abi::mdh::registration_fields(spec.address, spec.length, r->mem_domain(), 3, false), q1, q2);
+  }
 };
 struct Rig {
   Cdm a{shm_fuzz::make_cdm(0, 1, 1, 9, 0x55550000), 0}, b{shm_fuzz::make_cdm(0, 2, 2, 11, 0x77770000), 0};
   Rig() {
-    a.cq = shm_fuzz::make_cq(*a.r, 256);
-    b.cq = shm_fuzz::make_cq(*b.r, 256);
+    a.init();
+    b.init();
   }
 };
 
@@ -88,6 +107,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     snaps.push_back(s);
   }
   std::vector<uint32_t> ids;
+  // Each CDM's mapping of its job's post page while it has one (the engine owns the memfd).
+  ace::PostPage* pages[2] = {nullptr, nullptr};
+  uint32_t page_slot[2] = {0, 0};
   auto pick_id = [&](uint32_t raw) { return ids.empty() || (raw & 0x80000000u) ? raw : ids[raw % ids.size()]; };
 
   while (!in.empty()) {
@@ -95,7 +117,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const int who = (op >> 4) & 1;
     Cdm& c = *cdms[who];
     const bool live = !gone[who];
-    switch (op % 9) {
+    switch (op % 11) {
       case 0: {
         uint32_t id = 0;
         if (live && ce.create(*c.r, id) == abi::gni::kSuccess) ids.push_back(id);
@@ -173,16 +195,57 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (live) {
           ce.cdm_gone(c.r->attach_id());
           gone[who] = true;
+          if (pages[who]) munmap(pages[who], ace::kPostPageBytes), pages[who] = nullptr;
         }
+        break;
+      case 9: {
+        if (!live) break;
+        if (!pages[who]) {
+          int fd = -1;
+          if (ce.open_page(*c.r, page_slot[who], fd) != abi::gni::kSuccess) break;
+          void* m = mmap(nullptr, ace::kPostPageBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+          if (m == MAP_FAILED) std::abort();
+          pages[who] = static_cast<ace::PostPage*>(m);
+        }
+        ace::PostPage& pg = *pages[who];
+        const uint8_t how = in.take<uint8_t>();
+        if (how & 1) {  // raw bytes anywhere: the other leaves' slots, the channel words
+          const uint32_t at = in.take<uint32_t>() % sizeof(ace::PostPage);
+          const uint32_t n = std::min<uint32_t>(in.take<uint8_t>(), sizeof(ace::PostPage) - at);
+          in.bytes(reinterpret_cast<char*>(&pg) + at, n);
+          break;
+        }
+        ace::PostSlot s{};  // a post in our slot, as the library writes it
+        in.bytes(&s, sizeof s);
+        s.ce_id = pick_id(s.ce_id) % (ace::kMaxChannels + 1);
+        if (!(s.child_id & 0x80000000u)) s.child_id %= ace::kMaxChildren;
+        if (!(s.src_cq & 0x80000000u)) s.src_cq = c.cq;
+        if (!(how & 2)) s.mem_qword1 = c.q1, s.mem_qword2 = c.q2, s.result_addr = uint64_t(c.res.data()) + (s.result_addr % 64) * 8;
+        ace::PostSlot& slot = pg.slot[page_slot[who]];
+        s.seq = (how & 4) ? s.seq : slot.taken + 1;
+        s.taken = slot.taken;
+        slot = s;
+        if (s.ce_id < ace::kMaxChannels && s.child_id < ace::kMaxChildren)
+          pg.chan[s.ce_id].posted |= 1u << s.child_id;
+        break;
+      }
+      case 10:
+        ce.ring();
         break;
     }
   }
+  for (ace::PostPage*& p : pages)
+    if (p) munmap(p, ace::kPostPageBytes), p = nullptr;
   for (int i = 0; i < 2; ++i)
     if (!gone[i]) ce.cdm_gone(cdms[i]->r->attach_id()), gone[i] = true;
   for (uint32_t t = 0; t < 2 * (CeEngine::kProbeAfter + CeEngine::kProbeEvery + CeEngine::kProbeTimeout) + 4; ++t)
     ce.tick();
   if (ce.busy()) {
     std::fprintf(stderr, "CE engine still busy with both CDMs gone\n");
+    std::abort();
+  }
+  if (ce.status()["post_pages"].get<size_t>() != 0) {
+    std::fprintf(stderr, "CE engine kept a post page with both CDMs gone\n");
     std::abort();
   }
   for (shm_fuzz::Snapshot* s : snaps) {

@@ -199,4 +199,85 @@ struct CeLeafGone {
 static_assert(sizeof(CeLeafGone) == 48);
 static_assert(sizeof(CeConfigure) <= ctl::kMaxMessage);
 
+// The post page: a leaf on the node of its parent channel does not send its operand, it
+// writes it here, and only the leaf whose post completes the channel's local posts of the
+// round rings the daemon (CeRing), so the daemon is woken once per channel and round rather
+// than once per leaf. One page per job (ptag/cookie) per node, a memfd the daemon creates
+// and seals against resizing, mapped read-write by the job's CDMs there (CeOpen) and by the
+// daemon; another job has no way to it. Everything in it is written by clients, so the
+// daemon copies a post out under its sequence number and checks it as it checks a CePost,
+// takes the CDM a slot belongs to from its own table (never from the page), and checks the
+// result address against that CDM's registrations. What a hostile process of the job can do
+// by writing here is what it can do with its own posts: wrong operands, and rings missed or
+// spurious, which the daemon's scans on every CE message and every 100 ms tick make up for.
+//
+//   leaf:   slot.post = ...; slot.seq = s + 1 (release)
+//           old = chan[ce_id].posted.fetch_or(1 << child_id)
+//           ring (CeRing) if (old | 1 << child_id) covers chan[ce_id].local
+//   daemon: on any CE wake, for each slot with seq != taken: copy the post, taken = seq;
+//           once it has taken every local slot of a channel's round, clears those bits
+//           of `posted` (before any result of that round is out, so before the next
+//           round's posts can come).
+// A leaf uses its slot only when the daemon has taken its previous post (taken == seq) and
+// every CePost it sent since CeOpen (sent_taken), so that its posts are taken in the order
+// it made them, and when the channel entry says its slot is local (`local`); otherwise it
+// sends a CePost. (The daemon takes the page before each CePost.)
+// The page's control ops are ctl::Op::kCeOpen and kCeRing.
+inline constexpr uint32_t kPostPageMagic = 0x43455050;  // "CEPP"
+inline constexpr uint32_t kPostPageVersion = 1;
+inline constexpr uint32_t kPostSlots = 256;             // CDMs of one job on one node that post here
+
+struct PostChannel {
+  uint32_t posted;        // leaf-written (atomic OR): child slots posted in this round
+  uint32_t local;         // daemon-written: child slots of leaves on this node (0: not here)
+};
+struct PostSlot {
+  uint32_t seq;           // leaf-written after the post (release)
+  uint32_t taken;         // daemon-written: the seq it has taken
+  uint32_t ce_id;
+  uint32_t child_id;
+  uint32_t cmd;
+  uint32_t mode;
+  uint32_t src_cq;
+  uint32_t tid;
+  uint32_t local_event;
+  uint16_t cq_mode;
+  uint16_t reserved0;
+  uint64_t red_id;
+  uint64_t first;
+  uint64_t second;
+  uint64_t result_addr;
+  uint64_t mem_qword1;    // the registration of result_addr (gni_mem_handle_t)
+  uint64_t mem_qword2;
+  uint32_t sent_taken;    // daemon-written: CePosts of this CDM it has taken since CeOpen
+  uint32_t reserved1;
+  uint64_t reserved2[2];
+};
+static_assert(sizeof(PostSlot) == 112);
+struct PostPage {
+  uint32_t magic;
+  uint32_t slots;         // kPostSlots
+  uint32_t version;       // kPostPageVersion
+  uint32_t reserved0;
+  uint64_t reserved[6];
+  PostChannel chan[kMaxChannels];
+  PostSlot slot[kPostSlots];
+};
+static_assert(sizeof(PostChannel) == 8 && offsetof(PostSlot, red_id) == 40 && offsetof(PostSlot, sent_taken) == 88);
+static_assert(offsetof(PostPage, chan) == 64 && offsetof(PostPage, slot) == 64 + 8 * kMaxChannels);
+inline constexpr uint64_t kPostPageBytes = (sizeof(PostPage) + 4095) / 4096 * 4096;
+
+struct CeOpen {
+  ctl::Header h;
+};
+struct CeOpenReply {
+  ctl::Reply r;
+  uint32_t slot;          // this CDM's PostSlot
+  uint32_t reserved;
+  uint64_t bytes;         // size of the memfd (kPostPageBytes)
+};
+struct CeRing {
+  ctl::Header h;
+};
+
 }  // namespace nicemu::abi::ce

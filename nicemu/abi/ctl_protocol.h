@@ -94,6 +94,8 @@ enum class Op : uint16_t {
   kDrc = 100,            // -> DrcReply         libdrc (rdmacred.h): DrcAction
   kRegBudget = 101,      // -> RegBudgetReply   room for registrations the library makes itself
   kDrcSync = 102,        // daemon -> daemon: a DRC change made on another host (DrcSync)
+  kCeOpen = 103,         // -> CeOpenReply + memfd  the job's CE post page on this node (ce_ops.h)
+  kCeRing = 104,         // no reply: a CE channel's local posts of the round are in the post page
 };
 
 // Reply codes are gni_return_t values, so libugni can return them unchanged.

@@ -225,7 +225,7 @@ const Node::Table& Node::table() {
     on({kSmsgRelayOpen}, &Node::with_cdm<ctl::SmsgRelayOpen, ctl::SmsgRelayOpenReply, &Node::on_smsg_relay_open>);
     on({kSmsgRelayDoorbell, kSmsgRelayReleased}, &Node::on_smsg_relay_note);
     on({kCeCreate, kCeConfigure, kCeDestroy, kCePost, kCeContribute, kCeResult, kCeProbe, kCeProbeReply, kCeMember,
-        kCeLeafGone},
+        kCeLeafGone, kCeOpen, kCeRing},
        &Node::handle_ce);
     return t;
   }();

@@ -43,6 +43,28 @@ if [[ $WHAT == local ]]; then
   job "a member dies: error completion within a second (3 nodes)" 3 3 -- die
   job "a leaf on another node dies before it posts: error completion within a second" 3 3 -- die-early
   job "a daemon goes silent (SIGSTOP): error completion within a second" 3 3 -- stall
+  # Leaves on their channel's node post through the job's post page and ring the daemon
+  # once per channel and round (abi/ce_ops.h): the daemons' counters show it was used.
+  start_daemon 0 "$TMP/pp" --log-level warn && start_daemon 1 "$TMP/pp" --log-level warn
+  if timeout -k 5 150 "$RUN" --rundir "$TMP/pp" -n 7 --nodes 2 --timeout 140 "$PROG" >"$TMP/pp_job.log" 2>&1; then
+    pages=0 rings=0 posts=0
+    for a in 0 1; do
+      st=$("$CTL" --rundir "$TMP/pp" --node $a status --json)
+      pages=$((pages + $(jq '[.nodes[].collective_engine.page_posts] | add' <<<"$st")))
+      rings=$((rings + $(jq '[.nodes[].collective_engine.rings] | add' <<<"$st")))
+      posts=$((posts + $(jq '[.nodes[].collective_engine.posts] | add' <<<"$st")))
+    done
+    if (( pages > 0 && rings > 0 && rings < pages )); then
+      pass "7 processes on 2 nodes: $pages of $posts posts through the post page, $rings rings"
+    else
+      fail "post page not used: $pages page posts, $rings rings, $posts posts"
+    fi
+  else
+    fail "7 processes on 2 nodes (post page)"
+    show_log "$TMP/pp_job.log"
+  fi
+  stop_daemons
+  DAEMON_PID=()
   # A Gemini node: nicemu-run uses the daemon already running in its run directory.
   start_daemon 0 "$TMP/gemini" --device gemini --log-level warn
   if timeout -k 5 60 "$RUN" --rundir "$TMP/gemini" -n 2 "$PROG" >"$TMP/gemini_job.log" 2>&1 &&

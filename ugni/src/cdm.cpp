@@ -67,6 +67,7 @@ gni_return_t GNI_CdmDestroy(gni_cdm_handle_t cdm_hndl) {
     // are ours to reuse.
     if (c->nic->mdd) c->nic->mdd->forget_domain(c->nic->mem_domain);
     fault_forget_nic(c->nic);
+    ce_forget_nic(c->nic);
     delete c->nic;
   }
   c->magic = 0;

@@ -4,8 +4,14 @@
 // while the daemons combine the tree. The result is written into the post's
 // gni_ce_result_t (control word last, nicemu/abi/ce_ops.h) and the post's CQ events follow.
 // On a Gemini NIC every call answers GNI_RC_ILLEGAL_OP, which clients probe for.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <new>
 
 #include "ce_result.h"
@@ -66,7 +72,121 @@ bool edge_of(Nic* n, gni_ep_handle_t h, ace::Edge& out) {
   return true;
 }
 
+// The job's CE post page on our node (abi/ce_ops.h PostPage) as one CDM uses it: mapped on
+// its first CE post to a channel of its node; a leaf writes its operand there instead of
+// sending it.
+struct CePosts {
+  std::mutex mu;                  // one post in the slot at a time; a second thread sends
+  int state = 0;                  // 0: not asked yet, 1: mapped, -1: not to be had (CePost)
+  void* page = nullptr;
+  uint32_t slot = 0;
+  uint32_t seq = 0;               // our last post's seq
+  uint32_t sent = 0;              // CePosts sent since the page was mapped
+  ~CePosts() {
+    if (page) munmap(page, ace::kPostPageBytes);
+  }
+};
+
+// Each CDM's CePosts, until GNI_CdmDestroy (ce_forget_nic).
+std::mutex g_posts_mu;
+std::map<const Nic*, std::unique_ptr<CePosts>> g_posts;
+
+CePosts& posts_of(const Nic* n) {
+  std::lock_guard<std::mutex> lk(g_posts_mu);
+  auto& p = g_posts[n];
+  if (!p) p = std::make_unique<CePosts>();
+  return *p;
+}
+
+// Maps the job's post page of our node (one control round trip per CDM, on its first post
+// to a channel of our node).
+bool open_posts(Nic* n, CePosts& c) {
+  ace::CeOpen req{};
+  req.h = header<ace::CeOpen>(nicemu::abi::ctl::Op::kCeOpen);
+  ace::CeOpenReply rep{};
+  int fd = -1;
+  if (!n->conn.call(req, rep, &fd) || rep.r.rc != GNI_RC_SUCCESS || fd < 0 || rep.bytes != ace::kPostPageBytes ||
+      rep.slot >= ace::kPostSlots) {
+    if (fd >= 0) close(fd);
+    return false;
+  }
+  void* m = mmap(nullptr, ace::kPostPageBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (m == MAP_FAILED) return false;
+  if (static_cast<ace::PostPage*>(m)->magic != ace::kPostPageMagic ||
+      static_cast<ace::PostPage*>(m)->version != ace::kPostPageVersion) {
+    munmap(m, ace::kPostPageBytes);
+    return false;
+  }
+  c.page = m;
+  c.slot = rep.slot;
+  ace::PostSlot& s = static_cast<ace::PostPage*>(m)->slot[rep.slot];
+  c.seq = std::atomic_ref<uint32_t>(s.taken).load(std::memory_order_acquire);
+  c.sent = std::atomic_ref<uint32_t>(s.sent_taken).load(std::memory_order_acquire);
+  return true;
+}
+
+enum class PagePost { kDone, kDaemonGone };
+
+// A leaf of a channel of our own node writes its post into its slot of the post page, and
+// only the post that completes the channel's local posts of the round rings the daemon
+// (abi/ce_ops.h): one daemon wake-up per channel and round instead of one per leaf. A post
+// the page cannot take (not mapped, our previous posts not all taken yet, a channel of
+// another node or whose slot for us is not local...) goes as a CePost, counted so that we
+// know when the daemon has taken it.
+PagePost post_to_daemon(Nic* n, ace::CePost& p, const gni_mem_handle_t& mh) {
+  CePosts& c = posts_of(n);
+  std::lock_guard<std::mutex> lk(c.mu);
+  if (c.state == 0 && p.target_node == n->nic_addr) c.state = open_posts(n, c) ? 1 : -1;
+  auto* pg = static_cast<ace::PostPage*>(c.page);
+  const uint32_t bit = p.child_id < ace::kMaxChildren ? 1u << p.child_id : 0;
+  uint32_t local = 0;
+  bool page = false;
+  if (c.state == 1 && p.target_node == n->nic_addr && p.ce_id < ace::kMaxChannels && bit) {
+    ace::PostSlot& s = pg->slot[c.slot];
+    local = std::atomic_ref<uint32_t>(pg->chan[p.ce_id].local).load(std::memory_order_acquire);
+    page = (local & bit) && std::atomic_ref<uint32_t>(s.taken).load(std::memory_order_acquire) == c.seq &&
+           std::atomic_ref<uint32_t>(s.sent_taken).load(std::memory_order_acquire) == c.sent;
+  }
+  if (!page) {
+    if (!n->conn.send(&p, sizeof p)) return PagePost::kDaemonGone;
+    if (c.state == 1) ++c.sent;
+    return PagePost::kDone;
+  }
+  ace::PostSlot& s = pg->slot[c.slot];
+  s.ce_id = p.ce_id;
+  s.child_id = p.child_id;
+  s.cmd = p.cmd;
+  s.mode = p.mode;
+  s.src_cq = p.src_cq;
+  s.tid = p.tid;
+  s.local_event = p.local_event;
+  s.cq_mode = p.cq_mode;
+  s.red_id = p.red_id;
+  s.first = p.first;
+  s.second = p.second;
+  s.result_addr = p.result_addr;
+  s.mem_qword1 = mh.qword1;
+  s.mem_qword2 = mh.qword2;
+  std::atomic_ref<uint32_t>(s.seq).store(++c.seq, std::memory_order_release);
+  // After the post is visible: a daemon that finds the round whole finds our post too.
+  const uint32_t old = std::atomic_ref<uint32_t>(pg->chan[p.ce_id].posted).fetch_or(bit, std::memory_order_acq_rel);
+  if (((old | bit) & local) != local) return PagePost::kDone;
+  ace::CeRing r{};
+  r.h = header<ace::CeRing>(nicemu::abi::ctl::Op::kCeRing);
+  return n->conn.send(&r, sizeof r) ? PagePost::kDone : PagePost::kDaemonGone;
+}
+
 }  // namespace
+
+void ce_forget_nic(const Nic* n) {
+  std::unique_ptr<CePosts> gone;  // unmapped outside the lock
+  std::lock_guard<std::mutex> lk(g_posts_mu);
+  if (auto it = g_posts.find(n); it != g_posts.end()) {
+    gone = std::move(it->second);
+    g_posts.erase(it);
+  }
+}
 
 gni_return_t post_ce(Ep* ep, gni_post_descriptor_t* d) {
   Nic* n = ep->nic;
@@ -99,7 +219,8 @@ gni_return_t post_ce(Ep* ep, gni_post_descriptor_t* d) {
   p.first = d->first_operand;
   p.second = d->second_operand;
   p.result_addr = d->local_addr;
-  if (!n->nic_down.load(std::memory_order_relaxed) && n->conn.send(&p, sizeof p)) return GNI_RC_SUCCESS;
+  if (!n->nic_down.load(std::memory_order_relaxed) && post_to_daemon(n, p, d->local_mem_hndl) == PagePost::kDone)
+    return GNI_RC_SUCCESS;
   // Our daemon is gone: nobody will combine it. The result says so, as the events do.
   auto* res = reinterpret_cast<gni_ce_result_t*>(d->local_addr);
   res->result1 = res->result2 = 0;

@@ -317,6 +317,8 @@ gni_return_t post_remote(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_
 gni_return_t post_ce(Ep* ep, gni_post_descriptor_t* d);
 // A bound EP with leaf CE attributes tells our daemon which channel it feeds (CeMember).
 void ce_announce_leaf(Ep* ep);
+// Drops the CDM's mapping of its job's CE post page (GNI_CdmDestroy).
+void ce_forget_nic(const Nic* n);
 
 // A member of a chained post whose target is on another host (ct_requester.cpp): the
 // daemon posts the chain's one event (abi/remote_ops.h, RemotePost::chain_id).

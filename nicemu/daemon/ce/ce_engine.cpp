@@ -1,8 +1,12 @@
 #include "nicemu/daemon/ce/ce_engine.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -11,6 +15,8 @@
 
 #include "nicemu/abi/cq_entry.h"
 #include "nicemu/abi/gni_values.h"
+#include "nicemu/abi/region_access.h"
+#include "nicemu/abi/region_map.h"
 #include "nicemu/xmem/cross_copy.h"
 
 namespace nicemu::daemon {
@@ -91,6 +97,10 @@ int CeEngine::configure(CdmRegion& owner, const ace::CeConfigure& req) {
   ch.child_mask = mask;
   ch.last_attach.fill(0);
   ch.last_node.fill(0);
+  uint32_t local = 0;
+  for (uint32_t s = 0; s < ace::kMaxChildren; ++s)
+    if ((mask & (1u << s)) && children[s].type == ace::kChildPe && children[s].node == self_) local |= 1u << s;
+  set_local(ch, ch.configured ? local : 0);
   return ch.configured ? rc::kSuccess : rc::kInvalidParam;
 }
 
@@ -111,7 +121,10 @@ void CeEngine::destroy_channel(std::map<uint32_t, Channel>::iterator it, uint32_
     --pending_rounds_;
   }
   if (!ch.rounds.empty()) ++ctr_.errors;
+  set_local(ch, 0);
+  const Credential cred = ch.cred;
   channels_.erase(it);
+  drop_page_if_unused(cred);
 }
 
 // A contribution for a channel on another node: one CeContribute message to its daemon.
@@ -140,6 +153,16 @@ bool CeEngine::send_contribution(uint32_t node, const Contribution& c) {
 }
 
 void CeEngine::post(CdmRegion& leaf, const ace::CePost& p) {
+  scan();  // what the leaf wrote into its page slot before this came first
+  post_one(leaf, p, false);
+  // The leaf goes back to its slot only once its CePosts are all taken (in order).
+  if (auto it = page_slot_.find(leaf.attach_id()); it != page_slot_.end())
+    if (Page* pg = page_of(it->second.first, false))
+      std::atomic_ref<uint32_t>(pg->p->slot[it->second.second].sent_taken).fetch_add(1, std::memory_order_release);
+  drain();
+}
+
+void CeEngine::post_one(CdmRegion& leaf, const ace::CePost& p, bool via_page) {
   ++ctr_.posts;
   const uint64_t token = next_token_++;
   Leaf& l = leaves_[token];
@@ -170,10 +193,152 @@ void CeEngine::post(CdmRegion& leaf, const ace::CePost& p) {
   }
   c.op = ce::leaf_operand(*cmd, p.mode, p.first, p.second);
   if (p.target_node == self_) {
+    note_local(c.cred, p.ce_id, p.child_id, via_page);
     contribute(c);
   } else {
     if (!send_contribution(p.target_node, c)) leaf_result(token, Result{token, ace::kErrPeer, p.red_id, {}});
   }
+}
+
+CeEngine::Page::~Page() {
+  if (p) munmap(p, ace::kPostPageBytes);
+  if (fd >= 0) close(fd);
+}
+
+CeEngine::Page* CeEngine::page_of(const Credential& cred, bool create) {
+  if (auto it = pages_.find(cred); it != pages_.end()) return it->second.get();
+  if (!create) return nullptr;
+  auto pg = std::make_unique<Page>();
+  pg->fd = memfd_create("nicemu-ce-posts", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (pg->fd < 0 || ftruncate(pg->fd, static_cast<off_t>(ace::kPostPageBytes)) != 0) return nullptr;
+  void* m = mmap(nullptr, ace::kPostPageBytes, PROT_READ | PROT_WRITE, MAP_SHARED, pg->fd, 0);
+  if (m == MAP_FAILED) return nullptr;
+  pg->p = static_cast<ace::PostPage*>(m);
+  // Sealed against resizing: a client that shrank it would fault the daemon.
+  if (fcntl(pg->fd, F_ADD_SEALS, abi::kHeapSeals) != 0) return nullptr;
+  pg->p->magic = ace::kPostPageMagic;
+  pg->p->version = ace::kPostPageVersion;
+  pg->p->slots = ace::kPostSlots;
+  Page* raw = pg.get();
+  pages_[cred] = std::move(pg);
+  return raw;
+}
+
+void CeEngine::drop_page_if_unused(const Credential& cred) {
+  auto it = pages_.find(cred);
+  if (it == pages_.end()) return;
+  for (uint64_t o : it->second->owner)
+    if (o != 0) return;
+  for (const auto& [id, ch] : channels_)
+    if (ch.cred == cred && ch.local_mask != 0) return;
+  pages_.erase(it);
+}
+
+int CeEngine::open_page(CdmRegion& leaf, uint32_t& slot, int& fd) {
+  Page* pg = page_of(leaf.credential(), true);
+  if (!pg) return abi::gni::kErrorResource;
+  uint32_t free_slot = ace::kPostSlots;
+  for (uint32_t i = 0; i < ace::kPostSlots; ++i) {
+    if (pg->owner[i] == leaf.attach_id()) {
+      free_slot = i;
+      break;
+    }
+    if (pg->owner[i] == 0 && free_slot == ace::kPostSlots) free_slot = i;
+  }
+  if (free_slot == ace::kPostSlots) return abi::gni::kErrorResource;
+  if (pg->owner[free_slot] != leaf.attach_id()) {
+    pg->owner[free_slot] = leaf.attach_id();
+    pg->seq[free_slot] = 0;
+    std::memset(&pg->p->slot[free_slot], 0, sizeof(ace::PostSlot));
+  }
+  slot = free_slot;
+  fd = pg->fd;
+  page_slot_[leaf.attach_id()] = {leaf.credential(), free_slot};
+  return abi::gni::kSuccess;
+}
+
+void CeEngine::set_local(Channel& ch, uint32_t mask) {
+  ch.local_mask = mask;
+  ch.taken = ch.ahead = 0;
+  Page* pg = page_of(ch.cred, mask != 0);
+  if (!pg || ch.id >= ace::kMaxChannels) return;
+  ace::PostChannel& e = pg->p->chan[ch.id];
+  std::atomic_ref<uint32_t>(e.posted).store(0, std::memory_order_relaxed);
+  std::atomic_ref<uint32_t>(e.local).store(mask, std::memory_order_release);
+}
+
+void CeEngine::note_local(const Credential& cred, uint32_t ce_id, uint32_t child_id, bool via_page) {
+  if (child_id >= ace::kMaxChildren) return;
+  auto it = channels_.find(ce_id);
+  if (it == channels_.end() || !(it->second.cred == cred)) return;
+  Channel& ch = it->second;
+  const uint32_t bit = 1u << child_id;
+  Page* pg = (ch.local_mask & bit) ? page_of(cred, false) : nullptr;
+  if (!pg) return;
+  std::atomic_ref<uint32_t> posted(pg->p->chan[ce_id].posted);
+  // A leaf that sent a CePost counts as posted too, or the leaves after it in the page
+  // would never find the round whole.
+  if (!via_page) posted.fetch_or(bit, std::memory_order_acq_rel);
+  if (ch.taken & bit) {  // its next round's post, before the others of this round came
+    ch.ahead |= bit;
+    return;
+  }
+  ch.taken |= bit;
+  // The round's local posts are all taken: clear them before any result of the round goes
+  // out, so before any leaf can post the next round.
+  while (ch.taken == ch.local_mask) {
+    posted.fetch_and(~ch.local_mask, std::memory_order_acq_rel);
+    ch.taken = ch.ahead;
+    ch.ahead = 0;
+    if (ch.taken) posted.fetch_or(ch.taken, std::memory_order_acq_rel);
+  }
+}
+
+void CeEngine::scan() {
+  for (auto& [cred, pgp] : pages_) {
+    Page& pg = *pgp;
+    for (uint32_t i = 0; i < ace::kPostSlots; ++i) {
+      if (pg.owner[i] == 0) continue;
+      ace::PostSlot& live = pg.p->slot[i];
+      const uint32_t seq = std::atomic_ref<uint32_t>(live.seq).load(std::memory_order_acquire);
+      if (seq == pg.seq[i]) continue;
+      ace::PostSlot s;
+      std::memcpy(&s, &live, sizeof s);  // client-written: copied once, then checked
+      pg.seq[i] = seq;
+      std::atomic_ref<uint32_t>(live.taken).store(seq, std::memory_order_release);
+      CdmRegion* leaf = env_.cdm(pg.owner[i]);
+      if (!leaf) continue;
+      ++ctr_.page_posts;
+      // The library checked the result address against the leaf's registrations; a post
+      // written by somebody else of the job is checked here, so that the result lands in
+      // nothing the leaf did not register for writing.
+      if (abi::region_check_access(reinterpret_cast<const char*>(leaf->header()), s.mem_qword1, s.mem_qword2,
+                                   s.result_addr, 24, true, nullptr) != cqe::kOk) {
+        ++ctr_.page_refused;
+        continue;
+      }
+      auto p = header_for<ace::CePost>(Op::kCePost);
+      p.target_node = self_;
+      p.ce_id = s.ce_id;
+      p.child_id = s.child_id;
+      p.cmd = s.cmd;
+      p.mode = s.mode;
+      p.src_cq = s.src_cq;
+      p.tid = s.tid;
+      p.local_event = s.local_event;
+      p.cq_mode = s.cq_mode;
+      p.red_id = s.red_id;
+      p.first = s.first;
+      p.second = s.second;
+      p.result_addr = s.result_addr;
+      post_one(*leaf, p, true);
+    }
+  }
+}
+
+void CeEngine::ring() {
+  ++ctr_.rings;
+  scan();
   drain();
 }
 
@@ -423,6 +588,7 @@ void CeEngine::leaf_result(uint64_t token, const Result& r) {
 }
 
 const char* CeEngine::message(uint32_t from, const abi::ctl::Header& h, const char* msg, size_t len) {
+  scan();
   switch (static_cast<Op>(h.op)) {
     case Op::kCeContribute: {
       ace::CeContribute m;
@@ -500,6 +666,11 @@ const char* CeEngine::message(uint32_t from, const abi::ctl::Header& h, const ch
 }
 
 void CeEngine::cdm_gone(uint64_t attach_id) {
+  scan();  // what it posted before it went still counts, as its CePosts would
+  for (auto& [cred, pg] : pages_)
+    for (uint32_t i = 0; i < ace::kPostSlots; ++i)
+      if (pg->owner[i] == attach_id) pg->owner[i] = 0;
+  page_slot_.erase(attach_id);
   // The channels it was a leaf of learn it now, rather than waiting for an operand that
   // will never come.
   if (auto m = members_.find(attach_id); m != members_.end()) {
@@ -529,6 +700,9 @@ void CeEngine::cdm_gone(uint64_t attach_id) {
   // Reductions here waiting for that CDM (or for a channel it owned) fail now.
   for (auto& [id, ch] : channels_) check_channel(ch);
   drain();
+  std::vector<Credential> creds;
+  for (auto& [cred, pg] : pages_) creds.push_back(cred);
+  for (const Credential& c : creds) drop_page_if_unused(c);
 }
 
 CeEngine::Round* CeEngine::waiting_round(Channel& ch) { return ch.rounds.empty() ? nullptr : &ch.rounds.front(); }
@@ -617,6 +791,7 @@ void CeEngine::check_channel(Channel& ch) {
 }
 
 void CeEngine::tick() {
+  scan();
   ++now_;
   // Probes unanswered for too long: their node is silent (or gone).
   for (auto it = probes_.begin(); it != probes_.end();) {
@@ -651,6 +826,11 @@ void CeEngine::arm() {
   timer_->expires_after(std::chrono::milliseconds(kTickMs));
   timer_->async_wait([this](const asio::error_code& e) {
     if (e) return;
+    // A ring missed (a hostile leaf of the job, a leaf gone mid-round) costs a tick at most.
+    if (!pages_.empty()) {
+      scan();
+      drain();
+    }
     if (busy() || !probes_.empty()) tick();
     arm();
   });
@@ -663,7 +843,9 @@ nlohmann::json CeEngine::status() const {
                         {"errors", ctr_.errors},          {"refused", ctr_.refused},
                         {"probes", ctr_.probes},          {"dead", ctr_.dead},
                         {"dropped", ctr_.dropped},        {"send_failures", ctr_.send_failures},
-                        {"leaves_gone", ctr_.leaves_gone}};
+                        {"leaves_gone", ctr_.leaves_gone}, {"page_posts", ctr_.page_posts},
+                        {"rings", ctr_.rings},            {"page_refused", ctr_.page_refused},
+                        {"post_pages", pages_.size()}};
 }
 
 }  // namespace nicemu::daemon

@@ -15,8 +15,9 @@
 #include <deque>
 #include <functional>
 #include <map>
-
+#include <memory>
 #include <optional>
+#include <vector>
 
 #include <asio/io_context.hpp>
 #include <asio/steady_timer.hpp>
@@ -53,6 +54,12 @@ class CeEngine : public FabricService {
   int destroy(CdmRegion& owner, uint32_t ce_id);
   // A leaf's operand (one-way); refusals come back as error results.
   void post(CdmRegion& leaf, const abi::ce::CePost& p);
+  // The post page of the job of `leaf` on this node (abi/ce_ops.h, PostPage), created on
+  // first use, and the leaf's slot in it; `fd` is the page's memfd (the engine keeps it).
+  // gni_return_t: ERROR_RESOURCE when the page has no free slot (the leaf sends CePosts).
+  int open_page(CdmRegion& leaf, uint32_t& slot, int& fd);
+  // CeRing: a leaf's post completed its channel's local posts. Takes what the pages hold.
+  void ring();
   // A leaf EP of `leaf` names its channel (one-way): remembered until the CDM goes away,
   // when that channel is told (CeLeafGone).
   void member(CdmRegion& leaf, const abi::ce::CeMember& m);
@@ -71,6 +78,9 @@ class CeEngine : public FabricService {
   void start(asio::io_context& io);
   void stop();
   bool busy() const { return !leaves_.empty() || pending_rounds_ > 0; }
+  // Takes every new post of the post pages (done before every other CE event, so that a
+  // leaf's posts are taken in the order it made them, whichever way they came).
+  void scan();
   nlohmann::json status() const;
 
  private:
@@ -116,7 +126,30 @@ class CeEngine : public FabricService {
     std::array<uint32_t, abi::ce::kMaxChildren> gone_node{};
     std::deque<Round> rounds;
     uint64_t completed = 0, failed = 0;
+    // Child slots of leaves on this node (PostChannel.local); of those, the ones whose post
+    // of the current round was taken, and the ones that posted again before it was whole.
+    uint32_t local_mask = 0, taken = 0, ahead = 0;
   };
+  // The post page of one job (abi/ce_ops.h): mapped here, its slots' CDMs, and the seq of
+  // each slot taken last (the engine's own copy: the page is client-written).
+  struct Page {
+    int fd = -1;
+    abi::ce::PostPage* p = nullptr;
+    std::array<uint64_t, abi::ce::kPostSlots> owner{};
+    std::array<uint32_t, abi::ce::kPostSlots> seq{};
+    Page() = default;
+    Page(const Page&) = delete;
+    Page& operator=(const Page&) = delete;
+    ~Page();
+  };
+  Page* page_of(const Credential& cred, bool create);
+  void drop_page_if_unused(const Credential& cred);
+  void post_one(CdmRegion& leaf, const abi::ce::CePost& p, bool via_page);
+  // A post of a leaf of this node for channel `ce_id` was taken: the channel's local round.
+  void note_local(const Credential& cred, uint32_t ce_id, uint32_t child_id, bool via_page);
+  void set_local(Channel& ch, uint32_t mask);
+  std::map<Credential, std::unique_ptr<Page>> pages_;
+  std::map<uint64_t, std::pair<Credential, uint32_t>> page_slot_;  // attach id -> its page and slot
   struct Leaf {  // a post of one of our CDMs, waiting for its result
     uint64_t attach_id = 0;
     uint32_t target_node = 0, ce_id = 0;
@@ -182,7 +215,7 @@ class CeEngine : public FabricService {
   void arm();
   struct {
     uint64_t posts = 0, contributions = 0, results = 0, errors = 0, refused = 0, probes = 0, dead = 0,
-             dropped = 0, send_failures = 0, leaves_gone = 0;
+             dropped = 0, send_failures = 0, leaves_gone = 0, page_posts = 0, rings = 0, page_refused = 0;
   } ctr_;
 };
 

@@ -16,7 +16,8 @@ using namespace nicemu::abi;
 void Node::handle_ce(Request& q) {
   namespace ace = abi::ce;
   const Op op = static_cast<Op>(q.h.op);
-  const bool wants_reply = op == Op::kCeCreate || op == Op::kCeConfigure || op == Op::kCeDestroy;
+  const bool wants_reply =
+      op == Op::kCeCreate || op == Op::kCeConfigure || op == Op::kCeDestroy || op == Op::kCeOpen;
   auto bad = [&] {
     ++ctr_.malformed_messages;
     if (wants_reply) init_reply<PlainReply>(q.reply, q.h).r.rc = rc::kInvalidParam;
@@ -24,6 +25,24 @@ void Node::handle_ce(Request& q) {
   CdmRegion* cdm = owned_cdm(q.peer);
   // The collective engine is an Aries block; a Gemini NIC has none.
   const bool aries = cfg_.device_type == gni::kDeviceAries;
+  // The post page's ops are numbered outside ctl::Op (abi/ce_ops.h).
+  if (op == Op::kCeOpen) {
+    ace::CeOpen req;
+    if (!parse(q, req)) return bad();
+    auto& r = init_reply<ace::CeOpenReply>(q.reply, q.h);
+    int fd = -1;
+    r.r.rc = !aries ? rc::kIllegalOp : cdm ? ce_.open_page(*cdm, r.slot, fd) : rc::kInvalidState;
+    if (r.r.rc == rc::kSuccess) {
+      r.bytes = ace::kPostPageBytes;
+      q.pass_fds = {fd, -1, -1};
+    }
+    return;
+  }
+  if (op == Op::kCeRing) {  // one-way
+    ace::CeRing req;
+    if (!parse(q, req) || !cdm || !aries) return bad();
+    return ce_.ring();
+  }
   switch (op) {
     case Op::kCeCreate: {
       ace::CeCreate req;
