@@ -217,16 +217,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
         ace::PostSlot s{};  // a post in our slot, as the library writes it
         in.bytes(&s, sizeof s);
-        s.ce_id = pick_id(s.ce_id) % (ace::kMaxChannels + 1);
-        if (!(s.child_id & 0x80000000u)) s.child_id %= ace::kMaxChildren;
-        if (!(s.src_cq & 0x80000000u)) s.src_cq = c.cq;
-        if (!(how & 2)) s.mem_qword1 = c.q1, s.mem_qword2 = c.q2, s.result_addr = uint64_t(c.res.data()) + (s.result_addr % 64) * 8;
+        s.post.ce_id = pick_id(s.post.ce_id) % (ace::kMaxChannels + 1);
+        if (!(s.post.child_id & 0x80000000u)) s.post.child_id %= ace::kMaxChildren;
+        if (!(s.post.src_cq & 0x80000000u)) s.post.src_cq = c.cq;
+        if (!(how & 2))
+          s.mem_qword1 = c.q1, s.mem_qword2 = c.q2,
+          s.post.result_addr = uint64_t(c.res.data()) + (s.post.result_addr % 64) * 8;
         ace::PostSlot& slot = pg.slot[page_slot[who]];
         s.seq = (how & 4) ? s.seq : slot.taken + 1;
         s.taken = slot.taken;
         slot = s;
-        if (s.ce_id < ace::kMaxChannels && s.child_id < ace::kMaxChildren)
-          pg.chan[s.ce_id].posted |= 1u << s.child_id;
+        if (s.post.ce_id < ace::kMaxChannels && s.post.child_id < ace::kMaxChildren)
+          pg.chan[s.post.ce_id].posted |= 1u << s.post.child_id;
         break;
       }
       case 10:

@@ -224,7 +224,7 @@ static_assert(sizeof(CeConfigure) <= ctl::kMaxMessage);
 // sends a CePost. (The daemon takes the page before each CePost.)
 // The page's control ops are ctl::Op::kCeOpen and kCeRing.
 inline constexpr uint32_t kPostPageMagic = 0x43455050;  // "CEPP"
-inline constexpr uint32_t kPostPageVersion = 1;
+inline constexpr uint32_t kPostPageVersion = 2;  // 2: a slot holds a whole CePost
 inline constexpr uint32_t kPostSlots = 256;             // CDMs of one job on one node that post here
 
 struct PostChannel {
@@ -234,26 +234,15 @@ struct PostChannel {
 struct PostSlot {
   uint32_t seq;           // leaf-written after the post (release)
   uint32_t taken;         // daemon-written: the seq it has taken
-  uint32_t ce_id;
-  uint32_t child_id;
-  uint32_t cmd;
-  uint32_t mode;
-  uint32_t src_cq;
-  uint32_t tid;
-  uint32_t local_event;
-  uint16_t cq_mode;
-  uint16_t reserved0;
-  uint64_t red_id;
-  uint64_t first;
-  uint64_t second;
-  uint64_t result_addr;
-  uint64_t mem_qword1;    // the registration of result_addr (gni_mem_handle_t)
-  uint64_t mem_qword2;
   uint32_t sent_taken;    // daemon-written: CePosts of this CDM it has taken since CeOpen
-  uint32_t reserved1;
-  uint64_t reserved2[2];
+  uint32_t reserved0;
+  uint64_t mem_qword1;    // the registration of post.result_addr (gni_mem_handle_t)
+  uint64_t mem_qword2;
+  CePost post;            // leaf-written, the CePost it would have sent; h and target_node
+                          // are not read (the daemon sets them: the page is its own node's)
+  uint64_t reserved1;
 };
-static_assert(sizeof(PostSlot) == 112);
+static_assert(sizeof(PostSlot) == 128);
 struct PostPage {
   uint32_t magic;
   uint32_t slots;         // kPostSlots
@@ -263,7 +252,7 @@ struct PostPage {
   PostChannel chan[kMaxChannels];
   PostSlot slot[kPostSlots];
 };
-static_assert(sizeof(PostChannel) == 8 && offsetof(PostSlot, red_id) == 40 && offsetof(PostSlot, sent_taken) == 88);
+static_assert(sizeof(PostChannel) == 8 && offsetof(PostSlot, sent_taken) == 8 && offsetof(PostSlot, post) == 32);
 static_assert(offsetof(PostPage, chan) == 64 && offsetof(PostPage, slot) == 64 + 8 * kMaxChannels);
 inline constexpr uint64_t kPostPageBytes = (sizeof(PostPage) + 4095) / 4096 * 4096;
 

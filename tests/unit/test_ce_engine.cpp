@@ -220,21 +220,21 @@ TEST_CASE("ce_engine: posts through the post page ring once per round") {
   CHECK(pages[0]->chan[ce_id].local == 7u);
   CHECK(pages[3]->chan[ce_id].local == 0u);  // not a channel of job B
 
-  // What libugni's post_in_page does; true if this post rang.
+  // What libugni's post_to_daemon does; true if this post rang.
   auto post = [&](size_t i, uint64_t v, uint64_t red, uint64_t result_addr = 0) {
     ace::PostSlot& s = pages[i]->slot[leaves[i].slot];
-    s.ce_id = ce_id;
-    s.child_id = uint32_t(i);
-    s.cmd = GNI_FMA_CE_IADD;
-    s.mode = 0;
-    s.src_cq = leaves[i].cq;
-    s.tid = 5;
-    s.local_event = 0;
-    s.cq_mode = GNI_CQMODE_GLOBAL_EVENT;
-    s.red_id = red;
-    s.first = v;
-    s.second = 0;
-    s.result_addr = result_addr ? result_addr : reinterpret_cast<uint64_t>(&leaves[i].res);
+    s.post.ce_id = ce_id;
+    s.post.child_id = uint32_t(i);
+    s.post.cmd = GNI_FMA_CE_IADD;
+    s.post.mode = 0;
+    s.post.src_cq = leaves[i].cq;
+    s.post.tid = 5;
+    s.post.local_event = 0;
+    s.post.cq_mode = GNI_CQMODE_GLOBAL_EVENT;
+    s.post.red_id = red;
+    s.post.first = v;
+    s.post.second = 0;
+    s.post.result_addr = result_addr ? result_addr : reinterpret_cast<uint64_t>(&leaves[i].res);
     s.mem_qword1 = leaves[i].q1;
     s.mem_qword2 = leaves[i].q2;
     std::atomic_ref<uint32_t>(s.seq).store(s.seq + 1, std::memory_order_release);

@@ -26,6 +26,21 @@ namespace ace = nicemu::abi::ce;
 namespace alu = nicemu::ce;
 namespace cqe = nicemu::abi::cqe;
 
+// The job's CE post page on our node (abi/ce_ops.h PostPage) as one CDM uses it: mapped on
+// its first CE post to a channel of its node; a leaf writes its operand there instead of
+// sending it.
+struct CePosts {
+  std::mutex mu;                  // one post in the slot at a time; a second thread sends
+  int state = 0;                  // 0: not asked yet, 1: mapped, -1: not to be had (CePost)
+  void* page = nullptr;
+  uint32_t slot = 0;
+  uint32_t seq = 0;               // our last post's seq
+  uint32_t sent = 0;              // CePosts sent since the page was mapped
+  ~CePosts() {
+    if (page) munmap(page, ace::kPostPageBytes);
+  }
+};
+
 namespace {
 
 struct Ce {
@@ -72,30 +87,15 @@ bool edge_of(Nic* n, gni_ep_handle_t h, ace::Edge& out) {
   return true;
 }
 
-// The job's CE post page on our node (abi/ce_ops.h PostPage) as one CDM uses it: mapped on
-// its first CE post to a channel of its node; a leaf writes its operand there instead of
-// sending it.
-struct CePosts {
-  std::mutex mu;                  // one post in the slot at a time; a second thread sends
-  int state = 0;                  // 0: not asked yet, 1: mapped, -1: not to be had (CePost)
-  void* page = nullptr;
-  uint32_t slot = 0;
-  uint32_t seq = 0;               // our last post's seq
-  uint32_t sent = 0;              // CePosts sent since the page was mapped
-  ~CePosts() {
-    if (page) munmap(page, ace::kPostPageBytes);
-  }
-};
-
-// Each CDM's CePosts, until GNI_CdmDestroy (ce_forget_nic).
-std::mutex g_posts_mu;
-std::map<const Nic*, std::unique_ptr<CePosts>> g_posts;
-
-CePosts& posts_of(const Nic* n) {
-  std::lock_guard<std::mutex> lk(g_posts_mu);
-  auto& p = g_posts[n];
-  if (!p) p = std::make_unique<CePosts>();
-  return *p;
+// Each CDM's CePosts lives in its Nic until GNI_CdmDestroy (ce_forget_nic); the first
+// post makes it, and two threads that race there keep the first one made.
+CePosts& posts_of(Nic* n) {
+  if (CePosts* c = n->ce_posts.load(std::memory_order_acquire)) return *c;
+  auto made = std::make_unique<CePosts>();
+  CePosts* expected = nullptr;
+  if (n->ce_posts.compare_exchange_strong(expected, made.get(), std::memory_order_acq_rel))
+    return *made.release();
+  return *expected;
 }
 
 // Maps the job's post page of our node (one control round trip per CDM, on its first post
@@ -154,18 +154,7 @@ PagePost post_to_daemon(Nic* n, ace::CePost& p, const gni_mem_handle_t& mh) {
     return PagePost::kDone;
   }
   ace::PostSlot& s = pg->slot[c.slot];
-  s.ce_id = p.ce_id;
-  s.child_id = p.child_id;
-  s.cmd = p.cmd;
-  s.mode = p.mode;
-  s.src_cq = p.src_cq;
-  s.tid = p.tid;
-  s.local_event = p.local_event;
-  s.cq_mode = p.cq_mode;
-  s.red_id = p.red_id;
-  s.first = p.first;
-  s.second = p.second;
-  s.result_addr = p.result_addr;
+  s.post = p;
   s.mem_qword1 = mh.qword1;
   s.mem_qword2 = mh.qword2;
   std::atomic_ref<uint32_t>(s.seq).store(++c.seq, std::memory_order_release);
@@ -179,13 +168,8 @@ PagePost post_to_daemon(Nic* n, ace::CePost& p, const gni_mem_handle_t& mh) {
 
 }  // namespace
 
-void ce_forget_nic(const Nic* n) {
-  std::unique_ptr<CePosts> gone;  // unmapped outside the lock
-  std::lock_guard<std::mutex> lk(g_posts_mu);
-  if (auto it = g_posts.find(n); it != g_posts.end()) {
-    gone = std::move(it->second);
-    g_posts.erase(it);
-  }
+void ce_forget_nic(Nic* n) {
+  delete n->ce_posts.exchange(nullptr, std::memory_order_acq_rel);
 }
 
 gni_return_t post_ce(Ep* ep, gni_post_descriptor_t* d) {

@@ -133,6 +133,8 @@ struct DgramState {
   std::map<uint64_t, DgramFinished> finished;  // lib_seq -> finished post, in posting order
 };
 
+struct CePosts;  // ce.cpp
+
 struct Nic {
   uint32_t magic = kNicMagic;
   Cdm* cdm = nullptr;
@@ -183,6 +185,7 @@ struct Nic {
   const abi::fault::Page* fault_page = fault_off_page();
   std::atomic<uint32_t> fault_held{0};
   struct FaultState* fault_state = nullptr;  // guarded by the engine's lock
+  std::atomic<CePosts*> ce_posts{nullptr};  // ce.cpp: made on the first CE post
 
   // Returns the region of memory domain `domain` (the MDH of a handle it issued) at NIC
   // address `addr`, in our protection domain, looking it up at its daemon if not mapped yet
@@ -318,7 +321,7 @@ gni_return_t post_ce(Ep* ep, gni_post_descriptor_t* d);
 // A bound EP with leaf CE attributes tells our daemon which channel it feeds (CeMember).
 void ce_announce_leaf(Ep* ep);
 // Drops the CDM's mapping of its job's CE post page (GNI_CdmDestroy).
-void ce_forget_nic(const Nic* n);
+void ce_forget_nic(Nic* n);
 
 // A member of a chained post whose target is on another host (ct_requester.cpp): the
 // daemon posts the chain's one event (abi/remote_ops.h, RemotePost::chain_id).

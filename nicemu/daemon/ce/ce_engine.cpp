@@ -313,24 +313,13 @@ void CeEngine::scan() {
       // written by somebody else of the job is checked here, so that the result lands in
       // nothing the leaf did not register for writing.
       if (abi::region_check_access(reinterpret_cast<const char*>(leaf->header()), s.mem_qword1, s.mem_qword2,
-                                   s.result_addr, 24, true, nullptr) != cqe::kOk) {
+                                   s.post.result_addr, 24, true, nullptr) != cqe::kOk) {
         ++ctr_.page_refused;
         continue;
       }
-      auto p = header_for<ace::CePost>(Op::kCePost);
+      ace::CePost p = s.post;
+      p.h = header_for<ace::CePost>(Op::kCePost).h;
       p.target_node = self_;
-      p.ce_id = s.ce_id;
-      p.child_id = s.child_id;
-      p.cmd = s.cmd;
-      p.mode = s.mode;
-      p.src_cq = s.src_cq;
-      p.tid = s.tid;
-      p.local_event = s.local_event;
-      p.cq_mode = s.cq_mode;
-      p.red_id = s.red_id;
-      p.first = s.first;
-      p.second = s.second;
-      p.result_addr = s.result_addr;
       post_one(*leaf, p, true);
     }
   }
