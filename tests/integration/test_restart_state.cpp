@@ -40,13 +40,27 @@ uint64_t known_epoch(Cluster& cl, int from, uint32_t nic) {
 }
 uint64_t own_epoch(Cluster& cl, int node) { return cl.status(node)["fabric"]["epoch"].get<uint64_t>(); }
 
+// Child side: CDM `inst` with `c` attached, or the child fails saying why.
+Gni open_or_say(uint32_t inst, Cred c) {
+  Gni g;
+  g.inst = inst;
+  gni_return_t rc = GNI_CdmCreate(inst, c.ptag, c.cookie, GNI_CDM_MODE_ERR_NO_KILL, &g.cdm);
+  if (rc == GNI_RC_SUCCESS) rc = GNI_CdmAttach(g.cdm, 0, &g.addr, &g.nic);
+  if (rc != GNI_RC_SUCCESS) std::fprintf(stderr, "CDM %u: attach: %s\n", inst, gni_err_str[rc]);
+  CHILD_CHECK(rc == GNI_RC_SUCCESS);
+  rc = GNI_CqCreate(g.nic, 256, 0, GNI_CQ_BLOCKING, nullptr, nullptr, &g.cq);
+  if (rc != GNI_RC_SUCCESS) std::fprintf(stderr, "CDM %u: CQ: %s\n", inst, gni_err_str[rc]);
+  CHILD_CHECK(rc == GNI_RC_SUCCESS);
+  return g;
+}
+
 // One job between node 0 (initiator) and node 1 (target), CDM instances `inst` and
 // `inst + 1`: the initiator's very first operation is an FMA PUT, then a GET back and an
 // AMO add; each must complete without error on its first try, data checked at both ends.
 void job(Cluster& cl, Cred c, uint32_t inst, char fill) {
   Oob oob;
   pid_t t = cl.spawn(1, [&] {
-    Gni g = open_gni(inst + 1, c);
+    Gni g = open_or_say(inst + 1, c);
     static uint64_t buf[512];
     Target info{g.addr, inst + 1, uint64_t(buf), {}};
     info.h = mem_register(g.nic, info.buf, sizeof buf, nullptr, GNI_MEM_READWRITE);
@@ -58,7 +72,7 @@ void job(Cluster& cl, Cred c, uint32_t inst, char fill) {
     return 0;
   });
   pid_t i = cl.spawn(0, [&] {
-    Gni g = open_gni(inst, c);
+    Gni g = open_or_say(inst, c);
     Target tg = oob.recv<Target>(1);
     gni_ep_handle_t ep = bound_ep(g.nic, g.cq, tg.addr, tg.inst);
     static char src[64], back[64];
