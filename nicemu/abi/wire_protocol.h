@@ -25,7 +25,8 @@
 //
 // Sequence numbers are per (sender epoch, receiver epoch) channel and start at 1; 0 means
 // "none". An epoch is a random 64-bit number a daemon draws at start-up: a peer that sees a
-// new epoch knows the other side restarted and discards the channel's state.
+// new epoch knows the other side restarted and discards the channel's state. A starting
+// daemon announces its epoch (kFlagAnnounce), so peers do that before new traffic arrives.
 #pragma once
 #include <cstddef>
 #include <cstdint>
