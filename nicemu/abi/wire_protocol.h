@@ -25,7 +25,8 @@
 //
 // Sequence numbers are per (sender epoch, receiver epoch) channel and start at 1; 0 means
 // "none". An epoch is a random 64-bit number a daemon draws at start-up: a peer that sees a
-// new epoch knows the other side restarted and discards the channel's state.
+// new epoch knows the other side restarted and discards the channel's state. A starting
+// daemon announces its epoch (kFlagAnnounce), so peers do that before new traffic arrives.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -34,7 +35,8 @@
 namespace nicemu::abi::wire {
 
 inline constexpr uint32_t kMagic = 0x4E464142;  // "NFAB"
-inline constexpr uint8_t kVersion = 4;  // 4: 1024-record window; 3: 512; 2: AEAD tag, packet number (1: BLAKE2b MAC)
+// 5: kFlagAnnounce; 4: 1024-record window; 3: 512; 2: AEAD tag, packet number (1: BLAKE2b MAC)
+inline constexpr uint8_t kVersion = 5;
 
 // Largest UDP payload we send: below a 1500-byte Ethernet MTU minus IPv4/IPv6 and UDP
 // headers, so no packet is IP-fragmented (a lost fragment loses the whole datagram).
@@ -59,6 +61,12 @@ inline constexpr uint32_t kWindow = 1024;
 
 enum PacketFlags : uint8_t {
   kFlagAckRequested = 1,  // the sender wants an ack soon (window getting full, or a probe)
+  // A daemon that just started tells the nodes of its map its new epoch: no records, ack and
+  // base 0, dst_epoch 0. A receiver that knew an earlier epoch of the sender starts its
+  // channel over at once (fails what it had outstanding towards the old incarnation), before
+  // a new job's first message can be caught in that; a receiver that knew nothing of the
+  // sender ignores it (no channel is made for it). Sent a few times (UDP may drop it).
+  kFlagAnnounce = 2,
 };
 
 struct PacketHeader {

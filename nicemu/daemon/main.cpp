@@ -166,6 +166,8 @@ int main(int argc, char** argv) {
   cfg.bte_poll_us = static_cast<uint32_t>(settings.uint("bte_poll_us"));
   cfg.stats_path = nicemu::ctl::stats_path(socket);
   cfg.fault_path = nicemu::fault::page_path(socket);
+  // Beside the socket, as the counter page: RUNDIR/nic-ADDR.cred (credential_table.h).
+  cfg.cred_path = (socket.ends_with(".sock") ? socket.substr(0, socket.size() - 5) : socket) + ".cred";
   cfg.fault_spec = settings.str("fault");
   cfg.limits = nicemu::daemon::ResourceLimits::from([&](const std::string& n) { return settings.uint(n); });
 

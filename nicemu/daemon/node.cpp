@@ -95,6 +95,7 @@ Node::Node(NodeConfig cfg)
   if (!cfg_.fault_spec.empty() && !nicemu::fault::parse_spec(cfg_.fault_spec, fc, err, &seed_given))
     throw std::runtime_error("--fault: " + err);
   publish_fault(fc, seed_given, "start");
+  load_credentials();
 }
 
 std::array<uint64_t, 2> Node::usage(Resource r, pid_t pid, const Credential& c) const {

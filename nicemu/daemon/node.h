@@ -19,6 +19,7 @@
 #include "nicemu/daemon/bte/bte_engine.h"
 #include "nicemu/daemon/cdm/cdm_index.h"
 #include "nicemu/daemon/cdm/cdm_region.h"
+#include "nicemu/daemon/credential_table.h"
 #include "nicemu/daemon/ce/ce_engine.h"
 #include "nicemu/daemon/remote/datagram_matcher.h"
 #include "nicemu/daemon/lease_keeper.h"
@@ -48,6 +49,7 @@ struct NodeConfig {
   std::string stats_path;     // counter page file; empty = private memory (no readers)
   std::string fault_path;     // fault page file (abi/fault_layout.h); empty = private memory
   std::string fault_spec;     // fault configuration at start (--fault); "" or "off" = none
+  std::string cred_path;      // the credential table's file (credential_table.h); empty = memory only
   ResourceLimits limits = ResourceLimits::defaults();
 };
 
@@ -65,28 +67,6 @@ struct Peer {
   uint64_t refusals = 0;   // credential and limit refusals on this connection (log rate limit)
   std::string status_snapshot;  // the status document being read in pages (ctl::Status)
 };
-
-// Who may use a job credential: one uid, and optionally the processes of one group.
-struct CredOwner {
-  uid_t uid = 0;
-  gid_t gid = 0;
-  bool has_gid = false;
-  uint32_t drc_id = 0;  // a DRC credential (drc_): its grants admit others too
-};
-
-// A Cray DRC credential (libdrc): the job credential it names, and whom its owner granted it.
-// Its owner is the uid of that credential's CredOwner, whose drc_id names it back: the two
-// come and go together (acquire, release, and a revoke of the job credential).
-struct DrcCredential {
-  Credential cred;
-  bool flex = false;
-  std::vector<std::pair<uint32_t, uint32_t>> grants;  // (abi::ctl::DrcGrant, uid/gid/job id)
-};
-// "uid", "gid" or "job": a grant's kind in logs and the status document.
-inline const char* drc_grant_name(uint32_t kind) {
-  static constexpr const char* kNames[] = {"?", "uid", "gid", "job"};
-  return kNames[kind < 4 ? kind : 0];
-}
 
 // Node counters, bound to slots of the counter page (stats_page.h): `++ctr_.x` updates the
 // page that nicemuctl stats reads.
@@ -204,6 +184,11 @@ class Node {
   // hosts (ctl::DrcSync); and one of those from another host, applied here.
   void send_drc_sync(const Peer& peer, const ctl::Drc& req, const ctl::DrcReply& r);
   const char* on_drc_sync(uint32_t from, const uint8_t* msg, size_t len);
+  // The credential table from cfg_.cred_path, at start (credential_table.h).
+  void load_credentials();
+  // Writes the table to cfg_.cred_path if it changed since the last write (removes the
+  // file when the table is empty). A failure is logged; the table in memory stands.
+  void save_credentials();
   // Whether one of DRC credential `d`'s grants admits `peer` (uid, gid, or its job).
   bool drc_admits(const Peer& peer, const DrcCredential& d) const;
   CdmRegion* owned_cdm(const Peer& peer);
@@ -230,8 +215,9 @@ class Node {
 
   NodeConfig cfg_;
   StatsPage stats_{cfg_.stats_path, cfg_.nic_addr};
-  std::map<Credential, CredOwner> credentials_;
-  std::map<uint32_t, DrcCredential> drc_;  // DRC id -> credential and grants
+  CredentialMap credentials_;
+  DrcMap drc_;
+  std::string saved_credentials_;  // the text in cfg_.cred_path ("" = no file)
   std::map<uint64_t, std::unique_ptr<CdmRegion>> cdms_;  // attach_id -> region
   CdmIndex cdm_index_;                                   // the same CDMs, by inst, process, credential
   // After cdms_, so it ends (marking the regions still mapped NIC down) before they unmap.

@@ -86,7 +86,7 @@ inline bool attach_by_hand(nicemu::ctl::Connection& conn, const std::string& soc
 
 class Cluster {
  public:
-  explicit Cluster(int nodes, std::vector<std::string> extra_args = {}) {
+  explicit Cluster(int nodes, std::vector<std::string> extra_args = {}) : extra_(extra_args) {
     char tmpl[] = "/tmp/nicemu-test-XXXXXX";
     if (!mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
     rundir_ = tmpl;
@@ -148,6 +148,21 @@ class Cluster {
     waitpid(d, &st, 0);
     daemons_[size_t(node)] = -1;
     return st;
+  }
+
+  // Stops the daemon of `node` (SIGTERM, or SIGKILL when `hard`) and starts a new one in
+  // its place (same run directory and arguments, a new fabric epoch); returns once the new
+  // one answers.
+  void restart_daemon(int node, bool hard = false) {
+    pid_t d = daemons_.at(size_t(node));
+    if (d > 0) {
+      kill(d, hard ? SIGKILL : SIGTERM);
+      waitpid(d, nullptr, 0);
+    }
+    daemons_[size_t(node)] = -1;
+    start_daemon(addr(node), extra_);
+    daemons_[size_t(node)] = daemons_.back();
+    daemons_.pop_back();
   }
 
   // A credential issued on node 0 and granted on the others, for this user.
@@ -237,6 +252,7 @@ class Cluster {
   }
 
   bool fabric_ = false;
+  std::vector<std::string> extra_;
   std::string rundir_;
   std::vector<pid_t> daemons_;
   std::vector<pid_t> children_;

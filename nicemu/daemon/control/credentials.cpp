@@ -9,6 +9,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -41,6 +43,7 @@ void Node::on_cred(Request& q) {
   if (!parse(q, req) || (req.flags & ~ctl::kCredGid) != 0) return bad(q);
   auto& r = init_reply<ctl::CredReply>(q.reply, q.h);
   r.r.rc = handle_cred(q.peer, q.h, req, r);
+  if (r.r.rc == rc::kSuccess) save_credentials();
 }
 
 void Node::on_drc(Request& q) {
@@ -48,6 +51,7 @@ void Node::on_drc(Request& q) {
   if (!parse(q, req) || (req.flags & ~(ctl::kDrcFlex | ctl::kDrcCopy)) != 0) return bad(q);
   auto& r = init_reply<ctl::DrcReply>(q.reply, q.h);
   r.r.rc = handle_drc(q.peer, req, r);
+  if (r.r.rc == rc::kSuccess) save_credentials();
   if (r.r.rc == rc::kSuccess && !(req.flags & ctl::kDrcCopy)) send_drc_sync(q.peer, req, r);
 }
 
@@ -102,12 +106,54 @@ const char* Node::on_drc_sync(uint32_t from, const uint8_t* msg, size_t len) {
   req.flags = m.flags;
   ctl::DrcReply r{};
   int code = handle_drc(remote, req, r);
+  if (code == rc::kSuccess) save_credentials();
   // A repeated grant or a revoke/release of what is already gone changes nothing.
   if (code != rc::kSuccess && !(code == rc::kInvalidState && action == DrcAction::kGrant) &&
       !(code == rc::kNoMatch && action != DrcAction::kAcquire))
     spdlog::warn("nic {}: DRC credential {} change (action {}) from NIC address {} for uid {} not applied: rc {}",
                  cfg_.nic_addr, m.id, m.action, from, m.uid, code);
   return nullptr;
+}
+
+void Node::load_credentials() {
+  if (cfg_.cred_path.empty()) return;
+  std::string text, why;
+  switch (credential_file::read(cfg_.cred_path, text, why)) {
+    case credential_file::ReadResult::kAbsent: return;
+    case credential_file::ReadResult::kRejected: break;
+    case credential_file::ReadResult::kOk:
+      why = credential_file::decode(text, cfg_.nic_addr, credentials_, drc_);
+      if (why.empty()) {
+        saved_credentials_ = text;
+        spdlog::info("nic {}: {} credential(s), {} of them DRC, restored from {}", cfg_.nic_addr,
+                     credentials_.size(), drc_.size(), cfg_.cred_path);
+        return;
+      }
+      why = cfg_.cred_path + ": " + why;
+      break;
+  }
+  spdlog::error("nic {}: credential file ignored, starting with no credentials ({}); the next credential change "
+                "replaces it",
+                cfg_.nic_addr, why);
+}
+
+void Node::save_credentials() {
+  if (cfg_.cred_path.empty()) return;
+  std::string text;
+  if (!credentials_.empty()) text = credential_file::encode(cfg_.nic_addr, credentials_, drc_);
+  if (text == saved_credentials_) return;
+  if (text.empty()) {
+    if (::unlink(cfg_.cred_path.c_str()) != 0 && errno != ENOENT) {
+      spdlog::error("nic {}: cannot remove {}: {}", cfg_.nic_addr, cfg_.cred_path, std::strerror(errno));
+      return;
+    }
+  } else if (std::string why; !credential_file::write(cfg_.cred_path, text, why)) {
+    // The table in memory is right; a restart would lose what changed since the last write.
+    spdlog::error("nic {}: credential table not saved ({}); a restart would forget the last change", cfg_.nic_addr,
+                  why);
+    return;
+  }
+  saved_credentials_ = std::move(text);
 }
 
 void Node::on_shutdown(Request& q) {
@@ -350,7 +396,10 @@ int Node::attach(Peer& peer, const ctl::Attach& req, ctl::AttachReply& rep, Pass
   if (static_cast<pid_t>(req.pid) != peer.pid) return refuse(rc::kPermissionError, "pid does not match peer credentials");
   if (req.ptag == 0 || req.ptag > 255) return refuse(rc::kInvalidParam, "invalid ptag");
   Credential c{req.ptag, req.cookie};
-  if (!credentials_.contains(c) && cfg_.allow_any_credential) credentials_[c] = CredOwner{peer.uid, 0, false};
+  if (!credentials_.contains(c) && cfg_.allow_any_credential) {
+    credentials_[c] = CredOwner{peer.uid, 0, false};
+    save_credentials();
+  }
   if (!may_use(peer, c)) {
     ++ctr_.attach_refused;
     return refuse_credential(peer, "attach", c);

@@ -52,7 +52,8 @@ UdpFabric::UdpFabric(asio::io_context& io, uint32_t self, fabric::FabricMap map,
       sd_(io),
       uring_sd_(io),
       timer_(io),
-      progress_timer_(io) {
+      progress_timer_(io),
+      announce_timer_(io) {
   const fabric::Endpoint* me = map_.find(self_);
   if (!me) throw std::runtime_error("fabric map has no entry for this node (NIC address " + std::to_string(self_) + ")");
   do randombytes_buf(&epoch_, sizeof epoch_);
@@ -157,6 +158,30 @@ void UdpFabric::start() {
     arm_uring();
   else
     arm_read();
+  announce();
+}
+
+void UdpFabric::announce() {
+  if (stopped_) return;
+  size_t n = 0;
+  for (const auto& [nic, e] : map_.nodes()) {
+    if (nic == self_) continue;
+    PacketHeader h{};
+    h.flags = kFlagAnnounce;
+    h.dst_node = nic;
+    auto it = peers_.find(nic);
+    h.dst_epoch = it == peers_.end() ? 0 : it->second.epoch;
+    queue_sealed(h, nullptr, 0, e.addr, nullptr);
+    ++n;
+  }
+  send_batch();
+  if (announce_round_ == 0)
+    spdlog::info("fabric: epoch {:#x} announced to the {} other nodes of the map", epoch_, n);
+  if (++announce_round_ >= kAnnounceRounds) return;
+  announce_timer_.expires_after(std::chrono::microseconds(kAnnounceFirstGapUs << (announce_round_ - 1)));
+  announce_timer_.async_wait([this](const asio::error_code& e) {
+    if (!e) announce();
+  });
 }
 
 void UdpFabric::arm_uring() {
@@ -183,6 +208,7 @@ void UdpFabric::stop() {
   asio::error_code ec;
   timer_.cancel();
   progress_timer_.cancel();
+  announce_timer_.cancel();
   sd_.cancel(ec);
   uring_sd_.cancel(ec);
   uring_sd_.close(ec);
@@ -298,8 +324,25 @@ void UdpFabric::receive_one(const uint8_t* p, size_t n, const sockaddr_in& from)
     case PacketError::kBadRecords: ++ctr_.bad_records; return;
   }
   // Authenticated; it must also come from where the map says its sender lives, to us.
-  Peer* pp = h.dst_node == self_ ? peer(h.src_node) : nullptr;
-  if (!pp || pp->addr.sin_addr.s_addr != from.sin_addr.s_addr || pp->addr.sin_port != from.sin_port) {
+  const bool announce = (h.flags & kFlagAnnounce) != 0;
+  auto from_map = [&](const sockaddr_in& a) {
+    return a.sin_addr.s_addr == from.sin_addr.s_addr && a.sin_port == from.sin_port;
+  };
+  Peer* pp = nullptr;
+  if (h.dst_node == self_ && !announce) {
+    pp = peer(h.src_node);
+  } else if (h.dst_node == self_) {
+    // An announce from a node we hold nothing for needs no channel: nothing to start over.
+    if (auto it = peers_.find(h.src_node); it != peers_.end()) {
+      pp = &it->second;
+    } else if (const fabric::Endpoint* e = h.src_node != self_ ? map_.find(h.src_node) : nullptr;
+               e && from_map(e->addr)) {
+      ++ctr_.rx_packets;
+      ctr_.rx_bytes.add(n);
+      return;
+    }
+  }
+  if (!pp || !from_map(pp->addr)) {
     ++ctr_.unknown_source;
     return;
   }
@@ -312,8 +355,8 @@ void UdpFabric::receive_one(const uint8_t* p, size_t n, const sockaddr_in& from)
   if (peer.epoch != h.src_epoch) {
     if (peer.epoch != 0) {
       ++ctr_.peer_restarts;
-      spdlog::warn("fabric: NIC address {} restarted (epoch {:#x} -> {:#x}); its channel starts over", peer.nic,
-                   peer.epoch, h.src_epoch);
+      spdlog::warn("fabric: NIC address {} restarted (epoch {:#x} -> {:#x}{}); its channel starts over", peer.nic,
+                   peer.epoch, h.src_epoch, announce ? ", announced" : "");
       std::move_backward(peer.retired.begin(), peer.retired.end() - 1, peer.retired.end());
       peer.retired[0] = peer.epoch;
       peer.ch->reset();
@@ -327,6 +370,7 @@ void UdpFabric::receive_one(const uint8_t* p, size_t n, const sockaddr_in& from)
   peer.ch->peer_heard();
   if (was_down) spdlog::info("fabric: NIC address {} answers again", peer.nic);
   peer.last_heard_us = now_us();
+  if (announce) return;  // no records, no acknowledgement: the epoch was all it said
   if (h.dst_epoch != 0 && h.dst_epoch != epoch_) {
     // Meant for an earlier incarnation of this daemon: answer with an ack so the peer
     // learns our epoch and starts over; act on nothing in it.
@@ -344,32 +388,37 @@ void UdpFabric::receive_one(const uint8_t* p, size_t n, const sockaddr_in& from)
 }
 
 void UdpFabric::queue_packet(Peer& p, uint8_t flags, const uint8_t* records, size_t rec_bytes, uint16_t count) {
-  if (tx_count_ == kTxBatch) send_batch();
-  uint8_t* pkt = tx_buf_.data() + tx_count_ * kMaxPacket;
   PacketHeader h{};
-  h.magic = kMagic;
-  h.version = kVersion;
   h.flags = flags;
-  h.length = static_cast<uint16_t>(sizeof h + rec_bytes + kMacBytes);
-  h.src_node = self_;
   h.dst_node = p.nic;
-  h.src_epoch = epoch_;
   h.dst_epoch = p.epoch;
   h.ack = p.ch->ack();
   h.base = p.ch->send_base();
   h.sack = p.ch->sack();
   h.record_count = count;
+  queue_sealed(h, records, rec_bytes, p.addr, &p);
+  p.ch->ack_sent();
+  p.ack_now = false;
+}
+
+void UdpFabric::queue_sealed(PacketHeader& h, const uint8_t* records, size_t rec_bytes, const sockaddr_in& to,
+                             Peer* p) {
+  if (tx_count_ == kTxBatch) send_batch();
+  uint8_t* pkt = tx_buf_.data() + tx_count_ * kMaxPacket;
+  h.magic = kMagic;
+  h.version = kVersion;
+  h.length = static_cast<uint16_t>(sizeof h + rec_bytes + kMacBytes);
+  h.src_node = self_;
+  h.src_epoch = epoch_;
   h.mac_alg = static_cast<uint8_t>(auth_.alg());
   h.packet_number = next_packet_number_++;
   std::memcpy(pkt, &h, sizeof h);
   if (rec_bytes) std::memcpy(pkt + sizeof h, records, rec_bytes);
   auth_.seal(pkt, sizeof h + rec_bytes);
   tx_iov_[tx_count_].iov_len = h.length;
-  tx_addr_[tx_count_] = p.addr;
-  tx_peer_[tx_count_] = &p;
+  tx_addr_[tx_count_] = to;
+  tx_peer_[tx_count_] = p;
   ++tx_count_;
-  p.ch->ack_sent();
-  p.ack_now = false;
 }
 
 void UdpFabric::flush(Peer& p, uint64_t now) {
@@ -515,7 +564,8 @@ void UdpFabric::send_batch() {
   for (size_t i = 0; i < tx_count_;) {
     const size_t seg = tx_iov_[i].iov_len;
     size_t j = i + 1, bytes = seg;
-    while (gso_ && j < tx_count_ && j - i < kGsoMaxSegments && tx_peer_[j] == tx_peer_[i] &&
+    // A run is to one peer's channel; packets outside channels (announces) go one by one.
+    while (gso_ && tx_peer_[i] && j < tx_count_ && j - i < kGsoMaxSegments && tx_peer_[j] == tx_peer_[i] &&
            tx_iov_[j - 1].iov_len == seg && tx_iov_[j].iov_len <= seg && bytes + tx_iov_[j].iov_len <= kGsoMaxBytes)
       bytes += tx_iov_[j++].iov_len;
     mmsghdr& m = tx_msgs_[nmsg];

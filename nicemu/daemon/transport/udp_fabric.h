@@ -16,7 +16,10 @@
 // means the peer restarted: its channel is reset (queued messages abandoned, counted) and
 // the new epoch adopted; packets carrying one of the peer's earlier epochs are stale and
 // dropped. A packet addressed to an earlier epoch of ours gets only an ack back (so the
-// peer learns our epoch), its records are dropped.
+// peer learns our epoch), its records are dropped. At start a daemon announces its epoch to
+// every node of the map (header-only packets, kFlagAnnounce, sent kAnnounceRounds times since
+// UDP may drop them): peers that knew an earlier epoch start over then, not when a new job's
+// first message runs into the stale channel; peers that knew nothing of it make no channel.
 #pragma once
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -59,6 +62,7 @@ class UdpFabric {
   UdpFabric(const UdpFabric&) = delete;
   UdpFabric& operator=(const UdpFabric&) = delete;
 
+  // Starts receiving and announces this daemon's epoch to the nodes of the map.
   void start();
   void stop();
   // Sends through io_uring (uring_sender.h) instead of sendmmsg; false (and sendmmsg kept)
@@ -122,6 +126,15 @@ class UdpFabric {
   void flush_all();
   void flush(Peer& p, uint64_t now);
   void queue_packet(Peer& p, uint8_t flags, const uint8_t* records, size_t rec_bytes, uint16_t count);
+  // Seals header `h` (packet number, length and MAC filled in here) with `rec_bytes` of
+  // records into the send batch, to `to`; `p`: the peer's state (fault injection, GSO
+  // runs), null for a packet outside any channel (an announce).
+  void queue_sealed(abi::wire::PacketHeader& h, const uint8_t* records, size_t rec_bytes, const sockaddr_in& to, Peer* p);
+  // One round of epoch announces (kFlagAnnounce) to every other node of the map; the next
+  // round on a timer, kAnnounceRounds in all, each interval doubled.
+  void announce();
+  static constexpr int kAnnounceRounds = 5;
+  static constexpr uint64_t kAnnounceFirstGapUs = 50000;
   void send_batch();
   void arm_timer();
   void publish();
@@ -151,6 +164,8 @@ class UdpFabric {
   std::string data_plane_;
   asio::steady_timer timer_;
   asio::steady_timer progress_timer_;
+  asio::steady_timer announce_timer_;
+  int announce_round_ = 0;
   bool progress_armed_ = false;
   bool stopped_ = false;
   bool in_rx_ = false;
