@@ -60,8 +60,7 @@ class ControlServer::Session : public std::enable_shared_from_this<ControlServer
   void on_readable() {
     for (int i = 0; i < kBatch; ++i) {
       ssize_t n = ::recv(sock_.native_handle(), buf_.data(), buf_.size(), MSG_DONTWAIT | MSG_TRUNC);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && errno == EAGAIN) return wait_readable();  // drained: the next message wakes us
+      if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;
       if (n <= 0) return close();  // EOF: the client closed or died
       if (static_cast<size_t>(n) > abi::ctl::kMaxMessage) {
         ++node_.counters().malformed_messages;
@@ -75,18 +74,10 @@ class ControlServer::Session : public std::enable_shared_from_this<ControlServer
       if (attached_before == 0 && peer_.attach_id != 0) watch_process();
       if (node_.shutdown_requested()) {
         raise(SIGTERM);
-        return wait_readable();
+        break;
       }
     }
-    // Messages may be left after a full batch. Asio watches the socket edge-triggered and a
-    // wait is not speculative, so waiting now could sleep for good: the kernel signalled
-    // these messages already, and a client blocked in send() (its send buffer full) is woken
-    // only once the buffer drains to a quarter, so it sends nothing more (finding F5). Come
-    // back after the handlers queued meanwhile instead: other clients are still served.
-    auto self = shared_from_this();
-    asio::post(sock_.get_executor(), [self] {
-      if (!self->closed_) self->on_readable();
-    });
+    wait_readable();
   }
 
   // The attach connection closing is the usual sign of death, but a forked child may keep

@@ -223,13 +223,13 @@ TEST_CASE("a client flooding the control socket does not starve another") {
   CHECK(cl.wait(flooder) == 0);
 }
 
-// Finding F5 (docs/security.md): a client that fills its attach socket with one-way
-// messages while its daemon is busy blocks in send() until its send buffer drains to a
-// quarter. The daemon reads a batch per wake-up from an edge-triggered wait; if it waited
-// again with messages left, no new message would ever wake it (the client sends nothing
-// while blocked) and both would stall for good. Here the daemon is stopped while the client
-// fills the socket, then continued: every message must be read, and the client unblocked.
-TEST_CASE("one-way messages left after a full batch are read (F5)") {
+// A client that fills its attach socket with one-way messages while its daemon is stopped
+// blocks in send() until its send buffer drains to a quarter; the daemon reads at most a
+// batch per wake-up. Once continued, it must read every message and unblock the client:
+// a wait that needed a new message to wake it would stall both for good. (A hypothesis for
+// finding F5, docs/security.md, which this test refuted: Asio re-arms its edge-triggered
+// wait with EPOLL_CTL_MOD, which reports a socket that is still readable.)
+TEST_CASE("a client that filled its attach socket is read whole once its daemon runs again") {
   Cluster cl(1);
   const uint64_t before = cl.status(0)["counters"]["malformed_messages"].get<uint64_t>();
   nicemu::ctl::Connection conn;

@@ -237,23 +237,13 @@ void UdpFabric::arm_read() {
   if (stopped_) return;
   sd_.async_wait(asio::posix::stream_descriptor::wait_read, [this](const asio::error_code& e) {
     if (e || stopped_) return;
-    read_on();
+    on_readable();
+    arm_read();
   });
 }
 
-// Reads until the socket is drained, a bound at a time. The wait is edge-triggered and not
-// speculative: after a bound with datagrams left, waiting would sleep until the next
-// datagram arrives, so the rest is read after the handlers queued meanwhile.
-void UdpFabric::read_on() {
-  if (on_readable()) return arm_read();
-  asio::post(io_, [this] {
-    if (!stopped_) read_on();
-  });
-}
-
-bool UdpFabric::on_readable() {
+void UdpFabric::on_readable() {
   in_rx_ = true;
-  bool drained = false;
   // Drain in batches; the socket is non-blocking, so an empty queue ends the loop. A bound
   // on rounds keeps the control socket and timers served under a flood.
   for (int round = 0; round < 16; ++round) {
@@ -267,10 +257,7 @@ bool UdpFabric::on_readable() {
       rx_msgs_[i].msg_hdr.msg_controllen = sizeof rx_cmsg_[i].buf;
     }
     int n = ::recvmmsg(fd_, rx_msgs_.data(), kBatch, MSG_DONTWAIT, nullptr);
-    if (n <= 0) {
-      drained = n == 0 || errno != EINTR;
-      break;
-    }
+    if (n <= 0) break;
     for (int i = 0; i < n; ++i) {
       msghdr& m = rx_msgs_[i].msg_hdr;
       size_t segment = 0;
@@ -283,14 +270,10 @@ bool UdpFabric::on_readable() {
       receive_datagram(rx_buf_.data() + i * rx_slot_, rx_msgs_[i].msg_len, rx_addr_[i], (m.msg_flags & MSG_TRUNC) != 0,
                        segment);
     }
-    if (n < static_cast<int>(kBatch)) {
-      drained = true;
-      break;
-    }
+    if (n < static_cast<int>(kBatch)) break;
   }
   in_rx_ = false;
   flush_all();
-  return drained;
 }
 
 void UdpFabric::receive_datagram(const uint8_t* p, size_t n, const sockaddr_in& from, bool truncated,

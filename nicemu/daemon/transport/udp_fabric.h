@@ -112,8 +112,7 @@ class UdpFabric {
 
   Peer* peer(uint32_t nic);
   void arm_read();
-  void read_on();
-  bool on_readable();  // false when it stopped at its bound with datagrams left
+  void on_readable();
   void arm_uring();
   void on_uring();
   void receive_one(const uint8_t* p, size_t n, const sockaddr_in& from);
