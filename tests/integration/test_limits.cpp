@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "harness.h"
+#include "nicemu/abi/remote_ops.h"
 
 using namespace harness;
 namespace ctl = nicemu::abi::ctl;
@@ -220,6 +221,51 @@ TEST_CASE("a client flooding the control socket does not starve another") {
   MESSAGE("worst Hello round trip next to a flooder: " << worst_ms << " ms");
   CHECK(worst_ms < 500);  // generous for a loaded 2-core machine; starvation would be seconds
   CHECK(cl.wait(flooder) == 0);
+}
+
+// A client that fills its attach socket with one-way messages while its daemon is stopped
+// blocks in send() until its send buffer drains to a quarter; the daemon reads at most a
+// batch per wake-up. Once continued, it must read every message and unblock the client:
+// a wait that needed a new message to wake it would stall both for good. (A hypothesis for
+// finding F5, docs/security.md, which this test refuted: Asio re-arms its edge-triggered
+// wait with EPOLL_CTL_MOD, which reports a socket that is still readable.)
+TEST_CASE("a client that filled its attach socket is read whole once its daemon runs again") {
+  Cluster cl(1);
+  const uint64_t before = cl.status(0)["counters"]["malformed_messages"].get<uint64_t>();
+  nicemu::ctl::Connection conn;
+  REQUIRE(conn.connect(cl.socket(0)));
+  // A RemotePost on a connection that attached nothing: the daemon counts it as malformed and
+  // sends no reply, so the test sees how many it read.
+  nicemu::abi::remote::RemotePost p{};
+  p.h = ctl::make_header<nicemu::abi::remote::RemotePost>(ctl::Op::kRemotePost, 1);
+  const int fd = conn.fd();
+  REQUIRE(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) == 0);
+  const pid_t d = cl.daemon_pid(0);
+  REQUIRE(kill(d, SIGSTOP) == 0);
+  uint64_t sent = 0;
+  while (send(fd, &p, sizeof p, MSG_NOSIGNAL) == ssize_t(sizeof p)) ++sent;
+  const int err = errno;
+  REQUIRE(kill(d, SIGCONT) == 0);
+  REQUIRE(err == EAGAIN);
+  MESSAGE(sent << " messages queued before the client's socket was full");
+  REQUIRE(sent > 128);  // more than two batches
+  // As a client blocked in send(): wait until writable, then send a few more.
+  const uint64_t more = 1000;
+  uint64_t extra = 0;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (extra < more && std::chrono::steady_clock::now() < deadline) {
+    pollfd pf{fd, POLLOUT, 0};
+    if (poll(&pf, 1, 100) <= 0) continue;
+    if (send(fd, &p, sizeof p, MSG_NOSIGNAL) == ssize_t(sizeof p)) ++extra;
+  }
+  CHECK(extra == more);  // the client was unblocked
+  uint64_t read = 0;
+  for (int i = 0; i < 500; ++i) {
+    read = cl.status(0)["counters"]["malformed_messages"].get<uint64_t>() - before;
+    if (read >= sent + extra) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(read == sent + extra);
 }
 
 // A node with more CDMs than one seqpacket message can describe: the status document

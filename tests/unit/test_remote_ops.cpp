@@ -368,3 +368,44 @@ TEST_CASE("remote ops: a chain's members post one event, with the first failure'
   CHECK(cqe::status_of(local[1]) == cqe::kErrProtection);
   CHECK(r.req.status()["chains_open"] == 0);
 }
+
+// Finding F5 (docs/security.md) suspected the requester's flow control after a peer's
+// restart: AMOs in flight when the peer is lost fail, the peer's window starts over, answers
+// to the lost ones arriving late change nothing, and a following burst completes whole with
+// nothing left in flight.
+TEST_CASE("remote ops: a burst of AMOs after a lost peer; late answers leave the window alone") {
+  Rig r;
+  auto add = [&](uint32_t tid) {
+    auto a = r.post(rop::kAmo, rop::kFma, 0, r.taddr(8192), 8, tid);
+    a.amo_cmd = 0x108;  // GNI_FMA_ATOMIC_ADD (non-fetching)
+    a.operand1 = 1;
+    return a;
+  };
+  for (uint32_t i = 0; i < 100; ++i) r.req.post(r.init_map, add(i), nullptr);
+  CHECK(r.req.status()["bytes_in_flight"] == 800);
+  // The requests reached the target, the peer restarted before answering.
+  std::deque<std::vector<char>> requests;
+  requests.swap(r.to1);
+  r.req.peer_lost(1);
+  auto local = drain(*r.init, r.icq);
+  REQUIRE(local.size() == 100);
+  for (uint64_t e : local) CHECK(cqe::status_of(e) == cqe::kErrTransient);
+  CHECK(r.req.status()["bytes_in_flight"] == 0);
+  // A new burst; the old requests are answered only now, after it was sent.
+  for (uint32_t i = 0; i < 200; ++i) r.req.post(r.init_map, add(i), nullptr);
+  CHECK(r.req.status()["bytes_in_flight"] == 1600);
+  for (auto& m : requests) CHECK(r.resp.request(0, reinterpret_cast<const uint8_t*>(m.data()), m.size()));
+  std::deque<std::vector<char>> late;
+  late.swap(r.to0);
+  for (auto& m : late) CHECK(r.req.reply(1, reinterpret_cast<const uint8_t*>(m.data()), m.size()));
+  CHECK(r.req.status()["bytes_in_flight"] == 1600);  // stale: not counted against the new burst
+  CHECK(r.pump() == 0);
+  local = drain(*r.init, r.icq);
+  REQUIRE(local.size() == 200);
+  for (uint64_t e : local) CHECK(cqe::status_of(e) == cqe::kOk);
+  CHECK(r.req.status()["bytes_in_flight"] == 0);
+  CHECK(r.req.status()["outstanding"] == 0);
+  uint64_t total = 0;
+  std::memcpy(&total, r.tmem.data() + 8192, 8);
+  CHECK(total == 300);  // the lost ones had taken effect at the target: AMOs are not reposted
+}

@@ -214,8 +214,10 @@ gni_return_t GNI_PostRdma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
   r.remote_event = ep->remote_event;
   r.ep_id = ep->bte_id;
   copy_transfer_to_daemon(r, ep, d);
+  n->to_daemon(tid, cq, ep->local_event, true);  // before the daemon can see it
   switch (n->bte.view.push(r)) {
     case abi::BteRingView::Push::kFull:
+      n->to_daemon(tid, cq, ep->local_event, true, false);
       release_tid(n, tid);
       return GNI_RC_ERROR_RESOURCE;  // §12.4: queue full, the client retries later
     case abi::BteRingView::Push::kRing: {

@@ -203,8 +203,10 @@ gni_return_t post_ce(Ep* ep, gni_post_descriptor_t* d) {
   p.first = d->first_operand;
   p.second = d->second_operand;
   p.result_addr = d->local_addr;
+  n->to_daemon(tid, ep->src_cq, ep->local_event, false);  // before the daemon can see it
   if (!n->nic_down.load(std::memory_order_relaxed) && post_to_daemon(n, p, d->local_mem_hndl) == PagePost::kDone)
     return GNI_RC_SUCCESS;
+  n->to_daemon(tid, ep->src_cq, ep->local_event, false, false);
   // Our daemon is gone: nobody will combine it. The result says so, as the events do.
   auto* res = reinterpret_cast<gni_ce_result_t*>(d->local_addr);
   res->result1 = res->result2 = 0;

@@ -26,16 +26,19 @@ gni_return_t nicemu::ugni::take_event(Cq* cq, gni_cq_entry_t* event_data) {
   }
   uint64_t e = cq->ring.pop();
   if (e == 0) {
+    Nic* n = cq->nic;
     // Poll the daemon's health only now and then: the empty path must stay syscall-free.
-    if ((++cq->nic->empty_polls & 0x3FF) == 0 && !cq->nic->daemon_alive()) {
+    const bool down = ((++n->empty_polls & 0x3FF) == 0 && !n->daemon_alive()) ||
+                      n->nic_down.load(std::memory_order_relaxed);
+    if (!down) return GNI_RC_NOT_DONE;
+    // The NIC is down. What our dead daemon held of ours fails first, one error event per
+    // post (finding F3): as the hardware reports a failed transaction, in the post's CQ with
+    // its descriptor, so a client waiting for that descriptor is not left waiting. Then
+    // the NIC-down entry, which names no descriptor.
+    if (!n->orphan_event(cq, e)) {
       *event_data = kNicDownEntry;
       return GNI_RC_TRANSACTION_ERROR;
     }
-    if (cq->nic->nic_down.load(std::memory_order_relaxed)) {
-      *event_data = kNicDownEntry;
-      return GNI_RC_TRANSACTION_ERROR;
-    }
-    return GNI_RC_NOT_DONE;
   }
   count_event(cq->nic->counters, e);
   if (cq->handler) cq->handler(&e, cq->context);
@@ -96,6 +99,7 @@ gni_return_t GNI_CqDestroy(gni_cq_handle_t cq_hndl) {
   abi::ctl::Reply rep{};
   // With the daemon gone there is nothing to release remotely; free our side regardless.
   if (cq->nic->conn.call(req, rep) && rep.rc != GNI_RC_SUCCESS) return static_cast<gni_return_t>(rep.rc);
+  cq->nic->forget_cq(cq);
   cq->nic->live_cqs.fetch_sub(1, std::memory_order_relaxed);
   cq->magic = 0;
   delete cq;
@@ -184,6 +188,10 @@ gni_return_t GNI_GetCompleted(gni_cq_handle_t cq_hndl, gni_cq_entry_t event_data
     }
     Inflight& f = n->inflight[tid];
     d = f.desc;
+    // Which of its events this was: a NIC that goes down fails only the others.
+    const uint64_t inf = cqe::info_of(event_data);
+    f.modes &= static_cast<uint16_t>(~(((inf & cqe::kInfoLocal) ? GNI_CQMODE_LOCAL_EVENT : 0) |
+                                       ((inf & cqe::kInfoGlobal) ? GNI_CQMODE_GLOBAL_EVENT : 0)));
     if (--f.remaining == 0) {
       f.desc = nullptr;
       n->free_tids.push_back(static_cast<uint16_t>(tid));

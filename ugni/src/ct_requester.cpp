@@ -79,12 +79,17 @@ void run_split_chain(Ep* ep, Cq* cq, gni_post_descriptor_t* d, int32_t tid, size
       chain.fail_status = static_cast<uint32_t>(st);
     }
   }
+  // The chain's one event comes from our daemon (or from us, if it dies meanwhile).
+  ep->nic->to_daemon(tid, cq, ep->local_event, false);
   for (size_t i = 0; i < n; ++i) {
     if (!remote(i)) continue;
     chain.index = static_cast<uint32_t>(i);
     // Our daemon is gone: it posts nothing for the members it had, so the chain completes
     // here, once.
-    if (!post(i, chain)) return complete_fma(cq, d, ep->local_event, cqe::kErrNicDown, tid);
+    if (!post(i, chain)) {
+      ep->nic->to_daemon(tid, cq, ep->local_event, false, false);
+      return complete_fma(cq, d, ep->local_event, cqe::kErrNicDown, tid);
+    }
   }
 }
 

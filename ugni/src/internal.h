@@ -100,6 +100,13 @@ struct Cdm {
 struct Inflight {
   gni_post_descriptor_t* desc = nullptr;
   uint16_t remaining = 0;  // events still to be consumed (2 with DUAL_EVENTS)
+  uint16_t modes = 0;      // GNI_CQMODE_LOCAL/GLOBAL_EVENT bits whose event is not consumed yet
+  // Set while our daemon holds the post (Nic::to_daemon): if the daemon dies, the library
+  // completes it with an error in `cq` (Nic::orphan_event).
+  bool daemon = false;
+  bool bte = false;
+  uint32_t local_event = 0;
+  Cq* cq = nullptr;
 };
 
 // The CDM's BTE submission ring (bte_requester.cpp), mapped on the first GNI_PostRdma.
@@ -147,10 +154,17 @@ struct Nic {
   std::shared_ptr<MddTable> mdd;  // the process's MDD table of our credential (mdd_table.h)
   std::atomic<bool> nic_down{false};
   uint32_t empty_polls = 0;        // paces liveness checks of the daemon
+  // The attach socket hung up: no thread of the daemon runs any more, so nothing it held
+  // will be completed by it (daemon_gone).
+  std::atomic<bool> daemon_exited{false};
 
   std::mutex inflight_mu;
   std::vector<Inflight> inflight;  // indexed by CQE tid
   std::vector<uint16_t> free_tids;
+  // Once the daemon is gone, the error events of the posts it held, per CQ (under
+  // inflight_mu); handed out when that CQ's ring is drained (orphan_event).
+  std::map<Cq*, std::vector<uint64_t>> orphans;
+  bool orphans_built = false;  // under inflight_mu
 
   std::mutex peers_mu;
   std::map<std::pair<uint32_t, uint32_t>, std::shared_ptr<Region>> peers;  // (addr, domain) -> region
@@ -194,7 +208,19 @@ struct Nic {
   std::shared_ptr<Region> resolve(uint32_t addr, uint32_t domain, uint64_t& status);
   // Checks (cheaply, every so often) that the daemon is still there.
   bool daemon_alive();
-  int32_t alloc_tid(gni_post_descriptor_t* d, uint16_t events);
+  int32_t alloc_tid(gni_post_descriptor_t* d, uint16_t modes);  // modes: the local events asked for
+  // Before a post with local events (`tid` >= 0) goes to our daemon, which will complete it
+  // in `cq`: remembered so that the library fails it if the daemon dies (finding F3);
+  // `handed` false takes it back (the daemon never got it; the caller completes it).
+  void to_daemon(int32_t tid, Cq* cq, uint32_t local_event, bool bte, bool handed = true);
+  // Whether the daemon process is gone for good (its attach socket hung up); one poll()
+  // until it is.
+  bool daemon_gone();
+  // With the NIC down and `cq` drained: the next error event of a post our dead daemon
+  // held, false when there is none (left).
+  bool orphan_event(Cq* cq, uint64_t& entry);
+  // GNI_CqDestroy: no event goes to `cq` any more.
+  void forget_cq(Cq* cq);
 };
 
 struct Cq {
@@ -421,7 +447,7 @@ inline bool start_post(Nic* n, gni_post_descriptor_t* d, int32_t& tid) {
   const uint16_t local = local_events(d);
   tid = -1;
   if (local) {
-    tid = n->alloc_tid(d, local == GNI_CQMODE_DUAL_EVENTS ? 2 : 1);
+    tid = n->alloc_tid(d, local);
     if (tid < 0) return false;
   }
   d->status = 0;

@@ -12,10 +12,19 @@
 namespace nicemu::ugni {
 
 using namespace nicemu::abi;
+namespace cqe = nicemu::abi::cqe;
 
 namespace {
 // Whether process `pid` (0: none known) no longer exists.
 bool owner_gone(pid_t pid) { return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH; }
+
+// The error event of a post our dead daemon held: NIC down (not recoverable), as the
+// completion the daemon would have made had it failed the post (remote_requester.cpp,
+// bte_engine.cpp).
+uint64_t cqe_of_orphan(int32_t tid, const Inflight& f, uint64_t info) {
+  const uint64_t src = f.bte ? cqe::kSrcBte : info == cqe::kInfoLocal ? cqe::kSrcLocalRequest : cqe::kSrcLocalResponse;
+  return cqe::make(src, cqe::kTypePost, cqe::kErrNicDown, info, static_cast<uint64_t>(tid), f.local_event);
+}
 }  // namespace
 
 std::shared_ptr<Region> Nic::resolve(uint32_t addr, uint32_t domain, uint64_t& status) {
@@ -101,7 +110,8 @@ bool Nic::daemon_alive() {
   return true;
 }
 
-int32_t Nic::alloc_tid(gni_post_descriptor_t* d, uint16_t events) {
+int32_t Nic::alloc_tid(gni_post_descriptor_t* d, uint16_t modes) {
+  const uint16_t events = modes == GNI_CQMODE_DUAL_EVENTS ? 2 : 1;
   std::lock_guard<std::mutex> lk(inflight_mu);
   uint16_t tid;
   if (!free_tids.empty()) {
@@ -112,8 +122,78 @@ int32_t Nic::alloc_tid(gni_post_descriptor_t* d, uint16_t events) {
     tid = static_cast<uint16_t>(inflight.size());
     inflight.emplace_back();
   }
-  inflight[tid] = Inflight{d, events};
+  inflight[tid] = Inflight{};
+  inflight[tid].desc = d;
+  inflight[tid].remaining = events;
+  inflight[tid].modes = modes;
   return tid;
+}
+
+void Nic::to_daemon(int32_t tid, Cq* cq, uint32_t local_event, bool bte, bool handed) {
+  if (tid < 0 || !cq) return;
+  std::lock_guard<std::mutex> lk(inflight_mu);
+  Inflight& f = inflight[static_cast<size_t>(tid)];
+  if (!handed && orphans_built) {
+    // Taken back after it joined the orphans below: its caller completes it.
+    auto it = orphans.find(cq);
+    if (it != orphans.end())
+      std::erase_if(it->second, [tid](uint64_t e) { return cqe::tid_of(e) == static_cast<uint64_t>(tid); });
+  }
+  f.cq = cq;
+  f.local_event = local_event;
+  f.bte = bte;
+  f.daemon = handed;
+  // Handed after the list of orphans was made (a thread posting while the NIC went down):
+  // it joins the list, as nothing will answer it either.
+  if (handed && orphans_built) {
+    f.daemon = false;
+    if (f.modes & GNI_CQMODE_LOCAL_EVENT)
+      orphans[cq].push_back(cqe_of_orphan(tid, f, cqe::kInfoLocal));
+    if (f.modes & GNI_CQMODE_GLOBAL_EVENT)
+      orphans[cq].push_back(cqe_of_orphan(tid, f, cqe::kInfoGlobal));
+  }
+}
+
+bool Nic::daemon_gone() {
+  if (daemon_exited.load(std::memory_order_relaxed)) return true;
+  // The socket hangs up when the daemon's last thread has released its files, i.e. after
+  // every thread stopped running: no CQ entry of its can come after this.
+  pollfd p{conn.fd(), POLLIN, 0};
+  if (conn.fd() >= 0 && !(poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR)))) return false;
+  daemon_exited = true;
+  return true;
+}
+
+bool Nic::orphan_event(Cq* cq, uint64_t& entry) {
+  if (!daemon_gone()) return false;
+  std::lock_guard<std::mutex> lk(inflight_mu);
+  if (!orphans_built) {
+    // In tid order, which is no order of posting; the hardware gives none for failures
+    // either. Entries come out of each list from the back, so the lists are reversed.
+    orphans_built = true;
+    for (size_t t = inflight.size(); t-- > 0;) {
+      Inflight& f = inflight[t];
+      if (!f.desc || !f.daemon || !f.cq) continue;
+      f.daemon = false;
+      if (f.modes & GNI_CQMODE_GLOBAL_EVENT) orphans[f.cq].push_back(cqe_of_orphan(int32_t(t), f, cqe::kInfoGlobal));
+      if (f.modes & GNI_CQMODE_LOCAL_EVENT) orphans[f.cq].push_back(cqe_of_orphan(int32_t(t), f, cqe::kInfoLocal));
+    }
+  }
+  auto it = orphans.find(cq);
+  if (it == orphans.end() || it->second.empty()) return false;
+  entry = it->second.back();
+  it->second.pop_back();
+  return true;
+}
+
+void Nic::forget_cq(Cq* cq) {
+  std::lock_guard<std::mutex> lk(inflight_mu);
+  orphans.erase(cq);
+  for (Inflight& f : inflight)
+    if (f.cq == cq) {
+      f.cq = nullptr;
+      f.daemon = false;
+    }
 }
 
 }  // namespace nicemu::ugni

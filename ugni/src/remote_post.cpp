@@ -102,7 +102,10 @@ bool send_remote_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t k
 
 gni_return_t post_remote(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t engine,
                          int32_t tid) {
+  // Remembered first: once sent, its events may come (and its tid be reused) at any time.
+  ep->nic->to_daemon(tid, cq, ep->local_event, engine == rop::kBte);
   if (send_remote_post(ep, cq, d, kind, engine, tid, nullptr)) return GNI_RC_SUCCESS;
+  ep->nic->to_daemon(tid, cq, ep->local_event, engine == rop::kBte, false);
   // Our daemon is gone: nobody will carry it. Complete it here as every post after NIC down.
   if (engine == rop::kBte)
     rdma_local_events(cq, d->cq_mode, ep->local_event, tid, cqe::kErrNicDown);

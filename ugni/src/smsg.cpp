@@ -102,8 +102,10 @@ gni_return_t get_next(Ep* ep, void** header, uint8_t* tag) {
   if (!m.valid()) return GNI_RC_INVALID_PARAM;
   abi::MboxSlotHeader* slot = smsg_peek(m.view);
   if (!slot) {
-    // Nothing more will come from a peer that died: say the connection is broken.
-    if (ep->tx.valid() && (ep->tx.relay ? relay_failed(ep->tx) : !ep->tx.region->alive()))
+    // Nothing more will come from a peer that died, or through a NIC that is down (a relayed
+    // channel needs our daemon): say the connection is broken.
+    if (ep->tx.valid() && (ep->tx.relay ? relay_failed(ep->tx) || ep->nic->nic_down.load(std::memory_order_relaxed)
+                                        : !ep->tx.region->alive()))
       return GNI_RC_INVALID_STATE;
     return GNI_RC_NOT_DONE;
   }
