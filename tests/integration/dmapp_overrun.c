@@ -9,7 +9,9 @@
  * Run on 2 PEs; PE 0 sends AMOs to PE 1. Default: 10th event overruns, 5 lost, of 40 adds.
  * --lose-all: a pool of 8 requests whose 8 events are all lost; a later blocking AMO gets
  * DMAPP_RC_NO_SPACE instead of waiting for ever. Exit 0 when every check holds. */
-#define _GNU_SOURCE
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* dlsym(RTLD_NEXT) */
+#endif
 #include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
