@@ -46,6 +46,7 @@ struct Request {
   uint32_t index = 0;
   int pe = 0;
   bool rdma = false;
+  bool in_flight = false;       // posted, its one CQ event not yet taken
   uint8_t retries = 0;
   void* bounce = nullptr;       // this request's slot in the registered bounce arena
   void* copy_to = nullptr;      // GET through the bounce slot: copy out at completion
@@ -118,7 +119,12 @@ class Context {
 
  private:
   void complete(Request* r, bool ok, gni_cq_entry_t ev);
+  void cq_overrun();
   std::vector<Request> requests_;
+  // Requests in flight when the CQ overran: their callers were told TRANSACTION_ERROR, and
+  // each goes back to the pool when its event comes after all (never, if that was lost).
+  dmapp_syncid orphans_;
+  uint32_t in_flight_ = 0;
   std::vector<uint32_t> free_requests_;
   std::vector<dmapp_syncid> syncids_;
   std::vector<uint32_t> free_syncids_;

@@ -16,7 +16,9 @@ constexpr int kWaitMs = 1;          // CQ wait slice: progress callbacks run bet
 Request* Context::alloc_request(bool may_block) {
   if (free_requests_.empty()) progress(false);
   while (free_requests_.empty()) {
-    if (!may_block) return nullptr;
+    // Only requests orphaned by a CQ overrun are out: their events may be the lost ones,
+    // so waiting for them could last for ever.
+    if (!may_block || in_flight_ == orphans_.pending) return nullptr;
     progress(true);
   }
   Request* r = &requests_[free_requests_.back()];
@@ -58,6 +60,8 @@ dmapp_return_t Context::post(Request* r) {
                              : GNI_PostFma(peers[size_t(r->pe)].ep, &r->desc);
     if (g == GNI_RC_SUCCESS) {
       ++r->group->pending;
+      r->in_flight = true;
+      ++in_flight_;
       return DMAPP_RC_SUCCESS;
     }
     // A full BTE submission ring: retire what completed and try again.
@@ -71,6 +75,15 @@ dmapp_return_t Context::post(Request* r) {
 }
 
 void Context::complete(Request* r, bool ok, gni_cq_entry_t ev) {
+  if (!r->in_flight) return;  // not ours to take (an event for a request never posted)
+  r->in_flight = false;
+  --in_flight_;
+  if (r->group == &orphans_) {
+    // Its caller was already told: no repost, no flag, no copy-out.
+    --orphans_.pending;
+    free_request(r);
+    return;
+  }
   if (!ok) {
     uint32_t recoverable = 0;
     // An AMO is never reposted: a failed one may have taken effect before its response was
@@ -123,10 +136,8 @@ void Context::progress(bool block) {
     first = false;
     if (rc == GNI_RC_NOT_DONE || rc == GNI_RC_TIMEOUT) break;
     if (rc == GNI_RC_ERROR_RESOURCE) {
-      // Cannot happen with the CQ sized for every request; if it does, completions are lost
-      // and waiting would hang.
-      std::fprintf(stderr, "dmapp: PE %d: completion queue overrun; aborting\n", pe);
-      std::abort();
+      cq_overrun();
+      continue;  // the entries that did go in follow
     }
     if (rc != GNI_RC_SUCCESS && rc != GNI_RC_TRANSACTION_ERROR) break;
     gni_post_descriptor_t* d = nullptr;
@@ -141,6 +152,26 @@ void Context::progress(bool block) {
     queue_poll(*this);
     for (auto& [cb, data] : progress_cbs) cb(data);
   }
+}
+
+// The CQ lost entries (GNI_CQ_OVERRUN). It cannot with the CQ sized in init() (one event
+// per request, at most max_outstanding_nb requests, no remote events), but if it does,
+// which requests lost theirs is unknown: every request in flight fails its group with
+// DMAPP_RC_TRANSACTION_ERROR now, so that no wait hangs on a lost event and the error
+// reaches the caller, and stays out of the pool until its event comes, so that a late
+// event never completes a reused request.
+void Context::cq_overrun() {
+  uint32_t failed = 0;
+  for (Request& r : requests_) {
+    if (!r.in_flight || r.group == &orphans_) continue;
+    dmapp_syncid* g = r.group;
+    if (g->error == DMAPP_RC_SUCCESS) g->error = DMAPP_RC_TRANSACTION_ERROR;
+    --g->pending;
+    r.group = &orphans_;
+    ++orphans_.pending;
+    ++failed;
+  }
+  std::fprintf(stderr, "dmapp: PE %d: completion queue overrun: %u requests in flight failed\n", pe, failed);
 }
 
 dmapp_return_t Context::wait_group(dmapp_syncid* g) {

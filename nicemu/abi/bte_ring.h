@@ -108,7 +108,16 @@ struct BteRingView {
   Push push(const BteRequest& r) const {
     uint64_t t = ctl->tail.load(std::memory_order_relaxed);
     for (;;) {
-      if (t - ctl->head.load(std::memory_order_acquire) > mask) return Push::kFull;
+      if (t - ctl->head.load(std::memory_order_acquire) > mask) {
+        // Full only on head read between two equal reads of tail: preempted between the
+        // two loads while other threads pushed and the daemon consumed, a thread compared
+        // an old tail with a newer head (as CqRingView::snapshot).
+        const uint64_t before = ctl->tail.load(std::memory_order_acquire);
+        const uint64_t h = ctl->head.load(std::memory_order_acquire);
+        t = ctl->tail.load(std::memory_order_relaxed);
+        if (t != before) continue;
+        if (t - h > mask) return Push::kFull;
+      }
       if (ctl->tail.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel, std::memory_order_relaxed)) break;
     }
     BteSlot& s = slots[t & mask];

@@ -19,6 +19,22 @@ struct CqRingView {
 
   bool valid() const { return ctl != nullptr; }
 
+  // Reads head between two reads of tail into `t` and `h`; true when tail did not move
+  // in between, so that t - h is how full the ring was at one moment. A full ring is
+  // decided only on such a pair: a producer preempted between its read of tail and its
+  // read of head (or the other way round) while others pushed and the consumer popped
+  // got an old tail with a newer head (a "negative", i.e. huge, distance) or an old head
+  // with a newer tail, and flagged an overrun of a ring that was never full (F4,
+  // docs/security.md: libdmapp, which keeps its posts within its CQ's capacity, saw
+  // "completion queue overrun"). On false the pair is still usable for room: the head
+  // is not newer than the tail.
+  bool snapshot(uint64_t& t, uint64_t& h) const {
+    const uint64_t before = ctl->tail.load(std::memory_order_acquire);
+    h = ctl->head.load(std::memory_order_acquire);
+    t = ctl->tail.load(std::memory_order_relaxed);
+    return t == before;
+  }
+
   // Producer side. Returns false (and flags overrun) when the ring is full. A producer
   // that pushes often passes `head_cache`, its private copy of the consumer's head: head
   // only grows, so a stale copy can only make the ring look fuller, and the shared line
@@ -38,8 +54,9 @@ struct CqRingView {
         return false;
       }
       if (t - h >= cap) {  // full, or a stale (or no) copy of head: read the shared line
-        h = ctl->head.load(std::memory_order_acquire);
+        const bool still = snapshot(t, h);
         if (head_cache) *head_cache = h;
+        if (!still) continue;  // tail moved meanwhile: look again with the newer pair
         if (t - h >= cap) {
           ctl->overrun.store(1, std::memory_order_seq_cst);
           wake();
@@ -70,8 +87,9 @@ struct CqRingView {
         return 0;
       }
       if (room(t, h) < n) {
-        h = ctl->head.load(std::memory_order_acquire);
+        const bool still = snapshot(t, h);
         if (head_cache) *head_cache = h;
+        if (!still) continue;
       }
       k = std::min<uint64_t>(n, room(t, h));
       if (k == 0) {

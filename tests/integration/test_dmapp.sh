@@ -25,6 +25,16 @@ echo "$out" | grep 'checks passed'
 # A malformed heap size is refused at init with a message, not a crash.
 out=$(XT_SYMMETRIC_HEAP_SIZE=lots "$RUN" -n 2 --timeout 20 --rundir "$rundir" "$suite" 2>&1) && die "malformed XT_SYMMETRIC_HEAP_SIZE accepted: $out"
 grep -q "XT_SYMMETRIC_HEAP_SIZE is malformed" <<<"$out" || die "no message for a malformed heap size: $out"
+# A CQ overrun (made by the program, dmapp_overrun.c) is an error return, not an abort
+# or a hang, and the library goes on; with every request's event lost, NO_SPACE.
+overrun=$build/tests/integration/dmapp_overrun
+need_exec "$overrun"
+for mode in "" --lose-all; do
+  out=$("$RUN" -n 2 --nodes 2 --timeout 40 --rundir "$rundir" "$overrun" $mode 2>&1) ||
+    die "dmapp_overrun $mode: $out"
+  grep -q "completion queue overrun: .* requests in flight failed" <<<"$out" || die "dmapp_overrun $mode said nothing: $out"
+  echo "$out" | grep 'checks passed'
+done
 sleep 0.2
 pgrep -f -- "--rundir $rundir" >/dev/null && die "daemons left running"
 

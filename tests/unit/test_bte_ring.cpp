@@ -93,3 +93,48 @@ TEST_CASE("BTE ring: many producers, one consumer, every request exactly once") 
   }
   for (auto& t : ts) t.join();
 }
+
+TEST_CASE("BTE ring: a producer preempted in a push is not told the ring is full when it is not") {
+  // The CQ ring's F4 race (test_cq_ring.cpp) in the BTE ring: a posting thread preempted
+  // between its read of tail and its read of head, while another thread posted and the
+  // daemon consumed, compared an old tail with a newer head and got GNI_RC_ERROR_RESOURCE.
+  // Credits keep the ring from ever being full.
+  constexpr uint32_t kCap = 8;
+  Ring r(kCap);
+  std::atomic<int64_t> credits{kCap};
+  std::atomic<uint64_t> pushes{0}, refused{0};
+  auto take_credit = [&] {
+    if (credits.fetch_sub(1, std::memory_order_acq_rel) > 0) return true;
+    credits.fetch_add(1, std::memory_order_acq_rel);
+    return false;
+  };
+  auto push = [&](uint64_t n) {
+    if (r.view.push(req(n)) == BteRingView::Push::kFull) {
+      refused.fetch_add(1, std::memory_order_relaxed);
+      credits.fetch_add(1, std::memory_order_acq_rel);
+    } else {
+      pushes.fetch_add(1, std::memory_order_relaxed);
+    }
+  };
+  uint64_t got = 0;
+  race_preempted(
+      [&](std::atomic<bool>& stop) {
+        for (uint64_t i = 0; !stop.load(std::memory_order_relaxed); ++i)
+          if (take_credit()) push(i);
+      },
+      [&](std::atomic<bool>& stop) {
+        BteRequest out;
+        for (uint64_t i = 0; !stop.load(std::memory_order_relaxed); ++i) {
+          if (take_credit()) push(i);
+          while (r.view.pop(r.head, out)) {
+            ++got;
+            credits.fetch_add(1, std::memory_order_acq_rel);
+          }
+        }
+      },
+      std::chrono::seconds(3));
+  BteRequest out;
+  while (r.view.pop(r.head, out)) ++got;
+  CHECK(got == pushes.load());
+  CHECK(refused.load() == 0);
+}

@@ -1,6 +1,8 @@
 // CQ ring: order, overrun, wrap-around, and many producers against one consumer.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -168,4 +170,63 @@ TEST_CASE("a consumer that sleeps between pushes is woken by each one (no fence 
   CHECK(lost == 0);
   MESSAGE("consumer slept " << sleeps << " times");
   CHECK(r.view.quiet());
+}
+
+TEST_CASE("a producer preempted in a push does not see a false overrun when others moved on") {
+  // libdmapp keeps its outstanding posts within its CQ's capacity, so the ring is never
+  // full, yet it saw "completion queue overrun" (F4): the daemon pushing a remote
+  // completion read `tail`, was preempted (a loaded node), and meanwhile the process pushed
+  // and consumed its own same-host completions past that `tail`; the newer `head` it then
+  // read made a "negative", i.e. huge, distance: a full ring. Here the "daemon" thread is
+  // preempted at random points of its pushes while the "process" thread pushes and pops.
+  // Every producer holds a credit per entry in the ring: it can never be really full.
+  constexpr uint32_t kCap = 16;
+  Ring r(kCap);
+  std::atomic<int64_t> credits{kCap};
+  std::atomic<uint64_t> daemon_pushes{0}, refused{0};
+  auto take_credit = [&] {
+    if (credits.fetch_sub(1, std::memory_order_acq_rel) > 0) return true;
+    credits.fetch_add(1, std::memory_order_acq_rel);
+    return false;
+  };
+  uint64_t got = 0, overruns = 0, own = 0;
+  race_preempted(
+      [&](std::atomic<bool>& stop) {
+        uint64_t head_cache = 0;
+        for (uint64_t i = 0; !stop.load(std::memory_order_relaxed); ++i) {
+          if (!take_credit()) continue;  // spin: a yield would make its switches voluntary
+          const uint64_t e = cqe::make(1, 0, 0, 0, 1, i);
+          // The three forms the daemon and libugni use: batch, single, single with a head copy.
+          const bool ok =
+              i % 3 == 0 ? r.view.push_n(&e, 1) == 1 : r.view.push(e, i % 3 == 1 ? &head_cache : nullptr);
+          if (ok) daemon_pushes.fetch_add(1, std::memory_order_relaxed);
+          else {
+            refused.fetch_add(1, std::memory_order_relaxed);
+            credits.fetch_add(1, std::memory_order_acq_rel);
+          }
+        }
+      },
+      [&](std::atomic<bool>& stop) {
+        for (uint64_t i = 0; !stop.load(std::memory_order_relaxed); ++i) {
+          if (take_credit()) {
+            if (r.view.push(cqe::make(1, 0, 0, 0, 2, i))) ++own;
+            else {
+              refused.fetch_add(1, std::memory_order_relaxed);
+              credits.fetch_add(1, std::memory_order_acq_rel);
+            }
+          }
+          if (r.view.take_overrun()) ++overruns;
+          while (r.view.pop()) {
+            ++got;
+            credits.fetch_add(1, std::memory_order_acq_rel);
+          }
+        }
+      },
+      std::chrono::seconds(3));
+  while (r.view.pop()) ++got;
+  if (r.view.take_overrun()) ++overruns;
+  MESSAGE(daemon_pushes.load() << " pushes by the preempted producer, " << own << " by the consumer's thread");
+  CHECK(got == daemon_pushes.load() + own);
+  CHECK(refused.load() == 0);
+  CHECK(overruns == 0);
 }
