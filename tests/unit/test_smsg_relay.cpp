@@ -432,6 +432,36 @@ TEST_CASE("SMSG relay: receiver gone and peer down complete messages in flight w
     CHECK(cqe::status_of(local[0]) == 0);
     CHECK(cqe::status_of(local[1]) == cqe::kErrPeerGone);
   }
+  SUBCASE("the receiver takes the message and exits before its daemon's ack went out") {
+    // Finding 11 (docs/fault-campaigns.md): a fin delivered, then the receiving process gone
+    // while the daemon's ack was still only posted. The ack must go before the failure, so
+    // the sender's message completes as delivered (one CQE, no error, none missing).
+    Rig r;
+    ctl::SmsgRelayOpenReply rep{};
+    abi::SmsgRelayCtl* blk = r.open(rep, r.attrs());
+    CHECK(r.send(rep.relay, 0, "fin", 7));
+    while (!r.to1.q.empty()) {  // to the receiver's daemon, its loop not run: no ack yet
+      std::vector<char> m = std::move(r.to1.q.front());
+      r.to1.q.pop_front();
+      ctl::Header h;
+      std::memcpy(&h, m.data(), sizeof h);
+      CHECK(r.b.fabric_message(0, h, m.data(), m.size()) == nullptr);
+    }
+    CHECK(r.to0.q.empty());
+    abi::MailboxView v = r.mailbox();
+    REQUIRE(abi::smsg_peek(v));  // the receiver has it
+    abi::smsg_release(v);
+    r.b.cdm_gone(2);  // as Node::connection_closed: before the region is reclaimed
+    r.receiver_attached = false;
+    CHECK(r.pump().empty());
+    CHECK(blk->state.load() == cqe::kErrPeerGone);  // later sends fail
+    CHECK(blk->delivered.load() == 1);
+    auto local = drain(*r.sender, r.scq);
+    REQUIRE(local.size() == 1);
+    CHECK(cqe::status_of(local[0]) == 0);
+    CHECK(cqe::id_of(local[0]) == 7);
+    CHECK(r.a.status()["tx_in_flight"] == 0);
+  }
   SUBCASE("the fabric reports the peer lost (retry budget, restart)") {
     Rig r;
     ctl::SmsgRelayOpenReply rep{};
