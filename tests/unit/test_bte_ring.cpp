@@ -101,17 +101,12 @@ TEST_CASE("BTE ring: a producer preempted in a push is not told the ring is full
   // Credits keep the ring from ever being full.
   constexpr uint32_t kCap = 8;
   Ring r(kCap);
-  std::atomic<int64_t> credits{kCap};
+  RingCredits credits(kCap);
   std::atomic<uint64_t> pushes{0}, refused{0};
-  auto take_credit = [&] {
-    if (credits.fetch_sub(1, std::memory_order_acq_rel) > 0) return true;
-    credits.fetch_add(1, std::memory_order_acq_rel);
-    return false;
-  };
   auto push = [&](uint64_t n) {
     if (r.view.push(req(n)) == BteRingView::Push::kFull) {
       refused.fetch_add(1, std::memory_order_relaxed);
-      credits.fetch_add(1, std::memory_order_acq_rel);
+      credits.give();
     } else {
       pushes.fetch_add(1, std::memory_order_relaxed);
     }
@@ -120,15 +115,15 @@ TEST_CASE("BTE ring: a producer preempted in a push is not told the ring is full
   race_preempted(
       [&](std::atomic<bool>& stop) {
         for (uint64_t i = 0; !stop.load(std::memory_order_relaxed); ++i)
-          if (take_credit()) push(i);
+          if (credits.take()) push(i);
       },
       [&](std::atomic<bool>& stop) {
         BteRequest out;
         for (uint64_t i = 0; !stop.load(std::memory_order_relaxed); ++i) {
-          if (take_credit()) push(i);
+          if (credits.take()) push(i);
           while (r.view.pop(r.head, out)) {
             ++got;
-            credits.fetch_add(1, std::memory_order_acq_rel);
+            credits.give();
           }
         }
       },

@@ -182,19 +182,14 @@ TEST_CASE("a producer preempted in a push does not see a false overrun when othe
   // Every producer holds a credit per entry in the ring: it can never be really full.
   constexpr uint32_t kCap = 16;
   Ring r(kCap);
-  std::atomic<int64_t> credits{kCap};
+  RingCredits credits(kCap);
   std::atomic<uint64_t> daemon_pushes{0}, refused{0};
-  auto take_credit = [&] {
-    if (credits.fetch_sub(1, std::memory_order_acq_rel) > 0) return true;
-    credits.fetch_add(1, std::memory_order_acq_rel);
-    return false;
-  };
   uint64_t got = 0, overruns = 0, own = 0;
   race_preempted(
       [&](std::atomic<bool>& stop) {
         uint64_t head_cache = 0;
         for (uint64_t i = 0; !stop.load(std::memory_order_relaxed); ++i) {
-          if (!take_credit()) continue;  // spin: a yield would make its switches voluntary
+          if (!credits.take()) continue;  // spin: a yield would make its switches voluntary
           const uint64_t e = cqe::make(1, 0, 0, 0, 1, i);
           // The three forms the daemon and libugni use: batch, single, single with a head copy.
           const bool ok =
@@ -202,23 +197,23 @@ TEST_CASE("a producer preempted in a push does not see a false overrun when othe
           if (ok) daemon_pushes.fetch_add(1, std::memory_order_relaxed);
           else {
             refused.fetch_add(1, std::memory_order_relaxed);
-            credits.fetch_add(1, std::memory_order_acq_rel);
+            credits.give();
           }
         }
       },
       [&](std::atomic<bool>& stop) {
         for (uint64_t i = 0; !stop.load(std::memory_order_relaxed); ++i) {
-          if (take_credit()) {
+          if (credits.take()) {
             if (r.view.push(cqe::make(1, 0, 0, 0, 2, i))) ++own;
             else {
               refused.fetch_add(1, std::memory_order_relaxed);
-              credits.fetch_add(1, std::memory_order_acq_rel);
+              credits.give();
             }
           }
           if (r.view.take_overrun()) ++overruns;
           while (r.view.pop()) {
             ++got;
-            credits.fetch_add(1, std::memory_order_acq_rel);
+            credits.give();
           }
         }
       },
