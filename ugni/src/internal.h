@@ -301,6 +301,9 @@ struct Ep {
   Mailbox tx;                     // peer's mailbox we send into
   Mailbox rx;                     // our mailbox the peer sends into
   bool rx_holding = false;        // a message returned by GetNext awaits SmsgRelease
+  // A send of ours on this EP failed (receiver gone, channel lost, NIC down): from then on an
+  // empty mailbox reads as a broken connection (smsg.cpp, get_next).
+  std::atomic<bool> tx_failed{false};
   uint32_t rx_noted = ~0u;        // the MboxCtl::note_at this EP last sent a note for
   uint32_t bte_id = 0;            // ordering domain of its RDMA posts (0 = none yet)
   uint64_t dgram_key = 0;         // names this EP's datagrams at the daemon (never reused)

@@ -68,6 +68,7 @@ gni_return_t send(Ep* ep, const void* header, uint32_t header_length, const void
   if (!m.region->alive() || ep->nic->nic_down.load(std::memory_order_relaxed)) {
     // The receiver is gone: as a retransmit-exhausted send, an error event in our CQ.
     uint64_t st = ep->nic->nic_down ? cqe::kErrNicDown : cqe::kErrPeerGone;
+    ep->tx_failed.store(true, std::memory_order_relaxed);
     if (!ep->src_cq) return GNI_RC_TRANSACTION_ERROR;
     ep->src_cq->ring.push(cqe::make(cqe::kSrcLocalRequest, cqe::kTypeSmsg, st, cqe::kInfoGlobal, 0, msg_id));
     return GNI_RC_SUCCESS;
@@ -102,10 +103,13 @@ gni_return_t get_next(Ep* ep, void** header, uint8_t* tag) {
   if (!m.valid()) return GNI_RC_INVALID_PARAM;
   abi::MboxSlotHeader* slot = smsg_peek(m.view);
   if (!slot) {
-    // Nothing more will come from a peer that died, or through a NIC that is down (a relayed
-    // channel needs our daemon): say the connection is broken.
-    if (ep->tx.valid() && (ep->tx.relay ? relay_failed(ep->tx) || ep->nic->nic_down.load(std::memory_order_relaxed)
-                                        : !ep->tx.region->alive()))
+    // The connection is broken once a send of ours on it failed, or when a relayed channel
+    // lost messages of ours or our NIC (its daemon) is down. A peer that merely left is not
+    // seen here: on the hardware this mailbox is our own memory, and a departed peer shows
+    // only when a transaction to it fails (docs/fabric.md, "Failure is final").
+    if (ep->tx.valid() &&
+        (ep->tx_failed.load(std::memory_order_relaxed) ||
+         (ep->tx.relay && (relay_lost_sends(ep->tx) || ep->nic->nic_down.load(std::memory_order_relaxed)))))
       return GNI_RC_INVALID_STATE;
     return GNI_RC_NOT_DONE;
   }

@@ -47,6 +47,7 @@ gni_return_t relay_send(Ep* ep, const void* header, uint32_t header_length, cons
   Nic* n = ep->nic;
   auto failed = [&](uint64_t st) {
     // As a send to a dead receiver on this host: an error event in our CQ.
+    ep->tx_failed.store(true, std::memory_order_relaxed);
     if (!ep->src_cq) return GNI_RC_TRANSACTION_ERROR;
     ep->src_cq->ring.push(cqe::make(cqe::kSrcLocalRequest, cqe::kTypeSmsg, st, cqe::kInfoGlobal, 0, msg_id));
     return GNI_RC_SUCCESS;

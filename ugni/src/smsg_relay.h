@@ -30,5 +30,10 @@ gni_return_t relay_send(Ep* ep, const void* header, uint32_t header_length, cons
                         uint32_t msg_id, uint8_t tag);
 // The channel failed for good (receiver gone, peer silent): nothing more will come.
 inline bool relay_failed(const Mailbox& m) { return m.relay && m.relay->state.load(std::memory_order_acquire) != 0; }
+// Failed with messages of ours unacknowledged: they completed with errors. The daemon stores
+// `delivered` before `state`, so a failure read here sees the last ack.
+inline bool relay_lost_sends(const Mailbox& m) {
+  return relay_failed(m) && m.relay->delivered.load(std::memory_order_acquire) != m.relay->sent.load(std::memory_order_relaxed);
+}
 
 }  // namespace nicemu::ugni
