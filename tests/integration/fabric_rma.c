@@ -31,6 +31,7 @@
 #include "fabric_job.h"
 
 #define MAX_RANKS 16
+#define MAX_ROUNDS 1024
 #define SMALL 4096u              /* the FMA part of a slot */
 #define BENCH_BYTES (4u << 20)
 #define CHUNK 128u               /* chained PUT/GET: rank r's chunk at 128 * (r + 1) of page 0 */
@@ -201,6 +202,11 @@ int main(int argc, char **argv) {
   if (SLOT < SMALL) return 2;
   const int bench_mode = strcmp(argv[1], "bench") == 0;
   const int rounds = bench_mode ? 0 : atoi(argv[1]);
+  if (!bench_mode && (rounds < 0 || rounds > MAX_ROUNDS)) {
+    /* The CQ-write check tracks each round by number. */
+    fprintf(stderr, "fabric_rma: ROUNDS must be 0..%d, got %s\n", MAX_ROUNDS, argv[1]);
+    return 2;
+  }
   int spawned;
   if (PMI_Init(&spawned) != PMI_SUCCESS || PMI_Get_rank(&rank) != PMI_SUCCESS || PMI_Get_size(&nranks) != PMI_SUCCESS)
     return fail("PMI_Init", -1);
@@ -342,7 +348,7 @@ int main(int argc, char **argv) {
     fill(src, CHUNK, (uint32_t)((rounds - 1) * 7919 + q * 101 + rank));
     if (memcmp(win + CHUNK * (uint64_t)(q + 1), src, CHUNK) != 0) return fail("chained PUT bytes of rank", q);
   }
-  static uint8_t seen[2][MAX_RANKS][1024];
+  static uint8_t seen[2][MAX_RANKS][MAX_ROUNDS];
   uint64_t writes = 0;
   for (;;) {
     gni_cq_entry_t e;
@@ -351,7 +357,7 @@ int main(int argc, char **argv) {
     if (rc != GNI_RC_SUCCESS) return fail("remote CQ", rc);
     uint64_t v = GNI_CQ_GET_DATA(e);
     uint32_t from = (uint32_t)(v >> 32), rr = (uint32_t)(v & 0xFFFF), chained = (v & CHAIN_CQW) != 0;
-    if (from >= (uint32_t)nranks || from == (uint32_t)rank || rr >= (uint32_t)rounds || rr >= 1024 ||
+    if (from >= (uint32_t)nranks || from == (uint32_t)rank || rr >= (uint32_t)rounds || rr >= MAX_ROUNDS ||
         (v & 0xFFFF0000u & ~CHAIN_CQW) || seen[chained][from][rr])
       return fail("unexpected or duplicated CQ write", (long)v);
     seen[chained][from][rr] = 1;
