@@ -330,9 +330,14 @@ static void test_amos(void) {
   OK(dmapp_axor_qw(&w[4], heap_seg, 0, (int64_t)1 << (me % 32)));
   int64_t old = 0;
   OK(dmapp_afax_qw(&old, &w[5], heap_seg, 0, -1, (int64_t)1 << (32 + me % 32)));
-  OK(dmapp_afor_qw_nbi(&old, &w[6], heap_seg, 0, 1));
-  OK(dmapp_afxor_qw_nb(&old, &w[6], heap_seg, 0, 0, &id));
+  /* Each fetch into its own word: an implicit (nbi) result may land any time before the
+   * gsync, also after a later blocking AMO's (seen under injected packet delays). */
+  int64_t o_or = -1, o_xor = -1;
+  OK(dmapp_afor_qw_nbi(&o_or, &w[6], heap_seg, 0, 1));
+  OK(dmapp_afxor_qw_nb(&o_xor, &w[6], heap_seg, 0, 0, &id));
   OK(dmapp_syncid_wait(&id));
+  OK(dmapp_gsync_wait()); /* our OR is done: w[6] is 1 from here on */
+  CHECK((o_or == 0 || o_or == 1) && (o_xor == 0 || o_xor == 1));
   OK(dmapp_afand_qw(&old, &w[6], heap_seg, 0, -1));
   CHECK(old == 1);
   OK(dmapp_gsync_wait());
