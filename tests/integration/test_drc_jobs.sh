@@ -67,8 +67,9 @@ if wait_until 600 test -f "$MEET/granted" -a -f "$MEET/serve.0"; then
 else
   fail "the service did not grant the credential"
 fi
-# The service waits for this before it revokes.
-printf '\1\0\0\0' >"$MEET/probed"
+# The service waits for this before it revokes. Written whole and renamed into place, as
+# drc_pair writes its own: the service polls for the name and would read a half-written file.
+printf '\1\0\0\0' >"$MEET/probed.tmp" && mv -f "$MEET/probed.tmp" "$MEET/probed"
 
 ok=1
 wait "$SERVE" || ok=0
