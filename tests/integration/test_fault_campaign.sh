@@ -44,6 +44,8 @@ assert fc.classify(t, 1, False, failed(amo), 3) == "absorbed"
 assert fc.classify(t, 1, False, failed(amo, put), 3) == "failed-clean"
 wrong = "test_amo_fadd_fxor.cc:39: Failure\nExpected equality of these values:\n" + failed(amo)
 assert fc.classify(t, 1, False, wrong, 3) == "wrong-data"
+fence = "test_fence.cc:195: Failure\nExpected equality of these values:\n  error\n    Which is: 256\n" + failed(put)
+assert fc.classify(t, 1, False, fence, 3) == "wrong-data"
 assert fc.classify(t, 1, False, "Pattern check failed at 0x7f offset 8: Expected: 0x1 Actual: 0x0\n" + failed(put),
                    3) == "wrong-data"
 print("judge ok")
