@@ -437,6 +437,11 @@ struct DgramMatched {
   uint16_t reserved[3];
   uint8_t data[kDgramMaxSize];
 };
+// The origin's post `origin_key` is gone (cancelled, its CDM gone). Keys start at 1;
+// `origin_key` 0 (kDgramResetKey) says the origin lost the receiver (silent past the retry
+// budget, or restarted) and ended every datagram between the two: the receiver fails its own
+// posts towards the origin and forgets the origin's announcements.
+inline constexpr uint64_t kDgramResetKey = 0;
 struct DgramRetract {
   Header h;
   uint64_t origin_key;

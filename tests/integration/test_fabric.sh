@@ -129,15 +129,31 @@ for a in 0 1; do "$CTL" --rundir "$TMP/host$a" fault off >/dev/null; done
 kill -STOP "${DAEMON_PID[1]}"
 # A process on node 0 posts a datagram to node 1: the daemon's message to node 1 is never
 # acknowledged; about 1.7 s of backoff later the channel is down.
-NICEMU_RUNDIR=$TMP/host0 NICEMU_NODE=0 timeout -k 2 4 "$PROG" 40 1 1:41 >/dev/null 2>&1
+# The post itself fails then (GNI_POST_ERROR, state 2) instead of waiting for ever: what was
+# in flight between the two matchers may be lost (docs/fabric.md, Datagrams).
+t0=$(date +%s%N)
+NICEMU_RUNDIR=$TMP/host0 NICEMU_NODE=0 timeout -k 2 6 "$PROG" 40 1 1:41 >/dev/null 2>"$TMP/silent40.err"
+rc40=$? ms40=$(( ($(date +%s%N) - t0) / 1000000 ))
+grep -q "rc 0 state 2" "$TMP/silent40.err" && [[ $rc40 -eq 1 ]] &&
+  pass "silent peer: the pending datagram towards it failed with GNI_POST_ERROR after $ms40 ms" ||
+  { fail "silent peer: datagram towards it not failed (exit $rc40 after $ms40 ms)"; show_log "$TMP/silent40.err"; }
 downs=$(node_counter 0 fabric_peer_downs)
 abandoned=$(node_counter 0 fabric_messages_abandoned)
 [[ $downs -ge 1 && $abandoned -ge 1 ]] && pass "silent peer: channel down after the retry budget ($abandoned message(s) abandoned)" ||
   fail "silent peer: downs $downs abandoned $abandoned"
 refused0=$(node_counter 0 fabric_send_refused)
-NICEMU_RUNDIR=$TMP/host0 NICEMU_NODE=0 timeout -k 2 2 "$PROG" 42 1 1:43 >/dev/null 2>&1
+NICEMU_RUNDIR=$TMP/host0 NICEMU_NODE=0 timeout -k 2 2 "$PROG" 42 1 1:43 >/dev/null 2>"$TMP/silent42.err"
+rc42=$?
 refused=$(node_counter 0 fabric_send_refused)
 [[ $refused -gt $refused0 ]] && pass "silent peer: new messages refused at once" || fail "no fail-fast while down"
+grep -q "rc 0 state 2" "$TMP/silent42.err" && [[ $rc42 -eq 1 ]] &&
+  pass "silent peer: a datagram posted while it is down fails at once (GNI_POST_ERROR)" ||
+  { fail "silent peer: datagram posted while down not failed (exit $rc42)"; show_log "$TMP/silent42.err"; }
+lost=$("$CTL" --rundir "$TMP/host0" status --json | python3 -c '
+import json, sys
+print(json.load(sys.stdin)["nodes"][0]["counters"]["datagrams_lost"])' 2>/dev/null)
+[[ ${lost:-0} -ge 2 ]] && pass "status counts the failed datagrams (datagrams_lost $lost)" ||
+  fail "status datagrams_lost '${lost:-}', want >= 2"
 kill -CONT "${DAEMON_PID[1]}"
 back=0
 for _ in $(seq 30); do

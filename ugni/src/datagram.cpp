@@ -54,7 +54,8 @@ void drain(Nic* n) {
   if (!d.ring.valid()) return;
   uint64_t taken = d.ring.drain([&](const abi::DgramEvent& e) {
     if (e.lib_seq == 0 || e.lib_seq > d.next_seq) return;  // not one of our posts
-    if (e.state != GNI_POST_COMPLETED && e.state != GNI_POST_TERMINATED) return;
+    // Pending is never published; ERROR: its peer's node was lost (docs/fabric.md, Datagrams).
+    if (e.state != GNI_POST_COMPLETED && e.state != GNI_POST_TERMINATED && e.state != GNI_POST_ERROR) return;
     DgramFinished f;
     f.ep = e.ep;
     f.id = e.id;

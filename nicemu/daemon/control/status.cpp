@@ -108,6 +108,7 @@ nlohmann::json Node::status(const Peer* viewer) const {
                 {"datagrams_pending", dgrams_.pending_posts()},
                 {"datagrams_incoming", dgrams_.incoming_count()},
                 {"datagrams_backlog", dgrams_.backlog_count()},
+                {"datagrams_lost", dgrams_.lost_count()},
                 {"msgq_joins", ctr_.msgq_joins},
                 {"msgq_join_refused", ctr_.msgq_join_refused},
                 {"msgq_lookups", ctr_.msgq_lookups},

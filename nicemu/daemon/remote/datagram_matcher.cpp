@@ -17,21 +17,88 @@ namespace rc = nicemu::abi::gni;
 DatagramMatcher::DatagramMatcher(uint32_t self_node, FabricSend send, FindByAttach by_attach, FindByInst by_inst)
     : self_(self_node), send_(std::move(send)), by_attach_(std::move(by_attach)), by_inst_(std::move(by_inst)) {}
 
-void DatagramMatcher::deliver(uint32_t node, const void* msg, size_t len) {
+bool DatagramMatcher::deliver(uint32_t node, const void* msg, size_t len) {
   if (node == self_) {
     const auto* h = static_cast<const ctl::Header*>(msg);
     switch (static_cast<ctl::Op>(h->op)) {
       case ctl::Op::kDgramIncoming:
-        return incoming(*static_cast<const ctl::DgramIncoming*>(msg));
+        incoming(*static_cast<const ctl::DgramIncoming*>(msg));
+        break;
       case ctl::Op::kDgramMatched:
-        return matched(*static_cast<const ctl::DgramMatched*>(msg));
+        matched(*static_cast<const ctl::DgramMatched*>(msg));
+        break;
       case ctl::Op::kDgramRetract:
-        return retract(*static_cast<const ctl::DgramRetract*>(msg));
+        retract(*static_cast<const ctl::DgramRetract*>(msg));
+        break;
       default:
-        return;
+        break;
     }
+    return true;
   }
-  if (!send_(node, msg, len)) spdlog::warn("datagram message for node {} could not be delivered", node);
+  if (send_(node, msg, len)) return true;
+  spdlog::warn("datagram message for node {} could not be delivered", node);
+  return false;
+}
+
+void DatagramMatcher::send_retract(uint32_t node, uint64_t key) {
+  auto& q = held_retracts_[node];  // behind any held before it: they go in order
+  q.push_back(key);
+  if (q.size() > kMaxHeldRetracts) q.pop_front();
+  flush_held(node);
+}
+
+bool DatagramMatcher::flush_held(uint32_t node) {
+  auto it = held_retracts_.find(node);
+  if (it == held_retracts_.end()) return true;
+  auto& q = it->second;
+  while (!q.empty()) {
+    ctl::DgramRetract m{};
+    m.h = ctl::make_header<ctl::DgramRetract>(ctl::Op::kDgramRetract, 0);
+    m.origin_key = q.front();
+    m.origin_node = self_;
+    if (node == self_)
+      retract(m);
+    else if (!send_(node, &m, sizeof m))
+      return false;  // still down
+    q.pop_front();
+  }
+  held_retracts_.erase(it);
+  return true;
+}
+
+void DatagramMatcher::progress() {
+  std::vector<uint32_t> nodes;
+  for (const auto& [node, q] : held_retracts_) nodes.push_back(node);
+  for (uint32_t node : nodes) flush_held(node);
+}
+
+void DatagramMatcher::fail_post(uint64_t key) {
+  Post& p = posts_.at(key);
+  ++lost_;
+  finish(p, rc::kPostError, 0, 0, nullptr, 0);
+  erase_post(key);
+}
+
+std::vector<uint64_t> DatagramMatcher::reset_with(uint32_t node) {
+  std::vector<uint64_t> keys;
+  for (const auto& [key, p] : posts_)
+    if (!p.wildcard && p.state == rc::kPostPending && p.peer_node == node) keys.push_back(key);
+  for (uint64_t key : keys) fail_post(key);
+  std::vector<uint64_t> seqs;
+  for (const auto& [seq, in] : incoming_)
+    if (in.origin_node == node) seqs.push_back(seq);
+  for (uint64_t seq : seqs) erase_incoming(seq);
+  if (!keys.empty() || !seqs.empty())
+    spdlog::info("datagrams with node {} ended: {} posts towards it failed, {} of its announcements dropped", node,
+                 keys.size(), seqs.size());
+  return keys;
+}
+
+void DatagramMatcher::peer_lost(uint32_t node) {
+  reset_with(node);
+  // The reset covers every post of ours, so single retractions still held are moot.
+  held_retracts_.erase(node);
+  send_retract(node, ctl::kDgramResetKey);
 }
 
 DatagramMatcher::Post* DatagramMatcher::find(uint64_t attach, uint64_t ep, bool by_id, uint64_t id) {
@@ -253,7 +320,11 @@ int DatagramMatcher::post(CdmRegion& owner, const ctl::DgramSubmit& req) {
     m.cookie = stored.cred.cookie;
     m.data_len = stored.len;
     std::memcpy(m.data, stored.data, stored.len);
-    deliver(stored.peer_node, &m, sizeof m);
+    // Its node's daemon unreachable (silent past the retry budget; or a reset for it still
+    // held, which must reach it first or it would drop this announcement): nobody could
+    // match it.
+    const uint64_t key = stored.key;
+    if (!flush_held(stored.peer_node) || !deliver(stored.peer_node, &m, sizeof m)) fail_post(key);
   }
   return rc::kSuccess;
 }
@@ -297,6 +368,12 @@ void DatagramMatcher::matched(const ctl::DgramMatched& m) {
 }
 
 void DatagramMatcher::retract(const ctl::DgramRetract& m) {
+  if (m.origin_key == ctl::kDgramResetKey) {
+    // The origin lost us: whatever of ours it held is gone there; it may still hold
+    // announcements that arrived after, which the retractions of the posts failed here take.
+    for (uint64_t key : reset_with(m.origin_node)) send_retract(m.origin_node, key);
+    return;
+  }
   if (auto o = incoming_by_origin_.find({m.origin_node, m.origin_key}); o != incoming_by_origin_.end())
     erase_incoming(o->second);
 }
@@ -304,13 +381,7 @@ void DatagramMatcher::retract(const ctl::DgramRetract& m) {
 int DatagramMatcher::cancel(CdmRegion& owner, const ctl::DgramCancel& req) {
   Post* p = find(owner.attach_id(), req.ep, req.by_id != 0, req.id);
   if (!p || p->state != rc::kPostPending || p->lib_seq != req.lib_seq) return rc::kNoMatch;
-  if (!p->wildcard) {
-    ctl::DgramRetract m{};
-    m.h = ctl::make_header<ctl::DgramRetract>(ctl::Op::kDgramRetract, 0);
-    m.origin_key = p->key;
-    m.origin_node = self_;
-    deliver(p->peer_node, &m, sizeof m);
-  }
+  if (!p->wildcard) send_retract(p->peer_node, p->key);
   finish(*p, rc::kPostTerminated, 0, 0, nullptr, 0);
   erase_post(p->key);
   return rc::kSuccess;
@@ -322,13 +393,7 @@ void DatagramMatcher::cdm_gone(uint64_t attach_id) {
     if (ae.first == attach_id) keys.push_back(key);
   for (uint64_t key : keys) {
     Post& p = posts_.at(key);
-    if (!p.wildcard && p.state == rc::kPostPending) {
-      ctl::DgramRetract m{};
-      m.h = ctl::make_header<ctl::DgramRetract>(ctl::Op::kDgramRetract, 0);
-      m.origin_key = p.key;
-      m.origin_node = self_;
-      deliver(p.peer_node, &m, sizeof m);
-    }
+    if (!p.wildcard && p.state == rc::kPostPending) send_retract(p.peer_node, p.key);
     erase_post(key);
   }
   backlog_.erase(attach_id);

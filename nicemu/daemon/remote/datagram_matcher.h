@@ -50,6 +50,15 @@ class DatagramMatcher : public FabricService {
   void retract(const abi::ctl::DgramRetract& m);
   // FabricService: the three above from a daemon of another host, each only about `from`.
   const char* receive(uint32_t from, const abi::ctl::Header& h, const uint8_t* msg, size_t len) override;
+  // A daemon of another host lost (silent past the retry budget, or restarted): what was in
+  // flight between us may be gone — an announcement, the kDgramMatched that completes the
+  // peer post — so neither side could complete the directed posts between us any more.
+  // Ours towards it fail (GNI_POST_ERROR: the poster learns of it instead of waiting for
+  // ever), its announcements here are dropped, and once it answers again it is told to do
+  // the same (a reset: it may not have lost us, if it had nothing of ours to retransmit).
+  void peer_lost(uint32_t node) override;
+  // Sends the messages held for peers that were down.
+  void progress() override;
 
   // The CDM detached or died: its posts go, forwarded copies are retracted.
   void cdm_gone(uint64_t attach_id);
@@ -60,6 +69,7 @@ class DatagramMatcher : public FabricService {
   size_t incoming_count() const { return incoming_.size(); }
   size_t posts_count() const { return posts_.size(); }
   size_t backlog_count() const;
+  uint64_t lost_count() const { return lost_; }
 
  private:
   struct Post {
@@ -105,7 +115,18 @@ class DatagramMatcher : public FabricService {
   void flush(CdmRegion& r, std::deque<abi::DgramEvent>& q);
   // Completes `p` with the announcement numbered `seq` and erases both.
   void match(Post& p, uint64_t seq);
-  void deliver(uint32_t node, const void* msg, size_t len);
+  // False when a message for another host could not be queued (its peer down).
+  bool deliver(uint32_t node, const void* msg, size_t len);
+  // Tells `node` that our post `key` (or, with kDgramResetKey, every post) is gone, now or,
+  // if it is down or has older messages held, once it answers.
+  void send_retract(uint32_t node, uint64_t key);
+  // Sends what is held for `node`, in order; false if some is still held.
+  bool flush_held(uint32_t node);
+  // Fails our pending post `key` (GNI_POST_ERROR) and erases it.
+  void fail_post(uint64_t key);
+  // Ends every datagram between us and `node`: our pending posts towards it fail, its
+  // announcements go. Returns the keys of the posts failed.
+  std::vector<uint64_t> reset_with(uint32_t node);
   Post* find(uint64_t attach, uint64_t ep, bool by_id, uint64_t id);
   Post& add_post(const Post& p);
   void erase_post(uint64_t key);
@@ -130,6 +151,9 @@ class DatagramMatcher : public FabricService {
   std::map<Pair, std::set<uint64_t>> incoming_pair_;
   std::map<std::pair<uint32_t, uint64_t>, uint64_t> incoming_by_origin_;  // (node, key) -> arrival number
   std::unordered_map<uint64_t, std::deque<abi::DgramEvent>> backlog_;  // attach -> events held back
+  static constexpr size_t kMaxHeldRetracts = 4096;                      // per peer; older ones dropped
+  std::map<uint32_t, std::deque<uint64_t>> held_retracts_;             // node -> keys (or the reset), in order
+  uint64_t lost_ = 0;                                                  // posts failed by a lost peer
 };
 
 }  // namespace nicemu::daemon
