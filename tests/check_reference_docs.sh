@@ -11,7 +11,7 @@ exec python3 - "$root" <<'EOF'
 import glob, os, re, sys
 
 root = sys.argv[1]
-DATES, HASHES, LINES = 10, 2, 650
+DATES, HASHES, LINES = 10, 2, 750
 # Pages with a budget of their own: (dates, hashes, lines); None = the default. 'tables' for
 # dates means two per Markdown table of the page.
 OWN = {
