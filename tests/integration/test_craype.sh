@@ -148,6 +148,18 @@ if [ "$ncpu" -ge 2 ]; then
   out=$(aprun -n 2 -N 2 -cc cpu grep Cpus_allowed_list /proc/self/status 2>&1)
   echo "$out" | grep -q '^\[0\] Cpus_allowed_list:[[:space:]]*0$' && echo "$out" | grep -q '^\[1\] Cpus_allowed_list:[[:space:]]*1$' &&
     pass "-cc cpu: rank i on CPU i" || fail "-cc cpu: $out"
+  # One rank per emulated node, the common Cray job shape: the nodes share the host's
+  # CPUs, so the two ranks must not be stacked on one CPU.
+  out=$(aprun -n 2 -N 1 grep Cpus_allowed_list /proc/self/status 2>&1)
+  m0=$(echo "$out" | sed -n 's/^\[0\] Cpus_allowed_list:[[:space:]]*//p')
+  m1=$(echo "$out" | sed -n 's/^\[1\] Cpus_allowed_list:[[:space:]]*//p')
+  [ -n "$m0" ] && [ -n "$m1" ] && [ "$m0" != "$m1" ] &&
+    pass "aprun -n 2 -N 1 (default -cc cpu): the ranks of two nodes on CPUs $m0 and $m1" ||
+    fail "aprun -n 2 -N 1: both ranks on one CPU or unbound: $out"
+  # More PEs than CPUs: the ranks must share, and aprun says so.
+  out=$(aprun -n $((ncpu + 1)) -N 1 true 2>&1)
+  echo "$out" | grep -q "ranks share CPUs" && pass "aprun -n $((ncpu + 1)) -N 1: says the ranks share CPUs" ||
+    fail "aprun -n $((ncpu + 1)) -N 1 gave no note of shared CPUs: $out"
 fi
 out=$(aprun -n 1 -cc none grep Cpus_allowed_list /proc/self/status 2>&1)
 echo "$out" | grep -q "Cpus_allowed_list:[[:space:]]*$all\$" && pass "-cc none: unbound ($all)" || fail "-cc none: $out"
