@@ -321,8 +321,11 @@ TEST_CASE("fabric channel: a record's backoff is its own; new records keep the m
   REQUIRE(a.ch.send(RecordType::kCtl, "lost", 4));
   exchange(true);
   for (int i = 0; i < 4; ++i) {
-    now = a.ch.next_deadline();
-    CHECK(exchange(i < 3) == 1);
+    // The deadline is a lower bound: a wake-up may find nothing due yet.
+    int wakeups = 0;
+    do now = std::max(now, a.ch.next_deadline());
+    while (exchange(i < 3) == 0 && ++wakeups < 10);
+    CHECK(wakeups < 10);
   }
   CHECK(a.ch.stats().timeouts == 4);
   CHECK(a.ch.in_flight() == 0);
@@ -466,12 +469,12 @@ TEST_CASE("fabric channel: a silent peer takes the channel down; its return brin
 TEST_CASE("fabric channel: a peer that acknowledges stays up under heavy loss; a silent one goes down") {
   ChannelConfig cfg;  // the default liveness horizon
   Side a(cfg), b(cfg);
-  SimLink ab(LinkModel{0.5, 0, 0, 100, 50}, 31), ba(LinkModel{0.5, 0, 0, 100, 50}, 32);
+  SimLink ab(LinkModel{0.55, 0, 0, 100, 50}, 31), ba(LinkModel{0.55, 0, 0, 100, 50}, 32);
   std::vector<std::string> sent;
   uint64_t now = 0, base_moved = 0;
   uint32_t base = a.ch.send_base();
   int i = 0;
-  while (now < 20'000'000) {
+  while (now < 40'000'000) {
     std::string s = std::to_string(i) + std::string(kPackMax, 'h');  // a record each
     if (a.ch.queued() < 64 && a.ch.send(RecordType::kCtl, s.data(), s.size())) {
       sent.push_back(s);
