@@ -72,7 +72,7 @@ write("ctl_node", "drc", drc(1, 7, ptag=20, cookie=0x00800001) + drc(2, 7, kind=
       drc(6, cookie=0x00800001) + drc(5, 7))
 
 # --- packet: mode byte, then [u16 length][packet without MAC] (nicemu/abi/wire_protocol.h) --
-WIRE_MAGIC, WIRE_VERSION = 0x4E464142, 2
+WIRE_MAGIC, WIRE_VERSION = 0x4E464142, 6
 
 
 def packet(records, ack=0, base=0, sack=0, src=1, dst=0, flags=0, pn=1):
@@ -92,6 +92,9 @@ write("packet", "ack_only", framed(packet([], ack=1)))
 write("packet", "one_record", framed(packet([(0, 1, 0, b"hello")])))
 write("packet", "probe", framed(packet([(0, 2, 0, b"")])))
 write("packet", "two_packets", framed(packet([(0, 1, 0, b"a" * 40)]), packet([(1, 1, 0, b"b" * 40)], ack=2, pn=2)))
+# A selective-ack extension (record type 3, unsequenced) beside a data record.
+write("packet", "sack_ext", framed(packet([(0, 1, 0, b"hello")]),
+                                   packet([(0, 3, 0, bytes([0xF5] * 16)), (1, 1, 0, b"x")], ack=2, sack=0xFF, pn=2)))
 write("packet", "unsealed", framed(packet([(0, 1, 0, b"x")]) + bytes(16), seal=0))
 
 # --- region_access: see region_access.cpp for the layout ------------------------------------

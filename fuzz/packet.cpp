@@ -1,6 +1,7 @@
 // Fuzz target: the receive path of the UDP fabric (nicemu/fabric): check_packet (lengths,
 // magic, version, AEAD tag, record walk) and, for packets that pass, what UdpFabric does
-// with them: the reliable channel's on_peer_base / on_ack / on_record and reassembly.
+// with them: the reliable channel's on_peer_base / on_ack (with a selective-ack extension) /
+// on_record and reassembly.
 //
 // Input: one mode byte, then packets as [u16 little-endian length][bytes]. Mode bit 0 set:
 // the harness writes the packet's length field and seals it with the test key (as a peer
@@ -61,9 +62,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     now += 100;
     ch.peer_heard();
     ch.on_peer_base(h.base);
-    ch.on_ack(h.ack, h.sack, now);
+    const auto [ext, ext_len] = nicemu::fabric::find_sack_ext(pkt.data(), h);
+    if (ext_len > wire::kSackExtMax) std::abort();  // check_packet accepted an oversized extension
+    ch.on_ack(h.ack, h.sack, now, ext, ext_len);
     nicemu::fabric::for_each_record(pkt.data(), h, [&](const wire::RecordHeader& rh, const uint8_t* payload) {
-      if (rh.type == static_cast<uint8_t>(wire::RecordType::kProbe)) return;
+      if (rh.type != static_cast<uint8_t>(wire::RecordType::kCtl)) return;
       ch.on_record(rh, payload);
     });
     ch.fill(now, out.data(), out.size(), count);

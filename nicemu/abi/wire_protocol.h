@@ -35,8 +35,8 @@
 namespace nicemu::abi::wire {
 
 inline constexpr uint32_t kMagic = 0x4E464142;  // "NFAB"
-// 5: kFlagAnnounce; 4: 1024-record window; 3: 512; 2: AEAD tag, packet number (1: BLAKE2b MAC)
-inline constexpr uint8_t kVersion = 5;
+// 6: selective-ack extension record (kSack); 5: kFlagAnnounce; 4: 1024-record window; 3: 512; 2: AEAD tag, packet number (1: BLAKE2b MAC)
+inline constexpr uint8_t kVersion = 6;
 
 // Largest UDP payload we send: below a 1500-byte Ethernet MTU minus IPv4/IPv6 and UDP
 // headers, so no packet is IP-fragmented (a lost fragment loses the whole datagram).
@@ -109,6 +109,10 @@ inline constexpr size_t kPackMax = 256;
 enum class RecordType : uint8_t {
   kCtl = 1,    // a daemon-to-daemon control message (DgramIncoming, DgramMatched, ...)
   kProbe = 2,  // empty keep-alive, sent to a peer that went silent to learn if it is back
+  // Unsequenced (seq 0, flags 0): the selective acks beyond the header's 64-bit bitmap, a
+  // bitmap whose bit i (byte i / 8, bit i % 8) says record ack + 65 + i was received; 1 to
+  // kSackExtMax bytes, at most one per packet. Anything else is a malformed packet.
+  kSack = 3,
 };
 
 struct RecordHeader {
@@ -124,11 +128,11 @@ inline constexpr size_t kMaxRecordPayload = kMaxPacket - sizeof(PacketHeader) - 
 // fragment stream growing beyond it at the receiver is a protocol error (dropped, counted).
 inline constexpr size_t kMaxMessage = 64 * 1024;
 static_assert(kMaxRecordPayload >= 1024, "a datagram record must hold any control message");
-// The selective-ack bitmap covers the 64 records after the cumulative ack; records further
-// out are held by the receiver all the same and acknowledged cumulatively once the gap
-// before them closes (fast retransmit repairs the gap; their own timeouts, 5 ms at the
-// least, rarely run out first).
-static_assert(kWindow >= 64);
+// The header's selective-ack bitmap covers the 64 records after the cumulative ack, the
+// extension the rest of the window: together every record the receiver may hold.
+inline constexpr size_t kSackExtMax = (kWindow - 64) / 8;
+static_assert(kWindow >= 64 && kWindow % 8 == 0);
+static_assert(sizeof(PacketHeader) + sizeof(RecordHeader) + kSackExtMax + kMacBytes <= kMaxPacket);
 static_assert(kMaxMessage <= 0xFFFF * 64, "fragment count stays small");
 
 }  // namespace nicemu::abi::wire

@@ -146,14 +146,21 @@ PacketError check_packet(const uint8_t* p, size_t n, PacketAuth& auth, PacketHea
   // The tag first: record lengths of a forged packet are not worth parsing.
   if (!auth.verify(p, n - kMacBytes)) return PacketError::kBadMac;
   size_t off = sizeof(PacketHeader), end = n - kMacBytes;
+  bool sack_ext = false;
   for (uint16_t i = 0; i < h.record_count; ++i) {
     RecordHeader rh;
     if (end - off < sizeof rh) return PacketError::kBadRecords;
     std::memcpy(&rh, p + off, sizeof rh);
     off += sizeof rh;
     if (rh.length > kMaxRecordPayload || end - off < rh.length) return PacketError::kBadRecords;
-    if (rh.type != static_cast<uint8_t>(RecordType::kCtl) && rh.type != static_cast<uint8_t>(RecordType::kProbe))
+    if (rh.type == static_cast<uint8_t>(RecordType::kSack)) {
+      // The selective-ack extension: one per packet, unsequenced, within its size.
+      if (sack_ext || rh.seq != 0 || rh.flags != 0 || rh.length == 0 || rh.length > kSackExtMax)
+        return PacketError::kBadRecords;
+      sack_ext = true;
+    } else if (rh.type != static_cast<uint8_t>(RecordType::kCtl) && rh.type != static_cast<uint8_t>(RecordType::kProbe)) {
       return PacketError::kBadRecords;
+    }
     off += rh.length;
   }
   return off == end ? PacketError::kOk : PacketError::kBadRecords;

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "nicemu/abi/wire_protocol.h"
 
@@ -96,6 +97,16 @@ void for_each_record(const uint8_t* p, const abi::wire::PacketHeader& h, F&& f) 
     f(rh, p + off + sizeof rh);
     off += sizeof rh + rh.length;
   }
+}
+
+// The selective-ack extension record of a checked packet (RecordType::kSack): its bitmap
+// and length, or {nullptr, 0}.
+inline std::pair<const uint8_t*, size_t> find_sack_ext(const uint8_t* p, const abi::wire::PacketHeader& h) {
+  std::pair<const uint8_t*, size_t> r{nullptr, 0};
+  for_each_record(p, h, [&](const abi::wire::RecordHeader& rh, const uint8_t* payload) {
+    if (rh.type == static_cast<uint8_t>(abi::wire::RecordType::kSack)) r = {payload, rh.length};
+  });
+  return r;
 }
 
 }  // namespace nicemu::fabric

@@ -13,6 +13,18 @@ using namespace nicemu::abi::wire;
 namespace {
 // Wrap-safe "a is before b" for 32-bit sequence numbers.
 bool before(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) < 0; }
+// Congestion control constants (docs/fabric.md, "Congestion control").
+constexpr uint64_t kPacket = kMaxPacket;
+constexpr uint64_t kInitialCwnd = 10 * kPacket;
+constexpr uint64_t kMinCwnd = 2 * kPacket;  // 16+ senders on a narrow link still progress
+constexpr double kLossBeta = 0.7;           // cwnd kept on a loss (CUBIC's)
+constexpr double kDelayBetaMin = 0.7;       // cwnd kept at least on one delay backoff
+constexpr uint64_t kMinRttWindowUs = 1'000'000;
+// Pacing: a release may be this long ahead of the rate (bursts of about a millisecond's
+// worth of data, between two and 45 packets: fewer timer wake-ups, no window-sized bursts).
+constexpr uint64_t kPaceBurstUs = 1000;
+constexpr uint64_t kPaceBurstMax = 64 * 1024;
+constexpr uint64_t kSelfStallUs = 50000;
 }  // namespace
 
 ReliableChannel::ReliableChannel(ChannelConfig cfg, Deliver deliver)
@@ -22,6 +34,7 @@ ReliableChannel::ReliableChannel(ChannelConfig cfg, Deliver deliver)
   if (!pow2(cfg_.window) || !pow2(cfg_.backlog) || cfg_.window > kWindow || cfg_.backlog < cfg_.window)
     cfg_ = ChannelConfig{};
   rto_ = cfg_.rto_initial_us;
+  reset_congestion();
   out_ = std::make_unique<OutRecord[]>(cfg_.backlog);
   in_ = std::make_unique<InRecord[]>(cfg_.window);
   // Payload rings are not cleared: their pages are committed only as records use them, so a
@@ -62,8 +75,7 @@ bool ReliableChannel::send(RecordType type, const void* data, size_t len) {
       r->msgs = 0;
       r->type = static_cast<uint8_t>(type);
       r->flags = kRecordPacked;
-      r->acked = false;
-      r->fast = r->fast_done = false;
+      r->acked = r->lost = r->fast = r->in_pipe = false;
       r->tries = 0;
       r->due_us = 0;
       ++next_;
@@ -91,8 +103,7 @@ bool ReliableChannel::send(RecordType type, const void* data, size_t len) {
     r.msgs = i + 1 < nrec ? 0 : 1;
     r.type = static_cast<uint8_t>(type);
     r.flags = i + 1 < nrec ? kRecordMore : 0;
-    r.acked = false;
-    r.fast = r.fast_done = false;
+    r.acked = r.lost = r.fast = r.in_pipe = false;
     r.tries = 0;
     r.due_us = 0;
     if (n) std::memcpy(out_data(r.seq), p + i * kMaxRecordPayload, n);
@@ -100,6 +111,71 @@ bool ReliableChannel::send(RecordType type, const void* data, size_t len) {
   }
   ++st_.messages_sent;
   return true;
+}
+
+void ReliableChannel::reset_congestion() {
+  cwnd_ = kInitialCwnd;
+  ssthresh_ = UINT64_MAX;
+  pipe_ = 0;
+  in_recovery_ = false;
+  round_min_ = UINT64_MAX;
+  round_end_ = sent_upto_;
+  next_send_us_ = 0;
+  lost_ = 0;
+  lost_from_ = base_;
+}
+
+void ReliableChannel::paced(uint64_t bytes, uint64_t now_us) {
+  if (!cfg_.congestion_control || srtt_ == 0) return;  // no round trip measured: cwnd alone
+  // Rate: cwnd per smoothed round trip, with headroom to find more (2x while the cwnd is
+  // still doubling each round, 1.25x after).
+  const double gain = cwnd_ < ssthresh_ ? 2.0 : 1.25;
+  const double bytes_per_us = gain * static_cast<double>(cwnd_) / static_cast<double>(srtt_);
+  const double burst = std::clamp(bytes_per_us * kPaceBurstUs, 2.0 * kPacket, double(kPaceBurstMax));
+  const uint64_t slack = static_cast<uint64_t>(burst / bytes_per_us);
+  // Credit left over from an idle spell is capped at one burst.
+  const uint64_t from = std::max(next_send_us_, now_us > slack ? now_us - slack : 0);
+  next_send_us_ = from + static_cast<uint64_t>(static_cast<double>(bytes) / bytes_per_us);
+}
+
+void ReliableChannel::mark_lost(OutRecord& r, bool fast) {
+  if (r.in_pipe) {
+    r.in_pipe = false;
+    pipe_ -= wire_bytes(r);
+  }
+  r.lost = true;
+  r.fast = fast;
+  ++lost_;
+  if (before(r.seq, lost_from_)) lost_from_ = r.seq;
+}
+
+void ReliableChannel::on_loss() {
+  // One reduction per episode: the losses of one overflowing queue are one congestion event.
+  if (in_recovery_) return;
+  in_recovery_ = true;
+  recovery_end_ = sent_upto_;
+  ++st_.recoveries;
+  ssthresh_ = std::max(static_cast<uint64_t>(static_cast<double>(cwnd_) * kLossBeta), kMinCwnd);
+  cwnd_ = ssthresh_;
+}
+
+void ReliableChannel::on_round_end(uint64_t now_us) {
+  (void)now_us;
+  // Delay signal: even the smallest round trip of this round stood well above the path's
+  // minimum, so a queue persisted for the whole round (one descheduled moment does not lift
+  // the round's minimum). Back off in proportion to the excess, at most by 30 %.
+  if (cfg_.congestion_control && !in_recovery_ && round_min_ != UINT64_MAX && min_rtt_ != UINT64_MAX) {
+    const uint64_t target = min_rtt_ + std::max(cfg_.delay_target_us, min_rtt_ / 2);
+    if (round_min_ > target) {
+      const double excess = static_cast<double>(round_min_ - target) / static_cast<double>(round_min_);
+      const double keep = std::max(kDelayBetaMin, 1.0 - 0.5 * excess);
+      cwnd_ = std::max(static_cast<uint64_t>(static_cast<double>(cwnd_) * keep), kMinCwnd);
+      ssthresh_ = cwnd_;  // slow start ends at the first sign of a queue
+      ++st_.delay_backoffs;
+    }
+  }
+  round_min_ = UINT64_MAX;
+  round_end_ = sent_upto_;
 }
 
 size_t ReliableChannel::fill(uint64_t now_us, uint8_t* buf, size_t cap, uint16_t& count) {
@@ -113,59 +189,84 @@ size_t ReliableChannel::fill(uint64_t now_us, uint8_t* buf, size_t cap, uint16_t
     ++count;
     return true;
   };
+  auto transmit = [&](OutRecord& r) {
+    r.in_pipe = true;
+    pipe_ += wire_bytes(r);
+    ++r.tries;
+    st_.most_tries = std::max<uint64_t>(st_.most_tries, r.tries);
+    r.order = ++tx_order_;
+    r.sent_us = now_us;
+    r.due_us = now_us + r.rto_us;
+    due_floor_ = std::min(due_floor_, r.due_us);
+    paced(wire_bytes(r), now_us);
+  };
   if (state_ == State::kDown) return 0;
-  // Expired records first, oldest first: they hold the window back. The scan also finds
-  // when the next one is due; until then it is skipped.
+  // A gap between calls longer than any timer means this process did not run (descheduled,
+  // stopped): the peer's silence is not measured meanwhile, its acks may be waiting unread.
+  if (last_fill_us_ != 0 && now_us > last_fill_us_ + cfg_.rto_max_us + kSelfStallUs)
+    progress_us_ += now_us - last_fill_us_;
+  last_fill_us_ = now_us;
+  // Liveness: records in flight and nothing at all acknowledged for the horizon.
+  if (in_flight() > 0 && now_us >= progress_us_ + cfg_.silent_after_us) {
+    go_down();
+    return 0;
+  }
+  // Timers first: a record whose own timer ran out is lost (its next timeout doubled).
   if (now_us >= due_floor_) {
     uint64_t floor = UINT64_MAX;
+    bool expired = false;
     for (uint32_t s = base_; s != sent_upto_; ++s) {
       OutRecord& r = out(s);
-      if (r.acked) continue;
+      if (r.acked || r.lost) continue;
       if (r.due_us > now_us) {
         floor = std::min(floor, r.due_us);
         continue;
       }
-      if (r.tries >= cfg_.max_tries) {
-        go_down();
-        return used;
-      }
-      if (!put(r)) {
-        due_floor_ = 0;  // not all of them fitted: look again next time
-        return used;
-      }
-      ++r.tries;
-      ++st_.retransmits;
-      if (r.fast) {
-        // Resent because later records were acknowledged: a loss, not a slow path; no backoff.
-        r.fast = false;
-        ++st_.fast_retransmits;
-      } else {
-        r.rto_us = std::min(r.rto_us * 2, cfg_.rto_max_us);
-        // The backoff also applies to new records until a clean sample arrives; otherwise a
-        // path slower than the initial timeout would never yield one (every record resent).
-        rto_ = std::max(rto_, r.rto_us);
-      }
-      r.due_us = now_us + r.rto_us;
-      floor = std::min(floor, r.due_us);
+      mark_lost(r, false);
+      r.rto_us = std::min(r.rto_us * 2, cfg_.rto_max_us);
+      // Before any round trip was measured the initial timeout may be shorter than the path:
+      // new records take the backoff too, or none would ever yield a sample.
+      if (srtt_ == 0) rto_ = std::max(rto_, r.rto_us);
+      ++st_.timeouts;
+      expired = true;
     }
     due_floor_ = floor;
+    if (expired) on_loss();
   }
-  // New records, as far as the window (the receiver's buffer) allows.
+  const bool pacing_due = now_us >= next_send_us_;
+  if (!pacing_due) return 0;
+  // Lost records again, oldest first: they hold the window back.
+  for (uint32_t s = lost_from_; lost_ > 0 && before(s, sent_upto_); ++s) {
+    if (before(s, base_)) s = base_;
+    OutRecord& r = out(s);
+    lost_from_ = s;
+    if (!r.lost || r.acked) continue;
+    if (!cwnd_open(wire_bytes(r)) || now_us < next_send_us_) return used;
+    if (!put(r)) return used;
+    r.lost = false;
+    --lost_;
+    ++st_.retransmits;
+    if (r.fast) ++st_.fast_retransmits;
+    r.fast = false;
+    transmit(r);
+  }
+  // New records, as far as the flow-control window (the receiver's buffer), the cwnd and
+  // the pacing allow.
   while (sent_upto_ != next_ && sent_upto_ - base_ < cfg_.window) {
     OutRecord& r = out(sent_upto_);
+    if (!cwnd_open(wire_bytes(r)) || now_us < next_send_us_) break;
     if (!put(r)) break;
-    r.tries = 1;
+    if (in_flight() == 0) progress_us_ = now_us;  // the liveness clock starts with the wait
+    r.tries = 0;
     r.rto_us = rto_;
-    r.sent_us = now_us;
-    r.due_us = now_us + r.rto_us;
-    due_floor_ = std::min(due_floor_, r.due_us);
+    transmit(r);
     ++st_.records_sent;
     ++sent_upto_;
   }
   return used;
 }
 
-void ReliableChannel::rtt_sample(uint64_t rtt) {
+void ReliableChannel::rtt_sample(uint64_t rtt, uint64_t now_us) {
   // RFC 6298's estimator, in integers.
   if (srtt_ == 0) {
     srtt_ = rtt;
@@ -176,23 +277,51 @@ void ReliableChannel::rtt_sample(uint64_t rtt) {
     srtt_ = (7 * srtt_ + rtt) / 8;
   }
   rto_ = std::clamp(srtt_ + 4 * rttvar_, cfg_.rto_min_us, cfg_.rto_max_us);
+  // Windowed minimum over two half windows: the path's base RTT as seen lately. A sender
+  // that started while a queue stood learns the lower RTT when the queue next drains, so
+  // all senders judge the queue against the same floor (else the latecomer never backs off).
+  if (now_us >= min_rtt_at_ + kMinRttWindowUs / 2) {
+    min_prev_ = min_cur_;
+    min_cur_ = UINT64_MAX;
+    min_rtt_at_ = now_us;
+  }
+  min_cur_ = std::min(min_cur_, std::max<uint64_t>(rtt, 1));
+  min_rtt_ = std::min(min_prev_, min_cur_);
+  round_min_ = std::min(round_min_, rtt);
 }
 
-void ReliableChannel::on_ack(uint32_t ack, uint64_t sack, uint64_t now_us) {
+void ReliableChannel::on_ack(uint32_t ack, uint64_t sack, uint64_t now_us, const uint8_t* ext, size_t ext_len) {
   // Only acknowledgements of records actually sent count; anything else is stale or bogus.
   if (before(ack, base_) || before(sent_upto_, ack)) return;
   // One RTT sample per ack: the most recently sent record it newly covers that was sent
   // only once (a retransmitted one cannot tell which copy is acknowledged: Karn).
-  uint64_t newest = 0;
-  bool sampled = false;
+  uint64_t newest = 0, acked_bytes = 0, order = 0;
+  bool sampled = false, round_over = false;
+  const uint64_t pipe_before = pipe_;
   auto take = [&](OutRecord& r) {
-    if (r.acked) return;
+    if (r.acked || r.tries == 0) return;
     r.acked = true;
     ++acked_in_flight_;
-    if (r.tries == 1 && r.sent_us <= now_us && (!sampled || r.sent_us > newest)) {
-      newest = r.sent_us;
-      sampled = true;
+    acked_bytes += wire_bytes(r);
+    if (r.in_pipe) {
+      r.in_pipe = false;
+      pipe_ -= wire_bytes(r);
     }
+    if (r.lost) {  // arrived after all (a late original): no need to send it again
+      r.lost = false;
+      --lost_;
+    }
+    if (r.tries == 1) {
+      order = std::max(order, r.order);
+      if (r.sent_us <= now_us && (!sampled || r.sent_us > newest)) {
+        newest = r.sent_us;
+        sampled = true;
+      }
+    } else if (min_rtt_ != UINT64_MAX && now_us >= r.sent_us + min_rtt_ / 2) {
+      // A retransmission acknowledged no sooner than a round trip allows: its copy arrived.
+      order = std::max(order, r.order);
+    }
+    if (!before(r.seq, round_end_)) round_over = true;
   };
   for (uint32_t s = base_; s != ack; ++s) take(out(s));
   for (uint32_t i = 0; i < 64 && sack; ++i) {
@@ -200,25 +329,39 @@ void ReliableChannel::on_ack(uint32_t ack, uint64_t sack, uint64_t now_us) {
     uint32_t s = ack + 1 + i;
     if (!before(s, base_) && before(s, sent_upto_)) take(out(s));
   }
-  if (sampled) rtt_sample(now_us - newest);
-  advance_base();
-  // Every acknowledged record is below base_ now (no selective acks outstanding): none can
-  // be behind an unacknowledged one, so there is nothing to retransmit fast.
-  if (acked_in_flight_ == 0) return;
-  // Fast retransmit: an unacknowledged record with kFastRetransmitAfter later records
-  // acknowledged was lost (reordering that far is rare); it is resent with the next flush
-  // instead of after its timeout, once per record (a second loss waits for the timeout).
-  uint32_t acked_above = 0;
-  for (uint32_t s = sent_upto_; s != base_;) {
-    OutRecord& r = out(--s);
-    if (r.acked) {
-      ++acked_above;
-    } else if (acked_above >= kFastRetransmitAfter && !r.fast_done && r.tries > 0) {
-      r.fast = r.fast_done = true;
-      r.due_us = now_us;
-      due_floor_ = 0;
-    }
+  for (size_t i = 0; ext && i < std::min(ext_len, kSackExtMax) * 8; ++i) {
+    if (!(ext[i / 8] >> (i % 8) & 1)) continue;
+    uint32_t s = ack + 65 + static_cast<uint32_t>(i);
+    if (!before(s, base_) && before(s, sent_upto_)) take(out(s));
   }
+  if (acked_bytes) progress_us_ = now_us;
+  if (sampled) rtt_sample(now_us - newest, now_us);
+  advance_base();
+  if (in_recovery_ && !before(base_, recovery_end_)) in_recovery_ = false;
+  // Losses: every record in flight transmitted kFastRetransmitAfter transmissions or more
+  // before one now known to have arrived. A retransmission is judged the same way against
+  // what was sent after it, so it is resent at most once per round trip (or on its timer).
+  bool loss = false;
+  if (order > acked_order_) {
+    acked_order_ = order;
+    if (acked_in_flight_ > 0)
+      for (uint32_t s = base_; s != sent_upto_; ++s) {
+        OutRecord& r = out(s);
+        if (r.acked || r.lost || !r.in_pipe || r.order + kFastRetransmitAfter > acked_order_) continue;
+        mark_lost(r, true);
+        loss = true;
+      }
+  }
+  if (loss) on_loss();
+  // Growth: only while the cwnd limits the sender (an idle channel learns nothing).
+  if (cfg_.congestion_control && acked_bytes && !in_recovery_ && 2 * pipe_before >= cwnd_) {
+    if (cwnd_ < ssthresh_)
+      cwnd_ += acked_bytes;
+    else
+      cwnd_ += std::max<uint64_t>(1, kPacket * acked_bytes / cwnd_);
+    cwnd_ = std::min<uint64_t>(cwnd_, uint64_t{cfg_.window} * kPacket);
+  }
+  if (round_over) on_round_end(now_us);
 }
 
 void ReliableChannel::advance_base() {
@@ -230,10 +373,17 @@ void ReliableChannel::advance_base() {
 
 uint64_t ReliableChannel::next_deadline() const {
   if (state_ == State::kDown) return UINT64_MAX;
-  if (has_unsent()) return 0;
+  uint64_t next = UINT64_MAX;
+  // Something to send and room in the cwnd: the next pacing release (0: now). A full cwnd
+  // waits for acks, which wake the loop anyway.
+  if (lost_ > 0 || has_unsent()) {
+    const uint32_t s = lost_ > 0 ? lost_from_ : sent_upto_;
+    if (cwnd_open(lost_ > 0 ? kPacket : wire_bytes(out_[s % cfg_.backlog]))) next = next_send_us_;
+  }
+  if (in_flight() == 0) return next;
   // A lower bound is enough: a timer that fires early finds nothing due, and fill's scan
   // makes the bound exact again.
-  return in_flight() == 0 ? UINT64_MAX : due_floor_;
+  return std::min({next, due_floor_, progress_us_ + cfg_.silent_after_us});
 }
 
 uint64_t ReliableChannel::queued_messages() const {
@@ -248,6 +398,7 @@ void ReliableChannel::go_down() {
   base_ = sent_upto_ = next_;
   acked_in_flight_ = 0;
   state_ = State::kDown;
+  reset_congestion();
   ++st_.downs;
 }
 
@@ -280,6 +431,7 @@ void ReliableChannel::on_record(const RecordHeader& rh, const uint8_t* payload) 
     return;
   }
   slot.present = true;
+  if (held_ == 0 || before(rx_high_, rh.seq)) rx_high_ = rh.seq;
   ++held_;
   slot.len = rh.length;
   slot.type = rh.type;
@@ -358,10 +510,26 @@ uint64_t ReliableChannel::sack() const {
   return bits;
 }
 
+size_t ReliableChannel::sack_ext(uint8_t* out) const {
+  if (held_ == 0 || !before(rx_next_ + 64, rx_high_)) return 0;  // all within the header's bitmap
+  const uint32_t first = rx_next_ + 65;
+  const uint32_t bits = std::min<uint32_t>(rx_high_ - first + 1, kSackExtMax * 8);
+  const size_t len = (bits + 7) / 8;
+  std::memset(out, 0, len);
+  for (uint32_t i = 0; i < bits; ++i)
+    if (in_[(first + i) % cfg_.window].present) out[i / 8] = static_cast<uint8_t>(out[i / 8] | 1u << (i % 8));
+  return len;
+}
+
 void ReliableChannel::reset() {
   st_.messages_abandoned += queued_messages();
   base_ = sent_upto_ = next_ = 1;
   acked_in_flight_ = 0;
+  reset_congestion();
+  srtt_ = rttvar_ = 0;
+  rto_ = cfg_.rto_initial_us;
+  min_rtt_ = min_prev_ = min_cur_ = UINT64_MAX;
+  acked_order_ = tx_order_;
   rx_next_ = 1;
   held_ = 0;
   due_floor_ = UINT64_MAX;

@@ -1,25 +1,44 @@
 // One reliable channel to one peer daemon over an unreliable datagram link: the sender's
-// and receiver's halves of a sliding-window protocol (nicemu/abi/wire_protocol.h).
+// and receiver's halves of a sliding-window protocol (nicemu/abi/wire_protocol.h) with
+// congestion control, so that many channels share a bottleneck instead of overrunning it.
 //
 // Sender: small messages are packed several to a record while the record waits to be sent
 // (coalescing beyond the window, which counts records), larger ones are cut into records
-// (segmentation); records are numbered and kept in a fixed ring until acknowledged. At most `window` records are unacknowledged (the receiver can always
-// buffer them: credit-based flow control). A record not acknowledged within its
-// retransmission timeout is sent again with the timeout doubled (exponential backoff, up to
-// rto_max). The timeout of new records follows the measured round trip (smoothed RTT plus
-// four deviations, samples only from records sent once: Karn's rule), so a loaded host
-// does not retransmit spuriously. A record sent `max_tries` times without an ack takes the channel down: every
-// queued message is abandoned (counted), new messages are refused at once (fail fast), and
-// the channel comes back up when the peer is heard again.
+// (segmentation); records are numbered and kept in a fixed ring until acknowledged. Two
+// limits bound what is in flight: the flow-control window (at most `window` records
+// unacknowledged: the receiver can always buffer them) and the congestion window (cwnd, in
+// wire bytes of the records sent and neither acknowledged nor deemed lost). The cwnd starts
+// at ten packets and grows by what is acknowledged (slow start) until the first loss or
+// queueing delay, then by one packet per round trip (additive increase); it shrinks to 0.7
+// of itself on a loss, at most once per recovery episode (until everything sent before the
+// loss is acknowledged), and in proportion to the excess when the smallest round-trip time
+// of a round exceeds the path's minimum by more than the delay target: a queue is building,
+// so the sender backs off before the queue overflows. Never below two packets. Records go
+// out paced at 1.25 cwnd per smoothed round trip (2x in slow start), a small burst at a
+// time, not as a window-sized burst.
+//
+// Loss recovery: acks are cumulative plus selective over the whole window (a 64-bit bitmap
+// in the header, an extension record beyond it). A record is deemed lost when a record
+// transmitted three transmissions after it is acknowledged (so a retransmission is judged
+// against what was sent after it: at most once per round trip), or when its own timer runs
+// out; lost records are resent first, inside the cwnd. The timer of a record is the
+// measured round trip (smoothed RTT plus four deviations, samples only from records sent
+// once: Karn's rule) when it is first sent, doubled on each of its own expiries (up to
+// rto_max); new records never inherit another record's backoff.
+//
+// Liveness: a channel with records in flight goes down only when the peer has acknowledged
+// nothing at all for `silent_after_us`: every queued message is abandoned (counted), new
+// messages are refused at once (fail fast), and the channel comes back up when the peer is
+// heard again. A peer that acknowledges anything, however lossy the path, stays up.
 //
 // Receiver: records are accepted inside [next expected, next expected + window), kept until
 // the gap before them closes, then delivered in order to the reassembly (reassembly.h),
 // which hands complete messages on. Duplicates and records outside the window are dropped
-// and counted; acknowledgement state (cumulative + 64-bit selective bitmap) is what the
-// sender's packets carry back.
+// and counted; acknowledgement state (cumulative + selective) is what the sender's packets
+// carry back.
 //
 // No sockets, no clock: callers pass the time, so unit tests drive it over a simulated
-// lossy link. No allocation after construction.
+// link. No allocation after construction.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -43,7 +62,12 @@ struct ChannelConfig {
   uint64_t rto_min_us = 5000;       // floor of the measured timeout: a process on an oversubscribed
                                     // host is often descheduled for milliseconds
   uint64_t rto_max_us = 250000;     // backoff ceiling
-  uint32_t max_tries = 12;          // sends of one record before the peer counts as silent
+  // A channel with records in flight whose peer acknowledged nothing for this long is down.
+  uint64_t silent_after_us = 1800000;
+  // Queueing delay (round-trip time above the path's minimum) the congestion control lets
+  // build before it backs off; at least half the minimum RTT on long paths.
+  uint64_t delay_target_us = 2000;
+  bool congestion_control = true;  // off: only the flow-control window limits (tests)
 };
 
 struct ChannelStats {
@@ -52,10 +76,19 @@ struct ChannelStats {
   uint64_t duplicates = 0, out_of_window = 0, reassembly_errors = 0;
   uint64_t messages_abandoned = 0, refused = 0, downs = 0;
   uint64_t fast_retransmits = 0;  // of retransmits: resent on selective acks, before the timeout
+  uint64_t timeouts = 0;          // records whose own timer ran out
+  uint64_t recoveries = 0;        // loss episodes (one cwnd reduction each)
+  uint64_t delay_backoffs = 0;    // cwnd reductions on queueing delay, before any loss
+  uint64_t most_tries = 0;        // the most transmissions one record has needed
 };
 
-// Records acknowledged after an unacknowledged one before it is resent at once.
+// A record is deemed lost when the record transmitted this many transmissions after it is
+// acknowledged (reordering that far is rare).
 inline constexpr uint32_t kFastRetransmitAfter = 3;
+// Wire bytes a record costs the link: its header and payload plus a packet's header and MAC
+// (a full record is one packet; small ones share packets, overcounted a little).
+inline constexpr uint64_t kRecordOverhead =
+    sizeof(abi::wire::RecordHeader) + sizeof(abi::wire::PacketHeader) + abi::wire::kMacBytes;
 
 class ReliableChannel {
  public:
@@ -69,17 +102,20 @@ class ReliableChannel {
   // Queues one message; false (and counted) when the channel is down, the message too long,
   // or the backlog full. Never blocks.
   bool send(abi::wire::RecordType type, const void* data, size_t len);
-  // Writes the records due at `now` (new ones inside the window, expired ones again) into
-  // `out` as RecordHeader+payload, at most `cap` bytes; returns bytes written and adds the
-  // record count to `count`. May take the channel down (retry budget exhausted).
+  // Writes the records due at `now` (lost ones again, then new ones inside both windows, as
+  // pacing releases them) into `out` as RecordHeader+payload, at most `cap` bytes; returns
+  // bytes written and adds the record count to `count`. May take the channel down (peer
+  // silent past silent_after_us).
   size_t fill(uint64_t now_us, uint8_t* out, size_t cap, uint16_t& count);
-  // The peer's acknowledgement from a packet header.
-  void on_ack(uint32_t ack, uint64_t sack, uint64_t now_us);
+  // The peer's acknowledgement: the packet header's ack and sack, and the bitmap of a
+  // selective-ack extension record (bit i: record ack + 65 + i; `ext_len` bytes, 0: none).
+  void on_ack(uint32_t ack, uint64_t sack, uint64_t now_us, const uint8_t* ext = nullptr, size_t ext_len = 0);
   // Lowest seq the sender may still send (PacketHeader::base).
   uint32_t send_base() const { return base_; }
-  // Earliest time fill() has something to do (UINT64_MAX: nothing queued).
+  // Earliest time fill() has something to do (UINT64_MAX: nothing queued): the next pacing
+  // release, a record's timer, or the liveness horizon.
   uint64_t next_deadline() const;
-  bool has_unsent() const { return sent_upto_ != next_ && sent_upto_ < base_ + cfg_.window; }
+  bool has_unsent() const { return sent_upto_ != next_ && sent_upto_ - base_ < cfg_.window; }
   size_t queued() const { return next_ - base_; }
   size_t in_flight() const { return sent_upto_ - base_; }
 
@@ -90,6 +126,9 @@ class ReliableChannel {
   void on_peer_base(uint32_t base);
   uint32_t ack() const { return rx_next_; }
   uint64_t sack() const;
+  // The selective-ack extension (records ack + 65 onwards) into `out`, at most
+  // abi::wire::kSackExtMax bytes; returns its length, 0 when nothing is held that far out.
+  size_t sack_ext(uint8_t* out) const;
   // Records arrived since the last ack went out: an ack is owed.
   bool ack_owed() const { return ack_owed_; }
   void ack_sent() { ack_owed_ = false; }
@@ -104,6 +143,9 @@ class ReliableChannel {
   const ChannelStats& stats() const { return st_; }
   uint64_t rto_us() const { return rto_; }
   uint64_t srtt_us() const { return srtt_; }
+  uint64_t min_rtt_us() const { return min_rtt_; }
+  uint64_t cwnd_bytes() const { return cwnd_; }
+  uint64_t pipe_bytes() const { return pipe_; }
 
  private:
   struct OutRecord {
@@ -112,12 +154,14 @@ class ReliableChannel {
     uint16_t msgs = 0;     // whole messages ending in this record (packed: several)
     uint8_t type = 0, flags = 0;
     bool acked = false;
-    bool fast = false;       // due now: later records were acknowledged (fast retransmit)
-    bool fast_done = false;  // fast-retransmitted once already
-    uint32_t tries = 0;
-    uint64_t due_us = 0;   // next (re)transmission time once sent
-    uint64_t rto_us = 0;
-    uint64_t sent_us = 0;  // first transmission (RTT sample when acked after one try)
+    bool lost = false;     // waiting to be resent
+    bool fast = false;     // deemed lost on selective acks (not by its timer)
+    bool in_pipe = false;  // a copy is in flight: counted in pipe_
+    uint32_t tries = 0;    // transmissions
+    uint64_t order = 0;    // transmission number of its latest copy
+    uint64_t due_us = 0;   // its timer, once sent
+    uint64_t rto_us = 0;   // its timeout, doubled by each of its own expiries
+    uint64_t sent_us = 0;  // latest transmission (RTT sample when acked after one try)
   };
   struct InRecord {
     bool present = false;
@@ -133,6 +177,13 @@ class ReliableChannel {
   uint8_t* in_data(uint32_t seq) { return &in_data_[uint64_t{seq % cfg_.window} * abi::wire::kMaxRecordPayload]; }
   void advance_base();
   void go_down();
+  uint64_t wire_bytes(const OutRecord& r) const { return r.len + kRecordOverhead; }
+  void mark_lost(OutRecord& r, bool fast);
+  void on_loss();
+  void on_round_end(uint64_t now_us);
+  void reset_congestion();
+  bool cwnd_open(uint64_t bytes) const { return !cfg_.congestion_control || pipe_ == 0 || pipe_ + bytes <= cwnd_; }
+  void paced(uint64_t bytes, uint64_t now_us);
   void deliver_ready();
   void deliver_record(uint8_t type, uint8_t flags, const uint8_t* data, size_t len);
   void deliver_packed(uint8_t type, const uint8_t* data, size_t len);
@@ -163,9 +214,27 @@ class ReliableChannel {
   // missing ones (out of order).
   uint32_t rx_next_ = 1;
   uint32_t held_ = 0;
+  uint32_t rx_high_ = 0;  // the highest record held (meaningful while held_ > 0)
   // Round-trip estimate (microseconds); srtt_ 0 = no sample yet.
   uint64_t srtt_ = 0, rttvar_ = 0, rto_ = 0;
-  void rtt_sample(uint64_t rtt);
+  void rtt_sample(uint64_t rtt, uint64_t now_us);
+  // Congestion control (bytes on the wire, see the top of this file).
+  uint64_t cwnd_ = 0, ssthresh_ = UINT64_MAX, pipe_ = 0;
+  bool in_recovery_ = false;
+  uint32_t recovery_end_ = 0;  // the episode ends once every record below this is acknowledged
+  // Path minimum RTT (over a sliding window, so a changed path is learnt) and the
+  // smallest sample of the current round; a round ends when a record sent after it began
+  // is acknowledged.
+  uint64_t min_rtt_ = UINT64_MAX, min_rtt_at_ = 0, round_min_ = UINT64_MAX;
+  uint64_t min_prev_ = UINT64_MAX, min_cur_ = UINT64_MAX;  // the two halves of min_rtt_'s window
+  uint32_t round_end_ = 1;
+  uint64_t next_send_us_ = 0;  // pacing: no release before this
+  uint64_t tx_order_ = 0;      // transmissions so far
+  uint64_t acked_order_ = 0;   // the latest transmission known to have arrived
+  uint32_t lost_ = 0;          // records waiting to be resent
+  uint32_t lost_from_ = 1;     // none of them below this
+  uint64_t progress_us_ = 0;   // the peer last acknowledged something (or the wait began)
+  uint64_t last_fill_us_ = 0;
   bool ack_owed_ = false;
   ChannelStats st_;
 };

@@ -115,14 +115,19 @@ def main():
     unknown[MAC_ALG_OFFSET] = 0x7F
     send(me, bytes(unknown), 5)
     want["fabric_drop_mac"] = 35
-    # Correct MAC, record lengths that do not add up or an unknown record type.
+    # Correct MAC, record lengths that do not add up, an unknown record type or a malformed
+    # selective-ack extension.
     hdr_only = header(VERSION, HDR.size + REC.size + 4 + MAC, src, dst, epoch, 0, 0, 1, 2)
     body = REC.pack(1, 4, 1, 0) + b"abcd"  # header says 2 records, there is one
     send(me, seal(key, hdr_only + body), 5)
     body = REC.pack(1, 4, 99, 0) + b"abcd"
     hdr_one = header(VERSION, HDR.size + REC.size + 4 + MAC, src, dst, epoch, 0, 0, 1, 1)
     send(me, seal(key, hdr_one + body), 5)
-    want["fabric_drop_records"] = 10
+    # A selective-ack extension (record type 3) longer than the window allows.
+    body = REC.pack(0, 200, 3, 0) + bytes(200)
+    hdr_ext = header(VERSION, HDR.size + REC.size + 200 + MAC, src, dst, epoch, 0, 0, 1, 1)
+    send(me, seal(key, hdr_ext + body), 5)
+    want["fabric_drop_records"] = 15
     # Unknown sources: a valid packet from an address not in the map, one naming a NIC
     # address not in the map, and one addressed to another node.
     send(other, packet(key, src, dst, epoch), 10)

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
@@ -380,9 +381,11 @@ void UdpFabric::receive_one(const uint8_t* p, size_t n, const sockaddr_in& from)
   }
   if (h.flags & kFlagAckRequested) peer.ack_now = true;
   peer.ch->on_peer_base(h.base);
-  peer.ch->on_ack(h.ack, h.sack, peer.last_heard_us);
+  const auto [ext, ext_len] = h.record_count ? fabric::find_sack_ext(p, h) : std::pair<const uint8_t*, size_t>{};
+  peer.ch->on_ack(h.ack, h.sack, peer.last_heard_us, ext, ext_len);
   fabric::for_each_record(p, h, [&](const RecordHeader& rh, const uint8_t* payload) {
-    if (rh.type == static_cast<uint8_t>(RecordType::kProbe)) return;  // unsequenced keep-alive
+    // Probes (keep-alives) and the selective-ack extension are unsequenced.
+    if (rh.type != static_cast<uint8_t>(RecordType::kCtl)) return;
     peer.ch->on_record(rh, payload);
   });
 }
@@ -432,6 +435,17 @@ void UdpFabric::flush(Peer& p, uint64_t now) {
     return;
   }
   const size_t cap = kMaxPacket - sizeof(PacketHeader) - kMacBytes;
+  // Selective acks beyond the header's 64 records go in an ack packet of their own, ahead
+  // of the data (an extension would not fit beside a full record).
+  if (p.ch->ack_owed() || p.ack_now) {
+    uint8_t ext[sizeof(RecordHeader) + kSackExtMax];
+    const size_t n = p.ch->sack_ext(ext + sizeof(RecordHeader));
+    if (n > 0) {
+      const RecordHeader rh{0, static_cast<uint16_t>(n), static_cast<uint8_t>(RecordType::kSack), 0};
+      std::memcpy(ext, &rh, sizeof rh);
+      queue_packet(p, 0, ext, sizeof rh + n, 1);
+    }
+  }
   for (;;) {
     uint16_t count = 0;
     const auto before = p.ch->state();
@@ -684,6 +698,12 @@ nlohmann::json UdpFabric::status() const {
                      {"messages_received", s.messages_received},
                      {"retransmits", s.retransmits},
                      {"fast_retransmits", s.fast_retransmits},
+                     {"timeouts", s.timeouts},
+                     {"recoveries", s.recoveries},
+                     {"delay_backoffs", s.delay_backoffs},
+                     {"cwnd_bytes", p.ch->cwnd_bytes()},
+                     {"srtt_us", p.ch->srtt_us()},
+                     {"min_rtt_us", p.ch->min_rtt_us() == UINT64_MAX ? 0 : p.ch->min_rtt_us()},
                      {"duplicates", s.duplicates},
                      {"messages_abandoned", s.messages_abandoned}});
   }
