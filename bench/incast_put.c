@@ -20,8 +20,9 @@
  *       completion, counting the start (before the first) and the end (after the last).
  *       Completions that come after SECONDS (the drain, at most 30 s) are not counted in the
  *       bytes; their errors are (drain_errors), and posts never completed are "unfinished".
- *       Error completions do not stop the stream: the descriptor is posted again, as an
- *       application that retries would.
+ *       Error completions do not stop the stream: the descriptor is posted again after
+ *       ERROR_RETRY_MS, as an application that retries would (at once, a sender whose
+ *       channel is down would only count how fast the library fails posts).
  * Exit: 0 the run happened (what it measured is in the output), 1 set-up failed, 2 usage. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -38,6 +39,7 @@
 #define MAX_INFLIGHT 64
 #define RECV_INST 4000u
 #define SEND_INST 5000u
+#define ERROR_RETRY_MS 10
 
 static const char *usage =
     "usage: incast_put recv FILE SLOTS SIZE\n"
@@ -175,6 +177,7 @@ static int sender(const char *file, unsigned index, double seconds, uint64_t siz
   if (!sample) return 1;
   static gni_post_descriptor_t d[MAX_INFLIGHT];
   int busy[MAX_INFLIGHT] = {0};
+  double retry_at[MAX_INFLIGHT] = {0}; /* after an error completion: not before this */
   printf("incast_put send %u: ready (NIC address %u -> %u)\n", index, addr, taddr);
   fflush(stdout);
 
@@ -198,6 +201,7 @@ static int sender(const char *file, unsigned index, double seconds, uint64_t siz
     if (!running && t > t_end + 30) break; /* the drain gives up: the rest stays unfinished */
     for (int i = 0; running && i < inflight; ++i) {
       if (busy[i]) continue;
+      if (retry_at[i] > t) continue;
       memset(&d[i], 0, sizeof d[i]);
       d[i].type = GNI_POST_RDMA_PUT;
       d[i].cq_mode = GNI_CQMODE_GLOBAL_EVENT;
@@ -214,7 +218,7 @@ static int sender(const char *file, unsigned index, double seconds, uint64_t siz
       busy[i] = 1;
       ++outstanding;
     }
-    if (outstanding == 0) { /* every post refused: do not spin */
+    if (outstanding == 0) { /* every post refused or waiting to retry: do not spin */
       nap_ms(1);
       continue;
     }
@@ -237,6 +241,7 @@ static int sender(const char *file, unsigned index, double seconds, uint64_t siz
     t = now_s(CLOCK_MONOTONIC);
     if (grc != GNI_RC_SUCCESS || rc != GNI_RC_SUCCESS) {
       if (t < t_end) ++errors; else ++drain_errors;
+      retry_at[pd - d] = t + ERROR_RETRY_MS / 1000.0;
       continue;
     }
     if (t >= t_end) continue;
