@@ -382,7 +382,7 @@ static void other_forms(const char *engine) {
   if (me == 0) printf("strided, indexed and multi-PE forms, %s: %s\n", engine, failures == before ? "ok" : "FAILED");
 }
 
-/* The defaults nicemu documents (docs/compatibility.md, DMAPP). */
+/* The defaults nicemu documents (docs/dmapp.md). */
 static int is_default_ext(const dmapp_rma_attrs_ext_t *a) {
   return a->max_outstanding_nb == DMAPP_DEF_OUTSTANDING_NB && a->offload_threshold == DMAPP_OFFLOAD_THRESHOLD &&
          a->put_relaxed_ordering == DMAPP_ROUTING_DETERMINISTIC && a->get_relaxed_ordering == DMAPP_ROUTING_ADAPTIVE &&

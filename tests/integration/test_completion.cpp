@@ -578,7 +578,7 @@ TEST_CASE_FIXTURE(OneNode, "two CDMs in one process talk to each other: FMA, SMS
     CHILD_CHECK(stat(a, GNI_STAT_SMSG_MBOX_CREDITS_STALL) == 2);
     CHILD_CHECK(stat(a, GNI_STAT_FMA_LAUNCH_COUNT) == 8);
     CHILD_CHECK(stat(b, GNI_STAT_SMSG_MBOX_CREDITS_STALL) == 0);
-    // What nicemu has no equivalent for stays 0 (docs/compatibility.md).
+    // What nicemu has no equivalent for stays 0 (docs/decisions.md).
     for (int s = 0; s < GNI_NUM_STATS; ++s) {
       if (s == GNI_STAT_FMA_LAUNCH_COUNT || s == GNI_STAT_SMSG_MBOX_CREDITS_STALL) continue;
       CHILD_CHECK(stat(a, gni_statistic_t(s)) == 0);

@@ -4,7 +4,7 @@
  *
  * Names and signatures follow the project's uDREG fact sheet (shared/spec/udreg-api.md,
  * sections cited as §N). Every numeric value here is one the sheet leaves unconfirmed (§4);
- * nicemu's choices are listed in docs/compatibility.md and are kept stable.
+ * nicemu's choices are listed in docs/udreg.md and are kept stable.
  */
 #ifndef _UDREG_PUB_H_
 #define _UDREG_PUB_H_

@@ -5,7 +5,7 @@
 // reported through its CQ entry (§18.1), which is where clients look — so GetErrorEvent
 // returns NOT_DONE and WaitErrorEvents TIMEOUT once its timeout has passed. Link-down and
 // injected faults of the UDP fabric are the candidates for TRANSIENT / TRANSACTION events
-// (docs/compatibility.md).
+// (docs/decisions.md).
 #include <chrono>
 #include <condition_variable>
 #include <mutex>

@@ -41,7 +41,7 @@ extern "C" {
 // GNI_MEM_USE_VMDH takes entry `vmdh_index` of the node's vMDH block (GNI_SetMddResources),
 // GNI_MEM_RESERVE_REGION registers without making the memory reachable, and
 // GNI_MEM_UPDATE_REGION fills in pages of the reserved registration *mem_hndl names (the
-// first call makes it live); docs/compatibility.md.
+// first call makes it live); docs/decisions.md.
 gni_return_t GNI_MemRegister(gni_nic_handle_t nic_hndl, uint64_t address, uint64_t length,
                              gni_cq_handle_t dst_cq_hndl, uint32_t flags, uint32_t vmdh_index,
                              gni_mem_handle_t* mem_hndl) {
@@ -129,7 +129,7 @@ gni_return_t GNI_MemRegisterSegments(gni_nic_handle_t nic_hndl, gni_mem_segment_
                                      gni_mem_handle_t* mem_hndl) {
   Nic* n = as_nic(nic_hndl);
   if (!n || !mem_segments || segments_cnt == 0 || !mem_hndl) return GNI_RC_INVALID_PARAM;
-  if (segments_cnt > abi::ctl::kMaxMemSegments) return GNI_RC_INVALID_PARAM;  // docs/compatibility.md
+  if (segments_cnt > abi::ctl::kMaxMemSegments) return GNI_RC_INVALID_PARAM;  // docs/decisions.md
   if (flags & GNI_MEM_UPDATE_REGION) return GNI_RC_INVALID_PARAM;  // pages are filled in through GNI_MemRegister
   auto req = std::make_unique<abi::ctl::MemRegisterSegments>();
   if (gni_return_t rc = check_registration(n, dst_cq_hndl, flags, vmdh_index, req->dst_cq); rc != GNI_RC_SUCCESS)
