@@ -1,5 +1,5 @@
 /* tools/compat/mpi_bench.c — MPI point-to-point and one-sided figures between 2 ranks, for
- * tools/bench-mpi (MPI over uGNI next to the same MPI's shared memory).
+ * bench/run-mpi (MPI over uGNI next to the same MPI's shared memory).
  *
  * Tests (rank 0 drives; rank 1 answers or is the target):
  *   pingpong 8 B and 1 MiB: MPI_Send/MPI_Recv round trips; one-way latency = round trip / 2,
