@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # libalpslli / libalpsutil (issue 22) answer apid, GNI credential and placement the way
 # libfabric's gni provider asks, under each launcher: nicemu-run (4 ranks, 2 nodes), the
-# --daemons-only recipe (ranks placed by tools/compat/nicemu-rank, and all on one node
+# --daemons-only recipe (ranks placed by tools/lib/nicemu-rank, and all on one node
 # without it), Hydra's mpiexec when installed; no credential -> "unavailable"; launcher
 # variables that contradict each other -> an error, not a wrong answer.
 # Usage: test_alps.sh BUILD_DIR SOURCE_DIR
@@ -11,7 +11,8 @@ build=${1:?build dir}
 src=${2:?source dir}
 RUN=$build/tools/nicemu-run/nicemu-run
 check=$build/tests/integration/alps_check
-rank_wrap=$src/tools/compat/nicemu-rank
+rank_wrap=$src/tools/lib/nicemu-rank
+export NICEMU_RUN=$RUN  # the nicemu-run nicemu-rank asks where each rank goes
 need_exec "$RUN" "$check" "$rank_wrap"
 test_init test_alps
 # field LINE NAME: the value after NAME in an alps_check line

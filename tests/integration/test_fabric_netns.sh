@@ -34,7 +34,7 @@ NET=10.213.$(($$ % 200)).
 test_cleanup() { netns_hosts_down "${NS[@]}" "$SW"; }
 test_init test_fabric_netns
 
-. "$(dirname "$0")/../../tools/compat/netns-hosts.sh"
+. "$(dirname "$0")/../../tools/lib/netns-hosts.sh"
 if ! netns_hosts_up "$SW" "$NET" "${NS[@]}" 2>"$TMP/err"; then
   echo "SKIP: cannot build the namespace network: $(cat "$TMP/err")" >&2
   exit 77

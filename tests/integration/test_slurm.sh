@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# tools/compat/slurm — a real Slurm cluster on this machine, with nicemu's SPANK plugin.
+# tests/integration/test_slurm.sh — a real Slurm cluster on this machine, with nicemu's SPANK plugin.
 #
 # Installs Debian's Slurm and munge, starts munged (unless one runs), then builds three
-# emulated hosts out of network namespaces (tools/compat/netns-hosts.sh), each with its own
+# emulated hosts out of network namespaces (tools/lib/netns-hosts.sh), each with its own
 # address and host name (a UTS namespace): node0 and node1 each run a slurmd and a nicemu
 # daemon, the daemons talking over the UDP fabric; node2 runs a slurmd and no daemon.
 # slurmctld, srun and sbatch run in a fourth namespace ("ctl"). Jobs run as two throw-away
@@ -14,7 +14,7 @@
 #     and gni_ring in two steps that share the job's credential;
 #   - a different credential per job, and live credentials in `nicemuctl cred list`;
 #   - srun --nicemu=off: no PMI_GNI_* from the plugin;
-#   - Open MPI's btl/ugni build (tools/compat/openmpi, when built with Slurm and PMIx) under
+#   - Open MPI's btl/ugni build (tools/compat/recipes/openmpi, when built with Slurm and PMIx) under
 #     srun --mpi=pmix -N2 -n4: hello_c, ring_c, connectivity_c, mpi_pingpong over pml ob1
 #     and btl ugni,self, with the plugin's credential;
 #   - a second user's job cannot attach with the first job's credential (its memory is
@@ -28,7 +28,7 @@
 #     whose daemon was killed (its socket left behind).
 # Everything it starts (daemons, slurm processes, namespaces, users) is removed on exit.
 #
-# Usage: tools/compat/slurm [--build DIR] [--short] [--keep-going]
+# Usage: tests/integration/test_slurm.sh [--build DIR] [--short] [--keep-going]
 #   --build DIR   meson build directory with the daemon, nicemuctl, the examples, the test
 #                 programs and slurm/spank_nicemu.so (default: ./build of the repository)
 #   --short       the quick form for the test suite (gni_ring, a cancelled job, the node
@@ -38,14 +38,15 @@
 #                 exit status is then 1
 # Exit: 0 every check passed, 1 a check failed, 77 Slurm or namespaces unavailable.
 set -u
-compat_name=slurm
+# The integration tests' frame: pass/fail/skip, the scratch directory and the EXIT trap,
+# start_daemon in a namespace, finish.
 . "$(dirname "$0")/lib.sh"
-. "$(dirname "$0")/netns-hosts.sh"
-# The integration tests' frame (this is also the test 'slurm'): pass/fail/skip, the scratch
-# directory and the EXIT trap, start_daemon in a namespace, finish.
-. "$COMPAT_ROOT/tests/integration/lib.sh"
+. "$(dirname "$0")/../../tools/lib/netns-hosts.sh"
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+# Where tools/compat/recipes/openmpi builds Open MPI (tools/compat/recipes/lib.sh).
+COMPAT_DIR=${NICEMU_COMPAT_DIR:-/tmp/nicemu-compat}
 
-BUILD=$COMPAT_ROOT/build
+BUILD=$ROOT/build
 SHORT=0
 HOLD=0
 while [ $# -gt 0 ]; do
@@ -72,7 +73,8 @@ need_exec "$RING" "$HIST" "$DGRAM" "$RMA"
 [ -f "$PLUGIN" ] || skip "$PLUGIN not built (needs libslurm-dev at meson setup)"
 
 if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
-  apt_install slurm-wlm munge 2>/dev/null || skip "cannot install slurm-wlm and munge"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null 2>&1 ||
+    skip "cannot install slurm-wlm and munge"
 fi
 need_cmd slurmctld slurmd srun sbatch scancel squeue munged ip unshare runuser useradd python3
 
@@ -492,7 +494,7 @@ fi
 # ---- 3c. Open MPI's btl/ugni under srun --mpi=pmix ----
 # Direct launch: Slurm's PMIx plugin (mpi_pmix_v4, in slurm-wlm-basic-plugins) serves Open
 # MPI's PMIx client, the SPANK plugin each task's credential and NIC address (PMI_GNI_*),
-# which btl/ugni reads itself. The Open MPI build and the programs are tools/compat/openmpi's
+# which btl/ugni reads itself. The Open MPI build and the programs are tools/compat/recipes/openmpi's
 # (configured with schizo/slurm and Debian's PMIx; see its header); without such a build
 # this part is skipped, saying why.
 OMPI=$COMPAT_DIR/openmpi/install
@@ -504,11 +506,11 @@ for p in "${OMPI_PROGS[@]}"; do
   [ -x "$OMPI_BIN/$p" ] || ompi_why="no $OMPI_BIN/$p"
 done
 if [ ! -f "$OMPI/lib/openmpi/mca_btl_ugni.so" ]; then
-  ompi_why="no btl/ugni build in $COMPAT_DIR/openmpi; tools/compat/openmpi --build-only makes it"
+  ompi_why="no btl/ugni build in $COMPAT_DIR/openmpi; tools/compat/recipes/openmpi --build-only makes it"
 elif [ -z "$ompi_why" ] && ! grep -q 'MCA schizo: slurm' "$OMPI_INFO" 2>/dev/null; then
   # Open MPI 4.1 accepts a direct launch by srun only through its schizo/slurm component;
   # without it MPI_Init aborts ("OMPI was not built with SLURM support").
-  ompi_why="the build in $COMPAT_DIR/openmpi has no Slurm support (no 'MCA schizo: slurm' in $OMPI_INFO); tools/compat/openmpi --rebuild --build-only makes one"
+  ompi_why="the build in $COMPAT_DIR/openmpi has no Slurm support (no 'MCA schizo: slurm' in $OMPI_INFO); tools/compat/recipes/openmpi --rebuild --build-only makes one"
 elif [ -z "$ompi_why" ] && ! grep -Eq 'MCA pmix: (ext[0-9]x|pmix[0-9]x)' "$OMPI_INFO" 2>/dev/null; then
   ompi_why="the build in $COMPAT_DIR/openmpi has no PMIx client component (MCA pmix: ext3x or pmix3x in $OMPI_INFO)"
 fi
@@ -533,7 +535,7 @@ else
     done
     # The whole job's MCA choice in the environment (srun passes it on): pml ob1 over btl
     # ugni and self only, so every message between two ranks goes through nicemu (ranks on
-    # one node too); one virtual device per rank as in tools/compat/openmpi.
+    # one node too); one virtual device per rank as in tools/compat/recipes/openmpi.
     ompi_env=(LD_LIBRARY_PATH="$libs" OPAL_PREFIX="$OMPI" OMPI_MCA_pml=ob1 OMPI_MCA_btl=ugni,self
               OMPI_MCA_btl_ugni_virtual_device_count=1)
     s0=$(smsg_sends 0) s1=$(smsg_sends 1)

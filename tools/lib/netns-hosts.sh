@@ -1,5 +1,5 @@
-# tools/compat/netns-hosts.sh — emulated hosts made of network namespaces (sourced, not run).
-# Used by tests/integration/test_fabric_netns.sh and tools/compat/slurm.
+# tools/lib/netns-hosts.sh — emulated hosts made of network namespaces (sourced, not run).
+# Used by tests/integration/test_fabric_netns.sh, test_slurm.sh and tools/soak.
 #
 # netns_hosts_up SW NET NS...: a bridge br0 in namespace SW (so the host's own network is
 # untouched) and one namespace per further name, joined to it by a veth pair; the k-th

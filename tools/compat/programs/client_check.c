@@ -1,5 +1,5 @@
-/* tools/compat/client_check.c — the smallest uGNI + Cray PMI client, built by
- * tools/compat/install-nicemu with nothing but `pkg-config --cflags --libs cray-ugni cray-pmi`
+/* tools/compat/programs/client_check.c — the smallest uGNI + Cray PMI client, built by
+ * tools/compat/recipes/install-nicemu with nothing but `pkg-config --cflags --libs cray-ugni cray-pmi`
  * against an installed nicemu, as the compatibility builds' configure scripts will. */
 #include <stdio.h>
 #include <stdint.h>

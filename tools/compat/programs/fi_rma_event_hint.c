@@ -1,5 +1,5 @@
-/* tools/compat/fi_rma_event_hint.c — an LD_PRELOAD wrapper of fi_getinfo that adds
- * FI_RMA_EVENT to hints that ask for FI_RMA, built and used by tools/compat/libfabric.
+/* tools/compat/programs/fi_rma_event_hint.c — an LD_PRELOAD wrapper of fi_getinfo that adds
+ * FI_RMA_EVENT to hints that ask for FI_RMA, built and used by tools/compat/recipes/libfabric.
  *
  * Why: libfabric 1.13.1's gni provider sends the message carrying an RMA write's remote CQ
  * data only when the initiating endpoint has FI_RMA_EVENT (GNIX_ALLOW_FI_REMOTE_CQ_DATA in

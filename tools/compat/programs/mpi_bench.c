@@ -1,4 +1,4 @@
-/* tools/compat/mpi_bench.c — MPI point-to-point and one-sided figures between 2 ranks, for
+/* tools/compat/programs/mpi_bench.c — MPI point-to-point and one-sided figures between 2 ranks, for
  * bench/run-mpi (MPI over uGNI next to the same MPI's shared memory).
  *
  * Tests (rank 0 drives; rank 1 answers or is the target):

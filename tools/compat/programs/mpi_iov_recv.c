@@ -1,10 +1,10 @@
-/* tools/compat/mpi_iov_recv.c — receives of a two-block struct datatype that are longer than
+/* tools/compat/programs/mpi_iov_recv.c — receives of a two-block struct datatype that are longer than
  * their message, each followed by an exact one, checked field by field.
  *
  * MPI allows a receive to be longer than the message (MPI_Get_count tells the length), and
  * MPICH's collectives post such receives. With a struct of an int and a long, MPICH ch4:ofi
  * hands the provider an iov of two entries per element instead of packing. Written for
- * tools/compat/mpich-ofi, where libfabric 1.13.1's gni provider keeps the position of its
+ * tools/compat/recipes/mpich-ofi, where libfabric 1.13.1's gni provider keeps the position of its
  * iov unpacking in static variables that such a receive leaves set (docs/clients/mpich.md,
  * coll/allgather_struct): every later iov receive then lands at a stale offset.
  *

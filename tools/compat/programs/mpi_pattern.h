@@ -1,4 +1,4 @@
-/* tools/compat/mpi_pattern.h — the data pattern the compatibility MPI programs send and check
+/* tools/compat/programs/mpi_pattern.h — the data pattern the compatibility MPI programs send and check
  * (mpi_pingpong.c, mpi_bench.c): a xorshift stream from a seed, so every byte of a received
  * buffer can be checked against what its sender wrote. */
 #ifndef NICEMU_COMPAT_MPI_PATTERN_H

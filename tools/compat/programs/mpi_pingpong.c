@@ -1,5 +1,5 @@
-/* tools/compat/mpi_pingpong.c — MPI ping-pong latency and windowed bandwidth, with data
- * checks, for tools/compat/openmpi (Open MPI's btl/ugni over nicemu).
+/* tools/compat/programs/mpi_pingpong.c — MPI ping-pong latency and windowed bandwidth, with data
+ * checks, for tools/compat/recipes/openmpi (Open MPI's btl/ugni over nicemu).
  *
  * Ranks are paired across the two halves of MPI_COMM_WORLD (rank r with r + size/2), so with
  * block placement over two emulated nodes every pair crosses nodes. For each message size

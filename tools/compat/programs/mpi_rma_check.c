@@ -1,5 +1,5 @@
-/* tools/compat/mpi_rma_check.c — MPI-3 one-sided communication between every pair of
- * neighbouring ranks, every value checked, for tools/compat/mpi-stacks.
+/* tools/compat/programs/mpi_rma_check.c — MPI-3 one-sided communication between every pair of
+ * neighbouring ranks, every value checked, for tools/compat/recipes/mpi-stacks.
  *
  * A window of N longs per rank (MPI_Win_allocate), under MPI_Win_lock_all:
  *   put:        MPI_Put of a rank- and round-dependent block into the right-hand neighbour,

@@ -1,4 +1,4 @@
-/* tools/compat/shmem_check.c — a small OpenSHMEM program for tools/compat/mpi-stacks: puts,
+/* tools/compat/programs/shmem_check.c — a small OpenSHMEM program for tools/compat/recipes/mpi-stacks: puts,
  * gets, atomics and barriers between every pair of PEs, every value checked.
  *
  *   put:     each PE writes a block (64 longs, PE- and round-dependent) into its right-hand

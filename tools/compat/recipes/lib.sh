@@ -1,12 +1,12 @@
 # shellcheck shell=bash
-# tools/compat/lib.sh — shared helpers of the compatibility builds (sourced, not run).
+# tools/compat/recipes/lib.sh — shared helpers of the compatibility builds (sourced, not run).
 #
 # Work directory: $NICEMU_COMPAT_DIR, default /tmp/nicemu-compat. Everything third-party
 # (Debian source packages, their builds and installs) lives there, never in the repository.
-#   $COMPAT_DIR/prefix       installed nicemu (tools/compat/install-nicemu)
+#   $COMPAT_DIR/prefix       installed nicemu (tools/compat/recipes/install-nicemu)
 #   $COMPAT_DIR/nicemu-build meson build directory of that install
-#   $COMPAT_DIR/ucx          UCX source, build and install   (tools/compat/ucx)
-#   $COMPAT_DIR/openmpi      Open MPI source, build, install (tools/compat/openmpi)
+#   $COMPAT_DIR/ucx          UCX source, build and install   (tools/compat/recipes/ucx)
+#   $COMPAT_DIR/openmpi      Open MPI source, build, install (tools/compat/recipes/openmpi)
 # Stages leave stamp files (.stamp-*) so that a second run skips finished work.
 #
 # A pipeline into grep tests with grep -c >/dev/null, not grep -q: under pipefail, grep -q
@@ -14,8 +14,11 @@
 # For the same reason the first lines of a pipeline are taken with sed -n 1,Np (it reads
 # all its input), not head -N.
 
-COMPAT_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-COMPAT_TOOLS="$COMPAT_ROOT/tools/compat"
+COMPAT_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
+COMPAT_RECIPES="$COMPAT_ROOT/tools/compat/recipes"    # these scripts
+COMPAT_PROGRAMS="$COMPAT_ROOT/tools/compat/programs"  # C programs built with the clients' compilers
+COMPAT_EXPECTED="$COMPAT_ROOT/tools/compat/expected"  # the clients' known failures
+TOOLS_LIB="$COMPAT_ROOT/tools/lib"                    # launcher shims: nicemu-rank, nicemu-rsh
 COMPAT_DIR=${NICEMU_COMPAT_DIR:-/tmp/nicemu-compat}
 NICEMU_PREFIX=${NICEMU_PREFIX:-$COMPAT_DIR/prefix}
 COMPAT_JOBS=${COMPAT_JOBS:-$(nproc 2>/dev/null || echo 2)}
@@ -199,13 +202,15 @@ nicemu_env() {
   done
   NICEMU_BIN="$NICEMU_PREFIX/bin"
   NICEMU_SBIN="$NICEMU_PREFIX/sbin"  # the daemon
+  # The nicemu-run that tools/lib/nicemu-rank asks where each rank goes (the ranks inherit it).
+  export NICEMU_RUN=${NICEMU_RUN:-$NICEMU_BIN/nicemu-run}
   NICEMU_LIBDIR=""
   [ -n "$NICEMU_PKG_CONFIG_PATH" ] && NICEMU_LIBDIR=$(dirname "$NICEMU_PKG_CONFIG_PATH")
 }
 ensure_nicemu_installed() {
   nicemu_env
   if [ "${1:-}" = force ] || [ -z "$NICEMU_PKG_CONFIG_PATH" ] || [ ! -x "$NICEMU_SBIN/nicemu" ]; then
-    "$COMPAT_TOOLS/install-nicemu" "$NICEMU_PREFIX" || return 1
+    "$COMPAT_RECIPES/install-nicemu" "$NICEMU_PREFIX" || return 1
     nicemu_env
   fi
   [ -n "$NICEMU_PKG_CONFIG_PATH" ]
@@ -397,7 +402,7 @@ ipogif_netns_del() {
 }
 
 # ompi_node_hosts NP: the --host list for Open MPI's mpirun with one orted per emulated node
-# (tools/compat/nicemu-rsh): slots as tools/compat/nicemu-rank places NP ranks over nodes 0
+# (tools/lib/nicemu-rsh): slots as tools/lib/nicemu-rank places NP ranks over nodes 0
 # and 1 (blocks, the first node taking the odd one), so Open MPI's hosts match the NICs.
 ompi_node_hosts() {
   local np=$1 hosts
@@ -407,7 +412,7 @@ ompi_node_hosts() {
 }
 
 # ucx_pair_script: a script for `bash -c` running one ucx_perftest pair, the server on
-# emulated node 0 and the client on node 1 (tools/compat/ucx-rounds, ucx-profile). Arguments:
+# emulated node 0 and the client on node 1 (tools/compat/recipes/ucx-rounds, ucx-profile). Arguments:
 # LOG PORT PERFTEST ENVS SERVER_WRAP CLIENT_WRAP CLIENT_ARGS...; ENVS (both processes) and the
 # wrappers (e.g. "taskset -c 0", a valgrind command) are word lists, possibly empty. The
 # server writes LOG.server, the client standard output. NETNS=1 in the environment: bring up
