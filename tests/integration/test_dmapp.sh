@@ -4,12 +4,9 @@
 # daemon started is gone afterwards. Usage: test_dmapp.sh BUILD_DIR
 set -u
 . "$(dirname "$0")/lib.sh"
-build=${1:?build dir}
-RUN=$build/tools/nicemu-run/nicemu-run
-suite=$build/tests/integration/dmapp_suite
-ctl=$build/tools/nicemuctl/nicemuctl
-hist=$build/examples/dmapp_histogram
-need_exec "$RUN" "$suite" "$ctl" "$hist"
+use_build "${1:-}" tools/nicemu-run/nicemu-run tests/integration/dmapp_suite examples/dmapp_histogram  # CTL, RUN
+suite=$BUILD/tests/integration/dmapp_suite
+hist=$BUILD/examples/dmapp_histogram
 need_cmd python3
 test_init test_dmapp
 # Only what this test started: the daemons of its private run directory.
@@ -30,7 +27,7 @@ out=$(XT_SYMMETRIC_HEAP_SIZE=lots "$RUN" -n 2 --timeout 20 --rundir "$rundir" "$
 grep -q "XT_SYMMETRIC_HEAP_SIZE is malformed" <<<"$out" || die "no message for a malformed heap size: $out"
 # A CQ overrun (made by the program, dmapp_overrun.c) is an error return, not an abort
 # or a hang, and the library goes on; with every request's event lost, NO_SPACE.
-overrun=$build/tests/integration/dmapp_overrun
+overrun=$BUILD/tests/integration/dmapp_overrun
 need_exec "$overrun"
 for mode in "" --lose-all; do
   out=$("$RUN" -n 2 --nodes 2 --timeout 40 --rundir "$rundir" "$overrun" $mode 2>&1) ||
@@ -46,7 +43,7 @@ pgrep -f -- "--rundir $rundir" >/dev/null && die "daemons left running"
 serve_daemons "$rundir/env" "$rundir/serve.log" --rundir "$rundir"
 totals() {
   sleep 0.6  # the daemon folds client counters into its totals every 250 ms
-  NICEMU_RUNDIR=$rundir "$ctl" stats --json | python3 -c '
+  NICEMU_RUNDIR=$rundir "$CTL" stats --json | python3 -c '
 import json, sys
 t = json.load(sys.stdin)["nodes"][0]["totals"]
 print(t["fma_put_posts"] + t["fma_get_posts"], t["rdma_posts"])'
@@ -66,12 +63,12 @@ echo "offload threshold: FMA up to it, BTE above it (daemon counters)"
 # A failed AMO may have taken effect before its response was lost (error_done=1: always):
 # DMAPP must report it, not repost it and add twice (tools/fault-campaign found the
 # histogram's total too high). The job fails; no bin may be over-counted.
-NICEMU_RUNDIR=$rundir "$ctl" fault reset seed=1 amo.error=0.05 error_done=1 >/dev/null 2>&1 ||
+NICEMU_RUNDIR=$rundir "$CTL" fault reset seed=1 amo.error=0.05 error_done=1 >/dev/null 2>&1 ||
   die "nicemuctl fault reset refused"
 out=$("$RUN" -n 2 --nodes 1 --rundir "$rundir" --timeout 30 "$hist" 20000 2>&1) &&
   die "dmapp_histogram passed although AMOs failed: $out"
 grep -q MISMATCH <<<"$out" && die "a failed AMO was reposted (histogram over-counted): $out"
-NICEMU_RUNDIR=$rundir "$ctl" fault off >/dev/null 2>&1 || die "nicemuctl fault off refused"
+NICEMU_RUNDIR=$rundir "$CTL" fault off >/dev/null 2>&1 || die "nicemuctl fault off refused"
 out=$("$RUN" -n 2 --nodes 1 --rundir "$rundir" --timeout 30 "$hist" 20000 2>&1) ||
   die "dmapp_histogram without faults: $out"
 grep -q "matches the serial recount" <<<"$out" || die "dmapp_histogram without faults: $out"
