@@ -102,7 +102,8 @@ extern "C" int alps_get_placement_info(uint64_t apid, alpsAppLayout_t* appLayout
     return -1;
   }
   if (placement)
-    for (int r = 0; r < job.size; ++r) placement[r] = job.nodes[nicemu::placement::node_of_rank(r, job.size, nnodes, job.per_node)];
+    for (int r = 0; r < job.size; ++r)
+      placement[r] = job.nodes[nicemu::placement::node_of_rank(r, job.size, nnodes, job.per_node)];
   if (s_pe) s_pe[0] = 0;
   if (t_pe) t_pe[0] = job.size;
   if (n_pe) n_pe[0] = most;
