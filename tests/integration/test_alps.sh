@@ -48,6 +48,12 @@ a0=$(field "$(line_of "$out" 0)" addr); a2=$(field "$(line_of "$out" 2)" addr)
 [ "$a0" != "$a2" ] || die "ranks 0 and 2 share node $a0"
 [ "$(field "$(line_of "$out" 3)" nodes)" = "$a0,$a0,$a2,$a2" ] || die "placement list: $(line_of "$out" 3)"
 
+# nicemu-run --place names the node of a rank by the placement it uses itself (what
+# nicemu-rank asks below); a rank beyond -n is refused.
+[ "$("$RUN" --place 2 -n 4 --nodes 2)" = 1 ] && [ "$("$RUN" --place 4 -n 5 --nodes 3 --ranks-per-node 2)" = 2 ] ||
+  die "nicemu-run --place: $("$RUN" --place 2 -n 4 --nodes 2 2>&1)"
+"$RUN" --place 4 -n 4 >/dev/null 2>&1 && die "nicemu-run --place accepted rank 4 of 4"
+
 # 2. --daemons-only: the environment file, ranks started by hand as a launcher would.
 serve_daemons "$TMP/env" "$TMP/daemons.log" --nodes 2
 export_env "$TMP/env"
