@@ -18,8 +18,6 @@ import time
 # The repository: this file is tools/lib/netns_cluster.py.
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESTART_SEC = 1.0  # RestartSec= of nicemu@.service
-KILL_WAIT_S = 10.0  # a cancel's SIGKILL follows its SIGTERM after this, as Slurm's KillWait
-RETRY_BUDGET_S = 1.8  # docs/fabric.md, "Failure": a silent peer takes the channel down after this
 # What the test programs print when data they read is not what was written (as opposed to a
 # call that failed): the "wrong data" outcome.
 WRONG_DATA = re.compile(r"other bytes|bytes of rank|impossible value|unexpected or duplicated|counter after|"
@@ -29,13 +27,6 @@ WRONG_DATA = re.compile(r"other bytes|bytes of rank|impossible value|unexpected 
 
 def log(*a):
     print(time.strftime("%H:%M:%S"), *a, flush=True)
-
-
-def parse_duration(s):
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)([smh]?)", s.strip())
-    if not m:
-        raise argparse.ArgumentTypeError(f"bad duration '{s}' (like 90s, 20m, 1h)")
-    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
 
 
 def run(argv, check=True, timeout=30, **kw):
