@@ -1,6 +1,6 @@
 // ce_bench: barrier and 8-byte allreduce latency through the collective engine against the
 // same collectives built from SMSG (a dissemination barrier, a recursive-doubling
-// allreduce), run under nicemu-run by tools/bench-ce. The four are interleaved in every
+// allreduce), run under nicemu-run by bench/run-ce. The four are interleaved in every
 // repetition so that load changes on the host hit all alike; each reports the median over
 // repetitions of the mean time per operation. Waiting ranks block in GNI_CqWaitEvent (its
 // bounded spin, then a futex), never a busy loop: the host may have fewer cores than ranks.

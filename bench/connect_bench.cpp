@@ -7,7 +7,7 @@
 // sends one FMA PUT (global completion) and one SMSG message announcing it; the receiver
 // verifies every byte of both. Pattern: all-to-all or a 3-D periodic stencil (6 neighbours).
 //
-// Every rank prints one line (tools/bench-connect and tests/integration/test_scale.sh read
+// Every rank prints one line (bench/run-connect and tests/integration/test_scale.sh read
 // them):
 //   rank R wire_us W done_us D modex_us M peers P channels_opened C rss_kb K shmem_kb S mbox_user_b U ok|FAIL
 // and rank 0 prints `daemons` (the launcher's nicemu children: summed RSS and shared

@@ -5,7 +5,7 @@
  * 0) or DMAPP's automatic switch (DMAPP_OFFLOAD_THRESHOLD). Each point repeats windows
  * for --ms milliseconds. PE 0 prints one line per point:
  *   op ordering engine bytes windows MB/s us_per_op
- * Run with nicemu-run -n 2 (or more, in pairs); tools/bench-dmapp drives it. */
+ * Run with nicemu-run -n 2 (or more, in pairs); bench/run-dmapp drives it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -30,7 +30,7 @@
 //                round sends, takes the remote event, GetNextWTag, Release, takes the local
 //                completion and polls the empty CQ, each call through its own non-inlined
 //                wrapper (call_*), so `valgrind --tool=callgrind` gives instructions per
-//                call (tools/bench-profile); ns per round is reported too.
+//                call (bench/run-profile); ns per round is reported too.
 //   rdv_lat      Rendezvous round trip, per size (--sizes, default 100 B, 4 KiB, 64 KiB,
 //                1 MiB, 4 MiB): rank 0 registers its page-aligned, touched buffer
 //                (GNI_MemRegister, or UDREG_Register on a lazy cache made for the run), sends

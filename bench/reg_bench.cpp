@@ -13,7 +13,7 @@
 // so the kinds are interleaved and share the host's noise. Figures: per pair, the median over
 // every process's rounds, and the 10th and 90th percentiles (the spread).
 //
-// The daemon is --socket, else $NICEMU_SOCKET; tools/bench-reg starts a private one.
+// The daemon is --socket, else $NICEMU_SOCKET; bench/run-reg starts a private one.
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/wait.h>

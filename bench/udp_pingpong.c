@@ -1,7 +1,7 @@
 /* udp_pingpong: the floor under anything that crosses hosts over UDP. An 8-byte ping-pong
  * between two processes, median round trip over N exchanges, either sleeping in recv()
  * (every hop a wake-up, as a daemon that sleeps pays) or polling the socket with
- * MSG_DONTWAIT (no wake-up, as UCX and libfabric do). tools/bench-fabric runs both across
+ * MSG_DONTWAIT (no wake-up, as UCX and libfabric do). bench/run-fabric runs both across
  * its veth pair.
  *
  *   udp_pingpong server ADDR PORT N [--poll]

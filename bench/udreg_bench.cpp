@@ -16,7 +16,7 @@
 //
 // All registrations are real (GNI_MemRegister through the daemon), so the device table holds
 // 10 000+ registrations. The daemon is --socket, else $NICEMU_SOCKET, else node $NICEMU_NODE
-// in $NICEMU_RUNDIR (else the first daemon found there); tools/bench-udreg starts a private
+// in $NICEMU_RUNDIR (else the first daemon found there); bench/run-udreg starts a private
 // one. Invalidation sources as in any process (NICEMU_UDREG_INVALIDATION, default auto).
 #include <sched.h>
 #include <sys/mman.h>

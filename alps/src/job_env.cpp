@@ -3,7 +3,7 @@
 //   rank        ALPS_APP_PE, PMI_RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK, SLURM_PROCID
 //   size        PMI_SIZE, OMPI_COMM_WORLD_SIZE, SLURM_NTASKS
 //   nodes       NICEMU_JOB_NODES (comma list of NIC addresses the ranks are placed
-//               over in blocks: nicemu-run, tools/compat/nicemu-rank), else the one node
+//               over in blocks: nicemu/common/placement.h), else the one node
 //               PMI_GNI_LOC_ADDR / NICEMU_NODE
 #include "job_env.h"
 
@@ -138,13 +138,13 @@ bool read_job_env(JobEnv& job, std::string& error, bool placement) {
       }
       job.per_node = static_cast<int>(v);
     }
-    job.node_index = node_of_rank(job.rank, job.size, static_cast<int>(job.nodes.size()), job.per_node);
+    job.node_index = placement::node_of_rank(job.rank, job.size, static_cast<int>(job.nodes.size()), job.per_node);
     int32_t mine = job.devices[0].local_addr;
     if (job.nodes[job.node_index] != mine) {
       error = "rank " + std::to_string(job.rank) + " of " + std::to_string(job.size) + " is placed on node " +
               std::to_string(job.nodes[job.node_index]) + " of NICEMU_JOB_NODES=" + nodes_s +
               " but its PMI_GNI_LOC_ADDR is " + std::to_string(mine) +
-              " (ranks must be placed in blocks, as nicemu-run and tools/compat/nicemu-rank do)";
+              " (ranks must be placed in blocks, as nicemu-run and tools/lib/nicemu-rank do)";
       return false;
     }
   } else {

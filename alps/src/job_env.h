@@ -2,10 +2,11 @@
 // credential of every device and the placement of the ranks over the emulated nodes.
 // Shared by libalpslli (apid, credentials) and libalpsutil (placement).
 #pragma once
-#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "nicemu/common/placement.h"
 
 namespace nicemu::alps {
 
@@ -31,14 +32,6 @@ struct JobEnv {
 // PMI_GNI_PTAG / PMI_GNI_COOKIE: not started by a nicemu launcher) or the variables read
 // contradict each other.
 bool read_job_env(JobEnv& job, std::string& error, bool placement);
-
-// The node index of `rank` among `nnodes` nodes: ranks in blocks, as nicemu-run and
-// tools/compat/nicemu-rank place them; of `per_node` ranks each when that is set
-// (nicemu-run --ranks-per-node, aprun -N), the last node taking the rest.
-inline int node_of_rank(int rank, int size, int nnodes, int per_node = 0) {
-  if (per_node > 0) return std::min(rank / per_node, nnodes - 1);
-  return static_cast<int>(static_cast<long long>(rank) * nnodes / size);
-}
 
 // The apid of a credential: the job's identity, the same in all its ranks.
 inline uint64_t apid_of(uint32_t ptag, uint32_t cookie) {

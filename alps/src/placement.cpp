@@ -1,6 +1,6 @@
 // libalpsutil: alps_get_placement_info from the job's environment (job_env.h). ALPS reads
 // a placement file written at launch; here the launcher's block placement of ranks over
-// the emulated nodes is recomputed, the same formula nicemu-run and nicemu-rank use.
+// the emulated nodes is recomputed (nicemu/common/placement.h, which nicemu-run uses).
 #include <netinet/in.h>
 #include <sched.h>
 
@@ -48,7 +48,7 @@ extern "C" int alps_get_placement_info(uint64_t apid, alpsAppLayout_t* appLayout
   {
     int count_on = 0, cur = -1;
     for (int r = 0; r < job.size; ++r) {
-      int n = node_of_rank(r, job.size, nnodes, job.per_node);
+      int n = nicemu::placement::node_of_rank(r, job.size, nnodes, job.per_node);
       if (n != cur) {
         cur = n;
         count_on = 0;
@@ -102,7 +102,8 @@ extern "C" int alps_get_placement_info(uint64_t apid, alpsAppLayout_t* appLayout
     return -1;
   }
   if (placement)
-    for (int r = 0; r < job.size; ++r) placement[r] = job.nodes[node_of_rank(r, job.size, nnodes, job.per_node)];
+    for (int r = 0; r < job.size; ++r)
+      placement[r] = job.nodes[nicemu::placement::node_of_rank(r, job.size, nnodes, job.per_node)];
   if (s_pe) s_pe[0] = 0;
   if (t_pe) t_pe[0] = job.size;
   if (n_pe) n_pe[0] = most;

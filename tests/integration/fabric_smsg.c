@@ -19,7 +19,7 @@
  *   bench (two ranks) SMSG 8-byte ping-pong latency (half the round trip, median of 2000, or
  *         $FABRIC_SMSG_PINGPONG)
  *         and message rate (20000 messages of 8 bytes, or $FABRIC_SMSG_STREAM, streamed within
- *         128 credits), printed by the rank with the lower inst (tools/bench-fabric).
+ *         128 credits), printed by the rank with the lower inst (bench/run-fabric).
  * Prints one "verified" line per process; exit 0 = everything checked. */
 #include <sched.h>
 #include <stdint.h>

@@ -3,8 +3,9 @@
 # PrgEnv-gnu` (Environment Modules, or Lmod), then the cc/CC/ftn drivers build a uGNI
 # program with nothing else, queries and compile-only runs get no link flags, arguments with
 # spaces survive, aprun -n 4 -N 2 runs it on 2 emulated nodes through nicemu-run, librca
-# agrees with PMI, aprun's CPU binding and refusals, nicemuctl status shows the mesh.
-# Usage: test_craype.sh BUILD_DIR SOURCE_DIR modules|lmod
+# agrees with PMI, aprun's CPU binding and refusals, nicemuctl status shows the mesh. With
+# `ftn`, only ftn building a Fortran program instead (its own test: 77 without gfortran).
+# Usage: test_craype.sh BUILD_DIR SOURCE_DIR modules|lmod [ftn]
 # Exit 77 when the module system is not installed (tools/setup installs both).
 # pass and fail (lib.sh) both return 0, so `check && pass || fail` is an if-then-else here.
 # shellcheck disable=SC2015,SC2016
@@ -13,8 +14,11 @@ set -u
 build=${1:?build dir}
 src=${2:?source dir}
 mode=${3:?modules or lmod}
-use_build "$build" tools/nicemu-run/nicemu-run  # DAEMON, CTL, RUN
+phase=${4:-}
+[[ -z "$phase" || "$phase" == ftn ]] || die "unknown phase '$phase' (the only one is ftn)"
+use_build "$build" tools/nicemu-run/nicemu-run tests/integration/alps_check  # DAEMON, CTL, RUN
 need_cmd gcc g++
+if [[ $phase == ftn ]]; then command -v gfortran >/dev/null || skip "gfortran not installed: ftn cannot be exercised"; fi
 
 case $mode in
   modules)
@@ -43,6 +47,14 @@ cd "$TMP" || exit 1
 module load PrgEnv-gnu 2>"$TMP/module.err" || { show_log "$TMP/module.err"; die "module load PrgEnv-gnu"; }
 [ "$(command -v cc)" = "$src/craype/bin/cc" ] || die "cc on PATH is $(command -v cc), not the driver"
 pass "$mode: module load PrgEnv-gnu puts the drivers on PATH (CRAYPE_NETWORK_TARGET=${CRAYPE_NETWORK_TARGET:-unset})"
+
+# ftn (the `ftn` phase).
+if [[ $phase == ftn ]]; then
+  printf 'program hello\n  print *, "ftn ok"\nend program hello\n' > hello.f90
+  if ftn -o hello hello.f90 2>"$TMP/ftn.err" && ./hello | grep -q "ftn ok"; then pass "ftn builds Fortran"
+  else fail "ftn: $(cat "$TMP/ftn.err")"; fi
+  finish "craype-$mode-ftn"
+fi
 
 # Queries reach the compiler untouched.
 [ "$(CC --version | head -1)" = "$(g++ --version | head -1)" ] && pass "CC --version is g++'s" || fail "CC --version: $(CC --version 2>&1 | head -1)"
@@ -88,15 +100,6 @@ else
   fail "quoting: $(cat "$TMP/cc.err")"
 fi
 
-# ftn, when gfortran is installed.
-if command -v gfortran >/dev/null; then
-  printf 'program hello\n  print *, "ftn ok"\nend program hello\n' > hello.f90
-  if ftn -o hello hello.f90 2>"$TMP/ftn.err" && ./hello | grep -q "ftn ok"; then pass "ftn builds Fortran"
-  else fail "ftn: $(cat "$TMP/ftn.err")"; fi
-else
-  echo "note: gfortran not installed: ftn not exercised"
-fi
-
 # aprun -n 4 -N 2: two emulated nodes, two ranks each, through nicemu-run.
 out=$(aprun -n 4 -N 2 ./ring 2>&1)
 if echo "$out" | grep -q "demo passed" &&
@@ -128,14 +131,10 @@ fi
 
 # libalpsutil reports aprun -N's placement: 4 ranks on the first node, 1 on the second.
 alps_check=$build/tests/integration/alps_check
-if [ -x "$alps_check" ]; then
-  out=$(aprun -n 5 -N 4 -cc none "$alps_check" 2>&1)
-  got=$(echo "$out" | grep -o 'alps rank [0-9] .* first [0-9]* here [0-9]* pes 5' | awk '{print $3 ":" $(NF-4) ":" $(NF-2)}' | sort | tr '\n' ' ')
-  [ "$got" = "0:0:4 1:0:4 2:0:4 3:0:4 4:4:1 " ] && pass "libalpsutil placement of aprun -n 5 -N 4" ||
-    fail "ALPS placement of aprun -n 5 -N 4 ($got): $out"
-else
-  echo "note: $alps_check not built: ALPS placement not checked"
-fi
+out=$(aprun -n 5 -N 4 -cc none "$alps_check" 2>&1)
+got=$(echo "$out" | grep -o 'alps rank [0-9] .* first [0-9]* here [0-9]* pes 5' | awk '{print $3 ":" $(NF-4) ":" $(NF-2)}' | sort | tr '\n' ' ')
+[ "$got" = "0:0:4 1:0:4 2:0:4 3:0:4 4:4:1 " ] && pass "libalpsutil placement of aprun -n 5 -N 4" ||
+  fail "ALPS placement of aprun -n 5 -N 4 ($got): $out"
 
 # CPU binding: -cc LIST pins each rank, -cc none leaves the launcher's set.
 all=$(grep Cpus_allowed_list /proc/self/status | awk '{print $2}')

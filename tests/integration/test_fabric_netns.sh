@@ -10,21 +10,27 @@
 # instead (NICEMU_FABRIC_IMPAIR, seeded: loss, duplication, reordering; no delay) and the
 # test says so.
 # Then SMSG between every pair on the same impaired links (fabric_smsg: exactly once, in
-# order, CQEs). Then, where MPICH's Hydra is installed (mpiexec.hydra), a 6-rank PMI job
-# over the three namespace hosts launched by Hydra (its rsh launcher replaced by `ip netns exec`), each
-# rank verifying datagrams with every other rank, then fabric_rma (FMA PUT/GET, RDMA PUT/GET,
-# FADD, CQ writes between every pair, verified at both ends) the same way, on the
-# impaired links; skipped with a note otherwise.
+# order, CQEs).
+# With `hydra`, instead of the exchanges (its own test: 77 where MPICH's Hydra is not
+# installed): on the impaired links, a 6-rank PMI job over the three namespace hosts launched
+# by mpiexec.hydra (its rsh launcher replaced by `ip netns exec`), each rank verifying
+# datagrams with every other rank, then fabric_rma (FMA PUT/GET, RDMA PUT/GET, FADD, CQ
+# writes between every pair, verified at both ends) the same way.
 # Needs root and ip with netns support; otherwise skipped (77).
 # Namespaces and processes are removed on success and failure.
-# Usage: test_fabric_netns.sh BUILD_DIR     Exit: 0 pass, 1 fail, 77 skip.
+# Usage: test_fabric_netns.sh BUILD_DIR [hydra]     Exit: 0 pass, 1 fail, 77 skip.
 set -u
 . "$(dirname "$0")/lib.sh"
 
-use_build "${1:-}" tests/integration/fabric_dgram
+phase=${2:-}
+[[ -z "$phase" || "$phase" == hydra ]] || die "unknown phase '$phase' (the only one is hydra)"
+use_build "${1:-}" tests/integration/fabric_dgram tests/integration/fabric_smsg tests/integration/fabric_rma
 PROG=$BUILD/tests/integration/fabric_dgram
 [[ $(id -u) -eq 0 ]] || skip "needs root (network namespaces)"
 need_cmd ip tc python3
+if [[ $phase == hydra ]]; then
+  HYDRA=$(command -v mpiexec.hydra) || skip "mpiexec.hydra not installed (Debian mpich)"
+fi
 
 TAG=nf$$
 SW=${TAG}sw
@@ -34,7 +40,7 @@ NET=10.213.$(($$ % 200)).
 test_cleanup() { netns_hosts_down "${NS[@]}" "$SW"; }
 test_init test_fabric_netns
 
-. "$(dirname "$0")/../../tools/compat/netns-hosts.sh"
+. "$(dirname "$0")/../../tools/lib/netns-hosts.sh"
 if ! netns_hosts_up "$SW" "$NET" "${NS[@]}" 2>"$TMP/err"; then
   echo "SKIP: cannot build the namespace network: $(cat "$TMP/err")" >&2
   exit 77
@@ -67,7 +73,7 @@ exchange() {
   wait_all "$name"
 }
 
-exchange 0 30 "clean link: 3 hosts, every pair, 30 rounds"
+[[ $phase == hydra ]] || exchange 0 30 "clean link: 3 hosts, every pair, 30 rounds"
 
 how="netem loss 10%, duplicate 5%, reorder 25%, delay 2±1 ms"
 for i in 0 1 2; do
@@ -80,21 +86,22 @@ for i in 0 1 2; do
     break
   fi
 done
-rtx0=0 dup0=0
-if [[ $how == netem* ]]; then
-  rtx0=$(( $(node_counter 0 fabric_retransmits) + $(node_counter 1 fabric_retransmits) + $(node_counter 2 fabric_retransmits) ))
-  dup0=$(( $(node_counter 0 fabric_duplicates) + $(node_counter 1 fabric_duplicates) + $(node_counter 2 fabric_duplicates) ))
-fi
-exchange 100 30 "$how: every round exactly once, in order"
-rtx=$(( $(node_counter 0 fabric_retransmits) + $(node_counter 1 fabric_retransmits) + $(node_counter 2 fabric_retransmits) - rtx0 ))
-dup=$(( $(node_counter 0 fabric_duplicates) + $(node_counter 1 fabric_duplicates) + $(node_counter 2 fabric_duplicates) - dup0 ))
-[[ $rtx -gt 0 ]] && pass "lost packets were retransmitted ($rtx records)" || fail "no retransmissions under 10% loss"
-[[ $dup -gt 0 ]] && pass "duplicates were suppressed ($dup records)" || fail "no duplicates counted under netem duplicate"
+# The default phase: the exchanges on the impaired links, then SMSG; it ends here.
+if [[ $phase != hydra ]]; then
+  rtx0=0 dup0=0
+  if [[ $how == netem* ]]; then
+    rtx0=$(( $(node_counter 0 fabric_retransmits) + $(node_counter 1 fabric_retransmits) + $(node_counter 2 fabric_retransmits) ))
+    dup0=$(( $(node_counter 0 fabric_duplicates) + $(node_counter 1 fabric_duplicates) + $(node_counter 2 fabric_duplicates) ))
+  fi
+  exchange 100 30 "$how: every round exactly once, in order"
+  rtx=$(( $(node_counter 0 fabric_retransmits) + $(node_counter 1 fabric_retransmits) + $(node_counter 2 fabric_retransmits) - rtx0 ))
+  dup=$(( $(node_counter 0 fabric_duplicates) + $(node_counter 1 fabric_duplicates) + $(node_counter 2 fabric_duplicates) - dup0 ))
+  [[ $rtx -gt 0 ]] && pass "lost packets were retransmitted ($rtx records)" || fail "no retransmissions under 10% loss"
+  [[ $dup -gt 0 ]] && pass "duplicates were suppressed ($dup records)" || fail "no duplicates counted under netem duplicate"
 
-# SMSG across the namespace hosts on the same impaired links: three processes, every pair,
-# 1000 messages each way, each exactly once and in order with its CQEs (fabric_smsg.c).
-SMSG=$BUILD/tests/integration/fabric_smsg
-if [[ -x "$SMSG" ]]; then
+  # SMSG across the namespace hosts on the same impaired links: three processes, every pair,
+  # 1000 messages each way, each exactly once and in order with its CQEs (fabric_smsg.c).
+  SMSG=$BUILD/tests/integration/fabric_smsg
   ok=1
   for i in 0 1 2; do
     peers=()
@@ -111,52 +118,44 @@ if [[ -x "$SMSG" ]]; then
   else
     fail "SMSG on the impaired links"; show_log "$TMP/prog.log"
   fi
-  : >"$TMP/prog.log"
-else
-  echo "note: fabric_smsg not built; the SMSG phase is skipped"
+  finish fabric-netns 0 1 2
 fi
 
-# ---- Hydra across the namespaces ----
-HYDRA=$(command -v mpiexec.hydra)
-if [[ -n "$HYDRA" ]]; then
-  # Hydra's launcher, for a "host" that is a namespace: run the proxy inside it, with the
-  # run directory of that host's daemon (as it would find /run/nicemu on a real host).
-  cat >"$TMP/netns-rsh" <<EOF2
+# ---- the `hydra` phase: Hydra across the namespaces ----
+# Hydra's launcher, for a "host" that is a namespace: run the proxy inside it, with the
+# run directory of that host's daemon (as it would find /run/nicemu on a real host).
+cat >"$TMP/netns-rsh" <<EOF2
 #!/bin/bash
 host=\$1; shift
 case "\$host" in
-  ${NET}1) i=0 ;; ${NET}2) i=1 ;; ${NET}3) i=2 ;; *) echo "netns-rsh: unknown host \$host" >&2; exit 1 ;;
+${NET}1) i=0 ;; ${NET}2) i=1 ;; ${NET}3) i=2 ;; *) echo "netns-rsh: unknown host \$host" >&2; exit 1 ;;
 esac
 ns=(${NS[*]})
 exec ip netns exec "\${ns[\$i]}" env NICEMU_RUNDIR=$TMP/host\$i NICEMU_NODE=\$i sh -c "\$*"
 EOF2
-  chmod +x "$TMP/netns-rsh"
-  # mpiexec itself runs on host 0 (Hydra forks its local proxy there directly).
-  if ip netns exec "${NS[0]}" env NICEMU_RUNDIR="$TMP/host0" NICEMU_NODE=0 timeout -k 5 60 "$HYDRA" \
-      -launcher rsh -launcher-exec "$TMP/netns-rsh" -hosts "${NET}1,${NET}2,${NET}3" -n 6 -ppn 2 -genvnone \
-      -genv PMI_GNI_PTAG "$PMI_GNI_PTAG" -genv PMI_GNI_COOKIE "$PMI_GNI_COOKIE" "$PROG" pmi 10 \
-      >"$TMP/hydra.log" 2>&1; then
-    n=$(grep -c 'rounds with 5 peers verified' "$TMP/hydra.log")
-    hosts=$(grep -o 'fabric_dgram [0-9]*/[0-9]*: 10 rounds' "$TMP/hydra.log" | cut -d' ' -f2 | cut -d/ -f1 | sort -u | wc -l)
-    [[ $n -eq 6 && $hosts -eq 3 ]] && pass "Hydra: 6 ranks on 3 namespace hosts, datagrams between every pair verified" ||
-      { fail "Hydra: $n of 6 ranks verified, on $hosts nodes"; show_log "$TMP/hydra.log"; }
-  else
-    fail "Hydra job"; show_log "$TMP/hydra.log"
-  fi
-  # Memory operations between every pair (two ranks per host: same-host pairs too).
-  RMA=$BUILD/tests/integration/fabric_rma
-  if ip netns exec "${NS[0]}" env NICEMU_RUNDIR="$TMP/host0" NICEMU_NODE=0 timeout -k 5 120 "$HYDRA" \
-      -launcher rsh -launcher-exec "$TMP/netns-rsh" -hosts "${NET}1,${NET}2,${NET}3" -n 6 -ppn 2 -genvnone \
-      -genv PMI_GNI_PTAG "$PMI_GNI_PTAG" -genv PMI_GNI_COOKIE "$PMI_GNI_COOKIE" "$RMA" 2 65536 \
-      >"$TMP/hydra-rma.log" 2>&1; then
-    n=$(grep -c 'rounds with 5 peers verified' "$TMP/hydra-rma.log")
-    [[ $n -eq 6 ]] && pass "Hydra: fabric_rma on 6 ranks, 3 hosts, $how: FMA, RDMA, AMO, CQ writes, chains (mixed same-host and other-host members) verified" ||
-      { fail "Hydra fabric_rma: $n of 6 ranks verified"; show_log "$TMP/hydra-rma.log"; }
-  else
-    fail "Hydra fabric_rma job"; show_log "$TMP/hydra-rma.log"
-  fi
+chmod +x "$TMP/netns-rsh"
+# mpiexec itself runs on host 0 (Hydra forks its local proxy there directly).
+if ip netns exec "${NS[0]}" env NICEMU_RUNDIR="$TMP/host0" NICEMU_NODE=0 timeout -k 5 60 "$HYDRA" \
+    -launcher rsh -launcher-exec "$TMP/netns-rsh" -hosts "${NET}1,${NET}2,${NET}3" -n 6 -ppn 2 -genvnone \
+    -genv PMI_GNI_PTAG "$PMI_GNI_PTAG" -genv PMI_GNI_COOKIE "$PMI_GNI_COOKIE" "$PROG" pmi 10 \
+    >"$TMP/hydra.log" 2>&1; then
+  n=$(grep -c 'rounds with 5 peers verified' "$TMP/hydra.log")
+  hosts=$(grep -o 'fabric_dgram [0-9]*/[0-9]*: 10 rounds' "$TMP/hydra.log" | cut -d' ' -f2 | cut -d/ -f1 | sort -u | wc -l)
+  [[ $n -eq 6 && $hosts -eq 3 ]] && pass "Hydra: 6 ranks on 3 namespace hosts, datagrams between every pair verified" ||
+    { fail "Hydra: $n of 6 ranks verified, on $hosts nodes"; show_log "$TMP/hydra.log"; }
 else
-  echo "note: mpiexec.hydra not installed (Debian mpich); the Hydra phase is skipped"
+  fail "Hydra job"; show_log "$TMP/hydra.log"
 fi
-
-finish fabric-netns 0 1 2
+# Memory operations between every pair (two ranks per host: same-host pairs too).
+RMA=$BUILD/tests/integration/fabric_rma
+if ip netns exec "${NS[0]}" env NICEMU_RUNDIR="$TMP/host0" NICEMU_NODE=0 timeout -k 5 120 "$HYDRA" \
+    -launcher rsh -launcher-exec "$TMP/netns-rsh" -hosts "${NET}1,${NET}2,${NET}3" -n 6 -ppn 2 -genvnone \
+    -genv PMI_GNI_PTAG "$PMI_GNI_PTAG" -genv PMI_GNI_COOKIE "$PMI_GNI_COOKIE" "$RMA" 2 65536 \
+    >"$TMP/hydra-rma.log" 2>&1; then
+  n=$(grep -c 'rounds with 5 peers verified' "$TMP/hydra-rma.log")
+  [[ $n -eq 6 ]] && pass "Hydra: fabric_rma on 6 ranks, 3 hosts, $how: FMA, RDMA, AMO, CQ writes, chains (mixed same-host and other-host members) verified" ||
+    { fail "Hydra fabric_rma: $n of 6 ranks verified"; show_log "$TMP/hydra-rma.log"; }
+else
+  fail "Hydra fabric_rma job"; show_log "$TMP/hydra-rma.log"
+fi
+finish fabric-netns-hydra 0 1 2

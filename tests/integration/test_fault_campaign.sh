@@ -18,14 +18,14 @@ export TMPDIR=$TMP
 camp=("$src/tools/fault-campaign" --build "$BUILD" --compat-dir "$TMP/compat" --client dmapp --limit 40)
 
 # The ucx client's gtest judgement, on gtest's own summary texts (UCX is not built here): a
-# process whose only failed tests are listed in tools/compat/ucx-gtest-expected-failures
+# process whose only failed tests are listed in tools/compat/expected/ucx-gtest-expected-failures
 # passes; another failure, a signal or a data mismatch in any test is not hidden.
 if python3 - "$src/tools/fault-campaign" >"$TMP/judge.out" 2>&1 <<'PY'
 import importlib.machinery, importlib.util, os, sys
 loader = importlib.machinery.SourceFileLoader("fault_campaign", sys.argv[1])
 fc = importlib.util.module_from_spec(importlib.util.spec_from_loader("fault_campaign", loader))
 loader.exec_module(fc)
-exp = fc.read_expected_failures(os.path.join(fc.COMPAT_TOOLS, "ucx-gtest-expected-failures"))
+exp = fc.read_expected_failures(os.path.join(fc.COMPAT_EXPECTED, "ucx-gtest-expected-failures"))
 assert ("ugni_rdma/uct_amo_*", "md-refcount") in exp, exp
 ran = "[==========] 6 tests from 3 test suites ran. (900 ms total)\n[  PASSED  ] 4 tests.\n"
 def failed(*names):

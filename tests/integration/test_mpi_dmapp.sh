@@ -6,8 +6,9 @@ set -u
 . "$(dirname "$0")/lib.sh"
 build=${1:?build dir}
 src=${2:?source dir}
-place=$src/tools/compat/nicemu-rank
+place=$src/tools/lib/nicemu-rank
 RUN=$build/tools/nicemu-run/nicemu-run
+export NICEMU_RUN=$RUN  # the nicemu-run nicemu-rank asks where each rank goes
 prog=$build/tests/integration/mpi_dmapp
 need_cmd mpirun
 need_exec "$RUN" "$prog"
@@ -24,12 +25,12 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 # vader's single-copy mode needs ptrace rights that containers often refuse.
 mpi=(timeout 60 mpirun --oversubscribe --mca btl self,vader --mca btl_vader_single_copy_mechanism none
      -x NICEMU_RUNDIR -x PMI_GNI_PTAG -x PMI_GNI_COOKIE -x PMI_GNI_DEV_ID -x PMI_GNI_LOC_ADDR -x NICEMU_NODE
-     -x NICEMU_NODES)
+     -x NICEMU_NODES -x NICEMU_RUN)
 # 1. All ranks on the first emulated node.
 out=$("${mpi[@]}" -n 3 "$prog" 2>&1) || die "mpirun job failed: $out"
 grep -q "mpi+dmapp: 3 ranks passed" <<<"$out" || die "no success line: $out"
 echo "one node: $(echo "$out" | grep passed)"
-# 2. Four ranks placed over two emulated nodes by tools/compat/nicemu-rank.
+# 2. Four ranks placed over two emulated nodes by tools/lib/nicemu-rank.
 out=$("${mpi[@]}" -n 4 "$place" "$prog" 2>&1) || die "mpirun job over two nodes failed: $out"
 grep -q "mpi+dmapp: 4 ranks passed" <<<"$out" || die "no success line over two nodes: $out"
 grep -q "nodes: 0,0,1,1" <<<"$out" || die "ranks not placed over two nodes: $out"

@@ -23,6 +23,7 @@
 
 #include <fmt/core.h>
 
+#include "nicemu/common/placement.h"
 #include "pmi/src/process_mapping.h"
 #include "pmi_server.h"
 #include "rank_output.h"
@@ -31,11 +32,6 @@
 extern char** environ;
 
 namespace nicemu::run {
-
-int node_of_rank(int rank, int np, int nodes, int per_node) {
-  if (per_node > 0) return std::min(rank / per_node, nodes - 1);
-  return static_cast<int>(static_cast<long long>(rank) * nodes / np);
-}
 
 namespace {
 
@@ -160,7 +156,7 @@ std::vector<std::string> Job::base_environment() const {
 void Job::spawn(int rank, const std::string& path, const std::vector<std::string>& base_env,
                 const std::string& pmi_port) {
   Rank& r = ranks_[rank];
-  r.node = node_of_rank(rank, cfg_.np, cfg_.nodes, cfg_.ranks_per_node);
+  r.node = placement::node_of_rank(rank, cfg_.np, cfg_.nodes, cfg_.ranks_per_node);
 
   // Descriptors, all close-on-exec in the launcher; the child clears the flag on its own.
   int pmi[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
@@ -343,7 +339,7 @@ int Job::run() {
 
   // The job's KVS starts with where ranks run and, with a NIC, each node's NIC address.
   std::vector<int> nodes(static_cast<size_t>(cfg_.np));
-  for (int r = 0; r < cfg_.np; ++r) nodes[r] = node_of_rank(r, cfg_.np, cfg_.nodes, cfg_.ranks_per_node);
+  for (int r = 0; r < cfg_.np; ++r) nodes[r] = placement::node_of_rank(r, cfg_.np, cfg_.nodes, cfg_.ranks_per_node);
   PmiServer::Options opts;
   opts.size = cfg_.np;
   opts.kvsname = fmt::format("kvs_{}_0", ::getpid());

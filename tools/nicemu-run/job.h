@@ -37,11 +37,6 @@ inline constexpr int kExitTimeout = 124;       // --timeout expired (as timeout(
 inline constexpr int kExitNotFound = 127;      // the program cannot be executed
 inline constexpr int kExitLaunchFailure = 1;   // setup failed, or a PMI barrier deadlocked
 
-// Node index of `rank` when `np` ranks are spread over `nodes` nodes in contiguous blocks
-// whose sizes differ by at most one, or, with `per_node` > 0, in blocks of `per_node`
-// ranks (the last node takes the rest, as aprun -N places them).
-int node_of_rank(int rank, int np, int nodes, int per_node = 0);
-
 // Runs the job to its end and returns the launcher's exit status: 0 if every rank exited
 // 0, else the status of the first failure (128+N for a signal N).
 int run_job(const JobConfig& cfg, SignalPipe& signals);

@@ -20,6 +20,7 @@
 
 #include "daemons.h"
 #include "job.h"
+#include "nicemu/common/placement.h"
 #include "nicemu/ctl/ctl_client.h"
 #include "signal_pipe.h"
 
@@ -33,7 +34,7 @@ void ensure_stdio_open() {
 
 // --daemons-only: the job environment for an external launcher, then wait for the signal
 // to stop. Ranks attach to the first node (NICEMU_NODE) unless a wrapper such as
-// tools/compat/nicemu-rank places them over NICEMU_NODES.
+// tools/lib/nicemu-rank places them over NICEMU_NODES.
 int serve_daemons(const nicemu::run::JobConfig& cfg, const std::string& env_file,
                   nicemu::run::SignalPipe& signals) {
   if (!cfg.nic) {
@@ -44,7 +45,7 @@ int serve_daemons(const nicemu::run::JobConfig& cfg, const std::string& env_file
                                 cfg.nic->rundir, cfg.nic->ptag, cfg.nic->cookie);
   env += fmt::format("PMI_GNI_LOC_ADDR={}\nNICEMU_NODE={}\n", cfg.nic->node_addrs.front(),
                      cfg.nic->node_addrs.front());
-  // Every node, for tools/compat/nicemu-rank, which places each rank on one of them.
+  // Every node, for tools/lib/nicemu-rank, which places each rank on one of them.
   std::string all;
   for (uint32_t a : cfg.nic->node_addrs) all += (all.empty() ? "" : ",") + std::to_string(a);
   env += fmt::format("NICEMU_NODES={}\n", all);
@@ -119,8 +120,15 @@ int main(int argc, char** argv) {
   app.add_option("--env-file", env_file,
                  "with --daemons-only: write the environment (KEY=VALUE lines) to this file\n"
                  "instead of stdout, once the daemons are ready");
+  int place_rank = -1;
+  auto* place_opt = app.add_option("--place", place_rank,
+                                   "print the node index (from 0) that RANK of -n ranks is placed on over\n"
+                                   "--nodes (and --ranks-per-node), and exit: nothing is started;\n"
+                                   "launchers' rank wrappers (tools/lib/nicemu-rank) ask this")
+                       ->check(CLI::NonNegativeNumber);
   app.footer("Usage: nicemu-run [options] -n N [--] program [arguments...]\n"
-             "       nicemu-run --daemons-only [--nodes K] [--env-file FILE]\n");
+             "       nicemu-run --daemons-only [--nodes K] [--env-file FILE]\n"
+             "       nicemu-run --place RANK -n N [--nodes K] [--ranks-per-node M]\n");
   // Everything from the program on belongs to the program (its own -n, --help, ...):
   // prefix_command() leaves it in remaining().
   app.prefix_command();
@@ -129,7 +137,14 @@ int main(int argc, char** argv) {
     cfg.command = app.remaining();
     if (!cfg.command.empty() && cfg.command.front() == "--") cfg.command.erase(cfg.command.begin());
     if (!daemons_only && np_opt->count() == 0) throw CLI::RequiredError("-n");
-    if (cfg.command.empty() && !daemons_only) throw CLI::RequiredError("program");
+    if (place_opt->count()) {
+      if (place_rank >= cfg.np)
+        throw CLI::ValidationError("--place", fmt::format("rank {} is not below -n {}", place_rank, cfg.np));
+      if (daemons_only || !cfg.command.empty())
+        throw CLI::ValidationError("--place", "takes no program and no --daemons-only");
+    } else if (cfg.command.empty() && !daemons_only) {
+      throw CLI::RequiredError("program");
+    }
     if (per_node_opt->count() && static_cast<long long>(cfg.ranks_per_node) * cfg.nodes < cfg.np)
       throw CLI::ValidationError("--ranks-per-node",
                                  fmt::format("{} node(s) of {} rank(s) cannot hold {} ranks", cfg.nodes,
@@ -141,6 +156,11 @@ int main(int argc, char** argv) {
       throw CLI::ExtrasError({cfg.command.front()});
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  }
+
+  if (place_opt->count()) {
+    fmt::print("{}\n", nicemu::placement::node_of_rank(place_rank, cfg.np, cfg.nodes, cfg.ranks_per_node));
+    return 0;
   }
 
   auto logger = spdlog::stderr_color_mt("nicemu-run");

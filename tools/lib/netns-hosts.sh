@@ -1,0 +1,36 @@
+# tools/lib/netns-hosts.sh — emulated hosts made of network namespaces (sourced, not run).
+# Used by tests/integration/test_fabric_netns.sh, test_slurm.sh and tools/soak.
+#
+# netns_hosts_up SW NET NS...: a bridge br0 in namespace SW (so the host's own network is
+# untouched) and one namespace per further name, joined to it by a veth pair; the k-th
+# (from 0) gets address NET(k+1)/24 (NET like "10.213.7."). The veth names are derived
+# from SW. Returns non-zero with the failing command's message on stderr.
+# netns_hosts_down SW NS...: deletes them (a namespace's end of a veth pair takes the other
+# end with it). Safe to call on a partial set-up.
+netns_hosts_up() {
+  local sw=$1 net=$2 k=0 ns
+  shift 2
+  ip netns add "$sw" || return 1
+  ip -n "$sw" link add br0 type bridge || return 1
+  ip -n "$sw" link set br0 up || return 1
+  ip -n "$sw" link set lo up || return 1
+  for ns in "$@"; do
+    ip netns add "$ns" || return 1
+    ip -n "$ns" link set lo up || return 1
+    ip link add "${sw}h$k" netns "$ns" type veth peer name "${sw}s$k" netns "$sw" || return 1
+    ip -n "$sw" link set "${sw}s$k" master br0 up || return 1
+    ip -n "$ns" addr add "${net}$((k + 1))/24" dev "${sw}h$k" || return 1
+    ip -n "$ns" link set "${sw}h$k" up || return 1
+    k=$((k + 1))
+  done
+  # The bridge may need a moment before it forwards.
+  ip netns exec "${1}" ping -c 1 -W 2 "${net}$((k > 1 ? 2 : 1))" >/dev/null 2>&1 || sleep 1
+  return 0
+}
+netns_hosts_down() {
+  local ns
+  for ns in "$@"; do ip netns del "$ns" 2>/dev/null; done
+  return 0
+}
+# netns_host_if SW K: the interface name of host K inside its namespace.
+netns_host_if() { echo "${1}h$2"; }
