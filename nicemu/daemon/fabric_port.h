@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "nicemu/abi/ctl_protocol.h"
-#include "nicemu/daemon/remote/daemon_links.h"
+#include "nicemu/daemon/transport/daemon_links.h"
 #include "nicemu/daemon/stats_page.h"
 
 namespace nicemu::daemon {
