@@ -67,7 +67,6 @@ class DatagramMatcher : public FabricService {
   // Posts of one CDM held here, pending or finished but not yet taken (resource limits).
   size_t posts_of(uint64_t attach_id) const;
   size_t incoming_count() const { return incoming_.size(); }
-  size_t posts_count() const { return posts_.size(); }
   size_t backlog_count() const;
   uint64_t lost_count() const { return lost_; }
 
