@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nicemu/abi/cq_entry.h"
+#include "nicemu/abi/daemon_protocol.h"
 #include "nicemu/abi/gni_values.h"
 #include "nicemu/abi/mem_handle.h"
 #include "nicemu/abi/region_access.h"

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "nicemu/abi/ctl_protocol.h"
+#include "nicemu/abi/daemon_protocol.h"
 #include "nicemu/daemon/cdm/cdm_region.h"
 #include "nicemu/daemon/fabric_port.h"
 
