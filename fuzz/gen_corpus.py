@@ -21,7 +21,7 @@ def header_constant(path, name):
 
 
 CTL_MAGIC = 0x4E43544C
-CTL_VERSION = header_constant("nicemu/abi/ctl_protocol.h", "kVersion")
+CTL_VERSION = header_constant("nicemu/abi/ctl_header.h", "kVersion")
 ABI_VERSION = header_constant("nicemu/abi/shm_layout.h", "kAbiVersion")
 
 

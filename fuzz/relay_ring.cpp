@@ -24,6 +24,7 @@
 #include <spdlog/spdlog.h>
 
 #include "fuzz_driver.h"
+#include "nicemu/abi/daemon_protocol.h"
 #include "nicemu/abi/relay_ring.h"
 #include "nicemu/daemon/remote/smsg_relay.h"
 #include "shm_fixture.h"

@@ -23,6 +23,7 @@
 #include <spdlog/spdlog.h>
 
 #include "fuzz_driver.h"
+#include "nicemu/abi/daemon_protocol.h"
 #include "nicemu/abi/mem_handle.h"
 #include "nicemu/abi/smsg_channel.h"
 #include "nicemu/daemon/remote/smsg_relay.h"

@@ -20,7 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "nicemu/abi/ctl_protocol.h"
+#include "nicemu/abi/ctl_header.h"
 
 namespace nicemu::abi::ce {
 

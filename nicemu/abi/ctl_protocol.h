@@ -3,116 +3,20 @@
 // descriptors (the region memfd) travel as SCM_RIGHTS with the reply. The attach
 // connection of a CDM lives as long as the CDM: its closure is how the daemon learns that
 // a client died. Other connections (peer lookups, tools) are short-lived or cached.
+// The messages of the daemon with other daemons are in daemon_protocol.h; both share the
+// header and the op registry (ctl_header.h).
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
+#include "nicemu/abi/ctl_header.h"
 #include "nicemu/abi/msgq_layout.h"
 
 namespace nicemu::abi::ctl {
 
-inline constexpr uint32_t kMagic = 0x4E43544C;  // "NCTL"
-inline constexpr uint16_t kVersion = 7;  // 2: PeerLookup and MboxOpen name memory domains;
-                                         // 3: the collective engine (ce_ops.h);
-                                         // 4: the status reply comes in pages;
-                                         // 5: virtual-MDH registrations, PeerLookup by route;
-                                         // 6: DgramCancel names the post (lib_seq);
-                                         // 7: DRC credentials (Drc, DrcReply)
-inline constexpr size_t kMaxMessage = 73728;    // every message but a status reply (the largest:
-                                                // SmsgRelaySend of a 64 KiB SMSG message)
 // A status document can be megabytes on a busy node (hundreds of CDMs), more than one
 // seqpacket message may carry (the socket buffer bounds it), so it is read in pages.
 inline constexpr uint32_t kStatusPage = 65536;
-
-enum class Op : uint16_t {
-  kHello = 1,         // -> HelloReply
-  kAttach = 2,        // -> AttachReply + region memfd
-  kMemRegister = 3,   // -> MemRegisterReply
-  kMemDeregister = 4, // -> Reply
-  kCqCreate = 5,      // -> CqCreateReply
-  kCqDestroy = 6,     // -> Reply
-  kPeerLookup = 7,    // -> PeerLookupReply + peer region memfd
-  kMboxOpen = 8,      // -> MboxOpenReply
-  kCredIssue = 9,     // -> CredReply
-  kCredGrant = 10,    // -> CredReply
-  kStatus = 11,       // -> StatusReply (JSON text follows the struct)
-  kShutdown = 12,     // -> Reply, then the daemon stops
-  kCredRevoke = 13,   // -> Reply
-  // Datagrams (session management): matching is done by the daemons.
-  // Finished datagrams come back through the CDM's ring (dgram_ring.h); 20-22 (a post,
-  // test and probe that each waited for a reply) are retired.
-  kDgramCancel = 23,    // -> Reply              cancel an EP's pending datagram
-  kDgramIncoming = 24,  // daemon -> daemon, no reply: a directed post aimed at one of your CDMs
-  kDgramMatched = 25,   // daemon -> daemon, no reply: your post matched; here is the peer's data
-  kDgramRetract = 26,   // daemon -> daemon, no reply: a post forwarded earlier was cancelled
-  kDgramOpen = 27,      // -> DgramOpenReply     find or create the CDM's datagram completion ring
-  kDgramSubmit = 28,    // no reply: a CDM posts a datagram on one of its EPs (checked by the library)
-  kDgramKick = 29,      // no reply: the library drained a ring the daemon had stalled on
-  // BTE (GNI_PostRdma): requests travel through a ring in shared memory (bte_ring.h).
-  kBteOpen = 40,        // -> BteOpenReply + the node's BTE doorbell eventfd
-  kMemRegisterSegments = 60,  // -> MemRegisterReply (a variable-length request)
-  kBiConfigSet = 61,          // -> Reply            bandwidth-injection settings of the NIC
-  kBiConfigGet = 62,          // -> BiConfigReply
-  kFaultSet = 63,             // -> FaultReply       fault injection settings (nicemuctl fault)
-  kFaultGet = 64,             // -> FaultReply
-  // MSGQ (msgq_layout.h): the node's segment of the domain, and its tables.
-  kMsgqJoin = 50,         // -> MsgqJoinReply + segment memfd   GNI_MsgqInit
-  kMsgqLeave = 51,        // -> Reply                           GNI_MsgqRelease
-  kMsgqConnOpen = 52,     // -> MsgqConnReply                   GNI_MsgqGetConnAttrs
-  kMsgqConnect = 53,      // -> MsgqConnReply                   GNI_MsgqConnect
-  kMsgqConnRelease = 54,  // -> Reply                           GNI_MsgqConnRelease
-  kMsgqLookup = 55,       // -> MsgqLookupReply + segment memfd  a sender maps a node's segment
-  // SMSG to a node of another host (docs/fabric.md, "SMSG across hosts"): the sender's
-  // daemon relays each message over the fabric to the receiver's daemon.
-  kSmsgRelayOpen = 70,    // -> SmsgRelayOpenReply   GNI_SmsgInit towards another host
-  kSmsgRelaySend = 71,    // a record of the relay ring (relay_ring.h), never on the socket
-  kSmsgOpen = 72,         // daemon -> daemon, no reply: open the receiver's mailbox for a relay
-  kSmsgData = 73,         // daemon -> daemon, no reply: one message (variable length)
-  kSmsgAck = 74,          // daemon -> daemon, no reply: delivered / released / failure of a relay
-  kSmsgClose = 75,        // daemon -> daemon, no reply: the sender's CDM is gone, forget the relay
-  kSmsgRelayReleased = 76,  // no reply: a receiver released relayed messages; report credits now
-  kSmsgRelayDoorbell = 77,  // no reply: the CDM's relay ring (relay_ring.h) has messages
-  // Memory operations on NIC addresses of other hosts (remote_ops.h).
-  kRemotePost = 80,   // no reply: a CDM's FMA/AMO/RDMA/CQ-write post for another host's node
-  kRmaRequest = 81,   // daemon -> daemon over the fabric: execute one piece at the target
-  kRmaReply = 82,     // daemon -> daemon over the fabric: its outcome
-  kMsgqRemoteSend = 83,  // no reply: a CDM's GNI_MsgqSend to a node of another host
-  kMsgqDeliver = 84,     // daemon -> daemon over the fabric: into the target node's segment
-  kMsgqCredit = 85,      // daemon -> daemon over the fabric: ring slots freed, credits back
-  kMsgqResult = 86,      // daemon -> daemon over the fabric: messages stored or refused, in order
-  // The collective engine (Aries; ce_ops.h): VCE channels of the node and reductions.
-  kCeCreate = 90,        // -> CeCreateReply    GNI_CeCreate
-  kCeConfigure = 91,     // -> Reply            GNI_CeConfigure
-  kCeDestroy = 92,       // -> Reply            GNI_CeDestroy
-  kCePost = 93,          // no reply: a leaf's operand (GNI_PostFma, GNI_POST_CE)
-  kCeContribute = 94,    // daemon -> daemon: an operand or partial result for a channel's child slot
-  kCeResult = 95,        // daemon -> daemon: the result (or error) for a contribution
-  kCeProbe = 96,         // daemon -> daemon: is this channel / process still there?
-  kCeProbeReply = 97,    // daemon -> daemon: its answer
-  kCeMember = 98,        // no reply: a leaf EP of this CDM names its channel (GNI_EpSetCeAttr)
-  kCeLeafGone = 99,      // daemon -> daemon: that leaf's CDM is gone before it posted
-  kDrc = 100,            // -> DrcReply         libdrc (rdmacred.h): DrcAction
-  kRegBudget = 101,      // -> RegBudgetReply   room for registrations the library makes itself
-  kDrcSync = 102,        // daemon -> daemon: a DRC change made on another host (DrcSync)
-  kCeOpen = 103,         // -> CeOpenReply + memfd  the job's CE post page on this node (ce_ops.h)
-  kCeRing = 104,         // no reply: a CE channel's local posts of the round are in the post page
-};
-
-// Reply codes are gni_return_t values, so libugni can return them unchanged.
-struct Header {
-  uint32_t magic;
-  uint16_t version;
-  uint16_t op;        // Op
-  uint32_t seq;       // echoed in the reply
-  uint32_t length;    // bytes of the whole message
-};
-static_assert(sizeof(Header) == 16);
-
-struct Reply {
-  Header h;
-  int32_t rc;         // gni_return_t
-  uint32_t reserved;
-};
 
 struct Hello {
   Header h;
@@ -332,22 +236,6 @@ struct DrcReply {
   uint32_t cookie;
   uint32_t reserved;
 };
-// Over the fabric (authenticated by the cluster key): an acquire, grant, revoke or release
-// that the daemon of another host accepted from a client with `uid`, applied here as if that
-// client had asked (an acquire with its id, ptag and cookie). DRC credentials are
-// cluster-wide, as Cray's are.
-struct DrcSync {
-  Header h;
-  uint32_t action;  // DrcAction: kAcquire, kGrant, kRevoke, kRelease
-  uint32_t id;
-  uint32_t kind;
-  uint32_t value;
-  uint32_t ptag;
-  uint32_t cookie;
-  uint32_t flags;  // kDrcFlex
-  uint32_t uid;    // the requester's
-};
-static_assert(sizeof(DrcSync) == 48);
 
 // Page `offset` of the status JSON. Offset 0 takes a snapshot, which later pages of the
 // same connection read, so the pages of one document are consistent.
@@ -363,7 +251,6 @@ struct StatusReply {
 };
 static_assert(sizeof(StatusReply) + kStatusPage <= kMaxMessage);
 
-inline constexpr uint32_t kDgramMaxSize = 128;  // GNI_DATAGRAM_MAXSIZE
 
 // GNI_EpPostData[WId] on the attach connection, one-way: the library has already checked
 // what the API reports synchronously (sizes, one outstanding datagram per EP), and learns
@@ -414,40 +301,6 @@ struct DgramCancel {
 };
 static_assert(sizeof(DgramCancel) == 48 && offsetof(DgramCancel, lib_seq) == 40);
 
-// Between daemons. `origin_key` names the post at the origin daemon.
-struct DgramIncoming {
-  Header h;
-  uint64_t origin_key;
-  uint32_t origin_node;
-  uint32_t from_inst;   // poster (on origin_node)
-  uint32_t to_inst;     // target CDM on the receiving daemon
-  uint32_t ptag;
-  uint32_t cookie;
-  uint16_t data_len;
-  uint16_t buf_size;
-  uint8_t data[kDgramMaxSize];
-};
-struct DgramMatched {
-  Header h;
-  uint64_t origin_key;  // the post being completed (at the receiving daemon)
-  uint64_t peer_key;    // the post it matched (at the sender), so a forwarded copy of it is dropped
-  uint32_t peer_node;
-  uint32_t peer_inst;
-  uint16_t data_len;
-  uint16_t reserved[3];
-  uint8_t data[kDgramMaxSize];
-};
-// The origin's post `origin_key` is gone (cancelled, its CDM gone). Keys start at 1;
-// `origin_key` 0 (kDgramResetKey) says the origin lost the receiver (silent past the retry
-// budget, or restarted) and ended every datagram between the two: the receiver fails its own
-// posts towards the origin and forgets the origin's announcements.
-inline constexpr uint64_t kDgramResetKey = 0;
-struct DgramRetract {
-  Header h;
-  uint64_t origin_key;
-  uint32_t origin_node;
-  uint32_t reserved;
-};
 
 // Sent on the attach connection: finds or creates the CDM's BTE submission ring in its
 // heap. Every reply of a node passes the same doorbell (an eventfd the BTE engine sleeps on).
@@ -542,21 +395,6 @@ struct MsgqLookupReply {
   uint64_t size;
 };
 
-// A receiver's mailbox as GNI_SmsgInit's remote attributes name it: the registration of its
-// area, the area's address, the mailbox's offset and size, its credits and message size.
-// SmsgRelayOpen and SmsgOpen carry it whole; MboxOpen has the same fields in another order.
-struct MailboxAttrs {
-  uint64_t qword1;
-  uint64_t qword2;
-  uint64_t msg_buffer;
-  uint32_t mbox_offset;
-  uint32_t buff_size;
-  uint32_t credits;
-  uint32_t max_size;
-  bool operator==(const MailboxAttrs&) const = default;
-};
-static_assert(sizeof(MailboxAttrs) == 40);
-
 // On the attach connection: GNI_SmsgInit towards a NIC address of another host. The daemon
 // finds or creates the relay of (this CDM, peer, mailbox) and its SmsgRelayCtl in our heap
 // (shm_layout.h); the same attributes give the same relay, which resumes where it was.
@@ -592,57 +430,6 @@ struct SmsgRelaySend {
   uint8_t reserved[7];
 };
 
-// Between daemons (over the fabric). `relay` is the sender daemon's name of the channel;
-// the receiver's daemon keys its state by (sending node, relay).
-struct SmsgOpen {
-  Header h;
-  uint32_t origin_node;  // must be the fabric sender
-  uint32_t relay;
-  uint32_t from_inst;    // sender CDM (on origin_node)
-  uint32_t to_inst;      // receiver CDM, here
-  uint32_t ptag;
-  uint32_t cookie;
-  MailboxAttrs mbox;
-};
-
-// Mailbox attributes into MboxOpen's fields (or a MailboxAttrs): the receiver's daemon opens
-// the mailbox an SmsgOpen names as its own library's GNI_SmsgInit would.
-template <class Dst, class Src>
-constexpr void copy_mailbox_attrs(Dst& d, const Src& s) {
-  d.qword1 = s.qword1;
-  d.qword2 = s.qword2;
-  d.msg_buffer = s.msg_buffer;
-  d.mbox_offset = s.mbox_offset;
-  d.buff_size = s.buff_size;
-  d.credits = s.credits;
-  d.max_size = s.max_size;
-}
-
-struct SmsgData {
-  Header h;
-  uint32_t relay;
-  uint32_t seq;          // the relay's numbering, from 0
-  uint32_t remote_event;
-  uint32_t length;       // bytes following the struct
-  uint8_t tag;
-  uint8_t reserved[7];
-};
-// Receiver's daemon -> sender's daemon: messages [0, delivered) are in the mailbox, the
-// receiver released [0, released); status != 0 (a cqe:: error status): the relay is dead.
-struct SmsgAck {
-  Header h;
-  uint32_t relay;
-  uint32_t delivered;
-  uint32_t released;
-  uint32_t status;
-  uint32_t credit_event;   // what the sender's credit event carries (the receiver EP's remote event data)
-  uint32_t reserved;
-};
-struct SmsgClose {
-  Header h;
-  uint32_t relay;
-  uint32_t reserved;
-};
 // Library -> its daemon, one-way notes about a CDM's relays (ops kSmsgRelayReleased and
 // kSmsgRelayDoorbell): it released relayed messages up to the mailbox's note_at (shm_layout.h,
 // MboxCtl), so the daemon reports the credits at once instead of at its next poll of the
@@ -652,23 +439,12 @@ struct SmsgRelayNote {
   Header h;
   uint32_t reserved[2];
 };
-// Largest SMSG message (header + data) carried across hosts: an SmsgData must fit one
-// fabric message (wire::kMaxMessage, 64 KiB).
-inline constexpr uint32_t kSmsgRelayMaxSize = 65536 - sizeof(SmsgData);
 static_assert(sizeof(SmsgRelaySend) + kSmsgRelayMaxSize <= kMaxMessage);
-static_assert(sizeof(SmsgData) == 40 && sizeof(SmsgOpen) == 80 && sizeof(SmsgAck) == 40);
 static_assert(sizeof(SmsgRelayNote) == sizeof(Header) + 8);
 
 static_assert(sizeof(Attach) <= kMaxMessage && sizeof(MboxOpen) <= kMaxMessage);
 static_assert(sizeof(MemRegisterSegments) <= kMaxMessage);
-static_assert(sizeof(DgramSubmit) <= kMaxMessage && sizeof(DgramIncoming) <= kMaxMessage &&
-              sizeof(DgramMatched) <= kMaxMessage);
-static_assert(offsetof(Reply, rc) == 16);
+static_assert(sizeof(DgramSubmit) <= kMaxMessage);
 static_assert(sizeof(MboxOpen) == 72);
-
-template <typename T>
-constexpr Header make_header(Op op, uint32_t seq) {
-  return Header{kMagic, kVersion, static_cast<uint16_t>(op), seq, static_cast<uint32_t>(sizeof(T))};
-}
 
 }  // namespace nicemu::abi::ctl

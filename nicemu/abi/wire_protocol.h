@@ -104,7 +104,7 @@ enum RecordFlags : uint8_t {
 inline constexpr size_t kPackMax = 256;
 
 // The kinds of messages carried. Payloads are the daemons' own message structures
-// (nicemu/abi/ctl_protocol.h for datagram matching), validated by the receiver as if they
+// (nicemu/abi/daemon_protocol.h for datagram matching), validated by the receiver as if they
 // came from a local socket.
 enum class RecordType : uint8_t {
   kCtl = 1,    // a daemon-to-daemon control message (DgramIncoming, DgramMatched, ...)

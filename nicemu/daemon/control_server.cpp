@@ -12,7 +12,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "nicemu/abi/ctl_protocol.h"
+#include "nicemu/abi/ctl_header.h"
 
 namespace nicemu::daemon {
 

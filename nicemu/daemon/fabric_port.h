@@ -12,8 +12,8 @@
 #include <initializer_list>
 #include <vector>
 
-#include "nicemu/abi/ctl_protocol.h"
-#include "nicemu/daemon/remote/daemon_links.h"
+#include "nicemu/abi/ctl_header.h"
+#include "nicemu/daemon/transport/daemon_links.h"
 #include "nicemu/daemon/stats_page.h"
 
 namespace nicemu::daemon {

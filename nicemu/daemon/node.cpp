@@ -1,6 +1,4 @@
 #include "nicemu/daemon/node.h"
-#include "nicemu/daemon/cdm/process_mdd.h"
-#include "nicemu/daemon/control/request.h"
 #include "nicemu/daemon/transport/udp_fabric.h"
 
 #include <unistd.h>
@@ -8,6 +6,7 @@
 #include <cstring>
 #include <memory>
 
+#include <nlohmann/json.hpp>
 #include <sodium.h>
 #include <spdlog/spdlog.h>
 
@@ -22,45 +21,29 @@ using namespace nicemu::abi;
 Node::Node(NodeConfig cfg)
     : cfg_(std::move(cfg)),
       dgrams_(
-          cfg_.nic_addr, port_.sender(),
-          [this](uint64_t id) -> CdmRegion* {
-            auto it = cdms_.find(id);
-            return it == cdms_.end() ? nullptr : it->second.get();
-          },
-          [this](const Credential& c, uint32_t inst) { return find_cdm(c, inst); }),
+          cfg_.nic_addr, port_.sender(), [this](uint64_t id) { return cdms_.get(id); },
+          [this](const Credential& c, uint32_t inst) { return cdms_.find(c, inst); }),
       remote_out_(port_.remote_sender(), [this](uint32_t node) { return port_.reach(node); }),
       remote_in_(cfg_.nic_addr, bte_.regions(), port_.remote_sender()),
       msgq_relay_(
           cfg_.nic_addr, port_.remote_sender(), [this](uint32_t node) { return port_.peer_up(node); },
-          [this](const Credential& c) -> MsgqSegment* {
-            auto it = msgqs_.find(c);
-            return it == msgqs_.end() ? nullptr : it->second.get();
-          },
-          [this](const std::function<void(MsgqSegment&)>& f) {
-            for (auto& [cred, seg] : msgqs_) f(*seg);
-          },
+          [this](const Credential& c) { return msgqs_.find(c); },
+          [this](const std::function<void(MsgqSegment&)>& f) { msgqs_.for_each(f); },
           [this](uint64_t attach_id, uint32_t cq, uint64_t entry) {
-            if (auto it = cdms_.find(attach_id); it != cdms_.end() && it->second->alive())
-              it->second->push_cqes(cq, &entry, 1);
+            if (CdmRegion* r = cdms_.live(attach_id)) r->push_cqes(cq, &entry, 1);
           }),
       smsg_(cfg_.nic_addr, stats_,
             SmsgRelayEnv{
-                [this](uint64_t id) -> CdmRegion* {
-                  auto it = cdms_.find(id);
-                  return it == cdms_.end() ? nullptr : it->second.get();
-                },
-                [this](const Credential& c, uint32_t domain) { return find_cdm_by_domain(c, domain); },
+                [this](uint64_t id) { return cdms_.get(id); },
+                [this](const Credential& c, uint32_t domain) { return cdms_.find_by_domain(c, domain); },
                 [this](CdmRegion& t) {
                   Peer remote{};  // a mailbox opened for a sender of another host counts as the receiver's
                   remote.uid = static_cast<uid_t>(-1);
-                  return may_take(remote, Resource::kMailboxes, t.pid(), t.credential());
+                  return quotas_.may_take(remote, Resource::kMailboxes, t.pid(), t.credential());
                 },
                 [this](uint32_t node) { return port_.remote(node); }, port_.remote_sender(),
                 [this](uint32_t node) { return port_.peer_up(node); }}),
-      ce_(cfg_.nic_addr, CeEnv{port_.sender(), [this](uint64_t id) -> CdmRegion* {
-                                 auto it = cdms_.find(id);
-                                 return it != cdms_.end() && it->second->alive() ? it->second.get() : nullptr;
-                               }}) {
+      ce_(cfg_.nic_addr, CeEnv{port_.sender(), [this](uint64_t id) { return cdms_.live(id); }}) {
   // Messages from other hosts' daemons go from the port to the service of their type.
   using enum Op;
   port_.route({kRmaReply}, remote_out_);
@@ -69,7 +52,7 @@ Node::Node(NodeConfig cfg)
   port_.route({kMsgqDeliver, kMsgqCredit, kMsgqResult}, msgq_relay_);
   port_.route({kDgramIncoming, kDgramMatched, kDgramRetract}, dgrams_);
   port_.route({kCeContribute, kCeResult, kCeProbe, kCeProbeReply, kCeLeafGone}, ce_);
-  port_.route({kDrcSync}, drc_sync_);
+  port_.route({kDrcSync}, creds_);
   // Cookies come from the kernel's CSPRNG (libsodium): a user must not be able to predict
   // the credential of another user's next job.
   if (sodium_init() < 0) throw std::runtime_error("libsodium initialisation failed");
@@ -94,92 +77,8 @@ Node::Node(NodeConfig cfg)
   bool seed_given = false;
   if (!cfg_.fault_spec.empty() && !nicemu::fault::parse_spec(cfg_.fault_spec, fc, err, &seed_given))
     throw std::runtime_error("--fault: " + err);
-  publish_fault(fc, seed_given, "start");
-  load_credentials();
-}
-
-std::array<uint64_t, 2> Node::usage(Resource r, pid_t pid, const Credential& c) const {
-  std::array<uint64_t, 2> u{0, 0};
-  // A process's registrations are in one MDD table for all its CDMs of one domain
-  // (process_mdd.h): count the room granted to it (on_reg_budget) once per (process, domain).
-  std::map<std::pair<pid_t, Credential>, uint64_t> regs;
-  // The CDMs of the credential, then those of the process under other credentials.
-  std::vector<uint64_t> ids = cdm_index_.of_credential(c);
-  for (uint64_t id : cdm_index_.of_process(pid))
-    if (auto it = cdms_.find(id); it != cdms_.end() && !(it->second->credential() == c)) ids.push_back(id);
-  for (uint64_t id : ids) {
-    auto it = cdms_.find(id);
-    if (it == cdms_.end()) continue;
-    const CdmRegion* cdm = it->second.get();
-    const bool mine = cdm->pid() == pid, ours = cdm->credential() == c;
-    uint64_t n = 0;
-    switch (r) {
-      case Resource::kCdms: n = 1; break;
-      case Resource::kRegistrations: {
-        uint64_t& m = regs[{cdm->pid(), cdm->credential()}];
-        m = cdm->mdd().granted;
-        continue;
-      }
-      case Resource::kCqs: n = cdm->live_cqs(); break;
-      case Resource::kMailboxes: n = cdm->mailboxes(); break;
-      case Resource::kDatagrams: n = dgrams_.posts_of(id); break;
-    }
-    if (mine) u[0] += n;
-    if (ours) u[1] += n;
-  }
-  for (const auto& [key, n] : regs) {
-    if (key.first == pid) u[0] += n;
-    if (key.second == c) u[1] += n;
-  }
-  return u;
-}
-
-bool Node::may_take(Peer& peer, Resource r, pid_t pid, const Credential& c) {
-  const size_t i = static_cast<size_t>(r);
-  auto [by_process, by_credential] = usage(r, pid, c);
-  const bool process_full = by_process >= cfg_.limits.per_process[i];
-  if (!process_full && by_credential < cfg_.limits.per_credential[i]) return true;
-  ++ctr_.resource_refused;
-  ++peer.refusals;
-  if (peer.refusals <= 8 || peer.refusals % 1000 == 0)
-    spdlog::warn("nic {}: {} limit reached for pid {} (ptag {}): {} {} of max {}", cfg_.nic_addr, kResourceNames[i],
-                 pid, c.ptag, process_full ? "process holds" : "credential holds",
-                 process_full ? by_process : by_credential,
-                 process_full ? cfg_.limits.per_process[i] : cfg_.limits.per_credential[i]);
-  return false;
-}
-
-CdmRegion* Node::owned_cdm(const Peer& peer) {
-  auto it = cdms_.find(peer.attach_id);
-  return it == cdms_.end() ? nullptr : it->second.get();
-}
-
-std::vector<CdmRegion*> Node::family(pid_t pid, const Credential& c) {
-  std::vector<CdmRegion*> out;
-  for (uint64_t id : cdm_index_.of_process(pid))
-    if (auto it = cdms_.find(id); it != cdms_.end()) {
-      CdmRegion* r = it->second.get();
-      if (r->credential() == c && r->alive()) out.push_back(r);
-    }
-  return out;
-}
-
-CdmRegion* Node::find_cdm(const Credential& c, uint32_t inst_id) {
-  for (uint64_t id : cdm_index_.with_inst(c, inst_id))
-    if (auto it = cdms_.find(id); it != cdms_.end() && it->second->alive()) return it->second.get();
-  return nullptr;
-}
-
-CdmRegion* Node::find_cdm_by_domain(const Credential& c, uint32_t domain) {
-  if (domain & mdh::kVmdhRoute) {
-    auto d = bte_.regions().vmdh().domain(c.ptag, c.cookie, domain & ~mdh::kVmdhRoute);
-    if (!d) return nullptr;
-    domain = *d;
-  }
-  if (domain == 0 || domain >= domains_.size() || domains_[domain] == 0) return nullptr;
-  auto it = cdms_.find(domains_[domain]);
-  if (it == cdms_.end() || !(it->second->credential() == c) || !it->second->alive()) return nullptr;
-  return it->second.get();
+  fault_.publish(fc, seed_given, "start");
+  creds_.load();
 }
 
 void Node::set_fabric(UdpFabric* f) {
@@ -197,45 +96,51 @@ const Node::Table& Node::table() {
       for (Op op : ops) t.at(static_cast<uint16_t>(op)) = f;
     };
     using enum Op;
-    on({kHello}, &Node::on_hello);
-    on({kAttach}, &Node::on_attach);
-    on({kCredIssue, kCredGrant, kCredRevoke}, &Node::on_cred);
-    on({kDrc}, &Node::on_drc);
-    on({kShutdown}, &Node::on_shutdown);
-    on({kMemRegister}, &Node::with_cdm<ctl::MemRegister, ctl::MemRegisterReply, &Node::on_mem_register>);
-    on({kMemRegisterSegments}, &Node::on_mem_register_segments);
-    on({kMemDeregister}, &Node::with_cdm<ctl::MemDeregister, PlainReply, &Node::on_mem_deregister>);
-    on({kRegBudget}, &Node::on_reg_budget);
-    on({kCqCreate}, &Node::with_cdm<ctl::CqCreate, ctl::CqCreateReply, &Node::on_cq_create>);
-    on({kCqDestroy}, &Node::with_cdm<ctl::CqDestroy, PlainReply, &Node::on_cq_destroy>);
-    on({kPeerLookup}, &Node::on_peer_lookup);
-    on({kMboxOpen}, &Node::on_mbox_open);
-    on({kBteOpen}, &Node::with_cdm<ctl::BteOpen, ctl::BteOpenReply, &Node::on_bte_open>);
-    on({kBiConfigSet}, &Node::on_bi_config_set);
-    on({kBiConfigGet}, &Node::on_bi_config_get);
-    on({kFaultSet, kFaultGet}, &Node::handle_fault);
-    on({kStatus}, &Node::on_status);
-    // From this host's other daemons too (datagram matching): handle_datagram checks who.
-    on({kDgramOpen}, &Node::with_cdm<ctl::DgramOpen, ctl::DgramOpenReply, &Node::on_dgram_open>);
-    on({kDgramCancel}, &Node::with_cdm<ctl::DgramCancel, PlainReply, &Node::on_dgram_cancel>);
-    on({kDgramSubmit, kDgramKick, kDgramIncoming, kDgramMatched, kDgramRetract}, &Node::handle_datagram);
+    namespace c = control;
+    on({kHello}, [](Node& n, Request& q) { c::hello(q, n.nic_); });
+    on({kAttach}, [](Node& n, Request& q) {
+      c::attach(q, n.nic_, n.creds_, n.cdms_, n.quotas_, n.bte_, n.stats_, n.ctr_);
+    });
+    on({kCredIssue, kCredGrant, kCredRevoke}, [](Node& n, Request& q) { c::cred(q, n.creds_, n.ctr_); });
+    on({kDrc}, [](Node& n, Request& q) { c::drc(q, n.creds_, n.ctr_); });
+    on({kShutdown}, [](Node& n, Request& q) { c::shutdown(q, n.shutdown_requested_); });
+    on({kMemRegister}, [](Node& n, Request& q) {
+      c::mem_register(q, n.nic_, n.cdms_, n.bte_.regions().vmdh(), n.ctr_);
+    });
+    on({kMemRegisterSegments}, [](Node& n, Request& q) {
+      c::mem_register_segments(q, n.nic_, n.cdms_, n.bte_.regions().vmdh(), n.ctr_);
+    });
+    on({kMemDeregister}, [](Node& n, Request& q) { c::mem_deregister(q, n.cdms_, n.bte_.regions().vmdh(), n.ctr_); });
+    on({kRegBudget}, [](Node& n, Request& q) { c::reg_budget(q, n.cdms_, n.quotas_, n.ctr_); });
+    on({kCqCreate}, [](Node& n, Request& q) { c::cq_create(q, n.cdms_, n.quotas_, n.ctr_); });
+    on({kCqDestroy}, [](Node& n, Request& q) { c::cq_destroy(q, n.cdms_, n.ctr_); });
+    on({kPeerLookup}, [](Node& n, Request& q) { c::peer_lookup(q, n.nic_, n.creds_, n.cdms_, n.ctr_); });
+    on({kMboxOpen}, [](Node& n, Request& q) { c::mbox_open(q, n.creds_, n.cdms_, n.quotas_, n.ctr_); });
+    on({kBteOpen}, [](Node& n, Request& q) { c::bte_open(q, n.cdms_, n.bte_, n.ctr_); });
+    on({kBiConfigSet}, [](Node& n, Request& q) { c::bi_config_set(q, n.bi_, n.ctr_); });
+    on({kBiConfigGet}, [](Node& n, Request& q) { c::bi_config_get(q, n.bi_, n.ctr_); });
+    on({kFaultSet, kFaultGet}, [](Node& n, Request& q) { c::fault(q, n.fault_, n.ctr_); });
+    on({kStatus}, [](Node& n, Request& q) {
+      c::status(q, [&n](const Peer& viewer) { return n.status(&viewer); }, n.ctr_);
+    });
+    // From this host's other daemons too (datagram matching): control::datagram checks who.
+    on({kDgramOpen}, [](Node& n, Request& q) { c::dgram_open(q, n.cdms_, n.quotas_, n.ctr_); });
+    on({kDgramCancel}, [](Node& n, Request& q) { c::dgram_cancel(q, n.cdms_, n.dgrams_, n.ctr_); });
+    on({kDgramSubmit, kDgramKick, kDgramIncoming, kDgramMatched, kDgramRetract},
+       [](Node& n, Request& q) { c::datagram(q, n.cdms_, n.dgrams_, n.quotas_, n.ctr_); });
     on({kMsgqJoin, kMsgqLeave, kMsgqConnOpen, kMsgqConnect, kMsgqConnRelease, kMsgqLookup, kMsgqRemoteSend},
-       &Node::handle_msgq);
-    on({kRemotePost}, &Node::on_remote_post);
+       [](Node& n, Request& q) { c::msgq(q, n.nic_, n.creds_, n.cdms_, n.msgqs_, n.port_, n.msgq_relay_, n.ctr_); });
+    on({kRemotePost}, [](Node& n, Request& q) { c::remote_post(q, n.cdms_, n.bte_.regions(), n.remote_out_, n.ctr_); });
     // kSmsgRelaySend only as a record of the relay ring: one path keeps sends in order.
-    on({kSmsgRelayOpen}, &Node::with_cdm<ctl::SmsgRelayOpen, ctl::SmsgRelayOpenReply, &Node::on_smsg_relay_open>);
-    on({kSmsgRelayDoorbell, kSmsgRelayReleased}, &Node::on_smsg_relay_note);
+    on({kSmsgRelayOpen}, [](Node& n, Request& q) { c::smsg_relay_open(q, n.cdms_, n.smsg_, n.ctr_); });
+    on({kSmsgRelayDoorbell, kSmsgRelayReleased},
+       [](Node& n, Request& q) { c::smsg_relay_note(q, n.cdms_, n.smsg_, n.ctr_); });
     on({kCeCreate, kCeConfigure, kCeDestroy, kCePost, kCeContribute, kCeResult, kCeProbe, kCeProbeReply, kCeMember,
         kCeLeafGone, kCeOpen, kCeRing},
-       &Node::handle_ce);
+       [](Node& n, Request& q) { c::ce(q, n.nic_, n.cdms_, n.ce_, n.ctr_); });
     return t;
   }();
   return t;
-}
-
-void Node::bad(Request& q) {
-  ++ctr_.malformed_messages;
-  init_reply<PlainReply>(q.reply, q.h).r.rc = rc::kInvalidParam;
 }
 
 void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& reply, PassFds& pass_fds) {
@@ -266,29 +171,24 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
   }
   Request q{peer, h, msg, len, reply, pass_fds};
   Handler f = h.op < table().size() ? table()[h.op] : nullptr;
-  if (!f) return bad(q);
-  (this->*f)(q);
+  if (!f) return bad(q, ctr_);
+  f(*this, q);
 }
 
 void Node::connection_closed(Peer& peer) {
-  auto it = cdms_.find(peer.attach_id);
-  if (it == cdms_.end()) return;
+  CdmRegion* cdm = cdms_.get(peer.attach_id);
+  if (!cdm) return;
   dgrams_.cdm_gone(peer.attach_id);
   smsg_.cdm_gone(peer.attach_id);
-  msgq_leave(*it->second);
-  it->second->kill(kRegionDead);
+  msgqs_.leave(*cdm);
+  cdm->kill(kRegionDead);
   bte_.region_gone(peer.attach_id);
   spdlog::info("nic {}: inst {} of pid {} is gone; its registrations, CQs and mailboxes are reclaimed",
-               cfg_.nic_addr, it->second->inst_id(), peer.pid);
+               cfg_.nic_addr, cdm->inst_id(), peer.pid);
   ++ctr_.detaches;
-  pid_t pid = it->second->pid();
-  Credential cred = it->second->credential();
-  stats_.cdm_detached(peer.attach_id, it->second->counter_block());
-  leases_.remove(it->second->header());
-  domains_[it->second->mem_domain()] = 0;
-  bte_.regions().vmdh().unbind_domain(it->second->mem_domain());  // its vMDH indices are free again
-  cdm_index_.remove(peer.attach_id, pid, cred, it->second->inst_id());
-  cdms_.erase(it);
+  stats_.cdm_detached(peer.attach_id, cdm->counter_block());
+  bte_.regions().vmdh().unbind_domain(cdm->mem_domain());  // its vMDH indices are free again
+  cdms_.remove(peer.attach_id);
   ce_.cdm_gone(peer.attach_id);
   peer.attach_id = 0;
 }
@@ -296,18 +196,86 @@ void Node::connection_closed(Peer& peer) {
 void Node::shutdown() {
   smsg_.stop();
   ce_.stop();
-  for (auto& [id, r] : cdms_) {
+  for (auto& [id, r] : cdms_.all()) {
     r->kill(kRegionNicDown);
     bte_.region_gone(id);
     stats_.cdm_detached(id, r->counter_block());
-    leases_.remove(r->header());
   }
   cdms_.clear();
-  cdm_index_.clear();
-  domains_.fill(0);
-  for (auto& [c, seg] : msgqs_) seg->kill(msgq::kSegmentNicDown);
-  msgqs_.clear();
+  msgqs_.kill_all();
   bte_.stop();
+}
+
+void to_json(nlohmann::json& j, const Counter& c) { j = c.value(); }
+
+bool Node::reload_fault(const std::string& spec, std::string& error) { return fault_.reload(spec, error); }
+
+nlohmann::json Node::status(const Peer* viewer) const {
+  using nlohmann::json;
+  json cdms = json::array();
+  for (const auto& [id, r] : cdms_.all()) {
+    cdms.push_back({{"attach_id", id},
+                    {"pid", r->pid()},
+                    {"inst_id", r->inst_id()},
+                    {"ptag", r->credential().ptag},
+                    {"cookie", creds_.shown_cookie(viewer, r->credential())},
+                    {"alive", r->alive()},
+                    {"registrations", r->live_registrations()},
+                    {"cqs", r->live_cqs()},
+                    {"mailboxes", r->mailboxes()},
+                    {"heap_bytes", r->heap_in_use()}});
+  }
+  auto up = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  return json{{"nic_addr", cfg_.nic_addr},
+              {"device_type", cfg_.device_type == rc::kDeviceAries ? "aries" : "gemini"},
+              {"pid", getpid()},
+              {"socket", cfg_.socket_path},
+              {"counter_page", stats_.path()},
+              {"uptime_s", up},
+              {"credentials", creds_.status(viewer)},
+              {"cdms", cdms},
+              {"bte", bte_.status()},
+              {"remote_ops", {{"initiator", remote_out_.status()}, {"target", remote_in_.status()}}},
+              {"collective_engine", ce_.status()},
+              {"msgq_relay", msgq_relay_.status()},
+              {"msgq", msgqs_.status()},
+              {"fault", fault_.status()},
+              {"fabric", port_.transport() ? port_.transport()->status() : nlohmann::json(nullptr)},
+              {"smsg_relay", smsg_.status()},
+              {"counters",
+               {{"connections", ctr_.connections},
+                {"attaches", ctr_.attaches},
+                {"attach_refused", ctr_.attach_refused},
+                {"detaches", ctr_.detaches},
+                {"registrations", ctr_.registrations},
+                {"deregistrations", ctr_.deregistrations},
+                {"cq_creates", ctr_.cq_creates},
+                {"cq_destroys", ctr_.cq_destroys},
+                {"peer_lookups", ctr_.peer_lookups},
+                {"peer_lookup_failures", ctr_.peer_lookup_failures},
+                {"mbox_opens", ctr_.mbox_opens},
+                {"malformed_messages", ctr_.malformed_messages},
+                {"credentials_issued", ctr_.credentials_issued},
+                {"datagrams_posted", ctr_.datagrams_posted},
+                {"datagrams_cancelled", ctr_.datagrams_cancelled},
+                {"datagrams_pending", dgrams_.pending_posts()},
+                {"datagrams_incoming", dgrams_.incoming_count()},
+                {"datagrams_backlog", dgrams_.backlog_count()},
+                {"datagrams_lost", dgrams_.lost_count()},
+                {"msgq_joins", ctr_.msgq_joins},
+                {"msgq_join_refused", ctr_.msgq_join_refused},
+                {"msgq_lookups", ctr_.msgq_lookups},
+                {"credential_refused", ctr_.credential_refused},
+                {"resource_refused", ctr_.resource_refused},
+                {"accept_deferred", ctr_.accept_deferred}}}};
+}
+
+void Node::refresh_counters() {
+  // Also the periodic tick for MSGQ messages from other hosts (held for ring room, or
+  // waiting for the fabric) and the credits of their ring slots.
+  if (msgq_relay_.busy()) msgq_relay_.progress();
+  for (auto& [id, r] : cdms_.all()) stats_.refresh(id, r->counter_block());
+  stats_.refreshed();
 }
 
 }  // namespace nicemu::daemon

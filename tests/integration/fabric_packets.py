@@ -146,7 +146,7 @@ def main():
         struct.pack("<IHHII", CTL_MAGIC, CTL_VERSION, 2, 0, 16),    # an attach, not for peers
         struct.pack("<IHHII", CTL_MAGIC, CTL_VERSION, 24, 0, 999),  # length lies
         struct.pack("<IHHIIQII", CTL_MAGIC, CTL_VERSION, 26, 0, 32, 7, dst + 1, 0),  # about another node
-        # SMSG relay messages (ctl_protocol.h SmsgOpen/SmsgData/SmsgAck): an open about
+        # SMSG relay messages (daemon_protocol.h SmsgOpen/SmsgData/SmsgAck): an open about
         # another node, an open with zero credits, data whose length lies, a short ack.
         struct.pack("<IHHII6I3Q4I", CTL_MAGIC, CTL_VERSION, 72, 0, 80, dst + 1, 5, 0, 0, 1, 1, 0, 0, 0, 0, 0, 4, 64),
         struct.pack("<IHHII6I3Q4I", CTL_MAGIC, CTL_VERSION, 72, 0, 80, src, 5, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 64),

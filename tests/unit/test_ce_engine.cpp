@@ -1,4 +1,4 @@
-// The daemon's collective engine (nicemu/daemon/ce_engine.h) as another daemon sees it,
+// The daemon's collective engine (nicemu/daemon/ce/ce_engine.h) as another daemon sees it,
 // without processes: malformed and forged CE messages are refused with a reason (the node
 // counts and drops them), a contribution for a channel that does not exist is answered
 // with an error result to its sender, probes are answered, a probe nobody answers fails

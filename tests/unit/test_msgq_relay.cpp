@@ -1,4 +1,4 @@
-// The daemons' MSGQ relay (nicemu/daemon/msgq_relay.h) without sockets: a sender's relay
+// The daemons' MSGQ relay (nicemu/daemon/remote/msgq_relay.h) without sockets: a sender's relay
 // (node 1) and a target's (node 2) over a fake fabric the test pumps by hand, with real
 // segments. Local completions: posted in order when the target's results come back, with
 // PEER_GONE for a message nobody could take, TRANSIENT for everything waiting on a peer

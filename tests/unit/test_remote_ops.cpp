@@ -1,4 +1,4 @@
-// Memory operations across hosts (nicemu/daemon/remote_requester.h, remote_responder.h)
+// Memory operations across hosts (nicemu/daemon/remote/remote_requester.h, remote_responder.h)
 // without sockets: an initiating daemon's requester (node 0) and a target daemon's responder
 // (node 1) over a fake fabric pumped by hand, with real CDM regions of this process. PUT and
 // GET in several pieces, AMOs, CQ writes, remote events; a transfer outside the target's

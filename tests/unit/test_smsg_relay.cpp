@@ -1,4 +1,4 @@
-// The daemons' SMSG relay (nicemu/daemon/smsg_relay.h) without sockets: two relays, a
+// The daemons' SMSG relay (nicemu/daemon/remote/smsg_relay.h) without sockets: two relays, a
 // sender's (node 0) and a receiver's (node 1), over a fake fabric the test pumps by hand,
 // with real CDM regions. Delivery into the mailbox, remote and local CQEs, credits coming
 // back through the relay block; the receiver's checks (forged, out-of-sequence, oversized
@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nicemu/abi/cq_entry.h"
+#include "nicemu/abi/daemon_protocol.h"
 #include "nicemu/abi/gni_values.h"
 #include "nicemu/abi/mem_handle.h"
 #include "nicemu/abi/region_access.h"

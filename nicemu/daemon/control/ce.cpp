@@ -1,6 +1,8 @@
 // Control requests of the collective engine (ce/ce_engine.h): GNI_Ce* of an attached CDM,
 // and CE messages of this host's other daemons.
-#include "nicemu/daemon/control/request.h"
+#include "nicemu/daemon/ce/ce_engine.h"
+#include "nicemu/daemon/control/cdm_table.h"
+#include "nicemu/daemon/control/handlers.h"
 
 #include <unistd.h>
 
@@ -13,25 +15,25 @@ namespace nicemu::daemon {
 
 using namespace nicemu::abi;
 
-void Node::handle_ce(Request& q) {
+void control::ce(Request& q, const NicInfo& nic, CdmTable& cdms, CeEngine& engine, Counters& ctr) {
   namespace ace = abi::ce;
   const Op op = static_cast<Op>(q.h.op);
   const bool wants_reply =
       op == Op::kCeCreate || op == Op::kCeConfigure || op == Op::kCeDestroy || op == Op::kCeOpen;
   auto bad = [&] {
-    ++ctr_.malformed_messages;
+    ++ctr.malformed_messages;
     if (wants_reply) init_reply<PlainReply>(q.reply, q.h).r.rc = rc::kInvalidParam;
   };
-  CdmRegion* cdm = owned_cdm(q.peer);
+  CdmRegion* cdm = cdms.owned(q.peer);
   // The collective engine is an Aries block; a Gemini NIC has none.
-  const bool aries = cfg_.device_type == gni::kDeviceAries;
+  const bool aries = nic.device_type == gni::kDeviceAries;
   // The post page's ops are numbered outside ctl::Op (abi/ce_ops.h).
   if (op == Op::kCeOpen) {
     ace::CeOpen req;
     if (!parse(q, req)) return bad();
     auto& r = init_reply<ace::CeOpenReply>(q.reply, q.h);
     int fd = -1;
-    r.r.rc = !aries ? rc::kIllegalOp : cdm ? ce_.open_page(*cdm, r.slot, fd) : rc::kInvalidState;
+    r.r.rc = !aries ? rc::kIllegalOp : cdm ? engine.open_page(*cdm, r.slot, fd) : rc::kInvalidState;
     if (r.r.rc == rc::kSuccess) {
       r.bytes = ace::kPostPageBytes;
       q.pass_fds = {fd, -1, -1};
@@ -41,37 +43,37 @@ void Node::handle_ce(Request& q) {
   if (op == Op::kCeRing) {  // one-way
     ace::CeRing req;
     if (!parse(q, req) || !cdm || !aries) return bad();
-    return ce_.ring();
+    return engine.ring();
   }
   switch (op) {
     case Op::kCeCreate: {
       ace::CeCreate req;
       if (!parse(q, req)) return bad();
       auto& r = init_reply<ace::CeCreateReply>(q.reply, q.h);
-      r.r.rc = !aries ? rc::kIllegalOp : cdm ? ce_.create(*cdm, r.ce_id) : rc::kInvalidState;
+      r.r.rc = !aries ? rc::kIllegalOp : cdm ? engine.create(*cdm, r.ce_id) : rc::kInvalidState;
       return;
     }
     case Op::kCeConfigure: {
       ace::CeConfigure req;
       if (!parse(q, req)) return bad();
-      init_reply<PlainReply>(q.reply, q.h).r.rc = !aries ? rc::kIllegalOp : cdm ? ce_.configure(*cdm, req) : rc::kInvalidState;
+      init_reply<PlainReply>(q.reply, q.h).r.rc = !aries ? rc::kIllegalOp : cdm ? engine.configure(*cdm, req) : rc::kInvalidState;
       return;
     }
     case Op::kCeDestroy: {
       ace::CeDestroy req;
       if (!parse(q, req)) return bad();
-      init_reply<PlainReply>(q.reply, q.h).r.rc = !aries ? rc::kIllegalOp : cdm ? ce_.destroy(*cdm, req.ce_id) : rc::kInvalidState;
+      init_reply<PlainReply>(q.reply, q.h).r.rc = !aries ? rc::kIllegalOp : cdm ? engine.destroy(*cdm, req.ce_id) : rc::kInvalidState;
       return;
     }
     case Op::kCePost: {  // one-way: refusals become error results
       ace::CePost req;
       if (!parse(q, req) || !cdm || !aries) return bad();
-      return ce_.post(*cdm, req);
+      return engine.post(*cdm, req);
     }
     case Op::kCeMember: {  // one-way
       ace::CeMember req;
       if (!parse(q, req) || !cdm || !aries) return bad();
-      return ce_.member(*cdm, req);
+      return engine.member(*cdm, req);
     }
     default: {
       // Between the daemons of this host (root or the daemon's own user); the message names
@@ -80,9 +82,9 @@ void Node::handle_ce(Request& q) {
       uint32_t origin = 0;
       if (q.len < sizeof(ctl::Header) + sizeof origin) return bad();
       std::memcpy(&origin, q.msg + sizeof(ctl::Header), sizeof origin);
-      if (const char* why = ce_.message(origin, q.h, q.msg, q.len)) {
-        ++ctr_.malformed_messages;
-        spdlog::warn("nic {}: CE message from pid {} dropped: {}", cfg_.nic_addr, q.peer.pid, why);
+      if (const char* why = engine.message(origin, q.h, q.msg, q.len)) {
+        ++ctr.malformed_messages;
+        spdlog::warn("nic {}: CE message from pid {} dropped: {}", nic.nic_addr, q.peer.pid, why);
       }
       return;
     }

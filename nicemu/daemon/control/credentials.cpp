@@ -1,7 +1,7 @@
 // Control requests about who may use the NIC: job credentials (issue, grant, revoke), DRC
 // credentials (libdrc: acquire, grant, revoke, access, release), the attach of a CDM, the
 // daemon's own hello and shutdown.
-#include "nicemu/daemon/control/request.h"
+#include "nicemu/daemon/control/credentials.h"
 
 #include <unistd.h>
 
@@ -15,47 +15,48 @@
 #include <optional>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
+#include "nicemu/abi/daemon_protocol.h"
 #include "nicemu/common/wlm_job.h"
+#include "nicemu/daemon/bte/bte_engine.h"
 #include "nicemu/daemon/cdm/process_mdd.h"
+#include "nicemu/daemon/control/cdm_table.h"
+#include "nicemu/daemon/control/handlers.h"
+#include "nicemu/daemon/control/quotas.h"
+#include "nicemu/daemon/control/request.h"
 
 namespace nicemu::daemon {
 
 using namespace nicemu::abi;
 
-void Node::on_hello(Request& q) {
+void control::hello(Request& q, const NicInfo& nic) {
   auto& r = init_reply<ctl::HelloReply>(q.reply, q.h);
-  r.nic_addr = cfg_.nic_addr;
-  r.device_type = cfg_.device_type;
+  r.nic_addr = nic.nic_addr;
+  r.device_type = nic.device_type;
   r.daemon_pid = static_cast<uint32_t>(getpid());
   r.abi_version = kAbiVersion;
   r.r.rc = rc::kSuccess;
 }
 
-void Node::on_attach(Request& q) {
-  ctl::Attach req;
-  if (!parse(q, req)) return bad(q);
-  auto& r = init_reply<ctl::AttachReply>(q.reply, q.h);
-  r.r.rc = attach(q.peer, req, r, q.pass_fds);
-}
-
-void Node::on_cred(Request& q) {
+void control::cred(Request& q, Credentials& creds, Counters& ctr) {
   ctl::Cred req;
-  if (!parse(q, req) || (req.flags & ~ctl::kCredGid) != 0) return bad(q);
+  if (!parse(q, req) || (req.flags & ~ctl::kCredGid) != 0) return bad(q, ctr);
   auto& r = init_reply<ctl::CredReply>(q.reply, q.h);
-  r.r.rc = handle_cred(q.peer, q.h, req, r);
-  if (r.r.rc == rc::kSuccess) save_credentials();
+  r.r.rc = creds.cred(q.peer, q.h, req, r);
+  if (r.r.rc == rc::kSuccess) creds.save();
 }
 
-void Node::on_drc(Request& q) {
+void control::drc(Request& q, Credentials& creds, Counters& ctr) {
   ctl::Drc req;
-  if (!parse(q, req) || (req.flags & ~(ctl::kDrcFlex | ctl::kDrcCopy)) != 0) return bad(q);
+  if (!parse(q, req) || (req.flags & ~(ctl::kDrcFlex | ctl::kDrcCopy)) != 0) return bad(q, ctr);
   auto& r = init_reply<ctl::DrcReply>(q.reply, q.h);
-  r.r.rc = handle_drc(q.peer, req, r);
-  if (r.r.rc == rc::kSuccess) save_credentials();
-  if (r.r.rc == rc::kSuccess && !(req.flags & ctl::kDrcCopy)) send_drc_sync(q.peer, req, r);
+  r.r.rc = creds.drc(q.peer, req, r);
+  if (r.r.rc == rc::kSuccess) creds.save();
+  if (r.r.rc == rc::kSuccess && !(req.flags & ctl::kDrcCopy)) creds.send_drc_sync(q.peer, req, r);
 }
 
-void Node::send_drc_sync(const Peer& peer, const ctl::Drc& req, const ctl::DrcReply& r) {
+void Credentials::send_drc_sync(const Peer& peer, const ctl::Drc& req, const ctl::DrcReply& r) {
   using ctl::DrcAction;
   const auto action = static_cast<DrcAction>(req.action);
   if (action != DrcAction::kAcquire && action != DrcAction::kGrant && action != DrcAction::kRevoke &&
@@ -77,10 +78,10 @@ void Node::send_drc_sync(const Peer& peer, const ctl::Drc& req, const ctl::DrcRe
     if (!port_.send(node, &m, sizeof m))
       spdlog::warn("nic {}: DRC credential {} change (action {}) not sent to NIC address {}: its daemon is not "
                    "reachable",
-                   cfg_.nic_addr, m.id, m.action, node);
+                   nic_addr_, m.id, m.action, node);
 }
 
-const char* Node::on_drc_sync(uint32_t from, const uint8_t* msg, size_t len) {
+const char* Credentials::receive(uint32_t from, const ctl::Header&, const uint8_t* msg, size_t len) {
   ctl::DrcSync m;
   if (len != sizeof m) return "DRC change of the wrong size";
   std::memcpy(&m, msg, sizeof m);
@@ -105,68 +106,68 @@ const char* Node::on_drc_sync(uint32_t from, const uint8_t* msg, size_t len) {
   req.cookie = m.cookie;
   req.flags = m.flags;
   ctl::DrcReply r{};
-  int code = handle_drc(remote, req, r);
-  if (code == rc::kSuccess) save_credentials();
+  int code = drc(remote, req, r);
+  if (code == rc::kSuccess) save();
   // A repeated grant or a revoke/release of what is already gone changes nothing.
   if (code != rc::kSuccess && !(code == rc::kInvalidState && action == DrcAction::kGrant) &&
       !(code == rc::kNoMatch && action != DrcAction::kAcquire))
     spdlog::warn("nic {}: DRC credential {} change (action {}) from NIC address {} for uid {} not applied: rc {}",
-                 cfg_.nic_addr, m.id, m.action, from, m.uid, code);
+                 nic_addr_, m.id, m.action, from, m.uid, code);
   return nullptr;
 }
 
-void Node::load_credentials() {
-  if (cfg_.cred_path.empty()) return;
+void Credentials::load() {
+  if (cred_path_.empty()) return;
   std::string text, why;
-  switch (credential_file::read(cfg_.cred_path, text, why)) {
+  switch (credential_file::read(cred_path_, text, why)) {
     case credential_file::ReadResult::kAbsent: return;
     case credential_file::ReadResult::kRejected: break;
     case credential_file::ReadResult::kOk:
-      why = credential_file::decode(text, cfg_.nic_addr, credentials_, drc_);
+      why = credential_file::decode(text, nic_addr_, credentials_, drc_);
       if (why.empty()) {
-        saved_credentials_ = text;
-        spdlog::info("nic {}: {} credential(s), {} of them DRC, restored from {}", cfg_.nic_addr,
-                     credentials_.size(), drc_.size(), cfg_.cred_path);
+        saved_ = text;
+        spdlog::info("nic {}: {} credential(s), {} of them DRC, restored from {}", nic_addr_,
+                     credentials_.size(), drc_.size(), cred_path_);
         return;
       }
-      why = cfg_.cred_path + ": " + why;
+      why = cred_path_ + ": " + why;
       break;
   }
   spdlog::error("nic {}: credential file ignored, starting with no credentials ({}); the next credential change "
                 "replaces it",
-                cfg_.nic_addr, why);
+                nic_addr_, why);
 }
 
-void Node::save_credentials() {
-  if (cfg_.cred_path.empty()) return;
+void Credentials::save() {
+  if (cred_path_.empty()) return;
   std::string text;
-  if (!credentials_.empty()) text = credential_file::encode(cfg_.nic_addr, credentials_, drc_);
-  if (text == saved_credentials_) return;
+  if (!credentials_.empty()) text = credential_file::encode(nic_addr_, credentials_, drc_);
+  if (text == saved_) return;
   if (text.empty()) {
-    if (::unlink(cfg_.cred_path.c_str()) != 0 && errno != ENOENT) {
-      spdlog::error("nic {}: cannot remove {}: {}", cfg_.nic_addr, cfg_.cred_path, std::strerror(errno));
+    if (::unlink(cred_path_.c_str()) != 0 && errno != ENOENT) {
+      spdlog::error("nic {}: cannot remove {}: {}", nic_addr_, cred_path_, std::strerror(errno));
       return;
     }
-  } else if (std::string why; !credential_file::write(cfg_.cred_path, text, why)) {
+  } else if (std::string why; !credential_file::write(cred_path_, text, why)) {
     // The table in memory is right; a restart would lose what changed since the last write.
-    spdlog::error("nic {}: credential table not saved ({}); a restart would forget the last change", cfg_.nic_addr,
+    spdlog::error("nic {}: credential table not saved ({}); a restart would forget the last change", nic_addr_,
                   why);
     return;
   }
-  saved_credentials_ = std::move(text);
+  saved_ = std::move(text);
 }
 
-void Node::on_shutdown(Request& q) {
+void control::shutdown(Request& q, bool& requested) {
   auto& r = init_reply<PlainReply>(q.reply, q.h);
   if (q.peer.uid != 0 && q.peer.uid != geteuid()) {
     r.r.rc = rc::kPermissionError;
     return;
   }
   r.r.rc = rc::kSuccess;
-  shutdown_requested_ = true;
+  requested = true;
 }
 
-bool Node::may_use(const Peer& peer, const Credential& c) const {
+bool Credentials::may_use(const Peer& peer, const Credential& c) const {
   auto it = credentials_.find(c);
   if (it == credentials_.end()) return false;
   const CredOwner& o = it->second;
@@ -174,6 +175,35 @@ bool Node::may_use(const Peer& peer, const Credential& c) const {
   if (o.drc_id == 0) return false;
   auto d = drc_.find(o.drc_id);
   return d != drc_.end() && drc_admits(peer, d->second);
+}
+
+void Credentials::admit(const Credential& c, uid_t uid) {
+  credentials_[c] = CredOwner{uid, 0, false};
+  save();
+}
+
+nlohmann::json Credentials::shown_cookie(const Peer* viewer, const Credential& c) const {
+  // Another user's cookie is not shown: it would not let the viewer in (the uid check
+  // does not depend on secrecy), but it is the job's business, as on a Cray.
+  if (!viewer || may_use(*viewer, c)) return c.cookie;
+  return nullptr;
+}
+
+nlohmann::json Credentials::status(const Peer* viewer) const {
+  using nlohmann::json;
+  json creds = json::array();
+  for (const auto& [c, o] : credentials_) {
+    json e{{"ptag", c.ptag}, {"cookie", shown_cookie(viewer, c)}, {"uid", o.uid}};
+    if (o.has_gid) e["gid"] = o.gid;
+    if (auto d = drc_.find(o.drc_id); o.drc_id != 0 && d != drc_.end()) {
+      json grants = json::array();
+      for (const auto& [kind, value] : d->second.grants)
+        grants.push_back(std::string(drc_grant_name(kind)) + ":" + std::to_string(value));
+      e["drc"] = {{"id", o.drc_id}, {"flex", d->second.flex}, {"grants", grants}};
+    }
+    creds.push_back(e);
+  }
+  return creds;
 }
 
 namespace {
@@ -205,7 +235,7 @@ std::vector<gid_t> groups_of(pid_t pid) {
 
 }  // namespace
 
-bool Node::drc_admits(const Peer& peer, const DrcCredential& d) const {
+bool Credentials::drc_admits(const Peer& peer, const DrcCredential& d) const {
   using ctl::DrcGrant;
   std::optional<std::vector<gid_t>> groups;
   std::optional<std::optional<wlm::JobId>> job;
@@ -233,7 +263,7 @@ bool Node::drc_admits(const Peer& peer, const DrcCredential& d) const {
 
 // libdrc's requests. Errors map onto DRC codes in libdrc: kNoMatch = no such credential,
 // kPermissionError = not the owner / not granted, kInvalidState = already granted.
-int Node::handle_drc(Peer& peer, const ctl::Drc& req, ctl::DrcReply& r) {
+int Credentials::drc(Peer& peer, const ctl::Drc& req, ctl::DrcReply& r) {
   using ctl::DrcAction;
   const auto action = static_cast<DrcAction>(req.action);
   auto owner = [&](const DrcCredential& d) { return credentials_.at(d.cred).uid; };
@@ -252,7 +282,7 @@ int Node::handle_drc(Peer& peer, const ctl::Drc& req, ctl::DrcReply& r) {
     d.flex = (req.flags & ctl::kDrcFlex) != 0;
     uint32_t id = req.id;
     if (req.id == 0 && req.ptag == 0 && req.cookie == 0) {
-      // Drawn as a job credential is (handle_cred), with an id that is not in use here.
+      // Drawn as a job credential is (cred), with an id that is not in use here.
       auto c = fresh_credential(credentials_, 0, 0);
       for (int tries = 0; tries < 1000 && (id == 0 || drc_.contains(id)); ++tries)
         id = 1 + randombytes_uniform(0x7FFFFFFF);
@@ -279,14 +309,14 @@ int Node::handle_drc(Peer& peer, const ctl::Drc& req, ctl::DrcReply& r) {
     r.id = id;
     r.ptag = d.cred.ptag;
     r.cookie = d.cred.cookie;
-    spdlog::info("nic {}: DRC credential {} (ptag {}) acquired by uid {}", cfg_.nic_addr, id, d.cred.ptag, peer.uid);
+    spdlog::info("nic {}: DRC credential {} (ptag {}) acquired by uid {}", nic_addr_, id, d.cred.ptag, peer.uid);
     return rc::kSuccess;
   }
   auto it = drc_.find(req.id);
   if (it == drc_.end()) return rc::kNoMatch;
   DrcCredential& d = it->second;
   if (action == DrcAction::kAccess) {
-    if (!may_use(peer, d.cred)) return refuse_credential(peer, "DRC access", d.cred);
+    if (!may_use(peer, d.cred)) return refuse(peer, "DRC access", d.cred);
     r.id = req.id;
     r.ptag = d.cred.ptag;
     r.cookie = d.cred.cookie;
@@ -294,7 +324,7 @@ int Node::handle_drc(Peer& peer, const ctl::Drc& req, ctl::DrcReply& r) {
   }
   if (!owned(d)) {
     ++ctr_.credential_refused;
-    spdlog::warn("nic {}: DRC request {} on credential {} by uid {} refused: owned by uid {}", cfg_.nic_addr,
+    spdlog::warn("nic {}: DRC request {} on credential {} by uid {} refused: owned by uid {}", nic_addr_,
                  req.action, req.id, peer.uid, owner(d));
     return rc::kPermissionError;
   }
@@ -302,7 +332,7 @@ int Node::handle_drc(Peer& peer, const ctl::Drc& req, ctl::DrcReply& r) {
     // New attaches stop here; attached CDMs keep their domain until they detach, as a
     // NIC keeps a ptag's state until its last user is gone.
     credentials_.erase(d.cred);
-    spdlog::info("nic {}: DRC credential {} released by uid {}", cfg_.nic_addr, req.id, peer.uid);
+    spdlog::info("nic {}: DRC credential {} released by uid {}", nic_addr_, req.id, peer.uid);
     drc_.erase(it);
     return rc::kSuccess;
   }
@@ -318,12 +348,12 @@ int Node::handle_drc(Peer& peer, const ctl::Drc& req, ctl::DrcReply& r) {
     if (at == d.grants.end()) return rc::kNoMatch;
     d.grants.erase(at);
   }
-  spdlog::info("nic {}: DRC credential {} {} {} {}", cfg_.nic_addr, req.id,
+  spdlog::info("nic {}: DRC credential {} {} {} {}", nic_addr_, req.id,
                action == DrcAction::kGrant ? "granted to" : "revoked from", drc_grant_name(req.kind), req.value);
   return rc::kSuccess;
 }
 
-int Node::refuse_credential(Peer& peer, const char* what, const Credential& c) {
+int Credentials::refuse(Peer& peer, const char* what, const Credential& c) {
   ++ctr_.credential_refused;
   // Logged, but a client probing in a loop must not fill the log: the first few refusals
   // of a connection, then every 1000th.
@@ -331,19 +361,19 @@ int Node::refuse_credential(Peer& peer, const char* what, const Credential& c) {
   if (peer.refusals <= 8 || peer.refusals % 1000 == 0)
     spdlog::warn("nic {}: {} refused: pid {} uid {} gid {} may not use ptag {} cookie {:#x} ({} refusals on this "
                  "connection)",
-                 cfg_.nic_addr, what, peer.pid, peer.uid, peer.gid, c.ptag, c.cookie, peer.refusals);
+                 nic_addr_, what, peer.pid, peer.uid, peer.gid, c.ptag, c.cookie, peer.refusals);
   return rc::kPermissionError;
 }
 
 // Issue (the daemon chooses what is 0), grant (a credential of a job issued elsewhere) or
 // revoke. Non-root callers act only for themselves: their own uid, and their own gid.
-int Node::handle_cred(Peer& peer, const ctl::Header& h, const ctl::Cred& req, ctl::CredReply& r) {
+int Credentials::cred(Peer& peer, const ctl::Header& h, const ctl::Cred& req, ctl::CredReply& r) {
   Op op = static_cast<Op>(h.op);
   const bool with_gid = (req.flags & ctl::kCredGid) != 0;
   if (peer.uid != 0 && (req.uid != peer.uid || (with_gid && req.gid != peer.gid))) {
     ++ctr_.credential_refused;
     spdlog::warn("nic {}: credential request (op {}) by pid {} uid {} for uid {} refused: only root acts for others",
-                 cfg_.nic_addr, h.op, peer.pid, peer.uid, req.uid);
+                 nic_addr_, h.op, peer.pid, peer.uid, req.uid);
     return rc::kPermissionError;
   }
   Credential c{req.ptag, req.cookie};
@@ -355,7 +385,7 @@ int Node::handle_cred(Peer& peer, const ctl::Header& h, const ctl::Cred& req, ct
     // credential of whoever was issued it next.
     drc_.erase(it->second.drc_id);
     credentials_.erase(it);
-    spdlog::info("nic {}: credential ptag {} revoked by uid {}", cfg_.nic_addr, req.ptag, peer.uid);
+    spdlog::info("nic {}: credential ptag {} revoked by uid {}", nic_addr_, req.ptag, peer.uid);
     return rc::kSuccess;
   }
   if (op == Op::kCredIssue) {
@@ -369,7 +399,7 @@ int Node::handle_cred(Peer& peer, const ctl::Header& h, const ctl::Cred& req, ct
     // Someone else's: granting it to yourself is exactly the attack this check stops.
     ++ctr_.credential_refused;
     spdlog::warn("nic {}: credential ptag {} held by uid {} cannot be {} to uid {} (requested by pid {} uid {})",
-                 cfg_.nic_addr, c.ptag, it->second.uid, op == Op::kCredIssue ? "issued" : "granted", req.uid,
+                 nic_addr_, c.ptag, it->second.uid, op == Op::kCredIssue ? "issued" : "granted", req.uid,
                  peer.pid, peer.uid);
     return rc::kPermissionError;
   }
@@ -378,16 +408,19 @@ int Node::handle_cred(Peer& peer, const ctl::Header& h, const ctl::Cred& req, ct
   ++ctr_.credentials_issued;
   r.ptag = c.ptag;
   r.cookie = c.cookie;
-  spdlog::info("nic {}: credential ptag {} cookie {:#x} {} for uid {}{}", cfg_.nic_addr, c.ptag, c.cookie,
+  spdlog::info("nic {}: credential ptag {} cookie {:#x} {} for uid {}{}", nic_addr_, c.ptag, c.cookie,
                op == Op::kCredIssue ? "issued" : "granted", req.uid,
                with_gid ? fmt::format(" and gid {}", req.gid) : std::string());
   return rc::kSuccess;
 }
 
-int Node::attach(Peer& peer, const ctl::Attach& req, ctl::AttachReply& rep, PassFds& pass_fds) {
+namespace {
+
+int attach_cdm(Peer& peer, const ctl::Attach& req, ctl::AttachReply& rep, PassFds& pass_fds, const NicInfo& nic,
+               Credentials& creds, CdmTable& cdms, Quotas& quotas, BteEngine& bte, StatsPage& stats, Counters& ctr) {
   auto refuse = [&](int code, const char* why) {
-    ++ctr_.attach_refused;
-    spdlog::warn("nic {}: attach of inst {} ptag {} by pid {} uid {} refused: {}", cfg_.nic_addr, req.inst_id,
+    ++ctr.attach_refused;
+    spdlog::warn("nic {}: attach of inst {} ptag {} by pid {} uid {} refused: {}", nic.nic_addr, req.inst_id,
                  req.ptag, peer.pid, peer.uid, why);
     return code;
   };
@@ -396,52 +429,51 @@ int Node::attach(Peer& peer, const ctl::Attach& req, ctl::AttachReply& rep, Pass
   if (static_cast<pid_t>(req.pid) != peer.pid) return refuse(rc::kPermissionError, "pid does not match peer credentials");
   if (req.ptag == 0 || req.ptag > 255) return refuse(rc::kInvalidParam, "invalid ptag");
   Credential c{req.ptag, req.cookie};
-  if (!credentials_.contains(c) && cfg_.allow_any_credential) {
-    credentials_[c] = CredOwner{peer.uid, 0, false};
-    save_credentials();
+  if (!creds.known(c) && nic.allow_any_credential) creds.admit(c, peer.uid);
+  if (!creds.may_use(peer, c)) {
+    ++ctr.attach_refused;
+    return creds.refuse(peer, "attach", c);
   }
-  if (!may_use(peer, c)) {
-    ++ctr_.attach_refused;
-    return refuse_credential(peer, "attach", c);
-  }
-  if (find_cdm(c, req.inst_id)) return refuse(rc::kInvalidParam, "inst_id already in use in this domain");
-  if (!may_take(peer, Resource::kCdms, peer.pid, c)) return refuse(rc::kErrorResource, "CDM limit reached");
-  uint32_t domain = 0;
-  for (uint32_t i = 0; i < mdh::kMaxDomains && domain == 0; ++i) {
-    uint32_t d = (next_domain_ + i) % mdh::kMaxDomains;
-    if (d != 0 && domains_[d] == 0) domain = d;
-  }
+  if (cdms.find(c, req.inst_id)) return refuse(rc::kInvalidParam, "inst_id already in use in this domain");
+  if (!quotas.may_take(peer, Resource::kCdms, peer.pid, c)) return refuse(rc::kErrorResource, "CDM limit reached");
+  const uint32_t domain = cdms.free_domain();
   if (domain == 0) return refuse(rc::kErrorResource, "no memory domain left (4095 CDMs attached to this NIC)");
   std::unique_ptr<CdmRegion> region;
   try {
     // The process's MDD table of this credential: its other CDMs' (process_mdd.h), or new.
-    const std::vector<CdmRegion*> sib = family(peer.pid, c);
+    const std::vector<CdmRegion*> sib = cdms.family(peer.pid, c);
     auto mdd = sib.empty() ? std::make_shared<ProcessMdd>(peer.pid) : sib.front()->mdd_ptr();
-    region = std::make_unique<CdmRegion>(cfg_.nic_addr, cfg_.device_type, req, peer.pid, next_attach_++,
-                                         cfg_.region_size, domain, std::move(mdd));
+    region = std::make_unique<CdmRegion>(nic.nic_addr, nic.device_type, req, peer.pid, cdms.next_attach_id(),
+                                         nic.region_size, domain, std::move(mdd));
   } catch (const std::exception& e) {
     return refuse(rc::kErrorNomem, e.what());
   }
-  rep.nic_addr = cfg_.nic_addr;
-  rep.device_type = cfg_.device_type;
+  rep.nic_addr = nic.nic_addr;
+  rep.device_type = nic.device_type;
   rep.attach_id = region->attach_id();
   rep.region_size = region->region_size();
   rep.ro_size = kRoSize;
   rep.mem_domain = domain;
   pass_fds = {region->ro_memfd(), region->mdd_memfd(), region->heap_memfd()};
   peer.attach_id = region->attach_id();
-  domains_[domain] = peer.attach_id;
-  next_domain_ = domain + 1;
-  spdlog::info("nic {}: pid {} attached inst {} ptag {} (attach {}, memory domain {})", cfg_.nic_addr, peer.pid,
+  spdlog::info("nic {}: pid {} attached inst {} ptag {} (attach {}, memory domain {})", nic.nic_addr, peer.pid,
                req.inst_id, req.ptag, peer.attach_id, domain);
-  bte_.region_attached(region->ro_memfd(), region->mdd_memfd(), region->heap_memfd(), region->region_size(), peer.pid);
+  bte.region_attached(region->ro_memfd(), region->mdd_memfd(), region->heap_memfd(), region->region_size(), peer.pid);
   // The page is readable by every local user: it names the job's uid and ptag, not its cookie.
-  stats_.cdm_attached(peer.attach_id, peer.pid, peer.uid, req.inst_id, req.ptag, 0);
-  leases_.add(region->header());
-  cdm_index_.add(peer.attach_id, peer.pid, c, req.inst_id);
-  cdms_[peer.attach_id] = std::move(region);
-  ++ctr_.attaches;
+  stats.cdm_attached(peer.attach_id, peer.pid, peer.uid, req.inst_id, req.ptag, 0);
+  cdms.add(std::move(region), peer.pid, c, req.inst_id);
+  ++ctr.attaches;
   return rc::kSuccess;
+}
+
+}  // namespace
+
+void control::attach(Request& q, const NicInfo& nic, Credentials& creds, CdmTable& cdms, Quotas& quotas, BteEngine& bte,
+                     StatsPage& stats, Counters& ctr) {
+  ctl::Attach req;
+  if (!parse(q, req)) return bad(q, ctr);
+  auto& rep = init_reply<ctl::AttachReply>(q.reply, q.h);
+  rep.r.rc = attach_cdm(q.peer, req, rep, q.pass_fds, nic, creds, cdms, quotas, bte, stats, ctr);
 }
 
 }  // namespace nicemu::daemon

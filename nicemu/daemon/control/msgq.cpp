@@ -1,26 +1,60 @@
 // Control requests about MSGQ: joining the domain's segment (cdm/msgq_segment.h), its
-// connections, lookups by senders of this host, and sends to other hosts (remote/msgq_relay.h).
-#include "nicemu/daemon/control/request.h"
+// connections, lookups by senders of this host, and sends to other hosts (remote/msgq_relay.h);
+// and the node's segments, one per domain (msgq_segments.h).
+#include "nicemu/daemon/control/msgq_segments.h"
 
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "nicemu/abi/cq_entry.h"
 #include "nicemu/abi/gni_values.h"
+#include "nicemu/abi/remote_ops.h"
+#include "nicemu/daemon/control/cdm_table.h"
+#include "nicemu/daemon/control/credentials.h"
+#include "nicemu/daemon/control/handlers.h"
+#include "nicemu/daemon/fabric_port.h"
+#include "nicemu/daemon/remote/msgq_relay.h"
 
 namespace nicemu::daemon {
 
 using namespace nicemu::abi;
 
-void Node::handle_msgq(Request& q) {
+MsgqSegment* MsgqSegments::find(const Credential& c) const {
+  auto it = segs_.find(c);
+  return it == segs_.end() ? nullptr : it->second.get();
+}
+
+void MsgqSegments::for_each(const std::function<void(MsgqSegment&)>& f) {
+  for (auto& [cred, seg] : segs_) f(*seg);
+}
+
+MsgqSegment& MsgqSegments::create(const Credential& c, const abi::msgq::Attrs& attrs) {
+  auto created = std::make_unique<MsgqSegment>(nic_addr_, c, attrs, next_id_++);
+  MsgqSegment& seg = *created;
+  segs_[c] = std::move(created);
+  return seg;
+}
+
+void MsgqSegments::kill_all() {
+  for (auto& [c, seg] : segs_) seg->kill(msgq::kSegmentNicDown);
+  segs_.clear();
+}
+
+nlohmann::json MsgqSegments::status() const {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& [c, seg] : segs_) out.push_back(seg->status());
+  return out;
+}
+
+void control::msgq(Request& q, const NicInfo& nic, Credentials& creds, CdmTable& cdms, MsgqSegments& segs,
+                   FabricPort& port, MsgqRelay& relay, Counters& ctr) {
   auto bad = [&] {
-    ++ctr_.malformed_messages;
+    ++ctr.malformed_messages;
     init_reply<PlainReply>(q.reply, q.h).r.rc = rc::kInvalidParam;
   };
   // Every request but a lookup comes on an attach connection, for the CDM's own domain.
-  CdmRegion* cdm = owned_cdm(q.peer);
-  MsgqSegment* seg = nullptr;
-  if (cdm)
-    if (auto it = msgqs_.find(cdm->credential()); it != msgqs_.end()) seg = it->second.get();
+  CdmRegion* cdm = cdms.owned(q.peer);
+  MsgqSegment* seg = cdm ? segs.find(cdm->credential()) : nullptr;
   const bool member = seg && seg->is_member(cdm->attach_id());
   switch (static_cast<Op>(q.h.op)) {
     case Op::kMsgqJoin: {
@@ -28,8 +62,8 @@ void Node::handle_msgq(Request& q) {
       if (!parse(q, req)) return bad();
       auto& r = init_reply<ctl::MsgqJoinReply>(q.reply, q.h);
       auto refuse = [&](int code, const char* why) {
-        ++ctr_.msgq_join_refused;
-        spdlog::warn("nic {}: MSGQ join of inst {} (pid {}) refused: {}", cfg_.nic_addr, cdm ? cdm->inst_id() : 0,
+        ++ctr.msgq_join_refused;
+        spdlog::warn("nic {}: MSGQ join of inst {} (pid {}) refused: {}", nic.nic_addr, cdm ? cdm->inst_id() : 0,
                      q.peer.pid, why);
         r.r.rc = code;
       };
@@ -39,9 +73,7 @@ void Node::handle_msgq(Request& q) {
         return refuse(rc::kInvalidState, "attributes differ from those of the node's queue");
       if (!seg) {
         try {
-          auto created = std::make_unique<MsgqSegment>(cfg_.nic_addr, cdm->credential(), req.attrs, next_msgq_++);
-          seg = created.get();
-          msgqs_[cdm->credential()] = std::move(created);
+          seg = &segs.create(cdm->credential(), req.attrs);
         } catch (const std::exception& e) {
           return refuse(rc::kErrorNomem, e.what());
         }
@@ -49,10 +81,10 @@ void Node::handle_msgq(Request& q) {
       r.r.rc = seg->join(cdm->attach_id(), cdm->pid(), cdm->inst_id(), r.member, r.member_gen);
       if (r.r.rc != rc::kSuccess) {
         refuse(r.r.rc, "already joined, or nloc_insts instances joined already");
-        if (seg->live_members() == 0) msgqs_.erase(cdm->credential());
+        if (seg->live_members() == 0) segs.erase(cdm->credential());
         return;
       }
-      ++ctr_.msgq_joins;
+      ++ctr.msgq_joins;
       r.segment_id = seg->id();
       r.size = seg->size();
       q.pass_fds = {seg->ro_memfd(), seg->rw_memfd(), -1};
@@ -66,19 +98,19 @@ void Node::handle_msgq(Request& q) {
         r.r.rc = rc::kInvalidState;
         return;
       }
-      msgq_leave(*cdm);
+      segs.leave(*cdm);
       r.r.rc = rc::kSuccess;
       return;
     }
     case Op::kMsgqRemoteSend: {  // one-way: a refusal is counted, the sender not told
       abi::remote::MsgqRemoteSend req;
       if (q.len != sizeof req || !member) {
-        ++ctr_.malformed_messages;
+        ++ctr.malformed_messages;
         return;
       }
       std::memcpy(&req, q.msg, sizeof req);
-      if (port_.reach(req.dst_pe) == abi::cqe::kErrNoPeer || !msgq_relay_.forward(*cdm, *seg, req))
-        ++ctr_.malformed_messages;
+      if (port.reach(req.dst_pe) == abi::cqe::kErrNoPeer || !relay.forward(*cdm, *seg, req))
+        ++ctr.malformed_messages;
       return;
     }
     case Op::kMsgqConnOpen:
@@ -104,20 +136,20 @@ void Node::handle_msgq(Request& q) {
       ctl::MsgqLookup req;
       if (!parse(q, req)) return bad();
       auto& r = init_reply<ctl::MsgqLookupReply>(q.reply, q.h);
-      ++ctr_.msgq_lookups;
+      ++ctr.msgq_lookups;
       Credential c{req.ptag, req.cookie};
-      auto it = msgqs_.find(c);
-      if (req.nic_addr != cfg_.nic_addr) {
+      MsgqSegment* found = segs.find(c);
+      if (req.nic_addr != nic.nic_addr) {
         r.r.rc = rc::kNoMatch;
-      } else if (!may_use(q.peer, c)) {
-        r.r.rc = refuse_credential(q.peer, "MSGQ lookup", c);
-      } else if (it == msgqs_.end()) {
+      } else if (!creds.may_use(q.peer, c)) {
+        r.r.rc = creds.refuse(q.peer, "MSGQ lookup", c);
+      } else if (!found) {
         r.r.rc = rc::kNoMatch;
       } else {
         r.r.rc = rc::kSuccess;
-        r.segment_id = it->second->id();
-        r.size = it->second->size();
-        q.pass_fds = {it->second->ro_memfd(), it->second->rw_memfd(), -1};
+        r.segment_id = found->id();
+        r.size = found->size();
+        q.pass_fds = {found->ro_memfd(), found->rw_memfd(), -1};
       }
       return;
     }
@@ -126,15 +158,14 @@ void Node::handle_msgq(Request& q) {
   }
 }
 
-void Node::msgq_leave(const CdmRegion& cdm) {
-  auto it = msgqs_.find(cdm.credential());
-  if (it == msgqs_.end() || it->second->leave(cdm.attach_id()) != rc::kSuccess) return;
+void MsgqSegments::leave(const CdmRegion& cdm) {
+  auto it = segs_.find(cdm.credential());
+  if (it == segs_.end() || it->second->leave(cdm.attach_id()) != rc::kSuccess) return;
   if (it->second->live_members() == 0) {
     // Remote senders keep their mappings: they see the segment dead and stop.
     it->second->kill(msgq::kSegmentDead);
-    spdlog::info("nic {}: MSGQ segment of ptag {} reclaimed (last member gone)", cfg_.nic_addr,
-                 it->first.ptag);
-    msgqs_.erase(it);
+    spdlog::info("nic {}: MSGQ segment of ptag {} reclaimed (last member gone)", nic_addr_, it->first.ptag);
+    segs_.erase(it);
   }
 }
 

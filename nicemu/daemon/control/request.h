@@ -1,18 +1,53 @@
-// What the control handlers (control/*.cpp, members of Node by area) share: the reply
-// framing, the parse of a fixed-size request, and the shape of a request of an attached CDM.
+// What the control handlers (control/handlers.h) share: who is asking (Peer), the request
+// being handled and its reply, the reply framing, the parse of a fixed-size request, and
+// the shape of a request of an attached CDM.
 #pragma once
+#include <sys/types.h>
+
+#include <array>
+#include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "nicemu/abi/ctl_protocol.h"
 #include "nicemu/abi/gni_values.h"
-#include "nicemu/daemon/node.h"
+#include "nicemu/daemon/control/node_counters.h"
 
 namespace nicemu::daemon {
 
+namespace ctl = nicemu::abi::ctl;
 // The handlers' vocabulary: gni_return_t values as rc::, request types as Op.
 namespace rc = nicemu::abi::gni;
 using ctl::Op;
+
+class CdmRegion;
+
+// Descriptors sent along with a reply (SCM_RIGHTS), -1 = none; owned by the node. A CDM
+// region takes two (read-only section, heap: abi/region_map.h).
+using PassFds = std::array<int, 3>;
+
+// Identity of a control connection (SO_PEERCRED) and the CDM it attached, if any.
+struct Peer {
+  uint64_t id = 0;
+  pid_t pid = 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  uint64_t attach_id = 0;  // 0 = this connection attached nothing
+  uint64_t refusals = 0;   // credential and limit refusals on this connection (log rate limit)
+  std::string status_snapshot;  // the status document being read in pages (ctl::Status)
+};
+
+// One control request being handled (header checked: magic, version, length). The handler
+// fills `reply` and may set `pass_fds` to descriptors the caller sends along.
+struct Request {
+  Peer& peer;
+  const ctl::Header& h;
+  const char* msg;
+  size_t len;
+  std::vector<char>& reply;
+  PassFds& pass_fds;
+};
 
 // A reply of type `Rep` (fields zero, header for `req`) in `buf`.
 template <typename Rep>
@@ -26,21 +61,29 @@ struct PlainReply {
   abi::ctl::Reply r;
 };
 
+// A malformed request: counted, answered GNI_RC_INVALID_PARAM.
+inline void bad(Request& q, Counters& ctr) {
+  ++ctr.malformed_messages;
+  init_reply<PlainReply>(q.reply, q.h).r.rc = rc::kInvalidParam;
+}
+
 // The request as `Req` if it is exactly one (copied out of the socket buffer first).
 template <typename Req>
-bool parse(const Node::Request& q, Req& out) {
+bool parse(const Request& q, Req& out) {
   if (q.len != sizeof(Req)) return false;
   std::memcpy(&out, q.msg, sizeof(Req));
   return out.h.length == sizeof(Req);
 }
 
-template <typename Req, typename Rep, int (Node::*F)(Node::Request&, CdmRegion&, const Req&, Rep&)>
-void Node::with_cdm(Request& q) {
+// A fixed-size request `Req` of the connection's attached CDM `cdm`, answered with `Rep`:
+// malformed -> bad(); no CDM -> GNI_RC_INVALID_STATE; else the reply's code is what
+// `f(cdm, req, reply)` returns (it fills the rest of the reply).
+template <typename Req, typename Rep, typename F>
+void with_cdm(Request& q, Counters& ctr, CdmRegion* cdm, F f) {
   Req req;
-  if (!parse(q, req)) return bad(q);
+  if (!parse(q, req)) return bad(q, ctr);
   auto& r = init_reply<Rep>(q.reply, q.h);
-  CdmRegion* cdm = owned_cdm(q.peer);
-  r.r.rc = cdm ? (this->*F)(q, *cdm, req, r) : rc::kInvalidState;
+  r.r.rc = cdm ? f(*cdm, req, r) : rc::kInvalidState;
 }
 
 }  // namespace nicemu::daemon

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "nicemu/abi/ctl_protocol.h"
+#include "nicemu/abi/daemon_protocol.h"
 #include "nicemu/daemon/cdm/cdm_region.h"
 #include "nicemu/daemon/fabric_port.h"
 
@@ -67,7 +68,6 @@ class DatagramMatcher : public FabricService {
   // Posts of one CDM held here, pending or finished but not yet taken (resource limits).
   size_t posts_of(uint64_t attach_id) const;
   size_t incoming_count() const { return incoming_.size(); }
-  size_t posts_count() const { return posts_.size(); }
   size_t backlog_count() const;
   uint64_t lost_count() const { return lost_; }
 

@@ -53,6 +53,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "nicemu/abi/ctl_protocol.h"
+#include "nicemu/abi/daemon_protocol.h"
 #include "nicemu/daemon/cdm/cdm_region.h"
 #include "nicemu/daemon/fabric_port.h"
 #include "nicemu/daemon/stats_page.h"

@@ -122,7 +122,6 @@ bool UringReceiver::arm() {
   io_uring_prep_recvmsg_multishot(sqe, sock_, &g_shape, 0);
   sqe->flags |= IOSQE_BUFFER_SELECT;
   sqe->buf_group = kGroup;
-  ++rearms_;
   return io_uring_submit(ring_) >= 0;
 }
 

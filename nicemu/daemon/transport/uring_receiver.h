@@ -36,7 +36,6 @@ class UringReceiver {
   int event_fd() const { return efd_; }
   // Handles every completion available now; returns the number of datagrams.
   size_t drain(const Packet& f);
-  uint64_t rearms() const { return rearms_; }
   // Whether the ring runs completions cooperatively (IORING_SETUP_COOP_TASKRUN).
   bool cooperative() const { return coop_; }
 
@@ -49,7 +48,6 @@ class UringReceiver {
   int sock_ = -1, efd_ = -1;
   bool ring_ok_ = false;
   bool coop_ = false;
-  uint64_t rearms_ = 0;
 };
 
 }  // namespace nicemu::daemon

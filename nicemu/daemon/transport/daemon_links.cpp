@@ -1,4 +1,4 @@
-#include "nicemu/daemon/remote/daemon_links.h"
+#include "nicemu/daemon/transport/daemon_links.h"
 
 #include <sys/socket.h>
 #include <sys/time.h>

@@ -1,0 +1,109 @@
+// Messages between the daemons of emulated nodes, on this host (daemon_links.h) or across
+// hosts (over the fabric, authenticated by the cluster key): datagram matching, DRC
+// changes, SMSG relays. They share the header and the op registry with the client protocol
+// (ctl_header.h); the memory operations and the collective engine's messages have their own
+// headers (remote_ops.h, ce_ops.h).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "nicemu/abi/ctl_header.h"
+
+namespace nicemu::abi::ctl {
+
+// Over the fabric (authenticated by the cluster key): an acquire, grant, revoke or release
+// that the daemon of another host accepted from a client with `uid`, applied here as if that
+// client had asked (an acquire with its id, ptag and cookie). DRC credentials are
+// cluster-wide, as Cray's are.
+struct DrcSync {
+  Header h;
+  uint32_t action;  // DrcAction: kAcquire, kGrant, kRevoke, kRelease
+  uint32_t id;
+  uint32_t kind;
+  uint32_t value;
+  uint32_t ptag;
+  uint32_t cookie;
+  uint32_t flags;  // kDrcFlex
+  uint32_t uid;    // the requester's
+};
+static_assert(sizeof(DrcSync) == 48);
+
+// Between daemons. `origin_key` names the post at the origin daemon.
+struct DgramIncoming {
+  Header h;
+  uint64_t origin_key;
+  uint32_t origin_node;
+  uint32_t from_inst;   // poster (on origin_node)
+  uint32_t to_inst;     // target CDM on the receiving daemon
+  uint32_t ptag;
+  uint32_t cookie;
+  uint16_t data_len;
+  uint16_t buf_size;
+  uint8_t data[kDgramMaxSize];
+};
+struct DgramMatched {
+  Header h;
+  uint64_t origin_key;  // the post being completed (at the receiving daemon)
+  uint64_t peer_key;    // the post it matched (at the sender), so a forwarded copy of it is dropped
+  uint32_t peer_node;
+  uint32_t peer_inst;
+  uint16_t data_len;
+  uint16_t reserved[3];
+  uint8_t data[kDgramMaxSize];
+};
+// The origin's post `origin_key` is gone (cancelled, its CDM gone). Keys start at 1;
+// `origin_key` 0 (kDgramResetKey) says the origin lost the receiver (silent past the retry
+// budget, or restarted) and ended every datagram between the two: the receiver fails its own
+// posts towards the origin and forgets the origin's announcements.
+inline constexpr uint64_t kDgramResetKey = 0;
+struct DgramRetract {
+  Header h;
+  uint64_t origin_key;
+  uint32_t origin_node;
+  uint32_t reserved;
+};
+static_assert(sizeof(DgramIncoming) <= kMaxMessage && sizeof(DgramMatched) <= kMaxMessage);
+
+// Between daemons (over the fabric). `relay` is the sender daemon's name of the channel;
+// the receiver's daemon keys its state by (sending node, relay).
+struct SmsgOpen {
+  Header h;
+  uint32_t origin_node;  // must be the fabric sender
+  uint32_t relay;
+  uint32_t from_inst;    // sender CDM (on origin_node)
+  uint32_t to_inst;      // receiver CDM, here
+  uint32_t ptag;
+  uint32_t cookie;
+  MailboxAttrs mbox;
+};
+
+
+struct SmsgData {
+  Header h;
+  uint32_t relay;
+  uint32_t seq;          // the relay's numbering, from 0
+  uint32_t remote_event;
+  uint32_t length;       // bytes following the struct
+  uint8_t tag;
+  uint8_t reserved[7];
+};
+// Receiver's daemon -> sender's daemon: messages [0, delivered) are in the mailbox, the
+// receiver released [0, released); status != 0 (a cqe:: error status): the relay is dead.
+struct SmsgAck {
+  Header h;
+  uint32_t relay;
+  uint32_t delivered;
+  uint32_t released;
+  uint32_t status;
+  uint32_t credit_event;   // what the sender's credit event carries (the receiver EP's remote event data)
+  uint32_t reserved;
+};
+struct SmsgClose {
+  Header h;
+  uint32_t relay;
+  uint32_t reserved;
+};
+static_assert(sizeof(SmsgData) + kSmsgRelayMaxSize == 65536);
+static_assert(sizeof(SmsgData) == 40 && sizeof(SmsgOpen) == 80 && sizeof(SmsgAck) == 40);
+
+}  // namespace nicemu::abi::ctl
