@@ -79,6 +79,8 @@ struct ChannelStats {
   uint64_t timeouts = 0;          // records whose own timer ran out
   uint64_t recoveries = 0;        // loss episodes (one cwnd reduction each)
   uint64_t delay_backoffs = 0;    // cwnd reductions on queueing delay, before any loss
+  uint64_t undos = 0;             // loss reductions undone: a timeout was spurious (the originals arrived)
+  uint64_t delay_suspends = 0;    // the delay response switched off: a queue it did not build overflowed
   uint64_t most_tries = 0;        // the most transmissions one record has needed
 };
 
@@ -179,7 +181,8 @@ class ReliableChannel {
   void go_down();
   uint64_t wire_bytes(const OutRecord& r) const { return r.len + kRecordOverhead; }
   void mark_lost(OutRecord& r, bool fast);
-  void on_loss();
+  void on_loss(uint64_t now_us, bool timeout);
+  void undo_loss(uint64_t now_us);
   void on_round_end(uint64_t now_us);
   void reset_congestion();
   bool cwnd_open(uint64_t bytes) const { return !cfg_.congestion_control || pipe_ == 0 || pipe_ + bytes <= cwnd_; }
@@ -228,6 +231,15 @@ class ReliableChannel {
   uint64_t min_rtt_ = UINT64_MAX, min_rtt_at_ = 0, round_min_ = UINT64_MAX;
   uint64_t min_prev_ = UINT64_MAX, min_cur_ = UINT64_MAX;  // the two halves of min_rtt_'s window
   uint32_t round_end_ = 1;
+  uint32_t delay_rounds_ = 0;      // consecutive rounds whose smallest RTT stood above the target
+  bool round_limited_ = false;     // the cwnd limited the sender at some ack of this round
+  bool last_round_queued_ = false; // the latest round's smallest RTT stood above the target
+  uint64_t delay_off_until_ = 0;   // delay response suspended until then (a loss-based competitor)
+  // Undo of a spurious timeout (F-RTO's idea): the cwnd and ssthresh before the episode;
+  // while frto_ only the oldest record the timer gave up is resent, and the next ack says
+  // whether the others' originals arrived after all.
+  uint64_t undo_cwnd_ = 0, undo_ssthresh_ = 0;
+  bool frto_ = false, frto_sent_ = false;
   uint64_t next_send_us_ = 0;  // pacing: no release before this
   uint64_t tx_order_ = 0;      // transmissions so far
   uint64_t acked_order_ = 0;   // the latest transmission known to have arrived
