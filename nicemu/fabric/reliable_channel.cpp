@@ -163,7 +163,7 @@ void ReliableChannel::mark_lost(OutRecord& r, bool fast) {
   if (before(r.seq, lost_from_)) lost_from_ = r.seq;
 }
 
-void ReliableChannel::on_loss(uint64_t now_us, bool timeout) {
+void ReliableChannel::on_loss(uint64_t now_us, bool timeout, bool frto) {
   // One reduction per episode: the losses of one overflowing queue are one congestion event.
   if (in_recovery_) return;
   in_recovery_ = true;
@@ -173,7 +173,7 @@ void ReliableChannel::on_loss(uint64_t now_us, bool timeout) {
   undo_ssthresh_ = ssthresh_;
   // A timeout with a measured round trip may be a stall of the peer's daemon, not a loss:
   // resend one record first and let the next ack tell (undo_loss).
-  frto_ = timeout && srtt_ != 0;
+  frto_ = frto && srtt_ != 0;
   frto_sent_ = false;
   if (!timeout && last_round_queued_ && ssthresh_ != UINT64_MAX && cfg_.congestion_control) {
     if (now_us >= delay_off_until_) ++st_.delay_suspends;
@@ -265,7 +265,7 @@ size_t ReliableChannel::fill(uint64_t now_us, uint8_t* buf, size_t cap, uint16_t
   // Timers first: a record whose own timer ran out is lost (its next timeout doubled).
   if (now_us >= due_floor_) {
     uint64_t floor = UINT64_MAX;
-    bool expired = false;
+    bool expired = false, resent_expired = false;
     for (uint32_t s = base_; s != sent_upto_; ++s) {
       OutRecord& r = out(s);
       if (r.acked || r.lost) continue;
@@ -274,7 +274,10 @@ size_t ReliableChannel::fill(uint64_t now_us, uint8_t* buf, size_t cap, uint16_t
         continue;
       }
       mark_lost(r, false);
-      r.rto_us = std::min(r.rto_us * 2, cfg_.rto_max_us);
+      if (r.tries > 1) resent_expired = true;
+      // The backoff stops at a sixteenth of the liveness horizon: a live peer behind a very
+      // lossy path gets at least 16 tries of the record before the horizon, not 7.
+      r.rto_us = std::min({r.rto_us * 2, cfg_.rto_max_us, std::max(cfg_.rto_min_us, cfg_.silent_after_us / 16)});
       // Before any round trip was measured the initial timeout may be shorter than the path:
       // new records take the backoff too, or none would ever yield a sample.
       if (srtt_ == 0) rto_ = std::max(rto_, r.rto_us);
@@ -285,7 +288,9 @@ size_t ReliableChannel::fill(uint64_t now_us, uint8_t* buf, size_t cap, uint16_t
     if (expired) {
       // The resent record's own timer ran out too: the peer is not just slow, resend all.
       if (frto_ && frto_sent_) frto_ = false;
-      on_loss(now_us, true);
+      // F-RTO only when every record given up was sent once: a resent one timing out again
+      // is a lossy path, where holding the others back would only slow recovery.
+      on_loss(now_us, true, !resent_expired);
     }
   }
   const bool pacing_due = now_us >= next_send_us_;
@@ -422,7 +427,7 @@ void ReliableChannel::on_ack(uint32_t ack, uint64_t sack, uint64_t now_us, const
         loss = true;
       }
   }
-  if (loss) on_loss(now_us, false);
+  if (loss) on_loss(now_us, false, false);
   // Growth: only while the cwnd limits the sender (an idle channel learns nothing).
   if (cfg_.congestion_control && acked_bytes && !in_recovery_ && 2 * pipe_before >= cwnd_) {
     if (cwnd_ < ssthresh_)

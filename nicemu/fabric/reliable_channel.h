@@ -181,7 +181,7 @@ class ReliableChannel {
   void go_down();
   uint64_t wire_bytes(const OutRecord& r) const { return r.len + kRecordOverhead; }
   void mark_lost(OutRecord& r, bool fast);
-  void on_loss(uint64_t now_us, bool timeout);
+  void on_loss(uint64_t now_us, bool timeout, bool frto);
   void undo_loss(uint64_t now_us);
   void on_round_end(uint64_t now_us);
   void reset_congestion();
