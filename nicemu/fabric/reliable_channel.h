@@ -66,7 +66,7 @@ struct ChannelConfig {
   uint64_t silent_after_us = 1800000;
   // Queueing delay (round-trip time above the path's minimum) the congestion control lets
   // build before it backs off; at least half the minimum RTT on long paths.
-  uint64_t delay_target_us = 2000;
+  uint64_t delay_target_us = 4000;
   bool congestion_control = true;  // off: only the flow-control window limits (tests)
 };
 
