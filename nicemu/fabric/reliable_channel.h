@@ -12,8 +12,11 @@
 // queueing delay, then by one packet per round trip (additive increase); it shrinks to 0.7
 // of itself on a loss, at most once per recovery episode (until everything sent before the
 // loss is acknowledged), and in proportion to the excess when the smallest round-trip time
-// of a round exceeds the path's minimum by more than the delay target: a queue is building,
-// so the sender backs off before the queue overflows. Never below two packets. Records go
+// of two rounds in a row exceeds the path's minimum by more than the delay target: a queue
+// is building, so the sender backs off before the queue overflows. A loss while such a
+// queue stood means a competitor that ignores delay: delay cuts stop for a while (loss-based
+// sharing). A timeout whose originals turn out to have arrived is undone. Never below two
+// packets. Records go
 // out paced at 1.25 cwnd per smoothed round trip (2x in slow start), a small burst at a
 // time, not as a window-sized burst.
 //
@@ -65,7 +68,9 @@ struct ChannelConfig {
   // A channel with records in flight whose peer acknowledged nothing for this long is down.
   uint64_t silent_after_us = 1800000;
   // Queueing delay (round-trip time above the path's minimum) the congestion control lets
-  // build before it backs off; at least half the minimum RTT on long paths.
+  // build before it backs off; at least half the minimum RTT on long paths. 4 ms: one
+  // sender's standing queue keeps a 5 ms-latency tbf port busy while its daemon is
+  // descheduled for milliseconds.
   uint64_t delay_target_us = 4000;
   bool congestion_control = true;  // off: only the flow-control window limits (tests)
 };
