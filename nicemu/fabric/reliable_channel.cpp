@@ -25,6 +25,16 @@ constexpr uint64_t kMinRttWindowUs = 1'000'000;
 constexpr uint64_t kPaceBurstUs = 1000;
 constexpr uint64_t kPaceBurstMax = 64 * 1024;
 constexpr uint64_t kSelfStallUs = 50000;
+// Delay signal: the excess must persist this many rounds in a row (a descheduled peer or
+// daemon lifts one round's minimum, not two), and a cwnd this small is not cut on delay
+// (at 16+ senders the windows are a few packets: losses share the link, delay cuts only
+// starve).
+constexpr uint32_t kDelayRounds = 2;
+constexpr uint64_t kDelayMinCwnd = 4 * kPacket;
+// A loss while a queue stood above the delay target means a sender that does not back off
+// on delay fills it (loss-based TCP): delay cuts would only hand it the link, so they stop
+// for this long (renewed by every such loss).
+constexpr uint64_t kDelayOffUs = 10'000'000;
 }  // namespace
 
 ReliableChannel::ReliableChannel(ChannelConfig cfg, Deliver deliver)
@@ -118,6 +128,10 @@ void ReliableChannel::reset_congestion() {
   ssthresh_ = UINT64_MAX;
   pipe_ = 0;
   in_recovery_ = false;
+  frto_ = frto_sent_ = false;
+  delay_rounds_ = 0;
+  round_limited_ = last_round_queued_ = false;
+  delay_off_until_ = 0;
   round_min_ = UINT64_MAX;
   round_end_ = sent_upto_;
   next_send_us_ = 0;
@@ -149,33 +163,70 @@ void ReliableChannel::mark_lost(OutRecord& r, bool fast) {
   if (before(r.seq, lost_from_)) lost_from_ = r.seq;
 }
 
-void ReliableChannel::on_loss() {
+void ReliableChannel::on_loss(uint64_t now_us, bool timeout, bool frto) {
   // One reduction per episode: the losses of one overflowing queue are one congestion event.
   if (in_recovery_) return;
   in_recovery_ = true;
   recovery_end_ = sent_upto_;
   ++st_.recoveries;
+  undo_cwnd_ = cwnd_;
+  undo_ssthresh_ = ssthresh_;
+  // A timeout with a measured round trip may be a stall of the peer's daemon, not a loss:
+  // resend one record first and let the next ack tell (undo_loss).
+  frto_ = frto && srtt_ != 0;
+  frto_sent_ = false;
+  if (!timeout && last_round_queued_ && ssthresh_ != UINT64_MAX && cfg_.congestion_control) {
+    if (now_us >= delay_off_until_) ++st_.delay_suspends;
+    delay_off_until_ = now_us + kDelayOffUs;
+  }
   ssthresh_ = std::max(static_cast<uint64_t>(static_cast<double>(cwnd_) * kLossBeta), kMinCwnd);
   cwnd_ = ssthresh_;
 }
 
 void ReliableChannel::on_round_end(uint64_t now_us) {
-  (void)now_us;
   // Delay signal: even the smallest round trip of this round stood well above the path's
   // minimum, so a queue persisted for the whole round (one descheduled moment does not lift
-  // the round's minimum). Back off in proportion to the excess, at most by 30 %.
-  if (cfg_.congestion_control && !in_recovery_ && round_min_ != UINT64_MAX && min_rtt_ != UINT64_MAX) {
+  // the round's minimum), and it did so kDelayRounds rounds in a row (a stalled daemon
+  // lifts one). Back off in proportion to the excess, at most by 30 %; not when this
+  // channel did not fill its cwnd (the queue is not its doing), nor below kDelayMinCwnd,
+  // nor while a loss-based competitor was seen.
+  const bool queued = round_min_ != UINT64_MAX && min_rtt_ != UINT64_MAX &&
+                      round_min_ > min_rtt_ + std::max(cfg_.delay_target_us, min_rtt_ / 2);
+  delay_rounds_ = queued ? delay_rounds_ + 1 : 0;
+  last_round_queued_ = queued;
+  if (cfg_.congestion_control && queued && !in_recovery_ && delay_rounds_ >= kDelayRounds && round_limited_ &&
+      cwnd_ > kDelayMinCwnd && now_us >= delay_off_until_) {
     const uint64_t target = min_rtt_ + std::max(cfg_.delay_target_us, min_rtt_ / 2);
-    if (round_min_ > target) {
-      const double excess = static_cast<double>(round_min_ - target) / static_cast<double>(round_min_);
-      const double keep = std::max(kDelayBetaMin, 1.0 - 0.5 * excess);
-      cwnd_ = std::max(static_cast<uint64_t>(static_cast<double>(cwnd_) * keep), kMinCwnd);
-      ssthresh_ = cwnd_;  // slow start ends at the first sign of a queue
-      ++st_.delay_backoffs;
-    }
+    const double excess = static_cast<double>(round_min_ - target) / static_cast<double>(round_min_);
+    const double keep = std::max(kDelayBetaMin, 1.0 - 0.5 * excess);
+    cwnd_ = std::max(static_cast<uint64_t>(static_cast<double>(cwnd_) * keep), kDelayMinCwnd);
+    ssthresh_ = cwnd_;  // slow start ends at the first sign of a queue
+    ++st_.delay_backoffs;
+    delay_rounds_ = 0;
   }
+  round_limited_ = false;
   round_min_ = UINT64_MAX;
   round_end_ = sent_upto_;
+}
+
+void ReliableChannel::undo_loss(uint64_t now_us) {
+  // The timer gave records up that arrived after all: the peer (or this daemon) stalled,
+  // the link lost nothing. Back to the cwnd before the episode, and the records still
+  // marked lost are in flight again (their originals are most likely on the way).
+  ++st_.undos;
+  cwnd_ = std::max(cwnd_, undo_cwnd_);
+  ssthresh_ = undo_ssthresh_;
+  in_recovery_ = false;
+  for (uint32_t s = base_; s != sent_upto_; ++s) {
+    OutRecord& r = out(s);
+    if (r.acked || !r.lost || r.fast || r.tries != 1) continue;
+    r.lost = false;
+    --lost_;
+    r.in_pipe = true;
+    pipe_ += wire_bytes(r);
+    r.due_us = now_us + r.rto_us;
+    due_floor_ = std::min(due_floor_, r.due_us);
+  }
 }
 
 size_t ReliableChannel::fill(uint64_t now_us, uint8_t* buf, size_t cap, uint16_t& count) {
@@ -214,7 +265,7 @@ size_t ReliableChannel::fill(uint64_t now_us, uint8_t* buf, size_t cap, uint16_t
   // Timers first: a record whose own timer ran out is lost (its next timeout doubled).
   if (now_us >= due_floor_) {
     uint64_t floor = UINT64_MAX;
-    bool expired = false;
+    bool expired = false, resent_expired = false;
     for (uint32_t s = base_; s != sent_upto_; ++s) {
       OutRecord& r = out(s);
       if (r.acked || r.lost) continue;
@@ -223,7 +274,10 @@ size_t ReliableChannel::fill(uint64_t now_us, uint8_t* buf, size_t cap, uint16_t
         continue;
       }
       mark_lost(r, false);
-      r.rto_us = std::min(r.rto_us * 2, cfg_.rto_max_us);
+      if (r.tries > 1) resent_expired = true;
+      // The backoff stops at a sixteenth of the liveness horizon: a live peer behind a very
+      // lossy path gets at least 16 tries of the record before the horizon, not 7.
+      r.rto_us = std::min({r.rto_us * 2, cfg_.rto_max_us, std::max(cfg_.rto_min_us, cfg_.silent_after_us / 16)});
       // Before any round trip was measured the initial timeout may be shorter than the path:
       // new records take the backoff too, or none would ever yield a sample.
       if (srtt_ == 0) rto_ = std::max(rto_, r.rto_us);
@@ -231,7 +285,13 @@ size_t ReliableChannel::fill(uint64_t now_us, uint8_t* buf, size_t cap, uint16_t
       expired = true;
     }
     due_floor_ = floor;
-    if (expired) on_loss();
+    if (expired) {
+      // The resent record's own timer ran out too: the peer is not just slow, resend all.
+      if (frto_ && frto_sent_) frto_ = false;
+      // F-RTO only when every record given up was sent once: a resent one timing out again
+      // is a lossy path, where holding the others back would only slow recovery.
+      on_loss(now_us, true, !resent_expired);
+    }
   }
   const bool pacing_due = now_us >= next_send_us_;
   if (!pacing_due) return 0;
@@ -241,8 +301,10 @@ size_t ReliableChannel::fill(uint64_t now_us, uint8_t* buf, size_t cap, uint16_t
     OutRecord& r = out(s);
     lost_from_ = s;
     if (!r.lost || r.acked) continue;
+    if (frto_ && frto_sent_) break;  // one until the next ack says whether the rest arrived
     if (!cwnd_open(wire_bytes(r)) || now_us < next_send_us_) return used;
     if (!put(r)) return used;
+    frto_sent_ = frto_;
     r.lost = false;
     --lost_;
     ++st_.retransmits;
@@ -276,7 +338,10 @@ void ReliableChannel::rtt_sample(uint64_t rtt, uint64_t now_us) {
     rttvar_ = (3 * rttvar_ + err) / 4;
     srtt_ = (7 * srtt_ + rtt) / 8;
   }
-  rto_ = std::clamp(srtt_ + 4 * rttvar_, cfg_.rto_min_us, cfg_.rto_max_us);
+  // At least twice the smoothed RTT: a queue that fills between samples can double the
+  // round trip faster than the deviation follows, and a timer that fires before the ack of
+  // a record that is only queued cuts the cwnd for nothing.
+  rto_ = std::clamp(srtt_ + std::max(4 * rttvar_, srtt_), cfg_.rto_min_us, cfg_.rto_max_us);
   // Windowed minimum over two half windows: the path's base RTT as seen lately. A sender
   // that started while a queue stood learns the lower RTT when the queue next drains, so
   // all senders judge the queue against the same floor (else the latecomer never backs off).
@@ -295,8 +360,8 @@ void ReliableChannel::on_ack(uint32_t ack, uint64_t sack, uint64_t now_us, const
   if (before(ack, base_) || before(sent_upto_, ack)) return;
   // One RTT sample per ack: the most recently sent record it newly covers that was sent
   // only once (a retransmitted one cannot tell which copy is acknowledged: Karn).
-  uint64_t newest = 0, acked_bytes = 0, order = 0;
-  bool sampled = false, round_over = false;
+  uint64_t newest = 0, acked_bytes = 0, order = 0, order_once = 0;
+  bool sampled = false, round_over = false, late_original = false;
   const uint64_t pipe_before = pipe_;
   auto take = [&](OutRecord& r) {
     if (r.acked || r.tries == 0) return;
@@ -308,11 +373,13 @@ void ReliableChannel::on_ack(uint32_t ack, uint64_t sack, uint64_t now_us, const
       pipe_ -= wire_bytes(r);
     }
     if (r.lost) {  // arrived after all (a late original): no need to send it again
+      if (!r.fast && r.tries == 1) late_original = true;
       r.lost = false;
       --lost_;
     }
     if (r.tries == 1) {
       order = std::max(order, r.order);
+      order_once = std::max(order_once, r.order);
       if (r.sent_us <= now_us && (!sampled || r.sent_us > newest)) {
         newest = r.sent_us;
         sampled = true;
@@ -335,6 +402,14 @@ void ReliableChannel::on_ack(uint32_t ack, uint64_t sack, uint64_t now_us, const
     if (!before(s, base_) && before(s, sent_upto_)) take(out(s));
   }
   if (acked_bytes) progress_us_ = now_us;
+  if (frto_ && acked_bytes) {
+    frto_ = false;
+    if (late_original) {
+      undo_loss(now_us);
+      order = order_once;  // the resent copy says nothing about the originals sent before it
+    }
+  }
+  if (2 * pipe_before >= cwnd_) round_limited_ = true;
   if (sampled) rtt_sample(now_us - newest, now_us);
   advance_base();
   if (in_recovery_ && !before(base_, recovery_end_)) in_recovery_ = false;
@@ -352,7 +427,7 @@ void ReliableChannel::on_ack(uint32_t ack, uint64_t sack, uint64_t now_us, const
         loss = true;
       }
   }
-  if (loss) on_loss();
+  if (loss) on_loss(now_us, false, false);
   // Growth: only while the cwnd limits the sender (an idle channel learns nothing).
   if (cfg_.congestion_control && acked_bytes && !in_recovery_ && 2 * pipe_before >= cwnd_) {
     if (cwnd_ < ssthresh_)
@@ -376,9 +451,10 @@ uint64_t ReliableChannel::next_deadline() const {
   uint64_t next = UINT64_MAX;
   // Something to send and room in the cwnd: the next pacing release (0: now). A full cwnd
   // waits for acks, which wake the loop anyway.
-  if (lost_ > 0 || has_unsent()) {
-    const uint32_t s = lost_ > 0 ? lost_from_ : sent_upto_;
-    if (cwnd_open(lost_ > 0 ? kPacket : wire_bytes(out_[s % cfg_.backlog]))) next = next_send_us_;
+  const bool resend = lost_ > 0 && !(frto_ && frto_sent_);
+  if (resend || has_unsent()) {
+    const uint32_t s = resend ? lost_from_ : sent_upto_;
+    if (cwnd_open(resend ? kPacket : wire_bytes(out_[s % cfg_.backlog]))) next = next_send_us_;
   }
   if (in_flight() == 0) return next;
   // A lower bound is enough: a timer that fires early finds nothing due, and fill's scan

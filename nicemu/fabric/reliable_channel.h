@@ -12,8 +12,11 @@
 // queueing delay, then by one packet per round trip (additive increase); it shrinks to 0.7
 // of itself on a loss, at most once per recovery episode (until everything sent before the
 // loss is acknowledged), and in proportion to the excess when the smallest round-trip time
-// of a round exceeds the path's minimum by more than the delay target: a queue is building,
-// so the sender backs off before the queue overflows. Never below two packets. Records go
+// of two rounds in a row exceeds the path's minimum by more than the delay target: a queue
+// is building, so the sender backs off before the queue overflows. A loss while such a
+// queue stood means a competitor that ignores delay: delay cuts stop for a while (loss-based
+// sharing). A timeout whose originals turn out to have arrived is undone. Never below two
+// packets. Records go
 // out paced at 1.25 cwnd per smoothed round trip (2x in slow start), a small burst at a
 // time, not as a window-sized burst.
 //
@@ -65,8 +68,10 @@ struct ChannelConfig {
   // A channel with records in flight whose peer acknowledged nothing for this long is down.
   uint64_t silent_after_us = 1800000;
   // Queueing delay (round-trip time above the path's minimum) the congestion control lets
-  // build before it backs off; at least half the minimum RTT on long paths.
-  uint64_t delay_target_us = 2000;
+  // build before it backs off; at least half the minimum RTT on long paths. 4 ms: one
+  // sender's standing queue keeps a 5 ms-latency tbf port busy while its daemon is
+  // descheduled for milliseconds.
+  uint64_t delay_target_us = 4000;
   bool congestion_control = true;  // off: only the flow-control window limits (tests)
 };
 
@@ -79,6 +84,8 @@ struct ChannelStats {
   uint64_t timeouts = 0;          // records whose own timer ran out
   uint64_t recoveries = 0;        // loss episodes (one cwnd reduction each)
   uint64_t delay_backoffs = 0;    // cwnd reductions on queueing delay, before any loss
+  uint64_t undos = 0;             // loss reductions undone: a timeout was spurious (the originals arrived)
+  uint64_t delay_suspends = 0;    // the delay response switched off: a queue it did not build overflowed
   uint64_t most_tries = 0;        // the most transmissions one record has needed
 };
 
@@ -179,7 +186,8 @@ class ReliableChannel {
   void go_down();
   uint64_t wire_bytes(const OutRecord& r) const { return r.len + kRecordOverhead; }
   void mark_lost(OutRecord& r, bool fast);
-  void on_loss();
+  void on_loss(uint64_t now_us, bool timeout, bool frto);
+  void undo_loss(uint64_t now_us);
   void on_round_end(uint64_t now_us);
   void reset_congestion();
   bool cwnd_open(uint64_t bytes) const { return !cfg_.congestion_control || pipe_ == 0 || pipe_ + bytes <= cwnd_; }
@@ -228,6 +236,15 @@ class ReliableChannel {
   uint64_t min_rtt_ = UINT64_MAX, min_rtt_at_ = 0, round_min_ = UINT64_MAX;
   uint64_t min_prev_ = UINT64_MAX, min_cur_ = UINT64_MAX;  // the two halves of min_rtt_'s window
   uint32_t round_end_ = 1;
+  uint32_t delay_rounds_ = 0;      // consecutive rounds whose smallest RTT stood above the target
+  bool round_limited_ = false;     // the cwnd limited the sender at some ack of this round
+  bool last_round_queued_ = false; // the latest round's smallest RTT stood above the target
+  uint64_t delay_off_until_ = 0;   // delay response suspended until then (a loss-based competitor)
+  // Undo of a spurious timeout (F-RTO's idea): the cwnd and ssthresh before the episode;
+  // while frto_ only the oldest record the timer gave up is resent, and the next ack says
+  // whether the others' originals arrived after all.
+  uint64_t undo_cwnd_ = 0, undo_ssthresh_ = 0;
+  bool frto_ = false, frto_sent_ = false;
   uint64_t next_send_us_ = 0;  // pacing: no release before this
   uint64_t tx_order_ = 0;      // transmissions so far
   uint64_t acked_order_ = 0;   // the latest transmission known to have arrived

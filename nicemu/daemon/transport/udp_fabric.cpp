@@ -701,6 +701,8 @@ nlohmann::json UdpFabric::status() const {
                      {"timeouts", s.timeouts},
                      {"recoveries", s.recoveries},
                      {"delay_backoffs", s.delay_backoffs},
+                     {"undos", s.undos},
+                     {"delay_suspends", s.delay_suspends},
                      {"cwnd_bytes", p.ch->cwnd_bytes()},
                      {"srtt_us", p.ch->srtt_us()},
                      {"min_rtt_us", p.ch->min_rtt_us() == UINT64_MAX ? 0 : p.ch->min_rtt_us()},
