@@ -59,8 +59,8 @@ def blocked(user, path, kind, groups="init"):
         prefix += os.sep + p
         if not _as_user(user, groups, "-x", prefix):
             return (f"user {user} cannot enter {prefix} {_mode(prefix)}, so it cannot reach {path}: "
-                    f"run `chmod o+x {prefix}` (or a+x), or use a build and output directory "
-                    f"outside it (e.g. under /tmp or /opt)")
+                    f"run `chmod o+x {prefix}`, or put the build and output directories where every user "
+                    f"can enter")
     what = "execute" if kind == "exec" else "enter and read"
     fix = "chmod o+x" if kind == "exec" else "chmod o+rx"
     return (f"user {user} cannot {what} {path} {_mode(path)}: run `{fix} {path}`, or use a build and "
