@@ -182,8 +182,8 @@ gni_return_t GNI_GetVersionInformation(gni_version_info_t* version_info) {
 
 // GNI_JOB_RES_FMA's limit: the daemon's default max_cdms_per_process (123, the FMA
 // descriptors an Aries NIC leaves to user CDMs; docs/decisions.md), from the one parameter
-// table, so the limit reported is the attach the daemon refuses (a daemon configured
-// otherwise is not asked).
+// table, so a client that attaches up to the reported limit is refused only past it (a
+// daemon configured otherwise is not asked).
 constexpr uint64_t kFmaDescriptorsPerProcess =
     nicemu::params::default_uint(nicemu::params::param("max_cdms_per_process"));
 
