@@ -214,8 +214,10 @@ exec ip netns exec "${{ns[$i]}}" setpriv --reuid "$SOAK_USER" --regid "$SOAK_USE
         build's programs or use the output and run directories (a build in root's 0700 home
         would otherwise fail every job, the reason only in the job logs)."""
         msgs = []
-        for u in self.users:
-            msgs += user_access.check(u, execs=sorted(self.prog.values()), dirs=[self.out] + self.rundir)
+        for u in self.users:  # made alike: the first user refused says it for both
+            msgs = user_access.check(u, execs=sorted(self.prog.values()), dirs=[self.out] + self.rundir)
+            if msgs:
+                break
         if msgs:
             raise RuntimeError("the jobs' users cannot reach the build or output directory:\n  " +
                                "\n  ".join(msgs))

@@ -44,7 +44,7 @@ def _mode(path):
     return f"(mode {st.st_mode & 0o7777:04o}, owner uid {st.st_uid})"
 
 
-def blocked(user, path, kind, groups="init"):
+def blocked(user, path, kind, groups="init", closed=None):
     """None when `user` can use `path` as `kind` ("exec": run the file; "dir": enter and
     list the directory), else a sentence naming the first component that stops it and
     the fix. One setpriv when access works; the walk only when it does not."""
@@ -58,6 +58,8 @@ def blocked(user, path, kind, groups="init"):
     for p in parts[:-1]:
         prefix += os.sep + p
         if not _as_user(user, groups, "-x", prefix):
+            if closed is not None:
+                closed.add(prefix)
             return (f"user {user} cannot enter {prefix} {_mode(prefix)}, so it cannot reach {path}: "
                     f"run `chmod o+x {prefix}`, or put the build and output directories where every user "
                     f"can enter")
@@ -68,14 +70,14 @@ def blocked(user, path, kind, groups="init"):
 
 
 def check(user, execs=(), dirs=(), groups="init"):
-    """The sentences for every blocked path (empty when all are reachable)."""
-    out = []
-    for p in execs:
-        m = blocked(user, p, "exec", groups)
-        if m:
-            out.append(m)
-    for d in dirs:
-        m = blocked(user, d, "dir", groups)
+    """The sentences for the blocked paths (empty when all are reachable); one for each
+    closed directory, not one for every path below it."""
+    out, closed = [], set()
+    for p, kind in [(e, "exec") for e in execs] + [(d, "dir") for d in dirs]:
+        p = os.path.abspath(p)
+        if any(p.startswith(c + os.sep) for c in closed):
+            continue
+        m = blocked(user, p, kind, groups, closed)
         if m:
             out.append(m)
     return out
