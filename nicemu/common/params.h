@@ -68,9 +68,10 @@ inline constexpr Param kTable[] = {
     {.name = "allow_any_credential", .type = Type::kBool, .default_text = "false",
      .config_key = "allow_any_credential", .flag = "--allow-any-credential",
      .doc = "accept attaches with credentials that were never issued (single-user test setups only)"},
-    {.name = "max_cdms_per_process", .type = Type::kUint, .default_text = "64", .config_key = "max_cdms_per_process",
+    {.name = "max_cdms_per_process", .type = Type::kUint, .default_text = "123", .config_key = "max_cdms_per_process",
      .flag = "--max-cdms-per-process", .min = 1, .max = 1ull << 24,
-     .doc = "limit on CDMs attached (GNI_CdmAttach) of one process on this node (beyond: GNI_RC_ERROR_RESOURCE)"},
+     .doc = "limit on CDMs attached (GNI_CdmAttach) of one process on this node (beyond: GNI_RC_ERROR_RESOURCE); "
+            "default: the FMA descriptors an Aries NIC leaves to user CDMs, one per attach (docs/decisions.md)"},
     {.name = "max_cdms_per_credential", .type = Type::kUint, .default_text = "4096", .config_key = "max_cdms_per_credential",
      .flag = "--max-cdms-per-credential", .min = 1, .max = 1ull << 24,
      .doc = "limit on CDMs attached (GNI_CdmAttach) of all processes of one job credential on this node (beyond: GNI_RC_ERROR_RESOURCE)"},

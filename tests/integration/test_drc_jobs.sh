@@ -21,6 +21,12 @@ start_daemon 1 "$RUNDIR"
 mkdir -p "$MEET"
 chmod 0755 "$TMP" "$RUNDIR"
 chmod 1777 "$MEET"
+# The three users must reach the launcher, the program and the directories (a build under a
+# 0700 home would otherwise fail each job with only "Permission denied" in its output).
+for u in bin nobody daemon; do
+  python3 "$(dirname "$0")/../../tools/lib/user_access.py" --user "$u" --clear-groups --exec "$RUN" --exec "$PAIR" \
+    --dir "$RUNDIR" --dir "$MEET" || die "user $u cannot reach the build or the test's directories (above)"
+done
 
 # as USER CMD...: CMD as USER with its own group only.
 as() {

@@ -19,6 +19,7 @@
 
 #include "harness.h"
 #include "nicemu/abi/remote_ops.h"
+#include "nicemu/common/params.h"
 
 using namespace harness;
 namespace ctl = nicemu::abi::ctl;
@@ -266,6 +267,35 @@ TEST_CASE("a client that filled its attach socket is read whole once its daemon 
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   CHECK(read == sent + extra);
+}
+
+// The default CDM limit is the hardware's (docs/decisions.md): with no flag, a process
+// attaches max_cdms_per_process CDMs, GNI_GetJobResInfo(GNI_JOB_RES_FMA) reports them all
+// used against that same limit, and the next attach is refused with GNI_RC_ERROR_RESOURCE.
+TEST_CASE("a process attaches the default CDM limit and is refused beyond it") {
+  constexpr uint64_t kDefault = nicemu::params::default_uint(nicemu::params::param("max_cdms_per_process"));
+  static_assert(kDefault == 123, "the default is the Aries NIC's user FMA descriptors; see docs/decisions.md");
+  Cluster cl(1);
+  pid_t p = cl.spawn(0, [&] {
+    Cred c = cl.credential();
+    std::vector<Attached> as(kDefault);
+    for (uint64_t i = 0; i < kDefault; ++i) CHILD_CHECK(attach(as[i], uint32_t(200 + i), c) == GNI_RC_SUCCESS);
+    gni_job_res_desc_t jr{};
+    CHILD_CHECK(GNI_GetJobResInfo(0, c.ptag, GNI_JOB_RES_FMA, &jr) == GNI_RC_SUCCESS);
+    CHILD_CHECK(jr.used == kDefault && jr.limit == kDefault);
+    Attached beyond;
+    CHILD_CHECK(attach(beyond, 199, c) == GNI_RC_ERROR_RESOURCE);
+    // One destroyed gives its descriptor back.
+    CHILD_CHECK(GNI_CdmDestroy(as.back().cdm) == GNI_RC_SUCCESS);
+    as.pop_back();
+    GNI_CdmDestroy(beyond.cdm);
+    Attached again;
+    CHILD_CHECK(attach(again, 198, c) == GNI_RC_SUCCESS);
+    GNI_CdmDestroy(again.cdm);
+    for (auto& a : as) GNI_CdmDestroy(a.cdm);
+    return 0;
+  });
+  CHECK(cl.wait(p, 120) == 0);
 }
 
 // A node with more CDMs than one seqpacket message can describe: the status document

@@ -149,6 +149,14 @@ for u in nicemu-sa-$$ nicemu-sb-$$ nicemu-sc-$$; do
 done
 UA=${USERS[0]} UB=${USERS[1]} UC=${USERS[2]}
 mkdir -p "$TMP/out" && chmod 1777 "$TMP/out"
+# The job users must reach the build's programs and the output directory (a build under a 0700
+# home would otherwise fail each job with only "Permission denied" in its log).
+REACH=(--exec "$RING" --exec "$HIST" --exec "$DGRAM" --exec "$RMA" --dir "$TMP/out")
+[ "$SHORT" = 0 ] && REACH+=(--exec "$PMICHECK" --exec "$PAIR")
+for u in "${USERS[@]}"; do
+  python3 "$ROOT/tools/lib/user_access.py" --user "$u" "${REACH[@]}" ||
+    die "user $u cannot reach the build or the output directory (above)"
+done
 
 # ---- nicemu daemons on node0 and node1, over the UDP fabric ----
 fabric_key

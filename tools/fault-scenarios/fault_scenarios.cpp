@@ -17,6 +17,7 @@
 #include <sys/mman.h>
 
 #include <atomic>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -555,10 +556,29 @@ int scenario_amo(const Opts& o) {
 }
 
 // Half of the payload PUTs (FMA, or RDMA with --rdma) held 20-40 ms: far above scheduling
-// noise, so which message passes which repeats with the seed.
+// noise on an idle host, so which message passes which repeats with the seed.
+constexpr uint64_t kHoldMinUs = 20000;
 std::string payload_delay_spec(const Opts& o) {
-  return "seed=" + std::to_string(o.seed) + (o.rdma ? " rdma.delay=0.5" : " put.delay=0.5") +
-         " delay_us=20000..40000";
+  return "seed=" + std::to_string(o.seed) + (o.rdma ? " rdma.delay=0.5" : " put.delay=0.5") + " delay_us=" +
+         std::to_string(kHoldMinUs) + "..40000";
+}
+
+// A trial whose round (the payload posted to the reply to its notification) took longer
+// than the shortest hold: a held payload may have landed first only because a rank waited
+// for a CPU, so its outcome depends on the host's load, not on the seed. Counted, and
+// printed on a line of its own, so that test_fault.sh can tell a load-made difference.
+// steady_clock is CLOCK_MONOTONIC, one clock for every process of the host.
+uint64_t now_ns() {
+  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now().time_since_epoch())
+                      .count());
+}
+bool slow_since(uint64_t t0_ns) { return now_ns() - t0_ns >= kHoldMinUs * 1000; }
+
+void print_slow(uint64_t slow, uint64_t n) {
+  std::printf("timing: slow=%" PRIu64 " of %" PRIu64 " trials took longer than the %" PRIu64
+              " ms hold (their outcome may follow scheduling, not the seed)\n",
+              slow, n, kHoldMinUs / 1000);
 }
 
 uint32_t ordering_flags(const std::string& m) {
@@ -573,7 +593,7 @@ int scenario_race(const Opts& o) {
   const uint64_t n = o.count ? o.count : 200;
   Cluster cl(1, daemon_args(payload_delay_spec(o)));
   Cred c = cl.credential();
-  uint64_t* res = shared_u64(4);  // stale, fresh
+  uint64_t* res = shared_u64(4);  // stale, fresh, slow trials
   const uint32_t flags = ordering_flags(o.ordering);
   pid_t tgt = cl.spawn(0, [&] {
     Rank r;
@@ -590,11 +610,13 @@ int scenario_race(const Opts& o) {
       r.buf[0] = k;
       auto put = harness::make_desc(o.rdma ? GNI_POST_RDMA_PUT : GNI_POST_FMA_PUT, uint64_t(&r.buf[0]), r.buf_mh,
                                     t.va, t.mh, 8);
+      const uint64_t t0 = now_ns();
       CHECK_OR_EXIT((o.rdma ? GNI_PostRdma(r.ep[2], &put) : GNI_PostFma(r.ep[2], &put)) == GNI_RC_SUCCESS);
       r.send(1, &k, sizeof k);  // the notification
       uint64_t seen = 0;
       CHECK_OR_EXIT(r.recv(1, &seen, sizeof seen));
       (seen == k ? res[1] : res[0])++;
+      if (slow_since(t0)) res[2]++;  // the GET ran before the reply, so within this round
       r.wait_posts(k);  // the PUT's global completion before the next trial
     }
     board()->done[0].store(1);
@@ -621,6 +643,7 @@ int scenario_race(const Opts& o) {
   std::printf("outcome: race seed=%" PRIu64 " ordering=%s payload=%s trials=%" PRIu64 " stale=%" PRIu64
               " fresh=%" PRIu64 "\n",
               o.seed, o.ordering.c_str(), o.rdma ? "rdma" : "fma", n, res[0], res[1]);
+  print_slow(res[2], n);
   // Relaxed must show the race; strict and default never.
   ok = ok && res[0] + res[1] == n && (o.ordering == "relaxed" ? res[0] > 0 : res[0] == 0);
   return ok ? 0 : 1;
@@ -633,7 +656,8 @@ int scenario_envelope(const Opts& o) {
   const uint64_t n = o.count ? o.count : 200;
   Cluster cl(1, daemon_args(payload_delay_spec(o)));
   Cred c = cl.credential();
-  uint64_t* res = shared_u64(4);  // payload first, envelope first, reassembly failures
+  // payload first, envelope first, reassembly failures, slow trials, the current post's time
+  uint64_t* res = shared_u64(5);
   const uint32_t flags = ordering_flags(o.ordering);
   pid_t tx = cl.spawn(0, [&] {
     Rank r;
@@ -645,6 +669,7 @@ int scenario_envelope(const Opts& o) {
       r.buf[0] = k;
       auto put = harness::make_desc(o.rdma ? GNI_POST_RDMA_PUT : GNI_POST_FMA_PUT, uint64_t(&r.buf[0]), r.buf_mh,
                                     t.va + slot * 8, t.mh, 8, GNI_CQMODE_GLOBAL_EVENT);
+      __atomic_store_n(&res[4], now_ns(), __ATOMIC_RELEASE);
       CHECK_OR_EXIT((o.rdma ? GNI_PostRdma(r.ep[1], &put) : GNI_PostFma(r.ep[1], &put)) == GNI_RC_SUCCESS);
       r.send(1, &k, sizeof k);
       uint64_t ack = 0;
@@ -661,6 +686,8 @@ int scenario_envelope(const Opts& o) {
       uint64_t env = 0;
       CHECK_OR_EXIT(r.recv(0, &env, sizeof env) && env == k);
       const uint64_t slot = k % 512;
+      // Timed at the look, not at the ack, which may include the wait for the payload.
+      if (slow_since(__atomic_load_n(&res[4], __ATOMIC_ACQUIRE))) res[3]++;
       if (b[slot] == k) {
         res[0]++;
       } else {
@@ -678,6 +705,7 @@ int scenario_envelope(const Opts& o) {
   std::printf("outcome: envelope seed=%" PRIu64 " ordering=%s payload=%s messages=%" PRIu64
               " payload_first=%" PRIu64 " envelope_first=%" PRIu64 " reassembly_failures=%" PRIu64 "\n",
               o.seed, o.ordering.c_str(), o.rdma ? "rdma" : "fma", n, res[0], res[1], res[2]);
+  print_slow(res[3], n);
   ok = ok && res[0] + res[1] == n && res[2] == 0 &&
        (o.ordering == "relaxed" ? res[0] > 0 && res[1] > 0 : res[1] == 0);
   return ok ? 0 : 1;

@@ -15,6 +15,8 @@ import tempfile
 import threading
 import time
 
+import user_access
+
 # The repository: this file is tools/lib/netns_cluster.py.
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESTART_SEC = 1.0  # RestartSec= of nicemu@.service
@@ -199,12 +201,26 @@ exec ip netns exec "${{ns[$i]}}" setpriv --reuid "$SOAK_USER" --regid "$SOAK_USE
   env NICEMU_RUNDIR={self.out}/host$i NICEMU_NODE=$i sh -c "$*"
 """)
         os.chmod(self.rsh, 0o755)
+        self.check_user_access()
         for i in range(len(self.ns)):
             s = Supervisor(self, i)
             self.sup.append(s)
             s.start()
         for i in range(len(self.ns)):
             self.wait_up(i, 30)
+
+    def check_user_access(self):
+        """Fails at once, naming the blocking path component, when a job user cannot run the
+        build's programs or use the output and run directories (a build in root's 0700 home
+        would otherwise fail every job, the reason only in the job logs)."""
+        msgs = []
+        for u in self.users:  # made alike: the first user refused says it for both
+            msgs = user_access.check(u, execs=sorted(self.prog.values()), dirs=[self.out] + self.rundir)
+            if msgs:
+                break
+        if msgs:
+            raise RuntimeError("the jobs' users cannot reach the build or output directory:\n  " +
+                               "\n  ".join(msgs))
 
     def wait_up(self, i, limit):
         t0 = time.time()

@@ -180,8 +180,10 @@ gni_return_t GNI_GetVersionInformation(gni_version_info_t* version_info) {
   return GNI_RC_SUCCESS;
 }
 
-// GNI_JOB_RES_FMA's limit: the daemon's default max_cdms_per_process, from the one
-// parameter table (a daemon configured otherwise is not asked).
+// GNI_JOB_RES_FMA's limit: the daemon's default max_cdms_per_process (123, the FMA
+// descriptors an Aries NIC leaves to user CDMs; docs/decisions.md), from the one parameter
+// table, so a client that attaches up to the reported limit is refused only past it (a
+// daemon configured otherwise is not asked).
 constexpr uint64_t kFmaDescriptorsPerProcess =
     nicemu::params::default_uint(nicemu::params::param("max_cdms_per_process"));
 
@@ -204,9 +206,9 @@ gni_return_t GNI_GetJobResInfo(uint32_t device_id, uint8_t ptag, gni_job_res_t r
   (void)known;
   switch (res_type) {
     case GNI_JOB_RES_FMA:
-      // Each attached CDM holds one FMA descriptor, as on the hardware; the limit is the
-      // daemon's default max_cdms_per_process (libfabric's gni provider divides it among
-      // the node's ranks to size its NIC pool).
+      // Each attached CDM holds one FMA descriptor, as a dedicated-FMA CDM does on the
+      // hardware; the limit is the daemon's default max_cdms_per_process (libfabric's gni
+      // provider divides it among the node's ranks to size its NIC pool).
       res_desc->used = used;
       res_desc->limit = kFmaDescriptorsPerProcess;
       return GNI_RC_SUCCESS;
