@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <new>
+#include <type_traits>
 
 namespace nicemu::fabric {
 
@@ -45,8 +46,14 @@ ReliableChannel::ReliableChannel(ChannelConfig cfg, Deliver deliver)
     cfg_ = ChannelConfig{};
   rto_ = cfg_.rto_initial_us;
   reset_congestion();
-  out_ = std::make_unique<OutRecord[]>(cfg_.backlog);
-  in_ = std::make_unique<InRecord[]>(cfg_.window);
+  // Zero pages from the kernel are the records' initial state (every member's default is 0),
+  // so nothing is written here and no page is committed until a record is used.
+  static_assert(std::is_aggregate_v<OutRecord> && std::is_trivially_copyable_v<OutRecord>);
+  static_assert(std::is_aggregate_v<InRecord> && std::is_trivially_copyable_v<InRecord>);
+  out_state_ = map_ring(uint64_t{cfg_.backlog} * sizeof(OutRecord));
+  in_state_ = map_ring(uint64_t{cfg_.window} * sizeof(InRecord));
+  out_ = std::launder(reinterpret_cast<OutRecord*>(out_state_.get()));
+  in_ = std::launder(reinterpret_cast<InRecord*>(in_state_.get()));
   // Payload rings are not cleared: their pages are committed only as records use them, so a
   // peer that only ever exchanges small messages costs a few pages, not the full rings.
   out_data_ = map_ring(uint64_t{cfg_.backlog} * kMaxRecordPayload);

@@ -200,8 +200,6 @@ class ReliableChannel {
   ChannelConfig cfg_;
   Deliver deliver_;
   Reassembly reasm_;
-  std::unique_ptr<OutRecord[]> out_;
-  std::unique_ptr<InRecord[]> in_;
   // Payload rings: anonymous mappings, not heap blocks. A page is committed only when a
   // record first uses it, whatever the allocator does: glibc with MALLOC_PERTURB_ (set by
   // `meson test`) fills every new block, which made each new peer cost 4 MB of page faults
@@ -210,6 +208,12 @@ class ReliableChannel {
   using Ring = std::unique_ptr<uint8_t[], RingUnmap>;
   static Ring map_ring(size_t len);
   Ring out_data_, in_data_;
+  // The records' state is mapped the same way (all-zero is a record's initial state): a
+  // channel costs no resident memory until it carries traffic, whatever the allocator or a
+  // sanitizer's shadow memory would make of a heap array.
+  Ring out_state_, in_state_;
+  OutRecord* out_ = nullptr;
+  InRecord* in_ = nullptr;
   // No record sent is due before this (a lower bound, exact after each scan): fill() skips
   // its scan for expired records until then.
   uint64_t due_floor_ = UINT64_MAX;
