@@ -93,7 +93,9 @@ enum Kind : uint8_t { kCounter = 0, kGauge = 1 };
   X(smsg_relay_delivered, kCounter, "SMSG across hosts: messages from another host written into a mailbox here") \
   X(smsg_relay_credit_updates, kCounter, "SMSG across hosts: receivers' releases reported back to senders") \
   X(smsg_relay_failures, kCounter, "SMSG across hosts: relays failed (receiver gone, peer daemon silent)") \
-  X(accept_deferred, kCounter, "control connections left waiting: the daemon was out of descriptors")
+  X(accept_deferred, kCounter, "control connections left waiting: the daemon was out of descriptors") \
+  X(xmem_proxy_ops, kCounter, "FMA PUT/GET and AMOs executed for same-host initiators the kernel refuses cross-memory attach to their target") \
+  X(xmem_refused, kCounter, "the daemon's own cross-memory copies the kernel refused (no CAP_SYS_PTRACE, seccomp): error completions")
 
 // Per-CDM counters: written by libugni into its CdmCounterBlock, copied by the daemon.
 // Error completions are counted by class (the CQE status, nicemu/abi/cq_entry.h) when the
@@ -136,7 +138,9 @@ enum Kind : uint8_t { kCounter = 0, kGauge = 1 };
   X(fault_errors_effect_done, kCounter, "injected failures whose PUT/AMO effect was done anyway") \
   X(fault_link_down, kCounter, "transactions that met an injected link-down window")           \
   X(reorder_held, kCounter, "transactions held by the reorder engine")                         \
-  X(reorder_passed, kCounter, "transactions that passed an earlier held one (ordering model)")
+  X(reorder_passed, kCounter, "transactions that passed an earlier held one (ordering model)") \
+  X(xmem_fallback_peers, kCounter, "same-host peers the kernel refuses cross-memory attach to (their FMA/AMOs go through the daemon, RDMA through the BTE engine)") \
+  X(xmem_fallback_posts, kCounter, "FMA, AMO and RDMA posts that went through the daemon because cross-memory attach was refused")
 
 // Per-link counters: the daemon's links to the other daemons of the host.
 #define NICEMU_LINK_COUNTERS(X)                                        \

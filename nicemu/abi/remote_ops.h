@@ -45,6 +45,9 @@ enum Flags : uint16_t {
   kFlagSyncFlag = 1,     // PUT_W_SYNCFLAG: the 8-byte flag is written after the data
   kFlagRemoteEvent = 2,  // GNI_CQMODE_REMOTE_EVENT: an event into the target's CQ at the end
   kFlagLast = 4,         // (RmaRequest) the last piece of the transfer
+  // (RemotePost) the target is a process of this host that the initiator may not reach by
+  // cross-memory attach: the initiating daemon's BTE engine executes it (bte_proxy.h)
+  kFlagSameHost = 8,
 };
 
 // Bytes of one piece: well inside the fabric's largest message (64 KiB).

@@ -57,8 +57,10 @@ Node::Node(NodeConfig cfg)
   // the credential of another user's next job.
   if (sodium_init() < 0) throw std::runtime_error("libsodium initialisation failed");
   xmem::on_refused([] {
-    spdlog::error("cross-memory attach refused (EPERM): the daemon must run as the clients' user or root, and "
-                  "kernel.yama.ptrace_scope / seccomp must allow process_vm_readv/writev");
+    spdlog::error("cross-memory attach refused (EPERM/EACCES/ENOSYS): RDMA, and FMA and AMOs of clients that "
+                  "cannot reach their peers themselves, complete with MEM_ACCESS errors; the daemon needs root or "
+                  "CAP_SYS_PTRACE for clients of other users, and a seccomp profile that allows process_vm_readv/writev "
+                  "(counted in xmem_refused; docs/decisions.md)");
   });
   namespace nc = abi::counters::node;
   ctr_ = Counters{stats_.node(nc::connections),         stats_.node(nc::attaches),
@@ -130,7 +132,7 @@ const Node::Table& Node::table() {
        [](Node& n, Request& q) { c::datagram(q, n.cdms_, n.dgrams_, n.quotas_, n.ctr_); });
     on({kMsgqJoin, kMsgqLeave, kMsgqConnOpen, kMsgqConnect, kMsgqConnRelease, kMsgqLookup, kMsgqRemoteSend},
        [](Node& n, Request& q) { c::msgq(q, n.nic_, n.creds_, n.cdms_, n.msgqs_, n.port_, n.msgq_relay_, n.ctr_); });
-    on({kRemotePost}, [](Node& n, Request& q) { c::remote_post(q, n.cdms_, n.bte_.regions(), n.remote_out_, n.ctr_); });
+    on({kRemotePost}, [](Node& n, Request& q) { c::remote_post(q, n.cdms_, n.bte_, n.remote_out_, n.ctr_); });
     // kSmsgRelaySend only as a record of the relay ring: one path keeps sends in order.
     on({kSmsgRelayOpen}, [](Node& n, Request& q) { c::smsg_relay_open(q, n.cdms_, n.smsg_, n.ctr_); });
     on({kSmsgRelayDoorbell, kSmsgRelayReleased},
@@ -236,6 +238,14 @@ nlohmann::json Node::status(const Peer* viewer) const {
               {"cdms", cdms},
               {"bte", bte_.status()},
               {"remote_ops", {{"initiator", remote_out_.status()}, {"target", remote_in_.status()}}},
+              // Where the kernel refuses cross-memory attach (docs/decisions.md): the peers
+              // clients could not reach and their posts sent here (CDM counters, totals of
+              // the counter page), the posts run here for them, the daemon's own refusals.
+              {"xmem_fallback",
+               {{"peers", stats_.total(abi::counters::cdm::xmem_fallback_peers)},
+                {"posts", stats_.total(abi::counters::cdm::xmem_fallback_posts)},
+                {"daemon_ops", bte_.proxied()},
+                {"daemon_refused", xmem::refusals()}}},
               {"collective_engine", ce_.status()},
               {"msgq_relay", msgq_relay_.status()},
               {"msgq", msgqs_.status()},
@@ -275,6 +285,9 @@ void Node::refresh_counters() {
   // waiting for the fabric) and the credits of their ring slots.
   if (msgq_relay_.busy()) msgq_relay_.progress();
   for (auto& [id, r] : cdms_.all()) stats_.refresh(id, r->counter_block());
+  // Counted by the BTE engine's threads and the cross-memory copy; published here.
+  stats_.node(abi::counters::node::xmem_proxy_ops).set(bte_.proxied());
+  stats_.node(abi::counters::node::xmem_refused).set(xmem::refusals());
   stats_.refreshed();
 }
 

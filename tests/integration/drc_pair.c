@@ -4,7 +4,9 @@
  * SMSG ping-pong messages and RDMA PUT / GET data with the service, all verified. Then
  * the service revokes the grant (a new attach by the client is refused, its attached CDM
  * keeps working) and releases the credential (drc_access finds nothing, an attach with the
- * cookie and ptag is refused). The jobs have no PMI in common: they meet through files in
+ * cookie and ptag is refused). The service and the clients are processes of different users:
+ * the kernel refuses them cross-memory attach to each other, so their FMA PUT/GET, AMOs
+ * (plain and chained) and RDMA go through the daemons (docs/decisions.md), with no setting. The jobs have no PMI in common: they meet through files in
  * DIR, each written whole (renamed into place) and polled for.
  *   drc_pair serve DIR CLIENTS COUNT   the service (one process, the credential's owner)
  *   drc_pair client DIR COUNT          a client rank (PMI_RANK, else SLURM_PROCID, of a job of CLIENTS ranks)
@@ -28,6 +30,8 @@
 #define SERVE_INST 100
 #define CLIENT_INST 200 /* + rank */
 #define MAGIC 0x44525031u
+#define AMO_INIT 7u
+#define REGION (3 * LEN + 64)   /* each region's AMO word before the peer's fetch-and-add */
 
 static const char* me = "drc_pair";
 static const char* dir;
@@ -43,7 +47,8 @@ static const char* dir;
 /* What one side tells the other: where to send, and what to PUT into and GET from. */
 struct side {
   uint32_t magic, addr, inst, ptag, cookie, job, uid;
-  uint64_t region; /* [0, LEN) the peer PUTs here; [LEN, 2 LEN) the peer GETs this */
+  uint64_t region; /* [0, LEN) the peer's RDMA PUT lands here, [LEN, 2 LEN) the peer GETs this (RDMA
+                     and FMA), [2 LEN, 3 LEN) its FMA PUT lands here, then its AMO word */
   gni_mem_handle_t region_mh;
   gni_smsg_attr_t smsg;
 };
@@ -52,7 +57,9 @@ struct side {
 struct link {
   struct side mine, peer;
   gni_ep_handle_t ep;
-  uint8_t *mbox, *region, *scratch; /* scratch: [0, LEN) our PUT's source, [LEN, 2 LEN) our GET's target */
+  /* scratch: [0, LEN) our PUTs' source, [LEN, 2 LEN) our RDMA GET's target, [2 LEN, 3 LEN) our
+   * FMA GETs' target, then our AMO's fetched value */
+  uint8_t *mbox, *region, *scratch;
   gni_mem_handle_t mbox_mh, region_mh, scratch_mh;
 };
 
@@ -208,17 +215,19 @@ static int link_open(struct link* l, uint32_t inst, gni_nic_handle_t nic, gni_cq
   unsigned need = 0;
   if ((rc = GNI_SmsgBufferSizeNeeded(a, &need)) != GNI_RC_SUCCESS) FAIL("GNI_SmsgBufferSizeNeeded: rc %d", (int)rc);
   l->mbox = calloc(1, need);
-  l->region = aligned_alloc(64, 2 * LEN);
-  l->scratch = aligned_alloc(64, 2 * LEN);
+  l->region = aligned_alloc(64, REGION);
+  l->scratch = aligned_alloc(64, REGION);
   if (!l->mbox || !l->region || !l->scratch) FAIL("out of memory");
-  memset(l->region, 0, LEN);
+  memset(l->region, 0, REGION);
   for (uint32_t j = 0; j < LEN; ++j) l->region[LEN + j] = pattern(l->mine.inst, 1000, j);
+  uint64_t init = AMO_INIT;
+  memcpy(l->region + 3 * LEN, &init, sizeof init);
+  memset(l->scratch, 0, REGION);
   for (uint32_t j = 0; j < LEN; ++j) l->scratch[j] = pattern(l->mine.inst, 2000, j);
-  memset(l->scratch + LEN, 0, LEN);
   if ((rc = GNI_MemRegister(nic, (uint64_t)l->mbox, need, rcq, GNI_MEM_READWRITE, -1, &l->mbox_mh)) != GNI_RC_SUCCESS ||
-      (rc = GNI_MemRegister(nic, (uint64_t)l->region, 2 * LEN, NULL, GNI_MEM_READWRITE, -1, &l->region_mh)) !=
+      (rc = GNI_MemRegister(nic, (uint64_t)l->region, REGION, NULL, GNI_MEM_READWRITE, -1, &l->region_mh)) !=
           GNI_RC_SUCCESS ||
-      (rc = GNI_MemRegister(nic, (uint64_t)l->scratch, 2 * LEN, NULL, GNI_MEM_READWRITE, -1, &l->scratch_mh)) !=
+      (rc = GNI_MemRegister(nic, (uint64_t)l->scratch, REGION, NULL, GNI_MEM_READWRITE, -1, &l->scratch_mh)) !=
           GNI_RC_SUCCESS)
     FAIL("GNI_MemRegister: rc %d", (int)rc);
   a->msg_buffer = l->mbox;
@@ -240,10 +249,68 @@ static int link_join(struct link* l) {
   return 0;
 }
 
-/* Our pattern PUT into the peer's region and the peer's pattern GET back, checked. RDMA,
- * not FMA: the peer is another user's process, which only the daemon's BTE engine may
- * reach on one host (the kernel refuses a process cross-memory attach to another uid's;
- * test_drc_jobs.sh sets NICEMU_RDMA_DIRECT=0 for the same reason). */
+/* FMA: our pattern PUT into the peer's region, the peer's pattern GET back as a chain of two
+ * GETs, and a fetch-and-add of its AMO word, checked. The peer is another user's process:
+ * libugni sends these to the daemon, which may reach it. */
+static int link_fma(struct link* l, gni_cq_handle_t cq) {
+  gni_post_descriptor_t d;
+  memset(&d, 0, sizeof d);
+  d.type = GNI_POST_FMA_PUT;
+  d.cq_mode = GNI_CQMODE_GLOBAL_EVENT;
+  d.dlvr_mode = GNI_DLVMODE_PERFORMANCE;
+  d.local_addr = (uint64_t)l->scratch;
+  d.remote_addr = l->peer.region + 2 * LEN;
+  d.remote_mem_hndl = l->peer.region_mh;
+  d.length = LEN;
+  gni_return_t rc = GNI_PostFma(l->ep, &d);
+  if (rc != GNI_RC_SUCCESS) FAIL("GNI_PostFma PUT: rc %d", (int)rc);
+  if (wait_post(cq, &d)) return 1;
+  /* The chain: [LEN, 1.5 LEN) by the first descriptor, [1.5 LEN, 2 LEN) by its element. */
+  gni_ct_get_post_descriptor_t e;
+  memset(&e, 0, sizeof e);
+  e.ep_hndl = l->ep;
+  e.length = LEN / 2;
+  e.remote_addr = l->peer.region + LEN + LEN / 2;
+  e.remote_mem_hndl = l->peer.region_mh;
+  e.local_addr = (uint64_t)(l->scratch + 2 * LEN + LEN / 2);
+  e.local_mem_hndl = l->scratch_mh;
+  memset(&d, 0, sizeof d);
+  d.type = GNI_POST_FMA_GET;
+  d.cq_mode = GNI_CQMODE_GLOBAL_EVENT;
+  d.dlvr_mode = GNI_DLVMODE_PERFORMANCE;
+  d.local_addr = (uint64_t)(l->scratch + 2 * LEN);
+  d.local_mem_hndl = l->scratch_mh;
+  d.remote_addr = l->peer.region + LEN;
+  d.remote_mem_hndl = l->peer.region_mh;
+  d.length = LEN / 2;
+  d.next_descr = &e;
+  if ((rc = GNI_CtPostFma(l->ep, &d)) != GNI_RC_SUCCESS) FAIL("GNI_CtPostFma GET: rc %d", (int)rc);
+  if (wait_post(cq, &d)) return 1;
+  for (uint32_t j = 0; j < LEN; ++j)
+    if (l->scratch[2 * LEN + j] != pattern(l->peer.inst, 1000, j))
+      FAIL("FMA GET from inst %u: byte %u wrong", l->peer.inst, j);
+  memset(&d, 0, sizeof d);
+  d.type = GNI_POST_AMO;
+  d.cq_mode = GNI_CQMODE_GLOBAL_EVENT;
+  d.dlvr_mode = GNI_DLVMODE_PERFORMANCE;
+  d.local_addr = (uint64_t)(l->scratch + 3 * LEN);
+  d.local_mem_hndl = l->scratch_mh;
+  d.remote_addr = l->peer.region + 3 * LEN;
+  d.remote_mem_hndl = l->peer.region_mh;
+  d.length = 8;
+  d.amo_cmd = GNI_FMA_ATOMIC_FADD;
+  d.first_operand = 0x100u + l->mine.inst;
+  if ((rc = GNI_PostFma(l->ep, &d)) != GNI_RC_SUCCESS) FAIL("GNI_PostFma AMO: rc %d", (int)rc);
+  if (wait_post(cq, &d)) return 1;
+  uint64_t fetched;
+  memcpy(&fetched, l->scratch + 3 * LEN, sizeof fetched);
+  if (fetched != AMO_INIT) FAIL("fetch-and-add at inst %u fetched %llu, want %u", l->peer.inst, (unsigned long long)fetched, AMO_INIT);
+  return 0;
+}
+
+/* Our pattern PUT into the peer's region and the peer's pattern GET back, checked, by RDMA:
+ * the one-copy path cannot reach another user's process, so libugni queues them for the
+ * daemon's BTE engine. */
 static int link_rma(struct link* l, gni_cq_handle_t cq) {
   gni_post_descriptor_t d;
   memset(&d, 0, sizeof d);
@@ -274,10 +341,18 @@ static int link_rma(struct link* l, gni_cq_handle_t cq) {
   return 0;
 }
 
-/* What the peer PUT into our region. */
+/* What the peer PUT into our region (by RDMA and by FMA), and added to our AMO word. */
 static int link_check_put(struct link* l) {
   for (uint32_t j = 0; j < LEN; ++j)
-    if (l->region[j] != pattern(l->peer.inst, 2000, j)) FAIL("PUT by inst %u: byte %u wrong", l->peer.inst, j);
+    if (l->region[j] != pattern(l->peer.inst, 2000, j)) FAIL("RDMA PUT by inst %u: byte %u wrong", l->peer.inst, j);
+  for (uint32_t j = 0; j < LEN; ++j)
+    if (l->region[2 * LEN + j] != pattern(l->peer.inst, 2000, j))
+      FAIL("FMA PUT by inst %u: byte %u wrong", l->peer.inst, j);
+  uint64_t word;
+  memcpy(&word, l->region + 3 * LEN, sizeof word);
+  if (word != AMO_INIT + 0x100u + l->peer.inst)
+    FAIL("AMO word after inst %u's fetch-and-add: %llu, want %u", l->peer.inst, (unsigned long long)word,
+         AMO_INIT + 0x100u + l->peer.inst);
   return 0;
 }
 
@@ -358,10 +433,13 @@ static int serve(int clients, uint32_t count) {
     uint32_t v;
     snprintf(mine, sizeof mine, "serve-rma.%d", k);
     snprintf(theirs, sizeof theirs, "client-rma.%d", k);
-    if (link_rma(&l[k], cq) || put_u32(mine, 1) || get_u32(theirs, &v) || link_check_put(&l[k])) return 1;
+    if (link_fma(&l[k], cq) || link_rma(&l[k], cq) || put_u32(mine, 1) || get_u32(theirs, &v) ||
+        link_check_put(&l[k]))
+      return 1;
   }
-  printf("%s: %u SMSG messages each way and %d bytes PUT and GET each way with %d clients of job %u verified\n", me,
-         count, LEN, clients, job);
+  printf("%s: %u SMSG messages each way, %d bytes FMA PUT and GET (chained), a fetch-and-add and %d bytes RDMA PUT "
+         "and GET each way with %d clients of job %u verified\n",
+         me, count, LEN, LEN, clients, job);
   fflush(stdout);
 
   /* The grant stays until the test has tried the credential as a user it was not granted to. */
@@ -435,10 +513,10 @@ static int client(uint32_t count) {
   char theirs[32];
   snprintf(name, sizeof name, "client-rma.%d", rank);
   snprintf(theirs, sizeof theirs, "serve-rma.%d", rank);
-  if (link_rma(&l, cq) || put_u32(name, 1) || get_u32(theirs, &v) || link_check_put(&l)) return 1;
-  printf("%s: NIC %u inst %u (uid %u, job %u): %u SMSG messages each way and %d bytes PUT and GET each way with "
-         "NIC %u inst %u verified\n",
-         me, addr, l.mine.inst, l.mine.uid, job, count, LEN, l.peer.addr, l.peer.inst);
+  if (link_fma(&l, cq) || link_rma(&l, cq) || put_u32(name, 1) || get_u32(theirs, &v) || link_check_put(&l)) return 1;
+  printf("%s: NIC %u inst %u (uid %u, job %u): %u SMSG messages each way, %d bytes FMA PUT and GET (chained), a "
+         "fetch-and-add and %d bytes RDMA PUT and GET each way with NIC %u inst %u verified\n",
+         me, addr, l.mine.inst, l.mine.uid, job, count, LEN, LEN, l.peer.addr, l.peer.inst);
   fflush(stdout);
 
   /* Revoked: no new access or attach; the CDM attached before still sends. */

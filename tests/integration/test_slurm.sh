@@ -436,12 +436,12 @@ EOF
   # the fabric. Both are plain sruns, started separately; they meet through files in $MEET.
   MEET=$TMP/out/drc
   mkdir -p "$MEET" && chmod 1777 "$MEET"
-  # RDMA between two users' processes on one host goes through the daemon's BTE engine
-  # (docs/cray-pe.md, DRC); srun passes the variable on to the tasks.
-  as_user "$UA" env NICEMU_RDMA_DIRECT=0 timeout -k 5 120 srun -w node0 -N1 -n1 "$PAIR" serve "$MEET" 2 64 \
+  # FMA, AMOs and RDMA between two users' processes on one host go through the daemons
+  # by themselves (docs/decisions.md, where the kernel refuses cross-memory attach).
+  as_user "$UA" timeout -k 5 120 srun -w node0 -N1 -n1 "$PAIR" serve "$MEET" 2 64 \
     >"$TMP/drc-serve.log" 2>&1 </dev/null &
   SERVE=$!
-  as_user "$UB" env NICEMU_RDMA_DIRECT=0 timeout -k 5 120 srun -N2 -n2 --ntasks-per-node=1 "$PAIR" client "$MEET" 64 \
+  as_user "$UB" timeout -k 5 120 srun -N2 -n2 --ntasks-per-node=1 "$PAIR" client "$MEET" 64 \
     >"$TMP/drc-client.log" 2>&1 </dev/null &
   CLIENT=$!
   BG_PIDS+=("$SERVE" "$CLIENT")

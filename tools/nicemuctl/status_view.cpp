@@ -176,6 +176,13 @@ void print_status(std::FILE* out, const json& node) {
     t.print(out, 4);
   }
 
+  // Where the kernel refused cross-memory attach (docs/decisions.md): shown once it happened.
+  if (auto x = node.find("xmem_fallback"); x != node.end() && x->is_object() &&
+      (u64(*x, "peers") || u64(*x, "posts") || u64(*x, "daemon_ops") || u64(*x, "daemon_refused")))
+    field(out, "xmem refused",
+          fmt::format("{} peers, {} posts through the daemon, {} run here; {} of the daemon's own copies refused",
+                      u64(*x, "peers"), u64(*x, "posts"), u64(*x, "daemon_ops"), u64(*x, "daemon_refused")));
+
   // The UDP fabric to other hosts (docs/fabric.md), when the daemon runs with a map.
   if (auto f = node.find("fabric"); f != node.end() && f->is_object()) {
     field(out, "fabric", fmt::format("udp port {}, epoch {:#x}, {} nodes in the map", u64(*f, "port"), u64(*f, "epoch"),

@@ -83,6 +83,10 @@ bool run_direct(Nic* n, Ep* ep, Cq* cq, const gni_post_descriptor_t* d, bool get
   uint64_t st = cqe::kOk;
   if (!target_of(ep, d->remote_mem_hndl, st)) return false;  // unknown here: the engine knows the right error (or route)
   const Region& target = *ep->peer;
+  if (target.xmem_refused) [[unlikely]] {
+    count(n->counters, ctr::cdm::xmem_fallback_posts);  // the engine may reach it (Region::xmem_refused)
+    return false;
+  }
   const RdmaOp op = rdma_op(ep, d, get);
   uint32_t dst_cq = abi::kNoCq;
   st = rdma_execute_on(n, op, target, &dst_cq);

@@ -12,7 +12,8 @@
 // Members whose target is on another host go to our daemon, one RemotePost each, marked
 // with the chain's id (abi/remote_ops.h); the library runs the same-host members first and
 // tells the daemon the first of them that failed, and the daemon posts the chain's event
-// when its last member is answered.
+// when its last member is answered. Members whose same-host target we may not reach by
+// cross-memory attach go to the daemon the same way (its BTE engine runs them).
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -128,8 +129,16 @@ gni_return_t GNI_CtPostFma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
   int32_t tid;
   if (!start_post(ep->nic, d, tid)) return GNI_RC_ERROR_RESOURCE;
   stat_add(ep->nic, GNI_STAT_FMA_LAUNCH_COUNT, static_cast<uint32_t>(ops.size()));
-  auto remote = [&](size_t i) { return posts_through_daemon(ops[i].ep); };
-  if (std::any_of(ops.begin(), ops.end(), [](const FmaOp& op) { return posts_through_daemon(op.ep); })) {
+  // Members for our daemon: those of other hosts, and those of this host we may not reach by
+  // cross-memory attach (its BTE engine runs them and posts the chain's event). A chain that
+  // has both sends only the first kind: one daemon service completes a chain, so a member
+  // we cannot reach then fails here (MEM_ACCESS), a limit docs/decisions.md states.
+  const bool crosses_hosts = std::any_of(ops.begin(), ops.end(), [](const FmaOp& op) { return op.ep->other_host(); });
+  auto remote = [&](size_t i) {
+    return crosses_hosts ? posts_through_daemon(ops[i].ep) : fma_through_daemon(ops[i].ep, ops[i].remote_mem_hndl);
+  };
+  if (crosses_hosts || std::any_of(ops.begin(), ops.end(),
+                                   [](const FmaOp& op) { return fma_through_daemon(op.ep, op.remote_mem_hndl); })) {
     namespace rop = nicemu::abi::remote;
     const uint16_t kind = type == GNI_POST_FMA_GET ? rop::kGet : type == GNI_POST_AMO ? rop::kAmo : rop::kPut;
     run_split_chain(

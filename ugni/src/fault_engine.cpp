@@ -489,6 +489,7 @@ bool fault_post_rdma(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, int32_t tid
     uint64_t st = cqe::kOk;
     target_of(ep, d->remote_mem_hndl, st);
     target = ep->peer;  // held transactions keep the mapping alive
+    if (target && target->xmem_refused) target.reset();  // we cannot copy to it: the engine can
   }
   RdmaOp op = rdma_op(ep, d, get);
 

@@ -217,8 +217,9 @@ gni_return_t GNI_PostFma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
   if (!start_post(ep->nic, d, tid)) return GNI_RC_ERROR_RESOURCE;
   stat_add(ep->nic, GNI_STAT_FMA_LAUNCH_COUNT);
   count_post(ep->nic->counters, post_type(d), d->length);
-  // A target on another host: our daemon carries it (remote_post.cpp).
-  if (posts_through_daemon(ep)) [[unlikely]] {
+  // A target on another host, or one we may not reach by cross-memory attach: our daemon
+  // carries it (remote_post.cpp).
+  if (fma_through_daemon(ep, op.remote_mem_hndl)) [[unlikely]] {
     namespace rop = nicemu::abi::remote;
     const int t = post_type(d);
     const uint16_t kind = t == GNI_POST_FMA_GET ? rop::kGet : t == GNI_POST_AMO ? rop::kAmo : rop::kPut;

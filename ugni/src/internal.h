@@ -59,6 +59,11 @@ struct Region {
   uint64_t attach_id = 0;
   uint32_t nic_addr = 0;
   uint32_t inst_id = 0;
+  // The kernel refuses this process cross-memory attach to the owner (another user, Yama
+  // ptrace_scope 2/3, a seccomp filter): FMA and AMOs on it go through our daemon, RDMA
+  // through its BTE engine (Nic::resolve decides once per peer; docs/decisions.md).
+  // Written before the region is shared, read-only after.
+  bool xmem_refused = false;
 
   // Maps a region from its three memfds (abi/region_map.h: read-only section, MDD table,
   // heap); closes them. Refuses a region whose read-only section or MDD table is not sealed
@@ -175,6 +180,9 @@ struct Nic {
   // Whether a NIC address lives on another host (no daemon socket here), and until when
   // that answer stands (CLOCK_MONOTONIC ns). Under peers_mu.
   std::map<uint32_t, std::pair<bool, uint64_t>> other_host_cache;
+  // Probes whether cross-memory attach reaches a new peer's owner; sets Region::xmem_refused,
+  // counts it and says it once per process on stderr.
+  void note_reach(Region& r);
   bool on_other_host(uint32_t addr);
   // Chains with members on other hosts, numbered for the daemon (RemotePost::chain_id).
   std::atomic<uint64_t> next_chain_id{1};
@@ -337,6 +345,17 @@ inline Region* target_of(Ep* ep, const gni_mem_handle_t& remote, uint64_t& statu
 // Whether a post on `ep` goes to our daemon (its target is on another host): a peer already
 // resolved is on this host.
 inline bool posts_through_daemon(Ep* ep) { return !ep->peer && ep->other_host(); }
+
+// The same for an FMA or AMO naming `remote`: also when its target is a same-host process
+// this one may not reach by cross-memory attach. A resolved peer answers with a flag of its
+// mapping (no system call on the path that works); the first post of an EP resolves it.
+bool first_route_through_daemon(Ep* ep, const gni_mem_handle_t& remote);
+inline bool fma_through_daemon(Ep* ep, const gni_mem_handle_t& remote) {
+  if (const Region* p = ep->peer.get();
+      p && ep->peer_domain == abi::mdh::route_of(remote.qword1, remote.qword2)) [[likely]]
+    return p->xmem_refused;
+  return first_route_through_daemon(ep, remote);
+}
 
 // Posts for a NIC address of another host (remote_post.cpp): handed to our daemon, which
 // carries them over the fabric; their events arrive in `cq` later. `kind`/`engine` are

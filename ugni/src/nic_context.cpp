@@ -104,12 +104,14 @@ namespace {
 pid_t g_pid = getpid();
 void refresh_pid() { g_pid = getpid(); }
 [[maybe_unused]] const int g_atfork = pthread_atfork(nullptr, nullptr, refresh_pid);
-// Cross-memory attach refused: said once, on stderr (the library has no log of its own).
+// A copy refused although the peer's first check allowed it (Nic::note_reach): its owner or
+// this process changed credentials, or a seccomp filter came later. Said once, on stderr
+// (the library has no log of its own); the post completes with MEM_ACCESS.
 void refused() {
   std::fprintf(stderr,
-               "libugni(nicemu): cross-memory attach to a peer was refused (EPERM): the peer is another "
-               "user's process (FMA cannot reach it; RDMA can with NICEMU_RDMA_DIRECT=0, docs/cray-pe.md, DRC), "
-               "or kernel.yama.ptrace_scope or a seccomp profile forbids it (docs/decisions.md)\n");
+               "libugni(nicemu): a cross-memory copy to a peer was refused although the peer was reachable when "
+               "first mapped (changed credentials, a seccomp filter installed since): the post completes with "
+               "a MEM_ACCESS error (docs/decisions.md)\n");
 }
 [[maybe_unused]] const bool g_refused_hook = (xmem::on_refused(refused), true);
 }  // namespace

@@ -5,9 +5,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <mutex>
 
 #include "internal.h"
+#include "nicemu/xmem/cross_copy.h"
 
 namespace nicemu::ugni {
 
@@ -89,8 +92,25 @@ std::shared_ptr<Region> Nic::resolve(uint32_t addr, uint32_t domain, uint64_t& s
     status = cqe::kErrPeerGone;
     return nullptr;
   }
+  if (r->pid != self_pid()) note_reach(*r);
   peers[key] = r;
   return r;
+}
+
+void Nic::note_reach(Region& r) {
+  // Once per peer mapping: whether the kernel lets us copy to and from its owner.
+  if (xmem::probe(r.pid) != xmem::Reach::kRefused) return;
+  const int why = errno;
+  r.xmem_refused = true;
+  count(counters, ctr::cdm::xmem_fallback_peers);
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    std::fprintf(stderr,
+                 "libugni(nicemu): cross-memory attach to pid %d (NIC address %u) is refused (%s: another user's "
+                 "process, Yama ptrace_scope, or a seccomp filter); FMA and AMOs to such peers go through the "
+                 "daemon, RDMA through its BTE engine (counted in xmem_fallback_peers; docs/decisions.md)\n",
+                 static_cast<int>(r.pid), r.nic_addr, strerrorname_np(why) ? strerrorname_np(why) : "refused");
+  });
 }
 
 bool Nic::daemon_alive() {

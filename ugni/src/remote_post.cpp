@@ -48,6 +48,13 @@ bool Ep::other_host() {
   return r == 1;
 }
 
+bool first_route_through_daemon(Ep* ep, const gni_mem_handle_t& remote) {
+  if (ep->other_host()) return true;
+  uint64_t st = cqe::kOk;
+  const Region* t = target_of(ep, remote, st);  // cached: the post's own look-up
+  return t && t->xmem_refused;
+}
+
 bool send_remote_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t engine, int32_t tid,
                       const RemoteChainMember* chain) {
   Nic* n = ep->nic;
@@ -60,6 +67,12 @@ bool send_remote_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t k
   p.tid = tid < 0 ? abi::kBteNoTid : static_cast<uint32_t>(tid);
   p.local_event = chain ? chain->local_event : ep->local_event;
   p.remote_event = ep->remote_event;
+  // A target of this host that we may not reach ourselves (Region::xmem_refused): our
+  // daemon executes it here instead of carrying it to another host.
+  if (!ep->other_host()) {
+    p.flags |= rop::kFlagSameHost;
+    count(n->counters, ctr::cdm::xmem_fallback_posts);
+  }
   if (chain) {
     p.chain_id = chain->id;
     p.chain_members = chain->members;

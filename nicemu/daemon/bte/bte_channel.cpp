@@ -11,6 +11,7 @@
 
 #include "nicemu/abi/cq_entry.h"
 #include "nicemu/abi/mem_handle.h"
+#include "nicemu/amo/amo_lock.h"
 #include "nicemu/xmem/cross_copy.h"
 
 namespace nicemu::daemon {
@@ -22,6 +23,9 @@ namespace {
 // Internal status: the initiator is gone, so there is nobody to tell; the request is dropped.
 constexpr uint64_t kDrop = 0x100;
 }  // namespace
+
+BteShared::BteShared(RegionDirectory& r, uint64_t chunk)
+    : regions(r), chunk_bytes(chunk), lock_owner(amo::lock_self(getpid())) {}
 
 BteSource::~BteSource() {
   if (doorbell >= 0) ::close(doorbell);
@@ -157,6 +161,7 @@ void BteChannel::run() {
 
 // Validates the request against both registration tables, moves the data, completes.
 void BteChannel::execute(BteJob& job) {
+  if (job.proxy) return execute_proxy(*job.proxy);
   const BteRequest& q = job.req;
   MappedRegion& initiator = *job.source->region;
   sh_.counters.requests.fetch_add(1, std::memory_order_relaxed);
@@ -186,6 +191,12 @@ void BteChannel::execute(BteJob& job) {
     if (st == cqe::kOk && q.length > 0) st = transfer(job, initiator, *target);
   }
   complete(job, initiator, target.get(), st, dst_cq);
+}
+
+void BteChannel::execute_proxy(const ProxyPost& p) {
+  sh_.counters.proxied.fetch_add(1, std::memory_order_relaxed);
+  const uint64_t st = proxy_execute(p, sh_.regions, bounce_, sh_.lock_owner);
+  sh_.proxies.complete(p, st, sh_.counters);
 }
 
 uint64_t BteChannel::transfer(BteJob& job, MappedRegion& initiator, MappedRegion& target) {

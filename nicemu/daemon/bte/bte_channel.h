@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "nicemu/abi/bte_ring.h"
+#include "nicemu/daemon/bte/bte_proxy.h"
 #include "nicemu/daemon/bte/bte_regions.h"
 
 namespace nicemu::daemon {
@@ -32,15 +33,18 @@ struct BteSource {
   ~BteSource();
 };
 
-// One request, copied out of the ring (untrusted until validated).
+// One request, copied out of the ring (untrusted until validated), or a post the engine
+// runs for a CDM that may not reach its target itself (`proxy`, bte_proxy.h; no ring).
 struct BteJob {
   abi::BteRequest req;
   std::shared_ptr<BteSource> source;
+  std::shared_ptr<ProxyPost> proxy;
   std::pair<uint64_t, uint32_t> route;  // (attach id, EP id): the ordering domain
 };
 
 struct BteCounters {
-  std::atomic<uint64_t> requests{0}, bytes{0}, errors{0}, dropped{0}, chunks{0}, helped_chunks{0}, inline_jobs{0};
+  std::atomic<uint64_t> requests{0}, bytes{0}, errors{0}, dropped{0}, chunks{0}, helped_chunks{0}, inline_jobs{0},
+      proxied{0};
 };
 
 class BteChannel;
@@ -48,7 +52,7 @@ struct BteTransfer;
 
 // What the channels share; owned by the engine.
 struct BteShared {
-  BteShared(RegionDirectory& r, uint64_t chunk) : regions(r), chunk_bytes(chunk) {}
+  BteShared(RegionDirectory& r, uint64_t chunk);
   RegionDirectory& regions;
   const uint64_t chunk_bytes;
   BteCounters counters;
@@ -57,6 +61,8 @@ struct BteShared {
   std::vector<std::unique_ptr<BteChannel>> channels;
   bool stopping = false;
   std::function<void(const BteJob&)> finished;  // called under `mu` after each job
+  ProxyCompleter proxies;                        // events of proxied posts and chains
+  const uint64_t lock_owner;                     // this daemon's AMO lock owner value
 };
 
 class BteChannel {
@@ -82,6 +88,7 @@ class BteChannel {
   bool should_wake() const;  // under shared.mu
   BteTransfer* helpable() const;
   void execute(BteJob& job);
+  void execute_proxy(const ProxyPost& p);
   uint64_t transfer(BteJob& job, MappedRegion& initiator, MappedRegion& target);
   void complete(const BteJob& job, MappedRegion& initiator, MappedRegion* target, uint64_t status, uint32_t dst_cq);
 

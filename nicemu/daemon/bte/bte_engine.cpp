@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
+#include "nicemu/abi/cq_entry.h"
 #include "nicemu/abi/gni_values.h"
 #include "nicemu/abi/region_access.h"
 
@@ -21,6 +22,7 @@ namespace nicemu::daemon {
 
 using namespace nicemu::abi;
 namespace rc = nicemu::abi::gni;
+namespace cqe = nicemu::abi::cqe;
 
 namespace {
 // Requests taken from one CDM's ring and not completed yet; beyond this the dispatcher
@@ -31,6 +33,8 @@ constexpr uint32_t kMaxInflight = kBteRingCapacity;
 // their copy takes a few microseconds at most, less than waking a channel (and it holds
 // back other rings' requests no longer than one chunk of a channel would).
 constexpr uint64_t kInlineBytes = 16 << 10;
+// The ordering domain of a CDM's proxied posts (no EP id of the ring is this large).
+constexpr uint32_t kProxyRoute = 0xFFFFFFFFu;
 
 uint64_t now_ns() {
   timespec ts;
@@ -217,10 +221,39 @@ void BteEngine::route(const std::shared_ptr<BteSource>& s, const BteRequest& req
   c.wake();
 }
 
+void BteEngine::proxy(const std::shared_ptr<MappedRegion>& initiator, const abi::remote::RemotePost& post,
+                      const uint8_t* inline_data) {
+  auto p = std::make_shared<ProxyPost>();
+  p->post = post;
+  p->initiator = initiator;
+  if (uint64_t st = proxy_check(post)) return shared_.proxies.complete(*p, st, shared_.counters);
+  p->data.assign(inline_data, inline_data + post.inline_length);
+  BteJob job;
+  job.proxy = std::move(p);
+  job.route = {initiator->attach_id(), kProxyRoute};
+  std::unique_lock<std::mutex> lk(shared_.mu);
+  auto it = routes_.find(job.route);
+  if (it != routes_.end() && it->second.second >= kMaxProxied) {
+    lk.unlock();
+    return shared_.proxies.complete(*job.proxy, cqe::kErrTransient, shared_.counters);
+  }
+  if (it == routes_.end()) {
+    uint32_t channel = 0;
+    for (uint32_t i = 1; i < shared_.channels.size(); ++i)
+      if (shared_.channels[i]->load() < shared_.channels[channel]->load()) channel = i;
+    it = routes_.emplace(job.route, std::make_pair(channel, 0u)).first;
+  }
+  ++it->second.second;
+  BteChannel& c = *shared_.channels[it->second.first];
+  c.enqueue(std::move(job));
+  c.wake();
+}
+
 void BteEngine::finished(const BteJob& job) {
+  if (auto it = routes_.find(job.route); it != routes_.end() && --it->second.second == 0) routes_.erase(it);
+  if (!job.source) return;  // a proxied post: no ring
   // After the completion's events: the library may now run transfers itself (bte_ring.h).
   job.source->view.ctl->done.fetch_add(1, std::memory_order_release);
-  if (auto it = routes_.find(job.route); it != routes_.end() && --it->second.second == 0) routes_.erase(it);
   if (job.source->inflight.fetch_sub(1, std::memory_order_relaxed) == kMaxInflight) kick();
 }
 
@@ -241,7 +274,8 @@ nlohmann::json BteEngine::status() const {
                         {"dropped", c.dropped.load()},
                         {"chunks", c.chunks.load()},
                         {"helped_chunks", c.helped_chunks.load()},
-                        {"inline", c.inline_jobs.load()}};
+                        {"inline", c.inline_jobs.load()},
+                        {"proxied", c.proxied.load()}};
 }
 
 }  // namespace nicemu::daemon

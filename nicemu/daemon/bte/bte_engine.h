@@ -52,11 +52,20 @@ class BteEngine {
   // kBteOpen: starts serving the CDM's ring at `ctl_offset` of its region. Returns a
   // gni_return_t value and the doorbell eventfd to pass (still owned by the engine).
   int open_ring(uint64_t attach_id, uint64_t ctl_offset, uint32_t capacity, int& doorbell);
+  // A post of the CDM mapped as `initiator` for a same-host target its process may not
+  // reach by cross-memory attach (bte_proxy.h): queued on a channel, in posting order per
+  // CDM; at most kMaxProxied outstanding per CDM, beyond which it completes at once with a
+  // recoverable error (the client reposts). `inline_data` holds post.inline_length bytes.
+  // Called from the control thread, which it never blocks.
+  static constexpr uint32_t kMaxProxied = 4096;
+  void proxy(const std::shared_ptr<MappedRegion>& initiator, const abi::remote::RemotePost& post,
+             const uint8_t* inline_data);
   // Stops the threads (SIGTERM). Requests still queued are dropped.
   void stop();
 
   nlohmann::json status() const;
   uint32_t channels() const { return cfg_.channels; }
+  uint64_t proxied() const { return shared_.counters.proxied.load(std::memory_order_relaxed); }
   // The engine's mappings of this node's CDM regions (also used for other hosts' operations).
   RegionDirectory& regions() { return regions_; }
 

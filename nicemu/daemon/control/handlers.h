@@ -67,8 +67,9 @@ void datagram(Request& q, CdmTable& cdms, DatagramMatcher& dgrams, Quotas& quota
 void msgq(Request& q, const NicInfo& nic, Credentials& creds, CdmTable& cdms, MsgqSegments& segs, FabricPort& port,
           MsgqRelay& relay, Counters& ctr);
 
-// remote.cpp: memory operations and SMSG relays towards other hosts.
-void remote_post(Request& q, CdmTable& cdms, RegionDirectory& regions, RemoteRequester& out, Counters& ctr);
+// remote.cpp: memory operations and SMSG relays towards other hosts; memory operations on
+// this host that the initiator may not do itself (the BTE engine runs them, bte_proxy.h).
+void remote_post(Request& q, CdmTable& cdms, BteEngine& bte, RemoteRequester& out, Counters& ctr);
 void smsg_relay_open(Request& q, CdmTable& cdms, SmsgRelay& smsg, Counters& ctr);
 void smsg_relay_note(Request& q, CdmTable& cdms, SmsgRelay& smsg, Counters& ctr);
 

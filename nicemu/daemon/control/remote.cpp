@@ -1,6 +1,11 @@
 // Control requests that start work on other hosts: memory operations (remote/remote_requester.h)
 // and SMSG relays (remote/smsg_relay.h).
+#include <utility>
+
+#include <spdlog/spdlog.h>
+
 #include "nicemu/abi/remote_ops.h"
+#include "nicemu/daemon/bte/bte_engine.h"
 #include "nicemu/daemon/bte/bte_regions.h"
 #include "nicemu/daemon/control/cdm_table.h"
 #include "nicemu/daemon/control/handlers.h"
@@ -11,8 +16,9 @@ namespace nicemu::daemon {
 
 using namespace nicemu::abi;
 
-// A post of one of our CDMs for a node of another host (one-way: its outcome is CQ events).
-void control::remote_post(Request& q, CdmTable& cdms, RegionDirectory& regions, RemoteRequester& out, Counters& ctr) {
+// A post of one of our CDMs for a node of another host, or for a process of this host that
+// it may not reach by cross-memory attach (one-way: its outcome is CQ events).
+void control::remote_post(Request& q, CdmTable& cdms, BteEngine& bte, RemoteRequester& out, Counters& ctr) {
   abi::remote::RemotePost p;
   CdmRegion* cdm = cdms.owned(q.peer);
   if (!cdm || q.len < sizeof p) {
@@ -24,12 +30,22 @@ void control::remote_post(Request& q, CdmTable& cdms, RegionDirectory& regions, 
     ++ctr.malformed_messages;
     return;
   }
-  auto region = regions.local(cdm->attach_id());
+  auto region = bte.regions().local(cdm->attach_id());
   if (!region) {
     ++ctr.malformed_messages;
     return;
   }
-  out.post(region, p, reinterpret_cast<const uint8_t*>(q.msg) + sizeof p);
+  const auto* data = reinterpret_cast<const uint8_t*>(q.msg) + sizeof p;
+  if (p.flags & abi::remote::kFlagSameHost) {
+    // Said once: which client first needed the daemon's privilege, and why.
+    static bool said = false;
+    if (!std::exchange(said, true))
+      spdlog::info("cross-memory attach is refused between pid {} and a peer on this host (another user, Yama "
+                   "ptrace_scope, seccomp): its FMA and AMOs run here, with the daemon's privilege (xmem_proxy_ops)",
+                   region->pid());
+    return bte.proxy(region, p, data);
+  }
+  out.post(region, p, data);
 }
 
 void control::smsg_relay_open(Request& q, CdmTable& cdms, SmsgRelay& smsg, Counters& ctr) {
