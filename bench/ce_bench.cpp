@@ -4,13 +4,17 @@
 // repetition so that load changes on the host hit all alike; each reports the median over
 // repetitions of the mean time per operation. Waiting ranks block in GNI_CqWaitEvent (its
 // bounded spin, then a futex), never a busy loop: the host may have fewer cores than ranks.
-//   ce_bench [--reps R] [--iters K]        prints: ranks nodes op ce_us smsg_us
-// The CE tree is one channel per node with its ranks as children and the other nodes'
-// channels as children of the first node's (as Cray's examples build it).
+//   ce_bench [--reps R] [--iters K] [--ce-only]   prints: ranks nodes op ce_us smsg_us
+// (--ce-only: no SMSG collectives, whose all-to-all mailboxes a job of hundreds of ranks
+// need not pay for; smsg_us is then 0.)
+// The CE tree is one channel per node with its ranks as children. The nodes' channels hang
+// from the first node's (as Cray's examples build it) while they fit in its 32 child slots
+// (GNI_CE_MAX_CHILDREN); beyond, they form a tree of up to 16 node channels per parent.
 #include <sched.h>
 #include <sys/time.h>
 
 #include <algorithm>
+#include <cinttypes>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -173,12 +177,25 @@ struct Ce {
     }
     std::vector<uint32_t> ids(size_);
     PMI_Allgather(&id, ids.data(), sizeof id);
-    // Slots: the node's ranks first, then (at the root) the other nodes' channels.
+    // Slots: the node's ranks first, then the node channels below this one.
     std::vector<int> slot(size_, 0), kids_of(size_, 0);
     for (int r = 0; r < size_; ++r) slot[r] = kids_of[leader[r]]++;
-    std::vector<int> vce_slot(size_, -1);
-    for (int r = 1; r < size_; ++r)
-      if (leader[r] == r) vce_slot[r] = kids_of[0]++;
+    std::vector<int> leaders;  // node channels' owners, in rank order
+    for (int r = 0; r < size_; ++r)
+      if (leader[r] == r) leaders.push_back(r);
+    const int per_node = *std::max_element(kids_of.begin(), kids_of.end());
+    const int max_vce = 32 - per_node;  // GNI_CE_MAX_CHILDREN
+    if (max_vce < 1) {
+      std::fprintf(stderr, "ce_bench: %d ranks on one node leave no CE child slot for other nodes\n", per_node);
+      PMI_Abort(1, "too many ranks per node");
+    }
+    const int fanout = int(leaders.size()) - 1 <= max_vce ? max_vce : std::min(16, max_vce);
+    std::vector<int> vce_slot(size_, -1), parent_of(size_, -1);
+    for (size_t j = 1; j < leaders.size(); ++j) {
+      const int p = leaders[(j - 1) / size_t(fanout)];
+      parent_of[leaders[j]] = p;
+      vce_slot[leaders[j]] = kids_of[p]++;
+    }
     if (leader[rank_] == rank_) {
       std::vector<gni_ep_handle_t> kids;
       for (int r = 0; r < size_; ++r)
@@ -187,16 +204,16 @@ struct Ce {
                 "GNI_EpSetCeAttr");
           kids.push_back(eps[r]);
         }
-      if (rank_ == 0)
-        for (int r = 1; r < size_; ++r)
-          if (vce_slot[r] >= 0) {
-            check(GNI_EpSetCeAttr(eps[r], ids[r], uint32_t(vce_slot[r]), GNI_CE_CHILD_VCE), "GNI_EpSetCeAttr");
-            kids.push_back(eps[r]);
-          }
+      for (int r = 0; r < size_; ++r)
+        if (parent_of[r] == rank_) {
+          check(GNI_EpSetCeAttr(eps[r], ids[r], uint32_t(vce_slot[r]), GNI_CE_CHILD_VCE), "GNI_EpSetCeAttr");
+          kids.push_back(eps[r]);
+        }
       gni_ep_handle_t parent = nullptr;
-      if (rank_ != 0) {
-        parent = eps[0];
-        check(GNI_EpSetCeAttr(parent, ids[0], uint32_t(vce_slot[rank_]), GNI_CE_CHILD_VCE), "GNI_EpSetCeAttr");
+      if (parent_of[rank_] >= 0) {
+        const int p = parent_of[rank_];
+        parent = eps[p];
+        check(GNI_EpSetCeAttr(parent, ids[p], uint32_t(vce_slot[rank_]), GNI_CE_CHILD_VCE), "GNI_EpSetCeAttr");
       }
       check(GNI_CeConfigure(ce, kids.data(), uint32_t(kids.size()), parent, nullptr, GNI_CE_MODE_CQE_ONERR),
             "GNI_CeConfigure");
@@ -233,9 +250,18 @@ struct Ce {
 
 int main(int argc, char** argv) {
   int reps = 9, iters = 50;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--iters")) iters = std::atoi(argv[i + 1]);
+  bool ce_only = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--ce-only")) {
+      ce_only = true;
+    } else if (i + 1 < argc && !std::strcmp(argv[i], "--reps")) {
+      reps = std::atoi(argv[++i]);
+    } else if (i + 1 < argc && !std::strcmp(argv[i], "--iters")) {
+      iters = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: ce_bench [--reps R] [--iters K] [--ce-only]   (run it under nicemu-run)\n");
+      return 2;
+    }
   }
   int spawned;
   if (PMI_Init(&spawned) != PMI_SUCCESS) return 1;
@@ -253,20 +279,22 @@ int main(int argc, char** argv) {
   int nodes = 0;
   for (int r = 0; r < size_; ++r) nodes += std::find(addr.begin(), addr.end(), addr[r]) - addr.begin() == r;
   Smsg sm;
-  sm.init(nic, addr);
+  if (!ce_only) sm.init(nic, addr);
   Ce ce;
   ce.init(nic, addr);
   // Both give the same sum (checked once), then the timed repetitions.
+  const bool pow2 = (size_ & (size_ - 1)) == 0;
   const uint64_t want = uint64_t(size_) * uint64_t(size_ - 1) / 2;
-  if (ce.allreduce(uint64_t(rank_)) != want || ((size_ & (size_ - 1)) == 0 && sm.allreduce(uint64_t(rank_)) != want)) {
-    std::fprintf(stderr, "ce_bench rank %d: wrong allreduce result\n", rank_);
+  const uint64_t got = ce.allreduce(uint64_t(rank_));
+  if (got != want || (!ce_only && pow2 && sm.allreduce(uint64_t(rank_)) != want)) {
+    std::fprintf(stderr, "ce_bench rank %d: wrong allreduce result (CE %" PRIu64 ", want %" PRIu64 ")\n", rank_, got,
+                 want);
     PMI_Abort(1, "wrong result");
   }
-  const bool pow2 = (size_ & (size_ - 1)) == 0;
   std::vector<double> t[4];
   for (int r = 0; r < reps; ++r) {
     for (int op = 0; op < 4; ++op) {
-      if (op == 3 && !pow2) continue;
+      if ((op == 3 && !pow2) || (ce_only && (op == 1 || op == 3))) continue;
       PMI_Barrier();
       const double t0 = now_us();
       for (int i = 0; i < iters; ++i) {
@@ -287,7 +315,7 @@ int main(int argc, char** argv) {
   };
   if (rank_ == 0) {
     std::printf("%d %d barrier %.1f %.1f\n", size_, nodes, median(t[0]), median(t[1]));
-    if (pow2) std::printf("%d %d allreduce8 %.1f %.1f\n", size_, nodes, median(t[2]), median(t[3]));
+    if (pow2 || ce_only) std::printf("%d %d allreduce8 %.1f %.1f\n", size_, nodes, median(t[2]), median(t[3]));
     std::fflush(stdout);
   }
   PMI_Barrier();

@@ -220,7 +220,9 @@ Tree binary_tree(int n) {
 }
 
 // One channel per node (owned by its first rank) with the node's ranks as PE children; the
-// root's channel has every other node's channel as a child too.
+// root's channel has every other node's channel as a child too while they fit in its 32
+// slots (GNI_CE_MAX_CHILDREN); beyond (more than about 30 nodes), the node channels form a
+// tree of up to 16 per parent.
 Tree flat_tree(const std::vector<int>& node_of) {
   const int n = int(node_of.size());
   Tree t;
@@ -237,12 +239,17 @@ Tree flat_tree(const std::vector<int>& node_of) {
     t.leaf_slot[r] = int(t.children[leader].size());
     t.children[leader].push_back({false, r});
   }
-  for (int o : t.owners)
-    if (o != 0) {
-      t.parent[o] = 0;
-      t.parent_slot[o] = int(t.children[0].size());
-      t.children[0].push_back({true, o});
-    }
+  size_t per_node = 0;
+  for (int o : t.owners) per_node = std::max(per_node, t.children[o].size());
+  const size_t max_vce = 32 - std::min<size_t>(per_node, 31);
+  const size_t fanout = t.owners.size() - 1 <= max_vce ? max_vce : std::min<size_t>(16, max_vce);
+  t.name = t.owners.size() - 1 <= max_vce ? "flat" : "node tree";
+  for (size_t j = 1; j < t.owners.size(); ++j) {
+    const int o = t.owners[j], p = t.owners[(j - 1) / fanout];
+    t.parent[o] = p;
+    t.parent_slot[o] = int(t.children[p].size());
+    t.children[p].push_back({true, o});
+  }
   return t;
 }
 

@@ -3,8 +3,9 @@
 #
 # netns_hosts_up SW NET NS...: a bridge br0 in namespace SW (so the host's own network is
 # untouched) and one namespace per further name, joined to it by a veth pair; the k-th
-# (from 0) gets address NET(k+1)/24 (NET like "10.213.7."). The veth names are derived
-# from SW. Returns non-zero with the failing command's message on stderr.
+# (from 0) gets address NET(k+1)/24 (NET like "10.213.7."), or, for more than 253 hosts,
+# with NET of two octets ("10.213."), NET(k/250).(k%250+1)/16 (netns_host_addr). The veth
+# names are derived from SW. Returns non-zero with the failing command's message on stderr.
 # netns_hosts_down SW NS...: deletes them (a namespace's end of a veth pair takes the other
 # end with it). Safe to call on a partial set-up.
 netns_hosts_up() {
@@ -19,13 +20,20 @@ netns_hosts_up() {
     ip -n "$ns" link set lo up || return 1
     ip link add "${sw}h$k" netns "$ns" type veth peer name "${sw}s$k" netns "$sw" || return 1
     ip -n "$sw" link set "${sw}s$k" master br0 up || return 1
-    ip -n "$ns" addr add "${net}$((k + 1))/24" dev "${sw}h$k" || return 1
+    ip -n "$ns" addr add "$(netns_host_addr "$net" "$k")" dev "${sw}h$k" || return 1
     ip -n "$ns" link set "${sw}h$k" up || return 1
     k=$((k + 1))
   done
   # The bridge may need a moment before it forwards.
-  ip netns exec "${1}" ping -c 1 -W 2 "${net}$((k > 1 ? 2 : 1))" >/dev/null 2>&1 || sleep 1
+  local to
+  to=$(netns_host_addr "$net" $((k > 1 ? 1 : 0)))
+  ip netns exec "${1}" ping -c 1 -W 2 "${to%/*}" >/dev/null 2>&1 || sleep 1
   return 0
+}
+# netns_host_addr NET K: host K's address with its prefix length (see netns_hosts_up).
+netns_host_addr() {
+  local dots=${1//[^.]/}
+  if [[ ${#dots} -eq 2 ]]; then echo "${1}$(($2 / 250)).$(($2 % 250 + 1))/16"; else echo "${1}$(($2 + 1))/24"; fi
 }
 netns_hosts_down() {
   local ns
