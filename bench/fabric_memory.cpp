@@ -34,6 +34,15 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// Liveness is not what is measured: on a loaded 2-CPU host one thread serving 255 peer
+// endpoints can leave a peer silent past the 1.8 s default, and a channel gone down drops
+// what it holds. 60 s here.
+fabric::ChannelConfig channel_config() {
+  fabric::ChannelConfig c;
+  c.silent_after_us = 60'000'000;
+  return c;
+}
+
 // kB of a /proc/self/status field (VmRSS, RssAnon).
 uint64_t status_kb(const char* field) {
   std::ifstream f("/proc/self/status");
@@ -48,7 +57,8 @@ uint64_t status_kb(const char* field) {
 uint64_t channels_resident(const daemon::UdpFabric& f, bool& known) {
   uint64_t sum = 0;
   known = false;
-  for (const auto& p : f.status()["peers"])
+  const nlohmann::json st = f.status();
+  for (const auto& p : st["peers"])
     if (p.contains("resident_bytes")) {
       known = true;
       sum += p["resident_bytes"].get<uint64_t>();
@@ -100,13 +110,17 @@ struct Sink {
 };
 
 bool drained(const daemon::UdpFabric& f) {
-  for (const auto& p : f.status()["peers"])
+  const nlohmann::json st = f.status();
+  uint64_t up = 0;
+  for (const auto& p : st["peers"]) {
     if (p["queued_records"].get<uint64_t>() != 0) return false;
-  return true;
+    up += p["state"] == "up";
+  }
+  return up == st["peers"].size();  // a channel gone down has nothing queued either
 }
 
 void child(const std::string& map_text, const uint8_t (&key)[abi::wire::kKeyBytes], uint32_t peers, uint64_t bytes,
-           size_t msg) {
+           size_t msg, int ready_fd) {
   asio::io_context io(1);
   std::vector<std::unique_ptr<daemon::StatsPage>> pages;
   std::vector<std::unique_ptr<daemon::UdpFabric>> eps;
@@ -114,10 +128,15 @@ void child(const std::string& map_text, const uint8_t (&key)[abi::wire::kKeyByte
   for (uint32_t nic = 1; nic <= peers; ++nic) {
     pages.push_back(std::make_unique<daemon::StatsPage>("", nic));
     eps.push_back(std::make_unique<daemon::UdpFabric>(io, nic, fabric::FabricMap::parse(map_text, "bench"), key,
-                                                      *pages.back(), [](uint32_t, const uint8_t*, size_t) {}, false));
+                                                      *pages.back(), [](uint32_t, const uint8_t*, size_t) {}, false,
+                                                      std::nullopt, channel_config()));
     eps.back()->start();
     st.push_back(std::make_unique<Streamer>(*eps.back(), std::vector<uint32_t>{0}, bytes, msg));
   }
+  // Every peer listens before endpoint 0 sends (else its first records go unanswered).
+  const char ok = 1;
+  if (write(ready_fd, &ok, 1) != 1) _exit(1);
+  close(ready_fd);
   // Runs until the parent stops it (SIGTERM): its peers keep acknowledging meanwhile.
   for (;;) {
     bool all = true;
@@ -147,6 +166,11 @@ int main(int argc, char** argv) {
   uint8_t key[abi::wire::kKeyBytes];
   for (size_t i = 0; i < sizeof key; ++i) key[i] = static_cast<uint8_t>(i * 7 + 1);
 
+  int ready[2];
+  if (pipe(ready) != 0) {
+    std::perror("fabric_memory: pipe");
+    return 1;
+  }
   const pid_t pid = fork();
   if (pid < 0) {
     std::perror("fabric_memory: fork");
@@ -154,8 +178,16 @@ int main(int argc, char** argv) {
   }
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);  // never outlives the measurement
-    child(map_text, key, peers, bytes, msg);
+    close(ready[0]);
+    child(map_text, key, peers, bytes, msg, ready[1]);
     _exit(0);
+  }
+  close(ready[1]);
+  char ok_byte = 0;
+  if (read(ready[0], &ok_byte, 1) != 1) {
+    std::fprintf(stderr, "fabric_memory: the peers' process failed to start\n");
+    waitpid(pid, nullptr, 0);
+    return 1;
   }
   auto stop_child = [&] {
     kill(pid, SIGTERM);
@@ -164,7 +196,8 @@ int main(int argc, char** argv) {
   asio::io_context io(1);
   daemon::StatsPage page("", 0);
   Sink sink(peers + 1);
-  daemon::UdpFabric ep(io, 0, fabric::FabricMap::parse(map_text, "bench"), key, page, std::ref(sink), true);
+  daemon::UdpFabric ep(io, 0, fabric::FabricMap::parse(map_text, "bench"), key, page, std::ref(sink), true, std::nullopt,
+                      channel_config());
   ep.start();
   io.run_for(std::chrono::milliseconds(200));  // the peers' sockets bound, the announces out
   const uint64_t rss0 = status_kb("VmRSS"), anon0 = status_kb("RssAnon");
