@@ -1,13 +1,13 @@
 // Reassembly of messages cut into records (segmentation, wire_protocol.h): records come in
 // order from the reliable channel; fragments with kRecordMore are appended until the last
-// one. The buffer is allocated once (kMaxMessage); a stream that would exceed it, or a
-// fragment whose type differs from the message's first, is a protocol error: the partial
-// message is discarded and counted, never delivered.
+// one. A stream that would exceed kMaxMessage, or a fragment whose type differs from the
+// message's first, is a protocol error: the partial message is discarded and counted, never
+// delivered. The buffer (kMaxMessage bytes) is the owner's: the reliable channel keeps it in
+// a mapping it gives back to the kernel when idle.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <memory>
 
 #include "nicemu/abi/wire_protocol.h"
 
@@ -15,7 +15,8 @@ namespace nicemu::fabric {
 
 class Reassembly {
  public:
-  Reassembly() : buf_(new uint8_t[abi::wire::kMaxMessage]) {}
+  // `buf`: kMaxMessage bytes, outliving this object.
+  explicit Reassembly(uint8_t* buf = nullptr) : buf_(buf) {}
 
   enum class Result : uint8_t { kPartial, kComplete, kError };
   // Adds one in-order record. On kComplete, message()/size()/type() name the message until
@@ -27,7 +28,7 @@ class Reassembly {
     }
     if (size_ > 0 && type != type_) return fail();
     if (size_ + len > abi::wire::kMaxMessage) return fail();
-    if (len) std::memcpy(buf_.get() + size_, data, len);
+    if (len) std::memcpy(buf_ + size_, data, len);
     size_ += len;
     type_ = type;
     partial_ = true;
@@ -42,7 +43,7 @@ class Reassembly {
     partial_ = done_ = false;
   }
   bool in_progress() const { return partial_; }
-  const uint8_t* message() const { return buf_.get(); }
+  const uint8_t* message() const { return buf_; }
   size_t size() const { return size_; }
   uint8_t type() const { return type_; }
 
@@ -54,7 +55,7 @@ class Reassembly {
     // which the type/size checks catch again.
     return Result::kError;
   }
-  std::unique_ptr<uint8_t[]> buf_;
+  uint8_t* buf_;
   size_t size_ = 0;
   uint8_t type_ = 0;
   bool partial_ = false, done_ = false;

@@ -1,6 +1,7 @@
 #include "nicemu/fabric/reliable_channel.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -57,7 +58,9 @@ ReliableChannel::ReliableChannel(ChannelConfig cfg, Deliver deliver)
   // Payload rings are not cleared: their pages are committed only as records use them, so a
   // peer that only ever exchanges small messages costs a few pages, not the full rings.
   out_data_ = map_ring(uint64_t{cfg_.backlog} * kMaxRecordPayload);
-  in_data_ = map_ring(uint64_t{cfg_.window} * kMaxRecordPayload);
+  // The reassembly buffer follows the incoming payloads: one mapping to give back.
+  in_data_ = map_ring(uint64_t{cfg_.window} * kMaxRecordPayload + kMaxMessage);
+  reasm_ = Reassembly(in_data_.get() + uint64_t{cfg_.window} * kMaxRecordPayload);
 }
 
 ReliableChannel::Ring ReliableChannel::map_ring(size_t len) {
@@ -70,7 +73,36 @@ void RingUnmap::operator()(uint8_t* p) const {
   if (p) munmap(p, len);
 }
 
+void ReliableChannel::release_memory() {
+  // Only while idle: no record queued or held, no message half reassembled, so no byte of
+  // the rings is needed again and zero pages are every record's initial state.
+  // A failed madvise (not expected on these mappings) keeps the pages: memory, not data.
+  bool all = true;
+  for (const Ring* r : {&out_state_, &in_state_, &out_data_, &in_data_})
+    all = madvise(r->get(), r->get_deleter().len, MADV_DONTNEED) == 0 && all;
+  touched_ = false;
+  if (all) ++st_.releases;
+}
+
+uint64_t ReliableChannel::resident_bytes() const {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  uint64_t total = 0;
+  for (const Ring* r : {&out_state_, &in_state_, &out_data_, &in_data_}) {
+    const size_t pages = (r->get_deleter().len + page - 1) / page;
+    unsigned char vec[512];
+    for (size_t first = 0; first < pages; first += sizeof vec) {
+      const size_t n = std::min(sizeof vec, pages - first);
+      if (mincore(r->get() + first * page, n * page, vec) != 0) return UINT64_MAX;
+      for (size_t i = 0; i < n; ++i) total += vec[i] & 1;
+    }
+  }
+  return total * page;
+}
+
 bool ReliableChannel::send(RecordType type, const void* data, size_t len) {
+  touched_ = true;
+  // An empty ring starts over at its first slot (see the top of reliable_channel.h).
+  if (next_ == base_) out_origin_ = next_;
   if (len <= kPackMax && state_ == State::kUp) {
     // Append to the newest record if it is a packed one not sent yet, else start one.
     const size_t need = sizeof(uint16_t) + len;
@@ -258,6 +290,11 @@ size_t ReliableChannel::fill(uint64_t now_us, uint8_t* buf, size_t cap, uint16_t
     due_floor_ = std::min(due_floor_, r.due_us);
     paced(wire_bytes(r), now_us);
   };
+  if (!idle() || ack_owed_) {
+    active_us_ = now_us;  // records queued, held or arrived since the last ack went out
+  } else if (touched_ && cfg_.idle_release_us != 0 && now_us >= active_us_ + cfg_.idle_release_us) {
+    release_memory();
+  }
   if (state_ == State::kDown) return 0;
   // A gap between calls longer than any timer means this process did not run (descheduled,
   // stopped): the peer's silence is not measured meanwhile, its acks may be waiting unread.
@@ -461,8 +498,9 @@ uint64_t ReliableChannel::next_deadline() const {
   const bool resend = lost_ > 0 && !(frto_ && frto_sent_);
   if (resend || has_unsent()) {
     const uint32_t s = resend ? lost_from_ : sent_upto_;
-    if (cwnd_open(resend ? kPacket : wire_bytes(out_[s % cfg_.backlog]))) next = next_send_us_;
+    if (cwnd_open(resend ? kPacket : wire_bytes(out(s)))) next = next_send_us_;
   }
+  if (touched_ && cfg_.idle_release_us != 0 && idle()) next = std::min(next, active_us_ + cfg_.idle_release_us);
   if (in_flight() == 0) return next;
   // A lower bound is enough: a timer that fires early finds nothing due, and fill's scan
   // makes the bound exact again.
@@ -471,7 +509,7 @@ uint64_t ReliableChannel::next_deadline() const {
 
 uint64_t ReliableChannel::queued_messages() const {
   uint64_t n = 0;
-  for (uint32_t s = base_; s != next_; ++s) n += out_[s % cfg_.backlog].msgs;
+  for (uint32_t s = base_; s != next_; ++s) n += out(s).msgs;
   return n;
 }
 
@@ -483,6 +521,8 @@ void ReliableChannel::go_down() {
   state_ = State::kDown;
   reset_congestion();
   ++st_.downs;
+  // fill() does not run while down: give the memory back now if nothing is held.
+  if (touched_ && idle()) release_memory();
 }
 
 void ReliableChannel::peer_heard() {
@@ -501,6 +541,8 @@ void ReliableChannel::on_record(const RecordHeader& rh, const uint8_t* payload) 
     ++st_.out_of_window;
     return;
   }
+  // Nothing held: the ring starts over at its first slot.
+  if (held_ == 0) in_origin_ = rx_next_;
   InRecord& slot = in(rh.seq);
   if (slot.present) {
     ++st_.duplicates;
@@ -514,6 +556,7 @@ void ReliableChannel::on_record(const RecordHeader& rh, const uint8_t* payload) 
     return;
   }
   slot.present = true;
+  touched_ = true;
   if (held_ == 0 || before(rx_high_, rh.seq)) rx_high_ = rh.seq;
   ++held_;
   slot.len = rh.length;
@@ -536,6 +579,7 @@ void ReliableChannel::deliver_ready() {
 
 void ReliableChannel::deliver_record(uint8_t type, uint8_t flags, const uint8_t* data, size_t len) {
   if (flags & kRecordPacked) return deliver_packed(type, data, len);
+  touched_ = true;  // the reassembly buffer
   switch (reasm_.add(type, flags, data, len)) {
     case Reassembly::Result::kPartial:
       break;
@@ -574,6 +618,7 @@ void ReliableChannel::on_peer_base(uint32_t base) {
   // The peer gave up the records in [rx_next_, base): drop whatever of them we hold and
   // the message they belonged to.
   uint32_t skip = base - rx_next_;
+  touched_ = true;
   for (uint32_t i = 0; i < std::min(skip, cfg_.window); ++i) in(rx_next_ + i).present = false;
   if (skip >= cfg_.window)
     for (uint32_t i = 0; i < cfg_.window; ++i) in_[i].present = false;
@@ -589,7 +634,7 @@ uint64_t ReliableChannel::sack() const {
   uint64_t bits = 0;
   if (held_ == 0) return 0;  // the common case: everything received was delivered in order
   for (uint32_t i = 0; i < 64 && i + 1 < cfg_.window; ++i)
-    if (in_[(rx_next_ + 1 + i) % cfg_.window].present) bits |= uint64_t{1} << i;
+    if (in(rx_next_ + 1 + i).present) bits |= uint64_t{1} << i;
   return bits;
 }
 
@@ -600,7 +645,7 @@ size_t ReliableChannel::sack_ext(uint8_t* out) const {
   const size_t len = (bits + 7) / 8;
   std::memset(out, 0, len);
   for (uint32_t i = 0; i < bits; ++i)
-    if (in_[(first + i) % cfg_.window].present) out[i / 8] = static_cast<uint8_t>(out[i / 8] | 1u << (i % 8));
+    if (in(first + i).present) out[i / 8] = static_cast<uint8_t>(out[i / 8] | 1u << (i % 8));
   return len;
 }
 
@@ -617,6 +662,7 @@ void ReliableChannel::reset() {
   held_ = 0;
   due_floor_ = UINT64_MAX;
   for (uint32_t i = 0; i < cfg_.window; ++i) in_[i].present = false;
+  touched_ = true;
   reasm_.abandon();
   ack_owed_ = false;
   state_ = State::kUp;

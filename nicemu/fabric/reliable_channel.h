@@ -40,6 +40,15 @@
 // and counted; acknowledgement state (cumulative + selective) is what the sender's packets
 // carry back.
 //
+// Memory: the rings (records' state and payloads, both directions) and the reassembly
+// buffer are anonymous mappings whose pages are committed only as records use them. A ring
+// is indexed from the first record queued (held) after it last emptied, so traffic that
+// never queues much — requests and replies, probes — keeps reusing its first pages instead
+// of walking the whole ring; and once a channel has been idle (nothing queued, nothing held,
+// no message half reassembled, nothing received) for `idle_release_us`, fill() gives all of
+// it back to the kernel (madvise MADV_DONTNEED: the zero pages that come back are the
+// records' initial state). Address space stays reserved, so the rings regrow on demand.
+//
 // No sockets, no clock: callers pass the time, so unit tests drive it over a simulated
 // link. No allocation after construction.
 #pragma once
@@ -73,6 +82,9 @@ struct ChannelConfig {
   // descheduled for milliseconds.
   uint64_t delay_target_us = 4000;
   bool congestion_control = true;  // off: only the flow-control window limits (tests)
+  // An idle channel's rings go back to the kernel after this long (0: never). Refaulting
+  // a ring costs well under a millisecond; a channel busier than this never pays it.
+  uint64_t idle_release_us = 200000;
 };
 
 struct ChannelStats {
@@ -87,6 +99,7 @@ struct ChannelStats {
   uint64_t undos = 0;             // loss reductions undone: a timeout was spurious (the originals arrived)
   uint64_t delay_suspends = 0;    // the delay response switched off: a queue it did not build overflowed
   uint64_t most_tries = 0;        // the most transmissions one record has needed
+  uint64_t releases = 0;          // times the idle channel's memory went back to the kernel
 };
 
 // A record is deemed lost when the record transmitted this many transmissions after it is
@@ -153,6 +166,11 @@ class ReliableChannel {
   uint64_t min_rtt_us() const { return min_rtt_; }
   uint64_t cwnd_bytes() const { return cwnd_; }
   uint64_t pipe_bytes() const { return pipe_; }
+  // Bytes of the channel's rings and reassembly buffer in memory now (mincore; the object
+  // itself, a few hundred bytes, not counted).
+  uint64_t resident_bytes() const;
+  // Nothing queued, nothing held out of order, no message half reassembled.
+  bool idle() const { return next_ == base_ && held_ == 0 && !reasm_.in_progress(); }
 
  private:
   struct OutRecord {
@@ -178,10 +196,17 @@ class ReliableChannel {
   // Records' state and payloads live apart: the scans over the window (expired records,
   // fast retransmit, selective acks) then read a few KiB, not a 1.4 KB payload line per
   // record.
-  OutRecord& out(uint32_t seq) { return out_[seq % cfg_.backlog]; }
-  InRecord& in(uint32_t seq) { return in_[seq % cfg_.window]; }
-  uint8_t* out_data(uint32_t seq) { return &out_data_[uint64_t{seq % cfg_.backlog} * abi::wire::kMaxRecordPayload]; }
-  uint8_t* in_data(uint32_t seq) { return &in_data_[uint64_t{seq % cfg_.window} * abi::wire::kMaxRecordPayload]; }
+  // Slots count from the ring's origin (out_origin_, in_origin_), moved only while the ring
+  // is empty: every live record keeps its slot.
+  uint32_t out_slot(uint32_t seq) const { return (seq - out_origin_) % cfg_.backlog; }
+  uint32_t in_slot(uint32_t seq) const { return (seq - in_origin_) % cfg_.window; }
+  OutRecord& out(uint32_t seq) { return out_[out_slot(seq)]; }
+  const OutRecord& out(uint32_t seq) const { return out_[out_slot(seq)]; }
+  InRecord& in(uint32_t seq) { return in_[in_slot(seq)]; }
+  const InRecord& in(uint32_t seq) const { return in_[in_slot(seq)]; }
+  uint8_t* out_data(uint32_t seq) { return &out_data_[uint64_t{out_slot(seq)} * abi::wire::kMaxRecordPayload]; }
+  uint8_t* in_data(uint32_t seq) { return &in_data_[uint64_t{in_slot(seq)} * abi::wire::kMaxRecordPayload]; }
+  void release_memory();
   void advance_base();
   void go_down();
   uint64_t wire_bytes(const OutRecord& r) const { return r.len + kRecordOverhead; }
@@ -214,6 +239,11 @@ class ReliableChannel {
   Ring out_state_, in_state_;
   OutRecord* out_ = nullptr;
   InRecord* in_ = nullptr;
+  uint32_t out_origin_ = 1, in_origin_ = 1;
+  // Pages may have been committed since the last release; and when the channel last had
+  // something queued, held or arriving (fill's clock).
+  bool touched_ = false;
+  uint64_t active_us_ = 0;
   // No record sent is due before this (a lower bound, exact after each scan): fill() skips
   // its scan for expired records until then.
   uint64_t due_floor_ = UINT64_MAX;

@@ -707,7 +707,9 @@ nlohmann::json UdpFabric::status() const {
                      {"srtt_us", p.ch->srtt_us()},
                      {"min_rtt_us", p.ch->min_rtt_us() == UINT64_MAX ? 0 : p.ch->min_rtt_us()},
                      {"duplicates", s.duplicates},
-                     {"messages_abandoned", s.messages_abandoned}});
+                     {"messages_abandoned", s.messages_abandoned},
+                     {"resident_bytes", p.ch->resident_bytes()},
+                     {"memory_releases", s.releases}});
   }
   return {{"port", port_}, {"epoch", epoch_}, {"data_plane", data_plane_},
           {"mac", fabric::mac_alg_name(auth_.alg())}, {"nodes_in_map", map_.nodes().size()}, {"peers", peers}};
