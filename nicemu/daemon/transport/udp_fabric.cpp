@@ -514,6 +514,22 @@ void UdpFabric::impaired_send() {
       }
       act = p.inj.decide(abi::fault::kPacket, p.nic, now_ns).action;
       if (act == abi::fault::kLinkDown || p.inj.link_down(p.nic, now_ns)) act = abi::fault::kDrop;
+    } else if (inject && len >= sizeof(PacketHeader)) {
+      // An epoch announce (outside any channel): the same per-peer rules and link windows,
+      // from a stream of its own per peer (bit 31 set), so the channels' decisions replay
+      // as before. A delay or corruption of an announce is a loss: the next round resends.
+      PacketHeader h;
+      std::memcpy(&h, pkt, sizeof h);
+      AnnounceFaults& a = announce_faults_[h.dst_node];
+      if (std::memcmp(&a.cfg, fault_cfg_, sizeof a.cfg) != 0) {
+        a.cfg = *fault_cfg_;
+        a.inj.configure(a.cfg, (uint64_t{self_} << 32) | 0x80000000u | h.dst_node, now_ns);
+      }
+      act = a.inj.decide(abi::fault::kPacket, h.dst_node, now_ns).action;
+      if (act == abi::fault::kLinkDown || act == abi::fault::kDelay || act == abi::fault::kCorrupt ||
+          a.inj.link_down(h.dst_node, now_ns)) {
+        act = abi::fault::kDrop;  // counted in fabric_fault_drops below
+      }
     }
     if (act == abi::fault::kDrop || chance(impair_.loss)) {
       ++ctr_.fault_drops;
