@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <fstream>
 #include <optional>
@@ -57,11 +58,12 @@ void control::drc_peer(Request& q, Credentials& creds, Counters& ctr) {
   // From a daemon of this host only (root or the daemon's own user), as datagram matching.
   if (q.peer.uid != 0 && q.peer.uid != geteuid()) return bad(q, ctr);
   if (q.len < sizeof(ctl::Header) + sizeof(uint32_t)) return bad(q, ctr);
-  uint32_t origin;  // every DRC daemon message names its sender first after the header (...origin)
+  uint32_t origin;  // every DRC daemon message names its sender
   const auto* m = reinterpret_cast<const uint8_t*>(q.msg);
-  const size_t at = q.h.op == static_cast<uint16_t>(Op::kDrcState) || q.h.op == static_cast<uint16_t>(Op::kDrcAck)
-                        ? offsetof(ctl::DrcState, origin)
-                        : offsetof(ctl::DrcTableAsk, origin);
+  size_t at = offsetof(ctl::DrcTableAsk, origin);
+  static_assert(offsetof(ctl::DrcTableEnd, origin) == offsetof(ctl::DrcTableAsk, origin));
+  if (q.h.op == static_cast<uint16_t>(Op::kDrcState)) at = offsetof(ctl::DrcState, origin);
+  if (q.h.op == static_cast<uint16_t>(Op::kDrcAck)) at = offsetof(ctl::DrcAck, origin);
   if (q.len < at + sizeof origin) return bad(q, ctr);
   std::memcpy(&origin, m + at, sizeof origin);
   if (const char* why = creds.receive(origin, q.h, m, q.len)) {
@@ -103,6 +105,10 @@ Credentials::DrcSnap Credentials::snap(uint32_t id) const {
 
 int Credentials::take(const DrcSnap& s) {
   const DrcSnap have = snap(s.id);
+  // The same revision of another credential: two daemons drew the same id for different
+  // credentials (or made concurrent changes): refused, so the change is undone.
+  if (s.rev == have.rev && s.live && have.live && (s.cred != have.cred || s.uid != have.uid))
+    return rc::kPermissionError;
   if (s.rev <= have.rev) return rc::kSuccess;  // this state or a newer one is here already
   if (s.live)
     if (auto it = credentials_.find(s.cred); it != credentials_.end() && it->second.drc_id != s.id)
@@ -196,7 +202,10 @@ void Credentials::start_next() {
     const uint32_t id = static_cast<ctl::DrcAction>(txn_->p.req.action) == ctl::DrcAction::kAcquire
                             ? txn_->rep.id
                             : txn_->p.req.id;
-    if (id != txn_->before.id) txn_->before = DrcSnap{.id = id};
+    if (id != txn_->before.id) {
+      txn_->before = DrcSnap{};
+      txn_->before.id = id;
+    }
     txn_->after = snap(id);
     if (txn_->after.rev == txn_->before.rev) {
       finish();  // nothing changed (an acquire of what the caller holds already)
