@@ -107,7 +107,7 @@ twice "kill (e)" kill --seed 9
 twice "datagram errors and timeouts" datagram --seed 6 --count 200
 # GNI_MEM_UPDATE_REGION: only GNI_RC_ERROR_NOMEM (pinning), never ERROR_RESOURCE.
 twice "update region failures" update --seed 6 --count 200
-# Epoch announces dropped on a downed link (two daemons on fabric hosts of their own).
+# Epoch announces obey per-peer rules and link windows (two daemons on fabric hosts of their own).
 twice "announces obey link_down" announce --seed 1
 
 # Live configuration of a running daemon.

@@ -529,6 +529,7 @@ void UdpFabric::impaired_send() {
       if (act == abi::fault::kLinkDown || act == abi::fault::kDelay || act == abi::fault::kCorrupt ||
           a.inj.link_down(h.dst_node, now_ns)) {
         act = abi::fault::kDrop;  // counted in fabric_fault_drops below
+        ++a.dropped;
       }
     }
     if (act == abi::fault::kDrop || chance(impair_.loss)) {
@@ -725,8 +726,15 @@ nlohmann::json UdpFabric::status() const {
                      {"duplicates", s.duplicates},
                      {"messages_abandoned", s.messages_abandoned}});
   }
-  return {{"port", port_}, {"epoch", epoch_}, {"data_plane", data_plane_},
-          {"mac", fabric::mac_alg_name(auth_.alg())}, {"nodes_in_map", map_.nodes().size()}, {"peers", peers}};
+  nlohmann::json announces = nlohmann::json::object();
+  for (const auto& [nic, a] : announce_faults_) announces[std::to_string(nic)] = a.dropped;
+  return {{"port", port_},
+          {"epoch", epoch_},
+          {"data_plane", data_plane_},
+          {"mac", fabric::mac_alg_name(auth_.alg())},
+          {"nodes_in_map", map_.nodes().size()},
+          {"peers", peers},
+          {"announces_dropped", announces}};
 }
 
 }  // namespace nicemu::daemon

@@ -214,6 +214,7 @@ class UdpFabric {
   struct AnnounceFaults {
     abi::fault::Config cfg{};
     fault::Injector inj;
+    uint64_t dropped = 0;  // announces to this node dropped (status: "announces_dropped")
   };
   std::map<uint32_t, AnnounceFaults> announce_faults_;
   void impaired_send();
