@@ -48,6 +48,7 @@ int call(ctl::Drc req, ctl::DrcReply& rep) {
   if (socket.empty() || !c.connect(socket)) return -1;
   req.h.op = static_cast<uint16_t>(ctl::Op::kDrc);
   rep = ctl::DrcReply{};
+  rep.refused_by = ctl::kDrcNoNode;  // a short reply (a malformed request) leaves it so
   if (!c.call(req, rep)) return -1;
   return rep.r.rc;
 }
