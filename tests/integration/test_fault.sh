@@ -108,7 +108,7 @@ twice "datagram errors and timeouts" datagram --seed 6 --count 200
 # GNI_MEM_UPDATE_REGION: only GNI_RC_ERROR_NOMEM (pinning), never ERROR_RESOURCE.
 twice "update region failures" update --seed 6 --count 200
 # Epoch announces obey per-peer rules and link windows (two daemons on fabric hosts of their own).
-twice "announces obey link_down" announce --seed 1
+twice "announces obey per-peer rules" announce --seed 2
 
 # Live configuration of a running daemon.
 RUNDIR=$TMP/run

@@ -527,10 +527,9 @@ void UdpFabric::impaired_send() {
       }
       act = a.inj.decide(abi::fault::kPacket, h.dst_node, now_ns).action;
       if (act == abi::fault::kLinkDown || act == abi::fault::kDelay || act == abi::fault::kCorrupt ||
-          a.inj.link_down(h.dst_node, now_ns)) {
-        act = abi::fault::kDrop;  // counted in fabric_fault_drops below
-        ++a.dropped;
-      }
+          a.inj.link_down(h.dst_node, now_ns))
+        act = abi::fault::kDrop;
+      if (act == abi::fault::kDrop) ++a.dropped;  // and in fabric_fault_drops below
     }
     if (act == abi::fault::kDrop || chance(impair_.loss)) {
       ++ctr_.fault_drops;
