@@ -410,7 +410,6 @@ const char* Credentials::receive(uint32_t from, const ctl::Header& h, const uint
 }
 
 void Credentials::converge(asio::io_context& io) {
-  io_ = &io;
   timer_ = std::make_unique<asio::steady_timer>(io);
   ctl::DrcTableAsk m{};
   m.h = ctl::make_header<ctl::DrcTableAsk>(Op::kDrcTableAsk, 0);

@@ -116,7 +116,6 @@ class Credentials : public FabricService {
   void finish();
   void arm_timer(std::chrono::milliseconds after, std::function<void()> f);
   void answer_table(uint32_t node);
-  void table_end(uint32_t node, bool synced);
   void converge_done(const char* how);
 
   uint32_t nic_addr_;
@@ -130,7 +129,6 @@ class Credentials : public FabricService {
   std::deque<Pending> queue_;
   std::optional<Txn> txn_;
   uint64_t next_txn_ = 1;
-  asio::io_context* io_ = nullptr;
   std::unique_ptr<asio::steady_timer> timer_;
   bool converged_ = true;  // false from converge() until an answer (or the wait) ends it
   std::set<uint32_t> asked_;  // daemons asked for their table that have not answered
