@@ -11,6 +11,7 @@
 #include <cstring>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "nicemu/abi/ctl_protocol.h"
 #include "nicemu/abi/gni_values.h"
@@ -89,18 +90,35 @@ extern "C" int nicemu_slurm_issue(const char* rundir, uint32_t uid, const nicemu
     std::string dir = rundir_or_default(rundir);
     auto nodes = nicemu::ctl::list_nodes(dir);
     if (nodes.empty()) return fail(err, errlen, "no nicemu daemon on this node (no daemon socket in " + dir + ")");
+    // All or nothing: a daemon that refuses or does not answer makes the grants this call
+    // made on the others undone (those it found there already, an earlier step's, stay).
+    std::vector<uint32_t> created;
+    auto undo = [&](const std::string& msg) {
+      std::string left;
+      for (uint32_t m : created) {
+        ctl::CredReply rev;
+        std::string why;
+        if (!cred_call(nicemu::ctl::socket_path(dir, m), ctl::Op::kCredRevoke, 0, *cred, timeout_ms, rev, why) ||
+            (rev.r.rc != 0 && rev.r.rc != nicemu::abi::gni::kNoMatch))
+          left += (left.empty() ? "" : ", ") + std::to_string(m) + (why.empty() ? "" : " (" + why + ")");
+      }
+      return fail(err, errlen,
+                  msg + (created.empty() ? std::string()
+                         : left.empty()  ? "; undone on the " + std::to_string(created.size()) + " daemon(s) that took it"
+                                         : "; could not be undone on NIC " + left));
+    };
     for (uint32_t n : nodes) {
       ctl::CredReply rep;
       std::string why;
       // A grant with explicit values creates the credential or confirms it for the same
       // uid (the job's later steps); an issue would look for a free one instead.
       if (!cred_call(nicemu::ctl::socket_path(dir, n), ctl::Op::kCredGrant, uid, *cred, timeout_ms, rep, why))
-        return fail(err, errlen, "the nicemu daemon of NIC " + std::to_string(n) + " is not running: " + why);
+        return undo("the nicemu daemon of NIC " + std::to_string(n) + " is not running: " + why);
       if (rep.r.rc != 0)
-        return fail(err, errlen,
-                    "the nicemu daemon of NIC " + std::to_string(n) + " refused the job credential (ptag " +
-                        std::to_string(cred->ptag) + ", gni rc " + std::to_string(rep.r.rc) +
-                        (rep.r.rc == nicemu::abi::gni::kPermissionError ? ": another user's job holds it" : "") + ")");
+        return undo("the nicemu daemon of NIC " + std::to_string(n) + " refused the job credential (ptag " +
+                    std::to_string(cred->ptag) + ", gni rc " + std::to_string(rep.r.rc) +
+                    (rep.r.rc == nicemu::abi::gni::kPermissionError ? ": another user's job holds it" : "") + ")");
+      if (rep.created) created.push_back(n);
     }
     *nic_addr = nodes.front();
     return 0;

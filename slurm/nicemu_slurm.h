@@ -26,7 +26,8 @@ int nicemu_slurm_derive(const char* key_path, uint32_t job_id, struct nicemu_job
 /* Gives `cred` to `uid` on every daemon in `rundir` (NULL: the default run dir), each
  * within `timeout_ms`. Issuing a credential the uid already holds succeeds (the job's
  * later steps). *nic_addr receives the lowest NIC address among them. Fails when the run
- * dir has no daemon or one does not answer. */
+ * dir has no daemon, or one does not answer or refuses; then the daemons this call gave the
+ * credential to have it revoked again (all or nothing). */
 int nicemu_slurm_issue(const char* rundir, uint32_t uid, const struct nicemu_job_cred* cred, int timeout_ms,
                        uint32_t* nic_addr, char* err, size_t errlen);
 

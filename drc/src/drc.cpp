@@ -1,8 +1,7 @@
-// libdrc: Cray's DRC calls as requests to the nicemu daemons (ctl::Drc). A credential is
-// acquired on this node's daemon and copied to every other daemon of the run directory, so
-// it is valid on every emulated node of the host; grants, revokes and releases go to all of
-// them. This node's daemon passes each change on to the daemons of other hosts over the
-// fabric (ctl::DrcSync; docs/cray-pe.md, DRC).
+// libdrc: Cray's DRC calls as requests to this node's nicemu daemon (ctl::Drc). That daemon
+// applies a change, passes it to every other daemon (this host's and the other hosts'), and
+// answers once they all took it; one that refuses undoes it everywhere and the call fails
+// (daemon_protocol.h, DrcState; docs/cray-pe.md, DRC).
 #include "rdmacred.h"
 
 #include <unistd.h>
@@ -10,7 +9,6 @@
 #include <cstdlib>
 #include <new>
 #include <string>
-#include <vector>
 
 #include "nicemu/abi/ctl_protocol.h"
 #include "nicemu/abi/gni_values.h"
@@ -31,32 +29,26 @@ namespace ctl = nicemu::abi::ctl;
 namespace rc = nicemu::abi::gni;
 constexpr uint32_t kInfoMagic = 0x44524349;  // "DRCI"
 
-// This node's daemon first (as libugni chooses it), then the other daemons of the run directory.
-std::vector<std::string> daemon_sockets() {
+// This node's daemon (as libugni chooses it), else the first daemon of the run directory.
+std::string home_socket() {
   namespace params = nicemu::params;
   std::string rundir = nicemu::ctl::default_rundir();
-  std::string home;
-  if (const char* s = std::getenv(params::param("client_socket").env.data()); s && *s) home = s;
-  for (const char* var : {params::param("client_node").env.data(), "PMI_GNI_LOC_ADDR"}) {
-    if (!home.empty()) break;
+  if (const char* s = std::getenv(params::param("client_socket").env.data()); s && *s) return s;
+  for (const char* var : {params::param("client_node").env.data(), "PMI_GNI_LOC_ADDR"})
     if (const char* v = std::getenv(var); v && *v >= '0' && *v <= '9')
-      home = nicemu::ctl::socket_path(rundir, static_cast<uint32_t>(std::strtoul(v, nullptr, 10)));
-  }
-  std::vector<std::string> out;
-  if (!home.empty()) out.push_back(home);
-  for (uint32_t n : nicemu::ctl::list_nodes(rundir)) {
-    std::string p = nicemu::ctl::socket_path(rundir, n);
-    if (p != home) out.push_back(p);
-  }
-  return out;
+      return nicemu::ctl::socket_path(rundir, static_cast<uint32_t>(std::strtoul(v, nullptr, 10)));
+  auto nodes = nicemu::ctl::list_nodes(rundir);
+  return nodes.empty() ? std::string() : nicemu::ctl::socket_path(rundir, nodes.front());
 }
 
-// One request to one daemon; the reply's rc, or -1 if the daemon did not answer.
-int call(const std::string& socket, ctl::Drc req, ctl::DrcReply& rep) {
+// One request to this node's daemon; the reply's rc, or -1 if no daemon answered.
+int call(ctl::Drc req, ctl::DrcReply& rep) {
+  std::string socket = home_socket();
   nicemu::ctl::Connection c;
-  if (!c.connect(socket)) return -1;
+  if (socket.empty() || !c.connect(socket)) return -1;
   req.h.op = static_cast<uint16_t>(ctl::Op::kDrc);
   rep = ctl::DrcReply{};
+  rep.refused_by = ctl::kDrcNoNode;  // a short reply (a malformed request) leaves it so
   if (!c.call(req, rep)) return -1;
   return rep.r.rc;
 }
@@ -74,22 +66,13 @@ int to_drc(int r) {
   }
 }
 
-// `req` on every daemon. The answer is this node's daemon's; another daemon that refuses
-// while this one accepted makes it DRC_CRED_EXTERNAL_FAILURE (the nodes disagree).
-int on_all(const ctl::Drc& req) {
-  auto sockets = daemon_sockets();
-  if (sockets.empty()) return -DRC_ECONNREFUSED;
+// A change: this node's daemon's answer. A refusal by another daemon (the change undone
+// everywhere) is DRC_CRED_EXTERNAL_FAILURE: the nodes disagree about that credential.
+int change(const ctl::Drc& req) {
   ctl::DrcReply rep;
-  int home = call(sockets[0], req, rep);
-  if (home != rc::kSuccess) return to_drc(home);
-  // The home daemon passes the change on to other hosts; the others of this host need not.
-  ctl::Drc copy = req;
-  copy.flags |= ctl::kDrcCopy;
-  for (size_t i = 1; i < sockets.size(); ++i) {
-    int r = call(sockets[i], copy, rep);
-    if (r != rc::kSuccess && r != -1) return -DRC_CRED_EXTERNAL_FAILURE;
-  }
-  return DRC_SUCCESS;
+  int r = call(req, rep);
+  if (r != rc::kSuccess && r != -1 && rep.refused_by != ctl::kDrcNoNode) return -DRC_CRED_EXTERNAL_FAILURE;
+  return to_drc(r);
 }
 
 bool grant_kind(int flags, uint32_t& kind) {
@@ -107,7 +90,7 @@ int grant_or_revoke(ctl::DrcAction action, uint32_t credential, uint32_t value, 
   req.action = static_cast<uint32_t>(action);
   req.id = credential;
   req.value = value;
-  return on_all(req);
+  return change(req);
 }
 
 }  // namespace
@@ -116,30 +99,13 @@ extern "C" {
 
 int drc_acquire(uint32_t* credential, int flags) {
   if (!credential || (flags & ~DRC_FLAGS_FLEX_CREDENTIAL) != 0) return -DRC_EINVAL;
-  auto sockets = daemon_sockets();
-  if (sockets.empty()) return -DRC_ECONNREFUSED;
   ctl::Drc req{};
   req.action = static_cast<uint32_t>(ctl::DrcAction::kAcquire);
   req.flags = (flags & DRC_FLAGS_FLEX_CREDENTIAL) ? ctl::kDrcFlex : 0;
   ctl::DrcReply rep;
-  int r = call(sockets[0], req, rep);
+  int r = call(req, rep);
+  // Another daemon refusing (its own credential has those values) undid it everywhere.
   if (r != rc::kSuccess) return r == rc::kErrorResource || r == -1 ? to_drc(r) : -DRC_CRED_CREATE_FAILURE;
-  // The same credential on the other nodes; a node that refuses it undoes the whole.
-  req.id = rep.id;
-  req.ptag = rep.ptag;
-  req.cookie = rep.cookie;
-  req.flags |= ctl::kDrcCopy;  // the home daemon passes it on to other hosts
-  for (size_t i = 1; i < sockets.size(); ++i) {
-    ctl::DrcReply other;
-    int o = call(sockets[i], req, other);
-    if (o != rc::kSuccess && o != -1) {
-      ctl::Drc rel{};
-      rel.action = static_cast<uint32_t>(ctl::DrcAction::kRelease);
-      rel.id = rep.id;
-      for (size_t k = 0; k < i; ++k) call(sockets[k], rel, other);
-      return -DRC_CRED_CREATE_FAILURE;
-    }
-  }
   *credential = rep.id;
   return DRC_SUCCESS;
 }
@@ -154,13 +120,11 @@ int drc_revoke(uint32_t credential, uint32_t value, int flags) {
 
 int drc_access(uint32_t credential, int flags, drc_info_handle_t* info) {
   if (credential == 0 || flags != 0 || !info) return -DRC_EINVAL;
-  auto sockets = daemon_sockets();
-  if (sockets.empty()) return -DRC_ECONNREFUSED;
   ctl::Drc req{};
   req.action = static_cast<uint32_t>(ctl::DrcAction::kAccess);
   req.id = credential;
   ctl::DrcReply rep;
-  int r = call(sockets[0], req, rep);
+  int r = call(req, rep);
   if (r != rc::kSuccess) return to_drc(r);
   auto* h = new (std::nothrow) drc_info{kInfoMagic, credential, rep.ptag, rep.cookie};
   if (!h) return -DRC_ENOSPC;
@@ -192,7 +156,7 @@ int drc_release(uint32_t credential, int flags) {
   ctl::Drc req{};
   req.action = static_cast<uint32_t>(ctl::DrcAction::kRelease);
   req.id = credential;
-  return on_all(req);
+  return change(req);
 }
 
 uint32_t drc_get_wlm_id(void) {
@@ -209,8 +173,8 @@ const char* drc_strerror(int errnum) {
     case DRC_ECONNREFUSED: return "DRC_ECONNREFUSED: no nicemu daemon answered";
     case DRC_ALREADY_GRANTED: return "DRC_ALREADY_GRANTED: already granted";
     case DRC_CRED_NOT_FOUND: return "DRC_CRED_NOT_FOUND: no such credential";
-    case DRC_CRED_CREATE_FAILURE: return "DRC_CRED_CREATE_FAILURE: a daemon refused the credential";
-    case DRC_CRED_EXTERNAL_FAILURE: return "DRC_CRED_EXTERNAL_FAILURE: the daemons disagree or failed";
+    case DRC_CRED_CREATE_FAILURE: return "DRC_CRED_CREATE_FAILURE: a daemon refused the credential (undone on all)";
+    case DRC_CRED_EXTERNAL_FAILURE: return "DRC_CRED_EXTERNAL_FAILURE: another node's daemon refused the change (undone on all)";
     case DRC_BAD_TOKEN: return "DRC_BAD_TOKEN: bad token";
     default: return "unknown DRC error";
   }

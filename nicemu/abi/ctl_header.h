@@ -10,12 +10,15 @@
 namespace nicemu::abi::ctl {
 
 inline constexpr uint32_t kMagic = 0x4E43544C;  // "NCTL"
-inline constexpr uint16_t kVersion = 7;  // 2: PeerLookup and MboxOpen name memory domains;
+inline constexpr uint16_t kVersion = 8;  // 2: PeerLookup and MboxOpen name memory domains;
                                          // 3: the collective engine (ce_ops.h);
                                          // 4: the status reply comes in pages;
                                          // 5: virtual-MDH registrations, PeerLookup by route;
                                          // 6: DgramCancel names the post (lib_seq);
-                                         // 7: DRC credentials (Drc, DrcReply)
+                                         // 7: DRC credentials (Drc, DrcReply);
+                                         // 8: DRC changes acknowledged and undone across
+                                         //    daemons, tables exchanged (DrcState, DrcAck,
+                                         //    DrcTableAsk, DrcTableEnd); CredReply.created
 inline constexpr size_t kMaxMessage = 73728;    // every message but a status reply (the largest:
                                                 // SmsgRelaySend of a 64 KiB SMSG message)
 
@@ -88,9 +91,15 @@ enum class Op : uint16_t {
   kCeLeafGone = 99,      // daemon -> daemon: that leaf's CDM is gone before it posted
   kDrc = 100,            // -> DrcReply         libdrc (rdmacred.h): DrcAction
   kRegBudget = 101,      // -> RegBudgetReply   room for registrations the library makes itself
-  kDrcSync = 102,        // daemon -> daemon: a DRC change made on another host (DrcSync)
+  // 102 (DrcSync, a change without an answer) is retired.
   kCeOpen = 103,         // -> CeOpenReply + memfd  the job's CE post page on this node (ce_ops.h)
   kCeRing = 104,         // no reply: a CE channel's local posts of the round are in the post page
+  // DRC credentials between daemons (this host's by their sockets, other hosts' over the
+  // fabric; daemon_protocol.h): the state of one credential, its answer, and the table.
+  kDrcState = 105,       // daemon -> daemon: a credential's state (a change: answered by DrcAck)
+  kDrcAck = 106,         // daemon -> daemon: a change applied, or refused (rc)
+  kDrcTableAsk = 107,    // daemon -> daemon: send me your table (answered by DrcStates, DrcTableEnd)
+  kDrcTableEnd = 108,    // daemon -> daemon: the table sent is complete
 };
 
 // Reply codes are gni_return_t values, so libugni can return them unchanged.
@@ -116,6 +125,9 @@ constexpr Header make_header(Op op, uint32_t seq) {
 static_assert(offsetof(Reply, rc) == 16);
 
 inline constexpr uint32_t kDgramMaxSize = 128;  // GNI_DATAGRAM_MAXSIZE
+// Grants one DRC credential may carry (a further grant is refused with
+// GNI_RC_ERROR_RESOURCE): its whole state then fits in one daemon message (daemon_protocol.h, DrcState).
+inline constexpr uint32_t kDrcMaxGrants = 1024;
 
 // A receiver's mailbox as GNI_SmsgInit's remote attributes name it: the registration of its
 // area, the area's address, the mailbox's offset and size, its credits and message size.

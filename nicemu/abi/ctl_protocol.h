@@ -197,13 +197,19 @@ struct CredReply {
   Reply r;
   uint32_t ptag;
   uint32_t cookie;
+  uint32_t created;   // 1: this request created the credential here (0: it was held already),
+                      // so a launcher that must undo a partial grant revokes only what it made
+  uint32_t reserved;
 };
+static_assert(sizeof(CredReply) == 40);
 
 // Cray DRC credentials (libdrc): a job credential with a numeric id, an owner (the uid that
 // acquired it) and grants (uids, gids, workload-manager job ids) naming who else may attach
-// with it. Only the owner (or root) grants, revokes or releases. kDrcAcquire with id, ptag
-// and cookie 0 chooses all three; with them given it installs that credential on this
-// node for the caller (libdrc copies a credential to every daemon of its run directory).
+// with it. Only the owner (or root) acquires with given values, grants, revokes or releases.
+// kDrcAcquire with id, ptag and cookie 0 chooses all three. libdrc asks this node's daemon
+// only: that daemon applies the change and passes the credential's new state to every other
+// daemon (this host's and the other hosts'), and answers when they have all accepted it or
+// cannot be reached; one that refuses undoes it everywhere (daemon_protocol.h, DrcState).
 enum class DrcAction : uint32_t {
   kAcquire = 1,  // -> id, ptag, cookie
   kGrant = 2,    // kind (DrcGrant) + value
@@ -214,9 +220,6 @@ enum class DrcAction : uint32_t {
 };
 enum class DrcGrant : uint32_t { kUid = 1, kGid = 2, kWlm = 3 };
 inline constexpr uint32_t kDrcFlex = 1;  // Drc.flags on kAcquire: DRC_FLAGS_FLEX_CREDENTIAL
-// Drc.flags: a copy of a change libdrc made on another daemon of this host, which that daemon
-// sends to the other hosts' daemons (DrcSync); this one does not send it again.
-inline constexpr uint32_t kDrcCopy = 2;
 struct Drc {
   Header h;
   uint32_t action;  // DrcAction
@@ -229,13 +232,16 @@ struct Drc {
   uint32_t reserved;
 };
 static_assert(sizeof(Drc) == 48);
+// DrcReply.refused_by when no other daemon refused (the rc is this daemon's own).
+inline constexpr uint32_t kDrcNoNode = 0xFFFFFFFFu;
 struct DrcReply {
   Reply r;
   uint32_t id;
   uint32_t ptag;
   uint32_t cookie;
-  uint32_t reserved;
+  uint32_t refused_by;  // the NIC address whose daemon refused the change (undone everywhere), or kDrcNoNode
 };
+static_assert(sizeof(DrcReply) == 40);
 
 // Page `offset` of the status JSON. Offset 0 takes a snapshot, which later pages of the
 // same connection read, so the pages of one document are consistent.

@@ -11,22 +11,57 @@
 
 namespace nicemu::abi::ctl {
 
-// Over the fabric (authenticated by the cluster key): an acquire, grant, revoke or release
-// that the daemon of another host accepted from a client with `uid`, applied here as if that
-// client had asked (an acquire with its id, ptag and cookie). DRC credentials are
-// cluster-wide, as Cray's are.
-struct DrcSync {
+// DRC credentials (ctl_protocol.h, Drc) are cluster-wide, as Cray's are: every daemon holds
+// the same table. The daemon a client asked applies a change, then sends the credential's
+// new state to every other daemon, of this host (by their sockets) and of the others (over
+// the fabric, authenticated by the cluster key), each answering DrcAck. One that refuses
+// (the credential's ptag and cookie are another credential's there) makes the origin restore
+// the state from before, here and on every daemon that accepted, and tell the client.
+// States carry a revision: a daemon takes a state only when it is newer than its own, so a
+// repeated, late or crossed message changes nothing. A released credential is a state too
+// (not kDrcLive), remembered as such, so a daemon that was away learns of the release.
+// A daemon asks every other for its table at start (DrcTableAsk; the answer is a DrcState
+// per credential and a DrcTableEnd) and admits no one to a credential before it has one
+// answer from a daemon that had its table already, or every daemon asked answered, or none
+// answered in time (docs/decisions.md, "DRC credentials across daemons").
+inline constexpr uint32_t kDrcLive = 2;  // DrcState.flags: the credential exists (else released)
+struct DrcState {
   Header h;
-  uint32_t action;  // DrcAction: kAcquire, kGrant, kRevoke, kRelease
+  uint64_t txn;     // the origin's change (answer with DrcAck); 0: no answer wanted
+  uint64_t rev;     // the credential's revision (1 = acquired), newer wins
+  uint32_t origin;  // NIC address of the sender
   uint32_t id;
-  uint32_t kind;
-  uint32_t value;
   uint32_t ptag;
   uint32_t cookie;
-  uint32_t flags;  // kDrcFlex
-  uint32_t uid;    // the requester's
+  uint32_t uid;     // the owner
+  uint32_t flags;   // kDrcFlex, kDrcLive
+  uint32_t ngrants;
+  uint32_t reserved;
+  // followed by ngrants (DrcGrant, value) pairs of uint32_t
 };
-static_assert(sizeof(DrcSync) == 48);
+static_assert(sizeof(DrcState) == 64);
+static_assert(sizeof(DrcState) + kDrcMaxGrants * 8 <= kMaxMessage);
+struct DrcAck {
+  Header h;
+  uint64_t txn;
+  uint32_t origin;  // the answering daemon's NIC address
+  int32_t rc;       // gni_return_t: kSuccess, or why the state was refused
+};
+static_assert(sizeof(DrcAck) == 32);
+struct DrcTableAsk {
+  Header h;
+  uint32_t origin;
+  uint32_t reserved;
+};
+static_assert(sizeof(DrcTableAsk) == 24);
+struct DrcTableEnd {
+  Header h;
+  uint32_t origin;
+  uint32_t count;   // DrcStates sent before it
+  uint32_t synced;  // 1: the sender's table was current (it had converged itself)
+  uint32_t reserved;
+};
+static_assert(sizeof(DrcTableEnd) == 32);
 
 // Between daemons. `origin_key` names the post at the origin daemon.
 struct DgramIncoming {

@@ -32,7 +32,17 @@ class ControlServer::Session : public std::enable_shared_from_this<ControlServer
     buf_.resize(abi::ctl::kMaxMessage + 1);
   }
 
-  void start() { wait_readable(); }
+  void start() {
+    // A handler that answers later (a DRC change waiting for the other daemons) sends its
+    // reply through this, unless the connection is gone by then.
+    peer_.reply_later = [w = weak_from_this()](std::vector<char> reply) {
+      auto self = w.lock();
+      if (!self || self->closed_) return;
+      self->reply_ = std::move(reply);
+      if (!self->send_reply(PassFds{-1, -1, -1})) self->close();
+    };
+    wait_readable();
+  }
 
   void close() {
     if (closed_) return;
@@ -67,17 +77,37 @@ class ControlServer::Session : public std::enable_shared_from_this<ControlServer
         spdlog::warn("oversized control message ({} bytes) from pid {} dropped", n, peer_.pid);
         continue;
       }
-      PassFds pass_fds{-1, -1, -1};
-      uint64_t attached_before = peer_.attach_id;
-      node_.handle(peer_, buf_.data(), static_cast<size_t>(n), reply_, pass_fds);
-      if (!reply_.empty() && !send_reply(pass_fds)) return close();
-      if (attached_before == 0 && peer_.attach_id != 0) watch_process();
-      if (node_.shutdown_requested()) {
-        raise(SIGTERM);
-        break;
+      if (node_.must_wait(buf_.data(), static_cast<size_t>(n))) {
+        // Held until the node has the DRC table (control/credentials.h); the connection is
+        // not read meanwhile, so its requests keep their order.
+        parked_.assign(buf_.data(), buf_.data() + n);
+        node_.when_ready([w = weak_from_this()] {
+          auto self = w.lock();
+          if (!self || self->closed_) return;
+          std::vector<char> msg = std::move(self->parked_);
+          if (!self->handle_one(msg.data(), msg.size())) return;
+          self->wait_readable();
+        });
+        return;
       }
+      if (!handle_one(buf_.data(), static_cast<size_t>(n))) return;
+      if (node_.shutdown_requested()) break;
     }
     wait_readable();
+  }
+
+  // One request: handled, answered; false if the connection was closed.
+  bool handle_one(const char* msg, size_t n) {
+    PassFds pass_fds{-1, -1, -1};
+    uint64_t attached_before = peer_.attach_id;
+    node_.handle(peer_, msg, n, reply_, pass_fds);
+    if (!reply_.empty() && !send_reply(pass_fds)) {
+      close();
+      return false;
+    }
+    if (attached_before == 0 && peer_.attach_id != 0) watch_process();
+    if (node_.shutdown_requested()) raise(SIGTERM);
+    return true;
   }
 
   // The attach connection closing is the usual sign of death, but a forked child may keep
@@ -129,6 +159,7 @@ class ControlServer::Session : public std::enable_shared_from_this<ControlServer
   Peer peer_;
   std::vector<char> buf_;
   std::vector<char> reply_;
+  std::vector<char> parked_;  // a request held by Node::must_wait
   std::optional<asio::posix::stream_descriptor> pidfd_;
   bool closed_ = false;
 };

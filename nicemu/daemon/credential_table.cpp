@@ -40,7 +40,7 @@ std::string errno_text(const char* what, const std::string& path) {
 
 }  // namespace
 
-std::string encode(uint32_t nic_addr, const CredentialMap& creds, const DrcMap& drc) {
+std::string encode(uint32_t nic_addr, const CredentialMap& creds, const DrcMap& drc, const DrcReleased& released) {
   json c = json::array(), d = json::array();
   for (const auto& [cred, o] : creds)
     c.push_back({{"ptag", cred.ptag},
@@ -52,23 +52,34 @@ std::string encode(uint32_t nic_addr, const CredentialMap& creds, const DrcMap& 
   for (const auto& [id, dc] : drc) {
     json g = json::array();
     for (const auto& [kind, value] : dc.grants) g.push_back({kind, value});
-    d.push_back({{"id", id}, {"ptag", dc.cred.ptag}, {"cookie", dc.cred.cookie}, {"flex", dc.flex}, {"grants", g}});
+    d.push_back({{"id", id},
+                 {"ptag", dc.cred.ptag},
+                 {"cookie", dc.cred.cookie},
+                 {"flex", dc.flex},
+                 {"rev", dc.rev},
+                 {"grants", g}});
   }
-  json doc = {{"format", kFormat}, {"version", kVersion}, {"nic_addr", nic_addr}, {"credentials", c}, {"drc", d}};
+  json r = json::array();
+  for (const auto& [id, rev] : released) r.push_back({id, rev});
+  json doc = {{"format", kFormat}, {"version", kVersion}, {"nic_addr", nic_addr},
+              {"credentials", c}, {"drc", d},          {"drc_released", r}};
   return doc.dump(1) + "\n";
 }
 
-std::string decode(const std::string& text, uint32_t nic_addr, CredentialMap& creds, DrcMap& drc) {
+std::string decode(const std::string& text, uint32_t nic_addr, CredentialMap& creds, DrcMap& drc,
+                   DrcReleased& released) {
   creds.clear();
   drc.clear();
+  released.clear();
   CredentialMap c;
   DrcMap d;
+  DrcReleased rel;
   json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded() || !doc.is_object()) return "not a JSON object";
   if (auto f = doc.find("format"); f == doc.end() || !f->is_string() || f->get<std::string>() != kFormat)
     return "not a credential file (\"format\")";
   uint32_t version = 0, nic = 0;
-  if (!u32(doc, "version", version) || version != kVersion)
+  if (!u32(doc, "version", version) || (version != kVersion && version != 1))
     return "version " + (doc.contains("version") ? doc["version"].dump() : std::string("missing")) +
            ", this daemon reads version " + std::to_string(kVersion);
   if (!u32(doc, "nic_addr", nic) || nic != nic_addr)
@@ -96,6 +107,12 @@ std::string decode(const std::string& text, uint32_t nic_addr, CredentialMap& cr
     if (!e.is_object() || !u32(e, "id", id) || !u32(e, "ptag", dc.cred.ptag) || !u32(e, "cookie", dc.cred.cookie) ||
         !boolean(e, "flex", dc.flex) || gl == e.end() || !gl->is_array())
       return "a DRC entry lacks a field or has one of the wrong type: " + e.dump();
+    if (version >= 2) {
+      auto rv = e.find("rev");
+      if (rv == e.end() || !rv->is_number_unsigned() || rv->get<uint64_t>() == 0)
+        return "DRC credential " + std::to_string(id) + ": no revision";
+      dc.rev = rv->get<uint64_t>();
+    }
     for (const json& g : *gl) {
       if (!g.is_array() || g.size() != 2 || !g[0].is_number_unsigned() || !g[1].is_number_unsigned() ||
           g[1].get<uint64_t>() > UINT32_MAX)
@@ -115,8 +132,21 @@ std::string decode(const std::string& text, uint32_t nic_addr, CredentialMap& cr
     if (o.drc_id != 0 && !d.contains(o.drc_id))
       return "ptag " + std::to_string(cr.ptag) + " names DRC credential " + std::to_string(o.drc_id) +
              ", which is not listed";
+  if (version >= 2) {
+    auto rl = doc.find("drc_released");
+    if (rl == doc.end() || !rl->is_array()) return "\"drc_released\" must be an array";
+    for (const json& e : *rl) {
+      if (!e.is_array() || e.size() != 2 || !e[0].is_number_unsigned() || !e[1].is_number_unsigned() ||
+          e[0].get<uint64_t>() == 0 || e[0].get<uint64_t>() > UINT32_MAX)
+        return "a released DRC entry is not [id, rev]: " + e.dump();
+      const auto id = static_cast<uint32_t>(e[0].get<uint64_t>());
+      if (d.contains(id)) return "DRC credential " + std::to_string(id) + " is both held and released";
+      rel[id] = e[1].get<uint64_t>();
+    }
+  }
   creds = std::move(c);
   drc = std::move(d);
+  released = std::move(rel);
   return "";
 }
 

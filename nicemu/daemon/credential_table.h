@@ -9,9 +9,11 @@
 // What the processes hold (attached CDMs, registrations, mailboxes, datagram posts, MSGQ
 // segments) dies with their connections and is not kept.
 //
-// The file is JSON: {"format": "nicemu credentials", "version": 1, "nic_addr": N,
+// The file is JSON: {"format": "nicemu credentials", "version": 2, "nic_addr": N,
 // "credentials": [{"ptag", "cookie", "uid", "gid", "has_gid", "drc_id"}...],
-// "drc": [{"id", "ptag", "cookie", "flex", "grants": [[kind, value]...]}...]}.
+// "drc": [{"id", "ptag", "cookie", "flex", "rev", "grants": [[kind, value]...]}...],
+// "drc_released": [[id, rev]...]}. A version 1 file (no revisions, no released list) is
+// read as revision 1 of each credential.
 // A file that is not a regular file owned by the daemon's user with no group or other
 // permissions, that does not parse, has another format, version or NIC address, or whose
 // entries are out of range or inconsistent is reported and ignored as a whole: the daemon
@@ -44,6 +46,7 @@ struct DrcCredential {
   Credential cred;
   bool flex = false;
   std::vector<std::pair<uint32_t, uint32_t>> grants;  // (abi::ctl::DrcGrant, uid/gid/job id)
+  uint64_t rev = 1;  // revision across the daemons (daemon_protocol.h, DrcState): 1 = acquired
 };
 // "uid", "gid" or "job": a grant's kind in logs and the status document.
 inline const char* drc_grant_name(uint32_t kind) {
@@ -53,18 +56,23 @@ inline const char* drc_grant_name(uint32_t kind) {
 
 using CredentialMap = std::map<Credential, CredOwner>;
 using DrcMap = std::map<uint32_t, DrcCredential>;  // DRC id -> credential and grants
+// Released DRC credentials: id -> the revision of the release, so a daemon that was away
+// learns of it from any other (the oldest are forgotten past kDrcReleasedKept).
+using DrcReleased = std::map<uint32_t, uint64_t>;
+inline constexpr size_t kDrcReleasedKept = 4096;
 
 namespace credential_file {
 
-inline constexpr int kVersion = 1;
+inline constexpr int kVersion = 2;
 // Larger files are refused unread (a table of a few thousand credentials is well below).
 inline constexpr size_t kMaxBytes = 16u << 20;
 
 // The file's text for this table.
-std::string encode(uint32_t nic_addr, const CredentialMap& creds, const DrcMap& drc);
-// Parses `text` into `creds` and `drc` (both left empty on failure); "" on success, else
-// what is wrong.
-std::string decode(const std::string& text, uint32_t nic_addr, CredentialMap& creds, DrcMap& drc);
+std::string encode(uint32_t nic_addr, const CredentialMap& creds, const DrcMap& drc, const DrcReleased& released);
+// Parses `text` into `creds`, `drc` and `released` (all left empty on failure); "" on
+// success, else what is wrong.
+std::string decode(const std::string& text, uint32_t nic_addr, CredentialMap& creds, DrcMap& drc,
+                   DrcReleased& released);
 
 enum class ReadResult { kOk, kAbsent, kRejected };
 // Reads `path` into `text` after checking what it is (see above); `why` on kRejected.

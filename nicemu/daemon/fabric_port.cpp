@@ -6,12 +6,19 @@
 #include <spdlog/spdlog.h>
 
 #include "nicemu/abi/cq_entry.h"
+#include "nicemu/ctl/ctl_client.h"
 #include "nicemu/daemon/transport/udp_fabric.h"
 
 namespace nicemu::daemon {
 
 FabricPort::FabricPort(uint32_t self, std::string rundir, StatsPage& stats)
-    : self_(self), stats_(stats), links_(std::move(rundir)) {}
+    : self_(self), rundir_(rundir), stats_(stats), links_(std::move(rundir)) {}
+
+std::vector<uint32_t> FabricPort::local_nodes() const {
+  std::vector<uint32_t> out = ctl::list_nodes(rundir_);
+  std::erase(out, self_);
+  return out;
+}
 
 void FabricPort::set_transport(UdpFabric* t) {
   transport_ = t;

@@ -72,6 +72,8 @@ class FabricPort {
   bool remote(uint32_t node);
   // Every such node of the fabric map.
   std::vector<uint32_t> remote_nodes();
+  // The other daemons of this host (their sockets in the run directory).
+  std::vector<uint32_t> local_nodes() const;
   // Whether the transport's channel to `node` is up.
   bool peer_up(uint32_t node) const;
   // The transport's view of `node`: cqe::kOk if reachable, kErrNoPeer (not a node of
@@ -92,6 +94,7 @@ class FabricPort {
   void drop(uint32_t from, const char* why);
 
   const uint32_t self_;
+  const std::string rundir_;
   StatsPage& stats_;
   DaemonLinks links_;
   UdpFabric* transport_ = nullptr;

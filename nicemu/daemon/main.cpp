@@ -233,6 +233,7 @@ int main(int argc, char** argv) {
     };
     hup.async_wait(on_hup);
     ::signal(SIGPIPE, SIG_IGN);
+    node.converge_drc(io);
     server.start();
     stats_timer.start();
     spdlog::info("NIC address {} ({}) listening on {}; counters in {}", node_addr, device, socket, cfg.stats_path);

@@ -52,7 +52,7 @@ Node::Node(NodeConfig cfg)
   port_.route({kMsgqDeliver, kMsgqCredit, kMsgqResult}, msgq_relay_);
   port_.route({kDgramIncoming, kDgramMatched, kDgramRetract}, dgrams_);
   port_.route({kCeContribute, kCeResult, kCeProbe, kCeProbeReply, kCeLeafGone}, ce_);
-  port_.route({kDrcSync}, creds_);
+  port_.route({kDrcState, kDrcAck, kDrcTableAsk, kDrcTableEnd}, creds_);
   // Cookies come from the kernel's CSPRNG (libsodium): a user must not be able to predict
   // the credential of another user's next job.
   if (sodium_init() < 0) throw std::runtime_error("libsodium initialisation failed");
@@ -80,6 +80,7 @@ Node::Node(NodeConfig cfg)
   if (!cfg_.fault_spec.empty() && !nicemu::fault::parse_spec(cfg_.fault_spec, fc, err, &seed_given))
     throw std::runtime_error("--fault: " + err);
   fault_.publish(fc, seed_given, "start");
+  dgrams_.set_fault_config(&fault_.config());
   creds_.load();
 }
 
@@ -105,6 +106,7 @@ const Node::Table& Node::table() {
     });
     on({kCredIssue, kCredGrant, kCredRevoke}, [](Node& n, Request& q) { c::cred(q, n.creds_, n.ctr_); });
     on({kDrc}, [](Node& n, Request& q) { c::drc(q, n.creds_, n.ctr_); });
+    on({kDrcState, kDrcAck, kDrcTableAsk, kDrcTableEnd}, [](Node& n, Request& q) { c::drc_peer(q, n.creds_, n.ctr_); });
     on({kShutdown}, [](Node& n, Request& q) { c::shutdown(q, n.shutdown_requested_); });
     on({kMemRegister}, [](Node& n, Request& q) {
       c::mem_register(q, n.nic_, n.cdms_, n.bte_.regions().vmdh(), n.ctr_);
@@ -177,6 +179,20 @@ void Node::handle(Peer& peer, const char* msg, size_t len, std::vector<char>& re
   f(*this, q);
 }
 
+bool Node::must_wait(const char* msg, size_t len) const {
+  if (creds_.converged() || len < sizeof(ctl::Header)) return false;
+  ctl::Header h;
+  std::memcpy(&h, msg, sizeof h);
+  switch (static_cast<Op>(h.op)) {
+    case Op::kAttach:
+    case Op::kDrc:
+    case Op::kCredIssue:
+    case Op::kCredGrant:
+    case Op::kCredRevoke: return true;
+    default: return false;
+  }
+}
+
 void Node::connection_closed(Peer& peer) {
   CdmRegion* cdm = cdms_.get(peer.attach_id);
   if (!cdm) return;
@@ -235,6 +251,7 @@ nlohmann::json Node::status(const Peer* viewer) const {
               {"counter_page", stats_.path()},
               {"uptime_s", up},
               {"credentials", creds_.status(viewer)},
+              {"drc_converged", creds_.converged()},
               {"cdms", cdms},
               {"bte", bte_.status()},
               {"remote_ops", {{"initiator", remote_out_.status()}, {"target", remote_in_.status()}}},
@@ -272,6 +289,7 @@ nlohmann::json Node::status(const Peer* viewer) const {
                 {"datagrams_incoming", dgrams_.incoming_count()},
                 {"datagrams_backlog", dgrams_.backlog_count()},
                 {"datagrams_lost", dgrams_.lost_count()},
+                {"datagrams_fault_injected", dgrams_.injected_count()},
                 {"msgq_joins", ctr_.msgq_joins},
                 {"msgq_join_refused", ctr_.msgq_join_refused},
                 {"msgq_lookups", ctr_.msgq_lookups},

@@ -9,6 +9,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -95,6 +96,12 @@ class Node {
   // Timers of the node's engines that run on the daemon's loop (the collective engine's
   // liveness probes).
   void start_timers(asio::io_context& io) { ce_.start(io); }
+  // After set_fabric, before the control socket is served: the node asks the other daemons
+  // for the DRC table (control/credentials.h). Until it has it, must_wait() holds the
+  // requests that admit anyone or change credentials; when_ready() runs once it has it.
+  void converge_drc(asio::io_context& io) { creds_.converge(io); }
+  bool must_wait(const char* msg, size_t len) const;
+  void when_ready(std::function<void()> f) { creds_.when_converged(std::move(f)); }
 
  private:
   // The control handlers by request type (node.cpp): each is a function of control/

@@ -14,9 +14,9 @@ namespace {
 
 constexpr uint32_t kFma = (1u << af::kFmaPut) | (1u << af::kFmaGet) | (1u << af::kAmo);
 constexpr uint32_t kRdma = (1u << af::kRdmaPut) | (1u << af::kRdmaGet);
-// "any" is every transaction; registrations are failed only when named (kind reg), so a
-// spec written before they could be keeps its meaning and its replays.
-constexpr uint32_t kAll = (1u << af::kReg) - 1;
+// "any" is every transaction; registrations and datagrams are failed only when named (kinds
+// reg, datagram), so a spec written before they could be keeps its meaning and its replays.
+constexpr uint32_t kAll = ((1u << af::kReg) - 1) & ~(1u << af::kDatagram);
 
 bool kind_mask(std::string_view s, uint32_t& out) {
   if (s == "any") return out = kAll, true;
@@ -130,8 +130,9 @@ std::vector<std::string> hardware_notes(const af::Config& c) {
                     " also reorders posts made strict by GNI_DLVMODE_IN_ORDER or GNI_MEM_STRICT_PI_ORDERING, "
                     "which Gemini/Aries keep in order (ordering=auto follows them)");
   auto rule_notes = [&](uint32_t mask, uint8_t action, const std::string& text) {
-    if (mask == (1u << af::kDatagram))
-      notes.push_back("no effect: " + text + " (datagram rules are not consulted; datagrams are never failed)");
+    if (mask == (1u << af::kDatagram) && (action == af::kDup || action == af::kDelay))
+      notes.push_back("no effect: " + text +
+                      " (datagrams act on error and corrupt = GNI_POST_ERROR, drop and exhaust = GNI_POST_TIMEOUT)");
     else if (mask == (1u << af::kPacket) && (action == af::kError || action == af::kExhaust))
       notes.push_back("no effect: " + text + " (the fabric acts on packet drop, dup, delay and corrupt only)");
     else if ((mask & (1u << af::kReg)) && action != af::kError && action != af::kExhaust)

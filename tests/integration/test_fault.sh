@@ -103,6 +103,12 @@ twice "silent posts not failed" silent --seed 3 --count 100
 twice "failed puts that took effect: remote events" remote --seed 3 --count 100
 # (e) is timing-dependent in which operations fail; its outcome (all finished) is not.
 twice "kill (e)" kill --seed 9
+# Directed datagrams failed (GNI_POST_ERROR) or lost (GNI_POST_TIMEOUT), probed by id.
+twice "datagram errors and timeouts" datagram --seed 6 --count 200
+# GNI_MEM_UPDATE_REGION: only GNI_RC_ERROR_NOMEM (pinning), never ERROR_RESOURCE.
+twice "update region failures" update --seed 6 --count 200
+# Epoch announces obey per-peer rules and link windows (two daemons on fabric hosts of their own).
+twice "announces obey per-peer rules" announce --seed 2
 
 # Live configuration of a running daemon.
 RUNDIR=$TMP/run
@@ -121,8 +127,8 @@ sleep 0.3
 out=$("$CTL" --rundir "$RUNDIR" stats)
 [[ $out =~ fault_config_changes\ +4 ]] && pass "stats counts configuration changes" || fail "stats: $out"
 # Settings beyond the hardware, or without effect, are named (stderr; "notes" in JSON).
-"$CTL" --rundir "$RUNDIR" fault set ordering=relaxed datagram.drop=0.1 >/dev/null 2>"$TMP/e"
-grep -q "note: stress, beyond the hardware: ordering=relaxed" "$TMP/e" && grep -q "note: no effect: datagram.drop" "$TMP/e" &&
+"$CTL" --rundir "$RUNDIR" fault set ordering=relaxed datagram.dup=0.1 >/dev/null 2>"$TMP/e"
+grep -q "note: stress, beyond the hardware: ordering=relaxed" "$TMP/e" && grep -q "note: no effect: datagram.dup" "$TMP/e" &&
   pass "stress-only and no-effect settings noted" || fail "notes: $(cat "$TMP/e")"
 out=$("$CTL" --rundir "$RUNDIR" fault reset put.error=0.1 --json)
 [[ $out == *'"notes":[]'* ]] && pass "hardware-like configuration: no notes" || fail "notes of a hardware-like spec: $out"

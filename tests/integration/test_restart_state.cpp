@@ -251,3 +251,68 @@ TEST_CASE("a corrupt or foreign credential file is reported and ignored") {
   cl.restart_daemon(0);
   CHECK(attach_rc(cl, 0, 3, c) == GNI_RC_PERMISSION_ERROR);
 }
+
+namespace {
+
+// One DRC request to node `node`'s daemon; the reply.
+ctl::DrcReply drc_call(Cluster& cl, int node, ctl::DrcAction action, uint32_t id, uint32_t uid = 0) {
+  ctl::Drc req{};
+  req.h.op = uint16_t(ctl::Op::kDrc);
+  req.action = uint32_t(action);
+  req.id = id;
+  req.kind = uint32_t(ctl::DrcGrant::kUid);
+  req.value = uid;
+  ctl::DrcReply rep{};
+  rep.r.rc = -1;
+  nicemu::ctl::Connection conn;
+  if (conn.connect(cl.socket(node))) conn.call(req, rep);
+  return rep;
+}
+
+// The grants of DRC credential `id` on node `node` ("-" if it does not hold it), once its
+// daemon has converged on the others' table.
+std::string drc_grants(Cluster& cl, int node, uint32_t id) {
+  nlohmann::json st;
+  for (int i = 0; i < 100; ++i) {
+    st = cl.status(node);
+    if (st.value("drc_converged", false)) break;
+    usleep(50000);
+  }
+  for (const auto& e : st["credentials"])
+    if (e.contains("drc") && e["drc"]["id"].get<uint32_t>() == id) return e["drc"]["grants"].dump();
+  return "-";
+}
+
+}  // namespace
+
+TEST_CASE("a DRC change made while a daemon was down reaches it when it returns") {
+  Cluster cl(2);
+  ctl::DrcReply ar = drc_call(cl, 0, ctl::DrcAction::kAcquire, 0);
+  REQUIRE(ar.r.rc == 0);
+  CHECK(drc_grants(cl, 1, ar.id) == "[]");  // on both daemons when the call returned
+  cl.stop_daemon(1);
+  REQUIRE(drc_call(cl, 0, ctl::DrcAction::kGrant, ar.id, 4242).r.rc == 0);
+  cl.restart_daemon(1);
+  CHECK(drc_grants(cl, 1, ar.id) == R"(["uid:4242"])");
+  // And the other way: a release made on node 1 while node 0 is down.
+  cl.stop_daemon(0);
+  REQUIRE(drc_call(cl, 1, ctl::DrcAction::kRelease, ar.id).r.rc == 0);
+  cl.restart_daemon(0);
+  CHECK(drc_grants(cl, 0, ar.id) == "-");
+  CHECK(attach_rc(cl, 0, 1, Cred{uint8_t(ar.ptag), ar.cookie}) == GNI_RC_PERMISSION_ERROR);
+}
+
+TEST_CASE("a DRC grant that another daemon refuses is undone on every daemon") {
+  Cluster cl(2);
+  ctl::DrcReply ar = drc_call(cl, 0, ctl::DrcAction::kAcquire, 0);
+  REQUIRE(ar.r.rc == 0);
+  // On node 1 only, its ptag and cookie become a job credential of their own.
+  Cred c{uint8_t(ar.ptag), ar.cookie};
+  REQUIRE(cred_call(cl, 1, ctl::Op::kCredRevoke, c) == 0);
+  REQUIRE(cred_call(cl, 1, ctl::Op::kCredGrant, c) == 0);
+  ctl::DrcReply gr = drc_call(cl, 0, ctl::DrcAction::kGrant, ar.id, 4242);
+  CHECK(gr.r.rc == GNI_RC_PERMISSION_ERROR);
+  CHECK(gr.refused_by == cl.addr(1));
+  CHECK(drc_grants(cl, 0, ar.id) == "[]");  // undone where it was taken
+  CHECK(drc_grants(cl, 1, ar.id) == "-");   // never taken where it was refused
+}

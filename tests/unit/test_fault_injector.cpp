@@ -167,9 +167,11 @@ TEST_CASE("fault spec: what is beyond the hardware or has no effect is named") {
     CHECK(notes[0].find(o) != std::string::npos);
   }
   // Rules no path consults.
-  auto notes = nicemu::fault::hardware_notes(spec("datagram.drop=0.5 packet.error=0.1 nth=packet:2:exhaust"));
+  auto notes = nicemu::fault::hardware_notes(spec("datagram.dup=0.5 packet.error=0.1 nth=packet:2:exhaust"));
   REQUIRE(notes.size() == 3);
-  CHECK(notes[0].find("no effect: datagram.drop") == 0);
+  CHECK(notes[0].find("no effect: datagram.dup") == 0);
+  // Datagrams act on error, corrupt, drop and exhaust (GNI_POST_ERROR, GNI_POST_TIMEOUT).
+  CHECK(nicemu::fault::hardware_notes(spec("datagram.drop=0.5 datagram.error=0.1")).empty());
   CHECK(notes[1].find("no effect: packet.error") == 0);
   CHECK(notes[2].find("no effect: nth=packet:2:exhaust") == 0);
 }
@@ -178,6 +180,8 @@ TEST_CASE("fault: registrations fail only where a rule names them") {
   // `any` leaves registrations alone, and so keeps the decision streams of older specs.
   af::Config any = spec("seed=5 any.error=1");
   CHECK_FALSE(Injector(any, 1, 0).selects(af::kReg));
+  CHECK_FALSE(Injector(any, 1, 0).selects(af::kDatagram));  // datagrams too: only where named
+  CHECK(Injector(spec("seed=5 datagram.drop=1"), 1, 0).selects(af::kDatagram));
   CHECK(Injector(any, 1, 0).selects(af::kAmo));
   af::Config reg = spec("seed=5 reg.error=50% nth=reg:3:exhaust");
   Injector inj(reg, 1, 0);

@@ -13,6 +13,9 @@
 //   fault-scenarios remote   --seed N [--count N]           a failed PUT that took effect: remote event
 //   fault-scenarios kill     --seed N [--count N]           (e) a rank dies mid-run
 //   fault-scenarios amo      --seed N [--count N]           AMO effect done or not on error
+//   fault-scenarios datagram --seed N [--count N]           directed datagrams end ERROR or TIMEOUT
+//   fault-scenarios update   --seed N [--count N]           GNI_MEM_UPDATE_REGION fails NOMEM, never RESOURCE
+//   fault-scenarios announce --seed N                       epoch announces obey per-peer rules (two fabric hosts)
 #include <fcntl.h>
 #include <sys/mman.h>
 
@@ -220,6 +223,11 @@ struct Page {
     if (!base) return 0;
     auto* h = reinterpret_cast<const ctr::PageHeader*>(base);
     return reinterpret_cast<const std::atomic<uint64_t>*>(base + h->totals_offset)[c].load();
+  }
+  uint64_t node(uint32_t c) const {
+    if (!base) return 0;
+    auto* h = reinterpret_cast<const ctr::PageHeader*>(base);
+    return reinterpret_cast<const std::atomic<uint64_t>*>(base + h->node_offset)[c].load();
   }
 };
 
@@ -850,6 +858,144 @@ int scenario_kill(const Opts& o) {
 
 }  // namespace
 
+// Directed datagrams under datagram.error and datagram.drop: each post of the client ends
+// COMPLETED (matched by the server's wildcard, which gets its payload), ERROR or TIMEOUT
+// (never reaching the server); the probe reports each by its id before the wait consumes it,
+// as GNI_PostDataProbeById does for completed, timed-out and failed datagrams.
+int scenario_datagram(const Opts& o) {
+  const uint64_t n = o.count ? o.count : 200;
+  Cluster cl(1, daemon_args("seed=" + std::to_string(o.seed) + " datagram.error=0.2 datagram.drop=0.2"));
+  Cred c = cl.credential();
+  // completed, error, timeout, other, probes naming another id, payloads the server got, out of order
+  uint64_t* res = shared_u64(7);
+  char* states = reinterpret_cast<char*>(shared_u64(1 + n / 8));  // the sequence, one letter per post
+  pid_t srv = cl.spawn(0, [&] {
+    Gni g;
+    CHECK_OR_EXIT(g.open(101, c) == GNI_RC_SUCCESS);
+    board()->r[1].addr = g.addr;
+    board()->r[1].inst = 101;
+    board()->r[1].ready.store(1);
+    gni_ep_handle_t ep;
+    CHECK_OR_EXIT(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);  // unbound: a wildcard
+    uint64_t last = 0;
+    for (;;) {
+      uint64_t in = 0, out = 0;
+      CHECK_OR_EXIT(GNI_EpPostDataWId(ep, &out, sizeof out, &in, sizeof in, 0) == GNI_RC_SUCCESS);
+      gni_post_state_t st = GNI_POST_PENDING;
+      uint32_t ra = 0, ri = 0;
+      gni_return_t rc;
+      while ((rc = GNI_EpPostDataWaitById(ep, 0, 50, &st, &ra, &ri)) == GNI_RC_TIMEOUT && !board()->done[0].load()) {
+      }
+      if (rc == GNI_RC_TIMEOUT) {
+        // The client is done; a match that came after the last look is still counted.
+        GNI_EpPostDataCancelById(ep, 0);
+        if (GNI_EpPostDataTestById(ep, 0, &st, &ra, &ri) == GNI_RC_SUCCESS && st == GNI_POST_COMPLETED) ++res[5];
+        break;
+      }
+      CHECK_OR_EXIT(rc == GNI_RC_SUCCESS && st == GNI_POST_COMPLETED);
+      ++res[5];
+      if (in <= last) ++res[6];
+      last = in;
+    }
+    return 0;
+  });
+  pid_t cli = cl.spawn(0, [&] {
+    Gni g;
+    CHECK_OR_EXIT(g.open(100, c) == GNI_RC_SUCCESS);
+    wait_flag(board()->r[1].ready);
+    gni_ep_handle_t ep;
+    CHECK_OR_EXIT(GNI_EpCreate(g.nic, g.cq, &ep) == GNI_RC_SUCCESS);
+    CHECK_OR_EXIT(GNI_EpBind(ep, board()->r[1].addr, board()->r[1].inst) == GNI_RC_SUCCESS);
+    for (uint64_t k = 1; k <= n; ++k) {
+      uint64_t in = 0;
+      CHECK_OR_EXIT(GNI_EpPostDataWId(ep, &k, sizeof k, &in, sizeof in, k) == GNI_RC_SUCCESS);
+      uint64_t id = 0;
+      CHECK_OR_EXIT(GNI_PostdataProbeWaitById(g.nic, 10000, &id) == GNI_RC_SUCCESS);
+      if (id != k) ++res[4];
+      gni_post_state_t st = GNI_POST_PENDING;
+      uint32_t ra = 0, ri = 0;
+      CHECK_OR_EXIT(GNI_EpPostDataWaitById(ep, k, 10000, &st, &ra, &ri) == GNI_RC_SUCCESS);
+      const int slot = st == GNI_POST_COMPLETED ? 0 : st == GNI_POST_ERROR ? 1 : st == GNI_POST_TIMEOUT ? 2 : 3;
+      ++res[slot];
+      states[k - 1] = "CETX"[slot];
+    }
+    board()->done[0].store(1);
+    return 0;
+  });
+  bool ok = wait_all(cl, {cli, srv});
+  std::printf("outcome: datagram seed=%" PRIu64 " posts=%" PRIu64 " completed=%" PRIu64 " error=%" PRIu64
+              " timeout=%" PRIu64 " other=%" PRIu64 " probe_mismatch=%" PRIu64 " delivered=%" PRIu64
+              " first=%.32s\n",
+              o.seed, n, res[0], res[1], res[2], res[3], res[4], res[5], states);
+  return ok && res[0] + res[1] + res[2] == n && res[3] == 0 && res[4] == 0 && res[5] == res[0] && res[6] == 0 &&
+                 res[1] > 0 && res[2] > 0
+             ? 0
+             : 1;
+}
+
+// GNI_MEM_UPDATE_REGION under reg.error=0.3 reg.exhaust=0.3: plain registrations fail with
+// GNI_RC_ERROR_RESOURCE or GNI_RC_ERROR_NOMEM; updates of a reserved region only with
+// GNI_RC_ERROR_NOMEM (the reserve took its MDD and PTE range; pinning the pages can still
+// fail), and an update that failed can be repeated.
+int scenario_update(const Opts& o) {
+  const uint64_t n = o.count ? o.count : 200;
+  Cluster cl(1, daemon_args("seed=" + std::to_string(o.seed) + " reg.error=0.3 reg.exhaust=0.3"));
+  Cred c = cl.credential();
+  uint64_t* res = shared_u64(6);  // plain resource, plain nomem, update resource, update nomem, other, updates done
+  pid_t p = cl.spawn(0, [&] {
+    Gni g;
+    CHECK_OR_EXIT(g.open(100, c) == GNI_RC_SUCCESS);
+    const size_t page = 4096;
+    std::vector<char> mem((n + 1) * page);
+    char* base = reinterpret_cast<char*>((uintptr_t(mem.data()) + page - 1) & ~uintptr_t(page - 1));
+    gni_mem_handle_t reserved{};
+    gni_return_t rc;
+    // The reservation itself may be failed by the rules too: retried until it is made.
+    while ((rc = GNI_MemRegister(g.nic, uint64_t(base), n * page, nullptr, GNI_MEM_RESERVE_REGION, uint32_t(-1),
+                                 &reserved)) != GNI_RC_SUCCESS)
+      CHECK_OR_EXIT(rc == GNI_RC_ERROR_RESOURCE || rc == GNI_RC_ERROR_NOMEM);
+    for (uint64_t k = 0; k < n; ++k) {
+      gni_mem_handle_t h{};
+      rc = GNI_MemRegister(g.nic, uint64_t(base + k * page), page, nullptr, GNI_MEM_READWRITE, uint32_t(-1), &h);
+      if (rc == GNI_RC_SUCCESS) GNI_MemDeregister(g.nic, &h);
+      ++res[rc == GNI_RC_ERROR_RESOURCE ? 0 : rc == GNI_RC_ERROR_NOMEM ? 1 : rc == GNI_RC_SUCCESS ? 5 : 4];
+      gni_mem_handle_t u = reserved;
+      for (;;) {  // an update that failed is repeated, as a client filling in pages would
+        rc = GNI_MemRegister(g.nic, uint64_t(base + k * page), page, nullptr, GNI_MEM_UPDATE_REGION, uint32_t(-1), &u);
+        if (rc == GNI_RC_SUCCESS) break;
+        ++res[rc == GNI_RC_ERROR_RESOURCE ? 2 : rc == GNI_RC_ERROR_NOMEM ? 3 : 4];
+        if (rc != GNI_RC_ERROR_RESOURCE && rc != GNI_RC_ERROR_NOMEM) break;
+      }
+    }
+    GNI_MemDeregister(g.nic, &reserved);
+    return 0;
+  });
+  bool ok = wait_all(cl, {p});
+  std::printf("outcome: update seed=%" PRIu64 " pages=%" PRIu64 " plain_resource=%" PRIu64 " plain_nomem=%" PRIu64
+              " update_resource=%" PRIu64 " update_nomem=%" PRIu64 " other=%" PRIu64 "\n",
+              o.seed, n, res[0], res[1], res[2], res[3], res[4]);
+  return ok && res[0] > 0 && res[1] > 0 && res[2] == 0 && res[3] > 0 && res[4] == 0 ? 0 : 1;
+}
+
+// Epoch announces obey the per-peer rules: two daemons on hosts of their own (UDP fabric on
+// loopback), each with `packet.drop=0.5@11 link_down=10@0..60000ms`. The link to 10 being
+// down, all five announce rounds of 11 to 10 are dropped; of 10's to 11, those the seed's
+// draws say (a stream of their own per peer, so the count replays).
+int scenario_announce(const Opts& o) {
+  setenv("NICEMU_TEST_FABRIC", "1", 1);
+  Cluster cl(2, daemon_args("seed=" + std::to_string(o.seed) + " packet.drop=0.5@11 link_down=10@0..60000ms"));
+  usleep(1500 * 1000);  // the announce rounds: 0, 50, 100, 200 and 400 ms after the start
+  auto dropped = [&](int node, uint32_t to) -> uint64_t {
+    const auto st = cl.status(node);
+    if (!st.contains("fabric") || !st["fabric"].is_object()) return UINT64_MAX;
+    return st["fabric"]["announces_dropped"].value(std::to_string(to), uint64_t{0});
+  };
+  const uint64_t to_11 = dropped(0, cl.addr(1)), to_10 = dropped(1, cl.addr(0));
+  std::printf("outcome: announce seed=%" PRIu64 " dropped_10_to_11=%" PRIu64 "/5 dropped_11_to_10=%" PRIu64 "/5\n",
+              o.seed, to_11, to_10);
+  return to_10 == 5 && to_11 <= 5 ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"fault-scenarios: the fault-injection scenarios of docs/fault-injection.md, one command each",
                "fault-scenarios"};
@@ -888,6 +1034,12 @@ int main(int argc, char** argv) {
   auto* rem = add("remote", "PUTs failed after taking effect (error_done=1): the target still gets each remote event",
                   false);
   auto* kil = add("kill", "(e) a rank killed mid-run: every posted operation completes or fails", false);
+  auto* dgm = add("datagram",
+                  "directed datagrams under datagram.error/drop: each ends COMPLETED, ERROR or TIMEOUT, probed by id",
+                  false);
+  auto* ann = add("announce", "epoch announces obey the per-peer rules and link windows (two fabric hosts)", false);
+  auto* upd = add("update", "GNI_MEM_UPDATE_REGION under reg.error/exhaust: only GNI_RC_ERROR_NOMEM, then repeated",
+                  false);
   CLI11_PARSE(app, argc, argv);
   if (!daemon.empty()) setenv("NICEMU_DAEMON", daemon.c_str(), 1);
   if (!std::getenv("NICEMU_DAEMON")) setenv("NICEMU_DAEMON", NICEMU_DAEMON_PATH, 1);
@@ -903,6 +1055,9 @@ int main(int argc, char** argv) {
     if (sil->parsed()) return scenario_silent(o);
     if (rem->parsed()) return scenario_remote(o);
     if (amo->parsed()) return scenario_amo(o);
+    if (dgm->parsed()) return scenario_datagram(o);
+    if (upd->parsed()) return scenario_update(o);
+    if (ann->parsed()) return scenario_announce(o);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fault-scenarios: %s\n", e.what());
   }

@@ -54,8 +54,11 @@ void drain(Nic* n) {
   if (!d.ring.valid()) return;
   uint64_t taken = d.ring.drain([&](const abi::DgramEvent& e) {
     if (e.lib_seq == 0 || e.lib_seq > d.next_seq) return;  // not one of our posts
-    // Pending is never published; ERROR: its peer's node was lost (docs/fabric.md, Datagrams).
-    if (e.state != GNI_POST_COMPLETED && e.state != GNI_POST_TERMINATED && e.state != GNI_POST_ERROR) return;
+    // Pending is never published. ERROR: its peer's node was lost (docs/fabric.md, Datagrams)
+    // or a fault was injected; TIMEOUT: an injected loss (docs/fault-injection.md).
+    if (e.state != GNI_POST_COMPLETED && e.state != GNI_POST_TERMINATED && e.state != GNI_POST_ERROR &&
+        e.state != GNI_POST_TIMEOUT)
+      return;
     DgramFinished f;
     f.ep = e.ep;
     f.id = e.id;

@@ -64,8 +64,9 @@ void rdma_local_events(Cq* cq, uint16_t cq_mode, uint32_t local_event, int32_t t
 bool fault_post_rdma(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, int32_t tid, bool ring_idle);
 
 // GNI_MemRegister(Segments) under injection: GNI_RC_ERROR_RESOURCE or GNI_RC_ERROR_NOMEM when
-// a rule of kind `reg` says so (error, exhaust), else GNI_RC_SUCCESS.
-gni_return_t fault_register(Nic* n);
+// a rule of kind `reg` says so (error, exhaust), else GNI_RC_SUCCESS. An `update`
+// (GNI_MEM_UPDATE_REGION) fails only with GNI_RC_ERROR_NOMEM (fault_engine.cpp says why).
+gni_return_t fault_register(Nic* n, bool update = false);
 
 // Transactions held for `ep` / `n` are dropped (GNI_EpDestroy, GNI_CdmDestroy).
 void fault_forget_ep(Ep* ep);

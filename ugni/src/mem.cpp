@@ -54,10 +54,10 @@ gni_return_t GNI_MemRegister(gni_nic_handle_t nic_hndl, uint64_t address, uint64
   const uint64_t first_page = address & ~(abi::kPageSize - 1);
   if ((address + length - first_page + abi::kPageSize - 1) / abi::kPageSize > 0xFFFFFFF) return GNI_RC_INVALID_PARAM;
   if (!n->self->alive()) return GNI_RC_INVALID_STATE;
-  if (fault_path(n))
-    if (gni_return_t rc = fault_register(n); rc != GNI_RC_SUCCESS) return rc;
-  const uint32_t domain = n->mem_domain;
   const bool update = flags & GNI_MEM_UPDATE_REGION;
+  if (fault_path(n))
+    if (gni_return_t rc = fault_register(n, update); rc != GNI_RC_SUCCESS) return rc;
+  const uint32_t domain = n->mem_domain;
   if (!update && !(flags & (GNI_MEM_USE_VMDH | GNI_MEM_RESERVE_REGION))) {
     // The common case: no request to the daemon.
     const uint32_t slot = n->mdd->take(n, domain, MddTable::kOurs);

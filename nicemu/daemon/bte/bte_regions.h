@@ -106,7 +106,7 @@ class RegionDirectory {
   void note_gone(const RegionKey& key, uint64_t status);  // under mu_
   std::map<RegionKey, std::shared_ptr<MappedRegion>> remote_;  // other nodes' regions
   std::mutex links_mu_;  // serialises lookups at other daemons (one connection each)
-  std::map<uint32_t, std::unique_ptr<ctl::Connection>> links_;
+  std::map<uint32_t, std::unique_ptr<nicemu::ctl::Connection>> links_;
 };
 
 }  // namespace nicemu::daemon

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <fstream>
 #include <optional>
@@ -49,71 +50,395 @@ void control::cred(Request& q, Credentials& creds, Counters& ctr) {
 
 void control::drc(Request& q, Credentials& creds, Counters& ctr) {
   ctl::Drc req;
-  if (!parse(q, req) || (req.flags & ~(ctl::kDrcFlex | ctl::kDrcCopy)) != 0) return bad(q, ctr);
-  auto& r = init_reply<ctl::DrcReply>(q.reply, q.h);
-  r.r.rc = creds.drc(q.peer, req, r);
-  if (r.r.rc == rc::kSuccess) creds.save();
-  if (r.r.rc == rc::kSuccess && !(req.flags & ctl::kDrcCopy)) creds.send_drc_sync(q.peer, req, r);
+  if (!parse(q, req) || (req.flags & ~ctl::kDrcFlex) != 0) return bad(q, ctr);
+  creds.drc_request(q.peer, q.h, req, q.reply);
 }
 
-void Credentials::send_drc_sync(const Peer& peer, const ctl::Drc& req, const ctl::DrcReply& r) {
-  using ctl::DrcAction;
-  const auto action = static_cast<DrcAction>(req.action);
-  if (action != DrcAction::kAcquire && action != DrcAction::kGrant && action != DrcAction::kRevoke &&
-      action != DrcAction::kRelease)
+void control::drc_peer(Request& q, Credentials& creds, Counters& ctr) {
+  // From a daemon of this host only (root or the daemon's own user), as datagram matching.
+  if (q.peer.uid != 0 && q.peer.uid != geteuid()) return bad(q, ctr);
+  if (q.len < sizeof(ctl::Header) + sizeof(uint32_t)) return bad(q, ctr);
+  uint32_t origin;  // every DRC daemon message names its sender
+  const auto* m = reinterpret_cast<const uint8_t*>(q.msg);
+  size_t at = offsetof(ctl::DrcTableAsk, origin);
+  static_assert(offsetof(ctl::DrcTableEnd, origin) == offsetof(ctl::DrcTableAsk, origin));
+  if (q.h.op == static_cast<uint16_t>(Op::kDrcState)) at = offsetof(ctl::DrcState, origin);
+  if (q.h.op == static_cast<uint16_t>(Op::kDrcAck)) at = offsetof(ctl::DrcAck, origin);
+  if (q.len < at + sizeof origin) return bad(q, ctr);
+  std::memcpy(&origin, m + at, sizeof origin);
+  if (const char* why = creds.receive(origin, q.h, m, q.len)) {
+    ++ctr.malformed_messages;
+    spdlog::warn("DRC message from a daemon of this host (pid {}) dropped: {}", q.peer.pid, why);
+  }
+}
+
+namespace {
+
+// How long a change waits for the other daemons' answers, and a daemon at start for their
+// tables: a daemon that has not answered by then is treated as down (it converges when it
+// returns), so a stopped or partitioned host delays DRC calls by this much, never more.
+constexpr std::chrono::milliseconds kDrcAckWait{2000};
+constexpr std::chrono::milliseconds kDrcTableWait{1000};
+
+const char* action_name(uint32_t a) {
+  static constexpr const char* kNames[] = {"?", "acquire", "grant", "revoke", "access", "release", "lookup"};
+  return kNames[a < 7 ? a : 0];
+}
+
+}  // namespace
+
+Credentials::DrcSnap Credentials::snap(uint32_t id) const {
+  DrcSnap s;
+  s.id = id;
+  if (auto it = drc_.find(id); it != drc_.end()) {
+    s.rev = it->second.rev;
+    s.live = true;
+    s.cred = it->second.cred;
+    s.uid = credentials_.at(it->second.cred).uid;
+    s.flex = it->second.flex;
+    s.grants = it->second.grants;
+  } else if (auto r = released_.find(id); r != released_.end()) {
+    s.rev = r->second;
+  }
+  return s;
+}
+
+int Credentials::take(const DrcSnap& s) {
+  const DrcSnap have = snap(s.id);
+  // The same revision of another credential: two daemons drew the same id for different
+  // credentials (or made concurrent changes): refused, so the change is undone.
+  if (s.rev == have.rev && s.live && have.live && (s.cred != have.cred || s.uid != have.uid))
+    return rc::kPermissionError;
+  if (s.rev <= have.rev) return rc::kSuccess;  // this state or a newer one is here already
+  if (s.live)
+    if (auto it = credentials_.find(s.cred); it != credentials_.end() && it->second.drc_id != s.id)
+      return rc::kPermissionError;  // its ptag and cookie are another credential's here
+  if (have.live) {
+    credentials_.erase(have.cred);
+    drc_.erase(s.id);
+  }
+  if (s.live) {
+    credentials_[s.cred] = CredOwner{s.uid, 0, false, s.id};
+    drc_[s.id] = DrcCredential{s.cred, s.flex, s.grants, s.rev};
+    released_.erase(s.id);
+  } else {
+    released_[s.id] = s.rev;
+    // Bounded: past kDrcReleasedKept the lowest ids are forgotten (a daemon away that long
+    // keeps such a credential until its owner releases it again).
+    while (released_.size() > kDrcReleasedKept) released_.erase(released_.begin());
+  }
+  return rc::kSuccess;
+}
+
+std::vector<uint32_t> Credentials::peers() {
+  std::vector<uint32_t> out = port_.local_nodes();
+  for (uint32_t n : port_.remote_nodes())
+    if (std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
+  return out;
+}
+
+bool Credentials::send_state(uint32_t node, const DrcSnap& s, uint64_t txn) {
+  std::vector<uint8_t> buf(sizeof(ctl::DrcState) + s.grants.size() * 8);
+  ctl::DrcState m{};
+  m.h = ctl::make_header<ctl::DrcState>(Op::kDrcState, 0);
+  m.h.length = static_cast<uint32_t>(buf.size());
+  m.txn = txn;
+  m.rev = s.rev;
+  m.origin = nic_addr_;
+  m.id = s.id;
+  m.ptag = s.cred.ptag;
+  m.cookie = s.cred.cookie;
+  m.uid = static_cast<uint32_t>(s.uid);
+  m.flags = (s.flex ? ctl::kDrcFlex : 0) | (s.live ? ctl::kDrcLive : 0);
+  m.ngrants = static_cast<uint32_t>(s.grants.size());
+  std::memcpy(buf.data(), &m, sizeof m);
+  for (size_t i = 0; i < s.grants.size(); ++i) {
+    const uint32_t g[2] = {s.grants[i].first, s.grants[i].second};
+    std::memcpy(buf.data() + sizeof m + i * 8, g, 8);
+  }
+  return port_.send(node, buf.data(), buf.size());
+}
+
+void Credentials::arm_timer(std::chrono::milliseconds after, std::function<void()> f) {
+  if (!timer_) return;  // no loop (a node driven by hand): answers alone end the wait
+  timer_->expires_after(after);
+  timer_->async_wait([f = std::move(f)](const asio::error_code& e) {
+    if (!e) f();
+  });
+}
+
+void Credentials::drc_request(Peer& peer, const ctl::Header& h, const ctl::Drc& req, std::vector<char>& reply) {
+  const auto action = static_cast<ctl::DrcAction>(req.action);
+  if (action == ctl::DrcAction::kAccess || action == ctl::DrcAction::kLookup) {
+    auto& r = init_reply<ctl::DrcReply>(reply, h);
+    r.refused_by = ctl::kDrcNoNode;
+    r.r.rc = drc(peer, req, r);
     return;
-  ctl::DrcSync m{};
-  m.h = ctl::make_header<ctl::DrcSync>(Op::kDrcSync, 0);
-  m.action = req.action;
-  m.id = action == DrcAction::kAcquire ? r.id : req.id;
-  m.kind = req.kind;
-  m.value = req.value;
-  m.ptag = action == DrcAction::kAcquire ? r.ptag : 0;
-  m.cookie = action == DrcAction::kAcquire ? r.cookie : 0;
-  m.flags = req.flags & ctl::kDrcFlex;
-  m.uid = static_cast<uint32_t>(peer.uid);
-  // In order on each channel, so a grant never arrives before its acquire. A host that is
-  // down now misses the change (logged): DRC state is not replayed to a daemon that returns.
-  for (uint32_t node : port_.remote_nodes())
-    if (!port_.send(node, &m, sizeof m))
-      spdlog::warn("nic {}: DRC credential {} change (action {}) not sent to NIC address {}: its daemon is not "
-                   "reachable",
-                   nic_addr_, m.id, m.action, node);
+  }
+  reply.clear();
+  queue_.push_back(Pending{peer, h, req, &reply});
+  if (!txn_) start_next();
+  // Whatever did not finish inside this call answers through reply_later.
+  for (auto& p : queue_) p.inline_reply = nullptr;
+  if (txn_) txn_->p.inline_reply = nullptr;
 }
 
-const char* Credentials::receive(uint32_t from, const ctl::Header&, const uint8_t* msg, size_t len) {
-  ctl::DrcSync m;
-  if (len != sizeof m) return "DRC change of the wrong size";
-  std::memcpy(&m, msg, sizeof m);
-  using ctl::DrcAction;
-  const auto action = static_cast<DrcAction>(m.action);
-  if (action != DrcAction::kAcquire && action != DrcAction::kGrant && action != DrcAction::kRevoke &&
-      action != DrcAction::kRelease)
-    return "DRC change with an unknown action";
-  if (action == DrcAction::kAcquire && (m.id == 0 || m.ptag == 0 || m.cookie == 0))
-    return "DRC acquire without its credential";
-  // The requester as the other host's daemon saw it (SO_PEERCRED there): the fabric key
-  // vouches for that daemon.
-  Peer remote{};
-  remote.uid = static_cast<uid_t>(m.uid);
-  remote.gid = static_cast<gid_t>(-1);
-  ctl::Drc req{};
-  req.action = m.action;
-  req.id = m.id;
-  req.kind = m.kind;
-  req.value = m.value;
-  req.ptag = m.ptag;
-  req.cookie = m.cookie;
-  req.flags = m.flags;
-  ctl::DrcReply r{};
-  int code = drc(remote, req, r);
-  if (code == rc::kSuccess) save();
-  // A repeated grant or a revoke/release of what is already gone changes nothing.
-  if (code != rc::kSuccess && !(code == rc::kInvalidState && action == DrcAction::kGrant) &&
-      !(code == rc::kNoMatch && action != DrcAction::kAcquire))
-    spdlog::warn("nic {}: DRC credential {} change (action {}) from NIC address {} for uid {} not applied: rc {}",
-                 nic_addr_, m.id, m.action, from, m.uid, code);
-  return nullptr;
+void Credentials::start_next() {
+  while (!txn_ && !queue_.empty()) {
+    Txn t;
+    t.p = std::move(queue_.front());
+    queue_.pop_front();
+    t.id = next_txn_++;
+    t.rep.refused_by = ctl::kDrcNoNode;
+    // The state to restore if another daemon refuses. An acquire that chose its id had
+    // none (drc() draws ids neither held nor remembered as released).
+    t.before = snap(t.p.req.id);
+    t.rep.r.rc = drc(t.p.peer, t.p.req, t.rep);
+    txn_ = std::move(t);
+    if (txn_->rep.r.rc != rc::kSuccess) {
+      finish();
+      continue;
+    }
+    const uint32_t id = static_cast<ctl::DrcAction>(txn_->p.req.action) == ctl::DrcAction::kAcquire
+                            ? txn_->rep.id
+                            : txn_->p.req.id;
+    if (id != txn_->before.id) {
+      txn_->before = DrcSnap{};
+      txn_->before.id = id;
+    }
+    txn_->after = snap(id);
+    if (txn_->after.rev == txn_->before.rev) {
+      finish();  // nothing changed (an acquire of what the caller holds already)
+      continue;
+    }
+    save();
+    for (uint32_t node : peers()) {
+      if (send_state(node, txn_->after, txn_->id))
+        txn_->waiting.insert(node);
+      else
+        spdlog::warn("nic {}: DRC credential {} {}: the daemon of NIC address {} is not reachable; it takes the "
+                     "change from the others' tables when it returns",
+                     nic_addr_, id, action_name(txn_->p.req.action), node);
+    }
+    if (txn_->waiting.empty()) {
+      finish();
+      continue;
+    }
+    const uint64_t tid = txn_->id;
+    arm_timer(kDrcAckWait, [this, tid] {
+      if (!txn_ || txn_->id != tid) return;
+      std::string who;
+      for (uint32_t n : txn_->waiting) who += (who.empty() ? "" : ", ") + std::to_string(n);
+      spdlog::warn("nic {}: DRC credential {} {}: no answer from NIC address(es) {} within {} ms; treated as down "
+                   "(they converge when they return)",
+                   nic_addr_, txn_->after.id, action_name(txn_->p.req.action), who, kDrcAckWait.count());
+      txn_->waiting.clear();
+      finish();
+    });
+    return;
+  }
+}
+
+void Credentials::ack(uint32_t from, uint64_t txn, int code) {
+  if (!txn_ || txn_->id != txn || !txn_->waiting.erase(from)) {
+    if (code != rc::kSuccess)
+      spdlog::warn("nic {}: late refusal (rc {}) of a DRC change from NIC address {}: its table differs until the "
+                   "credential changes again",
+                   nic_addr_, code, from);
+    return;
+  }
+  if (code != rc::kSuccess && txn_->refused_by == ctl::kDrcNoNode) {
+    txn_->refused_by = from;
+    txn_->refused_rc = code;
+    txn_->waiting.clear();  // undone now: the others get the restored state after the change
+  }
+  if (txn_->waiting.empty()) finish();
+}
+
+void Credentials::peer_lost(uint32_t node) {
+  // Changes sent to it meanwhile may be lost with the channel: it gets the whole table
+  // when the channel is up again (progress).
+  resync_.insert(node);
+  asked_.erase(node);
+  if (!converged_ && asked_.empty()) converge_done("every daemon asked answered or is lost");
+  if (txn_ && txn_->waiting.erase(node) && txn_->waiting.empty()) finish();
+}
+
+void Credentials::progress() {
+  for (auto it = resync_.begin(); it != resync_.end();) {
+    if (!port_.peer_up(*it)) {
+      ++it;
+      continue;
+    }
+    spdlog::info("nic {}: the channel to NIC address {} is up again: sending it the DRC table", nic_addr_, *it);
+    answer_table(*it);
+    it = resync_.erase(it);
+  }
+}
+
+void Credentials::finish() {
+  Txn t = std::move(*txn_);
+  txn_.reset();
+  if (timer_) timer_->cancel();
+  if (t.refused_by != ctl::kDrcNoNode) {
+    // Undo: the state from before, at a revision above the change, here and everywhere but
+    // at the daemon that refused (which never took it).
+    DrcSnap restore = t.before;
+    restore.id = t.after.id;
+    restore.rev = t.after.rev + 1;
+    take(restore);
+    save();
+    for (uint32_t node : peers())
+      if (node != t.refused_by) send_state(node, restore, 0);
+    spdlog::warn("nic {}: DRC credential {} {} by uid {} refused by the daemon of NIC address {} (rc {}): undone on "
+                 "every daemon",
+                 nic_addr_, t.after.id, action_name(t.p.req.action), t.p.peer.uid, t.refused_by, t.refused_rc);
+    t.rep = ctl::DrcReply{};
+    t.rep.r.rc = t.refused_rc;
+    t.rep.refused_by = t.refused_by;
+  }
+  std::vector<char> out;
+  auto& r = init_reply<ctl::DrcReply>(out, t.p.h);
+  const int32_t code = t.rep.r.rc;
+  r = t.rep;
+  r.r.h = ctl::Header{ctl::kMagic, ctl::kVersion, t.p.h.op, t.p.h.seq, static_cast<uint32_t>(sizeof(ctl::DrcReply))};
+  r.r.rc = code;
+  if (t.p.inline_reply)
+    *t.p.inline_reply = std::move(out);
+  else if (t.p.peer.reply_later)
+    t.p.peer.reply_later(std::move(out));
+  start_next();
+}
+
+void Credentials::answer_table(uint32_t node) {
+  uint32_t count = 0;
+  for (const auto& [id, d] : drc_) {
+    if (!send_state(node, snap(id), 0)) return;  // the asker waits out its time and goes on without us
+    ++count;
+  }
+  for (const auto& [id, rev] : released_) {
+    if (!send_state(node, snap(id), 0)) return;
+    ++count;
+  }
+  ctl::DrcTableEnd e{};
+  e.h = ctl::make_header<ctl::DrcTableEnd>(Op::kDrcTableEnd, 0);
+  e.origin = nic_addr_;
+  e.count = count;
+  e.synced = converged_ ? 1 : 0;
+  port_.send(node, &e, sizeof e);
+}
+
+const char* Credentials::receive(uint32_t from, const ctl::Header& h, const uint8_t* msg, size_t len) {
+  switch (static_cast<Op>(h.op)) {
+    case Op::kDrcState: {
+      ctl::DrcState m;
+      if (len < sizeof m) return "DRC state too short";
+      std::memcpy(&m, msg, sizeof m);
+      if (m.origin != from) return "DRC state naming another sender";
+      if (m.ngrants > ctl::kDrcMaxGrants || len != sizeof m + size_t{m.ngrants} * 8)
+        return "DRC state of the wrong size";
+      const bool live = (m.flags & ctl::kDrcLive) != 0;
+      if (m.id == 0 || m.rev == 0 || (live && (m.ptag == 0 || m.ptag > 255 || m.cookie == 0)))
+        return "DRC state without its credential";
+      DrcSnap s;
+      s.id = m.id;
+      s.rev = m.rev;
+      s.live = live;
+      s.cred = Credential{m.ptag, m.cookie};
+      s.uid = static_cast<uid_t>(m.uid);
+      s.flex = (m.flags & ctl::kDrcFlex) != 0;
+      for (uint32_t i = 0; i < m.ngrants; ++i) {
+        uint32_t g[2];
+        std::memcpy(g, msg + sizeof m + i * 8, 8);
+        if (g[0] < static_cast<uint32_t>(ctl::DrcGrant::kUid) || g[0] > static_cast<uint32_t>(ctl::DrcGrant::kWlm))
+          return "DRC state with an unknown grant kind";
+        s.grants.emplace_back(g[0], g[1]);
+      }
+      const uint64_t had = snap(m.id).rev;
+      const int code = take(s);
+      if (code == rc::kSuccess && m.rev > had) {
+        save();
+        spdlog::info("nic {}: DRC credential {} {} (revision {}, from NIC address {})", nic_addr_, m.id,
+                     live ? "updated" : "released", m.rev, from);
+      } else if (code != rc::kSuccess) {
+        ++ctr_.credential_refused;
+        spdlog::warn("nic {}: DRC credential {} (ptag {} cookie {:#x}) from NIC address {} refused: another "
+                     "credential holds that ptag and cookie here",
+                     nic_addr_, m.id, m.ptag, m.cookie, from);
+      }
+      if (m.txn != 0) {
+        ctl::DrcAck a{};
+        a.h = ctl::make_header<ctl::DrcAck>(Op::kDrcAck, 0);
+        a.txn = m.txn;
+        a.origin = nic_addr_;
+        a.rc = code;
+        port_.send(from, &a, sizeof a);
+      }
+      return nullptr;
+    }
+    case Op::kDrcAck: {
+      ctl::DrcAck m;
+      if (len != sizeof m) return "DRC ack of the wrong size";
+      std::memcpy(&m, msg, sizeof m);
+      if (m.origin != from) return "DRC ack naming another sender";
+      ack(from, m.txn, m.rc);
+      return nullptr;
+    }
+    case Op::kDrcTableAsk: {
+      ctl::DrcTableAsk m;
+      if (len != sizeof m) return "DRC table request of the wrong size";
+      std::memcpy(&m, msg, sizeof m);
+      if (m.origin != from) return "DRC table request naming another sender";
+      answer_table(from);
+      return nullptr;
+    }
+    case Op::kDrcTableEnd: {
+      ctl::DrcTableEnd m;
+      if (len != sizeof m) return "DRC table end of the wrong size";
+      std::memcpy(&m, msg, sizeof m);
+      if (m.origin != from) return "DRC table end naming another sender";
+      if (converged_ || !asked_.erase(from)) return nullptr;
+      spdlog::info("nic {}: DRC table of NIC address {}: {} credential(s){}", nic_addr_, from, m.count,
+                   m.synced ? "" : " (it was converging itself)");
+      if (m.synced) converge_done("a converged daemon answered");
+      else if (asked_.empty()) converge_done("every daemon asked answered");
+      return nullptr;
+    }
+    default:
+      return "not a DRC message";
+  }
+}
+
+void Credentials::converge(asio::io_context& io) {
+  timer_ = std::make_unique<asio::steady_timer>(io);
+  ctl::DrcTableAsk m{};
+  m.h = ctl::make_header<ctl::DrcTableAsk>(Op::kDrcTableAsk, 0);
+  m.origin = nic_addr_;
+  converged_ = false;
+  for (uint32_t node : peers())
+    if (port_.send(node, &m, sizeof m)) asked_.insert(node);
+  if (asked_.empty()) return converge_done("no other daemon to ask");
+  spdlog::info("nic {}: asking {} daemon(s) for the DRC table before admitting anyone", nic_addr_, asked_.size());
+  arm_timer(kDrcTableWait, [this] {
+    if (!converged_) converge_done("the wait for answers ended");
+  });
+}
+
+void Credentials::converge_done(const char* how) {
+  if (converged_) return;
+  converged_ = true;
+  asked_.clear();
+  if (timer_ && !txn_) timer_->cancel();
+  spdlog::info("nic {}: DRC table converged ({}): {} credential(s), {} released", nic_addr_, how, drc_.size(),
+               released_.size());
+  auto callbacks = std::move(on_converged_);
+  on_converged_.clear();
+  for (auto& f : callbacks) f();
+}
+
+void Credentials::when_converged(std::function<void()> f) {
+  if (converged_) return f();
+  on_converged_.push_back(std::move(f));
 }
 
 void Credentials::load() {
@@ -123,7 +448,7 @@ void Credentials::load() {
     case credential_file::ReadResult::kAbsent: return;
     case credential_file::ReadResult::kRejected: break;
     case credential_file::ReadResult::kOk:
-      why = credential_file::decode(text, nic_addr_, credentials_, drc_);
+      why = credential_file::decode(text, nic_addr_, credentials_, drc_, released_);
       if (why.empty()) {
         saved_ = text;
         spdlog::info("nic {}: {} credential(s), {} of them DRC, restored from {}", nic_addr_,
@@ -141,7 +466,8 @@ void Credentials::load() {
 void Credentials::save() {
   if (cred_path_.empty()) return;
   std::string text;
-  if (!credentials_.empty()) text = credential_file::encode(nic_addr_, credentials_, drc_);
+  if (!credentials_.empty() || !released_.empty())
+    text = credential_file::encode(nic_addr_, credentials_, drc_, released_);
   if (text == saved_) return;
   if (text.empty()) {
     if (::unlink(cred_path_.c_str()) != 0 && errno != ENOENT) {
@@ -284,15 +610,15 @@ int Credentials::drc(Peer& peer, const ctl::Drc& req, ctl::DrcReply& r) {
     if (req.id == 0 && req.ptag == 0 && req.cookie == 0) {
       // Drawn as a job credential is (cred), with an id that is not in use here.
       auto c = fresh_credential(credentials_, 0, 0);
-      for (int tries = 0; tries < 1000 && (id == 0 || drc_.contains(id)); ++tries)
+      for (int tries = 0; tries < 1000 && (id == 0 || drc_.contains(id) || released_.contains(id)); ++tries)
         id = 1 + randombytes_uniform(0x7FFFFFFF);
-      if (!c || id == 0 || drc_.contains(id)) return rc::kErrorResource;
+      if (!c || id == 0 || drc_.contains(id) || released_.contains(id)) return rc::kErrorResource;
       d.cred = *c;
     } else {
       if (req.id == 0 || req.ptag == 0 || req.ptag > 255 || req.cookie == 0) return rc::kInvalidParam;
       d.cred = Credential{req.ptag, req.cookie};
       if (auto it = drc_.find(req.id); it != drc_.end()) {
-        // libdrc copying a credential onto a node that has it already: fine if it is the same.
+        // Acquiring with the values of a credential the caller holds already changes nothing.
         if (it->second.cred == d.cred && owned(it->second)) {
           r.id = req.id;
           r.ptag = d.cred.ptag;
@@ -302,6 +628,11 @@ int Credentials::drc(Peer& peer, const ctl::Drc& req, ctl::DrcReply& r) {
         return rc::kPermissionError;
       }
       if (credentials_.contains(d.cred)) return rc::kPermissionError;
+    }
+    // An id acquired again after a release: one revision above the release.
+    if (auto rel = released_.find(id); rel != released_.end()) {
+      d.rev = rel->second + 1;
+      released_.erase(rel);
     }
     credentials_[d.cred] = CredOwner{peer.uid, 0, false, id};
     drc_[id] = d;
@@ -333,7 +664,9 @@ int Credentials::drc(Peer& peer, const ctl::Drc& req, ctl::DrcReply& r) {
     // NIC keeps a ptag's state until its last user is gone.
     credentials_.erase(d.cred);
     spdlog::info("nic {}: DRC credential {} released by uid {}", nic_addr_, req.id, peer.uid);
+    released_[req.id] = d.rev + 1;
     drc_.erase(it);
+    while (released_.size() > kDrcReleasedKept) released_.erase(released_.begin());
     return rc::kSuccess;
   }
   if (action != DrcAction::kGrant && action != DrcAction::kRevoke) return rc::kInvalidParam;
@@ -343,11 +676,13 @@ int Credentials::drc(Peer& peer, const ctl::Drc& req, ctl::DrcReply& r) {
   auto at = std::find(d.grants.begin(), d.grants.end(), g);
   if (action == DrcAction::kGrant) {
     if (at != d.grants.end()) return rc::kInvalidState;
+    if (d.grants.size() >= ctl::kDrcMaxGrants) return rc::kErrorResource;
     d.grants.push_back(g);
   } else {
     if (at == d.grants.end()) return rc::kNoMatch;
     d.grants.erase(at);
   }
+  ++d.rev;
   spdlog::info("nic {}: DRC credential {} {} {} {}", nic_addr_, req.id,
                action == DrcAction::kGrant ? "granted to" : "revoked from", drc_grant_name(req.kind), req.value);
   return rc::kSuccess;
@@ -403,7 +738,9 @@ int Credentials::cred(Peer& peer, const ctl::Header& h, const ctl::Cred& req, ct
                  peer.pid, peer.uid);
     return rc::kPermissionError;
   }
-  if (auto it = credentials_.find(c); it != credentials_.end()) owner.drc_id = it->second.drc_id;
+  auto held = credentials_.find(c);
+  if (held != credentials_.end()) owner.drc_id = held->second.drc_id;
+  r.created = held == credentials_.end() ? 1 : 0;
   credentials_[c] = owner;
   ++ctr_.credentials_issued;
   r.ptag = c.ptag;

@@ -43,6 +43,8 @@ void attach(Request& q, const NicInfo& nic, Credentials& creds, CdmTable& cdms, 
             StatsPage& stats, Counters& ctr);
 void cred(Request& q, Credentials& creds, Counters& ctr);
 void drc(Request& q, Credentials& creds, Counters& ctr);
+// DRC messages from another daemon of this host (DrcState, DrcAck, DrcTableAsk, DrcTableEnd).
+void drc_peer(Request& q, Credentials& creds, Counters& ctr);
 void shutdown(Request& q, bool& requested);
 
 // memory.cpp: registrations, CQs, peer lookups, mailboxes, the BTE ring, bandwidth injection.

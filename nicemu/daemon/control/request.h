@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,9 @@ struct Peer {
   uint64_t attach_id = 0;  // 0 = this connection attached nothing
   uint64_t refusals = 0;   // credential and limit refusals on this connection (log rate limit)
   std::string status_snapshot;  // the status document being read in pages (ctl::Status)
+  // Sends a reply later, for a request a handler answered with an empty reply (a DRC
+  // change waiting for the other daemons); does nothing once the connection is gone.
+  std::function<void(std::vector<char>)> reply_later;
 };
 
 // One control request being handled (header checked: magic, version, length). The handler

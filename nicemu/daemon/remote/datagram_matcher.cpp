@@ -1,6 +1,7 @@
 #include "nicemu/daemon/remote/datagram_matcher.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <tuple>
 
@@ -291,6 +292,16 @@ int DatagramMatcher::post(CdmRegion& owner, const ctl::DgramSubmit& req) {
   std::memcpy(p.data, req.data, p.len);
   p.state = rc::kPostPending;
   Post& stored = add_post(p);
+  if (!stored.wildcard)
+    if (uint32_t state = injected_state(owner, stored.peer_node); state != rc::kPostPending) {
+      // Lost (a timeout) or failed on its way: it never reaches its target, whose own post
+      // stays pending, as on the network.
+      ++injected_;
+      const uint64_t key = stored.key;
+      finish(stored, state, stored.peer_node, stored.peer_inst, nullptr, 0);
+      erase_post(key);
+      return rc::kSuccess;
+    }
 
   // Posts aimed at this CDM that arrived earlier, oldest first: any for a wildcard, those
   // of the named peer for a directed post. (If one matches, the kDgramMatched sent
@@ -327,6 +338,32 @@ int DatagramMatcher::post(CdmRegion& owner, const ctl::DgramSubmit& req) {
     if (!flush_held(stored.peer_node) || !deliver(stored.peer_node, &m, sizeof m)) fail_post(key);
   }
   return rc::kSuccess;
+}
+
+uint32_t DatagramMatcher::injected_state(const CdmRegion& owner, uint32_t peer_node) {
+  namespace af = abi::fault;
+  if (!fault_cfg_ || !fault_cfg_->enabled) return rc::kPostPending;
+  Faults& f = faults_[owner.attach_id()];
+  const uint64_t now_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                    std::chrono::steady_clock::now().time_since_epoch())
+                                                    .count());
+  if (std::memcmp(&f.cfg, fault_cfg_, sizeof f.cfg) != 0) {
+    f.cfg = *fault_cfg_;
+    // Its own stream (the datagram kind in the top byte): the library's decisions for the
+    // same CDM, and their replays, stay as they were.
+    f.inj.configure(f.cfg, (uint64_t{af::kDatagram} << 56) | (uint64_t{self_} << 24) | owner.inst_id(), now_ns);
+  }
+  // Only where a rule names datagrams: `any` does not, and a link window alone does not
+  // either, so specs written before datagrams could fail replay as they did.
+  if (!f.inj.selects(af::kDatagram)) return rc::kPostPending;
+  switch (f.inj.decide(af::kDatagram, peer_node, now_ns).action) {
+    case af::kError:
+    case af::kCorrupt: return rc::kPostError;
+    case af::kDrop:
+    case af::kExhaust:
+    case af::kLinkDown: return rc::kPostTimeout;
+    default: return rc::kPostPending;  // dup: nothing visible; delay: matching takes no time to delay
+  }
 }
 
 void DatagramMatcher::incoming(const ctl::DgramIncoming& m) {
@@ -388,6 +425,7 @@ int DatagramMatcher::cancel(CdmRegion& owner, const ctl::DgramCancel& req) {
 }
 
 void DatagramMatcher::cdm_gone(uint64_t attach_id) {
+  faults_.erase(attach_id);
   std::vector<uint64_t> keys;
   for (const auto& [ae, key] : post_by_ep_)
     if (ae.first == attach_id) keys.push_back(key);

@@ -24,8 +24,10 @@
 
 #include "nicemu/abi/ctl_protocol.h"
 #include "nicemu/abi/daemon_protocol.h"
+#include "nicemu/abi/fault_layout.h"
 #include "nicemu/daemon/cdm/cdm_region.h"
 #include "nicemu/daemon/fabric_port.h"
+#include "nicemu/fault/fault_injector.h"
 
 namespace nicemu::daemon {
 
@@ -61,6 +63,11 @@ class DatagramMatcher : public FabricService {
   // Sends the messages held for peers that were down.
   void progress() override;
 
+  // The node's fault configuration (nicemuctl fault): `datagram` rules decide each directed
+  // post of a CDM as it is made (docs/fault-injection.md): error ends it GNI_POST_ERROR,
+  // drop and exhaust GNI_POST_TIMEOUT, before it reaches its target.
+  void set_fault_config(const abi::fault::Config* cfg) { fault_cfg_ = cfg; }
+
   // The CDM detached or died: its posts go, forwarded copies are retracted.
   void cdm_gone(uint64_t attach_id);
 
@@ -70,6 +77,7 @@ class DatagramMatcher : public FabricService {
   size_t incoming_count() const { return incoming_.size(); }
   size_t backlog_count() const;
   uint64_t lost_count() const { return lost_; }
+  uint64_t injected_count() const { return injected_; }
 
  private:
   struct Post {
@@ -154,6 +162,18 @@ class DatagramMatcher : public FabricService {
   static constexpr size_t kMaxHeldRetracts = 4096;                      // per peer; older ones dropped
   std::map<uint32_t, std::deque<uint64_t>> held_retracts_;             // node -> keys (or the reset), in order
   uint64_t lost_ = 0;                                                  // posts failed by a lost peer
+  // Injected datagram faults: one decision stream per posting CDM, remade when the
+  // configuration changes.
+  struct Faults {
+    abi::fault::Config cfg{};
+    fault::Injector inj;
+  };
+  // The fate `post` draws for a directed post of `owner` to `peer_node`: kNone, or the
+  // gni_post_state_t it ends in.
+  uint32_t injected_state(const CdmRegion& owner, uint32_t peer_node);
+  const abi::fault::Config* fault_cfg_ = nullptr;
+  std::unordered_map<uint64_t, Faults> faults_;  // attach -> its stream
+  uint64_t injected_ = 0;
 };
 
 }  // namespace nicemu::daemon

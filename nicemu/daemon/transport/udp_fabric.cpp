@@ -514,6 +514,22 @@ void UdpFabric::impaired_send() {
       }
       act = p.inj.decide(abi::fault::kPacket, p.nic, now_ns).action;
       if (act == abi::fault::kLinkDown || p.inj.link_down(p.nic, now_ns)) act = abi::fault::kDrop;
+    } else if (inject && len >= sizeof(PacketHeader)) {
+      // An epoch announce (outside any channel): the same per-peer rules and link windows,
+      // from a stream of its own per peer (bit 31 set), so the channels' decisions replay
+      // as before. A delay or corruption of an announce is a loss: the next round resends.
+      PacketHeader h;
+      std::memcpy(&h, pkt, sizeof h);
+      AnnounceFaults& a = announce_faults_[h.dst_node];
+      if (std::memcmp(&a.cfg, fault_cfg_, sizeof a.cfg) != 0) {
+        a.cfg = *fault_cfg_;
+        a.inj.configure(a.cfg, (uint64_t{self_} << 32) | 0x80000000u | h.dst_node, now_ns);
+      }
+      act = a.inj.decide(abi::fault::kPacket, h.dst_node, now_ns).action;
+      if (act == abi::fault::kLinkDown || act == abi::fault::kDelay || act == abi::fault::kCorrupt ||
+          a.inj.link_down(h.dst_node, now_ns))
+        act = abi::fault::kDrop;
+      if (act == abi::fault::kDrop) ++a.dropped;  // and in fabric_fault_drops below
     }
     if (act == abi::fault::kDrop || chance(impair_.loss)) {
       ++ctr_.fault_drops;
@@ -711,8 +727,15 @@ nlohmann::json UdpFabric::status() const {
                      {"resident_bytes", p.ch->resident_bytes()},
                      {"memory_releases", s.releases}});
   }
-  return {{"port", port_}, {"epoch", epoch_}, {"data_plane", data_plane_},
-          {"mac", fabric::mac_alg_name(auth_.alg())}, {"nodes_in_map", map_.nodes().size()}, {"peers", peers}};
+  nlohmann::json announces = nlohmann::json::object();
+  for (const auto& [nic, a] : announce_faults_) announces[std::to_string(nic)] = a.dropped;
+  return {{"port", port_},
+          {"epoch", epoch_},
+          {"data_plane", data_plane_},
+          {"mac", fabric::mac_alg_name(auth_.alg())},
+          {"nodes_in_map", map_.nodes().size()},
+          {"peers", peers},
+          {"announces_dropped", announces}};
 }
 
 }  // namespace nicemu::daemon

@@ -210,6 +210,13 @@ class UdpFabric {
     sockaddr_in held_to{};
   } impair_;
   const abi::fault::Config* fault_cfg_ = nullptr;
+  // Fault decisions for the epoch announces to each node (impaired_send).
+  struct AnnounceFaults {
+    abi::fault::Config cfg{};
+    fault::Injector inj;
+    uint64_t dropped = 0;  // announces to this node dropped (status: "announces_dropped")
+  };
+  std::map<uint32_t, AnnounceFaults> announce_faults_;
   void impaired_send();
   bool faults_on() const { return impair_.on || (fault_cfg_ && fault_cfg_->enabled); }
 
