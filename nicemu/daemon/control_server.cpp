@@ -79,11 +79,11 @@ class ControlServer::Session : public std::enable_shared_from_this<ControlServer
       }
       if (node_.must_wait(buf_.data(), static_cast<size_t>(n))) {
         // Held until the node has the DRC table (control/credentials.h); the connection is
-        // not read meanwhile, so its requests keep their order.
+        // not read meanwhile, so its requests keep their order. The callback holds the
+        // connection: with no read pending, nothing else does (the wait is bounded).
         parked_.assign(buf_.data(), buf_.data() + n);
-        node_.when_ready([w = weak_from_this()] {
-          auto self = w.lock();
-          if (!self || self->closed_) return;
+        node_.when_ready([self = shared_from_this()] {
+          if (self->closed_) return;
           std::vector<char> msg = std::move(self->parked_);
           if (!self->handle_one(msg.data(), msg.size())) return;
           self->wait_readable();
