@@ -21,6 +21,10 @@ namespace nicemu::amo {
 
 inline constexpr int64_t kLockTimeoutNs = 2'000'000'000;  // 2 s without any release
 inline constexpr int64_t kLockSliceNs = 10'000'000;       // sleep slice between holder checks
+// The longest a daemon waits for a target's lock before the AMO completes with a recoverable
+// error: a stopped process holding its own lock must not stall every job's traffic the
+// daemon serves (the remote responder's loop, the BTE engine's channels).
+inline constexpr int64_t kDaemonLockWaitNs = 200'000'000;
 
 // The lock of `addr` in a region mapped at `base` (`region_size` bytes, heap from
 // `heap_offset`) whose header announces `count` locks at `offset`; nullptr if that table

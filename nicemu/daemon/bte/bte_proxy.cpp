@@ -19,10 +19,6 @@ namespace cqe = nicemu::abi::cqe;
 
 namespace {
 
-// The longest a channel waits for a target's AMO lock before the AMO completes with a
-// recoverable error (remote_responder.cpp waits as long).
-constexpr int64_t kAmoLockWaitNs = 200'000'000;
-
 // The target's side in chunks of `bounce`; the source of each chunk is the inline bytes or
 // the initiator's memory (by address for FMA, which reads unregistered buffers too, through
 // its registration for RDMA).
@@ -103,7 +99,7 @@ uint64_t amo_op(const ProxyPost& pp, MappedRegion& t, uint64_t lock_owner, uint3
   if (!lock) return cqe::kErrMemAccess;
   // Bounded in total (the lock is in the target's writable heap, and a target that holds
   // it would hold a channel that other CDMs' RDMA shares): as the responder for other hosts.
-  if (amo::lock_acquire(lock, lock_owner, 0, kAmoLockWaitNs, kAmoLockWaitNs) == amo::LockResult::kTimeout)
+  if (amo::lock_acquire(lock, lock_owner, 0, amo::kDaemonLockWaitNs, amo::kDaemonLockWaitNs) == amo::LockResult::kTimeout)
     return cqe::kErrTransient;
   uint64_t old = 0;
   amo::Outcome o;

@@ -19,15 +19,6 @@ using namespace nicemu::abi;
 using namespace nicemu::abi::remote;
 namespace cqe = nicemu::abi::cqe;
 
-namespace {
-
-// An AMO lock held by a stopped process is waited for this long at most before the AMO
-// completes with a recoverable error. The daemon's loop (every job's traffic from other
-// hosts) waits meanwhile: the bound is what a target holding its own lock can cost others.
-constexpr int64_t kAmoLockWaitNs = 200'000'000;
-
-}  // namespace
-
 RemoteResponder::RemoteResponder(uint32_t self, RegionDirectory& regions, FabricSend send)
     : self_(self), regions_(regions), send_(std::move(send)), lock_owner_(amo::lock_self(getpid())) {}
 
@@ -139,7 +130,7 @@ uint64_t RemoteResponder::execute(const RmaRequest& q, const uint8_t* data, Mapp
       if (!lock) return cqe::kErrMemAccess;
       // Bounded in total: the lock is in the target's writable heap, and its owner could
       // keep waking waiters without ever releasing (regression in tests/unit/test_amo_lock.cpp).
-      if (amo::lock_acquire(lock, lock_owner_, 0, kAmoLockWaitNs, kAmoLockWaitNs) == amo::LockResult::kTimeout)
+      if (amo::lock_acquire(lock, lock_owner_, 0, amo::kDaemonLockWaitNs, amo::kDaemonLockWaitNs) == amo::LockResult::kTimeout)
         return cqe::kErrTransient;
       uint64_t old = 0;
       uint64_t st = xmem::copy(false, t.pid(), word[0].va, reinterpret_cast<char*>(&old), c->size, t.gone_status());
