@@ -95,7 +95,8 @@ enum Kind : uint8_t { kCounter = 0, kGauge = 1 };
   X(smsg_relay_failures, kCounter, "SMSG across hosts: relays failed (receiver gone, peer daemon silent)") \
   X(accept_deferred, kCounter, "control connections left waiting: the daemon was out of descriptors") \
   X(xmem_proxy_ops, kCounter, "FMA PUT/GET and AMOs executed for same-host initiators the kernel refuses cross-memory attach to their target") \
-  X(xmem_refused, kCounter, "the daemon's own cross-memory copies the kernel refused (no CAP_SYS_PTRACE, seccomp): error completions")
+  X(xmem_refused, kCounter, "the daemon's own cross-memory copies the kernel refused (no CAP_SYS_PTRACE, seccomp): error completions") \
+  X(fabric_send_deferred, kCounter, "UDP fabric: packets the kernel refused for lack of socket buffer (EAGAIN, ENOBUFS); their records are sent again once it drains")
 
 // Per-CDM counters: written by libugni into its CdmCounterBlock, copied by the daemon.
 // Error completions are counted by class (the CQE status, nicemu/abi/cq_entry.h) when the

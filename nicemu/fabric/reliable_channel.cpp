@@ -26,7 +26,14 @@ constexpr uint64_t kMinRttWindowUs = 1'000'000;
 // worth of data, between two and 45 packets: fewer timer wake-ups, no window-sized bursts).
 constexpr uint64_t kPaceBurstUs = 1000;
 constexpr uint64_t kPaceBurstMax = 64 * 1024;
-constexpr uint64_t kSelfStallUs = 50000;
+// fill() running this much later than the channel's deadline is this process's own
+// scheduling delay (the daemon's timer and loop are punctual to well under a millisecond
+// when it gets the CPU): not counted as the peer's silence.
+constexpr uint64_t kLateSlackUs = 2000;
+// The liveness horizon is at least this many smoothed round trips (a peer whose answers
+// take long on a loaded host), at most kSilentMaxFactor times silent_after_us.
+constexpr uint64_t kSilentRtts = 16;
+constexpr uint64_t kSilentMaxFactor = 4;
 // Delay signal: the excess must persist this many rounds in a row (a descheduled peer or
 // daemon lifts one round's minimum, not two), and a cwnd this small is not cut on delay
 // (at 16+ senders the windows are a few packets: losses share the link, delay cuts only
@@ -124,7 +131,7 @@ bool ReliableChannel::send(RecordType type, const void* data, size_t len) {
       r->msgs = 0;
       r->type = static_cast<uint8_t>(type);
       r->flags = kRecordPacked;
-      r->acked = r->lost = r->fast = r->in_pipe = false;
+      r->acked = r->lost = r->fast = r->in_pipe = r->refused = false;
       r->tries = 0;
       r->due_us = 0;
       ++next_;
@@ -152,7 +159,7 @@ bool ReliableChannel::send(RecordType type, const void* data, size_t len) {
     r.msgs = i + 1 < nrec ? 0 : 1;
     r.type = static_cast<uint8_t>(type);
     r.flags = i + 1 < nrec ? kRecordMore : 0;
-    r.acked = r.lost = r.fast = r.in_pipe = false;
+    r.acked = r.lost = r.fast = r.in_pipe = r.refused = false;
     r.tries = 0;
     r.due_us = 0;
     if (n) std::memcpy(out_data(r.seq), p + i * kMaxRecordPayload, n);
@@ -258,7 +265,7 @@ void ReliableChannel::undo_loss(uint64_t now_us) {
   in_recovery_ = false;
   for (uint32_t s = base_; s != sent_upto_; ++s) {
     OutRecord& r = out(s);
-    if (r.acked || !r.lost || r.fast || r.tries != 1) continue;
+    if (r.acked || !r.lost || r.fast || r.refused || r.tries != 1) continue;
     r.lost = false;
     --lost_;
     r.in_pipe = true;
@@ -268,7 +275,38 @@ void ReliableChannel::undo_loss(uint64_t now_us) {
   }
 }
 
+uint64_t ReliableChannel::silent_horizon() const {
+  return std::clamp(kSilentRtts * srtt_, cfg_.silent_after_us, kSilentMaxFactor * cfg_.silent_after_us);
+}
+
 size_t ReliableChannel::fill(uint64_t now_us, uint8_t* buf, size_t cap, uint16_t& count) {
+  // Ran later than the channel asked to: this process was not scheduled meanwhile (or the
+  // whole host is overloaded). The peer's acks may be waiting unread; its daemon is likely
+  // descheduled alike. That time is not the peer's silence.
+  if (state_ == State::kUp && in_flight() > 0 && expect_us_ != UINT64_MAX && now_us > expect_us_ + kLateSlackUs) {
+    progress_us_ += now_us - expect_us_;
+    st_.stalled_us += now_us - expect_us_;
+  }
+  const size_t used = fill_body(now_us, buf, cap, count);
+  // UINT64_MAX: nothing in flight, no deadline; one due already: the caller's loop runs it now.
+  const uint64_t next = next_deadline();
+  expect_us_ = next == UINT64_MAX ? next : std::max(next, now_us);
+  return used;
+}
+
+void ReliableChannel::not_sent(uint32_t seq, uint64_t now_us) {
+  if (before(seq, base_) || !before(seq, sent_upto_)) return;
+  OutRecord& r = out(seq);
+  if (r.acked || r.lost || r.tries == 0) return;
+  mark_lost(r, false);
+  r.refused = true;
+  --r.tries;  // it never left: its next transmission is not a retransmission
+  ++st_.not_sent;
+  // The peer was given nothing to answer: its silence counts from now.
+  progress_us_ = std::max(progress_us_, now_us);
+}
+
+size_t ReliableChannel::fill_body(uint64_t now_us, uint8_t* buf, size_t cap, uint16_t& count) {
   size_t used = 0;
   auto put = [&](const OutRecord& r) {
     if (used + sizeof(RecordHeader) + r.len > cap) return false;
@@ -296,13 +334,9 @@ size_t ReliableChannel::fill(uint64_t now_us, uint8_t* buf, size_t cap, uint16_t
     release_memory();
   }
   if (state_ == State::kDown) return 0;
-  // A gap between calls longer than any timer means this process did not run (descheduled,
-  // stopped): the peer's silence is not measured meanwhile, its acks may be waiting unread.
-  if (last_fill_us_ != 0 && now_us > last_fill_us_ + cfg_.rto_max_us + kSelfStallUs)
-    progress_us_ += now_us - last_fill_us_;
-  last_fill_us_ = now_us;
-  // Liveness: records in flight and nothing at all acknowledged for the horizon.
-  if (in_flight() > 0 && now_us >= progress_us_ + cfg_.silent_after_us) {
+  // Liveness: records in flight and nothing at all acknowledged for the horizon (this
+  // process's own lateness excluded, in fill()).
+  if (in_flight() > 0 && now_us >= progress_us_ + silent_horizon()) {
     go_down();
     return 0;
   }
@@ -320,8 +354,12 @@ size_t ReliableChannel::fill(uint64_t now_us, uint8_t* buf, size_t cap, uint16_t
       mark_lost(r, false);
       if (r.tries > 1) resent_expired = true;
       // The backoff stops at a sixteenth of the liveness horizon: a live peer behind a very
-      // lossy path gets at least 16 tries of the record before the horizon, not 7.
-      r.rto_us = std::min({r.rto_us * 2, cfg_.rto_max_us, std::max(cfg_.rto_min_us, cfg_.silent_after_us / 16)});
+      // lossy path gets at least 16 tries of the record before the horizon, not 7. Before
+      // any round trip is measured it may reach rto_max: a peer answering in more than
+      // that sixteenth (a loaded host: hundreds of ms) must get a record through once, or
+      // no sample is ever taken and every record is sent again and again.
+      const uint64_t cap = srtt_ == 0 ? cfg_.rto_max_us : std::max(cfg_.rto_min_us, cfg_.silent_after_us / 16);
+      r.rto_us = std::min({r.rto_us * 2, cfg_.rto_max_us, cap});
       // Before any round trip was measured the initial timeout may be shorter than the path:
       // new records take the backoff too, or none would ever yield a sample.
       if (srtt_ == 0) rto_ = std::max(rto_, r.rto_us);
@@ -348,9 +386,15 @@ size_t ReliableChannel::fill(uint64_t now_us, uint8_t* buf, size_t cap, uint16_t
     if (frto_ && frto_sent_) break;  // one until the next ack says whether the rest arrived
     if (!cwnd_open(wire_bytes(r)) || now_us < next_send_us_) return used;
     if (!put(r)) return used;
-    frto_sent_ = frto_;
     r.lost = false;
     --lost_;
+    if (r.refused) {
+      // Never left this host: sent again as it was, no retransmission.
+      r.refused = false;
+      transmit(r);
+      continue;
+    }
+    frto_sent_ = frto_;
     ++st_.retransmits;
     if (r.fast) ++st_.fast_retransmits;
     r.fast = false;
@@ -504,7 +548,7 @@ uint64_t ReliableChannel::next_deadline() const {
   if (in_flight() == 0) return next;
   // A lower bound is enough: a timer that fires early finds nothing due, and fill's scan
   // makes the bound exact again.
-  return std::min({next, due_floor_, progress_us_ + cfg_.silent_after_us});
+  return std::min({next, due_floor_, progress_us_ + silent_horizon()});
 }
 
 uint64_t ReliableChannel::queued_messages() const {

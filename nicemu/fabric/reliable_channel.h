@@ -30,9 +30,16 @@
 // rto_max); new records never inherit another record's backoff.
 //
 // Liveness: a channel with records in flight goes down only when the peer has acknowledged
-// nothing at all for `silent_after_us`: every queued message is abandoned (counted), new
-// messages are refused at once (fail fast), and the channel comes back up when the peer is
-// heard again. A peer that acknowledges anything, however lossy the path, stays up.
+// nothing at all for its horizon: `silent_after_us`, or 16 smoothed round trips when that
+// is longer (a peer slow to answer on a loaded host), at most four times `silent_after_us`.
+// Only time this process ran on schedule counts: when fill() runs later than the channel's
+// own next deadline, the lateness is this host's scheduling delay (on a loaded host the
+// peer's daemon is likely descheduled alike) and the silence clock stops for it. Every
+// queued message is then abandoned (counted), new messages are refused at once (fail
+// fast), and the channel comes back up when the peer is heard again. A peer that
+// acknowledges anything, however lossy the path, stays up. Records the kernel refused to
+// send (not_sent(): a full socket buffer) are neither a loss nor silence: they are sent
+// again first, without a backoff or a cwnd cut, and the silence clock starts over.
 //
 // Receiver: records are accepted inside [next expected, next expected + window), kept until
 // the gap before them closes, then delivered in order to the reassembly (reassembly.h),
@@ -99,6 +106,8 @@ struct ChannelStats {
   uint64_t undos = 0;             // loss reductions undone: a timeout was spurious (the originals arrived)
   uint64_t delay_suspends = 0;    // the delay response switched off: a queue it did not build overflowed
   uint64_t most_tries = 0;        // the most transmissions one record has needed
+  uint64_t not_sent = 0;          // records whose packet the kernel refused (sent again)
+  uint64_t stalled_us = 0;        // this process's lateness not counted as the peer's silence
   uint64_t releases = 0;          // times the idle channel's memory went back to the kernel
 };
 
@@ -130,6 +139,11 @@ class ReliableChannel {
   // The peer's acknowledgement: the packet header's ack and sack, and the bitmap of a
   // selective-ack extension record (bit i: record ack + 65 + i; `ext_len` bytes, 0: none).
   void on_ack(uint32_t ack, uint64_t sack, uint64_t now_us, const uint8_t* ext = nullptr, size_t ext_len = 0);
+  // The kernel refused the packet that carried record `seq` (EAGAIN/ENOBUFS: no socket
+  // buffer): it was never sent. It goes out again first, like a lost record but without a
+  // backoff, a cwnd cut or a retransmission counted, and the peer's silence is measured
+  // from `now_us` (it was given nothing to answer).
+  void not_sent(uint32_t seq, uint64_t now_us);
   // Lowest seq the sender may still send (PacketHeader::base).
   uint32_t send_base() const { return base_; }
   // Earliest time fill() has something to do (UINT64_MAX: nothing queued): the next pacing
@@ -182,6 +196,7 @@ class ReliableChannel {
     bool lost = false;     // waiting to be resent
     bool fast = false;     // deemed lost on selective acks (not by its timer)
     bool in_pipe = false;  // a copy is in flight: counted in pipe_
+    bool refused = false;  // waiting to be sent again: the kernel refused its packet
     uint32_t tries = 0;    // transmissions
     uint64_t order = 0;    // transmission number of its latest copy
     uint64_t due_us = 0;   // its timer, once sent
@@ -285,7 +300,9 @@ class ReliableChannel {
   uint32_t lost_ = 0;          // records waiting to be resent
   uint32_t lost_from_ = 1;     // none of them below this
   uint64_t progress_us_ = 0;   // the peer last acknowledged something (or the wait began)
-  uint64_t last_fill_us_ = 0;
+  uint64_t expect_us_ = UINT64_MAX;  // when the channel asked fill() to run next (its deadline then)
+  size_t fill_body(uint64_t now_us, uint8_t* out, size_t cap, uint16_t& count);
+  uint64_t silent_horizon() const;
   bool ack_owed_ = false;
   ChannelStats st_;
 };

@@ -647,6 +647,137 @@ TEST_CASE("fabric channel: a peer that acknowledges stays up under heavy loss; a
   CHECK(now <= silent_from + cfg.silent_after_us + 300'000);
 }
 
+// A loaded host: both daemons descheduled together (as on two CPUs shared by 64 daemons):
+// this side's fill() runs up to 400 ms after the channel's own deadline, and the peer
+// answers only after 2.6 s (more than the 1.8 s horizon of wall-clock silence). The
+// lateness is this host's scheduling delay, not the peer's silence: the channel stays up
+// and delivers. The same silence with a punctual sender and a dead peer: down within the
+// horizon.
+TEST_CASE("fabric channel: a descheduled peer on a loaded host is not declared down; a dead one is") {
+  ChannelConfig cfg;  // the default horizon, 1.8 s
+  Side a(cfg), b(cfg);
+  SimLink ab(LinkModel{}, 41), ba(LinkModel{}, 42);
+  uint64_t now = 0;
+  // A round trip measured first (the channel has been in use).
+  REQUIRE(a.ch.send(RecordType::kCtl, "warm", 4));
+  for (int i = 0; i < 20; ++i, now += 100) {
+    pump(a, ab, now);
+    receive(b, ab, now);
+    pump(b, ba, now);
+    receive(a, ba, now);
+  }
+  REQUIRE(b.got.size() == 1);
+  // The peer's daemon gets no CPU: nothing it receives is handled for 2.6 s.
+  REQUIRE(a.ch.send(RecordType::kCtl, "late", 4));
+  const uint64_t stall_from = now;
+  std::mt19937_64 rng(7);
+  while (now < stall_from + 2'600'000) {
+    pump(a, ab, now);
+    REQUIRE(a.ch.state() == ReliableChannel::State::kUp);
+    // This daemon runs late too: its next turn comes 100-400 ms after its deadline.
+    const uint64_t due = a.ch.next_deadline();
+    now = std::max(now + 1000, due == UINT64_MAX ? now : due) + 100'000 + rng() % 300'000;
+  }
+  // The peer runs again: it takes what arrived (duplicates included) and answers.
+  for (int i = 0; i < 50; ++i, now += 100) {
+    receive(b, ab, now);
+    pump(b, ba, now);
+    receive(a, ba, now);
+    pump(a, ab, now);
+  }
+  CHECK(a.ch.state() == ReliableChannel::State::kUp);
+  CHECK(a.ch.stats().downs == 0);
+  CHECK(a.ch.stats().stalled_us > 1'000'000);
+  REQUIRE(b.got.size() == 2);
+  CHECK(b.got[1] == "late");
+  // Now the peer is dead and this daemon punctual (runs at its deadlines): down once the
+  // horizon has passed, not sooner, not much later.
+  ab.up = ba.up = false;
+  REQUIRE(a.ch.send(RecordType::kCtl, "dead", 4));
+  const uint64_t dead_from = now;
+  while (a.ch.state() == ReliableChannel::State::kUp && now < dead_from + 10'000'000) {
+    pump(a, ab, now);
+    const uint64_t due = a.ch.next_deadline();
+    now = std::max(now + 100, due == UINT64_MAX ? now + 1000 : due);
+  }
+  CHECK(a.ch.state() == ReliableChannel::State::kDown);
+  CHECK(now >= dead_from + cfg.silent_after_us);
+  CHECK(now <= dead_from + cfg.silent_after_us + 10'000);
+}
+
+// A peer whose answers take long (a loaded host: 140 ms round trips) is allowed 16 of
+// them (2.24 s, more than the 1.8 s horizon) before it counts as silent; never more than
+// four times the horizon.
+TEST_CASE("fabric channel: the liveness horizon follows a slow peer's round trip") {
+  ChannelConfig cfg;
+  Side a(cfg), b(cfg);
+  SimLink ab(LinkModel{0, 0, 0, 70'000, 0}, 43), ba(LinkModel{0, 0, 0, 70'000, 0}, 44);
+  uint64_t now = 0;
+  for (int m = 0; m < 20; ++m) {
+    REQUIRE(a.ch.send(RecordType::kCtl, "slow", 4));
+    for (int i = 0; i < 400; ++i, now += 1000) {
+      pump(a, ab, now);
+      receive(b, ab, now);
+      pump(b, ba, now);
+      receive(a, ba, now);
+    }
+  }
+  REQUIRE(b.got.size() == 20);
+  const uint64_t srtt = a.ch.srtt_us();
+  CHECK(srtt >= 130'000);
+  ab.up = ba.up = false;
+  REQUIRE(a.ch.send(RecordType::kCtl, "dead", 4));
+  const uint64_t from = now;
+  while (a.ch.state() == ReliableChannel::State::kUp && now < from + 20'000'000) {
+    pump(a, ab, now);
+    now += 1000;
+  }
+  CHECK(a.ch.state() == ReliableChannel::State::kDown);
+  CHECK(now >= from + 16 * srtt);
+  CHECK(now > from + cfg.silent_after_us);
+  CHECK(now <= from + 4 * cfg.silent_after_us + 2000);
+}
+
+// A packet the kernel refused (no socket buffer) never left: its records go out again
+// first, not as retransmissions, with no backoff and no cwnd cut; and a sender whose sends
+// are refused for longer than the horizon does not count that as the peer's silence.
+TEST_CASE("fabric channel: records of a refused send are sent again, never counted as loss or silence") {
+  ChannelConfig cfg;
+  Side a(cfg), b(cfg);
+  SimLink ab(LinkModel{}, 45), ba(LinkModel{}, 46);
+  uint64_t now = 1000;
+  REQUIRE(a.ch.send(RecordType::kCtl, "one", 3));
+  const uint64_t cwnd0 = a.ch.cwnd_bytes();
+  // Every send refused for 3 s: fill, then the packet's records handed back.
+  uint8_t buf[kMaxPacket];
+  for (; now < 3'001'000; now += 2000) {
+    uint16_t count = 0;
+    a.ch.fill(now, buf, kMaxPacket - sizeof(PacketHeader) - kMacBytes, count);
+    REQUIRE(a.ch.state() == ReliableChannel::State::kUp);
+    size_t off = 0;
+    for (uint16_t i = 0; i < count; ++i) {
+      RecordHeader rh;
+      std::memcpy(&rh, buf + off, sizeof rh);
+      a.ch.not_sent(rh.seq, now);
+      off += sizeof rh + rh.length;
+    }
+  }
+  CHECK(a.ch.stats().retransmits == 0);
+  CHECK(a.ch.stats().timeouts == 0);
+  CHECK(a.ch.stats().not_sent > 100);
+  CHECK(a.ch.cwnd_bytes() == cwnd0);
+  // The socket drains: delivered once, the channel up.
+  for (int i = 0; i < 20; ++i, now += 100) {
+    pump(a, ab, now);
+    receive(b, ab, now);
+    pump(b, ba, now);
+    receive(a, ba, now);
+  }
+  REQUIRE(b.got.size() == 1);
+  CHECK(a.ch.stats().downs == 0);
+  CHECK(a.ch.queued() == 0);
+}
+
 TEST_CASE("fabric channel: reset starts both halves over (peer restarted)") {
   ChannelConfig cfg;
   Side a(cfg), b(cfg);

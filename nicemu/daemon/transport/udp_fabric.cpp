@@ -146,7 +146,7 @@ UdpFabric::UdpFabric(asio::io_context& io, uint32_t self, fabric::FabricMap map,
              c(nc::fabric_duplicates),     c(nc::fabric_out_of_window),     c(nc::fabric_retransmits),
              c(nc::fabric_peer_downs),     c(nc::fabric_send_refused),      c(nc::fabric_messages_abandoned),
              c(nc::fabric_send_errors),    c(nc::fabric_fault_drops),       c(nc::fabric_fault_dups),
-             c(nc::fabric_fault_delays),   c(nc::fabric_fault_corrupts)};
+             c(nc::fabric_fault_delays),   c(nc::fabric_fault_corrupts),    c(nc::fabric_send_deferred)};
   spdlog::info("fabric: NIC address {} on udp {} (epoch {:#x}), {} nodes in the map; {}; packets sealed with {}",
                self_, endpoint_text(me->addr), epoch_, map_.nodes().size(), data_plane_,
                fabric::mac_alg_name(auth_.alg()));
@@ -460,7 +460,7 @@ void UdpFabric::flush(Peer& p, uint64_t now) {
     // Ask for an ack when the window fills, so the sender is not stalled on a delayed one.
     uint8_t flags = p.ch->queued() >= ccfg_.window / 2 ? kFlagAckRequested : 0;
     if (count > 0 || p.ch->ack_owed() || p.ack_now) queue_packet(p, flags, scratch_.data(), used, count);
-    if (count == 0 || used == 0) break;
+    if (count == 0 || used == 0 || wait_write_) break;  // refused: wait for the socket to drain
   }
 }
 
@@ -484,7 +484,13 @@ void UdpFabric::progress_in(uint64_t us) {
 void UdpFabric::flush_all() {
   if (progress_) progress_();
   uint64_t now = now_us();
-  for (auto& [nic, p] : peers_) flush(p, now);
+  // While the socket buffer is full nothing is filled: what would go out now would be
+  // refused again. The channels count that wait as this host's lateness, not as their
+  // peers' silence; the writable socket flushes.
+  for (auto& [nic, p] : peers_) {
+    if (wait_write_) break;
+    flush(p, now);
+  }
   send_batch();
   arm_timer();
   publish();
@@ -558,6 +564,11 @@ void UdpFabric::impaired_send() {
   tx_count_ = 0;
 }
 
+namespace {
+// The kernel had no socket buffer for the send: nothing left the host.
+bool no_buffer(int e) { return e == EAGAIN || e == EWOULDBLOCK || e == ENOBUFS; }
+}  // namespace
+
 // Packets [first, first + count) one datagram each (no GSO).
 void UdpFabric::send_plain(size_t first, size_t count) {
   for (size_t i = first; i < first + count; ++i) {
@@ -566,10 +577,45 @@ void UdpFabric::send_plain(size_t first, size_t count) {
         static_cast<ssize_t>(tx_iov_[i].iov_len)) {
       ++ctr_.tx_packets;
       ctr_.tx_bytes.add(tx_iov_[i].iov_len);
-    } else if (errno != EAGAIN && errno != ECONNREFUSED) {
+    } else if (no_buffer(errno)) {
+      refused(i, 1);
+    } else if (errno != ECONNREFUSED) {
       ++ctr_.send_errors;
     }
   }
+}
+
+void UdpFabric::refused(size_t first, size_t count) {
+  // Not a loss: the packets never left. Their records go back to their channels (sent
+  // again first, no backoff, no cwnd cut, no silence counted), the acks they carried are
+  // owed again, and a probe is due again. An announce is not resent here: its later rounds
+  // are its retries.
+  const uint64_t now = now_us();
+  for (size_t i = first; i < first + count; ++i) {
+    ++ctr_.send_deferred;
+    Peer* p = tx_peer_[i];
+    if (!p) continue;
+    const uint8_t* pkt = static_cast<const uint8_t*>(tx_iov_[i].iov_base);
+    PacketHeader h;
+    std::memcpy(&h, pkt, sizeof h);
+    fabric::for_each_record(pkt, h, [&](const RecordHeader& rh, const uint8_t*) {
+      if (rh.type == static_cast<uint8_t>(RecordType::kCtl)) p->ch->not_sent(rh.seq, now);
+    });
+    p->ack_now = true;
+    if (p->ch->state() == fabric::ReliableChannel::State::kDown) p->next_probe_us = now;
+  }
+  wait_writable();
+}
+
+void UdpFabric::wait_writable() {
+  // A UDP socket is writable again once half its send buffer has drained: the kernel's own
+  // pacing of this host's sends. One flush then sends what was refused.
+  if (wait_write_ || stopped_) return;
+  wait_write_ = true;
+  sd_.async_wait(asio::posix::stream_descriptor::wait_write, [this](const asio::error_code& e) {
+    wait_write_ = false;
+    if (!e && !stopped_) flush_all();
+  });
 }
 
 bool UdpFabric::use_uring_send() {
@@ -636,6 +682,17 @@ void UdpFabric::send_batch() {
       n = ::sendmmsg(fd_, tx_msgs_.data() + done, static_cast<unsigned>(nmsg - done), MSG_DONTWAIT);
       e = errno;
     }
+    if (n < 0 && no_buffer(e)) {
+      // The socket buffer is full: this entry and (through sendmmsg) the rest would be
+      // refused alike. All go back to their channels until the socket drains.
+      if (uring_tx_) {
+        refused(first[done], tx_segs_[done]);
+        ++done;
+        continue;
+      }
+      for (; done < nmsg; ++done) refused(first[done], tx_segs_[done]);
+      break;
+    }
     if (n <= 0) {
       if (n < 0 && tx_segs_[done] > 1 && e != EAGAIN && e != ECONNREFUSED) {
         // A device or kernel that refuses GSO after all: packets one by one from now on.
@@ -661,7 +718,7 @@ void UdpFabric::send_batch() {
 }
 
 void UdpFabric::arm_timer() {
-  if (stopped_) return;
+  if (stopped_ || wait_write_) return;  // the writable socket flushes and re-arms
   uint64_t next = UINT64_MAX;
   for (auto& [nic, p] : peers_) {
     if (p.ch->state() == fabric::ReliableChannel::State::kDown)

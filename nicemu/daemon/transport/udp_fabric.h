@@ -197,6 +197,12 @@ class UdpFabric {
   size_t tx_count_ = 0;
   bool gso_ = false;  // the kernel takes UDP_SEGMENT: runs of packets to one peer go as one send
   void send_plain(size_t first, size_t count);
+  // The kernel refused packets [first, first + count) (no socket buffer): their records are
+  // handed back to their channels to be sent again, acks are owed again, and the loop
+  // flushes once the socket is writable.
+  void refused(size_t first, size_t count);
+  void wait_writable();
+  bool wait_write_ = false;  // a flush is waiting for the socket to drain
   std::vector<uint8_t> scratch_;  // records of the packet being built
 
   // Test-only impairment of outgoing packets (NICEMU_FABRIC_IMPAIR="loss=P,dup=P,
@@ -223,7 +229,8 @@ class UdpFabric {
   struct Ctr {
     Counter rx_packets, tx_packets, rx_bytes, tx_bytes, short_or_bad_length, bad_magic, bad_version, bad_mac,
         bad_records, unknown_source, stale_epoch, peer_restarts, duplicates, out_of_window, retransmits,
-        peer_downs, send_refused, messages_abandoned, send_errors, fault_drops, fault_dups, fault_delays, fault_corrupts;
+        peer_downs, send_refused, messages_abandoned, send_errors, fault_drops, fault_dups, fault_delays, fault_corrupts,
+        send_deferred;
   } ctr_;
 };
 
