@@ -102,7 +102,7 @@ enum class Op : uint16_t {
   kDrcAck = 106,         // daemon -> daemon: a change applied, or refused (rc)
   kDrcTableAsk = 107,    // daemon -> daemon: send me your table (answered by DrcStates, DrcTableEnd)
   kDrcTableEnd = 108,    // daemon -> daemon: the table sent is complete
-  // The ofi fabric (docs/fabric.md, "The ofi fabric"): ranks move RMA data over libfabric
+  // The ofi fabric (docs/ofi-fabric.md): ranks move RMA data over libfabric
   // themselves; the daemons only hand out endpoint addresses, to CDMs of the same credential.
   kOfiPublish = 110,     // -> Reply            the CDM's libfabric endpoint address
   kOfiLookup = 111,      // -> OfiLookupReply   the address of (node, route) on another host

@@ -1,4 +1,4 @@
-// The ofi fabric (docs/fabric.md, "The ofi fabric"): when the daemon runs with
+// The ofi fabric (docs/ofi-fabric.md): when the daemon runs with
 // fabric_data = ofi, each attached CDM opens a libfabric RDM endpoint of its own and moves
 // the data of its FMA/RDMA PUT and GET to other hosts itself (fi_write / fi_read), rank to
 // rank; everything else across hosts keeps going through the daemons (remote_post.cpp).

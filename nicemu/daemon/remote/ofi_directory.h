@@ -1,4 +1,4 @@
-// The ofi fabric's control plane (docs/fabric.md, "The ofi fabric"): each CDM of a node
+// The ofi fabric's control plane (docs/ofi-fabric.md): each CDM of a node
 // whose daemon runs with fabric_data = ofi publishes its libfabric endpoint address here
 // (OfiPublish); a CDM that posts to a node of another host asks for the target CDM's
 // address (OfiLookup), which this daemon asks that node's daemon for over the UDP fabric
