@@ -94,16 +94,11 @@ uint64_t status_of_error(int err) {
     case FI_EFAULT:
     case FI_ENOKEY:
       return cqe::kErrProtection;  // no registration of that key (deregistered, stale) or outside it
-    case FI_ECONNREFUSED:
-    case FI_ECONNRESET:
-    case FI_ECONNABORTED:
-    case FI_ENOTCONN:
-    case FI_EHOSTUNREACH:
-    case FI_ENETUNREACH:
-    case FI_EADDRNOTAVAIL:
-      return cqe::kErrPeerGone;
     default:
-      return cqe::kErrTransient;  // recoverable: the client may repost
+      // Recoverable: the client may repost. Connection errors too: tcp;ofi_rxm resets the
+      // connection of a live peer on a key it does not know (and reconnects), and the
+      // daemons' path reports a peer lost the same way.
+      return cqe::kErrTransient;
   }
 }
 
