@@ -10,7 +10,7 @@
 namespace nicemu::abi::ctl {
 
 inline constexpr uint32_t kMagic = 0x4E43544C;  // "NCTL"
-inline constexpr uint16_t kVersion = 8;  // 2: PeerLookup and MboxOpen name memory domains;
+inline constexpr uint16_t kVersion = 9;  // 2: PeerLookup and MboxOpen name memory domains;
                                          // 3: the collective engine (ce_ops.h);
                                          // 4: the status reply comes in pages;
                                          // 5: virtual-MDH registrations, PeerLookup by route;
@@ -19,6 +19,8 @@ inline constexpr uint16_t kVersion = 8;  // 2: PeerLookup and MboxOpen name memo
                                          // 8: DRC changes acknowledged and undone across
                                          //    daemons, tables exchanged (DrcState, DrcAck,
                                          //    DrcTableAsk, DrcTableEnd); CredReply.created
+                                         // 9: the ofi fabric (AttachReply names it; OfiPublish,
+                                         //    OfiLookup, OfiAsk, OfiAnswer)
 inline constexpr size_t kMaxMessage = 73728;    // every message but a status reply (the largest:
                                                 // SmsgRelaySend of a 64 KiB SMSG message)
 
@@ -100,6 +102,12 @@ enum class Op : uint16_t {
   kDrcAck = 106,         // daemon -> daemon: a change applied, or refused (rc)
   kDrcTableAsk = 107,    // daemon -> daemon: send me your table (answered by DrcStates, DrcTableEnd)
   kDrcTableEnd = 108,    // daemon -> daemon: the table sent is complete
+  // The ofi fabric (docs/ofi-fabric.md): ranks move RMA data over libfabric
+  // themselves; the daemons only hand out endpoint addresses, to CDMs of the same credential.
+  kOfiPublish = 110,     // -> Reply            the CDM's libfabric endpoint address
+  kOfiLookup = 111,      // -> OfiLookupReply   the address of (node, route) on another host
+  kOfiAsk = 112,         // daemon -> daemon over the fabric: the address of one of your CDMs
+  kOfiAnswer = 113,      // daemon -> daemon over the fabric: it, or why not (rc)
 };
 
 // Reply codes are gni_return_t values, so libugni can return them unchanged.
@@ -156,6 +164,14 @@ constexpr void copy_mailbox_attrs(Dst& d, const Src& s) {
   d.credits = s.credits;
   d.max_size = s.max_size;
 }
+
+// Longest libfabric endpoint address carried (fi_getname): a sockaddr_in6 is 28 bytes;
+// providers with longer names (verbs' IB addresses are 32-48) fit too.
+inline constexpr uint32_t kOfiAddrMax = 64;
+// Which data plane a daemon's CDMs use across hosts (AttachReply::fabric_data).
+inline constexpr uint32_t kFabricDataUdp = 0;  // through the daemons (UDP fabric)
+inline constexpr uint32_t kFabricDataOfi = 1;  // PUT/GET rank to rank over libfabric
+inline constexpr uint32_t kOfiProviderMax = 64;  // AttachReply::ofi_provider, NUL-terminated
 
 // Largest SMSG message (header + data) carried across hosts: an SmsgData (daemon_protocol.h,
 // 40 bytes, asserted there) and the message must fit one fabric message (wire::kMaxMessage,

@@ -48,8 +48,10 @@ struct AttachReply {
   uint64_t region_size;
   uint64_t ro_size;
   uint32_t mem_domain;  // the MDH of the CDM's handles (also in its region's header)
-  uint32_t reserved;
+  uint32_t fabric_data;  // kFabricDataUdp / kFabricDataOfi (the daemon's fabric_data setting)
+  char ofi_provider[kOfiProviderMax];  // with ofi: the provider (fi_info -p syntax), NUL-terminated
 };
+static_assert(sizeof(AttachReply) == 64 + kOfiProviderMax);
 
 // GNI_MEM_USE_VMDH: `vmdh_index` is the entry of the node's vMDH block to take ((uint32_t)-1:
 // the first free one below `mdd_block`, the size the caller gave GNI_SetMddResources).
@@ -447,6 +449,32 @@ struct SmsgRelayNote {
 };
 static_assert(sizeof(SmsgRelaySend) + kSmsgRelayMaxSize <= kMaxMessage);
 static_assert(sizeof(SmsgRelayNote) == sizeof(Header) + 8);
+
+// The ofi fabric: a CDM publishes its endpoint's address (fi_getname) to its daemon, which
+// gives it to CDMs of other hosts with the same credential only (OfiAsk at the target's
+// daemon checks it as an RMA request's region look-up does). OfiLookup asks for the CDM
+// that (node, route) names, route as in a memory handle (mem_handle.h, route_of); answered
+// once the target's daemon has (GNI_RC_NO_MATCH: no such CDM, or it published none;
+// GNI_RC_ERROR_RESOURCE: that daemon is unreachable).
+struct OfiPublish {
+  Header h;
+  uint32_t addr_len;
+  uint32_t reserved;
+  uint8_t addr[kOfiAddrMax];
+};
+struct OfiLookup {
+  Header h;
+  uint32_t node;
+  uint32_t route;
+};
+struct OfiLookupReply {
+  Reply r;
+  uint32_t addr_len;
+  uint32_t reserved;
+  uint8_t addr[kOfiAddrMax];
+};
+static_assert(sizeof(OfiPublish) == 24 + kOfiAddrMax && sizeof(OfiLookup) == 24);
+static_assert(sizeof(OfiLookupReply) == 32 + kOfiAddrMax);
 
 static_assert(sizeof(Attach) <= kMaxMessage && sizeof(MboxOpen) <= kMaxMessage);
 static_assert(sizeof(MemRegisterSegments) <= kMaxMessage);

@@ -138,6 +138,27 @@ struct SmsgClose {
   uint32_t relay;
   uint32_t reserved;
 };
+// The ofi fabric (ctl_protocol.h, OfiLookup): the initiator's daemon asks the target's for
+// the endpoint address of the CDM (route) in the credential (ptag, cookie) of the asking
+// CDM; the answer echoes `id`. rc: GNI_RC_SUCCESS, or GNI_RC_NO_MATCH (no CDM of that
+// credential there, or it published no address).
+struct OfiAsk {
+  Header h;
+  uint64_t id;
+  uint32_t route;
+  uint32_t ptag;
+  uint32_t cookie;
+  uint32_t reserved;
+};
+struct OfiAnswer {
+  Header h;
+  uint64_t id;
+  int32_t rc;
+  uint32_t addr_len;
+  uint8_t addr[kOfiAddrMax];
+};
+static_assert(sizeof(OfiAsk) == 40 && sizeof(OfiAnswer) == 32 + kOfiAddrMax);
+
 static_assert(sizeof(SmsgData) + kSmsgRelayMaxSize == 65536);
 static_assert(sizeof(SmsgData) == 40 && sizeof(SmsgOpen) == 80 && sizeof(SmsgAck) == 40);
 

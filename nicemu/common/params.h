@@ -113,6 +113,15 @@ inline constexpr Param kTable[] = {
      .doc = "AEAD whose tag authenticates the fabric packets this daemon sends: aes256gcm where the CPU has "
             "AES-NI (auto), else chacha20poly1305; a daemon verifies either, but GCM only with AES-NI, so a "
             "cluster with hosts lacking it pins chacha20poly1305 everywhere"},
+    {.name = "fabric_data", .type = Type::kChoice, .default_text = "udp", .config_key = "fabric_data",
+     .flag = "--fabric-data", .choices = "udp|ofi",
+     .doc = "how this node's ranks move data to other hosts: through the daemons over the UDP fabric (udp), or "
+            "FMA/RDMA PUT and GET rank to rank over libfabric (ofi; libugni built with libfabric; the rest still "
+            "through the daemons, which stay the control plane: docs/fabric.md)"},
+    {.name = "ofi_provider", .type = Type::kString, .default_text = "tcp;ofi_rxm", .config_key = "ofi_provider",
+     .flag = "--ofi-provider",
+     .doc = "with fabric_data = ofi: the libfabric provider the ranks open (fi_info -p syntax; FI_PROVIDER in a "
+            "rank's environment overrides it); tcp has no authentication: untrusted networks keep udp"},
     {.name = "poll_us", .type = Type::kUint, .default_text = "0", .config_key = "poll_us", .flag = "--poll-us",
      .max = 100000,
      .doc = "adaptive polling: after handling work the daemon's loop keeps polling for this many microseconds "

@@ -169,6 +169,12 @@ int main(int argc, char** argv) {
   // Beside the socket, as the counter page: RUNDIR/nic-ADDR.cred (credential_table.h).
   cfg.cred_path = (socket.ends_with(".sock") ? socket.substr(0, socket.size() - 5) : socket) + ".cred";
   cfg.fault_spec = settings.str("fault");
+  cfg.fabric_data = settings.str("fabric_data") == "ofi" ? nicemu::abi::ctl::kFabricDataOfi : nicemu::abi::ctl::kFabricDataUdp;
+  cfg.ofi_provider = settings.str("ofi_provider");
+  if (cfg.ofi_provider.size() >= nicemu::abi::ctl::kOfiProviderMax) {
+    spdlog::error("ofi_provider: longer than {} characters", nicemu::abi::ctl::kOfiProviderMax - 1);
+    return 2;
+  }
   cfg.limits = nicemu::daemon::ResourceLimits::from([&](const std::string& n) { return settings.uint(n); });
 
   try {

@@ -25,6 +25,7 @@ Node::Node(NodeConfig cfg)
           [this](const Credential& c, uint32_t inst) { return cdms_.find(c, inst); }),
       remote_out_(port_.remote_sender(), [this](uint32_t node) { return port_.reach(node); }),
       remote_in_(cfg_.nic_addr, bte_.regions(), port_.remote_sender()),
+      ofi_(cfg_.nic_addr, bte_.regions(), port_.remote_sender()),
       msgq_relay_(
           cfg_.nic_addr, port_.remote_sender(), [this](uint32_t node) { return port_.peer_up(node); },
           [this](const Credential& c) { return msgqs_.find(c); },
@@ -48,6 +49,7 @@ Node::Node(NodeConfig cfg)
   using enum Op;
   port_.route({kRmaReply}, remote_out_);
   port_.route({kRmaRequest}, remote_in_);
+  port_.route({kOfiAsk, kOfiAnswer}, ofi_);
   port_.route({kSmsgOpen, kSmsgData, kSmsgAck, kSmsgClose}, smsg_);
   port_.route({kMsgqDeliver, kMsgqCredit, kMsgqResult}, msgq_relay_);
   port_.route({kDgramIncoming, kDgramMatched, kDgramRetract}, dgrams_);
@@ -135,6 +137,7 @@ const Node::Table& Node::table() {
     on({kMsgqJoin, kMsgqLeave, kMsgqConnOpen, kMsgqConnect, kMsgqConnRelease, kMsgqLookup, kMsgqRemoteSend},
        [](Node& n, Request& q) { c::msgq(q, n.nic_, n.creds_, n.cdms_, n.msgqs_, n.port_, n.msgq_relay_, n.ctr_); });
     on({kRemotePost}, [](Node& n, Request& q) { c::remote_post(q, n.cdms_, n.bte_, n.remote_out_, n.ctr_); });
+    on({kOfiPublish, kOfiLookup}, [](Node& n, Request& q) { c::ofi(q, n.cdms_, n.port_, n.ofi_, n.ctr_); });
     // kSmsgRelaySend only as a record of the relay ring: one path keeps sends in order.
     on({kSmsgRelayOpen}, [](Node& n, Request& q) { c::smsg_relay_open(q, n.cdms_, n.smsg_, n.ctr_); });
     on({kSmsgRelayDoorbell, kSmsgRelayReleased},
@@ -198,6 +201,7 @@ void Node::connection_closed(Peer& peer) {
   if (!cdm) return;
   dgrams_.cdm_gone(peer.attach_id);
   smsg_.cdm_gone(peer.attach_id);
+  ofi_.cdm_gone(peer.attach_id);
   msgqs_.leave(*cdm);
   cdm->kill(kRegionDead);
   bte_.region_gone(peer.attach_id);
@@ -269,6 +273,15 @@ nlohmann::json Node::status(const Peer* viewer) const {
               {"fault", fault_.status()},
               {"fabric", port_.transport() ? port_.transport()->status() : nlohmann::json(nullptr)},
               {"smsg_relay", smsg_.status()},
+              // The ofi fabric (docs/fabric.md): the addresses this daemon hands out, and the
+              // PUT/GET its CDMs did rank to rank (CDM counters, totals of the counter page).
+              {"ofi",
+               {{"enabled", cfg_.fabric_data == ctl::kFabricDataOfi},
+                {"provider", cfg_.fabric_data == ctl::kFabricDataOfi ? cfg_.ofi_provider : ""},
+                {"directory", ofi_.status()},
+                {"ops", stats_.total(abi::counters::cdm::ofi_ops)},
+                {"bytes", stats_.total(abi::counters::cdm::ofi_bytes)},
+                {"errors", stats_.total(abi::counters::cdm::ofi_errors)}}},
               {"counters",
                {{"connections", ctr_.connections},
                 {"attaches", ctr_.attaches},

@@ -34,6 +34,7 @@
 #include "nicemu/daemon/remote/msgq_relay.h"
 #include "nicemu/daemon/remote/remote_requester.h"
 #include "nicemu/daemon/remote/remote_responder.h"
+#include "nicemu/daemon/remote/ofi_directory.h"
 #include "nicemu/daemon/remote/smsg_relay.h"
 #include "nicemu/daemon/resource_limits.h"
 #include "nicemu/daemon/stats_page.h"
@@ -53,6 +54,8 @@ struct NodeConfig {
   std::string fault_path;     // fault page file (abi/fault_layout.h); empty = private memory
   std::string fault_spec;     // fault configuration at start (--fault); "" or "off" = none
   std::string cred_path;      // the credential table's file (credential_table.h); empty = memory only
+  uint32_t fabric_data = 0;   // abi::ctl::kFabricData*: how its CDMs move data across hosts
+  std::string ofi_provider;   // with ofi: the libfabric provider they open
   ResourceLimits limits = ResourceLimits::defaults();
 };
 
@@ -111,7 +114,8 @@ class Node {
   static const Table& table();
 
   NodeConfig cfg_;
-  NicInfo nic_{cfg_.nic_addr, cfg_.device_type, cfg_.region_size, cfg_.allow_any_credential};
+  NicInfo nic_{cfg_.nic_addr, cfg_.device_type, cfg_.region_size, cfg_.allow_any_credential, cfg_.fabric_data,
+               cfg_.ofi_provider};
   StatsPage stats_{cfg_.stats_path, cfg_.nic_addr};
   Counters ctr_;
   // The port is built after: the credentials only use it once the node runs.
@@ -131,6 +135,7 @@ class Node {
   // on our CDMs as target.
   RemoteRequester remote_out_;
   RemoteResponder remote_in_;
+  OfiDirectory ofi_;  // the ofi fabric's endpoint addresses (control plane only)
   MsgqRelay msgq_relay_;  // after msgqs_, which it looks segments up in
   bool shutdown_requested_ = false;
   SmsgRelay smsg_;  // SMSG to and from nodes of other hosts (after cdms_ and stats_: uses both)

@@ -15,6 +15,8 @@
  *                         At the end every rank checks, in its own memory
  *                         and CQ, what the others did: its counter, its slots' and chunks'
  *                         bytes, two CQ-write entries per peer and round (each value once).
+ *   fabric_rma errors     rank 0 -> rank 1: posts through a deregistered handle complete
+ *                         with error events, the page is not written (errors_mode).
  *   fabric_rma bench      rank 0 -> rank 1: FMA PUT 8 B latency; FMA PUT, RDMA PUT and
  *                         RDMA GET bandwidth, 8 B .. 4 MiB (up to 16 posts in flight;
  *                         FABRIC_RMA_BENCH_REPEAT=N moves N times the data and
@@ -185,6 +187,76 @@ static int bench(gni_ep_handle_t ep, const struct peer_info *t) {
   return 0;
 }
 
+/* `fabric_rma errors` (2 ranks): rank 1 registers a scratch page, lets rank 0 learn its
+ * handle, fills it with 0xA5 and deregisters it; rank 0 then posts an RDMA PUT, an FMA PUT
+ * and an FMA GET through the stale handle: each must complete with an error event (status
+ * printed), never a crash or a hang, and rank 1's page must hold 0xA5 still (no stray
+ * write). A PUT into the live window still works afterwards. */
+static uint32_t last_recoverable; /* of wait_any's last error event */
+static long wait_any(void) {
+  gni_cq_entry_t e;
+  gni_return_t rc = GNI_CqWaitEvent(cq, 20000, &e);
+  if (rc != GNI_RC_SUCCESS && rc != GNI_RC_TRANSACTION_ERROR) return -1;
+  last_recoverable = 0;
+  if (!GNI_CQ_STATUS_OK(e)) GNI_CqErrorRecoverable(e, &last_recoverable);
+  gni_post_descriptor_t *d = NULL;
+  if (GNI_GetCompleted(cq, e, &d) != GNI_RC_SUCCESS && !d) return -1;
+  return GNI_CQ_STATUS_OK(e) ? 0 : (long)GNI_CQ_GET_STATUS(e) + 1;
+}
+
+static int errors_mode(gni_ep_handle_t *ep, const struct peer_info *all) {
+  uint8_t *page = aligned_alloc(4096, 4096), *buf = aligned_alloc(4096, 4096);
+  gni_mem_handle_t ph = {0, 0}, bh = {0, 0};
+  if (!page || !buf) return fail("alloc", 0);
+  memset(page, 0xA5, 4096);
+  memset(buf, 0x5A, 4096);
+  if (GNI_MemRegister(nic, (uint64_t)buf, 4096, NULL, GNI_MEM_READWRITE, -1, &bh) != GNI_RC_SUCCESS)
+    return fail("register", 0);
+  if (rank == 1 && GNI_MemRegister(nic, (uint64_t)page, 4096, NULL, GNI_MEM_READWRITE, -1, &ph) != GNI_RC_SUCCESS)
+    return fail("register page", 0);
+  struct { uint64_t va; gni_mem_handle_t h; } mine = {(uint64_t)page, ph}, got[MAX_RANKS];
+  if (PMI_Allgather(&mine, got, sizeof mine) != PMI_SUCCESS) return fail("PMI_Allgather", 0);
+  if (rank == 1 && GNI_MemDeregister(nic, &ph) != GNI_RC_SUCCESS) return fail("deregister", 0);
+  PMI_Barrier();
+  int bad = 0;
+  if (rank == 0) {
+    gni_post_descriptor_t d;
+    const struct { gni_post_type_t t; int rdma; const char *name; } posts[] = {
+        {GNI_POST_RDMA_PUT, 1, "RDMA PUT"}, {GNI_POST_FMA_PUT, 0, "FMA PUT"}, {GNI_POST_FMA_GET, 0, "FMA GET"}};
+    for (int i = 0; i < 3; ++i) {
+      fabric_desc(&d, posts[i].t, buf, bh, got[1].va, got[1].h, 256);
+      gni_return_t rc = posts[i].rdma ? GNI_PostRdma(ep[1], &d) : GNI_PostFma(ep[1], &d);
+      long st = rc == GNI_RC_SUCCESS ? wait_any() : -100 - rc;
+      if (st > 0) printf("fabric_rma errors: %s through a deregistered handle: error event, status %ld\n", posts[i].name, st - 1);
+      else { bad = 1; fail(posts[i].name, st); }
+    }
+    /* The ofi fabric's tcp provider drops the connection on a key its target does not know:
+     * a post racing that completes with a recoverable error, and is reposted as a client
+     * would (GNI_CqErrorRecoverable), after a pause. */
+    long st = -1;
+    for (int tries = 0; tries < 30; ++tries) {
+      if (tries) {
+        struct timespec pause = {0, 100000000}; /* the provider reconnects meanwhile */
+        nanosleep(&pause, NULL);
+      }
+      fabric_desc(&d, GNI_POST_RDMA_PUT, buf, bh, all[1].win + 4096, all[1].win_h, 4096);
+      gni_return_t rc = GNI_PostRdma(ep[1], &d);
+      st = rc == GNI_RC_SUCCESS ? wait_any() : -100 - rc;
+      if (st <= 0 || !last_recoverable) break;
+    }
+    if (st != 0) { bad = 1; fail("PUT into the live window after the errors", st); }
+  }
+  PMI_Barrier();
+  if (rank == 1) {
+    for (int i = 0; i < 4096; ++i)
+      if (page[i] != 0xA5) { bad = 1; fail("stray write into the deregistered page", i); break; }
+    if (!bad) printf("fabric_rma errors: the deregistered page is untouched\n");
+  }
+  free(page);
+  free(buf);
+  return bad;
+}
+
 static void teardown(gni_cdm_handle_t cdm, gni_ep_handle_t *ep) {
   for (int p = 0; p < nranks; ++p)
     if (ep[p]) GNI_EpDestroy(ep[p]);
@@ -195,13 +267,14 @@ static void teardown(gni_cdm_handle_t cdm, gni_ep_handle_t *ep) {
 
 int main(int argc, char **argv) {
   if (argc != 2 && argc != 3) {
-    fprintf(stderr, "usage: fabric_rma ROUNDS [SLOT_BYTES] | fabric_rma bench\n");
+    fprintf(stderr, "usage: fabric_rma ROUNDS [SLOT_BYTES] | fabric_rma bench | fabric_rma errors\n");
     return 2;
   }
   if (argc == 3) SLOT = strtoull(argv[2], NULL, 0) & ~4095ull;
   if (SLOT < SMALL) return 2;
   const int bench_mode = strcmp(argv[1], "bench") == 0;
-  const int rounds = bench_mode ? 0 : atoi(argv[1]);
+  const int errors = strcmp(argv[1], "errors") == 0;
+  const int rounds = bench_mode || errors ? 0 : atoi(argv[1]);
   if (!bench_mode && (rounds < 0 || rounds > MAX_ROUNDS)) {
     /* The CQ-write check tracks each round by number. */
     fprintf(stderr, "fabric_rma: ROUNDS must be 0..%d, got %s\n", MAX_ROUNDS, argv[1]);
@@ -238,6 +311,14 @@ int main(int argc, char **argv) {
       return fail("EP", rc);
   }
 
+  if (errors) {
+    int r = errors_mode(ep, all);
+    PMI_Barrier();
+    PMI_Finalize();
+    teardown(cdm, ep);
+    free(win);
+    return r;
+  }
   if (bench_mode) {
     int r = rank == 0 ? bench(ep[1], &all[1]) : 0;
     PMI_Barrier();

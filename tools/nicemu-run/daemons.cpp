@@ -159,7 +159,8 @@ std::vector<uint16_t> free_udp_ports(int n) {
 }
 }  // namespace
 
-std::unique_ptr<DaemonSet> DaemonSet::start_fabric(int nodes, const std::string& rundir, const std::string& log_level) {
+std::unique_ptr<DaemonSet> DaemonSet::start_fabric(int nodes, const std::string& rundir, const std::string& log_level,
+                                                   const std::string& data) {
   if (nodes < 1) throw std::runtime_error("--nodes must be at least 1");
   auto set = std::unique_ptr<DaemonSet>(new DaemonSet);
   set->rundir_ = rundir;
@@ -172,7 +173,7 @@ std::unique_ptr<DaemonSet> DaemonSet::start_fabric(int nodes, const std::string&
   if (!fabric::write_new_key(key, err)) throw std::runtime_error("cluster key: " + err);
   auto ports = free_udp_ports(nodes);
   {
-    std::string text = "# nicemu-run --fabric udp: one host per node, all on loopback\n";
+    std::string text = "# nicemu-run --fabric " + data + ": one host per node, all on loopback\n";
     for (int a = 0; a < nodes; ++a)
       text += "\n[[node]]\nnic = " + std::to_string(a) + "\nhost = \"127.0.0.1\"\nport = " + std::to_string(ports[a]) + "\n";
     FILE* f = std::fopen(map.c_str(), "w");
@@ -184,7 +185,8 @@ std::unique_ptr<DaemonSet> DaemonSet::start_fabric(int nodes, const std::string&
     std::string host_dir = set->fabric_dir_ + "/host-" + std::to_string(addr);
     std::filesystem::create_directories(host_dir, ec);
     std::string sock = ctl::socket_path(host_dir, addr);
-    set->spawn(bin, addr, sock, {"--rundir", host_dir, "--log-level", log_level, "--fabric", map, "--fabric-key", key});
+    set->spawn(bin, addr, sock,
+               {"--rundir", host_dir, "--log-level", log_level, "--fabric", map, "--fabric-key", key, "--fabric-data", data});
     set->nodes_.push_back(Node{addr, sock, host_dir});
   }
   set->wait_up();

@@ -31,7 +31,9 @@ class DaemonSet {
   // --fabric udp: starts `nodes` daemons as if each were on a host of its own — its own run
   // directory under `rundir`, reachable from the others only over UDP on loopback, with a
   // fresh cluster key and fabric map — so a job exercises the multi-host path.
-  static std::unique_ptr<DaemonSet> start_fabric(int nodes, const std::string& rundir, const std::string& log_level);
+  // `data`: the daemons' fabric_data setting (udp, or ofi: PUT/GET rank to rank over libfabric).
+  static std::unique_ptr<DaemonSet> start_fabric(int nodes, const std::string& rundir, const std::string& log_level,
+                                                 const std::string& data = "udp");
   ~DaemonSet();  // stops (SIGTERM, then waits) the daemons this set started
 
   const std::vector<Node>& nodes() const { return nodes_; }

@@ -101,8 +101,9 @@ int main(int argc, char** argv) {
   std::string fabric_mode;
   app.add_option("--fabric", fabric_mode,
                  "udp: put every node on a host of its own (own run directory; the daemons talk over UDP on "
-                 "loopback, as across a cluster; every operation crosses them, docs/fabric.md)")
-      ->check(CLI::IsMember({"udp"}));
+                 "loopback, as across a cluster; every operation crosses them, docs/fabric.md); ofi: the same, "
+                 "with FMA/RDMA PUT and GET between ranks over libfabric (provider: FI_PROVIDER, else tcp;ofi_rxm)")
+      ->check(CLI::IsMember({"udp", "ofi"}));
   app.add_flag("--no-nic", no_nic,
                "PMI only: start no daemons and set no PMI_GNI_* variables");
   app.add_option("--timeout", cfg.timeout_s, "kill the job after SECONDS (exit status 124)")
@@ -182,7 +183,7 @@ int main(int argc, char** argv) {
   int status = kExitLaunchFailure;
   try {
     if (!no_nic) {
-      daemons = fabric_mode == "udp" ? DaemonSet::start_fabric(cfg.nodes, rundir, log_level)
+      daemons = !fabric_mode.empty() ? DaemonSet::start_fabric(cfg.nodes, rundir, log_level, fabric_mode)
                                      : DaemonSet::start_or_find(cfg.nodes, rundir, log_level);
       if (static_cast<int>(daemons->nodes().size()) < cfg.nodes)
         throw std::runtime_error(fmt::format("{} node(s) requested, {} available",
@@ -193,7 +194,7 @@ int main(int argc, char** argv) {
       nic.cookie = cred->cookie;
       nic.rundir = daemons->rundir();
       for (int n = 0; n < cfg.nodes; ++n) nic.node_addrs.push_back(daemons->nodes()[n].nic_addr);
-      if (fabric_mode == "udp")
+      if (!fabric_mode.empty())
         for (int n = 0; n < cfg.nodes; ++n) nic.node_rundirs.push_back(daemons->nodes()[n].rundir);
       cfg.nic = std::move(nic);
       spdlog::info("credential ptag {} cookie {:#x} on {} node(s)", cred->ptag, cred->cookie,

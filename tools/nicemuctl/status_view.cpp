@@ -183,6 +183,14 @@ void print_status(std::FILE* out, const json& node) {
           fmt::format("{} peers, {} posts through the daemon, {} run here; {} of the daemon's own copies refused",
                       u64(*x, "peers"), u64(*x, "posts"), u64(*x, "daemon_ops"), u64(*x, "daemon_refused")));
 
+  // The ofi fabric (docs/fabric.md): PUT/GET its CDMs did rank to rank over libfabric.
+  if (auto o = node.find("ofi"); o != node.end() && o->is_object() && o->value("enabled", false))
+    field(out, "ofi fabric",
+          fmt::format("provider {}: {} PUT/GET, {} rank to rank, {} errors; {} addresses published, {} handed out",
+                      str(*o, "provider"), u64(*o, "ops"), format_bytes(u64(*o, "bytes")), u64(*o, "errors"),
+                      o->contains("directory") ? u64((*o)["directory"], "published") : 0,
+                      o->contains("directory") ? u64((*o)["directory"], "answered") : 0));
+
   // The UDP fabric to other hosts (docs/fabric.md), when the daemon runs with a map.
   if (auto f = node.find("fabric"); f != node.end() && f->is_object()) {
     field(out, "fabric", fmt::format("udp port {}, epoch {:#x}, {} nodes in the map", u64(*f, "port"), u64(*f, "epoch"),

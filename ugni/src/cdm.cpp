@@ -11,6 +11,7 @@
 
 #include "fault_engine.h"
 #include "internal.h"
+#include "ofi_port.h"
 #include "mdd_table.h"
 #include "nicemu/common/params.h"
 
@@ -67,6 +68,7 @@ gni_return_t GNI_CdmDestroy(gni_cdm_handle_t cdm_hndl) {
     // are ours to reuse.
     if (c->nic->mdd) c->nic->mdd->forget_domain(c->nic->mem_domain);
     fault_forget_nic(c->nic);
+    ofi_close(c->nic);
     ce_forget_nic(c->nic);
     delete c->nic;
   }
@@ -119,6 +121,7 @@ gni_return_t GNI_CdmAttach(gni_cdm_handle_t cdm_hndl, uint32_t device_id, uint32
   nic->device_type = rep.device_type;
   nic->rundir = nicemu::ctl::default_rundir();
   nic->fault_page = fault_map_page(path);
+  ofi_open(nic.get(), rep);  // the daemon runs the ofi fabric: our own endpoint (ofi_port.h)
   // Our own memory domain: Nic::resolve answers it with `self` (no second mapping).
   if (nic->self->header()->mem_domain != rep.mem_domain) return GNI_RC_INVALID_STATE;
   c->nic = nic.release();

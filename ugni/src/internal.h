@@ -146,6 +146,7 @@ struct DgramState {
 };
 
 struct CePosts;  // ce.cpp
+struct OfiPort;  // ofi_port.cpp
 
 struct Nic {
   uint32_t magic = kNicMagic;
@@ -162,6 +163,9 @@ struct Nic {
   // The attach socket hung up: no thread of the daemon runs any more, so nothing it held
   // will be completed by it (daemon_gone).
   std::atomic<bool> daemon_exited{false};
+  // The ofi fabric's endpoint of this CDM (ofi_port.h); null: posts to other hosts go to
+  // the daemon.
+  OfiPort* ofi = nullptr;
 
   std::mutex inflight_mu;
   std::vector<Inflight> inflight;  // indexed by CQE tid

@@ -8,6 +8,7 @@
 #include "internal.h"
 #include "fault_engine.h"
 #include "mdd_table.h"
+#include "ofi_port.h"
 #include "nicemu/abi/mem_handle.h"
 
 using namespace nicemu;
@@ -87,6 +88,7 @@ gni_return_t GNI_MemRegister(gni_nic_handle_t nic_hndl, uint64_t address, uint64
     mem_hndl->qword2 = rep.qword2;
     if (update) return GNI_RC_SUCCESS;  // the same registration
   }
+  ofi_register(n, *mem_hndl, flags & GNI_MEM_READ_ONLY);  // peers on other hosts reach it over ofi
   n->live_regs.fetch_add(1, std::memory_order_relaxed);
   count(n->counters, ctr::cdm::registrations);
   return GNI_RC_SUCCESS;
@@ -114,6 +116,7 @@ gni_return_t GNI_MemDeregister(gni_nic_handle_t nic_hndl, gni_mem_handle_t* mem_
     default:
       return GNI_RC_INVALID_PARAM;  // not registered (any more)
   }
+  ofi_deregister(n, *mem_hndl);
   n->mdd->give(n, f->slot);
   n->live_regs.fetch_sub(1, std::memory_order_relaxed);
   return GNI_RC_SUCCESS;

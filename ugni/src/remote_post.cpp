@@ -16,6 +16,7 @@
 #include "fault_engine.h"
 #include "fma_requester.h"
 #include "internal.h"
+#include "ofi_port.h"
 #include "nicemu/abi/remote_ops.h"
 #include "nicemu/ctl/ctl_client.h"
 
@@ -115,6 +116,8 @@ bool send_remote_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t k
 
 gni_return_t post_remote(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t engine,
                          int32_t tid) {
+  // The ofi fabric moves a PUT or GET rank to rank (ofi_port.h); the rest goes to the daemon.
+  if (ofi_post(ep, cq, d, kind, engine, tid)) return GNI_RC_SUCCESS;
   // Remembered first: once sent, its events may come (and its tid be reused) at any time.
   ep->nic->to_daemon(tid, cq, ep->local_event, engine == rop::kBte);
   if (send_remote_post(ep, cq, d, kind, engine, tid, nullptr)) return GNI_RC_SUCCESS;

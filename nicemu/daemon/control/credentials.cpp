@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <optional>
@@ -791,6 +792,9 @@ int attach_cdm(Peer& peer, const ctl::Attach& req, ctl::AttachReply& rep, PassFd
   rep.region_size = region->region_size();
   rep.ro_size = kRoSize;
   rep.mem_domain = domain;
+  rep.fabric_data = nic.fabric_data;
+  if (nic.fabric_data == ctl::kFabricDataOfi)
+    std::snprintf(rep.ofi_provider, sizeof rep.ofi_provider, "%s", nic.ofi_provider.c_str());
   pass_fds = {region->ro_memfd(), region->mdd_memfd(), region->heap_memfd()};
   peer.attach_id = region->attach_id();
   spdlog::info("nic {}: pid {} attached inst {} ptag {} (attach {}, memory domain {})", nic.nic_addr, peer.pid,

@@ -3,6 +3,7 @@
 // Each fills the request's reply (control/request.h), or none for a one-way message.
 #pragma once
 #include <functional>
+#include <string>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -20,6 +21,7 @@ class FabricPort;
 class FaultSettings;
 class MsgqRelay;
 class MsgqSegments;
+class OfiDirectory;
 class Quotas;
 class RegionDirectory;
 class RemoteRequester;
@@ -33,6 +35,8 @@ struct NicInfo {
   uint32_t device_type = 0;
   uint64_t region_size = 0;
   bool allow_any_credential = false;
+  uint32_t fabric_data = 0;  // abi::ctl::kFabricData* (the fabric_data setting)
+  std::string ofi_provider;  // with ofi: the provider its CDMs open (ofi_provider setting)
 };
 
 namespace control {
@@ -74,6 +78,9 @@ void msgq(Request& q, const NicInfo& nic, Credentials& creds, CdmTable& cdms, Ms
 void remote_post(Request& q, CdmTable& cdms, BteEngine& bte, RemoteRequester& out, Counters& ctr);
 void smsg_relay_open(Request& q, CdmTable& cdms, SmsgRelay& smsg, Counters& ctr);
 void smsg_relay_note(Request& q, CdmTable& cdms, SmsgRelay& smsg, Counters& ctr);
+// The ofi fabric's addresses (remote/ofi_directory.h): a CDM publishes its own, looks up a
+// peer CDM's on another host (answered when that host's daemon has).
+void ofi(Request& q, CdmTable& cdms, FabricPort& port, OfiDirectory& dir, Counters& ctr);
 
 // ce.cpp: GNI_Ce* of an attached CDM, and CE messages of this host's other daemons.
 void ce(Request& q, const NicInfo& nic, CdmTable& cdms, CeEngine& engine, Counters& ctr);

@@ -11,6 +11,9 @@
 #include "nicemu/daemon/control/handlers.h"
 #include "nicemu/daemon/remote/remote_requester.h"
 #include "nicemu/daemon/remote/smsg_relay.h"
+#include "nicemu/daemon/remote/ofi_directory.h"
+#include "nicemu/daemon/cdm/cdm_region.h"
+#include "nicemu/daemon/fabric_port.h"
 
 namespace nicemu::daemon {
 
@@ -62,6 +65,28 @@ void control::smsg_relay_note(Request& q, CdmTable& cdms, SmsgRelay& smsg, Count
     smsg.doorbell(*cdm);
   else
     smsg.released(*cdm);
+}
+
+// The ofi fabric: only an attached CDM publishes (its own address) or looks up (in its own
+// credential: the target's daemon checks it).
+void control::ofi(Request& q, CdmTable& cdms, FabricPort& port, OfiDirectory& dir, Counters& ctr) {
+  CdmRegion* cdm = cdms.owned(q.peer);
+  if (q.h.op == static_cast<uint16_t>(ctl::Op::kOfiPublish)) {
+    ctl::OfiPublish req;
+    if (!parse(q, req)) return bad(q, ctr);
+    auto& r = init_reply<PlainReply>(q.reply, q.h);
+    if (!cdm) r.r.rc = rc::kInvalidState;
+    else r.r.rc = dir.publish(cdm->attach_id(), req.addr, req.addr_len) ? rc::kSuccess : rc::kInvalidParam;
+    return;
+  }
+  ctl::OfiLookup req;
+  if (!parse(q, req)) return bad(q, ctr);
+  if (!cdm) {
+    init_reply<ctl::OfiLookupReply>(q.reply, q.h).r.rc = rc::kInvalidState;
+    return;
+  }
+  const Credential c = cdm->credential();
+  dir.lookup(q.h, req, c.ptag, c.cookie, q.peer.reply_later, q.reply, port.remote(req.node));
 }
 
 }  // namespace nicemu::daemon

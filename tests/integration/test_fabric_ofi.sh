@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# The ofi fabric across two network namespace hosts (tools/lib/netns-hosts.sh), one daemon
+# each with --fabric-data ofi over tcp;ofi_rxm: fabric_rma on 2 ranks, one per host, under
+# MPICH's Hydra (as test_fabric_netns.sh hydra). FMA and RDMA PUT/GET then go rank to rank
+# over libfabric, AMOs, CQ writes and chains through the daemons; fabric_rma verifies every
+# byte at both ends. The daemons' status must show the ofi PUT/GET (ops and bytes, the
+# CDMs' counters) and that the RMA bytes did not cross the UDP fabric (remote_ops.initiator
+# bytes_out below what went over ofi), and each daemon handed out the address of its CDM.
+# Then posts through a deregistered handle: error events, the page untouched.
+# Needs root, ip, mpiexec.hydra and a libugni built with libfabric; otherwise 77.
+# Usage: test_fabric_ofi.sh BUILD_DIR ofi|no-ofi     Exit: 0 pass, 1 fail, 77 skip.
+set -u
+. "$(dirname "$0")/lib.sh"
+
+use_build "${1:-}" tests/integration/fabric_rma
+[[ ${2:-} == ofi ]] || skip "libugni built without libfabric (meson -Dofi; Debian libfabric-dev)"
+[[ $(id -u) -eq 0 ]] || skip "needs root (network namespaces)"
+need_cmd ip python3
+HYDRA=$(command -v mpiexec.hydra) || skip "mpiexec.hydra not installed (Debian mpich)"
+PROVIDER=${NICEMU_TEST_OFI_PROVIDER:-tcp;ofi_rxm}
+
+TAG=fo$$
+SW=${TAG}sw
+NS=("${TAG}a" "${TAG}b")
+NET=10.214.$(($$ % 200)).
+test_cleanup() { netns_hosts_down "${NS[@]}" "$SW"; }
+test_init test_fabric_ofi
+
+. "$(dirname "$0")/../../tools/lib/netns-hosts.sh"
+if ! netns_hosts_up "$SW" "$NET" "${NS[@]}" 2>"$TMP/err"; then
+  echo "SKIP: cannot build the namespace network: $(cat "$TMP/err")" >&2
+  exit 77
+fi
+
+fabric_key
+"$CTL" fabric gen --port 7700 "${NET}1" "${NET}2" >"$TMP/fabric.toml" || exit 1
+DAEMON_NS=("${NS[@]}")
+for i in 0 1; do fabric_daemon "$i" --fabric-data ofi --ofi-provider "$PROVIDER"; done
+fabric_cred 1
+
+cat >"$TMP/netns-rsh" <<EOF2
+#!/bin/bash
+host=\$1; shift
+case "\$host" in
+${NET}1) i=0 ;; ${NET}2) i=1 ;; *) echo "netns-rsh: unknown host \$host" >&2; exit 1 ;;
+esac
+ns=(${NS[*]})
+exec ip netns exec "\${ns[\$i]}" env NICEMU_RUNDIR=$TMP/host\$i NICEMU_NODE=\$i sh -c "\$*"
+EOF2
+chmod +x "$TMP/netns-rsh"
+
+RMA=$BUILD/tests/integration/fabric_rma
+if ip netns exec "${NS[0]}" env NICEMU_RUNDIR="$TMP/host0" NICEMU_NODE=0 timeout -k 5 120 "$HYDRA" \
+    -launcher rsh -launcher-exec "$TMP/netns-rsh" -hosts "${NET}1,${NET}2" -n 2 -ppn 1 -genvnone \
+    -genv PMI_GNI_PTAG "$PMI_GNI_PTAG" -genv PMI_GNI_COOKIE "$PMI_GNI_COOKIE" "$RMA" 4 262144 \
+    >"$TMP/rma.log" 2>&1; then
+  n=$(grep -c 'rounds with 1 peers verified' "$TMP/rma.log")
+  [[ $n -eq 2 ]] && pass "fabric_rma over ofi ($PROVIDER), 2 hosts: FMA and RDMA PUT/GET, AMOs, CQ writes, chains verified" ||
+    { fail "fabric_rma over ofi: $n of 2 ranks verified"; show_log "$TMP/rma.log"; }
+else
+  fail "fabric_rma over ofi"; show_log "$TMP/rma.log"
+fi
+
+# Errors: posts through a handle the target deregistered complete with error events, and
+# the page is not written (fabric_rma errors).
+if ip netns exec "${NS[0]}" env NICEMU_RUNDIR="$TMP/host0" NICEMU_NODE=0 timeout -k 5 120 "$HYDRA" \
+    -launcher rsh -launcher-exec "$TMP/netns-rsh" -hosts "${NET}1,${NET}2" -n 2 -ppn 1 -genvnone \
+    -genv PMI_GNI_PTAG "$PMI_GNI_PTAG" -genv PMI_GNI_COOKIE "$PMI_GNI_COOKIE" "$RMA" errors \
+    >"$TMP/errors.log" 2>&1 && [[ $(grep -c 'through a deregistered handle: error event' "$TMP/errors.log") -eq 3 ]] &&
+    grep -q 'deregistered page is untouched' "$TMP/errors.log"; then
+  pass "stale handle over ofi: RDMA PUT, FMA PUT, FMA GET complete with error events, no stray write"
+  grep -o 'status [0-9]*' "$TMP/errors.log" | sort | uniq -c | sed 's/^/    /'
+else
+  fail "stale handle over ofi"; show_log "$TMP/errors.log"
+fi
+
+# What went which way, from each daemon's status (the CDMs' counters reach the totals when
+# they detach).
+for i in 0 1; do
+  "$CTL" --rundir "$TMP/host$i" --node "$i" status --json >"$TMP/status$i.json" 2>"$TMP/err" ||
+    { fail "status of node $i"; show_log "$TMP/err"; continue; }
+  read -r ops bytes errors udp published answered < <(python3 -c '
+import json, sys
+s = json.load(open(sys.argv[1]))["nodes"][0]
+o = s["ofi"]
+print(o["ops"], o["bytes"], o["errors"], s["remote_ops"]["initiator"]["bytes_out"], o["directory"]["publications"], o["directory"]["answered"])' "$TMP/status$i.json")
+  # Per round towards the peer: an FMA PUT and GET of 4 KiB, an RDMA PUT and GET of the rest
+  # of the 256 KiB slot: 4 rounds move 2 MiB over ofi.
+  # Node 0 also posted the three through the stale handle: their errors are counted (and a
+  # repost of the PUT that followed, if it raced the dropped connection).
+  ok_err=$([[ $i -eq 0 ]] && echo $((errors >= 3 && errors <= 33)) || echo $((errors == 0)))
+  if [[ $ops -ge 16 && $bytes -ge $((4 * 2 * 262144)) && $ok_err -eq 1 ]]; then
+    pass "node $i: $ops PUT/GET over ofi, $bytes bytes, $errors error completions"
+  else
+    fail "node $i: ofi ops $ops, bytes $bytes, errors $errors"; show_log "$TMP/status$i.json"
+  fi
+  [[ $udp -lt $bytes ]] && pass "node $i: the UDP fabric carried only $udp bytes of posts (AMOs, CQ writes, chains)" ||
+    fail "node $i: $udp bytes of posts crossed the UDP fabric, $bytes over ofi"
+  [[ $published -ge 1 && $answered -ge 1 ]] && pass "node $i: its CDM's address published and handed to the peer's" ||
+    fail "node $i: addresses published $published, answered $answered"
+done
+finish fabric-ofi 0 1

@@ -1,0 +1,392 @@
+// The ofi fabric's data plane in the library (ofi_port.h says what and why).
+#include "ofi_port.h"
+
+#include "internal.h"
+
+#ifndef NICEMU_HAVE_OFI
+
+#include <cstdio>
+
+namespace nicemu::ugni {
+struct OfiPort {};
+void ofi_open(Nic* n, const abi::ctl::AttachReply& rep) {
+  if (rep.fabric_data != abi::ctl::kFabricDataOfi) return;
+  static bool said = false;
+  if (!said)
+    std::fprintf(stderr,
+                 "libugni(nicemu): the daemon runs the ofi fabric, but this libugni was built without libfabric: "
+                 "posts to other hosts go through the daemons (docs/fabric.md)\n");
+  said = true;
+  (void)n;
+}
+void ofi_close(Nic*) {}
+void ofi_register(Nic*, const gni_mem_handle_t&, bool) {}
+void ofi_deregister(Nic*, const gni_mem_handle_t&) {}
+bool ofi_post(Ep*, Cq*, const gni_post_descriptor_t*, uint16_t, uint16_t, int32_t) { return false; }
+}  // namespace nicemu::ugni
+
+#else
+
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <time.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "fault_engine.h"
+#include "fma_requester.h"
+#include "nicemu/abi/mem_handle.h"
+#include "nicemu/abi/remote_ops.h"
+
+namespace nicemu::ugni {
+
+namespace cqe = nicemu::abi::cqe;
+namespace rop = nicemu::abi::remote;
+
+namespace {
+
+uint64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+void say(const char* what, int rc) {
+  std::fprintf(stderr, "libugni(nicemu): ofi fabric: %s: %s; this CDM's posts to other hosts go through the daemons\n",
+               what, rc ? fi_strerror(-rc) : "");
+}
+
+// One post in flight: what its completion must produce.
+struct OfiOp {
+  fi_context2 ctx;  // first: the provider hands it back as the completion's op_context
+  Cq* cq = nullptr;
+  uint16_t cq_mode = 0;
+  bool bte = false;
+  uint32_t local_event = 0;
+  int32_t tid = -1;
+};
+
+// A peer CDM: its address in our AV, or none (the daemons' path) until retry_at.
+struct OfiPeer {
+  bool ok = false;
+  fi_addr_t addr = FI_ADDR_UNSPEC;
+  uint64_t retry_at = 0;
+};
+
+// The CQE status of a failed completion: the provider's view of what went wrong.
+uint64_t status_of_error(int err) {
+  switch (err) {
+    case FI_EKEYREJECTED:
+    case FI_EACCES:
+    case FI_EINVAL:
+    case FI_EFAULT:
+    case FI_ENOKEY:
+      return cqe::kErrProtection;  // no registration of that key (deregistered, stale) or outside it
+    default:
+      // Recoverable: the client may repost. Connection errors too: tcp;ofi_rxm resets the
+      // connection of a live peer on a key it does not know (and reconnects), and the
+      // daemons' path reports a peer lost the same way.
+      return cqe::kErrTransient;
+  }
+}
+
+}  // namespace
+
+struct OfiPort {
+  fi_info* info = nullptr;
+  fid_fabric* fabric = nullptr;
+  fid_domain* domain = nullptr;
+  fid_ep* ep = nullptr;
+  fid_av* av = nullptr;
+  fid_cq* cq = nullptr;
+  bool virt_addr = false;
+  bool waitable = false;  // the CQ has a wait object: the progress thread sleeps in fi_cq_sread
+  uint64_t key_mask = ~0ull;
+  size_t max_msg = 0;
+  std::mutex mu;  // peers, mrs
+  std::map<uint64_t, OfiPeer> peers;     // (node << 32) | route
+  std::map<uint32_t, fid_mr*> mrs;       // registration slot -> provider registration
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> in_flight{0};
+  std::thread progress;
+  Nic* nic = nullptr;
+
+  uint64_t key_of(const gni_mem_handle_t& h) const { return ofi_key(h.qword1, h.qword2) & key_mask; }
+  void complete(OfiOp* op, uint64_t st);
+  void run();
+  bool resolve(uint32_t node, uint32_t route, fi_addr_t& out);
+  void teardown();
+};
+
+void OfiPort::complete(OfiOp* op, uint64_t st) {
+  if (st != cqe::kOk) count(nic->counters, ctr::cdm::ofi_errors);
+  if (op->bte) {
+    rdma_local_events(op->cq, op->cq_mode, op->local_event, op->tid, st);
+  } else if (op->cq && op->tid >= 0) {
+    if (op->cq_mode & GNI_CQMODE_LOCAL_EVENT)
+      op->cq->ring.push(cqe::make(cqe::kSrcLocalRequest, cqe::kTypePost, st, cqe::kInfoLocal,
+                                  static_cast<uint64_t>(op->tid), op->local_event));
+    if (op->cq_mode & GNI_CQMODE_GLOBAL_EVENT)
+      op->cq->ring.push(cqe::make(cqe::kSrcLocalResponse, cqe::kTypePost, st, cqe::kInfoGlobal,
+                                  static_cast<uint64_t>(op->tid), op->local_event));
+  }
+  delete op;
+  in_flight.fetch_sub(1, std::memory_order_release);
+}
+
+// The progress thread: drives the provider (tcp;ofi_rxm progresses in the calls that read
+// its CQ, also for the RMA peers do on our memory) and turns completions into CQ events.
+void OfiPort::run() {
+  fi_cq_entry e[16];
+  while (!stop.load(std::memory_order_acquire)) {
+    ssize_t k = waitable ? fi_cq_sread(cq, e, 16, nullptr, 100) : fi_cq_read(cq, e, 16);
+    if (k > 0) {
+      for (ssize_t i = 0; i < k; ++i) complete(static_cast<OfiOp*>(e[i].op_context), cqe::kOk);
+      continue;
+    }
+    if (k == -FI_EAVAIL) {
+      fi_cq_err_entry err{};
+      if (fi_cq_readerr(cq, &err, 0) > 0 && err.op_context)
+        complete(static_cast<OfiOp*>(err.op_context), status_of_error(err.err));
+      continue;
+    }
+    if (!waitable) {
+      // No wait object: poll, briefly asleep between (the target side needs progress too).
+      timespec ts{0, in_flight.load(std::memory_order_relaxed) ? 2000 : 200000};
+      nanosleep(&ts, nullptr);
+    }
+  }
+}
+
+bool OfiPort::resolve(uint32_t node, uint32_t route, fi_addr_t& out) {
+  const uint64_t k = (uint64_t{node} << 32) | route;
+  const uint64_t now = now_ns();
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    auto it = peers.find(k);
+    if (it != peers.end() && (it->second.ok || now < it->second.retry_at)) {
+      out = it->second.addr;
+      return it->second.ok;
+    }
+  }
+  abi::ctl::OfiLookup req{};
+  req.h.op = static_cast<uint16_t>(abi::ctl::Op::kOfiLookup);
+  req.node = node;
+  req.route = route;
+  abi::ctl::OfiLookupReply rep{};
+  OfiPeer p;
+  p.retry_at = now + 1000000000ull;  // a peer without an address: asked again after a second
+  if (nic->conn.call(req, rep) && rep.r.rc == GNI_RC_SUCCESS && rep.addr_len > 0 &&
+      rep.addr_len <= abi::ctl::kOfiAddrMax) {
+    fi_addr_t a = FI_ADDR_UNSPEC;
+    if (fi_av_insert(av, rep.addr, 1, &a, 0, nullptr) == 1) {
+      p.ok = true;
+      p.addr = a;
+    }
+  }
+  std::lock_guard<std::mutex> lk(mu);
+  peers[k] = p;
+  out = p.addr;
+  return p.ok;
+}
+
+void OfiPort::teardown() {
+  if (progress.joinable()) {
+    stop.store(true, std::memory_order_release);
+    progress.join();
+  }
+  for (auto& [slot, mr] : mrs) fi_close(&mr->fid);
+  mrs.clear();
+  if (ep) fi_close(&ep->fid);
+  if (av) fi_close(&av->fid);
+  if (cq) fi_close(&cq->fid);
+  if (domain) fi_close(&domain->fid);
+  if (fabric) fi_close(&fabric->fid);
+  if (info) fi_freeinfo(info);
+  ep = nullptr, av = nullptr, cq = nullptr, domain = nullptr, fabric = nullptr, info = nullptr;
+}
+
+void ofi_open(Nic* n, const abi::ctl::AttachReply& rep) {
+  if (rep.fabric_data != abi::ctl::kFabricDataOfi) return;
+  std::string prov(rep.ofi_provider, strnlen(rep.ofi_provider, sizeof rep.ofi_provider));
+  if (const char* e = std::getenv("FI_PROVIDER"); e && *e) prov = e;
+  fi_info* hints = fi_allocinfo();
+  if (!hints) return say("fi_allocinfo", 0);
+  hints->ep_attr->type = FI_EP_RDM;
+  hints->caps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+  // The memory modes this code handles: addresses as VAs or offsets, keys it chooses.
+  hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED;
+  hints->domain_attr->threading = FI_THREAD_SAFE;  // posting threads and the progress thread
+  // A local completion means the data is at the target (GNI's global event): delivery complete.
+  hints->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
+  if (!prov.empty()) hints->fabric_attr->prov_name = strdup(prov.c_str());
+  auto p = std::make_unique<OfiPort>();
+  p->nic = n;
+  int rc = fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints, &p->info);
+  fi_freeinfo(hints);
+  if (rc || !p->info) return say(("no provider \"" + prov + "\" with RMA and requested keys").c_str(), rc);
+  fi_info* i = p->info;
+  p->virt_addr = i->domain_attr->mr_mode & FI_MR_VIRT_ADDR;
+  if (i->domain_attr->mr_key_size < 8) p->key_mask = (uint64_t{1} << (8 * i->domain_attr->mr_key_size)) - 1;
+  p->max_msg = i->ep_attr->max_msg_size;
+  fi_av_attr av_attr{};
+  av_attr.type = FI_AV_TABLE;
+  fi_cq_attr cq_attr{};
+  cq_attr.format = FI_CQ_FORMAT_CONTEXT;
+  cq_attr.wait_obj = FI_WAIT_UNSPEC;
+  if ((rc = fi_fabric(i->fabric_attr, &p->fabric, nullptr))) return p->teardown(), say("fi_fabric", rc);
+  if ((rc = fi_domain(p->fabric, i, &p->domain, nullptr))) return p->teardown(), say("fi_domain", rc);
+  if ((rc = fi_av_open(p->domain, &av_attr, &p->av, nullptr))) return p->teardown(), say("fi_av_open", rc);
+  p->waitable = fi_cq_open(p->domain, &cq_attr, &p->cq, nullptr) == 0;
+  if (!p->waitable) {
+    cq_attr.wait_obj = FI_WAIT_NONE;
+    if ((rc = fi_cq_open(p->domain, &cq_attr, &p->cq, nullptr))) return p->teardown(), say("fi_cq_open", rc);
+  }
+  if ((rc = fi_endpoint(p->domain, i, &p->ep, nullptr))) return p->teardown(), say("fi_endpoint", rc);
+  if ((rc = fi_ep_bind(p->ep, &p->av->fid, 0))) return p->teardown(), say("fi_ep_bind(av)", rc);
+  if ((rc = fi_ep_bind(p->ep, &p->cq->fid, FI_TRANSMIT | FI_RECV))) return p->teardown(), say("fi_ep_bind(cq)", rc);
+  if ((rc = fi_enable(p->ep))) return p->teardown(), say("fi_enable", rc);
+  abi::ctl::OfiPublish pub{};
+  pub.h.op = static_cast<uint16_t>(abi::ctl::Op::kOfiPublish);
+  size_t len = sizeof pub.addr;
+  if ((rc = fi_getname(&p->ep->fid, pub.addr, &len)) || len == 0 || len > sizeof pub.addr)
+    return p->teardown(), say("fi_getname", rc);
+  pub.addr_len = static_cast<uint32_t>(len);
+  p->progress = std::thread([q = p.get()] { q->run(); });
+  abi::ctl::Reply r{};
+  if (!n->conn.call(pub, r) || r.rc != GNI_RC_SUCCESS) return p->teardown(), say("publishing the address", 0);
+  n->ofi = p.release();
+}
+
+void ofi_close(Nic* n) {
+  OfiPort* p = n->ofi;
+  if (!p) return;
+  n->ofi = nullptr;
+  // Posts in flight get a second to finish; what is left is dropped with the endpoint.
+  for (int i = 0; i < 1000 && p->in_flight.load(std::memory_order_acquire); ++i) {
+    timespec ts{0, 1000000};
+    nanosleep(&ts, nullptr);
+  }
+  p->teardown();
+  delete p;
+}
+
+void ofi_register(Nic* n, const gni_mem_handle_t& h, bool read_only) {
+  OfiPort* p = n->ofi;
+  if (!p) return;
+  auto f = abi::mdh::decode(h.qword1, h.qword2);
+  if (!f || (f->flags & abi::mdh::kFlagVmdh)) return;
+  // The handle's pages: what a peer can compute from the handle alone.
+  const uint64_t access = FI_REMOTE_READ | (read_only ? 0 : FI_REMOTE_WRITE);
+  fid_mr* mr = nullptr;
+  int rc = fi_mr_reg(p->domain, reinterpret_cast<void*>(f->va), f->npages << abi::mdh::kPageShift, access, 0,
+                     p->key_of(h), 0, &mr, nullptr);
+  if (rc) {
+    // Peers' posts to it complete with a protection error; said, not failed here.
+    std::fprintf(stderr, "libugni(nicemu): ofi fabric: fi_mr_reg: %s\n", fi_strerror(-rc));
+    return;
+  }
+  std::lock_guard<std::mutex> lk(p->mu);
+  if (auto [it, fresh] = p->mrs.emplace(f->slot, mr); !fresh) {
+    fi_close(&it->second->fid);  // a registration of the slot we missed the end of
+    it->second = mr;
+  }
+}
+
+void ofi_deregister(Nic* n, const gni_mem_handle_t& h) {
+  OfiPort* p = n->ofi;
+  if (!p) return;
+  auto f = abi::mdh::decode(h.qword1, h.qword2);
+  if (!f) return;
+  fid_mr* mr = nullptr;
+  {
+    std::lock_guard<std::mutex> lk(p->mu);
+    auto it = p->mrs.find(f->slot);
+    if (it == p->mrs.end()) return;
+    mr = it->second;
+    p->mrs.erase(it);
+  }
+  fi_close(&mr->fid);
+}
+
+bool ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t engine, int32_t tid) {
+  Nic* n = ep->nic;
+  OfiPort* p = n->ofi;
+  if (!p || n->nic_down.load(std::memory_order_relaxed)) return false;
+  // This slice: plain PUT and GET. Remote events, sync flags, AMOs and CQ writes keep the
+  // daemons' path, and so do vMDH handles (no provider registration) and zero lengths.
+  if (kind != rop::kPut && kind != rop::kGet) return false;
+  if (d->cq_mode & GNI_CQMODE_REMOTE_EVENT) return false;
+  if (post_type(d) == GNI_POST_FMA_PUT_W_SYNCFLAG) return false;
+  if (d->length == 0 || d->length > p->max_msg) return false;
+  if (!ep->other_host()) return false;  // same host: a target we may not reach ourselves
+  const gni_mem_handle_t& rh = d->remote_mem_hndl;
+  auto f = abi::mdh::decode(rh.qword1, rh.qword2);
+  if (!f || (f->flags & abi::mdh::kFlagVmdh)) return false;
+  const bool get = kind == rop::kGet;
+  fi_addr_t dest;
+  if (!p->resolve(ep->remote_addr, abi::mdh::route_of(rh.qword1, rh.qword2), dest)) return false;
+
+  auto* op = new OfiOp;
+  op->cq = cq;
+  op->cq_mode = local_events(d);
+  op->bte = engine == rop::kBte;
+  op->local_event = ep->local_event;
+  op->tid = tid;
+  // The local side: an FMA PUT reads its source by VA (registered or not); GETs and RDMA go
+  // through our own registration, which must cover the transfer (one piece: a multi-segment
+  // local handle names offsets, and goes the daemons' way).
+  uint64_t local = d->local_addr;
+  if (get || op->bte) {
+    abi::Extents pieces;
+    if (translate_access(*n->self, d->local_mem_hndl, d->local_addr, d->length, false, nullptr, pieces)) {
+      p->in_flight.fetch_add(1, std::memory_order_relaxed);
+      p->complete(op, cqe::kErrLocalProtection);
+      return true;
+    }
+    if (pieces.size() != 1) {
+      delete op;
+      return false;
+    }
+    local = pieces[0].va;
+  }
+  if (!get && (f->flags & abi::mdh::kFlagReadOnly)) {  // the provider would refuse it too, as "protection"
+    p->in_flight.fetch_add(1, std::memory_order_relaxed);
+    p->complete(op, cqe::kErrReadOnly);
+    return true;
+  }
+  const uint64_t raddr = p->virt_addr ? d->remote_addr : d->remote_addr - f->va;
+  const uint64_t key = p->key_of(rh);
+  p->in_flight.fetch_add(1, std::memory_order_relaxed);
+  count(n->counters, ctr::cdm::ofi_ops);
+  count(n->counters, ctr::cdm::ofi_bytes, d->length);
+  // A full transmit queue empties as the progress thread runs: retried for up to 2 s.
+  const uint64_t give_up = now_ns() + 2000000000ull;
+  for (;;) {
+    ssize_t rc = get ? fi_read(p->ep, reinterpret_cast<void*>(local), d->length, nullptr, dest, raddr, key, &op->ctx)
+                     : fi_write(p->ep, reinterpret_cast<const void*>(local), d->length, nullptr, dest, raddr, key,
+                                &op->ctx);
+    if (rc == 0) return true;
+    if (rc != -FI_EAGAIN || now_ns() > give_up) {
+      p->complete(op, rc == -FI_EAGAIN ? cqe::kErrTransient : status_of_error(static_cast<int>(-rc)));
+      return true;
+    }
+    std::this_thread::yield();
+  }
+}
+
+}  // namespace nicemu::ugni
+
+#endif
