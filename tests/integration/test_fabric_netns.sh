@@ -124,16 +124,7 @@ fi
 # ---- the `hydra` phase: Hydra across the namespaces ----
 # Hydra's launcher, for a "host" that is a namespace: run the proxy inside it, with the
 # run directory of that host's daemon (as it would find /run/nicemu on a real host).
-cat >"$TMP/netns-rsh" <<EOF2
-#!/bin/bash
-host=\$1; shift
-case "\$host" in
-${NET}1) i=0 ;; ${NET}2) i=1 ;; ${NET}3) i=2 ;; *) echo "netns-rsh: unknown host \$host" >&2; exit 1 ;;
-esac
-ns=(${NS[*]})
-exec ip netns exec "\${ns[\$i]}" env NICEMU_RUNDIR=$TMP/host\$i NICEMU_NODE=\$i sh -c "\$*"
-EOF2
-chmod +x "$TMP/netns-rsh"
+netns_hosts_rsh "$TMP/netns-rsh" "$NET" "$TMP" "${NS[@]}"
 # mpiexec itself runs on host 0 (Hydra forks its local proxy there directly).
 if ip netns exec "${NS[0]}" env NICEMU_RUNDIR="$TMP/host0" NICEMU_NODE=0 timeout -k 5 60 "$HYDRA" \
     -launcher rsh -launcher-exec "$TMP/netns-rsh" -hosts "${NET}1,${NET}2,${NET}3" -n 6 -ppn 2 -genvnone \

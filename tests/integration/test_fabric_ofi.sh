@@ -38,16 +38,7 @@ DAEMON_NS=("${NS[@]}")
 for i in 0 1; do fabric_daemon "$i" --fabric-data ofi --ofi-provider "$PROVIDER"; done
 fabric_cred 1
 
-cat >"$TMP/netns-rsh" <<EOF2
-#!/bin/bash
-host=\$1; shift
-case "\$host" in
-${NET}1) i=0 ;; ${NET}2) i=1 ;; *) echo "netns-rsh: unknown host \$host" >&2; exit 1 ;;
-esac
-ns=(${NS[*]})
-exec ip netns exec "\${ns[\$i]}" env NICEMU_RUNDIR=$TMP/host\$i NICEMU_NODE=\$i sh -c "\$*"
-EOF2
-chmod +x "$TMP/netns-rsh"
+netns_hosts_rsh "$TMP/netns-rsh" "$NET" "$TMP" "${NS[@]}"
 
 RMA=$BUILD/tests/integration/fabric_rma
 if ip netns exec "${NS[0]}" env NICEMU_RUNDIR="$TMP/host0" NICEMU_NODE=0 timeout -k 5 120 "$HYDRA" \

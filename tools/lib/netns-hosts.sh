@@ -1,5 +1,6 @@
 # tools/lib/netns-hosts.sh — emulated hosts made of network namespaces (sourced, not run).
-# Used by tests/integration/test_fabric_netns.sh, test_slurm.sh and tools/soak.
+# Used by tests/integration/test_fabric_netns.sh, test_fabric_ofi.sh, test_drc_netns.sh,
+# test_slurm.sh and tools/soak.
 #
 # netns_hosts_up SW NET NS...: a bridge br0 in namespace SW (so the host's own network is
 # untouched) and one namespace per further name, joined to it by a veth pair; the k-th
@@ -42,3 +43,19 @@ netns_hosts_down() {
 }
 # netns_host_if SW K: the interface name of host K inside its namespace.
 netns_host_if() { echo "${1}h$2"; }
+# netns_hosts_rsh FILE NET RUNDIR NS...: writes FILE, an rsh stand-in for Hydra's launcher
+# (-launcher rsh -launcher-exec FILE) that runs the command inside the namespace of host
+# NET(k+1), with NICEMU_RUNDIR=RUNDIR/host<k> and NICEMU_NODE=<k>: the run directory of that
+# host's daemon, as a process would find /run/nicemu on a real host. Up to 253 hosts.
+netns_hosts_rsh() {
+  local file=$1 net=$2 rundir=$3
+  shift 3
+  {
+    echo '#!/bin/bash'
+    echo 'host=$1; shift'
+    echo "net='$net' rundir='$rundir' ns=($*)"
+    echo 'k=$(( ${host##*.} - 1 ))'
+    echo 'if [[ ${host%.*}. != "$net" || $k -lt 0 || $k -ge ${#ns[@]} ]]; then echo "netns-rsh: unknown host $host" >&2; exit 1; fi'
+    echo 'exec ip netns exec "${ns[$k]}" env NICEMU_RUNDIR="$rundir/host$k" NICEMU_NODE=$k sh -c "$*"'
+  } >"$file" && chmod +x "$file"
+}
