@@ -209,6 +209,22 @@ fabric_key() {
   FABRIC_KEY=$TMP/fabric.key
   "$CTL" keygen "$FABRIC_KEY" >/dev/null || die "nicemuctl keygen"
 }
+# netns_fabric SW NET NS...: namespace hosts on one bridge (tools/lib/netns-hosts.sh), host k
+# at NET(k+1); a fresh cluster key (fabric_key) and the fabric map $TMP/fabric.toml of them;
+# DAEMON_NS set so fabric_daemon k runs in host k's namespace. Skips (77) when the namespace
+# network cannot be built. Call after test_init, with a test_cleanup that runs
+# netns_hosts_down NS... SW.
+netns_fabric() {
+  local sw=$1 net=$2 k addrs=()
+  shift 2
+  # shellcheck source=../../tools/lib/netns-hosts.sh
+  . "$(dirname "${BASH_SOURCE[0]}")/../../tools/lib/netns-hosts.sh"
+  netns_hosts_up "$sw" "$net" "$@" 2>"$TMP/err" || skip "cannot build the namespace network: $(cat "$TMP/err")"
+  fabric_key
+  for ((k = 1; k <= $#; k++)); do addrs+=("$net$k"); done
+  "$CTL" fabric gen --port 7700 "${addrs[@]}" >"$TMP/fabric.toml" || die "nicemuctl fabric gen"
+  DAEMON_NS=("$@")
+}
 # fabric_daemon A [DAEMON_ARG...]: start_daemon on host A with the map and FABRIC_KEY.
 fabric_daemon() {
   start_daemon "$1" "$TMP/host$1" --fabric "$TMP/fabric.toml" --fabric-key "$FABRIC_KEY" --log-level info "${@:2}"

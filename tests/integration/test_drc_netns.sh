@@ -27,17 +27,10 @@ NET=10.214.$(($$ % 200)).
 test_cleanup() { netns_hosts_down "${NS[@]}" "$SW"; }
 test_init test_drc_netns
 
-. "$(dirname "$0")/../../tools/lib/netns-hosts.sh"
-if ! netns_hosts_up "$SW" "$NET" "${NS[@]}" 2>"$TMP/err"; then
-  echo "SKIP: cannot build the namespace network: $(cat "$TMP/err")" >&2
-  exit 77
-fi
+netns_fabric "$SW" "$NET" "${NS[@]}"
 python3 "$(dirname "$0")/../../tools/lib/user_access.py" --user nobody --clear-groups --exec "$CALL" ||
   skip "user nobody cannot reach the build (above)"
 
-fabric_key
-"$CTL" fabric gen --port 7700 "${NET}1" "${NET}2" "${NET}3" >"$TMP/fabric.toml" || exit 1
-DAEMON_NS=("${NS[@]}")
 for i in 0 1 2; do fabric_daemon "$i"; chmod 0755 "$TMP/host$i"; done
 chmod 0755 "$TMP"
 

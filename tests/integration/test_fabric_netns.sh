@@ -40,15 +40,8 @@ NET=10.213.$(($$ % 200)).
 test_cleanup() { netns_hosts_down "${NS[@]}" "$SW"; }
 test_init test_fabric_netns
 
-. "$(dirname "$0")/../../tools/lib/netns-hosts.sh"
-if ! netns_hosts_up "$SW" "$NET" "${NS[@]}" 2>"$TMP/err"; then
-  echo "SKIP: cannot build the namespace network: $(cat "$TMP/err")" >&2
-  exit 77
-fi
+netns_fabric "$SW" "$NET" "${NS[@]}"
 
-fabric_key
-"$CTL" fabric gen --port 7700 "${NET}1" "${NET}2" "${NET}3" >"$TMP/fabric.toml" || exit 1
-DAEMON_NS=("${NS[@]}")
 
 # start_all [IMPAIR-SPEC]: one daemon per namespace, and the job credential on all three.
 start_all() {

@@ -26,15 +26,8 @@ NET=10.214.$(($$ % 200)).
 test_cleanup() { netns_hosts_down "${NS[@]}" "$SW"; }
 test_init test_fabric_ofi
 
-. "$(dirname "$0")/../../tools/lib/netns-hosts.sh"
-if ! netns_hosts_up "$SW" "$NET" "${NS[@]}" 2>"$TMP/err"; then
-  echo "SKIP: cannot build the namespace network: $(cat "$TMP/err")" >&2
-  exit 77
-fi
+netns_fabric "$SW" "$NET" "${NS[@]}"
 
-fabric_key
-"$CTL" fabric gen --port 7700 "${NET}1" "${NET}2" >"$TMP/fabric.toml" || exit 1
-DAEMON_NS=("${NS[@]}")
 for i in 0 1; do fabric_daemon "$i" --fabric-data ofi --ofi-provider "$PROVIDER"; done
 fabric_cred 1
 

@@ -110,6 +110,14 @@ void receive(Side& to, SimLink& link, uint64_t now) {
   }
 }
 
+// One turn of both sides: a sends, b takes it and answers, a takes the answer.
+void turn(Side& a, SimLink& ab, Side& b, SimLink& ba, uint64_t now) {
+  pump(a, ab, now);
+  receive(b, ab, now);
+  pump(b, ba, now);
+  receive(a, ba, now);
+}
+
 std::string message(std::mt19937_64& rng, int i) {
   // Mostly small (datagram-sized) messages, some spanning several records.
   size_t len = rng() % 5 == 0 ? 1 + rng() % 5000 : 1 + rng() % 200;
@@ -661,10 +669,7 @@ TEST_CASE("fabric channel: a descheduled peer on a loaded host is not declared d
   // A round trip measured first (the channel has been in use).
   REQUIRE(a.ch.send(RecordType::kCtl, "warm", 4));
   for (int i = 0; i < 20; ++i, now += 100) {
-    pump(a, ab, now);
-    receive(b, ab, now);
-    pump(b, ba, now);
-    receive(a, ba, now);
+    turn(a, ab, b, ba, now);
   }
   REQUIRE(b.got.size() == 1);
   // The peer's daemon gets no CPU: nothing it receives is handled for 2.6 s.
@@ -716,10 +721,7 @@ TEST_CASE("fabric channel: the liveness horizon follows a slow peer's round trip
   for (int m = 0; m < 20; ++m) {
     REQUIRE(a.ch.send(RecordType::kCtl, "slow", 4));
     for (int i = 0; i < 400; ++i, now += 1000) {
-      pump(a, ab, now);
-      receive(b, ab, now);
-      pump(b, ba, now);
-      receive(a, ba, now);
+      turn(a, ab, b, ba, now);
     }
   }
   REQUIRE(b.got.size() == 20);
@@ -768,10 +770,7 @@ TEST_CASE("fabric channel: records of a refused send are sent again, never count
   CHECK(a.ch.cwnd_bytes() == cwnd0);
   // The socket drains: delivered once, the channel up.
   for (int i = 0; i < 20; ++i, now += 100) {
-    pump(a, ab, now);
-    receive(b, ab, now);
-    pump(b, ba, now);
-    receive(a, ba, now);
+    turn(a, ab, b, ba, now);
   }
   REQUIRE(b.got.size() == 1);
   CHECK(a.ch.stats().downs == 0);
