@@ -34,6 +34,7 @@ bool ofi_post(Ep*, Cq*, const gni_post_descriptor_t*, uint16_t, uint16_t, int32_
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
+#include <dlfcn.h>
 #include <time.h>
 
 #include <atomic>
@@ -63,9 +64,52 @@ uint64_t now_ns() {
   return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
 }
 
+// libfabric's exported functions, found at run time (the rest of its API is inline calls
+// through the objects' operation tables). libugni does not link libfabric: libfabric's own
+// gni provider links libugni, and a libugni that needed libfabric.so.1 would pull a second
+// libfabric into that provider's processes (and fail to link where the two disagree on
+// symbol versions). Loaded only when a daemon says ofi; in a process that already has a
+// libfabric, dlopen returns that one.
+struct OfiLib {
+  int (*getinfo)(uint32_t, const char*, const char*, uint64_t, const fi_info*, fi_info**) = nullptr;
+  void (*freeinfo)(fi_info*) = nullptr;
+  fi_info* (*dupinfo)(const fi_info*) = nullptr;
+  int (*fabric)(fi_fabric_attr*, fid_fabric**, void*) = nullptr;
+  const char* (*strerror)(int) = nullptr;
+  std::string error;  // why it could not be loaded; empty when loaded
+};
+
+template <class F>
+bool find(void* h, const char* name, F& fn, std::string& error) {
+  fn = reinterpret_cast<F>(dlsym(h, name));
+  if (!fn && error.empty()) error = std::string("libfabric.so.1 has no ") + name;
+  return fn != nullptr;
+}
+
+const OfiLib& ofi_lib() {
+  static const OfiLib lib = [] {
+    OfiLib l;
+    void* h = dlopen("libfabric.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+      const char* e = dlerror();
+      l.error = std::string("cannot load libfabric.so.1 (Debian libfabric1): ") + (e ? e : "?");
+      return l;
+    }
+    find(h, "fi_getinfo", l.getinfo, l.error);
+    find(h, "fi_freeinfo", l.freeinfo, l.error);
+    find(h, "fi_dupinfo", l.dupinfo, l.error);
+    find(h, "fi_fabric", l.fabric, l.error);
+    find(h, "fi_strerror", l.strerror, l.error);
+    return l;  // the handle stays open for the process's life: providers keep state in it
+  }();
+  return lib;
+}
+
+const char* ofi_strerror(int rc) { return ofi_lib().strerror ? ofi_lib().strerror(rc) : "?"; }
+
 void say(const char* what, int rc) {
   std::fprintf(stderr, "libugni(nicemu): ofi fabric: %s: %s; this CDM's posts to other hosts go through the daemons\n",
-               what, rc ? fi_strerror(-rc) : "");
+               what, rc ? ofi_strerror(-rc) : "");
 }
 
 // One post in flight: what its completion must produce.
@@ -214,7 +258,7 @@ void OfiPort::teardown() {
   if (cq) fi_close(&cq->fid);
   if (domain) fi_close(&domain->fid);
   if (fabric) fi_close(&fabric->fid);
-  if (info) fi_freeinfo(info);
+  if (info) ofi_lib().freeinfo(info);
   ep = nullptr, av = nullptr, cq = nullptr, domain = nullptr, fabric = nullptr, info = nullptr;
 }
 
@@ -222,8 +266,10 @@ void ofi_open(Nic* n, const abi::ctl::AttachReply& rep) {
   if (rep.fabric_data != abi::ctl::kFabricDataOfi) return;
   std::string prov(rep.ofi_provider, strnlen(rep.ofi_provider, sizeof rep.ofi_provider));
   if (const char* e = std::getenv("FI_PROVIDER"); e && *e) prov = e;
-  fi_info* hints = fi_allocinfo();
-  if (!hints) return say("fi_allocinfo", 0);
+  const OfiLib& lib = ofi_lib();
+  if (!lib.error.empty()) return say(lib.error.c_str(), 0);
+  fi_info* hints = lib.dupinfo(nullptr);  // what fi_allocinfo() does
+  if (!hints) return say("fi_dupinfo", 0);
   hints->ep_attr->type = FI_EP_RDM;
   hints->caps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
   // The memory modes this code handles: addresses as VAs or offsets, keys it chooses.
@@ -234,8 +280,8 @@ void ofi_open(Nic* n, const abi::ctl::AttachReply& rep) {
   if (!prov.empty()) hints->fabric_attr->prov_name = strdup(prov.c_str());
   auto p = std::make_unique<OfiPort>();
   p->nic = n;
-  int rc = fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints, &p->info);
-  fi_freeinfo(hints);
+  int rc = lib.getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints, &p->info);
+  lib.freeinfo(hints);
   if (rc || !p->info) return say(("no provider \"" + prov + "\" with RMA and requested keys").c_str(), rc);
   fi_info* i = p->info;
   p->virt_addr = i->domain_attr->mr_mode & FI_MR_VIRT_ADDR;
@@ -246,7 +292,7 @@ void ofi_open(Nic* n, const abi::ctl::AttachReply& rep) {
   fi_cq_attr cq_attr{};
   cq_attr.format = FI_CQ_FORMAT_CONTEXT;
   cq_attr.wait_obj = FI_WAIT_UNSPEC;
-  if ((rc = fi_fabric(i->fabric_attr, &p->fabric, nullptr))) return p->teardown(), say("fi_fabric", rc);
+  if ((rc = lib.fabric(i->fabric_attr, &p->fabric, nullptr))) return p->teardown(), say("fi_fabric", rc);
   if ((rc = fi_domain(p->fabric, i, &p->domain, nullptr))) return p->teardown(), say("fi_domain", rc);
   if ((rc = fi_av_open(p->domain, &av_attr, &p->av, nullptr))) return p->teardown(), say("fi_av_open", rc);
   p->waitable = fi_cq_open(p->domain, &cq_attr, &p->cq, nullptr) == 0;
@@ -295,7 +341,7 @@ void ofi_register(Nic* n, const gni_mem_handle_t& h, bool read_only) {
                      p->key_of(h), 0, &mr, nullptr);
   if (rc) {
     // Peers' posts to it complete with a protection error; said, not failed here.
-    std::fprintf(stderr, "libugni(nicemu): ofi fabric: fi_mr_reg: %s\n", fi_strerror(-rc));
+    std::fprintf(stderr, "libugni(nicemu): ofi fabric: fi_mr_reg: %s\n", ofi_strerror(-rc));
     return;
   }
   std::lock_guard<std::mutex> lk(p->mu);
