@@ -47,6 +47,7 @@ bool ofi_post(Ep*, Cq*, const gni_post_descriptor_t*, uint16_t, uint16_t, int32_
 #include <thread>
 
 #include "fault_engine.h"
+#include "nicemu/fault/fault_page.h"
 #include "fma_requester.h"
 #include "nicemu/abi/mem_handle.h"
 #include "nicemu/abi/remote_ops.h"
@@ -58,11 +59,7 @@ namespace rop = nicemu::abi::remote;
 
 namespace {
 
-uint64_t now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
+using nicemu::fault::monotonic_ns;
 
 // libfabric's exported functions, found at run time (the rest of its API is inline calls
 // through the objects' operation tables). libugni does not link libfabric: libfabric's own
@@ -216,7 +213,7 @@ void OfiPort::run() {
 
 bool OfiPort::resolve(uint32_t node, uint32_t route, fi_addr_t& out) {
   const uint64_t k = (uint64_t{node} << 32) | route;
-  const uint64_t now = now_ns();
+  const uint64_t now = monotonic_ns();
   {
     std::lock_guard<std::mutex> lk(mu);
     auto it = peers.find(k);
@@ -419,13 +416,13 @@ bool ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uin
   count(n->counters, ctr::cdm::ofi_ops);
   count(n->counters, ctr::cdm::ofi_bytes, d->length);
   // A full transmit queue empties as the progress thread runs: retried for up to 2 s.
-  const uint64_t give_up = now_ns() + 2000000000ull;
+  const uint64_t give_up = monotonic_ns() + 2000000000ull;
   for (;;) {
     ssize_t rc = get ? fi_read(p->ep, reinterpret_cast<void*>(local), d->length, nullptr, dest, raddr, key, &op->ctx)
                      : fi_write(p->ep, reinterpret_cast<const void*>(local), d->length, nullptr, dest, raddr, key,
                                 &op->ctx);
     if (rc == 0) return true;
-    if (rc != -FI_EAGAIN || now_ns() > give_up) {
+    if (rc != -FI_EAGAIN || monotonic_ns() > give_up) {
       p->complete(op, rc == -FI_EAGAIN ? cqe::kErrTransient : status_of_error(static_cast<int>(-rc)));
       return true;
     }
