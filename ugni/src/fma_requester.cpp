@@ -181,14 +181,18 @@ void push_fma_remote_event(const FmaOp& op, uint32_t dst_cq) {
                     cqe::make(cqe::kSrcRemoteRequest, cqe::kTypePost, cqe::kOk, 0, 0, op.ep->remote_event));
 }
 
-void complete_fma(Cq* cq, const gni_post_descriptor_t* d, uint32_t local_event, uint64_t status, int32_t tid) {
+void complete_fma(Cq* cq, uint16_t cq_mode, uint32_t local_event, uint64_t status, int32_t tid) {
   if (!cq || tid < 0) return;
-  if (d->cq_mode & GNI_CQMODE_LOCAL_EVENT)
+  if (cq_mode & GNI_CQMODE_LOCAL_EVENT)
     cq->ring.push(cqe::make(cqe::kSrcLocalRequest, cqe::kTypePost, status, cqe::kInfoLocal,
                             static_cast<uint64_t>(tid), local_event));
-  if (d->cq_mode & GNI_CQMODE_GLOBAL_EVENT)
+  if (cq_mode & GNI_CQMODE_GLOBAL_EVENT)
     cq->ring.push(cqe::make(cqe::kSrcLocalResponse, cqe::kTypePost, status, cqe::kInfoGlobal,
                             static_cast<uint64_t>(tid), local_event));
+}
+
+void complete_fma(Cq* cq, const gni_post_descriptor_t* d, uint32_t local_event, uint64_t status, int32_t tid) {
+  complete_fma(cq, d->cq_mode, local_event, status, tid);
 }
 
 }  // namespace nicemu::ugni

@@ -60,5 +60,7 @@ uint64_t execute_cq_write(Ep* ep, const gni_mem_handle_t& remote_mem_hndl, uint6
 // The events of a local completion into `cq` (none if `tid` < 0): LOCAL and/or GLOBAL as
 // the descriptor's cq_mode asks, with the transaction's status.
 void complete_fma(Cq* cq, const gni_post_descriptor_t* d, uint32_t local_event, uint64_t status, int32_t tid);
+// The same, for a post whose descriptor is gone: its cq_mode kept.
+void complete_fma(Cq* cq, uint16_t cq_mode, uint32_t local_event, uint64_t status, int32_t tid);
 
 }  // namespace nicemu::ugni

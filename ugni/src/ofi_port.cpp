@@ -175,13 +175,8 @@ void OfiPort::complete(OfiOp* op, uint64_t st) {
   if (st != cqe::kOk) count(nic->counters, ctr::cdm::ofi_errors);
   if (op->bte) {
     rdma_local_events(op->cq, op->cq_mode, op->local_event, op->tid, st);
-  } else if (op->cq && op->tid >= 0) {
-    if (op->cq_mode & GNI_CQMODE_LOCAL_EVENT)
-      op->cq->ring.push(cqe::make(cqe::kSrcLocalRequest, cqe::kTypePost, st, cqe::kInfoLocal,
-                                  static_cast<uint64_t>(op->tid), op->local_event));
-    if (op->cq_mode & GNI_CQMODE_GLOBAL_EVENT)
-      op->cq->ring.push(cqe::make(cqe::kSrcLocalResponse, cqe::kTypePost, st, cqe::kInfoGlobal,
-                                  static_cast<uint64_t>(op->tid), op->local_event));
+  } else {
+    complete_fma(op->cq, op->cq_mode, op->local_event, st, op->tid);
   }
   delete op;
   in_flight.fetch_sub(1, std::memory_order_release);
@@ -213,15 +208,16 @@ void OfiPort::run() {
 
 bool OfiPort::resolve(uint32_t node, uint32_t route, fi_addr_t& out) {
   const uint64_t k = (uint64_t{node} << 32) | route;
-  const uint64_t now = monotonic_ns();
+  uint64_t now = 0;  // read only for a peer without an address
   {
     std::lock_guard<std::mutex> lk(mu);
     auto it = peers.find(k);
-    if (it != peers.end() && (it->second.ok || now < it->second.retry_at)) {
+    if (it != peers.end() && (it->second.ok || (now = monotonic_ns()) < it->second.retry_at)) {
       out = it->second.addr;
       return it->second.ok;
     }
   }
+  if (!now) now = monotonic_ns();
   abi::ctl::OfiLookup req{};
   req.h.op = static_cast<uint16_t>(abi::ctl::Op::kOfiLookup);
   req.node = node;
@@ -416,12 +412,13 @@ bool ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uin
   count(n->counters, ctr::cdm::ofi_ops);
   count(n->counters, ctr::cdm::ofi_bytes, d->length);
   // A full transmit queue empties as the progress thread runs: retried for up to 2 s.
-  const uint64_t give_up = monotonic_ns() + 2000000000ull;
+  uint64_t give_up = 0;  // set at the first refusal: no clock read on the common path
   for (;;) {
     ssize_t rc = get ? fi_read(p->ep, reinterpret_cast<void*>(local), d->length, nullptr, dest, raddr, key, &op->ctx)
                      : fi_write(p->ep, reinterpret_cast<const void*>(local), d->length, nullptr, dest, raddr, key,
                                 &op->ctx);
     if (rc == 0) return true;
+    if (rc == -FI_EAGAIN && !give_up) give_up = monotonic_ns() + 2000000000ull;
     if (rc != -FI_EAGAIN || monotonic_ns() > give_up) {
       p->complete(op, rc == -FI_EAGAIN ? cqe::kErrTransient : status_of_error(static_cast<int>(-rc)));
       return true;
