@@ -224,6 +224,18 @@ netns_fabric() {
   for ((k = 1; k <= $#; k++)); do addrs+=("$net$k"); done
   "$CTL" fabric gen --port 7700 "${addrs[@]}" >"$TMP/fabric.toml" || die "nicemuctl fabric gen"
   DAEMON_NS=("$@")
+  NETNS_HOSTS=$(IFS=,; echo "${addrs[*]}")
+  netns_hosts_rsh "$TMP/netns-rsh" "$net" "$TMP" "$@" || die "netns_hosts_rsh"
+}
+# netns_hydra TIMEOUT N PPN LOG PROG [ARG...]: an MPICH Hydra job (HYDRA) of N ranks, PPN per
+# host, over the hosts of netns_fabric, started from host 0 with the job credential's
+# PMI_GNI_PTAG/COOKIE; its output in LOG. Returns Hydra's status.
+netns_hydra() {
+  local to=$1 n=$2 ppn=$3 log=$4
+  shift 4
+  ip netns exec "${DAEMON_NS[0]}" env NICEMU_RUNDIR="$TMP/host0" NICEMU_NODE=0 timeout -k 5 "$to" "$HYDRA" \
+    -launcher rsh -launcher-exec "$TMP/netns-rsh" -hosts "$NETNS_HOSTS" -n "$n" -ppn "$ppn" -genvnone \
+    -genv PMI_GNI_PTAG "$PMI_GNI_PTAG" -genv PMI_GNI_COOKIE "$PMI_GNI_COOKIE" "$@" >"$log" 2>&1
 }
 # fabric_daemon A [DAEMON_ARG...]: start_daemon on host A with the map and FABRIC_KEY.
 fabric_daemon() {

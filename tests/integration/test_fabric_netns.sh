@@ -115,14 +115,9 @@ if [[ $phase != hydra ]]; then
 fi
 
 # ---- the `hydra` phase: Hydra across the namespaces ----
-# Hydra's launcher, for a "host" that is a namespace: run the proxy inside it, with the
-# run directory of that host's daemon (as it would find /run/nicemu on a real host).
-netns_hosts_rsh "$TMP/netns-rsh" "$NET" "$TMP" "${NS[@]}"
-# mpiexec itself runs on host 0 (Hydra forks its local proxy there directly).
-if ip netns exec "${NS[0]}" env NICEMU_RUNDIR="$TMP/host0" NICEMU_NODE=0 timeout -k 5 60 "$HYDRA" \
-    -launcher rsh -launcher-exec "$TMP/netns-rsh" -hosts "${NET}1,${NET}2,${NET}3" -n 6 -ppn 2 -genvnone \
-    -genv PMI_GNI_PTAG "$PMI_GNI_PTAG" -genv PMI_GNI_COOKIE "$PMI_GNI_COOKIE" "$PROG" pmi 10 \
-    >"$TMP/hydra.log" 2>&1; then
+# netns_hydra (lib.sh): mpiexec on host 0, each proxy inside its host's namespace with that
+# host's run directory (as it would find /run/nicemu on a real host).
+if netns_hydra 60 6 2 "$TMP/hydra.log" "$PROG" pmi 10; then
   n=$(grep -c 'rounds with 5 peers verified' "$TMP/hydra.log")
   hosts=$(grep -o 'fabric_dgram [0-9]*/[0-9]*: 10 rounds' "$TMP/hydra.log" | cut -d' ' -f2 | cut -d/ -f1 | sort -u | wc -l)
   [[ $n -eq 6 && $hosts -eq 3 ]] && pass "Hydra: 6 ranks on 3 namespace hosts, datagrams between every pair verified" ||
@@ -132,10 +127,7 @@ else
 fi
 # Memory operations between every pair (two ranks per host: same-host pairs too).
 RMA=$BUILD/tests/integration/fabric_rma
-if ip netns exec "${NS[0]}" env NICEMU_RUNDIR="$TMP/host0" NICEMU_NODE=0 timeout -k 5 120 "$HYDRA" \
-    -launcher rsh -launcher-exec "$TMP/netns-rsh" -hosts "${NET}1,${NET}2,${NET}3" -n 6 -ppn 2 -genvnone \
-    -genv PMI_GNI_PTAG "$PMI_GNI_PTAG" -genv PMI_GNI_COOKIE "$PMI_GNI_COOKIE" "$RMA" 2 65536 \
-    >"$TMP/hydra-rma.log" 2>&1; then
+if netns_hydra 120 6 2 "$TMP/hydra-rma.log" "$RMA" 2 65536; then
   n=$(grep -c 'rounds with 5 peers verified' "$TMP/hydra-rma.log")
   [[ $n -eq 6 ]] && pass "Hydra: fabric_rma on 6 ranks, 3 hosts, $how: FMA, RDMA, AMO, CQ writes, chains (mixed same-host and other-host members) verified" ||
     { fail "Hydra fabric_rma: $n of 6 ranks verified"; show_log "$TMP/hydra-rma.log"; }

@@ -31,13 +31,8 @@ netns_fabric "$SW" "$NET" "${NS[@]}"
 for i in 0 1; do fabric_daemon "$i" --fabric-data ofi --ofi-provider "$PROVIDER"; done
 fabric_cred 1
 
-netns_hosts_rsh "$TMP/netns-rsh" "$NET" "$TMP" "${NS[@]}"
-
 RMA=$BUILD/tests/integration/fabric_rma
-if ip netns exec "${NS[0]}" env NICEMU_RUNDIR="$TMP/host0" NICEMU_NODE=0 timeout -k 5 120 "$HYDRA" \
-    -launcher rsh -launcher-exec "$TMP/netns-rsh" -hosts "${NET}1,${NET}2" -n 2 -ppn 1 -genvnone \
-    -genv PMI_GNI_PTAG "$PMI_GNI_PTAG" -genv PMI_GNI_COOKIE "$PMI_GNI_COOKIE" "$RMA" 4 262144 \
-    >"$TMP/rma.log" 2>&1; then
+if netns_hydra 120 2 1 "$TMP/rma.log" "$RMA" 4 262144; then
   n=$(grep -c 'rounds with 1 peers verified' "$TMP/rma.log")
   [[ $n -eq 2 ]] && pass "fabric_rma over ofi ($PROVIDER), 2 hosts: FMA and RDMA PUT/GET, AMOs, CQ writes, chains verified" ||
     { fail "fabric_rma over ofi: $n of 2 ranks verified"; show_log "$TMP/rma.log"; }
@@ -47,10 +42,7 @@ fi
 
 # Errors: posts through a handle the target deregistered complete with error events, and
 # the page is not written (fabric_rma errors).
-if ip netns exec "${NS[0]}" env NICEMU_RUNDIR="$TMP/host0" NICEMU_NODE=0 timeout -k 5 120 "$HYDRA" \
-    -launcher rsh -launcher-exec "$TMP/netns-rsh" -hosts "${NET}1,${NET}2" -n 2 -ppn 1 -genvnone \
-    -genv PMI_GNI_PTAG "$PMI_GNI_PTAG" -genv PMI_GNI_COOKIE "$PMI_GNI_COOKIE" "$RMA" errors \
-    >"$TMP/errors.log" 2>&1 && [[ $(grep -c 'through a deregistered handle: error event' "$TMP/errors.log") -eq 3 ]] &&
+if netns_hydra 120 2 1 "$TMP/errors.log" "$RMA" errors && [[ $(grep -c 'through a deregistered handle: error event' "$TMP/errors.log") -eq 3 ]] &&
     grep -q 'deregistered page is untouched' "$TMP/errors.log"; then
   pass "stale handle over ofi: RDMA PUT, FMA PUT, FMA GET complete with error events, no stray write"
   grep -o 'status [0-9]*' "$TMP/errors.log" | sort | uniq -c | sed 's/^/    /'
