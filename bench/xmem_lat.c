@@ -7,7 +7,9 @@
 // CPUs A and B; the child sleeps in pause() (a CMA read does not need the target running).
 //   xmem_lat [--cpus A,B] [--sizes "S ..."] [--batches N]
 //   prints, one line per figure: name,bytes,ns
-#define _GNU_SOURCE
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE  // process_vm_readv, sched_setaffinity
+#endif
 #include <sched.h>
 #include <signal.h>
 #include <poll.h>
