@@ -7,7 +7,10 @@
 #pragma once
 #include <sys/types.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -42,7 +45,12 @@ class MappedRegion {
 
   // Alive: the daemon has not reclaimed it and its owner process has not exited. Checked
   // before every chunk, so a transfer never writes into a process that replaced a dead one.
+  // The owner's pidfd is polled at most once per kLivenessFor while it answers alive (a
+  // request checked it up to six times, half of the BTE engine's time per post): a pid is
+  // handed out again only after the kernel's pid counter has gone round pid_max, which
+  // takes far longer. Dead is final and seen at the first poll after the exit.
   bool alive() const;
+  static constexpr std::chrono::nanoseconds kLivenessFor{std::chrono::milliseconds(1)};
   // The CQE status for "this side is gone": peer gone, or NIC down if its daemon stopped.
   uint64_t gone_status() const;
 
@@ -59,6 +67,8 @@ class MappedRegion {
   pid_t pid_ = 0;
   int pidfd_ = -1;
   uint64_t attach_id_ = 0;
+  // steady_clock time (ns) of the last poll that found the owner alive; -1 once it exited.
+  mutable std::atomic<int64_t> alive_at_{std::numeric_limits<int64_t>::min()};
 };
 
 // A target CDM: its NIC address and memory domain (the route of the handle an operation
