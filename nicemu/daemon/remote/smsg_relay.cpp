@@ -22,7 +22,13 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 constexpr std::chrono::microseconds kPollMin{100}, kPollMax{5000}, kPollFastFor{2000}, kQueueRetry{1000},
-    kLiveness{50000};
+    kLiveness{50000}, kLivenessScan{10000};
+// Every watched relay is looked at this often; only those whose sender is short of credits
+// more often (smsg_relay.h).
+constexpr std::chrono::microseconds kPollAll = kPollMax;
+
+// The sender has a quarter of its credits or less left: it may soon wait for our report.
+bool credit_short(uint32_t unreported, uint32_t credits) { return unreported >= credits - credits / 4; }
 
 template <typename T>
 T message(Op op) {
@@ -329,7 +335,7 @@ void SmsgRelay::peer_lost(uint32_t node) {
   // data for a forgotten relay is refused, so its sender fails instead of waiting on acks.
   // What they delivered stays in the mailboxes for the receivers.
   for (auto it = rx_.lower_bound(RxKey{node, 0}); it != rx_.end() && it->first.first == node;) {
-    watch_.erase(it->first);
+    unwatch(it->first);
     ack_due_.erase(it->first);
     it = rx_.erase(it);
   }
@@ -445,7 +451,7 @@ const char* SmsgRelay::fabric_message(uint32_t from, const ctl::Header& h, const
       std::memcpy(&c, msg, sizeof c);
       RxKey k{from, c.relay};
       rx_.erase(k);
-      watch_.erase(k);
+      unwatch(k);
       ack_due_.erase(k);
       return nullptr;
     }
@@ -458,7 +464,7 @@ const char* SmsgRelay::on_open(uint32_t from, const ctl::SmsgOpen& o) {
   if (o.origin_node != from) return "SmsgOpen about another node";
   if (!relayable(o.mbox)) return "SmsgOpen with impossible sizes";
   RxKey k{from, o.relay};
-  watch_.erase(k);
+  unwatch(k);
   ack_due_.erase(k);
   Rx& r = rx_[k];  // a new relay, or one of an earlier incarnation of `from`: start over
   r = Rx{};
@@ -578,7 +584,7 @@ void SmsgRelay::send_ack(const RxKey& k, Rx& r) {
   CdmRegion* c = env_.cdm(r.attach_id);
   char* mem = c && c->alive() ? c->heap_ptr(r.mbox_offset, r.mbox_bytes) : nullptr;
   if (!mem) {
-    watch_.erase(k);
+    unwatch(k);
     if (!r.status) {
       r.status = cqe::kErrPeerGone;
       nack(k.first, k.second, r.status);
@@ -597,10 +603,17 @@ void SmsgRelay::send_ack(const RxKey& k, Rx& r) {
   a.released = rel;
   a.credit_event = m->credit_event.load(std::memory_order_relaxed);
   to_peer(k.first, &a, sizeof a);
-  if (r.reported != r.next)
-    watch_.insert(k);
+  if (r.reported == r.next) return unwatch(k);
+  watch_.insert(k);
+  if (credit_short(r.next - r.reported, r.credits))
+    short_.insert(k);
   else
-    watch_.erase(k);
+    short_.erase(k);
+}
+
+void SmsgRelay::unwatch(const RxKey& k) {
+  watch_.erase(k);
+  short_.erase(k);
 }
 
 // The receiver tells us (a note) once it has released an eighth of a mailbox past what the sender
@@ -647,10 +660,12 @@ void SmsgRelay::flush_acks() {
   for (const RxKey& k : ack_due_)
     if (auto it = rx_.find(k); it != rx_.end() && !it->second.status) send_ack(k, it->second);
   ack_due_.clear();
-  if (!watch_.empty()) {
+  if (!short_.empty()) {
     poll_ = kPollMin;
     last_move_ = Clock::now();
     arm(poll_);
+  } else if (!watch_.empty()) {
+    arm(kPollAll);
   }
 }
 
@@ -680,7 +695,7 @@ void SmsgRelay::cdm_gone(uint64_t attach_id) {
     }
     // The receiver is gone: its senders learn now, not at their next message.
     nack(it->first.first, it->first.second, cqe::kErrPeerGone);
-    watch_.erase(it->first);
+    unwatch(it->first);
     ack_due_.erase(it->first);
     it = rx_.erase(it);
   }
@@ -705,22 +720,41 @@ void SmsgRelay::arm(std::chrono::microseconds in) {
 void SmsgRelay::tick() {
   if (!io_) return;
   progress();
-  // Receivers' releases since the last report: an ack for each relay that moved.
+  const auto now = Clock::now();
+  // Receivers' releases since the last report: an ack for each relay that moved. Every
+  // watched relay every kPollAll; in between only those whose sender is short of credits.
+  const bool all = now - last_full_scan_ >= kPollAll;
+  if (all) last_full_scan_ = now;
   bool moved = false;
-  std::vector<RxKey> watched(watch_.begin(), watch_.end());
-  for (const RxKey& k : watched) {
+  const std::set<RxKey>& scan = all ? watch_ : short_;
+  std::vector<RxKey> keys(scan.begin(), scan.end());  // send_ack changes the sets
+  for (const RxKey& k : keys) {
     auto it = rx_.find(k);
     if (it == rx_.end()) {
-      watch_.erase(k);
+      unwatch(k);
       continue;
     }
-    Rx& r = it->second;
     if (!released_moved(k)) continue;
     moved = true;
-    send_ack(k, r);
+    send_ack(k, it->second);
   }
-  // Senders: a silent peer (channel down) or an ack overdue fails the relay.
-  const auto now = Clock::now();
+  if (now - last_liveness_ >= kLivenessScan) in_flight_ = check_liveness(now);
+  if (!queued_.empty()) arm(kQueueRetry);
+  if (moved) last_move_ = now;
+  if (!short_.empty()) {
+    // Fast while releases keep coming (a receiver taking its messages is usually a sender
+    // waiting for credits), backing off once nothing moved for a while.
+    poll_ = now - last_move_ < kPollFastFor ? kPollMin : std::min(poll_ * 2, kPollMax);
+    arm(poll_);
+  }
+  if (!watch_.empty())
+    arm(std::max(std::chrono::duration_cast<std::chrono::microseconds>(kPollAll - (now - last_full_scan_)), kPollMin));
+  if (in_flight_) arm(kLiveness);
+}
+
+// Senders: a silent peer (channel down) or an ack overdue fails the relay.
+bool SmsgRelay::check_liveness(Clock::time_point now) {
+  last_liveness_ = now;
   bool in_flight = false;
   for (auto& [id, t] : tx_) {
     if (t.failed || t.unacked.empty()) continue;
@@ -736,15 +770,7 @@ void SmsgRelay::tick() {
     }
     in_flight = true;
   }
-  if (!queued_.empty()) arm(kQueueRetry);
-  if (!watch_.empty()) {
-    // Fast while releases keep coming (a receiver taking its messages is usually a sender
-    // waiting for credits), backing off once nothing moved for a while.
-    if (moved) last_move_ = now;
-    poll_ = now - last_move_ < kPollFastFor ? kPollMin : std::min(poll_ * 2, kPollMax);
-    arm(poll_);
-  }
-  if (in_flight) arm(kLiveness);
+  return in_flight;
 }
 
 nlohmann::json SmsgRelay::status() const {
@@ -756,7 +782,7 @@ nlohmann::json SmsgRelay::status() const {
   for (const auto& [n, q] : queued_) queued += q.size();
   return nlohmann::json{{"tx_relays", tx_.size()},       {"tx_failed", failed},
                         {"tx_in_flight", in_flight},     {"tx_queued", queued},
-                        {"rx_relays", rx_.size()},       {"rx_watched", watch_.size()},
+                        {"rx_relays", rx_.size()},       {"rx_watched", watch_.size()}, {"rx_credit_short", short_.size()},
                         {"sent", sent_.value()},         {"delivered", delivered_.value()},
                         {"credit_updates", credit_updates_.value()}, {"failures", failures_.value()},
                         {"rings", rings_.size()},        {"ring_messages", ring_messages_},
