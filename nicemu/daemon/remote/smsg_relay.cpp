@@ -23,9 +23,11 @@ using Clock = std::chrono::steady_clock;
 namespace {
 constexpr std::chrono::microseconds kPollMin{100}, kPollMax{5000}, kPollFastFor{2000}, kQueueRetry{1000},
     kLiveness{50000}, kLivenessScan{10000};
-// Every watched relay is looked at this often; only those whose sender is short of credits
-// more often (smsg_relay.h).
-constexpr std::chrono::microseconds kPollAll = kPollMax;
+// The other watched relays are looked at kScanSlice at a time every kPollAll, round robin
+// (smsg_relay.h): their senders have credits to spare, so nothing waits on these reports,
+// and the cost per second stays the same however many relays a daemon holds.
+constexpr std::chrono::microseconds kPollAll{20000};
+constexpr size_t kScanSlice = 128;
 
 // The sender has a quarter of its credits or less left: it may soon wait for our report.
 bool credit_short(uint32_t unreported, uint32_t credits) { return unreported >= credits - credits / 4; }
@@ -721,13 +723,19 @@ void SmsgRelay::tick() {
   if (!io_) return;
   progress();
   const auto now = Clock::now();
-  // Receivers' releases since the last report: an ack for each relay that moved. Every
-  // watched relay every kPollAll; in between only those whose sender is short of credits.
-  const bool all = now - last_full_scan_ >= kPollAll;
-  if (all) last_full_scan_ = now;
+  // Receivers' releases since the last report: an ack for each relay that moved. Those
+  // whose sender is short of credits at every tick; a slice of the others every kPollAll.
+  std::vector<RxKey> keys(short_.begin(), short_.end());  // send_ack changes the sets
+  if (now - last_full_scan_ >= kPollAll) {
+    last_full_scan_ = now;
+    auto it = watch_.lower_bound(scan_from_);
+    for (size_t n = 0; n < kScanSlice && n < watch_.size(); ++n, ++it) {
+      if (it == watch_.end()) it = watch_.begin();
+      if (!short_.contains(*it)) keys.push_back(*it);
+    }
+    scan_from_ = it == watch_.end() ? RxKey{} : *it;
+  }
   bool moved = false;
-  const std::set<RxKey>& scan = all ? watch_ : short_;
-  std::vector<RxKey> keys(scan.begin(), scan.end());  // send_ack changes the sets
   for (const RxKey& k : keys) {
     auto it = rx_.find(k);
     if (it == rx_.end()) {

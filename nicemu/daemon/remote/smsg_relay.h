@@ -36,9 +36,9 @@
 //    also noticed by a poll, whose cost must not grow with the relays a daemon holds (a
 //    daemon of a 128-host all-to-all holds ~500): relays whose sender is short of credits
 //    (a quarter or less left) are polled on an adaptive timer (every 100 µs while releases
-//    came in the last 2 ms, then doubling to 5 ms while nothing moves); all relays with
-//    unreleased messages every 5 ms; no timer when everything is released. Senders'
-//    liveness is checked every 10 ms, not at every poll.
+//    came in the last 2 ms, then doubling to 5 ms while nothing moves); the other relays
+//    with unreleased messages 128 at a time every 20 ms, round robin; no timer when
+//    everything is released. Senders' liveness is checked every 10 ms, not at every poll.
 // Single-threaded: every call comes from the daemon's loop.
 #pragma once
 #include <chrono>
@@ -215,6 +215,7 @@ class SmsgRelay : public FabricService {
   std::set<RxKey> ack_due_;                                 // rx relays owing an ack this turn
   std::set<RxKey> watch_;                                   // rx relays with unreleased messages
   std::set<RxKey> short_;                                   // those whose sender is short of credits
+  RxKey scan_from_{};                                       // where the next slice of watch_ starts
   std::map<uint32_t, std::deque<std::vector<char>>> queued_;  // node -> messages the fabric refused
   std::map<uint64_t, Ring> rings_;                          // attach id -> its relay ring
   std::optional<asio::steady_timer> nap_timer_;
