@@ -422,9 +422,8 @@ void SmsgRelay::on_ack(uint32_t from, const ctl::SmsgAck& a) {
 
 void SmsgRelay::released(CdmRegion& cdm) {
   ++release_notes_;
-  for (const RxKey& k : watch_)
-    if (auto it = rx_.find(k); it != rx_.end() && it->second.attach_id == cdm.attach_id() && released_moved(k))
-      ack_soon(k);
+  for (const auto& [k, attach_id] : watch_)
+    if (attach_id == cdm.attach_id() && released_moved(k)) ack_soon(k);
 }
 
 const char* SmsgRelay::fabric_message(uint32_t from, const ctl::Header& h, const char* msg, size_t len) {
@@ -606,7 +605,7 @@ void SmsgRelay::send_ack(const RxKey& k, Rx& r) {
   a.credit_event = m->credit_event.load(std::memory_order_relaxed);
   to_peer(k.first, &a, sizeof a);
   if (r.reported == r.next) return unwatch(k);
-  watch_.insert(k);
+  watch_.emplace(k, r.attach_id);
   if (credit_short(r.next - r.reported, r.credits))
     short_.insert(k);
   else
@@ -629,8 +628,8 @@ void SmsgRelay::move_note(const RxKey& k, const Rx& r, MboxCtl& m) {
 }
 
 void SmsgRelay::ack_released_of(uint32_t node) {
-  for (auto it = watch_.lower_bound(RxKey{node, 0}); it != watch_.end() && it->first == node; ++it)
-    if (released_moved(*it)) ack_soon(*it);
+  for (auto it = watch_.lower_bound(RxKey{node, 0}); it != watch_.end() && it->first.first == node; ++it)
+    if (released_moved(it->first)) ack_soon(it->first);
 }
 
 void SmsgRelay::ack_soon(const RxKey& k) {
@@ -731,9 +730,9 @@ void SmsgRelay::tick() {
     auto it = watch_.lower_bound(scan_from_);
     for (size_t n = 0; n < kScanSlice && n < watch_.size(); ++n, ++it) {
       if (it == watch_.end()) it = watch_.begin();
-      if (!short_.contains(*it)) keys.push_back(*it);
+      if (!short_.contains(it->first)) keys.push_back(it->first);
     }
-    scan_from_ = it == watch_.end() ? RxKey{} : *it;
+    scan_from_ = it == watch_.end() ? RxKey{} : it->first;
   }
   bool moved = false;
   for (const RxKey& k : keys) {

@@ -213,7 +213,7 @@ class SmsgRelay : public FabricService {
   uint32_t next_tx_;
   std::map<RxKey, Rx> rx_;
   std::set<RxKey> ack_due_;                                 // rx relays owing an ack this turn
-  std::set<RxKey> watch_;                                   // rx relays with unreleased messages
+  std::map<RxKey, uint64_t> watch_;                         // rx relays with unreleased messages -> receiver
   std::set<RxKey> short_;                                   // those whose sender is short of credits
   RxKey scan_from_{};                                       // where the next slice of watch_ starts
   std::map<uint32_t, std::deque<std::vector<char>>> queued_;  // node -> messages the fabric refused
