@@ -305,6 +305,52 @@ TEST_CASE("SMSG relay: the receiver's release note returns the credits without w
   CHECK(r.to0.q.empty());
 }
 
+TEST_CASE("SMSG relay: only relays whose sender is short of credits are polled fast") {
+  // A daemon of a large all-to-all holds hundreds of relays with a message or two unreleased;
+  // polling them all every 100 µs cost it its CPU. Their senders have credits to spare, so
+  // their releases wait for the slow poll (or ride along with traffic, or a note).
+  Rig r;
+  ctl::SmsgRelayOpenReply rep{};
+  abi::SmsgRelayCtl* blk = r.open(rep, r.attrs());
+  REQUIRE(blk);
+  CHECK(r.send(rep.relay, 0, "one", 1));
+  CHECK(r.pump().empty());
+  auto st = r.b.status();
+  CHECK(st["rx_watched"] == 1);
+  CHECK(st["rx_credit_short"] == 0);  // 3 of 4 credits left
+  abi::MailboxView v = r.mailbox();
+  REQUIRE(abi::smsg_peek(v));
+  abi::smsg_release(v);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 1000 && blk->released.load() != 1; ++i) {
+    r.io.run_for(std::chrono::milliseconds(1));
+    r.io.restart();
+    r.pump();
+  }
+  CHECK(blk->released.load() == 1);
+  CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(15));  // the 20 ms poll, not the 100 µs one
+  CHECK(r.b.status()["rx_watched"] == 0);
+  // Three in the mailbox: one credit left, the relay is polled fast.
+  for (uint32_t i = 1; i <= 3; ++i) CHECK(r.send(rep.relay, i, "more", 1 + i));
+  CHECK(r.pump().empty());
+  st = r.b.status();
+  CHECK(st["rx_watched"] == 1);
+  CHECK(st["rx_credit_short"] == 1);
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(abi::smsg_peek(v));
+    abi::smsg_release(v);
+  }
+  for (int i = 0; i < 1000 && blk->released.load() != 4; ++i) {
+    r.io.run_for(std::chrono::milliseconds(1));
+    r.io.restart();
+    r.pump();
+  }
+  CHECK(blk->released.load() == 4);
+  st = r.b.status();
+  CHECK(st["rx_watched"] == 0);
+  CHECK(st["rx_credit_short"] == 0);
+}
+
 TEST_CASE("SMSG relay: messages through the relay ring arrive in order; the doorbell is re-armed when idle") {
   Rig r;
   ctl::SmsgRelayOpenReply rep{};

@@ -171,6 +171,8 @@ class Cluster:
             run(["useradd", "--system", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", name])
             self.users.append(name)
         key = os.path.join(self.out, "fabric.key")
+        if os.path.exists(key):  # an earlier run into the same directory: each run has its own key
+            os.unlink(key)
         run([self.ctl, "keygen", key])
         os.chmod(key, 0o600)
         fabric = os.path.join(self.out, "fabric.toml")

@@ -22,7 +22,15 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 constexpr std::chrono::microseconds kPollMin{100}, kPollMax{5000}, kPollFastFor{2000}, kQueueRetry{1000},
-    kLiveness{50000};
+    kLiveness{50000}, kLivenessScan{10000};
+// The other watched relays are looked at kScanSlice at a time every kPollAll, round robin
+// (smsg_relay.h): their senders have credits to spare, so nothing waits on these reports,
+// and the cost per second stays the same however many relays a daemon holds.
+constexpr std::chrono::microseconds kPollAll{20000};
+constexpr size_t kScanSlice = 128;
+
+// The sender has a quarter of its credits or less left: it may soon wait for our report.
+bool credit_short(uint32_t unreported, uint32_t credits) { return unreported >= credits - credits / 4; }
 
 template <typename T>
 T message(Op op) {
@@ -329,7 +337,7 @@ void SmsgRelay::peer_lost(uint32_t node) {
   // data for a forgotten relay is refused, so its sender fails instead of waiting on acks.
   // What they delivered stays in the mailboxes for the receivers.
   for (auto it = rx_.lower_bound(RxKey{node, 0}); it != rx_.end() && it->first.first == node;) {
-    watch_.erase(it->first);
+    unwatch(it->first);
     ack_due_.erase(it->first);
     it = rx_.erase(it);
   }
@@ -414,9 +422,8 @@ void SmsgRelay::on_ack(uint32_t from, const ctl::SmsgAck& a) {
 
 void SmsgRelay::released(CdmRegion& cdm) {
   ++release_notes_;
-  for (const RxKey& k : watch_)
-    if (auto it = rx_.find(k); it != rx_.end() && it->second.attach_id == cdm.attach_id() && released_moved(k))
-      ack_soon(k);
+  for (const auto& [k, attach_id] : watch_)
+    if (attach_id == cdm.attach_id() && released_moved(k)) ack_soon(k);
 }
 
 const char* SmsgRelay::fabric_message(uint32_t from, const ctl::Header& h, const char* msg, size_t len) {
@@ -445,7 +452,7 @@ const char* SmsgRelay::fabric_message(uint32_t from, const ctl::Header& h, const
       std::memcpy(&c, msg, sizeof c);
       RxKey k{from, c.relay};
       rx_.erase(k);
-      watch_.erase(k);
+      unwatch(k);
       ack_due_.erase(k);
       return nullptr;
     }
@@ -458,7 +465,7 @@ const char* SmsgRelay::on_open(uint32_t from, const ctl::SmsgOpen& o) {
   if (o.origin_node != from) return "SmsgOpen about another node";
   if (!relayable(o.mbox)) return "SmsgOpen with impossible sizes";
   RxKey k{from, o.relay};
-  watch_.erase(k);
+  unwatch(k);
   ack_due_.erase(k);
   Rx& r = rx_[k];  // a new relay, or one of an earlier incarnation of `from`: start over
   r = Rx{};
@@ -578,7 +585,7 @@ void SmsgRelay::send_ack(const RxKey& k, Rx& r) {
   CdmRegion* c = env_.cdm(r.attach_id);
   char* mem = c && c->alive() ? c->heap_ptr(r.mbox_offset, r.mbox_bytes) : nullptr;
   if (!mem) {
-    watch_.erase(k);
+    unwatch(k);
     if (!r.status) {
       r.status = cqe::kErrPeerGone;
       nack(k.first, k.second, r.status);
@@ -597,10 +604,17 @@ void SmsgRelay::send_ack(const RxKey& k, Rx& r) {
   a.released = rel;
   a.credit_event = m->credit_event.load(std::memory_order_relaxed);
   to_peer(k.first, &a, sizeof a);
-  if (r.reported != r.next)
-    watch_.insert(k);
+  if (r.reported == r.next) return unwatch(k);
+  watch_.emplace(k, r.attach_id);
+  if (credit_short(r.next - r.reported, r.credits))
+    short_.insert(k);
   else
-    watch_.erase(k);
+    short_.erase(k);
+}
+
+void SmsgRelay::unwatch(const RxKey& k) {
+  watch_.erase(k);
+  short_.erase(k);
 }
 
 // The receiver tells us (a note) once it has released an eighth of a mailbox past what the sender
@@ -614,8 +628,8 @@ void SmsgRelay::move_note(const RxKey& k, const Rx& r, MboxCtl& m) {
 }
 
 void SmsgRelay::ack_released_of(uint32_t node) {
-  for (auto it = watch_.lower_bound(RxKey{node, 0}); it != watch_.end() && it->first == node; ++it)
-    if (released_moved(*it)) ack_soon(*it);
+  for (auto it = watch_.lower_bound(RxKey{node, 0}); it != watch_.end() && it->first.first == node; ++it)
+    if (released_moved(it->first)) ack_soon(it->first);
 }
 
 void SmsgRelay::ack_soon(const RxKey& k) {
@@ -647,10 +661,12 @@ void SmsgRelay::flush_acks() {
   for (const RxKey& k : ack_due_)
     if (auto it = rx_.find(k); it != rx_.end() && !it->second.status) send_ack(k, it->second);
   ack_due_.clear();
-  if (!watch_.empty()) {
+  if (!short_.empty()) {
     poll_ = kPollMin;
     last_move_ = Clock::now();
     arm(poll_);
+  } else if (!watch_.empty()) {
+    arm(kPollAll);
   }
 }
 
@@ -680,7 +696,7 @@ void SmsgRelay::cdm_gone(uint64_t attach_id) {
     }
     // The receiver is gone: its senders learn now, not at their next message.
     nack(it->first.first, it->first.second, cqe::kErrPeerGone);
-    watch_.erase(it->first);
+    unwatch(it->first);
     ack_due_.erase(it->first);
     it = rx_.erase(it);
   }
@@ -705,22 +721,47 @@ void SmsgRelay::arm(std::chrono::microseconds in) {
 void SmsgRelay::tick() {
   if (!io_) return;
   progress();
-  // Receivers' releases since the last report: an ack for each relay that moved.
+  const auto now = Clock::now();
+  // Receivers' releases since the last report: an ack for each relay that moved. Those
+  // whose sender is short of credits at every tick; a slice of the others every kPollAll.
+  std::vector<RxKey> keys(short_.begin(), short_.end());  // send_ack changes the sets
+  if (now - last_full_scan_ >= kPollAll) {
+    last_full_scan_ = now;
+    auto it = watch_.lower_bound(scan_from_);
+    for (size_t n = 0; n < kScanSlice && n < watch_.size(); ++n, ++it) {
+      if (it == watch_.end()) it = watch_.begin();
+      if (!short_.contains(it->first)) keys.push_back(it->first);
+    }
+    scan_from_ = it == watch_.end() ? RxKey{} : it->first;
+  }
   bool moved = false;
-  std::vector<RxKey> watched(watch_.begin(), watch_.end());
-  for (const RxKey& k : watched) {
+  for (const RxKey& k : keys) {
     auto it = rx_.find(k);
     if (it == rx_.end()) {
-      watch_.erase(k);
+      unwatch(k);
       continue;
     }
-    Rx& r = it->second;
     if (!released_moved(k)) continue;
     moved = true;
-    send_ack(k, r);
+    send_ack(k, it->second);
   }
-  // Senders: a silent peer (channel down) or an ack overdue fails the relay.
-  const auto now = Clock::now();
+  if (now - last_liveness_ >= kLivenessScan) in_flight_ = check_liveness(now);
+  if (!queued_.empty()) arm(kQueueRetry);
+  if (moved) last_move_ = now;
+  if (!short_.empty()) {
+    // Fast while releases keep coming (a receiver taking its messages is usually a sender
+    // waiting for credits), backing off once nothing moved for a while.
+    poll_ = now - last_move_ < kPollFastFor ? kPollMin : std::min(poll_ * 2, kPollMax);
+    arm(poll_);
+  }
+  if (!watch_.empty())
+    arm(std::max(std::chrono::duration_cast<std::chrono::microseconds>(kPollAll - (now - last_full_scan_)), kPollMin));
+  if (in_flight_) arm(kLiveness);
+}
+
+// Senders: a silent peer (channel down) or an ack overdue fails the relay.
+bool SmsgRelay::check_liveness(Clock::time_point now) {
+  last_liveness_ = now;
   bool in_flight = false;
   for (auto& [id, t] : tx_) {
     if (t.failed || t.unacked.empty()) continue;
@@ -736,15 +777,7 @@ void SmsgRelay::tick() {
     }
     in_flight = true;
   }
-  if (!queued_.empty()) arm(kQueueRetry);
-  if (!watch_.empty()) {
-    // Fast while releases keep coming (a receiver taking its messages is usually a sender
-    // waiting for credits), backing off once nothing moved for a while.
-    if (moved) last_move_ = now;
-    poll_ = now - last_move_ < kPollFastFor ? kPollMin : std::min(poll_ * 2, kPollMax);
-    arm(poll_);
-  }
-  if (in_flight) arm(kLiveness);
+  return in_flight;
 }
 
 nlohmann::json SmsgRelay::status() const {
@@ -756,7 +789,7 @@ nlohmann::json SmsgRelay::status() const {
   for (const auto& [n, q] : queued_) queued += q.size();
   return nlohmann::json{{"tx_relays", tx_.size()},       {"tx_failed", failed},
                         {"tx_in_flight", in_flight},     {"tx_queued", queued},
-                        {"rx_relays", rx_.size()},       {"rx_watched", watch_.size()},
+                        {"rx_relays", rx_.size()},       {"rx_watched", watch_.size()}, {"rx_credit_short", short_.size()},
                         {"sent", sent_.value()},         {"delivered", delivered_.value()},
                         {"credit_updates", credit_updates_.value()}, {"failures", failures_.value()},
                         {"rings", rings_.size()},        {"ring_messages", ring_messages_},
