@@ -25,7 +25,7 @@
  *                         (type, status, source, the initiator's event data). Prints how many
  *                         AMOs the ofi fabric can take (amo_ofi_mappable), for the test's
  *                         counters.
- *   fabric_rma bench      rank 0 -> rank 1: FMA PUT 8 B latency; FMA PUT, RDMA PUT and
+ *   fabric_rma bench      rank 0 -> rank 1: FMA PUT 8 B and AMO FADD latency; FMA PUT, RDMA PUT and
  *                         RDMA GET bandwidth, 8 B .. 4 MiB (up to 16 posts in flight;
  *                         FABRIC_RMA_BENCH_REPEAT=N moves N times the data and
  *                         FABRIC_RMA_BENCH_SIZE=N measures only that size, for profiling).
@@ -160,6 +160,15 @@ static int bench(gni_ep_handle_t ep, const struct peer_info *t) {
     if (post_wait(ep, &ds[0], 0) != 0) return fail("latency put", i);
   }
   printf("fabric_rma bench: FMA PUT 8 B round trip %.1f us\n", (fabric_now_s() - t0) / lat_iters * 1e6);
+  /* And one fetch-and-add at a time, to its completion (the old value back). */
+  t0 = fabric_now_s();
+  for (int i = 0; i < lat_iters; ++i) {
+    fabric_desc(&ds[0], GNI_POST_AMO, src, sh, t->win, t->win_h, 8);
+    ds[0].amo_cmd = GNI_FMA_ATOMIC_FADD;
+    ds[0].first_operand = 1;
+    if (post_wait(ep, &ds[0], 0) != 0) return fail("latency AMO", i);
+  }
+  printf("fabric_rma bench: AMO FADD 8 B round trip %.1f us\n", (fabric_now_s() - t0) / lat_iters * 1e6);
   printf("fabric_rma bench: %-10s %10s %10s %10s\n", "bytes", "FMA PUT", "RDMA PUT", "RDMA GET");
   static const uint64_t sizes[] = {8, 64, 512, 4096, 32768, 262144, 1048576, BENCH_BYTES};
   for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; ++si) {
