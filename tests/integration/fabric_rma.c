@@ -384,6 +384,7 @@ static int amo_ofi_mappable(const struct amo_case *c) {
 #define EV_FMA 0xE1000000u
 #define EV_RDMA 0xE2000000u
 #define EV_SYNC 0xE3000000u
+#define EV_GET 0xE4000000u
 
 static int amo_mode(gni_ep_handle_t *ep, const struct peer_info *all, uint8_t *win) {
   static struct amo_case c[AMO_MAX];
@@ -425,12 +426,14 @@ static int amo_mode(gni_ep_handle_t *ep, const struct peer_info *all, uint8_t *w
     mappable += amo_ofi_mappable(&c[i]);
   }
   /* PUTs with remote events (the EP's event data names which), a sync flag with one and
-   * one without. The flags at win + 3072 + 8 * k of the target. */
+   * one without, a GET with a remote event (through the daemons: a read carries no CQ data).
+   * The flags at win + 3072 + 8 * k of the target. */
   const uint64_t slot = all[to].win + 4096 + (uint64_t)rank * SLOT;
   const struct { gni_post_type_t t; int rdma, event; uint32_t ev; uint64_t len; } puts[] = {
       {GNI_POST_FMA_PUT, 0, 1, EV_FMA, 512}, {GNI_POST_RDMA_PUT, 1, 1, EV_RDMA, 1 << 16},
-      {GNI_POST_FMA_PUT_W_SYNCFLAG, 0, 1, EV_SYNC, 2048}, {GNI_POST_FMA_PUT_W_SYNCFLAG, 0, 0, 0, 1024}};
-  for (int k = 0; k < 4; ++k) {
+      {GNI_POST_FMA_PUT_W_SYNCFLAG, 0, 1, EV_SYNC, 2048}, {GNI_POST_FMA_PUT_W_SYNCFLAG, 0, 0, 0, 1024},
+      {GNI_POST_FMA_GET, 0, 1, EV_GET, 256}};
+  for (int k = 0; k < 5; ++k) {
     fill(src, puts[k].len, (uint32_t)(rank * 10 + k));
     if (GNI_EpSetEventData(ep[to], 7, puts[k].ev | (uint32_t)rank) != GNI_RC_SUCCESS) return fail("EpSetEventData", k);
     fabric_desc(&d, puts[k].t, src, sh, slot + (uint64_t)k * (1 << 16), all[to].win_h, puts[k].len);
@@ -468,7 +471,7 @@ static int amo_mode(gni_ep_handle_t *ep, const struct peer_info *all, uint8_t *w
   int events = 0;
   for (;;) {
     gni_cq_entry_t e;
-    gni_return_t rc = events < 3 ? GNI_CqWaitEvent(rcq, 5000, &e) : GNI_CqGetEvent(rcq, &e);
+    gni_return_t rc = events < 4 ? GNI_CqWaitEvent(rcq, 5000, &e) : GNI_CqGetEvent(rcq, &e);
     if (rc == GNI_RC_NOT_DONE || rc == GNI_RC_TIMEOUT) break;
     if (rc != GNI_RC_SUCCESS || !GNI_CQ_STATUS_OK(e) || GNI_CQ_GET_TYPE(e) != GNI_CQ_EVENT_TYPE_POST) {
       bad = fail("remote event: not a good POST event", (long)rc);
@@ -477,16 +480,16 @@ static int amo_mode(gni_ep_handle_t *ep, const struct peer_info *all, uint8_t *w
     const uint32_t ev = (uint32_t)GNI_CQ_GET_REM_INST_ID(e);
     const uint64_t want_src = (ev & 0xFF000000u) == EV_RDMA ? 6 : 5; /* remote DMA / remote request */
     if ((ev & 0xFFFFFFu) != (uint32_t)from || ((ev & 0xFF000000u) != EV_FMA && (ev & 0xFF000000u) != EV_RDMA &&
-                                               (ev & 0xFF000000u) != EV_SYNC) || GNI_CQ_GET_SOURCE(e) != want_src) {
+                                               (ev & 0xFF000000u) != EV_SYNC && (ev & 0xFF000000u) != EV_GET) || GNI_CQ_GET_SOURCE(e) != want_src) {
       fprintf(stderr, "fabric_rma rank %d: remote event %#x source %llu\n", rank, ev, (unsigned long long)GNI_CQ_GET_SOURCE(e));
       bad = 1;
     }
     ++events;
   }
-  if (events != 3) bad = fail("remote events (want 3)", events);
+  if (events != 4) bad = fail("remote events (want 4)", events);
   if (!bad)
     printf("fabric_rma amo: %d AMOs verified (fetched and target words), %d the ofi fabric can take; "
-           "3 remote events and 2 sync flags verified\n", posted, mappable);
+           "4 remote events and 2 sync flags verified\n", posted, mappable);
   PMI_Barrier();
   GNI_MemDeregister(nic, &rh);
   GNI_MemDeregister(nic, &sh);

@@ -547,14 +547,14 @@ bool ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uin
   Nic* n = ep->nic;
   OfiPort* p = n->ofi;
   if (!p || n->nic_down.load(std::memory_order_relaxed)) return false;
-  // PUT, GET and (NICEMU_OFI_AMO=1) AMOs the provider has; remote events where it carries
-  // 8 bytes of CQ data, sync flags where it orders writes. CQ writes keep the daemons' path,
+  // PUT, GET and (NICEMU_OFI_AMO=1) AMOs the provider has; remote events of PUTs where it
+  // carries 8 bytes of CQ data. CQ writes, and GETs and AMOs asking for a remote event, keep the daemons' path,
   // and so do vMDH handles (no provider registration) and zero lengths.
   const bool amo = kind == rop::kAmo;
   const bool sync = post_type(d) == GNI_POST_FMA_PUT_W_SYNCFLAG;
   const bool event = d->cq_mode & GNI_CQMODE_REMOTE_EVENT;
   if (kind != rop::kPut && kind != rop::kGet && !(amo && p->atomics)) return false;
-  if (event && (!p->cq_data || amo)) return false;
+  if (event && (!p->cq_data || kind != rop::kPut)) return false;  // a read carries no CQ data
   if (!amo && (d->length == 0 || d->length > p->max_msg)) return false;
   std::optional<amo::Command> cmd;
   std::optional<AmoMap> am;
