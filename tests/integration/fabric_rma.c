@@ -17,7 +17,15 @@
  *                         bytes, two CQ-write entries per peer and round (each value once).
  *   fabric_rma errors     rank 0 -> rank 1: posts through a deregistered handle complete
  *                         with error events, the page is not written (errors_mode).
- *   fabric_rma bench      rank 0 -> rank 1: FMA PUT 8 B latency; FMA PUT, RDMA PUT and
+ *   fabric_rma amo        every rank -> the next: every Gemini and Aries AMO opcode, 8- and
+ *                         4-byte forms, one target word each, the fetched values checked at
+ *                         the initiator and the words at the target; then FMA PUT, RDMA PUT
+ *                         and PUT_W_SYNCFLAG with remote events (and a sync flag without):
+ *                         the target checks the bytes, the flags and each remote event CQE
+ *                         (type, status, source, the initiator's event data). Prints how many
+ *                         AMOs the ofi fabric can take (amo_ofi_mappable), for the test's
+ *                         counters.
+ *   fabric_rma bench      rank 0 -> rank 1: FMA PUT 8 B and AMO FADD latency; FMA PUT, RDMA PUT and
  *                         RDMA GET bandwidth, 8 B .. 4 MiB (up to 16 posts in flight;
  *                         FABRIC_RMA_BENCH_REPEAT=N moves N times the data and
  *                         FABRIC_RMA_BENCH_SIZE=N measures only that size, for profiling).
@@ -152,6 +160,15 @@ static int bench(gni_ep_handle_t ep, const struct peer_info *t) {
     if (post_wait(ep, &ds[0], 0) != 0) return fail("latency put", i);
   }
   printf("fabric_rma bench: FMA PUT 8 B round trip %.1f us\n", (fabric_now_s() - t0) / lat_iters * 1e6);
+  /* And one fetch-and-add at a time, to its completion (the old value back). */
+  t0 = fabric_now_s();
+  for (int i = 0; i < lat_iters; ++i) {
+    fabric_desc(&ds[0], GNI_POST_AMO, src, sh, t->win, t->win_h, 8);
+    ds[0].amo_cmd = GNI_FMA_ATOMIC_FADD;
+    ds[0].first_operand = 1;
+    if (post_wait(ep, &ds[0], 0) != 0) return fail("latency AMO", i);
+  }
+  printf("fabric_rma bench: AMO FADD 8 B round trip %.1f us\n", (fabric_now_s() - t0) / lat_iters * 1e6);
   printf("fabric_rma bench: %-10s %10s %10s %10s\n", "bytes", "FMA PUT", "RDMA PUT", "RDMA GET");
   static const uint64_t sizes[] = {8, 64, 512, 4096, 32768, 262144, 1048576, BENCH_BYTES};
   for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; ++si) {
@@ -188,10 +205,11 @@ static int bench(gni_ep_handle_t ep, const struct peer_info *t) {
 }
 
 /* `fabric_rma errors` (2 ranks): rank 1 registers a scratch page, lets rank 0 learn its
- * handle, fills it with 0xA5 and deregisters it; rank 0 then posts an RDMA PUT, an FMA PUT
- * and an FMA GET through the stale handle: each must complete with an error event (status
- * printed), never a crash or a hang, and rank 1's page must hold 0xA5 still (no stray
- * write). A PUT into the live window still works afterwards. */
+ * handle, fills it with 0xA5 and deregisters it; rank 0 then posts an RDMA PUT, an FMA PUT,
+ * an FMA GET, an FMA PUT asking for a remote event and an AMO FADD through the stale handle
+ * (the last two rank to rank too on the ofi fabric, the AMO with NICEMU_OFI_AMO=1): each
+ * must complete with an error event (status printed), never a crash or a hang, and rank 1's
+ * page must hold 0xA5 still (no stray write). A PUT into the live window still works afterwards. */
 static uint32_t last_recoverable; /* of wait_any's last error event */
 static long wait_any(void) {
   gni_cq_entry_t e;
@@ -222,9 +240,15 @@ static int errors_mode(gni_ep_handle_t *ep, const struct peer_info *all) {
   if (rank == 0) {
     gni_post_descriptor_t d;
     const struct { gni_post_type_t t; int rdma; const char *name; } posts[] = {
-        {GNI_POST_RDMA_PUT, 1, "RDMA PUT"}, {GNI_POST_FMA_PUT, 0, "FMA PUT"}, {GNI_POST_FMA_GET, 0, "FMA GET"}};
-    for (int i = 0; i < 3; ++i) {
-      fabric_desc(&d, posts[i].t, buf, bh, got[1].va, got[1].h, 256);
+        {GNI_POST_RDMA_PUT, 1, "RDMA PUT"}, {GNI_POST_FMA_PUT, 0, "FMA PUT"}, {GNI_POST_FMA_GET, 0, "FMA GET"},
+        {GNI_POST_FMA_PUT, 0, "FMA PUT with a remote event"}, {GNI_POST_AMO, 0, "AMO FADD"}};
+    for (int i = 0; i < 5; ++i) {
+      fabric_desc(&d, posts[i].t, buf, bh, got[1].va, got[1].h, posts[i].t == GNI_POST_AMO ? 8 : 256);
+      if (i == 3) d.cq_mode |= GNI_CQMODE_REMOTE_EVENT;
+      if (posts[i].t == GNI_POST_AMO) {
+        d.amo_cmd = GNI_FMA_ATOMIC_FADD;
+        d.first_operand = 1;
+      }
       gni_return_t rc = posts[i].rdma ? GNI_PostRdma(ep[1], &d) : GNI_PostFma(ep[1], &d);
       long st = rc == GNI_RC_SUCCESS ? wait_any() : -100 - rc;
       if (st > 0) printf("fabric_rma errors: %s through a deregistered handle: error event, status %ld\n", posts[i].name, st - 1);
@@ -257,6 +281,223 @@ static int errors_mode(gni_ep_handle_t *ep, const struct peer_info *all) {
   return bad;
 }
 
+/* `fabric_rma amo`: the AMO cases, generated from the opcode bits of the fact sheet
+ * (gni_pub.h's gni_fma_cmd_type_t): gen-1 ops 0x8..0xD (+0x10 cached, +0x100 non-fetching;
+ * CSWAP fetching only), gen-2 op << 1 | 0x40 (+1 for 64-bit, +0x200 for 32-bit, +0x20 cached,
+ * +0x100 non-fetching). */
+enum amo_op { A_ADD, A_AND, A_OR, A_XOR, A_AX, A_CSWAP, A_SWAP, A_IMIN, A_IMAX, A_FPMIN, A_FPMAX, A_FPADD };
+struct amo_case {
+  uint32_t cmd;
+  enum amo_op op;
+  int size, fetching;
+  uint64_t init, a, b;
+};
+#define AMO_WORDS 1024u /* the cases' target words: at win + AMO_WORDS + 8 * i */
+#define AMO_MAX 128
+
+static uint64_t mix64(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+static uint64_t fbits(double v, int size) {
+  if (size == 8) { uint64_t u; memcpy(&u, &v, 8); return u; }
+  float f = (float)v;
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+
+static int amo_cases(struct amo_case *c) {
+  static const struct { uint32_t code; enum amo_op op; } g1[] = {
+      {0x8, A_ADD}, {0x9, A_AND}, {0xA, A_OR}, {0xB, A_XOR}, {0xC, A_AX}, {0xD, A_CSWAP}};
+  static const struct { uint32_t code; enum amo_op op; } g2[] = {
+      {0, A_AND}, {1, A_OR}, {2, A_XOR}, {3, A_SWAP}, {4, A_AX}, {5, A_CSWAP},
+      {8, A_IMIN}, {9, A_IMAX}, {10, A_ADD}, {12, A_FPMIN}, {13, A_FPMAX}, {14, A_FPADD}};
+  int n = 0;
+  for (int i = 0; i < 6; ++i)
+    for (int nf = 0; nf < 2; ++nf)
+      for (int cached = 0; cached < 2; ++cached) {
+        if (nf && g1[i].op == A_CSWAP) continue;
+        c[n++] = (struct amo_case){g1[i].code | (cached ? 0x10u : 0) | (nf ? 0x100u : 0), g1[i].op, 8, !nf, 0, 0, 0};
+      }
+  for (int i = 0; i < 12; ++i)
+    for (int nf = 0; nf < 2; ++nf)
+      for (int cached = 0; cached < 2; ++cached)
+        for (int sz = 0; sz < 2; ++sz)
+          c[n++] = (struct amo_case){0x40u | g2[i].code << 1 | (sz ? 0x200u : 1u) | (cached ? 0x20u : 0) |
+                                         (nf ? 0x100u : 0),
+                                     g2[i].op, sz ? 4 : 8, !nf, 0, 0, 0};
+  /* Operands: AX with disjoint bits in even cases (a masked swap), overlapping in odd ones;
+   * CSWAP matching in even cases; signed and floating values for the min/max/add. */
+  for (int i = 0; i < n; ++i) {
+    const uint64_t m = c[i].size == 8 ? ~0ull : 0xFFFFFFFFull;
+    uint64_t x = mix64((uint64_t)i * 3 + 1) & m, a = mix64((uint64_t)i * 3 + 2) & m, b = mix64((uint64_t)i * 3 + 3) & m;
+    switch (c[i].op) {
+      case A_AX: if (i % 2 == 0) b &= ~a; else b |= a & (0 - a); break; /* odd: the lowest bit of a in b too */
+      case A_CSWAP: if (i % 2 == 0) a = x; break;
+      case A_FPMIN: case A_FPMAX: case A_FPADD:
+        x = fbits(1.5 * (i + 1), c[i].size);
+        a = fbits(i % 2 ? -2.25 * i : 0.75 * i + 0.5, c[i].size);
+        break;
+      default: break;
+    }
+    c[i].init = x, c[i].a = a, c[i].b = b;
+  }
+  return n;
+}
+
+/* What the target word becomes (amo_alu.h's decisions; the values here have no NaN or -0). */
+static uint64_t amo_expect(const struct amo_case *c) {
+  const uint64_t m = c->size == 8 ? ~0ull : 0xFFFFFFFFull, o = c->init & m, a = c->a & m, b = c->b & m;
+  double x, y;
+  if (c->size == 8) { memcpy(&x, &o, 8); memcpy(&y, &a, 8); }
+  else { float fx, fy; uint32_t u = (uint32_t)o, v = (uint32_t)a; memcpy(&fx, &u, 4); memcpy(&fy, &v, 4); x = fx, y = fy; }
+  const int64_t so = c->size == 8 ? (int64_t)o : (int32_t)(uint32_t)o, sa = c->size == 8 ? (int64_t)a : (int32_t)(uint32_t)a;
+  switch (c->op) {
+    case A_ADD: return (o + a) & m;
+    case A_AND: return o & a;
+    case A_OR: return o | a;
+    case A_XOR: return o ^ a;
+    case A_AX: return (o & a) ^ b;
+    case A_CSWAP: return o == a ? b : o;
+    case A_SWAP: return a;
+    case A_IMIN: return sa < so ? a : o;
+    case A_IMAX: return sa > so ? a : o;
+    case A_FPMIN: return y < x ? a : o;
+    case A_FPMAX: return y > x ? a : o;
+    case A_FPADD: return fbits(c->size == 8 ? x + y : (double)((float)x + (float)y), c->size);
+  }
+  return o;
+}
+
+/* The ofi fabric's rule (docs/ofi-fabric.md): every AMO but FPMIN/FPMAX and AX with
+ * overlapping operands, where the provider has the operation (tcp;ofi_rxm has them all). */
+static int amo_ofi_mappable(const struct amo_case *c) {
+  const uint64_t m = c->size == 8 ? ~0ull : 0xFFFFFFFFull;
+  if (c->op == A_FPMIN || c->op == A_FPMAX) return 0;
+  return c->op != A_AX || ((c->a & c->b & m) == 0);
+}
+
+#define EV_FMA 0xE1000000u
+#define EV_RDMA 0xE2000000u
+#define EV_SYNC 0xE3000000u
+#define EV_GET 0xE4000000u
+
+static int amo_mode(gni_ep_handle_t *ep, const struct peer_info *all, uint8_t *win) {
+  static struct amo_case c[AMO_MAX];
+  const int n = amo_cases(c);
+  const int to = (rank + 1) % nranks, from = (rank + nranks - 1) % nranks;
+  gni_nic_device_t dev = GNI_DEVICE_ARIES;
+  GNI_GetDeviceType(&dev);
+  /* Our words, as the rank before us will find them (upper halves of 4-byte words: a marker). */
+  for (int i = 0; i < n; ++i) {
+    uint64_t w = c[i].size == 8 ? c[i].init : (0x5EED0000ull << 32) | c[i].init;
+    memcpy(win + AMO_WORDS + 8 * (uint64_t)i, &w, 8);
+  }
+  uint64_t *res = aligned_alloc(4096, 4096);
+  uint8_t *src = aligned_alloc(4096, 1 << 16);
+  gni_mem_handle_t rh, sh;
+  if (!res || !src || GNI_MemRegister(nic, (uint64_t)res, 4096, NULL, GNI_MEM_READWRITE, -1, &rh) != GNI_RC_SUCCESS ||
+      GNI_MemRegister(nic, (uint64_t)src, 1 << 16, NULL, GNI_MEM_READWRITE, -1, &sh) != GNI_RC_SUCCESS)
+    return fail("register", 0);
+  PMI_Barrier();
+  int posted = 0, mappable = 0;
+  gni_post_descriptor_t d;
+  for (int i = 0; i < n; ++i) {
+    if (dev == GNI_DEVICE_GEMINI && (c[i].cmd & 0x40)) continue; /* Aries opcodes on an Aries NIC only */
+    res[i] = 0xFEEDFACECAFEBEEFull;
+    fabric_desc(&d, GNI_POST_AMO, &res[i], rh, all[to].win + AMO_WORDS + 8 * (uint64_t)i, all[to].win_h, (uint64_t)c[i].size);
+    memcpy(&d.amo_cmd, &c[i].cmd, sizeof c[i].cmd);
+    d.first_operand = c[i].a;
+    d.second_operand = c[i].b;
+    long st = post_wait(ep[to], &d, 0);
+    if (st != 0) { fprintf(stderr, "fabric_rma rank %d: AMO 0x%03x: status %ld\n", rank, c[i].cmd, st); return 1; }
+    const uint64_t want = c[i].fetching ? (c[i].size == 8 ? c[i].init : (0xFEEDFACEull << 32) | (c[i].init & 0xFFFFFFFFull))
+                                        : 0xFEEDFACECAFEBEEFull;
+    if (res[i] != want) {
+      fprintf(stderr, "fabric_rma rank %d: AMO 0x%03x fetched %#llx, want %#llx\n", rank, c[i].cmd,
+              (unsigned long long)res[i], (unsigned long long)want);
+      return 1;
+    }
+    ++posted;
+    mappable += amo_ofi_mappable(&c[i]);
+  }
+  /* PUTs with remote events (the EP's event data names which), a sync flag with one and
+   * one without, a GET with a remote event (through the daemons: a read carries no CQ data).
+   * The flags at win + 3072 + 8 * k of the target. */
+  const uint64_t slot = all[to].win + 4096 + (uint64_t)rank * SLOT;
+  const struct { gni_post_type_t t; int rdma, event; uint32_t ev; uint64_t len; } puts[] = {
+      {GNI_POST_FMA_PUT, 0, 1, EV_FMA, 512}, {GNI_POST_RDMA_PUT, 1, 1, EV_RDMA, 1 << 16},
+      {GNI_POST_FMA_PUT_W_SYNCFLAG, 0, 1, EV_SYNC, 2048}, {GNI_POST_FMA_PUT_W_SYNCFLAG, 0, 0, 0, 1024},
+      {GNI_POST_FMA_GET, 0, 1, EV_GET, 256}};
+  for (int k = 0; k < 5; ++k) {
+    fill(src, puts[k].len, (uint32_t)(rank * 10 + k));
+    if (GNI_EpSetEventData(ep[to], 7, puts[k].ev | (uint32_t)rank) != GNI_RC_SUCCESS) return fail("EpSetEventData", k);
+    fabric_desc(&d, puts[k].t, src, sh, slot + (uint64_t)k * (1 << 16), all[to].win_h, puts[k].len);
+    if (puts[k].event) d.cq_mode |= GNI_CQMODE_REMOTE_EVENT;
+    d.sync_flag_addr = all[to].win + 3072 + 8 * (uint64_t)k;
+    d.sync_flag_value = 0xF1A60000ull | (uint64_t)k << 8 | (uint64_t)rank;
+    long st = post_wait(ep[to], &d, puts[k].rdma);
+    if (st != 0) return fail("PUT with a remote event or sync flag", st);
+  }
+  PMI_Barrier();
+  /* What the rank before us did here. */
+  int bad = 0;
+  for (int i = 0; i < n; ++i) {
+    if (dev == GNI_DEVICE_GEMINI && (c[i].cmd & 0x40)) continue;
+    uint64_t w, want = amo_expect(&c[i]);
+    memcpy(&w, win + AMO_WORDS + 8 * (uint64_t)i, 8);
+    if (c[i].size == 4) want |= 0x5EED0000ull << 32;
+    if (w != want) {
+      fprintf(stderr, "fabric_rma rank %d: word of AMO 0x%03x is %#llx, want %#llx\n", rank, c[i].cmd,
+              (unsigned long long)w, (unsigned long long)want);
+      bad = 1;
+    }
+  }
+  const uint64_t mine = 4096 + (uint64_t)from * SLOT;
+  for (int k = 0; k < 4; ++k) {
+    fill(src, puts[k].len, (uint32_t)(from * 10 + k));
+    if (memcmp(win + mine + (uint64_t)k * (1 << 16), src, puts[k].len) != 0) bad = fail("PUT bytes", k);
+    uint64_t flag;
+    memcpy(&flag, win + 3072 + 8 * (uint64_t)k, 8);
+    if (puts[k].t == GNI_POST_FMA_PUT_W_SYNCFLAG && flag != (0xF1A60000ull | (uint64_t)k << 8 | (uint64_t)from))
+      bad = fail("sync flag", (long)flag);
+  }
+  /* The events may trail the initiators' completions (the target's progress pushes them):
+   * waited for, then none more. */
+  int events = 0;
+  for (;;) {
+    gni_cq_entry_t e;
+    gni_return_t rc = events < 4 ? GNI_CqWaitEvent(rcq, 5000, &e) : GNI_CqGetEvent(rcq, &e);
+    if (rc == GNI_RC_NOT_DONE || rc == GNI_RC_TIMEOUT) break;
+    if (rc != GNI_RC_SUCCESS || !GNI_CQ_STATUS_OK(e) || GNI_CQ_GET_TYPE(e) != GNI_CQ_EVENT_TYPE_POST) {
+      bad = fail("remote event: not a good POST event", (long)rc);
+      continue;
+    }
+    const uint32_t ev = (uint32_t)GNI_CQ_GET_REM_INST_ID(e);
+    const uint64_t want_src = (ev & 0xFF000000u) == EV_RDMA ? 6 : 5; /* remote DMA / remote request */
+    if ((ev & 0xFFFFFFu) != (uint32_t)from || ((ev & 0xFF000000u) != EV_FMA && (ev & 0xFF000000u) != EV_RDMA &&
+                                               (ev & 0xFF000000u) != EV_SYNC && (ev & 0xFF000000u) != EV_GET) || GNI_CQ_GET_SOURCE(e) != want_src) {
+      fprintf(stderr, "fabric_rma rank %d: remote event %#x source %llu\n", rank, ev, (unsigned long long)GNI_CQ_GET_SOURCE(e));
+      bad = 1;
+    }
+    ++events;
+  }
+  if (events != 4) bad = fail("remote events (want 4)", events);
+  if (!bad)
+    printf("fabric_rma amo: %d AMOs verified (fetched and target words), %d the ofi fabric can take; "
+           "4 remote events and 2 sync flags verified\n", posted, mappable);
+  PMI_Barrier();
+  GNI_MemDeregister(nic, &rh);
+  GNI_MemDeregister(nic, &sh);
+  free(res);
+  free(src);
+  return bad;
+}
+
 static void teardown(gni_cdm_handle_t cdm, gni_ep_handle_t *ep) {
   for (int p = 0; p < nranks; ++p)
     if (ep[p]) GNI_EpDestroy(ep[p]);
@@ -267,14 +508,15 @@ static void teardown(gni_cdm_handle_t cdm, gni_ep_handle_t *ep) {
 
 int main(int argc, char **argv) {
   if (argc != 2 && argc != 3) {
-    fprintf(stderr, "usage: fabric_rma ROUNDS [SLOT_BYTES] | fabric_rma bench | fabric_rma errors\n");
+    fprintf(stderr, "usage: fabric_rma ROUNDS [SLOT_BYTES] | fabric_rma bench | fabric_rma errors | fabric_rma amo\n");
     return 2;
   }
   if (argc == 3) SLOT = strtoull(argv[2], NULL, 0) & ~4095ull;
   if (SLOT < SMALL) return 2;
   const int bench_mode = strcmp(argv[1], "bench") == 0;
   const int errors = strcmp(argv[1], "errors") == 0;
-  const int rounds = bench_mode || errors ? 0 : atoi(argv[1]);
+  const int amo = strcmp(argv[1], "amo") == 0;
+  const int rounds = bench_mode || errors || amo ? 0 : atoi(argv[1]);
   if (!bench_mode && (rounds < 0 || rounds > MAX_ROUNDS)) {
     /* The CQ-write check tracks each round by number. */
     fprintf(stderr, "fabric_rma: ROUNDS must be 0..%d, got %s\n", MAX_ROUNDS, argv[1]);
@@ -313,6 +555,14 @@ int main(int argc, char **argv) {
 
   if (errors) {
     int r = errors_mode(ep, all);
+    PMI_Barrier();
+    PMI_Finalize();
+    teardown(cdm, ep);
+    free(win);
+    return r;
+  }
+  if (amo) {
+    int r = amo_mode(ep, all, win);
     PMI_Barrier();
     PMI_Finalize();
     teardown(cdm, ep);

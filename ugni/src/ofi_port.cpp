@@ -28,6 +28,7 @@ bool ofi_post(Ep*, Cq*, const gni_post_descriptor_t*, uint16_t, uint16_t, int32_
 #else
 
 #include <rdma/fabric.h>
+#include <rdma/fi_atomic.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
@@ -43,13 +44,19 @@ bool ofi_post(Ep*, Cq*, const gni_post_descriptor_t*, uint16_t, uint16_t, int32_
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "fault_engine.h"
 #include "nicemu/fault/fault_page.h"
 #include "fma_requester.h"
 #include "nicemu/abi/mem_handle.h"
+#include "nicemu/abi/region_access.h"
+#include "nicemu/amo/amo_alu.h"
+#include "nicemu/common/params.h"
 #include "nicemu/abi/remote_ops.h"
 
 namespace nicemu::ugni {
@@ -109,15 +116,84 @@ void say(const char* what, int rc) {
                what, rc ? ofi_strerror(-rc) : "");
 }
 
-// One post in flight: what its completion must produce.
+struct OfiOp;
+// The context of one provider operation: the provider hands it back as op_context.
+struct OfiCtx {
+  fi_context2 ctx;  // first
+  OfiOp* op = nullptr;
+};
+
+// One post in flight: what its completion must produce. A PUT with a sync flag is two
+// provider writes (data, then flag): its events come when both are done.
 struct OfiOp {
-  fi_context2 ctx;  // first: the provider hands it back as the completion's op_context
+  OfiCtx part[2];
+  std::atomic<int> parts{1};
+  std::atomic<uint64_t> status{0};  // the first error of its parts
   Cq* cq = nullptr;
   uint16_t cq_mode = 0;
   bool bte = false;
   uint32_t local_event = 0;
   int32_t tid = -1;
+  // Operands the provider reads (and a non-fetching compare form's result) until completion.
+  uint64_t flag = 0, operand = 0, compare = 0, scratch = 0;
+  // A sync flag on a provider without ordered writes: written by the progress thread once
+  // the data's write completed (delivery complete: the data is at the target).
+  bool flag_after = false, flag_event = false;
+  fi_addr_t dest = FI_ADDR_UNSPEC;
+  uint64_t flag_addr = 0, key = 0, data = 0;
+  OfiOp() { part[0].op = part[1].op = this; }
 };
+
+// Remote CQ data of a write asking for a remote event (the provider's cq_data_size must be
+// 8): a tag, the engine, the target registration's slot and the initiating EP's event data,
+// from which the target builds the same CQE the daemons' responder pushes.
+constexpr uint64_t kCqDataTag = 0x6Eull << 56;
+constexpr uint64_t kCqDataTagMask = 0xFFull << 56;
+constexpr uint64_t kCqDataBte = 1ull << 48;
+constexpr uint64_t cq_data(bool bte, uint32_t slot, uint32_t event) {
+  return kCqDataTag | (bte ? kCqDataBte : 0) | (uint64_t{slot & (abi::mdh::kMaxSlots - 1)} << 32) | event;
+}
+
+// A GNI AMO as a libfabric atomic (ofi_post): the operation, its datatype and which of the
+// three calls (plain, fetch, compare) carries it.
+enum class AmoForm : uint8_t { kPlain, kFetch, kCompare };
+struct AmoMap {
+  fi_op op;
+  fi_datatype type;
+  AmoForm form;
+  uint64_t operand, compare;
+};
+
+// Where libfabric has the same operation with the same result (amo_alu.h says what each
+// does). Not mapped: FPMIN/FPMAX (libfabric's min/max leave a NaN target and order -0 and +0
+// as equal, amo_alu.h does not), and AX unless its operands' bits are disjoint, where
+// (old & a) ^ b is the masked swap (b & ~a) | (old & a).
+std::optional<AmoMap> map_amo(const amo::Command& c, uint64_t a, uint64_t b) {
+  const bool w = c.size == 8;
+  const uint64_t mask = w ? ~0ull : 0xFFFFFFFFull;
+  a &= mask;
+  b &= mask;
+  const fi_datatype u = w ? FI_UINT64 : FI_UINT32, s = w ? FI_INT64 : FI_INT32, f = w ? FI_DOUBLE : FI_FLOAT;
+  const AmoForm plain = c.fetching ? AmoForm::kFetch : AmoForm::kPlain;
+  switch (c.op) {
+    case amo::Op::kAdd: return AmoMap{FI_SUM, u, plain, a, 0};
+    case amo::Op::kAnd: return AmoMap{FI_BAND, u, plain, a, 0};
+    case amo::Op::kOr: return AmoMap{FI_BOR, u, plain, a, 0};
+    case amo::Op::kXor: return AmoMap{FI_BXOR, u, plain, a, 0};
+    case amo::Op::kSwap: return AmoMap{FI_ATOMIC_WRITE, u, plain, a, 0};
+    case amo::Op::kImin: return AmoMap{FI_MIN, s, plain, a, 0};
+    case amo::Op::kImax: return AmoMap{FI_MAX, s, plain, a, 0};
+    case amo::Op::kFpadd: return AmoMap{FI_SUM, f, plain, a, 0};
+    case amo::Op::kCswap: return AmoMap{FI_CSWAP, u, AmoForm::kCompare, b, a};
+    case amo::Op::kAx:
+      if (a & b) return std::nullopt;
+      return AmoMap{FI_MSWAP, u, AmoForm::kCompare, b, ~a & mask};
+    case amo::Op::kFpmin:
+    case amo::Op::kFpmax:
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
 
 // A peer CDM: its address in our AV, or none (the daemons' path) until retry_at.
 struct OfiPeer {
@@ -154,22 +230,85 @@ struct OfiPort {
   fid_cq* cq = nullptr;
   bool virt_addr = false;
   bool waitable = false;  // the CQ has a wait object: the progress thread sleeps in fi_cq_sread
+  bool cq_data = false;   // 8 bytes of remote CQ data: remote events go rank to rank
+  bool waw = false;       // writes ordered (FI_ORDER_WAW): PUT_W_SYNCFLAG goes rank to rank
+  bool atomics = false;   // FI_ATOMIC, and NICEMU_OFI_AMO=1: AMOs go rank to rank where mapped
+  // fi_*atomicvalid per (form, op, datatype), asked once: -1 not yet, 0 no, 1 yes.
+  std::atomic<int8_t> valid[3][FI_ATOMIC_OP_LAST][FI_DATATYPE_LAST];
   uint64_t key_mask = ~0ull;
   size_t max_msg = 0;
   std::mutex mu;  // peers, mrs
   std::map<uint64_t, OfiPeer> peers;     // (node << 32) | route
-  std::map<uint32_t, fid_mr*> mrs;       // registration slot -> provider registration
+  struct Mr {
+    fid_mr* mr;
+    gni_mem_handle_t h;  // the registration's handle: its remote events' CQ (remote_event)
+  };
+  std::map<uint32_t, Mr> mrs;            // registration slot -> provider registration
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> in_flight{0};
   std::thread progress;
   Nic* nic = nullptr;
 
   uint64_t key_of(const gni_mem_handle_t& h) const { return ofi_key(h.qword1, h.qword2) & key_mask; }
+  OfiPort() {
+    for (auto& a : valid)
+      for (auto& b : a)
+        for (auto& v : b) v.store(-1, std::memory_order_relaxed);
+  }
   void complete(OfiOp* op, uint64_t st);
+  void complete_part(OfiOp* op, uint64_t st);
+  ssize_t write_flag(OfiOp* op);
+  void remote_event(uint64_t data);
+  bool atomic_valid(const AmoMap& m);
   void run();
   bool resolve(uint32_t node, uint32_t route, fi_addr_t& out);
   void teardown();
 };
+
+void OfiPort::complete_part(OfiOp* op, uint64_t st) {
+  uint64_t none = cqe::kOk;
+  if (st != cqe::kOk) op->status.compare_exchange_strong(none, st, std::memory_order_acq_rel);
+  if (op->parts.fetch_sub(1, std::memory_order_acq_rel) == 1) complete(op, op->status.load(std::memory_order_acquire));
+}
+
+// A write with remote CQ data landed in our memory: the remote event the daemons' responder
+// would push, into the CQ of the registration (none: no event, as there).
+void OfiPort::remote_event(uint64_t data) {
+  if ((data & kCqDataTagMask) != kCqDataTag) return;
+  const uint32_t slot = static_cast<uint32_t>(data >> 32) & (abi::mdh::kMaxSlots - 1);
+  gni_mem_handle_t h;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    auto it = mrs.find(slot);
+    if (it == mrs.end()) return;
+    h = it->second.h;
+  }
+  uint32_t dst = abi::kNoCq;
+  if (abi::region_cq_write_target(nic->self->base, h.qword1, h.qword2, dst) != cqe::kOk) return;
+  const uint64_t src = (data & kCqDataBte) ? cqe::kSrcRemoteDma : cqe::kSrcRemoteRequest;
+  push_remote_event(*nic->self, dst, cqe::make(src, cqe::kTypePost, cqe::kOk, 0, 0, static_cast<uint32_t>(data)));
+}
+
+bool OfiPort::atomic_valid(const AmoMap& m) {
+  auto& v = valid[static_cast<int>(m.form)][m.op][m.type];
+  int8_t k = v.load(std::memory_order_relaxed);
+  if (k < 0) {
+    size_t count = 0;
+    int rc = m.form == AmoForm::kPlain   ? fi_atomicvalid(ep, m.type, m.op, &count)
+             : m.form == AmoForm::kFetch ? fi_fetch_atomicvalid(ep, m.type, m.op, &count)
+                                         : fi_compare_atomicvalid(ep, m.type, m.op, &count);
+    k = rc == 0 && count >= 1 ? 1 : 0;
+    v.store(k, std::memory_order_relaxed);
+  }
+  return k == 1;
+}
+
+ssize_t OfiPort::write_flag(OfiOp* op) {
+  return op->flag_event ? fi_writedata(ep, &op->flag, sizeof op->flag, nullptr, op->data, op->dest, op->flag_addr,
+                                       op->key, &op->part[1].ctx)
+                        : fi_write(ep, &op->flag, sizeof op->flag, nullptr, op->dest, op->flag_addr, op->key,
+                                   &op->part[1].ctx);
+}
 
 void OfiPort::complete(OfiOp* op, uint64_t st) {
   if (st != cqe::kOk) count(nic->counters, ctr::cdm::ofi_errors);
@@ -185,17 +324,42 @@ void OfiPort::complete(OfiOp* op, uint64_t st) {
 // The progress thread: drives the provider (tcp;ofi_rxm progresses in the calls that read
 // its CQ, also for the RMA peers do on our memory) and turns completions into CQ events.
 void OfiPort::run() {
-  fi_cq_entry e[16];
+  fi_cq_data_entry e[16];
+  std::vector<OfiOp*> flags;  // sync flags whose data is in, to write (flag_after)
   while (!stop.load(std::memory_order_acquire)) {
-    ssize_t k = waitable ? fi_cq_sread(cq, e, 16, nullptr, 100) : fi_cq_read(cq, e, 16);
+    for (size_t i = 0; i < flags.size();) {
+      ssize_t rc = write_flag(flags[i]);
+      if (rc == -FI_EAGAIN) {  // retried after the next look at the CQ (which makes room)
+        ++i;
+        continue;
+      }
+      if (rc) complete_part(flags[i], status_of_error(static_cast<int>(-rc)));
+      flags[i] = flags.back();
+      flags.pop_back();
+    }
+    ssize_t k = waitable && flags.empty() ? fi_cq_sread(cq, e, 16, nullptr, 100) : fi_cq_read(cq, e, 16);
     if (k > 0) {
-      for (ssize_t i = 0; i < k; ++i) complete(static_cast<OfiOp*>(e[i].op_context), cqe::kOk);
+      for (ssize_t i = 0; i < k; ++i) {
+        if (e[i].flags & FI_REMOTE_CQ_DATA) {
+          remote_event(e[i].data);  // a peer's write into our memory, not a post of ours
+          continue;
+        }
+        if (!e[i].op_context) continue;
+        auto* c = static_cast<OfiCtx*>(e[i].op_context);
+        if (c == &c->op->part[0] && c->op->flag_after)
+          flags.push_back(c->op);  // its data is in: now the flag
+        complete_part(c->op, cqe::kOk);
+      }
       continue;
     }
     if (k == -FI_EAVAIL) {
       fi_cq_err_entry err{};
-      if (fi_cq_readerr(cq, &err, 0) > 0 && err.op_context)
-        complete(static_cast<OfiOp*>(err.op_context), status_of_error(err.err));
+      if (fi_cq_readerr(cq, &err, 0) > 0 && err.op_context && !(err.flags & FI_REMOTE_CQ_DATA)) {
+        auto* c = static_cast<OfiCtx*>(err.op_context);
+        const uint64_t st = status_of_error(err.err);
+        if (c == &c->op->part[0] && c->op->flag_after) complete_part(c->op, st);  // no flag without its data
+        complete_part(c->op, st);
+      }
       continue;
     }
     if (!waitable) {
@@ -244,7 +408,7 @@ void OfiPort::teardown() {
     stop.store(true, std::memory_order_release);
     progress.join();
   }
-  for (auto& [slot, mr] : mrs) fi_close(&mr->fid);
+  for (auto& [slot, m] : mrs) fi_close(&m.mr->fid);
   mrs.clear();
   if (ep) fi_close(&ep->fid);
   if (av) fi_close(&av->fid);
@@ -261,29 +425,48 @@ void ofi_open(Nic* n, const abi::ctl::AttachReply& rep) {
   if (const char* e = std::getenv("FI_PROVIDER"); e && *e) prov = e;
   const OfiLib& lib = ofi_lib();
   if (!lib.error.empty()) return say(lib.error.c_str(), 0);
-  fi_info* hints = lib.dupinfo(nullptr);  // what fi_allocinfo() does
-  if (!hints) return say("fi_dupinfo", 0);
-  hints->ep_attr->type = FI_EP_RDM;
-  hints->caps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
-  // The memory modes this code handles: addresses as VAs or offsets, keys it chooses.
-  hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED;
-  hints->domain_attr->threading = FI_THREAD_SAFE;  // posting threads and the progress thread
-  // A local completion means the data is at the target (GNI's global event): delivery complete.
-  hints->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
-  if (!prov.empty()) hints->fabric_attr->prov_name = strdup(prov.c_str());
   auto p = std::make_unique<OfiPort>();
   p->nic = n;
-  int rc = lib.getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints, &p->info);
-  lib.freeinfo(hints);
+  // What we would like beyond RMA, the most first: atomics (AMOs) and ordered writes (sync
+  // flags); a provider without them still moves PUTs and GETs.
+  // tcp;ofi_rxm has either: with FI_ATOMIC its writes are not ordered (sync flags then wait
+  // for their data's completion). Atomics only asked for when AMOs may use them.
+  struct Wish {
+    uint64_t caps, order;
+  };
+  static constexpr Wish kWithAtomics[] = {{FI_ATOMIC, FI_ORDER_WAW}, {FI_ATOMIC, 0}, {0, FI_ORDER_WAW}, {0, 0}};
+  static constexpr Wish kPlain[] = {{0, FI_ORDER_WAW}, {0, 0}};
+  const bool want_atomics = params::env_uint(params::param("ofi_amo")) != 0;
+  int rc = -FI_ENODATA;
+  for (const auto& w : want_atomics ? std::span<const Wish>(kWithAtomics) : std::span<const Wish>(kPlain)) {
+    fi_info* hints = lib.dupinfo(nullptr);  // what fi_allocinfo() does
+    if (!hints) return say("fi_dupinfo", 0);
+    hints->ep_attr->type = FI_EP_RDM;
+    hints->caps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | w.caps;
+    // The memory modes this code handles: addresses as VAs or offsets, keys it chooses.
+    hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED;
+    hints->domain_attr->threading = FI_THREAD_SAFE;  // posting threads and the progress thread
+    // A local completion means the data is at the target (GNI's global event): delivery complete.
+    hints->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
+    hints->tx_attr->msg_order = w.order;
+    if (!prov.empty()) hints->fabric_attr->prov_name = strdup(prov.c_str());
+    rc = lib.getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints, &p->info);
+    lib.freeinfo(hints);
+    if (rc == 0 && p->info) break;
+    p->info = nullptr;
+  }
   if (rc || !p->info) return say(("no provider \"" + prov + "\" with RMA and requested keys").c_str(), rc);
   fi_info* i = p->info;
   p->virt_addr = i->domain_attr->mr_mode & FI_MR_VIRT_ADDR;
+  p->cq_data = i->domain_attr->cq_data_size >= 8;
+  p->waw = (i->tx_attr->msg_order & FI_ORDER_WAW) && i->ep_attr->max_order_waw_size >= 8;
+  p->atomics = want_atomics && (i->caps & FI_ATOMIC);
   if (i->domain_attr->mr_key_size < 8) p->key_mask = (uint64_t{1} << (8 * i->domain_attr->mr_key_size)) - 1;
   p->max_msg = i->ep_attr->max_msg_size;
   fi_av_attr av_attr{};
   av_attr.type = FI_AV_TABLE;
   fi_cq_attr cq_attr{};
-  cq_attr.format = FI_CQ_FORMAT_CONTEXT;
+  cq_attr.format = FI_CQ_FORMAT_DATA;  // the remote CQ data of peers' writes
   cq_attr.wait_obj = FI_WAIT_UNSPEC;
   if ((rc = lib.fabric(i->fabric_attr, &p->fabric, nullptr))) return p->teardown(), say("fi_fabric", rc);
   if ((rc = fi_domain(p->fabric, i, &p->domain, nullptr))) return p->teardown(), say("fi_domain", rc);
@@ -338,9 +521,9 @@ void ofi_register(Nic* n, const gni_mem_handle_t& h, bool read_only) {
     return;
   }
   std::lock_guard<std::mutex> lk(p->mu);
-  if (auto [it, fresh] = p->mrs.emplace(f->slot, mr); !fresh) {
-    fi_close(&it->second->fid);  // a registration of the slot we missed the end of
-    it->second = mr;
+  if (auto [it, fresh] = p->mrs.emplace(f->slot, OfiPort::Mr{mr, h}); !fresh) {
+    fi_close(&it->second.mr->fid);  // a registration of the slot we missed the end of
+    it->second = OfiPort::Mr{mr, h};
   }
 }
 
@@ -354,7 +537,7 @@ void ofi_deregister(Nic* n, const gni_mem_handle_t& h) {
     std::lock_guard<std::mutex> lk(p->mu);
     auto it = p->mrs.find(f->slot);
     if (it == p->mrs.end()) return;
-    mr = it->second;
+    mr = it->second.mr;
     p->mrs.erase(it);
   }
   fi_close(&mr->fid);
@@ -364,12 +547,21 @@ bool ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uin
   Nic* n = ep->nic;
   OfiPort* p = n->ofi;
   if (!p || n->nic_down.load(std::memory_order_relaxed)) return false;
-  // This slice: plain PUT and GET. Remote events, sync flags, AMOs and CQ writes keep the
-  // daemons' path, and so do vMDH handles (no provider registration) and zero lengths.
-  if (kind != rop::kPut && kind != rop::kGet) return false;
-  if (d->cq_mode & GNI_CQMODE_REMOTE_EVENT) return false;
-  if (post_type(d) == GNI_POST_FMA_PUT_W_SYNCFLAG) return false;
-  if (d->length == 0 || d->length > p->max_msg) return false;
+  // PUT, GET and (NICEMU_OFI_AMO=1) AMOs the provider has; remote events of PUTs where it
+  // carries 8 bytes of CQ data. CQ writes, and GETs and AMOs asking for a remote event, keep the daemons' path,
+  // and so do vMDH handles (no provider registration) and zero lengths.
+  const bool amo = kind == rop::kAmo;
+  const bool sync = post_type(d) == GNI_POST_FMA_PUT_W_SYNCFLAG;
+  const bool event = d->cq_mode & GNI_CQMODE_REMOTE_EVENT;
+  if (kind != rop::kPut && kind != rop::kGet && !(amo && p->atomics)) return false;
+  if (event && (!p->cq_data || kind != rop::kPut)) return false;  // a read carries no CQ data
+  if (!amo && (d->length == 0 || d->length > p->max_msg)) return false;
+  std::optional<amo::Command> cmd;
+  std::optional<AmoMap> am;
+  if (amo) {
+    cmd = amo::decode(amo_command(d->amo_cmd));  // checked when posted (check_fma)
+    if (!cmd || !(am = map_amo(*cmd, d->first_operand, d->second_operand)) || !p->atomic_valid(*am)) return false;
+  }
   if (!ep->other_host()) return false;  // same host: a target we may not reach ourselves
   const gni_mem_handle_t& rh = d->remote_mem_hndl;
   auto f = abi::mdh::decode(rh.qword1, rh.qword2);
@@ -384,13 +576,14 @@ bool ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uin
   op->bte = engine == rop::kBte;
   op->local_event = ep->local_event;
   op->tid = tid;
-  // The local side: an FMA PUT reads its source by VA (registered or not); GETs and RDMA go
-  // through our own registration, which must cover the transfer (one piece: a multi-segment
-  // local handle names offsets, and goes the daemons' way).
+  const uint64_t length = amo ? cmd->size : d->length;
+  // The local side: an FMA PUT reads its source by VA (registered or not); GETs, RDMA and
+  // fetching AMOs go through our own registration, which must cover the transfer (one
+  // piece: a multi-segment local handle names offsets, and goes the daemons' way).
   uint64_t local = d->local_addr;
-  if (get || op->bte) {
+  if (get || op->bte || (amo && cmd->fetching)) {
     abi::Extents pieces;
-    if (translate_access(*n->self, d->local_mem_hndl, d->local_addr, d->length, false, nullptr, pieces)) {
+    if (translate_access(*n->self, d->local_mem_hndl, d->local_addr, length, false, nullptr, pieces)) {
       p->in_flight.fetch_add(1, std::memory_order_relaxed);
       p->complete(op, cqe::kErrLocalProtection);
       return true;
@@ -406,25 +599,80 @@ bool ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uin
     p->complete(op, cqe::kErrReadOnly);
     return true;
   }
-  const uint64_t raddr = p->virt_addr ? d->remote_addr : d->remote_addr - f->va;
+  const uint64_t base = p->virt_addr ? 0 : f->va;
+  const uint64_t raddr = d->remote_addr - base;
   const uint64_t key = p->key_of(rh);
+  const uint64_t data = event ? cq_data(op->bte, f->slot, ep->remote_event) : 0;
   p->in_flight.fetch_add(1, std::memory_order_relaxed);
   count(n->counters, ctr::cdm::ofi_ops);
-  count(n->counters, ctr::cdm::ofi_bytes, d->length);
-  // A full transmit queue empties as the progress thread runs: retried for up to 2 s.
-  uint64_t give_up = 0;  // set at the first refusal: no clock read on the common path
-  for (;;) {
-    ssize_t rc = get ? fi_read(p->ep, reinterpret_cast<void*>(local), d->length, nullptr, dest, raddr, key, &op->ctx)
-                     : fi_write(p->ep, reinterpret_cast<const void*>(local), d->length, nullptr, dest, raddr, key,
-                                &op->ctx);
-    if (rc == 0) return true;
-    if (rc == -FI_EAGAIN && !give_up) give_up = monotonic_ns() + 2000000000ull;
-    if (rc != -FI_EAGAIN || monotonic_ns() > give_up) {
-      p->complete(op, rc == -FI_EAGAIN ? cqe::kErrTransient : status_of_error(static_cast<int>(-rc)));
-      return true;
+  count(n->counters, ctr::cdm::ofi_bytes, length);
+  // Posts one provider operation; a full transmit queue empties as the progress thread runs:
+  // retried for up to 2 s. False: refused (the part is completed with the error).
+  auto post = [&](OfiCtx& c, auto&& call) {
+    uint64_t give_up = 0;  // set at the first refusal: no clock read on the common path
+    for (;;) {
+      ssize_t rc = call(&c.ctx);
+      if (rc == 0) return true;
+      if (rc == -FI_EAGAIN && !give_up) give_up = monotonic_ns() + 2000000000ull;
+      if (rc != -FI_EAGAIN || monotonic_ns() > give_up) {
+        p->complete_part(op, rc == -FI_EAGAIN ? cqe::kErrTransient : status_of_error(static_cast<int>(-rc)));
+        return false;
+      }
+      std::this_thread::yield();
     }
-    std::this_thread::yield();
+  };
+  if (amo) {
+    op->operand = am->operand;
+    op->compare = am->compare;
+    void* result = cmd->fetching ? reinterpret_cast<void*>(local) : &op->scratch;  // little-endian: low half
+    post(op->part[0], [&](void* ctx) {
+      switch (am->form) {
+        case AmoForm::kPlain:
+          return fi_atomic(p->ep, &op->operand, 1, nullptr, dest, raddr, key, am->type, am->op, ctx);
+        case AmoForm::kFetch:
+          return fi_fetch_atomic(p->ep, &op->operand, 1, nullptr, result, nullptr, dest, raddr, key, am->type, am->op,
+                                 ctx);
+        case AmoForm::kCompare:
+          break;
+      }
+      return fi_compare_atomic(p->ep, &op->operand, 1, nullptr, &op->compare, nullptr, result, nullptr, dest, raddr,
+                               key, am->type, am->op, ctx);
+    });
+    return true;
   }
+  if (get) {
+    post(op->part[0], [&](void* ctx) {
+      return fi_read(p->ep, reinterpret_cast<void*>(local), d->length, nullptr, dest, raddr, key, ctx);
+    });
+    return true;
+  }
+  // A PUT; with a sync flag, the flag's write after the data's (ordered: FI_ORDER_WAW; else
+  // the progress thread writes it when the data's write completed), the remote event on the
+  // last write, so it comes when both are in.
+  if (sync) {
+    op->parts.store(2, std::memory_order_relaxed);
+    op->flag = d->sync_flag_value;
+    op->flag_after = !p->waw;
+    op->flag_event = event;
+    op->dest = dest;
+    op->flag_addr = d->sync_flag_addr - base;
+    op->key = key;
+    op->data = data;
+  }
+  const void* src = reinterpret_cast<const void*>(local);
+  const bool data_event = event && !sync;
+  const bool flag_after = sync && !p->waw;  // op may be gone once its data's write is posted
+  const bool sent = post(op->part[0], [&](void* ctx) {
+    return data_event ? fi_writedata(p->ep, src, d->length, nullptr, data, dest, raddr, key, ctx)
+                      : fi_write(p->ep, src, d->length, nullptr, dest, raddr, key, ctx);
+  });
+  if (!sync) return true;
+  if (!sent) {  // no flag without its data
+    p->complete_part(op, cqe::kErrTransient);
+    return true;
+  }
+  if (!flag_after) post(op->part[1], [&](void*) { return p->write_flag(op); });
+  return true;
 }
 
 }  // namespace nicemu::ugni

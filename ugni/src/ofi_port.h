@@ -1,7 +1,10 @@
 // The ofi fabric (docs/ofi-fabric.md): when the daemon runs with
 // fabric_data = ofi, each attached CDM opens a libfabric RDM endpoint of its own and moves
 // the data of its FMA/RDMA PUT and GET to other hosts itself (fi_write / fi_read), rank to
-// rank; everything else across hosts keeps going through the daemons (remote_post.cpp).
+// rank, remote events of PUTs as remote CQ data (fi_writedata) and sync flags as a second
+// write; with NICEMU_OFI_AMO=1 AMOs too, as the provider's atomics where libfabric has the
+// operation (opt-in: they are not atomic with the AMO lock the other paths take). Everything
+// else across hosts keeps going through the daemons (remote_post.cpp).
 //
 // Memory handles: a registration made by the library (GNI_MemRegister, not vMDH) is
 // registered with the provider too, over its whole pages [VA, VA + pages * 4 KiB) as the
