@@ -1272,27 +1272,33 @@ TEST_CASE("fabric congestion: daemons descheduled for milliseconds do not cut th
   }
 }
 
-TEST_CASE("fabric congestion: a loss-based flow sharing the bottleneck does not starve the channels") {
-  // A delay-based sender yields to one that fills the queue until it drops (Vegas against
-  // Reno): a loss while a queue stood above the delay target switches the channels' delay
-  // response off (for 10 s, renewed by every such loss), so they share by loss as it does.
-  // Neither side is starved; the link stays busy.
+// N channels beside one loss-based flow growing `alpha` packets per round trip: each side
+// keeps at least 0.6 of its per-flow fair share (0.3 each at one channel), the link stays busy.
+static void check_beside_competitor(const char* what, uint64_t seed, double alpha) {
   for (int n : {1, 2}) {
     BottleneckConfig c;
     c.senders = n;
-    c.seed = 400 + n;
+    c.seed = seed + n;
     c.duration_ns = 7'000'000'000;
     c.competitor = true;
+    c.competitor_alpha = alpha;
     const BottleneckResult r = run_bottleneck(c);
-    MESSAGE("beside a loss-based flow, senders ", n, ": channels ", r.channels_share, " competitor ",
-            r.competitor_share, " fairness (channels) ", r.min_fairness, ", recoveries ", r.recoveries,
-            ", delay backoffs ", r.delay_backoffs);
-    // Each side keeps at least 0.6 of its per-flow fair share: 0.3 each at one channel.
+    MESSAGE("beside ", what, ", senders ", n, ": channels ", r.channels_share, " competitor ", r.competitor_share,
+            " fairness (channels) ", r.min_fairness, ", recoveries ", r.recoveries, ", delay backoffs ",
+            r.delay_backoffs);
     CHECK(r.channels_share >= 0.6 * n / (n + 1));
     CHECK(r.competitor_share >= 0.6 / (n + 1));
     CHECK(r.channels_share + r.competitor_share >= 0.85);
     CHECK(r.downs == 0);
   }
+}
+
+TEST_CASE("fabric congestion: a loss-based flow sharing the bottleneck does not starve the channels") {
+  // A delay-based sender yields to one that fills the queue until it drops (Vegas against
+  // Reno): a loss while a queue stood above the delay target switches the channels' delay
+  // response off (for 10 s, renewed by every such loss), so they share by loss as it does.
+  // Neither side is starved; the link stays busy.
+  check_beside_competitor("a loss-based flow", 400, 1);
 }
 
 TEST_CASE("fabric congestion: a CUBIC-like flow beside the channels keeps most of its per-flow share") {
@@ -1301,20 +1307,5 @@ TEST_CASE("fabric congestion: a CUBIC-like flow beside the channels keeps most o
   // per round trip, so it takes more than a per-flow share: the CUBIC flow keeps about 0.75
   // of its 1/(N+1) (0.37 beside one channel, 0.23-0.28 beside two;
   // docs/notes/2026-12-06-incast-fairness.md). The floor guards against a greedier channel.
-  for (int n : {1, 2}) {
-    BottleneckConfig c;
-    c.senders = n;
-    c.seed = 500 + n;
-    c.duration_ns = 7'000'000'000;
-    c.competitor = true;
-    c.competitor_alpha = 0.53;
-    const BottleneckResult r = run_bottleneck(c);
-    MESSAGE("beside a CUBIC-like flow, senders ", n, ": channels ", r.channels_share, " competitor ",
-            r.competitor_share, " fairness (channels) ", r.min_fairness, ", recoveries ", r.recoveries,
-            ", delay backoffs ", r.delay_backoffs);
-    CHECK(r.competitor_share >= 0.6 / (n + 1));
-    CHECK(r.channels_share >= 0.6 * n / (n + 1));
-    CHECK(r.channels_share + r.competitor_share >= 0.85);
-    CHECK(r.downs == 0);
-  }
+  check_beside_competitor("a CUBIC-like flow", 500, 0.53);
 }
