@@ -55,13 +55,13 @@ bool MappedRegion::alive() const {
   if (region_state(header()) != kRegionAlive) return false;
   if (pidfd_ < 0) return true;  // no pidfd (old kernel): the state decides
   const int64_t at = alive_at_.load(std::memory_order_relaxed);
-  if (at == -1) return false;
+  if (at == kExited) return false;
   const int64_t now =
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  if (at != std::numeric_limits<int64_t>::min() && now - at < kLivenessFor.count()) return true;
+  if (now - at < kLivenessFor.count()) return true;
   pollfd p{pidfd_, POLLIN, 0};
   const bool alive = poll(&p, 1, 0) == 0;  // readable = the process exited
-  alive_at_.store(alive ? now : -1, std::memory_order_relaxed);
+  alive_at_.store(alive ? now : kExited, std::memory_order_relaxed);
   return alive;
 }
 

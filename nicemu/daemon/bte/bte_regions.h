@@ -10,7 +10,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -67,8 +66,10 @@ class MappedRegion {
   pid_t pid_ = 0;
   int pidfd_ = -1;
   uint64_t attach_id_ = 0;
-  // steady_clock time (ns) of the last poll that found the owner alive; -1 once it exited.
-  mutable std::atomic<int64_t> alive_at_{std::numeric_limits<int64_t>::min()};
+  // steady_clock time (ns) of the last poll that found the owner alive (at first: long
+  // enough ago to poll); kExited once it exited.
+  static constexpr int64_t kExited = -1;
+  mutable std::atomic<int64_t> alive_at_{-2 * kLivenessFor.count()};
 };
 
 // A target CDM: its NIC address and memory domain (the route of the handle an operation

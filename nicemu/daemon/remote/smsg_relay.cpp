@@ -725,8 +725,8 @@ void SmsgRelay::tick() {
   // Receivers' releases since the last report: an ack for each relay that moved. Those
   // whose sender is short of credits at every tick; a slice of the others every kPollAll.
   std::vector<RxKey> keys(short_.begin(), short_.end());  // send_ack changes the sets
-  if (now - last_full_scan_ >= kPollAll) {
-    last_full_scan_ = now;
+  if (now - last_slice_ >= kPollAll) {
+    last_slice_ = now;
     auto it = watch_.lower_bound(scan_from_);
     for (size_t n = 0; n < kScanSlice && n < watch_.size(); ++n, ++it) {
       if (it == watch_.end()) it = watch_.begin();
@@ -755,7 +755,7 @@ void SmsgRelay::tick() {
     arm(poll_);
   }
   if (!watch_.empty())
-    arm(std::max(std::chrono::duration_cast<std::chrono::microseconds>(kPollAll - (now - last_full_scan_)), kPollMin));
+    arm(std::max(std::chrono::duration_cast<std::chrono::microseconds>(kPollAll - (now - last_slice_)), kPollMin));
   if (in_flight_) arm(kLiveness);
 }
 

@@ -205,7 +205,7 @@ class SmsgRelay : public FabricService {
   uint64_t timer_gen_ = 0;
   std::chrono::microseconds poll_{100};
   Clock::time_point last_move_{};   // last time a watched receiver released something
-  Clock::time_point last_full_scan_{}, last_liveness_{};
+  Clock::time_point last_slice_{}, last_liveness_{};  // the last slice of watch_, the last liveness check
   bool in_flight_ = false;          // as of the last liveness check
   bool flush_posted_ = false;
 
