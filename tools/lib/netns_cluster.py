@@ -38,6 +38,19 @@ def run(argv, check=True, timeout=30, **kw):
     return r
 
 
+def fabric_files(ctl, out, addrs):
+    """A fresh cluster key (each run its own, replacing an earlier run's in OUT) and the
+    fabric map of ADDRS (port 7700) in OUT; returns their paths."""
+    key = os.path.join(out, "fabric.key")
+    if os.path.exists(key):
+        os.unlink(key)
+    run([ctl, "keygen", key])
+    os.chmod(key, 0o600)
+    fabric = os.path.join(out, "fabric.toml")
+    open(fabric, "w").write(run([ctl, "fabric", "gen", "--port", "7700"] + addrs).stdout)
+    return key, fabric
+
+
 class Skip(Exception):
     pass
 
@@ -170,14 +183,7 @@ class Cluster:
             name = f"nsoak{u}{os.getpid()}"
             run(["useradd", "--system", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", name])
             self.users.append(name)
-        key = os.path.join(self.out, "fabric.key")
-        if os.path.exists(key):  # an earlier run into the same directory: each run has its own key
-            os.unlink(key)
-        run([self.ctl, "keygen", key])
-        os.chmod(key, 0o600)
-        fabric = os.path.join(self.out, "fabric.toml")
-        r = run([self.ctl, "fabric", "gen", "--port", "7700"] + [self.net + str(i + 1) for i in range(len(self.ns))])
-        open(fabric, "w").write(r.stdout)
+        key, fabric = fabric_files(self.ctl, self.out, [self.net + str(i + 1) for i in range(len(self.ns))])
         self.rundir, self.conf = [], []
         for i in range(len(self.ns)):
             d = os.path.join(self.out, f"host{i}")
