@@ -584,6 +584,13 @@ bool touches_link(const af::Config& c, uint32_t peer) {
 
 }  // namespace
 
+bool fault_link_rules(Nic* n, uint32_t peer) {
+  Engine& e = engine();
+  std::lock_guard<std::mutex> lk(e.mu);
+  const af::Config& c = state(n).inj.config();
+  return c.enabled && touches_link(c, peer);
+}
+
 bool fault_post_remote(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t eng, int32_t tid,
                        bool& to_daemons) {
   namespace rop = nicemu::abi::remote;

@@ -71,6 +71,10 @@ bool fault_post_rdma(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, int32_t tid
 // must not take the ofi fabric. Link windows and delays do not fail or hold it here.
 bool fault_post_remote(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t engine, int32_t tid,
                        bool& to_daemons);
+// The same test for other traffic a rank could send over the ofi fabric itself (messages):
+// true while the node's configuration (checked only when its page is active) has packet
+// rules or link windows that may touch traffic to `peer`.
+bool fault_link_rules(Nic* n, uint32_t peer);
 
 // GNI_MemRegister(Segments) under injection: GNI_RC_ERROR_RESOURCE or GNI_RC_ERROR_NOMEM when
 // a rule of kind `reg` says so (error, exhaust), else GNI_RC_SUCCESS. An `update`
