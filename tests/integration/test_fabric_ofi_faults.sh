@@ -46,7 +46,7 @@ print(sum(c["counters"].get("ofi_ops", 0) for c in n["cdms"]))'
 # run_phases NAME FABRIC_DATA [PROVIDER]: daemons on both hosts, the job, the phases; the
 # job's output in $TMP/NAME.log, the ofi ops before the NIC-down phase in $TMP/NAME.ops.
 run_phases() {
-  local name=$1 data=$2 prov=${3:-} dir=$TMP/$1 peer k t0 args=(--fabric-data "$2" --stats-interval-ms 20) job
+  local name=$1 prov=${3:-} dir=$TMP/$1 peer k t0 args=(--fabric-data "$2" --stats-interval-ms 20) job
   [[ -n $prov ]] && args+=(--ofi-provider "$prov")
   mkdir -p "$dir"
   for i in 0 1; do fabric_daemon "$i" "${args[@]}"; done
@@ -71,7 +71,7 @@ run_phases() {
     touch "$dir/go.$k"
     wait_until 600 test -e "$dir/done.$k" || { fail "$name: phase $k did not end"; break; }
     # The posts each phase moved rank to rank (the daemon is gone in the last).
-    [[ $k -lt $PHASES ]] && sleep 0.1 && echo "$(cdm_ofi_ops)" >>"$TMP/$name.ops"
+    [[ $k -lt $PHASES ]] && sleep 0.1 && cdm_ofi_ops >>"$TMP/$name.ops"
   done
   wait "$job" || fail "$name: the job exited non-zero"
   BG_PIDS=()
