@@ -130,9 +130,9 @@ gni_return_t post_remote(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_
   // The ofi fabric moves a PUT or GET rank to rank (ofi_port.h); the rest goes to the daemon.
   if (!to_daemons && ofi_post(ep, cq, d, kind, engine, tid)) return GNI_RC_SUCCESS;
   // Remembered first: once sent, its events may come (and its tid be reused) at any time.
-  n->to_daemon(tid, cq, ep->local_event, engine == rop::kBte);
+  ep->nic->to_daemon(tid, cq, ep->local_event, engine == rop::kBte);
   if (send_remote_post(ep, cq, d, kind, engine, tid, nullptr)) return GNI_RC_SUCCESS;
-  n->to_daemon(tid, cq, ep->local_event, engine == rop::kBte, false);
+  ep->nic->to_daemon(tid, cq, ep->local_event, engine == rop::kBte, false);
   // Our daemon is gone: nobody will carry it. Complete it here as every post after NIC down.
   if (engine == rop::kBte)
     rdma_local_events(cq, d->cq_mode, ep->local_event, tid, cqe::kErrNicDown);
