@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "fma_requester.h"
+#include "nicemu/abi/remote_ops.h"
 #include "ordering_model.h"
 #include "nicemu/fault/fault_injector.h"
 #include "nicemu/fault/fault_page.h"
@@ -562,6 +563,59 @@ bool fault_post_rdma(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, int32_t tid
   h.fence = fence;
   h.run = std::move(run);
   e.hold(due, std::move(h));
+  return true;
+}
+
+namespace {
+
+// Whether packet rules, Nth hooks on packets or link windows (at any time of the
+// configuration: one may open while a post is in flight) can touch traffic to `peer`.
+bool touches_link(const af::Config& c, uint32_t peer) {
+  constexpr uint32_t packet = 1u << af::kPacket;
+  auto aimed = [peer](uint32_t p) { return p == af::kAnyPeer || p == peer; };
+  for (uint32_t i = 0; i < c.rule_count; ++i)
+    if ((c.rules[i].kind_mask & packet) && c.rules[i].ppm && aimed(c.rules[i].peer)) return true;
+  for (uint32_t i = 0; i < c.nth_count; ++i)
+    if (c.nth[i].kind_mask & packet) return true;
+  for (uint32_t i = 0; i < c.link_count; ++i)
+    if (aimed(c.links[i].peer)) return true;
+  return false;
+}
+
+}  // namespace
+
+bool fault_link_rules(Nic* n, uint32_t peer) {
+  Engine& e = engine();
+  std::lock_guard<std::mutex> lk(e.mu);
+  const af::Config& c = state(n).inj.config();
+  return c.enabled && touches_link(c, peer);
+}
+
+bool fault_post_remote(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t eng, int32_t tid,
+                       bool& to_daemons) {
+  namespace rop = nicemu::abi::remote;
+  Nic* n = ep->nic;
+  const bool bte = eng == rop::kBte;
+  Engine& e = engine();
+  std::unique_lock<std::mutex> lk(e.mu);
+  FaultState& s = state(n);
+  to_daemons = s.inj.config().enabled && touches_link(s.inj.config(), ep->remote_addr);
+  af::Kind k;
+  switch (kind) {
+    case rop::kPut: k = bte ? af::kRdmaPut : af::kFmaPut; break;
+    case rop::kGet: k = bte ? af::kRdmaGet : af::kFmaGet; break;
+    case rop::kAmo: k = af::kAmo; break;
+    default: return false;  // CQ writes are not injected (fault-injection.md, Limits)
+  }
+  if (!s.inj.selects(k)) return false;  // no draw: the CDM's stream as before for other kinds
+  const Decision dec = reportable(s.inj.decide(k, ep->remote_addr, monotonic_ns()), cq, tid);
+  // A link window is the link's: the channel of the daemons' path delays or fails the post.
+  if (!is_failure(dec.action) || dec.action == af::kLinkDown) return false;
+  lk.unlock();
+  count_failure(n, dec);
+  // Never executed (error_done does not apply: the request did not reach the other host).
+  push_event(cq, d->cq_mode, GNI_CQMODE_LOCAL_EVENT | GNI_CQMODE_GLOBAL_EVENT,
+             bte ? cqe::kSrcBte : cqe::kSrcLocalRequest, cqe::kErrInjected, tid, ep->local_event);
   return true;
 }
 

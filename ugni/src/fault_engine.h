@@ -63,6 +63,19 @@ void rdma_local_events(Cq* cq, uint16_t cq_mode, uint32_t local_event, int32_t t
 // flight, so it never overtakes one of those).
 bool fault_post_rdma(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, int32_t tid, bool ring_idle);
 
+// A post for another host's node (remote_post.cpp) while the node's configuration is on,
+// on either fabric: true if a transaction rule failed it here (its error events pushed,
+// nothing sent: a request lost on its way, never executed; silent posts are not failed);
+// false: it goes on. `to_daemons` is set when the configuration has packet rules or link
+// windows that may touch traffic to its peer, which act only on the daemons' path: the post
+// must not take the ofi fabric. Link windows and delays do not fail or hold it here.
+bool fault_post_remote(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t engine, int32_t tid,
+                       bool& to_daemons);
+// The same test for other traffic a rank could send over the ofi fabric itself (messages):
+// true while the node's configuration (checked only when its page is active) has packet
+// rules or link windows that may touch traffic to `peer`.
+bool fault_link_rules(Nic* n, uint32_t peer);
+
 // GNI_MemRegister(Segments) under injection: GNI_RC_ERROR_RESOURCE or GNI_RC_ERROR_NOMEM when
 // a rule of kind `reg` says so (error, exhaust), else GNI_RC_SUCCESS. An `update`
 // (GNI_MEM_UPDATE_REGION) fails only with GNI_RC_ERROR_NOMEM (fault_engine.cpp says why).

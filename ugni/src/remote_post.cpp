@@ -116,8 +116,19 @@ bool send_remote_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t k
 
 gni_return_t post_remote(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t engine,
                          int32_t tid) {
+  Nic* n = ep->nic;
+  // Fault injection acts alike on both fabrics (docs/ofi-fabric.md): transaction rules fail
+  // posts here, and while packet rules or link windows may touch the peer the post takes the
+  // daemons' path, where those act. Off, this is one relaxed load.
+  bool to_daemons = false;
+  if (n->fault_page->active.load(std::memory_order_relaxed)) [[unlikely]]
+    if (fault_post_remote(ep, cq, d, kind, engine, tid, to_daemons)) return GNI_RC_SUCCESS;
+  // NIC down as the daemons' path sees it, also while nothing told this process yet: the
+  // daemon marked our region at shutdown, or the kernel did when it died (its lease).
+  if (n->ofi && n->self->state() == abi::kRegionNicDown) [[unlikely]]
+    n->nic_down.store(true, std::memory_order_relaxed);
   // The ofi fabric moves a PUT or GET rank to rank (ofi_port.h); the rest goes to the daemon.
-  if (ofi_post(ep, cq, d, kind, engine, tid)) return GNI_RC_SUCCESS;
+  if (!to_daemons && ofi_post(ep, cq, d, kind, engine, tid)) return GNI_RC_SUCCESS;
   // Remembered first: once sent, its events may come (and its tid be reused) at any time.
   ep->nic->to_daemon(tid, cq, ep->local_event, engine == rop::kBte);
   if (send_remote_post(ep, cq, d, kind, engine, tid, nullptr)) return GNI_RC_SUCCESS;

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Fault injection on the ofi fabric as on the UDP fabric (docs/ofi-fabric.md, "Faults"):
+# two network namespace hosts, fabric_faults under MPICH's Hydra (rank 0 posts an FMA PUT and
+# an RDMA PUT per phase to rank 1), the same phases with the daemons on --fabric-data udp,
+# then ofi over tcp;ofi_rxm, then ofi over udp;ofi_rxd. The faults are set on host 0's
+# daemon (the initiator's) between phases:
+#   1 none; 2 put.error=1 rdma_put.error=1 (a transaction rule); 3 a link_down window of
+#   600 ms (shorter than the fabric's 1.8 s retry budget: delayed, completes); 4 one of 5 s
+#   (longer: fails); 5 packet.drop=0.5 (retransmitted, completes); 6 none again; 7 host 0's
+#   daemon shut down (NIC down).
+# Every phase's post return codes, CQE statuses and recoverable flags over ofi must equal
+# those over udp; the expected outcome of each is checked too, and over ofi that only phases
+# 1 and 6 went rank to rank (the CDM's ofi_ops: 4).
+# Needs root, ip, python3, mpiexec.hydra and a libugni built with libfabric; otherwise 77.
+# Usage: test_fabric_ofi_faults.sh BUILD_DIR ofi|no-ofi     Exit: 0 pass, 1 fail, 77 skip.
+set -u
+. "$(dirname "$0")/lib.sh"
+
+use_build "${1:-}" tests/integration/fabric_faults
+[[ ${2:-} == ofi ]] || skip "libugni built without libfabric (meson -Dofi; Debian libfabric-dev)"
+[[ $(id -u) -eq 0 ]] || skip "needs root (network namespaces)"
+need_cmd ip python3
+HYDRA=$(command -v mpiexec.hydra) || skip "mpiexec.hydra not installed (Debian mpich)"
+command -v fi_info >/dev/null && { fi_info -p 'tcp;ofi_rxm' >/dev/null 2>&1 || skip "libfabric has no tcp;ofi_rxm"; }
+
+TAG=ff$$
+SW=${TAG}sw
+NS=("${TAG}a" "${TAG}b")
+NET=10.215.$(($$ % 200)).
+test_cleanup() { netns_hosts_down "${NS[@]}" "$SW"; }
+test_init test_fabric_ofi_faults
+
+netns_fabric "$SW" "$NET" "${NS[@]}"
+PROG=$BUILD/tests/integration/fabric_faults
+PHASES=7
+
+# cdm_ofi_ops: the ofi_ops counter of host 0's CDM (the initiator's), as its daemon last
+# copied it (every 20 ms here).
+cdm_ofi_ops() {
+  "$CTL" --rundir "$TMP/host0" --node 0 stats --json 2>/dev/null | python3 -c '
+import json, sys
+n = json.load(sys.stdin)["nodes"][0]
+print(sum(c["counters"].get("ofi_ops", 0) for c in n["cdms"]))'
+}
+
+# run_phases NAME FABRIC_DATA [PROVIDER]: daemons on both hosts, the job, the phases; the
+# job's output in $TMP/NAME.log, the ofi ops before the NIC-down phase in $TMP/NAME.ops.
+run_phases() {
+  local name=$1 prov=${3:-} dir=$TMP/$1 peer k t0 args=(--fabric-data "$2" --stats-interval-ms 20) job
+  [[ -n $prov ]] && args+=(--ofi-provider "$prov")
+  mkdir -p "$dir"
+  for i in 0 1; do fabric_daemon "$i" "${args[@]}"; done
+  fabric_cred 1
+  netns_hydra 120 2 1 "$TMP/$name.log" env FAULTS_DIR="$dir" "$PROG" pmi $PHASES &
+  job=$!
+  BG_PIDS+=("$job")
+  wait_until 300 test -s "$dir/ready" || { fail "$name: the job did not start"; show_log "$TMP/$name.log"; return 1; }
+  peer=$(awk '{print $2}' "$dir/ready")
+  fault() { "$CTL" --rundir "$TMP/host0" --node 0 fault "$@" >/dev/null 2>>"$TMP/$name.fault.err"; }
+  for ((k = 1; k <= PHASES; k++)); do
+    case $k in
+      2) fault reset seed=1 put.error=1 rdma_put.error=1 ;;
+      3) fault reset seed=1 "link_down=$peer@0..600ms" ;;
+      4) fault reset seed=1 "link_down=$peer@0..5000ms"; t0=$(date +%s.%N) ;;
+      5) # the window over and the channel back (probed every 500 ms)
+         sleep "$(python3 -c "import sys; print(max(0.0, 6.0 - ($(date +%s.%N) - $t0)))")"
+         fault reset seed=1 packet.drop=0.5 ;;
+      6) fault off ;;
+      7) stop_daemon 0 ;;
+    esac
+    touch "$dir/go.$k"
+    wait_until 600 test -e "$dir/done.$k" || { fail "$name: phase $k did not end"; break; }
+    # The posts each phase moved rank to rank (the daemon is gone in the last).
+    [[ $k -lt $PHASES ]] && sleep 0.1 && cdm_ofi_ops >>"$TMP/$name.ops"
+  done
+  wait "$job" || fail "$name: the job exited non-zero"
+  BG_PIDS=()
+  stop_daemons
+  DAEMON_PID=()
+  unset -f fault
+  return 0
+}
+
+# outcome NAME: the phases' results without the times ("K kind rc R status S recoverable F").
+outcome() { grep '^phase ' "$TMP/$1.log" | awk '{print $2, $3, "rc", $5, "status", $7, "recoverable", $9}'; }
+# field NAME K KIND COLUMN: one value of one post.
+field() { awk -v k="$2" -v t="$3" -v c="$4" '$1 == "phase" && $2 == k && $3 == t {print $c}' "$TMP/$1.log"; }
+
+# check NAME: the expected outcome of each phase on one fabric.
+check() {
+  local n=$1 bad=0 k t s
+  [[ $(grep -c '^phase ' "$TMP/$n.log") -eq $((2 * PHASES)) ]] || { fail "$n: not every post reported"; show_log "$TMP/$n.log"; return; }
+  for k in 1 3 5 6; do for t in fma rdma; do
+    [[ $(field "$n" $k $t 7) == 0 ]] || { fail "$n: phase $k $t status $(field "$n" $k $t 7), want 0"; bad=1; }
+  done; done
+  for k in 2 4 7; do
+    s=$(field "$n" $k fma 7)
+    [[ $s -gt 0 ]] || { fail "$n: phase $k fma status $s, want an error"; bad=1; }
+  done
+  for t in fma rdma; do
+    [[ $(field "$n" 2 $t 9) == 1 ]] || { fail "$n: phase 2 $t not recoverable"; bad=1; }
+  done
+  # The short window delays the first post until the link is up; the long one outlasts the
+  # retry budget (1.8 s) before the post fails.
+  [[ $(field "$n" 3 fma 11) -ge 300 ]] || { fail "$n: phase 3 took $(field "$n" 3 fma 11) ms, the window was 600 ms"; bad=1; }
+  [[ $(field "$n" 4 fma 11) -ge 1500 ]] || { fail "$n: phase 4 failed after $(field "$n" 4 fma 11) ms"; bad=1; }
+  grep -q '^target fma 6 rdma 6$' "$TMP/$n.log" || { fail "$n: the target's words are not phase 6's"; bad=1; }
+  [[ $bad -eq 0 ]] && pass "$n: $(outcome "$n" | awk '{printf "%s%s %s:%s", (NR > 1 ? ", " : ""), $1, $2, $6}')"
+  [[ $bad -eq 0 ]] || show_log "$TMP/$n.log"
+}
+
+# compare NAME: NAME's outcome equals udp's, and only phases 1 and 6 went over ofi.
+compare() {
+  local n=$1 ops
+  if diff <(outcome udp) <(outcome "$n") >"$TMP/$n.diff"; then
+    pass "$n: every post completes as over udp (return codes, statuses, recoverable flags)"
+  else
+    fail "$n: completions differ from udp's (< udp, > $n)"; show_log "$TMP/$n.diff"
+  fi
+  # Per phase 1..6: how many of its two posts went rank to rank.
+  ops=$(awk '{printf "%s%d", (NR > 1 ? " " : ""), $1 - prev; prev = $1}' "$TMP/$n.ops")
+  [[ $ops == "2 0 0 0 0 2" ]] &&
+    pass "$n: phases 1 and 6 rank to rank, the faulted ones through the daemons or failed in libugni (ofi posts by phase: $ops)" ||
+    fail "$n: ofi posts by phase 1..6: $ops, want 2 0 0 0 0 2"
+  printf '    %-14s fma ms by phase:' "$n"; awk '$1 == "phase" && $3 == "fma" {printf " %s", $11}' "$TMP/$n.log"; echo
+}
+
+run_phases udp udp && check udp
+printf '    %-14s fma ms by phase:' udp; awk '$1 == "phase" && $3 == "fma" {printf " %s", $11}' "$TMP/udp.log"; echo
+run_phases ofi-tcp ofi 'tcp;ofi_rxm' && { check ofi-tcp; compare ofi-tcp; }
+if fi_info -p 'udp;ofi_rxd' >/dev/null 2>&1; then
+  run_phases ofi-rxd ofi 'udp;ofi_rxd' && { check ofi-rxd; compare ofi-rxd; }
+else
+  echo "    udp;ofi_rxd: not in this libfabric, phase skipped"
+fi
+finish fabric-ofi-faults 0 1
