@@ -328,11 +328,15 @@ size_t ReliableChannel::fill_body(uint64_t now_us, uint8_t* buf, size_t cap, uin
     due_floor_ = std::min(due_floor_, r.due_us);
     paced(wire_bytes(r), now_us);
   };
-  if (!idle() || ack_owed_) {
-    active_us_ = now_us;  // records queued, held or arrived since the last ack went out
+  // Records queued, held or arrived since the last ack went out; or records were queued or
+  // held at the last fill and what emptied them (an ack, a gap closed) came since: a caller
+  // fills a channel when it has work, not on every turn of its loop, so idle from now on.
+  if (!idle() || ack_owed_ || busy_) {
+    active_us_ = now_us;
   } else if (touched_ && cfg_.idle_release_us != 0 && now_us >= active_us_ + cfg_.idle_release_us) {
     release_memory();
   }
+  busy_ = !idle();
   if (state_ == State::kDown) return 0;
   // Liveness: records in flight and nothing at all acknowledged for the horizon (this
   // process's own lateness excluded, in fill()).

@@ -259,6 +259,7 @@ class ReliableChannel {
   // something queued, held or arriving (fill's clock).
   bool touched_ = false;
   uint64_t active_us_ = 0;
+  bool busy_ = false;  // as fill() last saw it: not idle()
   // No record sent is due before this (a lower bound, exact after each scan): fill() skips
   // its scan for expired records until then.
   uint64_t due_floor_ = UINT64_MAX;

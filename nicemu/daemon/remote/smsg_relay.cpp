@@ -88,10 +88,10 @@ int SmsgRelay::open(CdmRegion& cdm, const ctl::SmsgRelayOpen& req, ctl::SmsgRela
     return a.peer_addr == req.peer_addr && a.peer_inst == req.peer_inst && a.mbox == req.mbox;
   };
   // The same channel again (GNI_SmsgInit on a re-created EP): it resumes where it was.
-  size_t mine = 0;
-  for (auto& [id, t] : tx_) {
-    if (t.attach_id != cdm.attach_id()) continue;
-    ++mine;
+  const TxPeerKey pk{cdm.attach_id(), req.peer_addr, req.peer_inst};
+  for (auto [i, end] = tx_by_peer_.equal_range(pk); i != end; ++i) {
+    const uint32_t id = i->second;
+    const Tx& t = tx_.at(id);
     if (!t.failed && same(t.attrs)) {
       auto ring = ring_for(cdm);
       if (!ring) return rc::kErrorNomem;
@@ -101,6 +101,7 @@ int SmsgRelay::open(CdmRegion& cdm, const ctl::SmsgRelayOpen& req, ctl::SmsgRela
       return rc::kSuccess;
     }
   }
+  const size_t mine = tx_per_cdm_[cdm.attach_id()];
   if (mine >= kMaxRelaysPerCdm) {
     spdlog::warn("nic {}: SMSG relay for inst {} to node {} refused: the CDM has {} relays already", self_,
                  cdm.inst_id(), req.peer_addr, mine);
@@ -123,6 +124,8 @@ int SmsgRelay::open(CdmRegion& cdm, const ctl::SmsgRelayOpen& req, ctl::SmsgRela
   t.cred = cdm.credential();
   t.attrs = req;
   t.ctl_offset = *off;
+  tx_by_peer_.emplace(pk, id);
+  ++tx_per_cdm_[cdm.attach_id()];
   rep.ctl_offset = *off;
   rep.relay = id;
   rep.ring_offset = *ring;
@@ -271,6 +274,7 @@ bool SmsgRelay::send(CdmRegion& cdm, const char* msg, size_t len, Clock::time_po
     return true;
   }
   t.unacked.push_back(Pending{s.seq, s.msg_id, s.src_cq, now});
+  note_in_flight(t);
   if (!t.opened) {
     auto o = message<ctl::SmsgOpen>(Op::kSmsgOpen);
     o.origin_node = self_;
@@ -369,6 +373,7 @@ void SmsgRelay::fail(Tx& t, uint32_t status, const std::string& why) {
     for (const Pending& p : t.unacked)
       c->push_cqe(p.src_cq, cqe::make(cqe::kSrcLocalRequest, cqe::kTypeSmsg, status, cqe::kInfoGlobal, 0, p.msg_id));
   t.unacked.clear();
+  note_in_flight(t);
   // A receiver that left after the end of a job is the usual end of a channel: quiet then.
   spdlog::log(n ? spdlog::level::warn : spdlog::level::info,
               "nic {}: SMSG from inst {} to node {} inst {} (relay {}) failed: {}; {} message(s) in flight "
@@ -400,6 +405,7 @@ void SmsgRelay::on_ack(uint32_t from, const ctl::SmsgAck& a) {
               cqe::make(cqe::kSrcLocalResponse, cqe::kTypeSmsg, cqe::kOk, cqe::kInfoGlobal, 0, p.msg_id));
     t.unacked.pop_front();
   }
+  note_in_flight(t);
   flush_cqes(tx_cqes_);
   t.delivered = a.delivered;
   t.released = a.released;
@@ -687,8 +693,14 @@ void SmsgRelay::cdm_gone(uint64_t attach_id) {
       c.relay = it->first;
       to_peer(it->second.attrs.peer_addr, &c, sizeof c);
     }
+    in_flight_tx_.erase(it->first);
     it = tx_.erase(it);
   }
+  // Its relays out of the indexes (after the loop: to_peer may fail relays of this CDM).
+  tx_per_cdm_.erase(attach_id);
+  for (auto it = tx_by_peer_.lower_bound(TxPeerKey{attach_id, 0, 0});
+       it != tx_by_peer_.end() && std::get<0>(it->first) == attach_id;)
+    it = tx_by_peer_.erase(it);
   for (auto it = rx_.begin(); it != rx_.end();) {
     if (it->second.attach_id != attach_id || it->second.status) {
       ++it;
@@ -763,7 +775,10 @@ void SmsgRelay::tick() {
 bool SmsgRelay::check_liveness(Clock::time_point now) {
   last_liveness_ = now;
   bool in_flight = false;
-  for (auto& [id, t] : tx_) {
+  // In id order, as a walk over tx_ would; fail() takes a relay out of the set, so the next
+  // one is found before.
+  for (auto i = in_flight_tx_.begin(); i != in_flight_tx_.end();) {
+    Tx& t = tx_.at(*i++);
     if (t.failed || t.unacked.empty()) continue;
     if (!env_.peer_up(t.attrs.peer_addr)) {
       fail(t, cqe::kErrPeerGone,

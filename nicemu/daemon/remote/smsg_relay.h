@@ -38,7 +38,10 @@
 //    (a quarter or less left) are polled on an adaptive timer (every 100 µs while releases
 //    came in the last 2 ms, then doubling to 5 ms while nothing moves); the other relays
 //    with unreleased messages 128 at a time every 20 ms, round robin; no timer when
-//    everything is released. Senders' liveness is checked every 10 ms, not at every poll.
+//    everything is released. Senders' liveness is checked every 10 ms, not at every poll,
+//    and only over the tx relays with messages in flight (kept in a set of their own);
+//    GNI_SmsgInit finds a re-opened relay through an index by CDM and peer, so neither
+//    costs what all of a daemon's relays cost.
 // Single-threaded: every call comes from the daemon's loop.
 #pragma once
 #include <chrono>
@@ -49,6 +52,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -211,6 +215,18 @@ class SmsgRelay : public FabricService {
 
   std::map<uint32_t, Tx> tx_;
   uint32_t next_tx_;
+  // tx relays not failed with messages not yet acknowledged (check_liveness walks these).
+  std::set<uint32_t> in_flight_tx_;
+  void note_in_flight(const Tx& t) {
+    if (!t.failed && !t.unacked.empty())
+      in_flight_tx_.insert(t.id);
+    else
+      in_flight_tx_.erase(t.id);
+  }
+  // tx relays by (CDM, peer node, peer instance): open() looks for a re-opened one there.
+  using TxPeerKey = std::tuple<uint64_t, uint32_t, uint32_t>;
+  std::multimap<TxPeerKey, uint32_t> tx_by_peer_;
+  std::map<uint64_t, size_t> tx_per_cdm_;  // attach id -> its tx relays (failed ones too)
   std::map<RxKey, Rx> rx_;
   std::set<RxKey> ack_due_;                                 // rx relays owing an ack this turn
   std::map<RxKey, uint64_t> watch_;                         // rx relays with unreleased messages -> receiver

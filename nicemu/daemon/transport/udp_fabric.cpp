@@ -224,6 +224,8 @@ UdpFabric::Peer* UdpFabric::peer(uint32_t nic) {
   // Created on first contact: a channel's buffers are sized once, here.
   Peer& p = peers_[nic];
   p.nic = nic;
+  p.slot = static_cast<uint32_t>(slots_.size());
+  slots_.push_back(&p);
   p.addr = e->addr;
   p.ch = std::make_unique<fabric::ReliableChannel>(
       ccfg_, [this, nic](RecordType type, const uint8_t* data, size_t len) {
@@ -244,6 +246,7 @@ bool UdpFabric::send(uint32_t nic, const void* msg, size_t len) {
     ++ctr_.send_refused;
     return false;
   }
+  mark(*p);
   // Inside a receive batch the flush at its end sends it along with the acks. Otherwise one
   // flush is queued on the loop, right behind the current handler, so every message sent
   // meanwhile (to any peer) shares packets: the lever for small-message rate. (Flushing an
@@ -353,6 +356,9 @@ void UdpFabric::receive_one(const uint8_t* p, size_t n, const sockaddr_in& from)
       ++ctr_.stale_epoch;
       return;
     }
+  // From here on the channel hears of it (an epoch, an ack, records, a request for an ack):
+  // the flush after this batch looks at it.
+  mark(peer);
   if (peer.epoch != h.src_epoch) {
     if (peer.epoch != 0) {
       ++ctr_.peer_restarts;
@@ -484,14 +490,25 @@ void UdpFabric::progress_in(uint64_t us) {
 void UdpFabric::flush_all() {
   if (progress_) progress_();
   uint64_t now = now_us();
+  // Only the channels with work: marked since the last flush (a packet from the peer, a
+  // message to it, a refused packet) or due (their deadline came). Any other channel's
+  // fill() would find nothing to do: its state has not changed since its last flush, and
+  // its deadline is in the heap.
+  sched_.take_due(now);
+  sched_.take(flushing_);
   // While the socket buffer is full nothing is filled: what would go out now would be
   // refused again. The channels count that wait as this host's lateness, not as their
   // peers' silence; the writable socket flushes.
-  for (auto& [nic, p] : peers_) {
-    if (wait_write_) break;
-    flush(p, now);
-  }
+  size_t done = 0;
+  for (; done < flushing_.size() && !wait_write_; ++done) flush(*slots_[flushing_[done]], now);
   send_batch();
+  for (size_t i = 0; i < flushing_.size(); ++i) {
+    Peer& p = *slots_[flushing_[i]];
+    if (i >= done) mark(p);  // not flushed (the socket is full): still owed
+    fold(p);
+    sched_.set_deadline(p.slot, p.ch->state() == fabric::ReliableChannel::State::kDown ? p.next_probe_us
+                                                                                      : p.ch->next_deadline());
+  }
   arm_timer();
   publish();
 }
@@ -603,6 +620,7 @@ void UdpFabric::refused(size_t first, size_t count) {
     });
     p->ack_now = true;
     if (p->ch->state() == fabric::ReliableChannel::State::kDown) p->next_probe_us = now;
+    mark(*p);
   }
   wait_writable();
 }
@@ -719,13 +737,9 @@ void UdpFabric::send_batch() {
 
 void UdpFabric::arm_timer() {
   if (stopped_ || wait_write_) return;  // the writable socket flushes and re-arms
-  uint64_t next = UINT64_MAX;
-  for (auto& [nic, p] : peers_) {
-    if (p.ch->state() == fabric::ReliableChannel::State::kDown)
-      next = std::min(next, p.next_probe_us);
-    else
-      next = std::min(next, p.ch->next_deadline());
-  }
+  // Every channel's deadline is current: a channel's state changes only through calls that
+  // mark it, and flush_all set the deadline of every marked one.
+  const uint64_t next = sched_.next_deadline();
   if (next == UINT64_MAX) return;
   // Re-arming costs a system call: only when the deadline moves earlier. A timer that fires
   // early (the deadline moved later) just flushes and re-arms.
@@ -740,22 +754,26 @@ void UdpFabric::arm_timer() {
   });
 }
 
+void UdpFabric::fold(Peer& p) {
+  // A channel's counters only grow (reset() keeps them), and a channel counts only in calls
+  // that mark it: adding each flushed channel's growth keeps the sums exact.
+  const auto& s = p.ch->stats();
+  Folded& f = p.folded;
+  sums_.duplicates += s.duplicates - f.duplicates;
+  sums_.out_of_window += s.out_of_window - f.out_of_window;
+  sums_.retransmits += s.retransmits - f.retransmits;
+  sums_.downs += s.downs - f.downs;
+  sums_.messages_abandoned += s.messages_abandoned - f.messages_abandoned;
+  f = {s.duplicates, s.out_of_window, s.retransmits, s.downs, s.messages_abandoned};
+}
+
 void UdpFabric::publish() {
-  uint64_t dup = 0, oow = 0, rtx = 0, downs = 0, abandoned = 0;
-  for (auto& [nic, p] : peers_) {
-    const auto& s = p.ch->stats();
-    dup += s.duplicates;
-    oow += s.out_of_window;
-    rtx += s.retransmits;
-    downs += s.downs;
-    abandoned += s.messages_abandoned;
-  }
   // Sums over channels that are never removed: the counters never go backwards.
-  ctr_.duplicates.set(dup);
-  ctr_.out_of_window.set(oow);
-  ctr_.retransmits.set(rtx);
-  ctr_.peer_downs.set(downs);
-  ctr_.messages_abandoned.set(abandoned);
+  ctr_.duplicates.set(sums_.duplicates);
+  ctr_.out_of_window.set(sums_.out_of_window);
+  ctr_.retransmits.set(sums_.retransmits);
+  ctr_.peer_downs.set(sums_.downs);
+  ctr_.messages_abandoned.set(sums_.messages_abandoned);
 }
 
 nlohmann::json UdpFabric::status() const {

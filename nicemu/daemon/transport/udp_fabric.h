@@ -7,10 +7,14 @@
 // buffers, uring_receiver.h) whose completion eventfd the daemon's Asio loop (epoll) watches;
 // where the kernel cannot, the non-blocking socket itself is watched and drained in batches
 // with recvmmsg into buffers allocated once. Either way an idle daemon sleeps. After a
-// batch every peer's channel is flushed: its due records (new, retransmitted) and its
-// acknowledgement are coalesced into as few packets as fit and sent with one sendmmsg, or one
-// io_uring submission (use_uring_send, uring_sender.h). A timer wakes the loop for
-// retransmissions and probes of silent peers. No allocation per packet.
+// batch the channels with work are flushed: those a packet came from or a message was
+// queued to, and those whose deadline came (peer_schedule.h; the others are not touched, so
+// a flush costs what the busy peers cost, not what all peers cost). A channel's due records
+// (new, retransmitted) and its acknowledgement are coalesced into as few packets as fit and
+// sent with one sendmmsg, or one io_uring submission (use_uring_send, uring_sender.h). A
+// timer, armed for the earliest deadline of any channel, wakes the loop for
+// retransmissions and probes of silent peers. The node's counters summed over channels are
+// kept up to date from the channels flushed. No allocation per packet.
 //
 // Epochs: each daemon draws a random epoch at start. A packet from a peer with a new epoch
 // means the peer restarted: its channel is reset (queued messages abandoned, counted) and
@@ -42,6 +46,7 @@
 #include "nicemu/daemon/transport/uring_sender.h"
 #include "nicemu/fabric/fabric_map.h"
 #include "nicemu/fabric/packet_codec.h"
+#include "nicemu/fabric/peer_schedule.h"
 #include "nicemu/fabric/reliable_channel.h"
 #include "nicemu/fault/fault_injector.h"
 
@@ -94,8 +99,13 @@ class UdpFabric {
   void progress_in(uint64_t us);
 
  private:
+  // A channel's counters as last added into the node's sums (fold()).
+  struct Folded {
+    uint64_t duplicates = 0, out_of_window = 0, retransmits = 0, downs = 0, messages_abandoned = 0;
+  };
   struct Peer {
     uint32_t nic = 0;
+    uint32_t slot = 0;                   // its slot in sched_ and slots_
     sockaddr_in addr{};
     uint64_t epoch = 0;                  // 0 until heard from
     std::array<uint64_t, 4> retired{};   // its earlier epochs: packets with them are stale
@@ -104,6 +114,7 @@ class UdpFabric {
     bool ack_now = false;                // an ack is owed regardless of records
     fault::Injector inj;                 // packet faults towards this peer
     abi::fault::Config inj_cfg{};        // the configuration `inj` was made from
+    Folded folded;
     std::unique_ptr<fabric::ReliableChannel> ch;
   };
   static constexpr size_t kBatch = 32;
@@ -137,6 +148,10 @@ class UdpFabric {
   static constexpr uint64_t kAnnounceFirstGapUs = 50000;
   void send_batch();
   void arm_timer();
+  // Something happened to `p` that its next flush acts on.
+  void mark(Peer& p) { sched_.mark(p.slot); }
+  // Adds what `p`'s channel counted since its last fold into the node's sums.
+  void fold(Peer& p);
   void publish();
   static uint64_t now_us();
 
@@ -172,6 +187,10 @@ class UdpFabric {
   bool flush_posted_ = false;               // a flush is queued on the loop
   uint64_t timer_at_ = UINT64_MAX;          // when the armed timer fires (UINT64_MAX: none)
   std::map<uint32_t, Peer> peers_;
+  std::vector<Peer*> slots_;              // peers by slot, in the order they were made
+  fabric::PeerSchedule sched_;            // peers with work (marked) or a deadline
+  std::vector<uint32_t> flushing_;        // the slots of the flush running
+  Folded sums_;                           // every channel's counters, added up by fold()
 
   struct GsoCmsgInt {
     alignas(cmsghdr) char buf[CMSG_SPACE(sizeof(int))];
