@@ -80,6 +80,11 @@ namespace {
 // returns), so a stopped or partitioned host delays DRC calls by this much, never more.
 constexpr std::chrono::milliseconds kDrcAckWait{2000};
 constexpr std::chrono::milliseconds kDrcTableWait{1000};
+// Daemons of other hosts a starting daemon asks for the table. One converged answer
+// suffices (every change reaches every daemon, or the channel's return resyncs it), so a
+// few spread at random do; asking all of a 256-host map opened 255 channels per daemon at
+// start, most to daemons not up yet, each then declared down after the retry budget.
+constexpr size_t kDrcAskRemote = 8;
 
 const char* action_name(uint32_t a) {
   static constexpr const char* kNames[] = {"?", "acquire", "grant", "revoke", "access", "release", "lookup"};
@@ -416,7 +421,16 @@ void Credentials::converge(asio::io_context& io) {
   m.h = ctl::make_header<ctl::DrcTableAsk>(Op::kDrcTableAsk, 0);
   m.origin = nic_addr_;
   converged_ = false;
-  for (uint32_t node : peers())
+  // Same-host daemons all (a socket each, no channel); of other hosts' daemons a random few.
+  std::vector<uint32_t> ask = port_.local_nodes();
+  std::vector<uint32_t> remote;
+  for (uint32_t n : port_.remote_nodes())
+    if (std::find(ask.begin(), ask.end(), n) == ask.end()) remote.push_back(n);
+  for (size_t i = 0; i < remote.size() && i < kDrcAskRemote; ++i) {
+    std::swap(remote[i], remote[i + randombytes_uniform(static_cast<uint32_t>(remote.size() - i))]);
+    ask.push_back(remote[i]);
+  }
+  for (uint32_t node : ask)
     if (port_.send(node, &m, sizeof m)) asked_.insert(node);
   if (asked_.empty()) return converge_done("no other daemon to ask");
   spdlog::info("nic {}: asking {} daemon(s) for the DRC table before admitting anyone", nic_addr_, asked_.size());
