@@ -28,7 +28,6 @@ bool ofi_post(Ep*, Cq*, const gni_post_descriptor_t*, uint16_t, uint16_t, int32_
 #else
 
 #include <rdma/fabric.h>
-#include <rdma/fi_atomic.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
@@ -45,7 +44,6 @@ bool ofi_post(Ep*, Cq*, const gni_post_descriptor_t*, uint16_t, uint16_t, int32_
 #include <map>
 #include <mutex>
 #include <optional>
-#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -159,8 +157,7 @@ struct OfiOp {
   bool bte = false;
   uint32_t local_event = 0;
   int32_t tid = -1;
-  // Operands the provider reads (and a non-fetching compare form's result) until completion.
-  uint64_t flag = 0, operand = 0, compare = 0, scratch = 0;
+  uint64_t flag = 0;  // a sync flag's value: the provider reads it until completion
   // A sync flag on a provider without ordered writes: written by the progress thread once
   // the data's write completed (delivery complete: the data is at the target).
   bool flag_after = false, flag_event = false;
@@ -183,47 +180,6 @@ constexpr uint64_t kCqDataTagMask = 0xFFull << 56;
 constexpr uint64_t kCqDataBte = 1ull << 48;
 constexpr uint64_t cq_data(bool bte, uint32_t slot, uint32_t event) {
   return kCqDataTag | (bte ? kCqDataBte : 0) | (uint64_t{slot & (abi::mdh::kMaxSlots - 1)} << 32) | event;
-}
-
-// A GNI AMO as a libfabric atomic (ofi_post): the operation, its datatype and which of the
-// three calls (plain, fetch, compare) carries it.
-enum class AmoForm : uint8_t { kPlain, kFetch, kCompare };
-struct AmoMap {
-  fi_op op;
-  fi_datatype type;
-  AmoForm form;
-  uint64_t operand, compare;
-};
-
-// Where libfabric has the same operation with the same result (amo_alu.h says what each
-// does). Not mapped: FPMIN/FPMAX (libfabric's min/max leave a NaN target and order -0 and +0
-// as equal, amo_alu.h does not), and AX unless its operands' bits are disjoint, where
-// (old & a) ^ b is the masked swap (b & ~a) | (old & a).
-std::optional<AmoMap> map_amo(const amo::Command& c, uint64_t a, uint64_t b) {
-  const bool w = c.size == 8;
-  const uint64_t mask = w ? ~0ull : 0xFFFFFFFFull;
-  a &= mask;
-  b &= mask;
-  const fi_datatype u = w ? FI_UINT64 : FI_UINT32, s = w ? FI_INT64 : FI_INT32, f = w ? FI_DOUBLE : FI_FLOAT;
-  const AmoForm plain = c.fetching ? AmoForm::kFetch : AmoForm::kPlain;
-  switch (c.op) {
-    case amo::Op::kAdd: return AmoMap{FI_SUM, u, plain, a, 0};
-    case amo::Op::kAnd: return AmoMap{FI_BAND, u, plain, a, 0};
-    case amo::Op::kOr: return AmoMap{FI_BOR, u, plain, a, 0};
-    case amo::Op::kXor: return AmoMap{FI_BXOR, u, plain, a, 0};
-    case amo::Op::kSwap: return AmoMap{FI_ATOMIC_WRITE, u, plain, a, 0};
-    case amo::Op::kImin: return AmoMap{FI_MIN, s, plain, a, 0};
-    case amo::Op::kImax: return AmoMap{FI_MAX, s, plain, a, 0};
-    case amo::Op::kFpadd: return AmoMap{FI_SUM, f, plain, a, 0};
-    case amo::Op::kCswap: return AmoMap{FI_CSWAP, u, AmoForm::kCompare, b, a};
-    case amo::Op::kAx:
-      if (a & b) return std::nullopt;
-      return AmoMap{FI_MSWAP, u, AmoForm::kCompare, b, ~a & mask};
-    case amo::Op::kFpmin:
-    case amo::Op::kFpmax:
-      return std::nullopt;
-  }
-  return std::nullopt;
 }
 
 // A peer CDM: its address in our AV, or none (the daemons' path) until retry_at.
@@ -263,10 +219,7 @@ struct OfiPort {
   bool waitable = false;  // the CQ has a wait object: the progress thread sleeps in fi_cq_sread
   bool cq_data = false;   // 8 bytes of remote CQ data: remote events go rank to rank
   bool waw = false;       // writes ordered (FI_ORDER_WAW): PUT_W_SYNCFLAG goes rank to rank
-  bool atomics = false;   // FI_ATOMIC, and NICEMU_OFI_AMO=1: AMOs go rank to rank where mapped
   bool msgs = false;      // FI_MSG: AMOs, GETs' remote events and CQ writes as messages (ofi_msg.h)
-  // fi_*atomicvalid per (form, op, datatype), asked once: -1 not yet, 0 no, 1 yes.
-  std::atomic<int8_t> valid[3][FI_ATOMIC_OP_LAST][FI_DATATYPE_LAST];
   uint64_t key_mask = ~0ull;
   size_t max_msg = 0;
   std::mutex mu;  // peers, mrs
@@ -298,16 +251,10 @@ struct OfiPort {
   std::vector<Deferred> deferred;  // progress thread only
 
   uint64_t key_of(const gni_mem_handle_t& h) const { return ofi_key(h.qword1, h.qword2) & key_mask; }
-  OfiPort() {
-    for (auto& a : valid)
-      for (auto& b : a)
-        for (auto& v : b) v.store(-1, std::memory_order_relaxed);
-  }
   void complete(OfiOp* op, uint64_t st);
   void complete_part(OfiOp* op, uint64_t st);
   ssize_t write_flag(OfiOp* op);
   void remote_event(uint64_t data);
-  bool atomic_valid(const AmoMap& m);
   ssize_t send_msg(OfiOp* op, OfiCtx& c);
   ssize_t send_deferred(const Deferred& d);
   void await_reply(OfiOp* op);
@@ -346,20 +293,6 @@ void OfiPort::remote_event(uint64_t data) {
   if (abi::region_cq_write_target(nic->self->base, h.qword1, h.qword2, dst) != cqe::kOk) return;
   const uint64_t src = (data & kCqDataBte) ? cqe::kSrcRemoteDma : cqe::kSrcRemoteRequest;
   push_remote_event(*nic->self, dst, cqe::make(src, cqe::kTypePost, cqe::kOk, 0, 0, static_cast<uint32_t>(data)));
-}
-
-bool OfiPort::atomic_valid(const AmoMap& m) {
-  auto& v = valid[static_cast<int>(m.form)][m.op][m.type];
-  int8_t k = v.load(std::memory_order_relaxed);
-  if (k < 0) {
-    size_t count = 0;
-    int rc = m.form == AmoForm::kPlain   ? fi_atomicvalid(ep, m.type, m.op, &count)
-             : m.form == AmoForm::kFetch ? fi_fetch_atomicvalid(ep, m.type, m.op, &count)
-                                         : fi_compare_atomicvalid(ep, m.type, m.op, &count);
-    k = rc == 0 && count >= 1 ? 1 : 0;
-    v.store(k, std::memory_order_relaxed);
-  }
-  return k == 1;
 }
 
 ssize_t OfiPort::write_flag(OfiOp* op) {
@@ -691,20 +624,17 @@ void ofi_open(Nic* n, const abi::ctl::AttachReply& rep) {
   auto p = std::make_unique<OfiPort>();
   p->nic = n;
   // What we would like beyond RMA, the most first: messages (AMOs, GETs' remote events and
-  // CQ writes, executed by the target's progress thread), atomics (NICEMU_OFI_AMO=1) and
-  // ordered writes (sync flags); a provider without them still moves PUTs and GETs.
-  // tcp;ofi_rxm has either of the last two: with FI_ATOMIC its writes are not ordered (sync
-  // flags then wait for their data's completion). Atomics only asked for when AMOs may use them.
+  // CQ writes, executed by the target's progress thread) and ordered writes (sync flags); a
+  // provider without them still moves PUTs and GETs. AMOs are never the provider's atomics:
+  // those would not be atomic with the AMO lock the other paths take, and with tcp;ofi_rxm
+  // they were no faster than messages (docs/notes/2026-12-07-ofi-amo-messages.md).
   struct Wish {
     uint64_t caps, order;
   };
   constexpr uint64_t kMsg = FI_MSG | FI_SEND | FI_RECV;
-  static constexpr Wish kWithAtomics[] = {{kMsg | FI_ATOMIC, FI_ORDER_WAW}, {kMsg | FI_ATOMIC, 0}, {kMsg, FI_ORDER_WAW},
-                                          {kMsg, 0}, {0, FI_ORDER_WAW}, {0, 0}};
-  static constexpr Wish kPlain[] = {{kMsg, FI_ORDER_WAW}, {kMsg, 0}, {0, FI_ORDER_WAW}, {0, 0}};
-  const bool want_atomics = params::env_uint(params::param("ofi_amo")) != 0;
+  static constexpr Wish kWishes[] = {{kMsg, FI_ORDER_WAW}, {kMsg, 0}, {0, FI_ORDER_WAW}, {0, 0}};
   int rc = -FI_ENODATA;
-  for (const auto& w : want_atomics ? std::span<const Wish>(kWithAtomics) : std::span<const Wish>(kPlain)) {
+  for (const auto& w : kWishes) {
     fi_info* hints = lib.dupinfo(nullptr);  // what fi_allocinfo() does
     if (!hints) return say("fi_dupinfo", 0);
     hints->ep_attr->type = FI_EP_RDM;
@@ -726,7 +656,6 @@ void ofi_open(Nic* n, const abi::ctl::AttachReply& rep) {
   p->virt_addr = i->domain_attr->mr_mode & FI_MR_VIRT_ADDR;
   p->cq_data = i->domain_attr->cq_data_size >= 8;
   p->waw = (i->tx_attr->msg_order & FI_ORDER_WAW) && i->ep_attr->max_order_waw_size >= 8;
-  p->atomics = want_atomics && (i->caps & FI_ATOMIC);
   p->msgs = (i->caps & FI_MSG) && i->ep_attr->max_msg_size >= msg::kMaxMessage;
   if (i->domain_attr->mr_key_size < 8) p->key_mask = (uint64_t{1} << (8 * i->domain_attr->mr_key_size)) - 1;
   p->max_msg = i->ep_attr->max_msg_size;
@@ -829,27 +758,18 @@ bool ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uin
   if (!p || n->nic_down.load(std::memory_order_relaxed)) return false;
   // PUT and GET as RMA, remote events of PUTs where the provider carries 8 bytes of CQ
   // data; AMOs, CQ writes and GETs' remote events as messages the target's progress thread
-  // executes (FI_MSG), or AMOs without a remote event as the provider's atomics with
-  // NICEMU_OFI_AMO=1 where libfabric has the operation. vMDH handles (no provider
-  // registration) and zero lengths keep the daemons' path.
+  // executes (FI_MSG). vMDH handles (no provider registration) and zero lengths keep the
+  // daemons' path.
   const bool amo = kind == rop::kAmo;
   const bool cqw = kind == rop::kCqWrite;
   const bool sync = post_type(d) == GNI_POST_FMA_PUT_W_SYNCFLAG;
   const bool event = d->cq_mode & GNI_CQMODE_REMOTE_EVENT;
-  if (kind != rop::kPut && kind != rop::kGet && !((amo || cqw) && (p->msgs || p->atomics))) return false;
+  if (kind != rop::kPut && kind != rop::kGet && !((amo || cqw) && p->msgs)) return false;
   if (event && kind == rop::kPut && !p->cq_data) return false;
   if (event && kind == rop::kGet && !p->msgs) return false;  // a read carries no CQ data: a message does
-  if (cqw && !p->msgs) return false;
   if (!amo && !cqw && (d->length == 0 || d->length > p->max_msg)) return false;
   std::optional<amo::Command> cmd;
-  std::optional<AmoMap> am;
-  if (amo) {
-    cmd = amo::decode(amo_command(d->amo_cmd));  // checked when posted (check_fma)
-    if (!cmd) return false;
-    if (p->atomics && !event && (am = map_amo(*cmd, d->first_operand, d->second_operand)) && !p->atomic_valid(*am))
-      am.reset();
-    if (!am && !p->msgs) return false;
-  }
+  if (amo && !(cmd = amo::decode(amo_command(d->amo_cmd)))) return false;  // checked when posted (check_fma)
   if (!ep->other_host()) return false;  // same host: a target we may not reach ourselves
   const gni_mem_handle_t& rh = d->remote_mem_hndl;
   auto f = abi::mdh::decode(rh.qword1, rh.qword2);
@@ -867,7 +787,7 @@ bool ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uin
   op->dest = dest;
   // A post the target executes (an AMO, a CQ write) or finishes (a GET's remote event):
   // the request, with our credential and where to answer.
-  const bool by_msg = cqw || (amo && !am) || (get && event);
+  const bool by_msg = cqw || amo || (get && event);
   if (by_msg) {
     msg::Request& q = op->req;
     op->msg_kind = cqw ? msg::kCqWrite : amo ? msg::kAmo : msg::kEvent;
@@ -946,25 +866,6 @@ bool ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uin
       OfiOp* waiting = nullptr;  // refused: nobody will answer it
       if (p->take_pending(id, waiting)) p->complete_part(waiting, cqe::kErrTransient);
     }
-    return true;
-  }
-  if (amo) {
-    op->operand = am->operand;
-    op->compare = am->compare;
-    void* result = cmd->fetching ? reinterpret_cast<void*>(local) : &op->scratch;  // little-endian: low half
-    post(op->part[0], [&](void* ctx) {
-      switch (am->form) {
-        case AmoForm::kPlain:
-          return fi_atomic(p->ep, &op->operand, 1, nullptr, dest, raddr, key, am->type, am->op, ctx);
-        case AmoForm::kFetch:
-          return fi_fetch_atomic(p->ep, &op->operand, 1, nullptr, result, nullptr, dest, raddr, key, am->type, am->op,
-                                 ctx);
-        case AmoForm::kCompare:
-          break;
-      }
-      return fi_compare_atomic(p->ep, &op->operand, 1, nullptr, &op->compare, nullptr, result, nullptr, dest, raddr,
-                               key, am->type, am->op, ctx);
-    });
     return true;
   }
   if (get) {
