@@ -38,6 +38,7 @@ bool ofi_post(Ep*, Cq*, const gni_post_descriptor_t*, uint16_t, uint16_t, int32_
 #include <time.h>
 
 #include <atomic>
+#include <bit>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -56,7 +57,6 @@ bool ofi_post(Ep*, Cq*, const gni_post_descriptor_t*, uint16_t, uint16_t, int32_
 #include "nicemu/abi/ofi_msg.h"
 #include "nicemu/abi/region_access.h"
 #include "nicemu/amo/amo_alu.h"
-#include "nicemu/common/params.h"
 #include "nicemu/abi/remote_ops.h"
 
 namespace nicemu::ugni {
