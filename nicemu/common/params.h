@@ -140,11 +140,6 @@ inline constexpr Param kTable[] = {
      .users = kLibrary,
      .doc = "1: a same-host GNI_PostRdma runs in the initiating process (one cross-memory copy) when none of "
             "the CDM's queued RDMA posts is in flight; 0: every post goes to the daemon's BTE engine"},
-    {.name = "ofi_amo", .type = Type::kUint, .default_text = "0", .env = "NICEMU_OFI_AMO", .max = 1,
-     .users = kLibrary,
-     .doc = "1: on the ofi fabric, AMOs to other hosts go rank to rank as the provider's atomics where it has "
-            "the operation; they are then not atomic with AMOs on the same word from the target's host or "
-            "through the daemons (docs/ofi-fabric.md); 0: AMOs go through the daemons"},
     {.name = "client_socket", .type = Type::kPath, .default_text = "derived from NICEMU_NODE", .env = "NICEMU_SOCKET",
      .users = kLibrary, .doc = "control socket of the daemon a process attaches to"},
     {.name = "client_node", .type = Type::kUint, .default_text = "first of PMI_GNI_LOC_ADDR, else the lowest in RUNDIR",

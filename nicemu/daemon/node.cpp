@@ -274,14 +274,17 @@ nlohmann::json Node::status(const Peer* viewer) const {
               {"fabric", port_.transport() ? port_.transport()->status() : nlohmann::json(nullptr)},
               {"smsg_relay", smsg_.status()},
               // The ofi fabric (docs/fabric.md): the addresses this daemon hands out, and the
-              // PUT/GET its CDMs did rank to rank (CDM counters, totals of the counter page).
+              // posts its CDMs did rank to rank and the peers' requests they served (CDM
+              // counters, totals of the counter page).
               {"ofi",
                {{"enabled", cfg_.fabric_data == ctl::kFabricDataOfi},
                 {"provider", cfg_.fabric_data == ctl::kFabricDataOfi ? cfg_.ofi_provider : ""},
                 {"directory", ofi_.status()},
                 {"ops", stats_.total(abi::counters::cdm::ofi_ops)},
                 {"bytes", stats_.total(abi::counters::cdm::ofi_bytes)},
-                {"errors", stats_.total(abi::counters::cdm::ofi_errors)}}},
+                {"errors", stats_.total(abi::counters::cdm::ofi_errors)},
+                {"served", stats_.total(abi::counters::cdm::ofi_served)},
+                {"dropped", stats_.total(abi::counters::cdm::ofi_dropped)}}},
               {"counters",
                {{"connections", ctr_.connections},
                 {"attaches", ctr_.attaches},

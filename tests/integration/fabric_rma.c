@@ -20,11 +20,14 @@
  *   fabric_rma amo        every rank -> the next: every Gemini and Aries AMO opcode, 8- and
  *                         4-byte forms, one target word each, the fetched values checked at
  *                         the initiator and the words at the target; then FMA PUT, RDMA PUT
- *                         and PUT_W_SYNCFLAG with remote events (and a sync flag without):
+ *                         and PUT_W_SYNCFLAG with remote events (and a sync flag without),
+ *                         an FMA GET with one:
  *                         the target checks the bytes, the flags and each remote event CQE
- *                         (type, status, source, the initiator's event data). Prints how many
- *                         AMOs the ofi fabric can take (amo_ofi_mappable), for the test's
- *                         counters.
+ *                         (type, status, source, the initiator's event data). Prints a digest
+ *                         of the fetched values and words (equal on every path).
+ *   fabric_rma atomic [N] every rank but 0 -> rank 0: N AMOs (FADD, ADD) each on one counter, at
+ *                         once, same-host ranks through shared memory and the others across
+ *                         the fabric; rank 0 checks the exact sum (atomic_mode).
  *   fabric_rma bench      rank 0 -> rank 1: FMA PUT 8 B and AMO FADD latency; FMA PUT, RDMA PUT and
  *                         RDMA GET bandwidth, 8 B .. 4 MiB (up to 16 posts in flight;
  *                         FABRIC_RMA_BENCH_REPEAT=N moves N times the data and
@@ -207,7 +210,7 @@ static int bench(gni_ep_handle_t ep, const struct peer_info *t) {
 /* `fabric_rma errors` (2 ranks): rank 1 registers a scratch page, lets rank 0 learn its
  * handle, fills it with 0xA5 and deregisters it; rank 0 then posts an RDMA PUT, an FMA PUT,
  * an FMA GET, an FMA PUT asking for a remote event and an AMO FADD through the stale handle
- * (the last two rank to rank too on the ofi fabric, the AMO with NICEMU_OFI_AMO=1): each
+ * (all rank to rank on the ofi fabric, the AMO as a message its target checks): each
  * must complete with an error event (status printed), never a crash or a hang, and rank 1's
  * page must hold 0xA5 still (no stray write). A PUT into the live window still works afterwards. */
 static uint32_t last_recoverable; /* of wait_any's last error event */
@@ -222,17 +225,41 @@ static long wait_any(void) {
   return GNI_CQ_STATUS_OK(e) ? 0 : (long)GNI_CQ_GET_STATUS(e) + 1;
 }
 
+/* Posts one AMO FADD through `h` at `va` of rank 1, reposted while it completes with a
+ * recoverable error (a connection the provider dropped after a bad key); its final status + 1. */
+static long amo_until_final(gni_ep_handle_t ep, uint64_t *buf, gni_mem_handle_t bh, uint64_t va, gni_mem_handle_t h) {
+  long st = -1;
+  for (int tries = 0; tries < 30; ++tries) {
+    if (tries) {
+      struct timespec pause = {0, 100000000};
+      nanosleep(&pause, NULL);
+    }
+    gni_post_descriptor_t d;
+    fabric_desc(&d, GNI_POST_AMO, buf, bh, va, h, 8);
+    d.amo_cmd = GNI_FMA_ATOMIC_FADD;
+    d.first_operand = 1;
+    gni_return_t rc = GNI_PostFma(ep, &d);
+    st = rc == GNI_RC_SUCCESS ? wait_any() : -100 - rc;
+    if (st <= 0 || !last_recoverable) break;
+  }
+  return st;
+}
+
 static int errors_mode(gni_ep_handle_t *ep, const struct peer_info *all) {
-  uint8_t *page = aligned_alloc(4096, 4096), *buf = aligned_alloc(4096, 4096);
-  gni_mem_handle_t ph = {0, 0}, bh = {0, 0};
-  if (!page || !buf) return fail("alloc", 0);
+  uint8_t *page = aligned_alloc(4096, 4096), *buf = aligned_alloc(4096, 4096), *ro = aligned_alloc(4096, 4096);
+  gni_mem_handle_t ph = {0, 0}, bh = {0, 0}, rh = {0, 0};
+  if (!page || !buf || !ro) return fail("alloc", 0);
   memset(page, 0xA5, 4096);
   memset(buf, 0x5A, 4096);
+  memset(ro, 0xC3, 4096);
   if (GNI_MemRegister(nic, (uint64_t)buf, 4096, NULL, GNI_MEM_READWRITE, -1, &bh) != GNI_RC_SUCCESS)
     return fail("register", 0);
   if (rank == 1 && GNI_MemRegister(nic, (uint64_t)page, 4096, NULL, GNI_MEM_READWRITE, -1, &ph) != GNI_RC_SUCCESS)
     return fail("register page", 0);
-  struct { uint64_t va; gni_mem_handle_t h; } mine = {(uint64_t)page, ph}, got[MAX_RANKS];
+  if (rank == 1 && GNI_MemRegister(nic, (uint64_t)ro, 4096, NULL, GNI_MEM_READ_ONLY, -1, &rh) != GNI_RC_SUCCESS)
+    return fail("register read-only page", 0);
+  struct { uint64_t va; gni_mem_handle_t h; uint64_t ro_va; gni_mem_handle_t ro_h; } mine = {(uint64_t)page, ph, (uint64_t)ro, rh},
+                                                                                     got[MAX_RANKS];
   if (PMI_Allgather(&mine, got, sizeof mine) != PMI_SUCCESS) return fail("PMI_Allgather", 0);
   if (rank == 1 && GNI_MemDeregister(nic, &ph) != GNI_RC_SUCCESS) return fail("deregister", 0);
   PMI_Barrier();
@@ -241,10 +268,11 @@ static int errors_mode(gni_ep_handle_t *ep, const struct peer_info *all) {
     gni_post_descriptor_t d;
     const struct { gni_post_type_t t; int rdma; const char *name; } posts[] = {
         {GNI_POST_RDMA_PUT, 1, "RDMA PUT"}, {GNI_POST_FMA_PUT, 0, "FMA PUT"}, {GNI_POST_FMA_GET, 0, "FMA GET"},
-        {GNI_POST_FMA_PUT, 0, "FMA PUT with a remote event"}, {GNI_POST_AMO, 0, "AMO FADD"}};
-    for (int i = 0; i < 5; ++i) {
+        {GNI_POST_FMA_PUT, 0, "FMA PUT with a remote event"}, {GNI_POST_AMO, 0, "AMO FADD"},
+        {GNI_POST_FMA_GET, 0, "FMA GET with a remote event"}};
+    for (int i = 0; i < 6; ++i) {
       fabric_desc(&d, posts[i].t, buf, bh, got[1].va, got[1].h, posts[i].t == GNI_POST_AMO ? 8 : 256);
-      if (i == 3) d.cq_mode |= GNI_CQMODE_REMOTE_EVENT;
+      if (i == 3 || i == 5) d.cq_mode |= GNI_CQMODE_REMOTE_EVENT;
       if (posts[i].t == GNI_POST_AMO) {
         d.amo_cmd = GNI_FMA_ATOMIC_FADD;
         d.first_operand = 1;
@@ -254,10 +282,19 @@ static int errors_mode(gni_ep_handle_t *ep, const struct peer_info *all) {
       if (st > 0) printf("fabric_rma errors: %s through a deregistered handle: error event, status %ld\n", posts[i].name, st - 1);
       else { bad = 1; fail(posts[i].name, st); }
     }
+    /* AMOs, executed by the target (the daemons' responder, or its own progress thread on the
+     * ofi fabric), checked against its table: the exact error, once a dropped connection is
+     * past. */
+    long st = amo_until_final(ep[1], (uint64_t *)buf, bh, got[1].va, got[1].h);
+    if (st == 1 + 1 /* protection */) printf("fabric_rma errors: AMO into a deregistered handle: PROTECTION\n");
+    else { bad = 1; fail("AMO into a deregistered handle, want PROTECTION, status+1", st); }
+    st = amo_until_final(ep[1], (uint64_t *)buf, bh, got[1].ro_va, got[1].ro_h);
+    if (st == 1 + 3 /* read-only */) printf("fabric_rma errors: AMO into a read-only registration: READ_ONLY\n");
+    else { bad = 1; fail("AMO into a read-only registration, want READ_ONLY, status+1", st); }
     /* The ofi fabric's tcp provider drops the connection on a key its target does not know:
      * a post racing that completes with a recoverable error, and is reposted as a client
      * would (GNI_CqErrorRecoverable), after a pause. */
-    long st = -1;
+    st = -1;
     for (int tries = 0; tries < 30; ++tries) {
       if (tries) {
         struct timespec pause = {0, 100000000}; /* the provider reconnects meanwhile */
@@ -274,8 +311,13 @@ static int errors_mode(gni_ep_handle_t *ep, const struct peer_info *all) {
   if (rank == 1) {
     for (int i = 0; i < 4096; ++i)
       if (page[i] != 0xA5) { bad = 1; fail("stray write into the deregistered page", i); break; }
+    for (int i = 0; i < 4096; ++i)
+      if (ro[i] != 0xC3) { bad = 1; fail("stray write into the read-only page", i); break; }
     if (!bad) printf("fabric_rma errors: the deregistered page is untouched\n");
+    if (!bad) printf("fabric_rma errors: the read-only page is untouched\n");
+    GNI_MemDeregister(nic, &rh);
   }
+  free(ro);
   free(page);
   free(buf);
   return bad;
@@ -373,14 +415,6 @@ static uint64_t amo_expect(const struct amo_case *c) {
   return o;
 }
 
-/* The ofi fabric's rule (docs/ofi-fabric.md): every AMO but FPMIN/FPMAX and AX with
- * overlapping operands, where the provider has the operation (tcp;ofi_rxm has them all). */
-static int amo_ofi_mappable(const struct amo_case *c) {
-  const uint64_t m = c->size == 8 ? ~0ull : 0xFFFFFFFFull;
-  if (c->op == A_FPMIN || c->op == A_FPMAX) return 0;
-  return c->op != A_AX || ((c->a & c->b & m) == 0);
-}
-
 #define EV_FMA 0xE1000000u
 #define EV_RDMA 0xE2000000u
 #define EV_SYNC 0xE3000000u
@@ -404,7 +438,8 @@ static int amo_mode(gni_ep_handle_t *ep, const struct peer_info *all, uint8_t *w
       GNI_MemRegister(nic, (uint64_t)src, 1 << 16, NULL, GNI_MEM_READWRITE, -1, &sh) != GNI_RC_SUCCESS)
     return fail("register", 0);
   PMI_Barrier();
-  int posted = 0, mappable = 0;
+  int posted = 0;
+  uint64_t digest = 0; /* of every fetched value and target word: equal on every path */
   gni_post_descriptor_t d;
   for (int i = 0; i < n; ++i) {
     if (dev == GNI_DEVICE_GEMINI && (c[i].cmd & 0x40)) continue; /* Aries opcodes on an Aries NIC only */
@@ -423,10 +458,10 @@ static int amo_mode(gni_ep_handle_t *ep, const struct peer_info *all, uint8_t *w
       return 1;
     }
     ++posted;
-    mappable += amo_ofi_mappable(&c[i]);
+    digest = mix64(digest ^ res[i]);
   }
   /* PUTs with remote events (the EP's event data names which), a sync flag with one and
-   * one without, a GET with a remote event (through the daemons: a read carries no CQ data).
+   * one without, a GET with a remote event (on the ofi fabric: the read, then a message).
    * The flags at win + 3072 + 8 * k of the target. */
   const uint64_t slot = all[to].win + 4096 + (uint64_t)rank * SLOT;
   const struct { gni_post_type_t t; int rdma, event; uint32_t ev; uint64_t len; } puts[] = {
@@ -450,6 +485,7 @@ static int amo_mode(gni_ep_handle_t *ep, const struct peer_info *all, uint8_t *w
     if (dev == GNI_DEVICE_GEMINI && (c[i].cmd & 0x40)) continue;
     uint64_t w, want = amo_expect(&c[i]);
     memcpy(&w, win + AMO_WORDS + 8 * (uint64_t)i, 8);
+    digest = mix64(digest ^ w);
     if (c[i].size == 4) want |= 0x5EED0000ull << 32;
     if (w != want) {
       fprintf(stderr, "fabric_rma rank %d: word of AMO 0x%03x is %#llx, want %#llx\n", rank, c[i].cmd,
@@ -488,13 +524,53 @@ static int amo_mode(gni_ep_handle_t *ep, const struct peer_info *all, uint8_t *w
   }
   if (events != 4) bad = fail("remote events (want 4)", events);
   if (!bad)
-    printf("fabric_rma amo: %d AMOs verified (fetched and target words), %d the ofi fabric can take; "
-           "4 remote events and 2 sync flags verified\n", posted, mappable);
+    printf("fabric_rma amo: %d AMOs verified (fetched and target words); 4 remote events and 2 sync flags "
+           "verified; digest %016llx\n", posted, (unsigned long long)digest);
   PMI_Barrier();
   GNI_MemDeregister(nic, &rh);
   GNI_MemDeregister(nic, &sh);
   free(res);
   free(src);
+  return bad;
+}
+
+/* `fabric_rma atomic N`: every rank but 0 adds 1 to rank 0's counter N times (FADD and ADD
+ * alternating), ranks of rank 0's host through shared memory, the others across the fabric,
+ * all at once; rank 0 then finds exactly (nranks - 1) * N, and each FADD fetched a value
+ * below that. */
+static int atomic_mode(gni_ep_handle_t *ep, const struct peer_info *all, uint8_t *win, long iters) {
+  uint64_t *res = aligned_alloc(4096, 4096);
+  gni_mem_handle_t rh;
+  if (!res || GNI_MemRegister(nic, (uint64_t)res, 4096, NULL, GNI_MEM_READWRITE, -1, &rh) != GNI_RC_SUCCESS)
+    return fail("register", 0);
+  const uint64_t total = (uint64_t)(nranks - 1) * (uint64_t)iters;
+  PMI_Barrier();
+  int bad = 0;
+  double t0 = fabric_now_s();
+  if (rank != 0) {
+    for (long i = 0; i < iters && !bad; ++i) {
+      gni_post_descriptor_t d;
+      *res = ~0ull;
+      fabric_desc(&d, GNI_POST_AMO, res, rh, all[0].win + 2048, all[0].win_h, 8);
+      d.amo_cmd = i % 2 ? GNI_FMA_ATOMIC_ADD : GNI_FMA_ATOMIC_FADD;
+      d.first_operand = 1;
+      long st = post_wait(ep[0], &d, 0);
+      if (st != 0) bad = fail("AMO on the shared counter", st);
+      else if (!(i % 2) && *res >= total) bad = fail("FADD fetched an impossible value", (long)*res);
+    }
+  }
+  const double secs = fabric_now_s() - t0;
+  PMI_Barrier();
+  if (rank == 0) {
+    const uint64_t got = *(volatile uint64_t *)(win + 2048);
+    if (got != total) bad = fail("shared counter after every rank's AMOs", (long)got);
+    else printf("fabric_rma atomic: counter %llu = %d ranks x %ld AMOs, exact\n", (unsigned long long)got, nranks - 1, iters);
+  } else if (!bad) {
+    printf("fabric_rma atomic: rank %d: %ld AMOs, %.1f us each\n", rank, iters, secs / (double)iters * 1e6);
+  }
+  PMI_Barrier();
+  GNI_MemDeregister(nic, &rh);
+  free(res);
   return bad;
 }
 
@@ -508,15 +584,19 @@ static void teardown(gni_cdm_handle_t cdm, gni_ep_handle_t *ep) {
 
 int main(int argc, char **argv) {
   if (argc != 2 && argc != 3) {
-    fprintf(stderr, "usage: fabric_rma ROUNDS [SLOT_BYTES] | fabric_rma bench | fabric_rma errors | fabric_rma amo\n");
+    fprintf(stderr, "usage: fabric_rma ROUNDS [SLOT_BYTES] | fabric_rma bench | fabric_rma errors | fabric_rma amo | "
+                    "fabric_rma atomic [N]\n");
     return 2;
   }
-  if (argc == 3) SLOT = strtoull(argv[2], NULL, 0) & ~4095ull;
+  if (argc == 3 && strcmp(argv[1], "atomic") != 0) SLOT = strtoull(argv[2], NULL, 0) & ~4095ull;
   if (SLOT < SMALL) return 2;
   const int bench_mode = strcmp(argv[1], "bench") == 0;
   const int errors = strcmp(argv[1], "errors") == 0;
   const int amo = strcmp(argv[1], "amo") == 0;
-  const int rounds = bench_mode || errors || amo ? 0 : atoi(argv[1]);
+  const int atomic = strcmp(argv[1], "atomic") == 0;
+  const long atomic_iters = atomic && argc == 3 ? atol(argv[2]) : 1000;
+  if (atomic) argc = 2; /* its argument is a count, not SLOT */
+  const int rounds = bench_mode || errors || amo || atomic ? 0 : atoi(argv[1]);
   if (!bench_mode && (rounds < 0 || rounds > MAX_ROUNDS)) {
     /* The CQ-write check tracks each round by number. */
     fprintf(stderr, "fabric_rma: ROUNDS must be 0..%d, got %s\n", MAX_ROUNDS, argv[1]);
@@ -555,6 +635,14 @@ int main(int argc, char **argv) {
 
   if (errors) {
     int r = errors_mode(ep, all);
+    PMI_Barrier();
+    PMI_Finalize();
+    teardown(cdm, ep);
+    free(win);
+    return r;
+  }
+  if (atomic) {
+    int r = atomic_mode(ep, all, win, atomic_iters);
     PMI_Barrier();
     PMI_Finalize();
     teardown(cdm, ep);

@@ -2,15 +2,19 @@
 # The ofi fabric across two network namespace hosts (tools/lib/netns-hosts.sh), one daemon
 # each with --fabric-data ofi over tcp;ofi_rxm: fabric_rma on 2 ranks, one per host, under
 # MPICH's Hydra (as test_fabric_netns.sh hydra). FMA and RDMA PUT/GET then go rank to rank
-# over libfabric, AMOs, CQ writes and chains through the daemons; fabric_rma verifies every
-# byte at both ends. The daemons' status must show the ofi PUT/GET (ops and bytes, the
+# over libfabric, AMOs and CQ writes as messages the target's rank executes, chains through
+# the daemons; fabric_rma verifies every byte at both ends. The daemons' status must show the ofi PUT/GET (ops and bytes, the
 # CDMs' counters) and that the RMA bytes did not cross the UDP fabric (remote_ops.initiator
 # bytes_out below what went over ofi), and each daemon handed out the address of its CDM.
-# Then posts through a deregistered handle: error events, the page untouched. Then every
-# Gemini and Aries AMO opcode in both lengths and PUTs with remote events and sync flags
-# (fabric_rma amo: results, words, flags and event CQEs checked): the PUTs must have gone
-# over ofi (the CDMs' ofi ops), and with NICEMU_OFI_AMO=1 the AMOs libfabric has too, the
-# rest (FPMIN/FPMAX, AX with overlapping operands) through the daemons (their AMO counts).
+# Then posts through a deregistered handle: error events, the page untouched; AMOs into a
+# deregistered and a read-only registration: PROTECTION and READ_ONLY, nothing written. Then
+# every Gemini and Aries AMO opcode in both lengths, PUTs with remote events and sync flags and
+# a GET with a remote event (fabric_rma amo: results, words, flags and event CQEs checked),
+# over ofi and on the daemons' path (FI_PROVIDER naming no provider), the same digest of
+# fetched values and words on both; over ofi all of them rank to rank (the CDMs' ofi ops),
+# none through the daemons (their AMO counts). Then atomicity: 3 ranks add to one
+# counter of rank 0 at once, one beside it (shared memory) and two on the other host (ofi
+# messages): the exact sum.
 # Needs root, ip, mpiexec.hydra and a libugni built with libfabric; otherwise 77.
 # Usage: test_fabric_ofi.sh BUILD_DIR ofi|no-ofi     Exit: 0 pass, 1 fail, 77 skip.
 set -u
@@ -46,10 +50,14 @@ fi
 
 # Errors: posts through a handle the target deregistered complete with error events, and
 # the page is not written (fabric_rma errors).
-if netns_hydra 120 2 1 "$TMP/errors.log" env NICEMU_OFI_AMO=1 "$RMA" errors &&
-    [[ $(grep -c 'through a deregistered handle: error event' "$TMP/errors.log") -eq 5 ]] &&
-    grep -q 'deregistered page is untouched' "$TMP/errors.log"; then
-  pass "stale handle over ofi: RDMA PUT, FMA PUT, FMA GET, PUT with a remote event, AMO complete with error events, no stray write"
+if netns_hydra 120 2 1 "$TMP/errors.log" "$RMA" errors &&
+    [[ $(grep -c 'through a deregistered handle: error event' "$TMP/errors.log") -eq 6 ]] &&
+    grep -q 'deregistered page is untouched' "$TMP/errors.log" &&
+    grep -q 'AMO into a deregistered handle: PROTECTION' "$TMP/errors.log" &&
+    grep -q 'AMO into a read-only registration: READ_ONLY' "$TMP/errors.log" &&
+    grep -q 'read-only page is untouched' "$TMP/errors.log"; then
+  pass "stale handle over ofi: RDMA PUT, FMA PUT, FMA GET, PUT and GET with remote events, AMO complete with error events, no stray write"
+  pass "AMOs over ofi messages: deregistered handle -> PROTECTION, read-only registration -> READ_ONLY, nothing written"
   grep -o 'status [0-9]*' "$TMP/errors.log" | sort | uniq -c | sed 's/^/    /'
 else
   fail "stale handle over ofi"; show_log "$TMP/errors.log"
@@ -74,43 +82,68 @@ for i in 0 1; do
     { fail "status of node $i"; continue; }
   # Per round towards the peer: an FMA PUT and GET of 4 KiB, an RDMA PUT and GET of the rest
   # of the 256 KiB slot: 4 rounds move 2 MiB over ofi.
-  # Node 0 also posted the five through the stale handle: their errors are counted (and a
-  # repost of the PUT that followed, if it raced the dropped connection).
-  ok_err=$([[ $i -eq 0 ]] && echo $((errors >= 5 && errors <= 35)) || echo $((errors == 0)))
+  # Node 0 also posted the eight through the stale and read-only handles: their errors are
+  # counted (and reposts of those that raced the dropped connection).
+  ok_err=$([[ $i -eq 0 ]] && echo $((errors >= 8 && errors <= 100)) || echo $((errors == 0)))
   if [[ $ops -ge 16 && $bytes -ge $((4 * 2 * 262144)) && $ok_err -eq 1 ]]; then
-    pass "node $i: $ops PUT/GET over ofi, $bytes bytes, $errors error completions"
+    pass "node $i: $ops posts over ofi, $bytes bytes, $errors error completions"
   else
     fail "node $i: ofi ops $ops, bytes $bytes, errors $errors"; show_log "$TMP/status$i.json"
   fi
-  [[ $udp -lt $bytes ]] && pass "node $i: the UDP fabric carried only $udp bytes of posts (AMOs, CQ writes, chains)" ||
+  [[ $udp -lt $bytes ]] && pass "node $i: the UDP fabric carried only $udp bytes of posts (chains)" ||
     fail "node $i: $udp bytes of posts crossed the UDP fabric, $bytes over ofi"
   [[ $published -ge 1 && $answered -ge 1 ]] && pass "node $i: its CDM's address published and handed to the peer's" ||
     fail "node $i: addresses published $published, answered $answered"
 done
 
-# AMOs, remote events and sync flags rank to rank: without NICEMU_OFI_AMO (AMOs through the
-# daemons; the provider orders writes, the flag follows its data in order) and with it
-# (tcp;ofi_rxm with atomics has no ordered writes: the flag waits for its data's completion).
-for amo_env in 0 1; do
+# AMOs, remote events and sync flags rank to rank (AMOs as messages the target executes),
+# and through the daemons (FI_PROVIDER names no provider: the CDMs stay on the daemons' path).
+# Both ways must give the same fetched values and words (the digest).
+digests=()
+for way in ofi daemons; do
+  case $way in
+    ofi) envs=(env) ;;
+    daemons) envs=(env FI_PROVIDER=nicemu-none) ;;
+  esac
   for i in 0 1; do read -r ops0[i] _ _ _ _ _ amos0[i] < <(node_status "$i" "$TMP/before$i.json"); done
-  if netns_hydra 120 2 1 "$TMP/amo$amo_env.log" env NICEMU_OFI_AMO=$amo_env "$RMA" amo &&
-      [[ $(grep -c '^fabric_rma amo: .* AMOs verified' "$TMP/amo$amo_env.log") -eq 2 ]]; then
-    pass "NICEMU_OFI_AMO=$amo_env: $(grep -m1 '^fabric_rma amo:' "$TMP/amo$amo_env.log" | sed 's/^fabric_rma amo: //')"
-    read -r posted mappable < <(sed -n 's/^fabric_rma amo: \([0-9]*\) AMOs verified.*, \([0-9]*\) the ofi fabric can take.*/\1 \2/p' "$TMP/amo$amo_env.log" | head -1)
-    [[ $amo_env -eq 1 ]] || mappable=0
+  if netns_hydra 120 2 1 "$TMP/amo-$way.log" "${envs[@]}" "$RMA" amo &&
+      [[ $(grep -c '^fabric_rma amo: .* AMOs verified' "$TMP/amo-$way.log") -eq 2 ]]; then
+    pass "$way: $(grep -m1 '^fabric_rma amo:' "$TMP/amo-$way.log" | sed 's/^fabric_rma amo: //')"
+    digests+=("$(grep '^fabric_rma amo:' "$TMP/amo-$way.log" | sed 's/.*digest //' | sort | tr '\n' ' ')")
+    read -r posted < <(sed -n 's/^fabric_rma amo: \([0-9]*\) AMOs verified.*/\1/p' "$TMP/amo-$way.log" | head -1)
     for i in 0 1; do
       read -r ops _ _ _ _ _ amos < <(node_status "$i" "$TMP/after$i.json")
       d_ops=$((ops - ops0[i])) d_amos=$((amos - amos0[i]))
-      # Each node's CDM posted every AMO and 4 PUTs (the GET with a remote event goes
-      # through the daemons); its peer's other AMOs reached this node's daemon.
-      if [[ $d_ops -eq $((mappable + 4)) && $d_amos -eq $((posted - mappable)) ]]; then
-        pass "  node $i: $d_ops posts over ofi ($mappable AMOs, 4 PUTs with remote events or sync flags), $d_amos AMOs through its daemon"
+      # Over ofi each node's CDM posted every AMO, 4 PUTs and a GET with a remote event rank
+      # to rank, none through the daemons; on the daemons' path the reverse.
+      if [[ $way == daemons ]]; then want_ops=0 want_amos=$posted; else want_ops=$((posted + 5)) want_amos=0; fi
+      if [[ $d_ops -eq $want_ops && $d_amos -eq $want_amos ]]; then
+        pass "  node $i: $d_ops posts over ofi, $d_amos AMOs through its daemon"
       else
-        fail "  node $i: $d_ops posts over ofi (want $((mappable + 4))), $d_amos AMOs through its daemon (want $((posted - mappable)))"
+        fail "  node $i: $d_ops posts over ofi (want $want_ops), $d_amos AMOs through its daemon (want $want_amos)"
       fi
     done
   else
-    fail "AMOs, remote events and sync flags over ofi, NICEMU_OFI_AMO=$amo_env"; show_log "$TMP/amo$amo_env.log"
+    fail "AMOs, remote events and sync flags, $way"; show_log "$TMP/amo-$way.log"
   fi
 done
+if [[ ${#digests[@]} -eq 2 && ${digests[0]} == "${digests[1]}" ]]; then
+  pass "every AMO form gives the same fetched values and words over ofi messages and through the daemons"
+else
+  fail "AMO digests differ: ofi ${digests[0]:-?} daemons ${digests[1]:-?}"
+fi
+
+# Atomicity with the AMO lock: rank 0 (host A) owns the counter, rank 1 beside it adds through
+# shared memory, ranks 2 and 3 (host B) through ofi messages, all at once.
+read -r served0 < <("$CTL" --rundir "$TMP/host0" --node 0 status --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["nodes"][0]["ofi"]["served"])')
+if netns_hydra 180 4 2 "$TMP/atomic.log" "$RMA" atomic 2000 &&
+    grep -q '^fabric_rma atomic: counter 6000 = 3 ranks x 2000 AMOs, exact' "$TMP/atomic.log"; then
+  pass "atomicity: $(grep '^fabric_rma atomic: counter' "$TMP/atomic.log" | sed 's/^fabric_rma atomic: //') (1 rank by shared memory, 2 over ofi)"
+  grep '^fabric_rma atomic: rank' "$TMP/atomic.log" | sed 's/^fabric_rma atomic: /    /'
+  read -r served < <("$CTL" --rundir "$TMP/host0" --node 0 status --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["nodes"][0]["ofi"]["served"])')
+  [[ $((served - served0)) -ge 4000 ]] && pass "  node 0's CDMs served $((served - served0)) requests over ofi" ||
+    fail "  node 0's CDMs served $((served - served0)) requests over ofi (want >= 4000)"
+else
+  fail "atomicity of AMOs over ofi with shared-memory AMOs"; show_log "$TMP/atomic.log"
+fi
 finish fabric-ofi 0 1

@@ -28,7 +28,6 @@ bool ofi_post(Ep*, Cq*, const gni_post_descriptor_t*, uint16_t, uint16_t, int32_
 #else
 
 #include <rdma/fabric.h>
-#include <rdma/fi_atomic.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
@@ -39,30 +38,32 @@ bool ofi_post(Ep*, Cq*, const gni_post_descriptor_t*, uint16_t, uint16_t, int32_
 #include <time.h>
 
 #include <atomic>
+#include <bit>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <optional>
-#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "amo_lock.h"
 #include "fault_engine.h"
 #include "nicemu/fault/fault_page.h"
 #include "fma_requester.h"
 #include "nicemu/abi/mem_handle.h"
+#include "nicemu/abi/ofi_msg.h"
 #include "nicemu/abi/region_access.h"
 #include "nicemu/amo/amo_alu.h"
-#include "nicemu/common/params.h"
 #include "nicemu/abi/remote_ops.h"
 
 namespace nicemu::ugni {
 
 namespace cqe = nicemu::abi::cqe;
 namespace rop = nicemu::abi::remote;
+namespace msg = nicemu::abi::ofimsg;
 
 namespace {
 
@@ -117,14 +118,36 @@ void say(const char* what, int rc) {
 }
 
 struct OfiOp;
-// The context of one provider operation: the provider hands it back as op_context.
+// The context of one provider operation: the provider hands it back as op_context. `kind`
+// says what it belongs to: a part of a post, a receive buffer, a reply we send.
+enum class CtxKind : uint8_t { kPart, kRecv, kReply };
 struct OfiCtx {
   fi_context2 ctx;  // first
   OfiOp* op = nullptr;
+  CtxKind kind = CtxKind::kPart;
 };
 
+// A posted receive buffer for peers' messages (nicemu/abi/ofi_msg.h), re-posted when handled.
+struct OfiRecv {
+  OfiCtx c;
+  alignas(8) uint8_t buf[msg::kMaxMessage];
+};
+// A reply of ours in flight: the provider reads it until its send completes.
+struct OfiReply {
+  OfiCtx c;
+  fi_addr_t dest = FI_ADDR_UNSPEC;
+  msg::Reply r{};
+};
+
+// How long an initiator waits for the reply to a message (its target's progress thread
+// executes it at once; an AMO lock waits at most amo::kDaemonLockWaitNs): then the post
+// completes TRANSIENT, as the daemons' path reports a lost peer.
+constexpr uint64_t kReplyTimeoutNs = 5'000'000'000ull;
+
 // One post in flight: what its completion must produce. A PUT with a sync flag is two
-// provider writes (data, then flag): its events come when both are done.
+// provider writes (data, then flag): its events come when both are done. A post done by a
+// message (an AMO, a CQ write) is its send and the reply; a GET with a remote event is the
+// read, then the event's message and its reply.
 struct OfiOp {
   OfiCtx part[2];
   std::atomic<int> parts{1};
@@ -134,13 +157,18 @@ struct OfiOp {
   bool bte = false;
   uint32_t local_event = 0;
   int32_t tid = -1;
-  // Operands the provider reads (and a non-fetching compare form's result) until completion.
-  uint64_t flag = 0, operand = 0, compare = 0, scratch = 0;
+  uint64_t flag = 0;  // a sync flag's value: the provider reads it until completion
   // A sync flag on a provider without ordered writes: written by the progress thread once
   // the data's write completed (delivery complete: the data is at the target).
   bool flag_after = false, flag_event = false;
   fi_addr_t dest = FI_ADDR_UNSPEC;
   uint64_t flag_addr = 0, key = 0, data = 0;
+  // A message to send (msg_kind != 0), now (AMO, CQ write) or once the read is in (event_after).
+  bool event_after = false;
+  uint16_t msg_kind = 0;
+  uint8_t fetch_size = 0;  // a fetching AMO: bytes of the fetched value to store at fetch_va
+  uint64_t fetch_va = 0;
+  msg::Request req{};
   OfiOp() { part[0].op = part[1].op = this; }
 };
 
@@ -152,47 +180,6 @@ constexpr uint64_t kCqDataTagMask = 0xFFull << 56;
 constexpr uint64_t kCqDataBte = 1ull << 48;
 constexpr uint64_t cq_data(bool bte, uint32_t slot, uint32_t event) {
   return kCqDataTag | (bte ? kCqDataBte : 0) | (uint64_t{slot & (abi::mdh::kMaxSlots - 1)} << 32) | event;
-}
-
-// A GNI AMO as a libfabric atomic (ofi_post): the operation, its datatype and which of the
-// three calls (plain, fetch, compare) carries it.
-enum class AmoForm : uint8_t { kPlain, kFetch, kCompare };
-struct AmoMap {
-  fi_op op;
-  fi_datatype type;
-  AmoForm form;
-  uint64_t operand, compare;
-};
-
-// Where libfabric has the same operation with the same result (amo_alu.h says what each
-// does). Not mapped: FPMIN/FPMAX (libfabric's min/max leave a NaN target and order -0 and +0
-// as equal, amo_alu.h does not), and AX unless its operands' bits are disjoint, where
-// (old & a) ^ b is the masked swap (b & ~a) | (old & a).
-std::optional<AmoMap> map_amo(const amo::Command& c, uint64_t a, uint64_t b) {
-  const bool w = c.size == 8;
-  const uint64_t mask = w ? ~0ull : 0xFFFFFFFFull;
-  a &= mask;
-  b &= mask;
-  const fi_datatype u = w ? FI_UINT64 : FI_UINT32, s = w ? FI_INT64 : FI_INT32, f = w ? FI_DOUBLE : FI_FLOAT;
-  const AmoForm plain = c.fetching ? AmoForm::kFetch : AmoForm::kPlain;
-  switch (c.op) {
-    case amo::Op::kAdd: return AmoMap{FI_SUM, u, plain, a, 0};
-    case amo::Op::kAnd: return AmoMap{FI_BAND, u, plain, a, 0};
-    case amo::Op::kOr: return AmoMap{FI_BOR, u, plain, a, 0};
-    case amo::Op::kXor: return AmoMap{FI_BXOR, u, plain, a, 0};
-    case amo::Op::kSwap: return AmoMap{FI_ATOMIC_WRITE, u, plain, a, 0};
-    case amo::Op::kImin: return AmoMap{FI_MIN, s, plain, a, 0};
-    case amo::Op::kImax: return AmoMap{FI_MAX, s, plain, a, 0};
-    case amo::Op::kFpadd: return AmoMap{FI_SUM, f, plain, a, 0};
-    case amo::Op::kCswap: return AmoMap{FI_CSWAP, u, AmoForm::kCompare, b, a};
-    case amo::Op::kAx:
-      if (a & b) return std::nullopt;
-      return AmoMap{FI_MSWAP, u, AmoForm::kCompare, b, ~a & mask};
-    case amo::Op::kFpmin:
-    case amo::Op::kFpmax:
-      return std::nullopt;
-  }
-  return std::nullopt;
 }
 
 // A peer CDM: its address in our AV, or none (the daemons' path) until retry_at.
@@ -232,9 +219,7 @@ struct OfiPort {
   bool waitable = false;  // the CQ has a wait object: the progress thread sleeps in fi_cq_sread
   bool cq_data = false;   // 8 bytes of remote CQ data: remote events go rank to rank
   bool waw = false;       // writes ordered (FI_ORDER_WAW): PUT_W_SYNCFLAG goes rank to rank
-  bool atomics = false;   // FI_ATOMIC, and NICEMU_OFI_AMO=1: AMOs go rank to rank where mapped
-  // fi_*atomicvalid per (form, op, datatype), asked once: -1 not yet, 0 no, 1 yes.
-  std::atomic<int8_t> valid[3][FI_ATOMIC_OP_LAST][FI_DATATYPE_LAST];
+  bool msgs = false;      // FI_MSG: AMOs, GETs' remote events and CQ writes as messages (ofi_msg.h)
   uint64_t key_mask = ~0ull;
   size_t max_msg = 0;
   std::mutex mu;  // peers, mrs
@@ -248,18 +233,39 @@ struct OfiPort {
   std::atomic<uint64_t> in_flight{0};
   std::thread progress;
   Nic* nic = nullptr;
+  // Messages: our receive buffers, our own address (where replies come), the posts waiting
+  // for a reply by id (and until when), and the progress thread's AV entries of repliers.
+  std::vector<std::unique_ptr<OfiRecv>> recvs;
+  uint8_t self_addr[abi::ctl::kOfiAddrMax] = {};
+  uint32_t self_len = 0;
+  std::mutex pmu;  // pending
+  std::map<uint64_t, std::pair<OfiOp*, uint64_t>> pending;
+  std::atomic<uint64_t> next_id{1};
+  std::map<std::string, fi_addr_t> reply_to;  // progress thread only
+  // Sends the progress thread must make once the provider has room (-FI_EAGAIN): a sync flag
+  // or a GET's event message (op), or a reply.
+  struct Deferred {
+    OfiOp* op;
+    OfiReply* reply;
+  };
+  std::vector<Deferred> deferred;  // progress thread only
 
   uint64_t key_of(const gni_mem_handle_t& h) const { return ofi_key(h.qword1, h.qword2) & key_mask; }
-  OfiPort() {
-    for (auto& a : valid)
-      for (auto& b : a)
-        for (auto& v : b) v.store(-1, std::memory_order_relaxed);
-  }
   void complete(OfiOp* op, uint64_t st);
   void complete_part(OfiOp* op, uint64_t st);
   ssize_t write_flag(OfiOp* op);
   void remote_event(uint64_t data);
-  bool atomic_valid(const AmoMap& m);
+  ssize_t send_msg(OfiOp* op, OfiCtx& c);
+  ssize_t send_deferred(const Deferred& d);
+  void await_reply(OfiOp* op);
+  bool take_pending(uint64_t id, OfiOp*& op);
+  void fail_rest(OfiOp* op, int parts, uint64_t st);
+  void on_message(OfiRecv* r, size_t len);
+  void on_reply(const msg::Reply& r);
+  void serve(const msg::Request& q);
+  uint64_t serve_amo(const msg::Request& q, uint64_t& fetched);
+  void repost(OfiRecv* r);
+  void expire(uint64_t now);
   void run();
   bool resolve(uint32_t node, uint32_t route, fi_addr_t& out);
   void teardown();
@@ -289,20 +295,6 @@ void OfiPort::remote_event(uint64_t data) {
   push_remote_event(*nic->self, dst, cqe::make(src, cqe::kTypePost, cqe::kOk, 0, 0, static_cast<uint32_t>(data)));
 }
 
-bool OfiPort::atomic_valid(const AmoMap& m) {
-  auto& v = valid[static_cast<int>(m.form)][m.op][m.type];
-  int8_t k = v.load(std::memory_order_relaxed);
-  if (k < 0) {
-    size_t count = 0;
-    int rc = m.form == AmoForm::kPlain   ? fi_atomicvalid(ep, m.type, m.op, &count)
-             : m.form == AmoForm::kFetch ? fi_fetch_atomicvalid(ep, m.type, m.op, &count)
-                                         : fi_compare_atomicvalid(ep, m.type, m.op, &count);
-    k = rc == 0 && count >= 1 ? 1 : 0;
-    v.store(k, std::memory_order_relaxed);
-  }
-  return k == 1;
-}
-
 ssize_t OfiPort::write_flag(OfiOp* op) {
   return op->flag_event ? fi_writedata(ep, &op->flag, sizeof op->flag, nullptr, op->data, op->dest, op->flag_addr,
                                        op->key, &op->part[1].ctx)
@@ -321,23 +313,198 @@ void OfiPort::complete(OfiOp* op, uint64_t st) {
   in_flight.fetch_sub(1, std::memory_order_release);
 }
 
+ssize_t OfiPort::send_msg(OfiOp* op, OfiCtx& c) {
+  return fi_send(ep, &op->req, sizeof op->req, nullptr, op->dest, &c.ctx);
+}
+
+ssize_t OfiPort::send_deferred(const Deferred& d) {
+  if (d.reply) return fi_send(ep, &d.reply->r, sizeof d.reply->r, nullptr, d.reply->dest, &d.reply->c.ctx);
+  if (d.op->flag_after) return write_flag(d.op);
+  return send_msg(d.op, d.op->part[1]);
+}
+
+// A post whose message is about to go: waits for its reply by id (entered first: the reply
+// may come before the send's own completion).
+void OfiPort::await_reply(OfiOp* op) {
+  op->req.h.id = next_id.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lk(pmu);
+  pending[op->req.h.id] = {op, monotonic_ns() + kReplyTimeoutNs};
+}
+
+// Whoever takes a post off `pending` (its reply, its send's failure, its timeout) completes
+// the reply's part of it.
+bool OfiPort::take_pending(uint64_t id, OfiOp*& op) {
+  std::lock_guard<std::mutex> lk(pmu);
+  auto it = pending.find(id);
+  if (it == pending.end()) return false;
+  op = it->second.first;
+  pending.erase(it);
+  return true;
+}
+
+void OfiPort::fail_rest(OfiOp* op, int parts, uint64_t st) {
+  for (int i = 0; i < parts; ++i) complete_part(op, st);
+}
+
+void OfiPort::expire(uint64_t now) {
+  std::vector<OfiOp*> late;
+  {
+    std::lock_guard<std::mutex> lk(pmu);
+    for (auto it = pending.begin(); it != pending.end();) {
+      if (it->second.second > now) {
+        ++it;
+        continue;
+      }
+      late.push_back(it->second.first);
+      it = pending.erase(it);
+    }
+  }
+  for (OfiOp* op : late) complete_part(op, cqe::kErrTransient);  // the peer is gone or does not answer
+}
+
+void OfiPort::repost(OfiRecv* r) {
+  // A refusal leaves one buffer fewer (peers' requests then wait in the provider).
+  for (int tries = 0; tries < 1000; ++tries) {
+    ssize_t rc = fi_recv(ep, r->buf, sizeof r->buf, nullptr, FI_ADDR_UNSPEC, &r->c.ctx);
+    if (rc != -FI_EAGAIN) return;
+    std::this_thread::yield();
+  }
+}
+
+void OfiPort::on_message(OfiRecv* r, size_t len) {
+  msg::Request q;
+  msg::Reply rp;
+  switch (msg::parse(r->buf, len, q, rp)) {
+    case msg::Parsed::kRequest:
+      return serve(q);
+    case msg::Parsed::kReply:
+      return on_reply(rp);
+    case msg::Parsed::kBad:
+      count(nic->counters, ctr::cdm::ofi_dropped);
+      return;
+  }
+}
+
+void OfiPort::on_reply(const msg::Reply& r) {
+  OfiOp* op = nullptr;
+  if (!take_pending(r.h.id, op)) {  // not waited for (late after its timeout, or forged)
+    count(nic->counters, ctr::cdm::ofi_dropped);
+    return;
+  }
+  static_assert(std::endian::native == std::endian::little);  // a 4-byte value is the low half
+  if (r.status == cqe::kOk && op->fetch_size) std::memcpy(reinterpret_cast<void*>(op->fetch_va), &r.fetched, op->fetch_size);
+  complete_part(op, r.status < cqe::kErrStatusLast ? r.status : cqe::kErrProtection);
+}
+
+// The target side of an AMO, as the daemons' responder executes one (remote_responder.cpp):
+// the request checked against our own registration table, the word changed under the AMO
+// lock every path takes, with the same ALU.
+uint64_t OfiPort::serve_amo(const msg::Request& q, uint64_t& fetched) {
+  auto c = amo::decode(q.amo_cmd);
+  if (!c || !amo::length_ok(*c, q.length) || (q.addr & (c->size - 1)))
+    return cqe::kErrProtection;  // the initiating library checked these: a forged request
+  const gni_mem_handle_t h{q.qword1, q.qword2};
+  uint32_t dst_cq = abi::kNoCq;
+  abi::Extents word;
+  if (uint64_t st = translate_access(*nic->self, h, q.addr, c->size, true, &dst_cq, word)) return st;
+  if (word.size() != 1) return cqe::kErrBounds;  // split over two segments: no single word
+  abi::AmoLock* lock = amo_lock_for(*nic->self, word[0].va);
+  if (!lock) return cqe::kErrMemAccess;
+  // Bounded as the daemons' wait: this thread serves every peer of the CDM.
+  if (amo::lock_acquire(lock, amo_lock_self(), spin_ns(), amo::kDaemonLockWaitNs, amo::kDaemonLockWaitNs) ==
+      amo::LockResult::kTimeout)
+    return cqe::kErrTransient;
+  uint64_t old = 0;
+  uint64_t st = xmem_read(self_pid(), word[0].va, &old, c->size);
+  if (!st) {
+    amo::Outcome o = amo::apply(*c, old, q.operand1, q.operand2);
+    if (o.store) st = xmem_write(self_pid(), word[0].va, &o.new_value, c->size);
+    fetched = o.fetched;
+  }
+  amo_lock_release(lock);
+  if (!st && (q.flags & msg::kFlagRemoteEvent) && dst_cq != abi::kNoCq)
+    push_remote_event(*nic->self, dst_cq, cqe::make(cqe::kSrcRemoteRequest, cqe::kTypePost, cqe::kOk, 0, 0, q.remote_event));
+  return st;
+}
+
+// A peer's request: executed here, answered to the address it names.
+void OfiPort::serve(const msg::Request& q) {
+  count(nic->counters, ctr::cdm::ofi_served);
+  uint64_t st = cqe::kOk, fetched = 0;
+  const gni_mem_handle_t h{q.qword1, q.qword2};
+  if (q.ptag != nic->cdm->ptag || q.cookie != nic->cdm->cookie) {
+    st = cqe::kErrProtection;  // another job's: the daemons would not have found us
+  } else if (q.h.type == msg::kAmo) {
+    st = serve_amo(q, fetched);
+  } else if (q.h.type == msg::kEvent) {
+    // The GET read our memory through the provider; its remote event is the responder's.
+    uint32_t dst_cq = abi::kNoCq;
+    abi::Extents pieces;
+    st = translate_access(*nic->self, h, q.addr, q.length, false, &dst_cq, pieces);
+    if (!st && dst_cq != abi::kNoCq) {
+      const uint64_t src = q.engine == msg::kBte ? cqe::kSrcRemoteDma : cqe::kSrcRemoteRequest;
+      push_remote_event(*nic->self, dst_cq, cqe::make(src, cqe::kTypePost, cqe::kOk, 0, 0, q.remote_event));
+    }
+  } else {  // kCqWrite
+    uint32_t cq = abi::kNoCq;
+    st = abi::region_cq_write_target(nic->self->base, q.qword1, q.qword2, cq);
+    // A full CQ loses the entry and flags its overrun, as the hardware does.
+    if (!st) push_remote_event(*nic->self, cq, cqe::make_cqwrite(q.operand1));
+  }
+  // Where to answer: the address the request names, entered in our AV once.
+  const std::string key(reinterpret_cast<const char*>(q.reply_addr), q.reply_len);
+  auto it = reply_to.find(key);
+  if (it == reply_to.end()) {
+    fi_addr_t a = FI_ADDR_UNSPEC;
+    if (reply_to.size() >= 4096 || fi_av_insert(av, q.reply_addr, 1, &a, 0, nullptr) != 1) {
+      count(nic->counters, ctr::cdm::ofi_dropped);  // no way back: the initiator times out
+      return;
+    }
+    it = reply_to.emplace(key, a).first;
+  }
+  auto* r = new OfiReply;
+  r->c.kind = CtxKind::kReply;
+  r->dest = it->second;
+  r->r.h = msg::header(msg::kReply, q.h.id, sizeof r->r);
+  r->r.status = st;
+  r->r.fetched = fetched;
+  deferred.push_back({nullptr, r});  // sent before the next look at the CQ
+}
+
 // The progress thread: drives the provider (tcp;ofi_rxm progresses in the calls that read
-// its CQ, also for the RMA peers do on our memory) and turns completions into CQ events.
+// its CQ, also for the RMA peers do on our memory), turns completions into CQ events and
+// serves peers' messages.
 void OfiPort::run() {
   fi_cq_data_entry e[16];
-  std::vector<OfiOp*> flags;  // sync flags whose data is in, to write (flag_after)
+  uint64_t next_expiry = 0;
   while (!stop.load(std::memory_order_acquire)) {
-    for (size_t i = 0; i < flags.size();) {
-      ssize_t rc = write_flag(flags[i]);
+    for (size_t i = 0; i < deferred.size();) {
+      const Deferred d = deferred[i];
+      ssize_t rc = send_deferred(d);
       if (rc == -FI_EAGAIN) {  // retried after the next look at the CQ (which makes room)
         ++i;
         continue;
       }
-      if (rc) complete_part(flags[i], status_of_error(static_cast<int>(-rc)));
-      flags[i] = flags.back();
-      flags.pop_back();
+      if (rc && d.reply) {
+        delete d.reply;  // the initiator times out
+      } else if (rc) {
+        const uint64_t st = status_of_error(static_cast<int>(-rc));
+        OfiOp* waiting = nullptr;  // taken first: holding its part keeps the op alive
+        const bool waited = !d.op->flag_after && take_pending(d.op->req.h.id, waiting);
+        complete_part(d.op, st);  // the flag's or the event message's part
+        if (waited) complete_part(waiting, st);
+      }
+      deferred[i] = deferred.back();
+      deferred.pop_back();
     }
-    ssize_t k = waitable && flags.empty() ? fi_cq_sread(cq, e, 16, nullptr, 100) : fi_cq_read(cq, e, 16);
+    if (msgs) {
+      const uint64_t now = monotonic_ns();
+      if (now >= next_expiry) {
+        expire(now);
+        next_expiry = now + 100'000'000ull;
+      }
+    }
+    ssize_t k = waitable && deferred.empty() ? fi_cq_sread(cq, e, 16, nullptr, 100) : fi_cq_read(cq, e, 16);
     if (k > 0) {
       for (ssize_t i = 0; i < k; ++i) {
         if (e[i].flags & FI_REMOTE_CQ_DATA) {
@@ -346,9 +513,23 @@ void OfiPort::run() {
         }
         if (!e[i].op_context) continue;
         auto* c = static_cast<OfiCtx*>(e[i].op_context);
-        if (c == &c->op->part[0] && c->op->flag_after)
-          flags.push_back(c->op);  // its data is in: now the flag
-        complete_part(c->op, cqe::kOk);
+        if (c->kind == CtxKind::kRecv) {
+          auto* r = reinterpret_cast<OfiRecv*>(c);
+          on_message(r, e[i].len);
+          repost(r);
+          continue;
+        }
+        if (c->kind == CtxKind::kReply) {
+          delete reinterpret_cast<OfiReply*>(c);
+          continue;
+        }
+        OfiOp* op = c->op;
+        if (c == &op->part[0] && op->flag_after) deferred.push_back({op, nullptr});  // its data is in: now the flag
+        if (c == &op->part[0] && op->event_after) {  // the GET's data is in: now its remote event
+          await_reply(op);
+          deferred.push_back({op, nullptr});
+        }
+        complete_part(op, cqe::kOk);
       }
       continue;
     }
@@ -357,8 +538,23 @@ void OfiPort::run() {
       if (fi_cq_readerr(cq, &err, 0) > 0 && err.op_context && !(err.flags & FI_REMOTE_CQ_DATA)) {
         auto* c = static_cast<OfiCtx*>(err.op_context);
         const uint64_t st = status_of_error(err.err);
-        if (c == &c->op->part[0] && c->op->flag_after) complete_part(c->op, st);  // no flag without its data
-        complete_part(c->op, st);
+        if (c->kind == CtxKind::kRecv) {  // truncated (larger than any message) or cancelled
+          count(nic->counters, ctr::cdm::ofi_dropped);
+          if (!stop.load(std::memory_order_acquire)) repost(reinterpret_cast<OfiRecv*>(c));
+          continue;
+        }
+        if (c->kind == CtxKind::kReply) {
+          delete reinterpret_cast<OfiReply*>(c);  // the initiator times out
+          continue;
+        }
+        OfiOp* op = c->op;
+        if (c == &op->part[0] && op->flag_after) complete_part(op, st);  // no flag without its data
+        if (c == &op->part[0] && op->event_after) fail_rest(op, 2, st);  // no event without its data
+        // A message that did not go: nobody will answer it.
+        OfiOp* waiting = nullptr;
+        if (op->msg_kind && (c == &op->part[1] || !op->event_after) && take_pending(op->req.h.id, waiting))
+          complete_part(waiting, st);
+        complete_part(op, st);
       }
       continue;
     }
@@ -427,18 +623,18 @@ void ofi_open(Nic* n, const abi::ctl::AttachReply& rep) {
   if (!lib.error.empty()) return say(lib.error.c_str(), 0);
   auto p = std::make_unique<OfiPort>();
   p->nic = n;
-  // What we would like beyond RMA, the most first: atomics (AMOs) and ordered writes (sync
-  // flags); a provider without them still moves PUTs and GETs.
-  // tcp;ofi_rxm has either: with FI_ATOMIC its writes are not ordered (sync flags then wait
-  // for their data's completion). Atomics only asked for when AMOs may use them.
+  // What we would like beyond RMA, the most first: messages (AMOs, GETs' remote events and
+  // CQ writes, executed by the target's progress thread) and ordered writes (sync flags); a
+  // provider without them still moves PUTs and GETs. AMOs are never the provider's atomics:
+  // those would not be atomic with the AMO lock the other paths take, and with tcp;ofi_rxm
+  // they were no faster than messages (docs/notes/2026-12-07-ofi-amo-messages.md).
   struct Wish {
     uint64_t caps, order;
   };
-  static constexpr Wish kWithAtomics[] = {{FI_ATOMIC, FI_ORDER_WAW}, {FI_ATOMIC, 0}, {0, FI_ORDER_WAW}, {0, 0}};
-  static constexpr Wish kPlain[] = {{0, FI_ORDER_WAW}, {0, 0}};
-  const bool want_atomics = params::env_uint(params::param("ofi_amo")) != 0;
+  constexpr uint64_t kMsg = FI_MSG | FI_SEND | FI_RECV;
+  static constexpr Wish kWishes[] = {{kMsg, FI_ORDER_WAW}, {kMsg, 0}, {0, FI_ORDER_WAW}, {0, 0}};
   int rc = -FI_ENODATA;
-  for (const auto& w : want_atomics ? std::span<const Wish>(kWithAtomics) : std::span<const Wish>(kPlain)) {
+  for (const auto& w : kWishes) {
     fi_info* hints = lib.dupinfo(nullptr);  // what fi_allocinfo() does
     if (!hints) return say("fi_dupinfo", 0);
     hints->ep_attr->type = FI_EP_RDM;
@@ -460,7 +656,7 @@ void ofi_open(Nic* n, const abi::ctl::AttachReply& rep) {
   p->virt_addr = i->domain_attr->mr_mode & FI_MR_VIRT_ADDR;
   p->cq_data = i->domain_attr->cq_data_size >= 8;
   p->waw = (i->tx_attr->msg_order & FI_ORDER_WAW) && i->ep_attr->max_order_waw_size >= 8;
-  p->atomics = want_atomics && (i->caps & FI_ATOMIC);
+  p->msgs = (i->caps & FI_MSG) && i->ep_attr->max_msg_size >= msg::kMaxMessage;
   if (i->domain_attr->mr_key_size < 8) p->key_mask = (uint64_t{1} << (8 * i->domain_attr->mr_key_size)) - 1;
   p->max_msg = i->ep_attr->max_msg_size;
   fi_av_attr av_attr{};
@@ -486,6 +682,19 @@ void ofi_open(Nic* n, const abi::ctl::AttachReply& rep) {
   if ((rc = fi_getname(&p->ep->fid, pub.addr, &len)) || len == 0 || len > sizeof pub.addr)
     return p->teardown(), say("fi_getname", rc);
   pub.addr_len = static_cast<uint32_t>(len);
+  std::memcpy(p->self_addr, pub.addr, len);
+  p->self_len = pub.addr_len;
+  if (p->msgs) {
+    // Peers' requests and replies: a few in flight per peer at most (each waits for its reply).
+    for (int k = 0; k < 64 && p->msgs; ++k) {
+      auto r = std::make_unique<OfiRecv>();
+      r->c.kind = CtxKind::kRecv;
+      if (fi_recv(p->ep, r->buf, sizeof r->buf, nullptr, FI_ADDR_UNSPEC, &r->c.ctx) == 0)
+        p->recvs.push_back(std::move(r));
+      else if (k == 0)
+        p->msgs = false;  // no receive at all: AMOs and GETs' events go through the daemons
+    }
+  }
   p->progress = std::thread([q = p.get()] { q->run(); });
   abi::ctl::Reply r{};
   if (!n->conn.call(pub, r) || r.rc != GNI_RC_SUCCESS) return p->teardown(), say("publishing the address", 0);
@@ -547,21 +756,20 @@ bool ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uin
   Nic* n = ep->nic;
   OfiPort* p = n->ofi;
   if (!p || n->nic_down.load(std::memory_order_relaxed)) return false;
-  // PUT, GET and (NICEMU_OFI_AMO=1) AMOs the provider has; remote events of PUTs where it
-  // carries 8 bytes of CQ data. CQ writes, and GETs and AMOs asking for a remote event, keep the daemons' path,
-  // and so do vMDH handles (no provider registration) and zero lengths.
+  // PUT and GET as RMA, remote events of PUTs where the provider carries 8 bytes of CQ
+  // data; AMOs, CQ writes and GETs' remote events as messages the target's progress thread
+  // executes (FI_MSG). vMDH handles (no provider registration) and zero lengths keep the
+  // daemons' path.
   const bool amo = kind == rop::kAmo;
+  const bool cqw = kind == rop::kCqWrite;
   const bool sync = post_type(d) == GNI_POST_FMA_PUT_W_SYNCFLAG;
   const bool event = d->cq_mode & GNI_CQMODE_REMOTE_EVENT;
-  if (kind != rop::kPut && kind != rop::kGet && !(amo && p->atomics)) return false;
-  if (event && (!p->cq_data || kind != rop::kPut)) return false;  // a read carries no CQ data
-  if (!amo && (d->length == 0 || d->length > p->max_msg)) return false;
+  if (kind != rop::kPut && kind != rop::kGet && !((amo || cqw) && p->msgs)) return false;
+  if (event && kind == rop::kPut && !p->cq_data) return false;
+  if (event && kind == rop::kGet && !p->msgs) return false;  // a read carries no CQ data: a message does
+  if (!amo && !cqw && (d->length == 0 || d->length > p->max_msg)) return false;
   std::optional<amo::Command> cmd;
-  std::optional<AmoMap> am;
-  if (amo) {
-    cmd = amo::decode(amo_command(d->amo_cmd));  // checked when posted (check_fma)
-    if (!cmd || !(am = map_amo(*cmd, d->first_operand, d->second_operand)) || !p->atomic_valid(*am)) return false;
-  }
+  if (amo && !(cmd = amo::decode(amo_command(d->amo_cmd)))) return false;  // checked when posted (check_fma)
   if (!ep->other_host()) return false;  // same host: a target we may not reach ourselves
   const gni_mem_handle_t& rh = d->remote_mem_hndl;
   auto f = abi::mdh::decode(rh.qword1, rh.qword2);
@@ -576,7 +784,30 @@ bool ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uin
   op->bte = engine == rop::kBte;
   op->local_event = ep->local_event;
   op->tid = tid;
-  const uint64_t length = amo ? cmd->size : d->length;
+  op->dest = dest;
+  // A post the target executes (an AMO, a CQ write) or finishes (a GET's remote event):
+  // the request, with our credential and where to answer.
+  const bool by_msg = cqw || amo || (get && event);
+  if (by_msg) {
+    msg::Request& q = op->req;
+    op->msg_kind = cqw ? msg::kCqWrite : amo ? msg::kAmo : msg::kEvent;
+    q.h = msg::header(static_cast<msg::Type>(op->msg_kind), 0, sizeof q);
+    q.ptag = n->cdm->ptag;
+    q.cookie = n->cdm->cookie;
+    q.engine = op->bte ? msg::kBte : msg::kFma;
+    q.flags = amo && event ? msg::kFlagRemoteEvent : 0;
+    q.amo_cmd = amo ? amo_command(d->amo_cmd) : 0;
+    q.remote_event = ep->remote_event;
+    q.qword1 = rh.qword1;
+    q.qword2 = rh.qword2;
+    q.addr = d->remote_addr;
+    q.length = d->length;
+    q.operand1 = cqw ? d->cqwrite_value : d->first_operand;
+    q.operand2 = d->second_operand;
+    q.reply_len = p->self_len;
+    std::memcpy(q.reply_addr, p->self_addr, p->self_len);
+  }
+  const uint64_t length = amo ? cmd->size : cqw ? 0 : d->length;
   // The local side: an FMA PUT reads its source by VA (registered or not); GETs, RDMA and
   // fetching AMOs go through our own registration, which must cover the transfer (one
   // piece: a multi-segment local handle names offsets, and goes the daemons' way).
@@ -594,7 +825,8 @@ bool ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uin
     }
     local = pieces[0].va;
   }
-  if (!get && (f->flags & abi::mdh::kFlagReadOnly)) {  // the provider would refuse it too, as "protection"
+  // The provider would refuse it too, as "protection"; a message's target checks it itself.
+  if (!get && !by_msg && (f->flags & abi::mdh::kFlagReadOnly)) {
     p->in_flight.fetch_add(1, std::memory_order_relaxed);
     p->complete(op, cqe::kErrReadOnly);
     return true;
@@ -621,29 +853,31 @@ bool ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uin
       std::this_thread::yield();
     }
   };
-  if (amo) {
-    op->operand = am->operand;
-    op->compare = am->compare;
-    void* result = cmd->fetching ? reinterpret_cast<void*>(local) : &op->scratch;  // little-endian: low half
-    post(op->part[0], [&](void* ctx) {
-      switch (am->form) {
-        case AmoForm::kPlain:
-          return fi_atomic(p->ep, &op->operand, 1, nullptr, dest, raddr, key, am->type, am->op, ctx);
-        case AmoForm::kFetch:
-          return fi_fetch_atomic(p->ep, &op->operand, 1, nullptr, result, nullptr, dest, raddr, key, am->type, am->op,
-                                 ctx);
-        case AmoForm::kCompare:
-          break;
-      }
-      return fi_compare_atomic(p->ep, &op->operand, 1, nullptr, &op->compare, nullptr, result, nullptr, dest, raddr,
-                               key, am->type, am->op, ctx);
-    });
+  if (by_msg && !get) {
+    // The reply completes it, with the fetched value stored by the progress thread.
+    if (amo && cmd->fetching) {
+      op->fetch_va = local;
+      op->fetch_size = cmd->size;
+    }
+    op->parts.store(2, std::memory_order_relaxed);
+    p->await_reply(op);
+    const uint64_t id = op->req.h.id;  // op may be gone once its message is posted
+    if (!post(op->part[0], [&](void* ctx) { return fi_send(p->ep, &op->req, sizeof op->req, nullptr, dest, ctx); })) {
+      OfiOp* waiting = nullptr;  // refused: nobody will answer it
+      if (p->take_pending(id, waiting)) p->complete_part(waiting, cqe::kErrTransient);
+    }
     return true;
   }
   if (get) {
-    post(op->part[0], [&](void* ctx) {
-      return fi_read(p->ep, reinterpret_cast<void*>(local), d->length, nullptr, dest, raddr, key, ctx);
-    });
+    if (event) {  // the read, then the event's message and its reply (the progress thread)
+      op->parts.store(3, std::memory_order_relaxed);
+      op->event_after = true;
+    }
+    const bool then = op->event_after;  // op may be gone once its read is posted
+    if (!post(op->part[0], [&](void* ctx) {
+          return fi_read(p->ep, reinterpret_cast<void*>(local), d->length, nullptr, dest, raddr, key, ctx);
+        }) && then)
+      p->fail_rest(op, 2, cqe::kErrTransient);  // no event without its data
     return true;
   }
   // A PUT; with a sync flag, the flag's write after the data's (ordered: FI_ORDER_WAW; else

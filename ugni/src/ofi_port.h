@@ -2,9 +2,10 @@
 // fabric_data = ofi, each attached CDM opens a libfabric RDM endpoint of its own and moves
 // the data of its FMA/RDMA PUT and GET to other hosts itself (fi_write / fi_read), rank to
 // rank, remote events of PUTs as remote CQ data (fi_writedata) and sync flags as a second
-// write; with NICEMU_OFI_AMO=1 AMOs too, as the provider's atomics where libfabric has the
-// operation (opt-in: they are not atomic with the AMO lock the other paths take). Everything
-// else across hosts keeps going through the daemons (remote_post.cpp).
+// write. AMOs, CQ writes and GETs' remote events go as messages (nicemu/abi/ofi_msg.h) that
+// the target's progress thread executes against its own registration table, AMOs under the
+// AMO lock every path takes. Everything else across hosts keeps going through the daemons
+// (remote_post.cpp).
 //
 // Memory handles: a registration made by the library (GNI_MemRegister, not vMDH) is
 // registered with the provider too, over its whole pages [VA, VA + pages * 4 KiB) as the

@@ -1,0 +1,126 @@
+// The ofi fabric's messages (nicemu/abi/ofi_msg.h): what parse() takes and what it drops.
+// A receiver acts only on what parse() accepted; everything else is counted and dropped.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "nicemu/abi/ofi_msg.h"
+
+namespace msg = nicemu::abi::ofimsg;
+
+namespace {
+
+msg::Request request(msg::Type t) {
+  msg::Request q{};
+  q.h = msg::header(t, 42, sizeof q);
+  q.ptag = 7;
+  q.cookie = 0x1234;
+  q.amo_cmd = 0x008;
+  q.length = 8;
+  q.reply_len = 16;
+  return q;
+}
+
+template <class M>
+msg::Parsed parse_bytes(const M& m, size_t len = sizeof(M)) {
+  msg::Request q;
+  msg::Reply r;
+  return msg::parse(&m, len, q, r);
+}
+
+}  // namespace
+
+TEST_CASE("ofi_msg: well-formed requests and replies parse") {
+  for (msg::Type t : {msg::kAmo, msg::kEvent, msg::kCqWrite}) {
+    msg::Request in = request(t), out{};
+    msg::Reply r;
+    REQUIRE(msg::parse(&in, sizeof in, out, r) == msg::Parsed::kRequest);
+    CHECK(std::memcmp(&in, &out, sizeof in) == 0);
+  }
+  msg::Reply rp{};
+  rp.h = msg::header(msg::kReply, 9, sizeof rp);
+  rp.status = 3;
+  rp.fetched = 0xABCD;
+  msg::Request q;
+  msg::Reply out{};
+  REQUIRE(msg::parse(&rp, sizeof rp, q, out) == msg::Parsed::kReply);
+  CHECK(out.h.id == 9);
+  CHECK(out.fetched == 0xABCD);
+}
+
+TEST_CASE("ofi_msg: malformed messages are refused") {
+  {
+    msg::Request rq;
+    msg::Reply rp;
+    CHECK(msg::parse(nullptr, 0, rq, rp) == msg::Parsed::kBad);
+  }
+  msg::Request q = request(msg::kAmo);
+  CHECK(parse_bytes(q, 0) == msg::Parsed::kBad);
+  CHECK(parse_bytes(q, sizeof q.h - 1) == msg::Parsed::kBad);  // shorter than a header
+  CHECK(parse_bytes(q, sizeof q - 1) == msg::Parsed::kBad);    // length field says otherwise
+  {
+    auto m = q;
+    m.h.magic ^= 1;
+    CHECK(parse_bytes(m) == msg::Parsed::kBad);
+  }
+  {
+    auto m = q;
+    m.h.version = msg::kVersion + 1;
+    CHECK(parse_bytes(m) == msg::Parsed::kBad);
+  }
+  {
+    auto m = q;
+    m.h.type = 0;
+    CHECK(parse_bytes(m) == msg::Parsed::kBad);
+    m.h.type = 99;
+    CHECK(parse_bytes(m) == msg::Parsed::kBad);
+  }
+  {
+    auto m = q;
+    m.reply_len = 0;
+    CHECK(parse_bytes(m) == msg::Parsed::kBad);
+    m.reply_len = sizeof m.reply_addr + 1;
+    CHECK(parse_bytes(m) == msg::Parsed::kBad);
+  }
+  {
+    auto m = q;
+    m.engine = 2;
+    CHECK(parse_bytes(m) == msg::Parsed::kBad);
+  }
+  {
+    auto m = q;
+    m.flags = 0x8000;
+    CHECK(parse_bytes(m) == msg::Parsed::kBad);
+  }
+  {
+    auto m = q;
+    m.length = 0;
+    CHECK(parse_bytes(m) == msg::Parsed::kBad);
+    m.length = 17;
+    CHECK(parse_bytes(m) == msg::Parsed::kBad);
+  }
+  {
+    auto m = request(msg::kEvent);
+    m.length = 0;
+    CHECK(parse_bytes(m) == msg::Parsed::kBad);
+  }
+  {
+    // A reply with a request's length, and a request with a reply's.
+    auto m = q;
+    m.h.type = msg::kReply;
+    CHECK(parse_bytes(m) == msg::Parsed::kBad);
+    msg::Reply r{};
+    r.h = msg::header(msg::kAmo, 1, sizeof r);
+    CHECK(parse_bytes(r) == msg::Parsed::kBad);
+  }
+  // Arbitrary bytes of every length up to a request's: never accepted unless well-formed.
+  std::vector<uint8_t> junk(sizeof(msg::Request) + 8);
+  uint64_t z = 0x9E3779B97F4A7C15ull;
+  for (auto& b : junk) b = static_cast<uint8_t>((z = z * 6364136223846793005ull + 1) >> 56);
+  for (size_t len = 0; len <= junk.size(); ++len) {
+    msg::Request rq;
+    msg::Reply rp;
+    CHECK(msg::parse(junk.data(), len, rq, rp) == msg::Parsed::kBad);
+  }
+}
