@@ -22,6 +22,7 @@
 #include "nicemu/fabric/fabric_map.h"
 #include "nicemu/fabric/packet_codec.h"
 #include "nicemu/fabric/reliable_channel.h"
+#include "channel_delivery.h"
 
 using namespace nicemu::fabric;
 using namespace nicemu::abi::wire;
@@ -97,16 +98,7 @@ void pump(Side& from, SimLink& link, uint64_t now) {
 
 void receive(Side& to, SimLink& link, uint64_t now) {
   for (auto& p : link.due(now)) {
-    to.ch.peer_heard();
-    to.ch.on_peer_base(p.base);
-    to.ch.on_ack(p.ack, p.sack, now);
-    size_t off = 0;
-    for (uint16_t i = 0; i < p.count; ++i) {
-      RecordHeader rh;
-      std::memcpy(&rh, p.records.data() + off, sizeof rh);
-      to.ch.on_record(rh, p.records.data() + off + sizeof rh);
-      off += sizeof rh + rh.length;
-    }
+    nicemu::fabric::test::deliver(to.ch, p, now);
   }
 }
 
@@ -1115,13 +1107,7 @@ BottleneckResult run_bottleneck(const BottleneckConfig& c) {
         }
         Pkt& p = pool[e.pkt];
         ReliableChannel& r = *rx[e.flow];
-        size_t off = 0;
-        for (uint16_t k = 0; k < p.count; ++k) {
-          RecordHeader rh;
-          std::memcpy(&rh, p.bytes.data() + off, sizeof rh);
-          r.on_record(rh, p.bytes.data() + off + sizeof rh);
-          off += sizeof rh + rh.length;
-        }
+        nicemu::fabric::test::deliver_records(r, p.bytes.data(), p.count);
         if (r.ack() != rx_point[e.flow]) {
           if (rx_moved[e.flow]) max_stall = std::max(max_stall, now - rx_moved[e.flow]);
           rx_point[e.flow] = r.ack();

@@ -14,6 +14,7 @@
 
 #include "nicemu/fabric/peer_schedule.h"
 #include "nicemu/fabric/reliable_channel.h"
+#include "channel_delivery.h"
 
 using namespace nicemu::fabric;
 using namespace nicemu::abi::wire;
@@ -163,16 +164,7 @@ bool take(End& e, Link& l, uint64_t now) {
     Packet p = std::move(l.q.front());
     l.q.pop_front();
     any = true;
-    e.ch.peer_heard();
-    e.ch.on_peer_base(p.base);
-    e.ch.on_ack(p.ack, p.sack, now);
-    size_t off = 0;
-    for (uint16_t i = 0; i < p.count; ++i) {
-      RecordHeader rh;
-      std::memcpy(&rh, p.records.data() + off, sizeof rh);
-      e.ch.on_record(rh, p.records.data() + off + sizeof rh);
-      off += sizeof rh + rh.length;
-    }
+    nicemu::fabric::test::deliver(e.ch, p, now);
   }
   return any;
 }
