@@ -131,6 +131,14 @@ int main(int argc, char **argv) {
     printf("target fma %llu rdma %u\n", (unsigned long long)w, (unsigned)win[4096 + 100]);
     fflush(stdout);
   }
+  // Whatever the NIC's state (rank 0's daemon is gone after the last phase), the handles
+  // and buffers are ours to give back.
+  GNI_EpDestroy(ep);
+  GNI_MemDeregister(j.nic, &sh);
+  GNI_MemDeregister(j.nic, &me.h);
+  GNI_CqDestroy(cq);
   fabric_job_end(j.cdm, j.use_pmi);
+  free(win);
+  free(src);
   return 0;
 }

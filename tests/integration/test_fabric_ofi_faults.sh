@@ -73,7 +73,7 @@ run_phases() {
     # The posts each phase moved rank to rank (the daemon is gone in the last).
     [[ $k -lt $PHASES ]] && sleep 0.1 && cdm_ofi_ops >>"$TMP/$name.ops"
   done
-  wait "$job" || fail "$name: the job exited non-zero"
+  wait "$job" || { fail "$name: the job exited non-zero"; show_log "$TMP/$name.log"; }
   BG_PIDS=()
   stop_daemons
   DAEMON_PID=()
