@@ -46,6 +46,7 @@ bool ofi_post(Ep*, Cq*, const gni_post_descriptor_t*, uint16_t, uint16_t, int32_
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -241,7 +242,7 @@ struct OfiPort {
   std::mutex pmu;  // pending
   std::map<uint64_t, std::pair<OfiOp*, uint64_t>> pending;
   std::atomic<uint64_t> next_id{1};
-  std::map<std::string, fi_addr_t> reply_to;  // progress thread only
+  std::map<std::string, fi_addr_t, std::less<>> reply_to;  // progress thread only; found by string_view
   // Sends the progress thread must make once the provider has room (-FI_EAGAIN): a sync flag
   // or a GET's event message (op), or a reply.
   struct Deferred {
@@ -452,7 +453,8 @@ void OfiPort::serve(const msg::Request& q) {
     if (!st) push_remote_event(*nic->self, cq, cqe::make_cqwrite(q.operand1));
   }
   // Where to answer: the address the request names, entered in our AV once.
-  const std::string key(reinterpret_cast<const char*>(q.reply_addr), q.reply_len);
+  // Looked up without a copy: this runs for every request served.
+  const std::string_view key(reinterpret_cast<const char*>(q.reply_addr), q.reply_len);
   auto it = reply_to.find(key);
   if (it == reply_to.end()) {
     fi_addr_t a = FI_ADDR_UNSPEC;
@@ -460,7 +462,7 @@ void OfiPort::serve(const msg::Request& q) {
       count(nic->counters, ctr::cdm::ofi_dropped);  // no way back: the initiator times out
       return;
     }
-    it = reply_to.emplace(key, a).first;
+    it = reply_to.emplace(std::string(key), a).first;
   }
   auto* r = new OfiReply;
   r->c.kind = CtxKind::kReply;
