@@ -23,11 +23,6 @@ using Clock = std::chrono::steady_clock;
 namespace {
 constexpr std::chrono::microseconds kPollMin{100}, kPollMax{5000}, kPollFastFor{2000}, kQueueRetry{1000},
     kLiveness{50000}, kLivenessScan{10000};
-// The other watched relays are looked at kScanSlice at a time every kPollAll, round robin
-// (smsg_relay.h): their senders have credits to spare, so nothing waits on these reports,
-// and the cost per second stays the same however many relays a daemon holds.
-constexpr std::chrono::microseconds kPollAll{20000};
-constexpr size_t kScanSlice = 128;
 
 // The sender has a quarter of its credits or less left: it may soon wait for our report.
 bool credit_short(uint32_t unreported, uint32_t credits) { return unreported >= credits - credits / 4; }
@@ -428,8 +423,9 @@ void SmsgRelay::on_ack(uint32_t from, const ctl::SmsgAck& a) {
 
 void SmsgRelay::released(CdmRegion& cdm) {
   ++release_notes_;
-  for (const auto& [k, attach_id] : watch_)
-    if (attach_id == cdm.attach_id() && released_moved(k)) ack_soon(k);
+  const uint64_t id = cdm.attach_id();
+  for (auto it = watch_by_cdm_.lower_bound({id, RxKey{}}); it != watch_by_cdm_.end() && it->first == id; ++it)
+    if (released_moved(it->second)) ack_soon(it->second);
 }
 
 const char* SmsgRelay::fabric_message(uint32_t from, const ctl::Header& h, const char* msg, size_t len) {
@@ -611,7 +607,7 @@ void SmsgRelay::send_ack(const RxKey& k, Rx& r) {
   a.credit_event = m->credit_event.load(std::memory_order_relaxed);
   to_peer(k.first, &a, sizeof a);
   if (r.reported == r.next) return unwatch(k);
-  watch_.emplace(k, r.attach_id);
+  if (watch_.emplace(k, r.attach_id).second) watch_by_cdm_.emplace(r.attach_id, k);
   if (credit_short(r.next - r.reported, r.credits))
     short_.insert(k);
   else
@@ -619,7 +615,10 @@ void SmsgRelay::send_ack(const RxKey& k, Rx& r) {
 }
 
 void SmsgRelay::unwatch(const RxKey& k) {
-  watch_.erase(k);
+  if (auto it = watch_.find(k); it != watch_.end()) {
+    watch_by_cdm_.erase({it->second, k});
+    watch_.erase(it);
+  }
   short_.erase(k);
 }
 
@@ -671,8 +670,6 @@ void SmsgRelay::flush_acks() {
     poll_ = kPollMin;
     last_move_ = Clock::now();
     arm(poll_);
-  } else if (!watch_.empty()) {
-    arm(kPollAll);
   }
 }
 
@@ -734,18 +731,10 @@ void SmsgRelay::tick() {
   if (!io_) return;
   progress();
   const auto now = Clock::now();
-  // Receivers' releases since the last report: an ack for each relay that moved. Those
-  // whose sender is short of credits at every tick; a slice of the others every kPollAll.
+  // Receivers' releases since the last report, for the relays whose sender is short of
+  // credits: an ack for each that moved. The other watched relays are not polled
+  // (smsg_relay.h): their senders have credits to spare.
   std::vector<RxKey> keys(short_.begin(), short_.end());  // send_ack changes the sets
-  if (now - last_slice_ >= kPollAll) {
-    last_slice_ = now;
-    auto it = watch_.lower_bound(scan_from_);
-    for (size_t n = 0; n < kScanSlice && n < watch_.size(); ++n, ++it) {
-      if (it == watch_.end()) it = watch_.begin();
-      if (!short_.contains(it->first)) keys.push_back(it->first);
-    }
-    scan_from_ = it == watch_.end() ? RxKey{} : it->first;
-  }
   bool moved = false;
   for (const RxKey& k : keys) {
     auto it = rx_.find(k);
@@ -766,8 +755,6 @@ void SmsgRelay::tick() {
     poll_ = now - last_move_ < kPollFastFor ? kPollMin : std::min(poll_ * 2, kPollMax);
     arm(poll_);
   }
-  if (!watch_.empty())
-    arm(std::max(std::chrono::duration_cast<std::chrono::microseconds>(kPollAll - (now - last_slice_)), kPollMin));
   if (in_flight_) arm(kLiveness);
 }
 

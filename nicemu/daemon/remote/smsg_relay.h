@@ -33,12 +33,14 @@
 //    caused them, and for every relay whose receiver released something whenever any
 //    message comes from its sending node, and when the receiver's library notes that it
 //    released an eighth of the mailbox (MboxCtl::note_at). Releases without traffic are
-//    also noticed by a poll, whose cost must not grow with the relays a daemon holds (a
-//    daemon of a 128-host all-to-all holds ~500): relays whose sender is short of credits
-//    (a quarter or less left) are polled on an adaptive timer (every 100 µs while releases
-//    came in the last 2 ms, then doubling to 5 ms while nothing moves); the other relays
-//    with unreleased messages 128 at a time every 20 ms, round robin; no timer when
-//    everything is released. Senders' liveness is checked every 10 ms, not at every poll,
+//    also noticed by a poll, but only of relays whose sender is short of credits (a quarter
+//    or less left: it may soon wait), on an adaptive timer (every 100 µs while releases
+//    came in the last 2 ms, then doubling to 5 ms while nothing moves). The other relays
+//    are never polled: their senders have credits to spare and can only become short by
+//    sending, whose acks carry the releases (and make the relay short if it is); a note or
+//    any message between the two nodes reports them sooner. So idle relays (a daemon of a
+//    128-host all-to-all holds ~500 with a message delivered) cost no timer and no reads,
+//    and a note looks only at its CDM's relays. Senders' liveness is checked every 10 ms, not at every poll,
 //    and only over the tx relays with messages in flight (kept in a set of their own);
 //    GNI_SmsgInit finds a re-opened relay through an index by CDM and peer, so neither
 //    costs what all of a daemon's relays cost.
@@ -209,7 +211,7 @@ class SmsgRelay : public FabricService {
   uint64_t timer_gen_ = 0;
   std::chrono::microseconds poll_{100};
   Clock::time_point last_move_{};   // last time a watched receiver released something
-  Clock::time_point last_slice_{}, last_liveness_{};  // the last slice of watch_, the last liveness check
+  Clock::time_point last_liveness_{};  // the last liveness check
   bool in_flight_ = false;          // as of the last liveness check
   bool flush_posted_ = false;
 
@@ -229,9 +231,9 @@ class SmsgRelay : public FabricService {
   std::map<uint64_t, size_t> tx_per_cdm_;  // attach id -> its tx relays (failed ones too)
   std::map<RxKey, Rx> rx_;
   std::set<RxKey> ack_due_;                                 // rx relays owing an ack this turn
-  std::map<RxKey, uint64_t> watch_;                         // rx relays with unreleased messages -> receiver
+  std::map<RxKey, uint64_t> watch_;                         // rx relays with messages not reported released -> receiver
+  std::set<std::pair<uint64_t, RxKey>> watch_by_cdm_;       // watch_ by receiver (a note looks at its own)
   std::set<RxKey> short_;                                   // those whose sender is short of credits
-  RxKey scan_from_{};                                       // where the next slice of watch_ starts
   std::map<uint32_t, std::deque<std::vector<char>>> queued_;  // node -> messages the fabric refused
   std::map<uint64_t, Ring> rings_;                          // attach id -> its relay ring
   std::optional<asio::steady_timer> nap_timer_;
