@@ -11,7 +11,18 @@
  * (RC: the post call's return code; S: the CQE status, 0 = ok, -1 no event within 30 s),
  * then writes FAULTS_DIR/done.k. At the end rank 1 prints the target's words
  *   target fma K rdma K
- * (the phase whose PUT landed last). Exit 0 unless a call outside the posts failed. */
+ * (the phase whose PUT landed last). Exit 0 unless a call outside the posts failed.
+ *
+ * With FAULTS_KILL=K, phase K kills the target mid-stream: rank 1 writes FAULTS_DIR/target
+ * ("PID"), prints its words at go.K and waits to be killed; rank 0 writes FAULTS_DIR/
+ * streaming.K and keeps up to 16 posts in flight to it (FMA PUT 8 B, RDMA PUT 4 KiB, fetching
+ * AMO FADD, in turn) until one completes with an error (the script kills rank 1 meanwhile),
+ * then waits for the rest and prints
+ *   kill K statuses S,... recoverable R,... hung H drain_ms T
+ * (the distinct error statuses and recoverable flags of the stream's completions, the posts
+ * without an event after 60 s, the time from the first error to the last event), then
+ * posts the phase's two PUTs as any phase. The job ends without the final barrier (the
+ * target is dead: run it with mpiexec -disable-auto-cleanup). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +31,7 @@
 
 #include "fabric_job.h"
 
-#define WIN 8192
+#define WIN 16384
 
 struct info {
   uint32_t addr, inst;
@@ -81,6 +92,75 @@ static void post_one(gni_ep_handle_t ep, gni_cq_handle_t cq, int k, int rdma, vo
   fflush(stdout);
 }
 
+/* The stream of phase k (FAULTS_KILL): posts until the target is gone, every event reaped. */
+static void stream(gni_ep_handle_t ep, gni_cq_handle_t cq, int k, uint8_t *src, gni_mem_handle_t sh,
+                   const struct info *t, const char *dir) {
+  enum { W = 16 };
+  gni_post_descriptor_t ds[W];
+  int busy[W] = {0}, inflight = 0, posting = 1;
+  unsigned seq = 0, statuses = 0, recoverables = 0;
+  double t_err = 0, t_last = 0;
+  const double t0 = fabric_now_s();
+  write_file(dir, "streaming", k, "");
+  while (posting || inflight) {
+    if (fabric_now_s() - t0 > 60) break; /* the rest hung */
+    for (int i = 0; posting && i < W; ++i) {
+      if (busy[i]) continue;
+      gni_post_descriptor_t *d = &ds[i];
+      gni_return_t rc;
+      switch (seq++ % 3) {
+        case 0:
+          fabric_desc(d, GNI_POST_FMA_PUT, src, sh, t->win + 8192, t->h, 8);
+          rc = GNI_PostFma(ep, d);
+          break;
+        case 1:
+          fabric_desc(d, GNI_POST_RDMA_PUT, src + 4096, sh, t->win + 12288, t->h, 4096);
+          rc = GNI_PostRdma(ep, d);
+          break;
+        default:
+          fabric_desc(d, GNI_POST_AMO, src + 128, sh, t->win + 8448, t->h, 8);
+          d->amo_cmd = GNI_FMA_ATOMIC_FADD;
+          d->first_operand = 1;
+          rc = GNI_PostFma(ep, d);
+          break;
+      }
+      if (rc != GNI_RC_SUCCESS) { /* a refused post: the stream ends, said as status 100 + rc */
+        statuses |= 1u << 31;
+        posting = 0;
+        break;
+      }
+      busy[i] = 1;
+      ++inflight;
+    }
+    gni_cq_entry_t e;
+    gni_return_t w = GNI_CqWaitEvent(cq, 100, &e);
+    if (w == GNI_RC_TIMEOUT) continue;
+    if (w != GNI_RC_SUCCESS && w != GNI_RC_TRANSACTION_ERROR) break;
+    gni_post_descriptor_t *done = NULL;
+    if (GNI_GetCompleted(cq, e, &done) != GNI_RC_SUCCESS && !done) continue;
+    const long i = done - ds;
+    if (i < 0 || i >= W || !busy[i]) continue;
+    busy[i] = 0;
+    --inflight;
+    t_last = fabric_now_s();
+    if (!GNI_CQ_STATUS_OK(e)) {
+      uint32_t r = 0;
+      GNI_CqErrorRecoverable(e, &r);
+      statuses |= 1u << (GNI_CQ_GET_STATUS(e) & 31);
+      recoverables |= 1u << (r ? 1 : 0);
+      if (posting) t_err = t_last;
+      posting = 0;
+    }
+  }
+  printf("kill %d statuses ", k);
+  for (int s = 0, first = 1; s < 32; ++s)
+    if (statuses & (1u << s)) printf(first ? "%d" : ",%d", s == 31 ? -1 : s), first = 0;
+  printf(" recoverable %s hung %d drain_ms %.0f\n",
+         recoverables == 3 ? "0,1" : recoverables == 2 ? "1" : recoverables == 1 ? "0" : "-", inflight,
+         t_err ? (t_last - t_err) * 1e3 : -1.0);
+  fflush(stdout);
+}
+
 int main(int argc, char **argv) {
   struct fabric_job j;
   int r = fabric_job_start(argc, argv, "fabric_faults", "fabric_faults pmi PHASES", 1, &j);
@@ -107,6 +187,20 @@ int main(int argc, char **argv) {
     return 1;
   }
   const struct info *t = &all[j.rank == 0 ? 1 : 0];
+  const char *kill_s = getenv("FAULTS_KILL");
+  const int kill_at = kill_s ? atoi(kill_s) : 0;
+  if (j.rank == 1 && kill_at > 0) {
+    char text[64];
+    snprintf(text, sizeof text, "%d\n", (int)getpid());
+    write_file(dir, "target", -1, text);
+    if (wait_file(dir, "go", kill_at) == 0) {
+      uint64_t w;
+      memcpy(&w, win, sizeof w);
+      printf("target fma %llu rdma %u\n", (unsigned long long)w, (unsigned)win[4096 + 100]);
+      fflush(stdout);
+    }
+    for (;;) pause(); /* killed */
+  }
   if (j.rank == 0) {
     char text[64];
     snprintf(text, sizeof text, "peer %u\n", t->addr);
@@ -119,12 +213,13 @@ int main(int argc, char **argv) {
       uint64_t v = (uint64_t)k;
       memcpy(src, &v, sizeof v);
       memset(src + 4096, k, 4096);
+      if (k == kill_at) stream(ep, cq, k, src, sh, t, dir);
       post_one(ep, cq, k, 0, src, sh, t, 0, 8);
       post_one(ep, cq, k, 1, src + 4096, sh, t, 4096, 4096);
       write_file(dir, "done", k, "");
     }
   }
-  PMI_Barrier();
+  if (!kill_at) PMI_Barrier();
   if (j.rank == 1) {
     uint64_t w;
     memcpy(&w, win, sizeof w);
@@ -137,7 +232,12 @@ int main(int argc, char **argv) {
   GNI_MemDeregister(j.nic, &sh);
   GNI_MemDeregister(j.nic, &me.h);
   GNI_CqDestroy(cq);
-  fabric_job_end(j.cdm, j.use_pmi);
+  if (kill_at) { /* no barrier: the target is dead */
+    GNI_CdmDestroy(j.cdm);
+    PMI_Finalize();
+  } else {
+    fabric_job_end(j.cdm, j.use_pmi);
+  }
   free(win);
   free(src);
   return 0;

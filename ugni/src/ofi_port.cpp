@@ -37,6 +37,7 @@ bool ofi_post(Ep*, Cq*, const gni_post_descriptor_t*, uint16_t, uint16_t, int32_
 #include <dlfcn.h>
 #include <time.h>
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cstdio>
@@ -54,6 +55,7 @@ bool ofi_post(Ep*, Cq*, const gni_post_descriptor_t*, uint16_t, uint16_t, int32_
 #include "fault_engine.h"
 #include "nicemu/fault/fault_page.h"
 #include "fma_requester.h"
+#include "ofi_peer_check.h"
 #include "nicemu/abi/mem_handle.h"
 #include "nicemu/abi/ofi_msg.h"
 #include "nicemu/abi/region_access.h"
@@ -170,6 +172,10 @@ struct OfiOp {
   uint8_t fetch_size = 0;  // a fetching AMO: bytes of the fetched value to store at fetch_va
   uint64_t fetch_va = 0;
   msg::Request req{};
+  // The target CDM, (node << 32) | route: a post failing TRANSIENT is judged by whether it
+  // lives (PeerCheck) before its events, once (`judged`).
+  uint64_t peer = 0;
+  bool judged = false;
   OfiOp() { part[0].op = part[1].op = this; }
 };
 
@@ -230,6 +236,10 @@ struct OfiPort {
     gni_mem_handle_t h;  // the registration's handle: its remote events' CQ (remote_event)
   };
   std::map<uint32_t, Mr> mrs;            // registration slot -> provider registration
+  std::map<fi_addr_t, std::string> av_raw;  // peers' AV entries -> their addresses (a verdict compares)
+  // Posts failing TRANSIENT towards a peer wait here for the verdict on it (PEER_GONE or
+  // TRANSIENT); created at open, before the progress thread.
+  std::unique_ptr<PeerCheck> check;
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> in_flight{0};
   std::thread progress;
@@ -269,6 +279,8 @@ struct OfiPort {
   void expire(uint64_t now);
   void run();
   bool resolve(uint32_t node, uint32_t route, fi_addr_t& out);
+  PeerAnswer ask_peer(uint64_t peer);
+  void judge(uint64_t peer, const PeerAnswer& a, std::vector<void*>& ops);
   void teardown();
 };
 
@@ -304,6 +316,13 @@ ssize_t OfiPort::write_flag(OfiOp* op) {
 }
 
 void OfiPort::complete(OfiOp* op, uint64_t st) {
+  // A broken connection or a reply that never came: the daemons' path says PEER_GONE if the
+  // target died, TRANSIENT otherwise; so do we, once its daemon answered (judge).
+  if (st == cqe::kErrTransient && op->peer && !op->judged && check) {
+    op->judged = true;
+    check->suspect(op->peer, op);
+    return;
+  }
   if (st != cqe::kOk) count(nic->counters, ctr::cdm::ofi_errors);
   if (op->bte) {
     rdma_local_events(op->cq, op->cq_mode, op->local_event, op->tid, st);
@@ -596,9 +615,80 @@ bool OfiPort::resolve(uint32_t node, uint32_t route, fi_addr_t& out) {
     }
   }
   std::lock_guard<std::mutex> lk(mu);
+  if (p.ok) av_raw[p.addr].assign(reinterpret_cast<const char*>(rep.addr), rep.addr_len);
   peers[k] = p;
   out = p.addr;
   return p.ok;
+}
+
+// Does the target CDM `peer` still live? Asked as its address is (OfiLookup: our daemon asks
+// the target's, which answers only for a live CDM of our credential).
+PeerAnswer OfiPort::ask_peer(uint64_t peer) {
+  abi::ctl::OfiLookup req{};
+  req.h.op = static_cast<uint16_t>(abi::ctl::Op::kOfiLookup);
+  req.node = static_cast<uint32_t>(peer >> 32);
+  req.route = static_cast<uint32_t>(peer);
+  abi::ctl::OfiLookupReply rep{};
+  PeerAnswer a;
+  if (!nic->conn.call(req, rep)) return a;  // our daemon is gone: unknown
+  if (rep.r.rc == GNI_RC_NO_MATCH) {
+    a.state = PeerAnswer::kGone;
+  } else if (rep.r.rc == GNI_RC_SUCCESS && rep.addr_len > 0 && rep.addr_len <= abi::ctl::kOfiAddrMax) {
+    a.state = PeerAnswer::kLives;
+    a.addr.assign(reinterpret_cast<const char*>(rep.addr), rep.addr_len);
+  }
+  return a;  // else the target's daemon did not answer: unknown
+}
+
+// The verdict on the posts that failed towards `peer`: PEER_GONE for those whose endpoint is
+// not the one living there now (it died; a CDM restarted under the route is another one),
+// TRANSIENT for the rest. A peer gone is forgotten, so the next post looks it up afresh, and
+// the messages still waiting for its reply complete now rather than at their timeout.
+void OfiPort::judge(uint64_t peer, const PeerAnswer& a, std::vector<void*>& ops) {
+  if (a.state == PeerAnswer::kDropped) {
+    for (void* v : ops) {
+      delete static_cast<OfiOp*>(v);
+      in_flight.fetch_sub(1, std::memory_order_release);
+    }
+    return;
+  }
+  std::vector<fi_addr_t> dead;  // the peer's AV entries that name no live CDM
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    auto gone = [&](fi_addr_t d) {
+      auto it = av_raw.find(d);
+      return a.state == PeerAnswer::kGone || (a.state == PeerAnswer::kLives && it != av_raw.end() && it->second != a.addr);
+    };
+    for (void* v : ops)
+      if (gone(static_cast<OfiOp*>(v)->dest)) dead.push_back(static_cast<OfiOp*>(v)->dest);
+    if (auto it = peers.find(peer); it != peers.end() && it->second.ok &&
+                                    (a.state != PeerAnswer::kLives || gone(it->second.addr))) {
+      dead.push_back(it->second.addr);
+      peers.erase(it);  // looked up afresh by the next post
+    }
+  }
+  auto is_dead = [&](fi_addr_t d) { return std::find(dead.begin(), dead.end(), d) != dead.end(); };
+  for (void* v : ops) {
+    auto* op = static_cast<OfiOp*>(v);
+    complete(op, is_dead(op->dest) ? cqe::kErrPeerGone : cqe::kErrTransient);
+  }
+  if (dead.empty()) return;
+  std::vector<OfiOp*> waiting;  // messages to it whose replies will not come
+  {
+    std::lock_guard<std::mutex> lk(pmu);
+    for (auto it = pending.begin(); it != pending.end();) {
+      if (it->second.first->peer == peer && is_dead(it->second.first->dest)) {
+        waiting.push_back(it->second.first);
+        it = pending.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (OfiOp* op : waiting) {
+    op->judged = true;
+    complete_part(op, cqe::kErrPeerGone);
+  }
 }
 
 void OfiPort::teardown() {
@@ -606,6 +696,7 @@ void OfiPort::teardown() {
     stop.store(true, std::memory_order_release);
     progress.join();
   }
+  if (check) check->stop();  // posts still waiting for a verdict: dropped without events
   for (auto& [slot, m] : mrs) fi_close(&m.mr->fid);
   mrs.clear();
   if (ep) fi_close(&ep->fid);
@@ -625,6 +716,13 @@ void ofi_open(Nic* n, const abi::ctl::AttachReply& rep) {
   if (!lib.error.empty()) return say(lib.error.c_str(), 0);
   auto p = std::make_unique<OfiPort>();
   p->nic = n;
+  // 20 ms: the posts in flight to a peer that died fail together, and its daemon has seen
+  // the death (its pidfd) by then, not only the connection's reset.
+  p->check = std::make_unique<PeerCheck>([q = p.get()](uint64_t peer) { return q->ask_peer(peer); },
+                                         [q = p.get()](uint64_t peer, const PeerAnswer& a, std::vector<void*>& ops) {
+                                           q->judge(peer, a, ops);
+                                         },
+                                         std::chrono::milliseconds(20));
   // What we would like beyond RMA, the most first: messages (AMOs, GETs' remote events and
   // CQ writes, executed by the target's progress thread) and ordered writes (sync flags); a
   // provider without them still moves PUTs and GETs. AMOs are never the provider's atomics:
@@ -781,6 +879,7 @@ bool ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uin
   if (!p->resolve(ep->remote_addr, abi::mdh::route_of(rh.qword1, rh.qword2), dest)) return false;
 
   auto* op = new OfiOp;
+  op->peer = (uint64_t{ep->remote_addr} << 32) | abi::mdh::route_of(rh.qword1, rh.qword2);
   op->cq = cq;
   op->cq_mode = local_events(d);
   op->bte = engine == rop::kBte;
