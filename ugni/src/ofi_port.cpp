@@ -23,6 +23,11 @@ void ofi_close(Nic*) {}
 void ofi_register(Nic*, const gni_mem_handle_t&, bool) {}
 void ofi_deregister(Nic*, const gni_mem_handle_t&) {}
 bool ofi_post(Ep*, Cq*, const gni_post_descriptor_t*, uint16_t, uint16_t, int32_t) { return false; }
+struct OfiChain {};
+bool ofi_chain_takes(Ep*, const gni_post_descriptor_t*, uint16_t) { return false; }
+OfiChain* ofi_chain_open(Nic*, Cq*, const gni_post_descriptor_t*, uint32_t, int32_t) { return nullptr; }
+void ofi_chain_post(OfiChain*, Ep*, const gni_post_descriptor_t*, uint16_t, uint32_t) {}
+void ofi_chain_close(OfiChain*, uint32_t, uint64_t) {}
 }  // namespace nicemu::ugni
 
 #else
@@ -121,6 +126,31 @@ void say(const char* what, int rc) {
 }
 
 struct OfiOp;
+}  // namespace
+
+// A chain's members in flight rank to rank (ofi_port.h): one local event for all of them.
+struct OfiChain {
+  std::atomic<uint32_t> left{1};  // members in flight, and the poster's hold until closed
+  std::mutex mu;
+  uint32_t fail_index = rop::kNoChainFailure;
+  uint64_t fail_status = cqe::kOk;
+  Cq* cq = nullptr;
+  uint16_t cq_mode = 0;
+  uint32_t local_event = 0;
+  int32_t tid = -1;
+  // A member (or the same-host ones, at close) is done: the chain's event once all are.
+  void done(uint32_t index, uint64_t st) {
+    if (st != cqe::kOk) {
+      std::lock_guard<std::mutex> lk(mu);
+      if (fail_index == rop::kNoChainFailure || index < fail_index) fail_index = index, fail_status = st;
+    }
+    if (left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    complete_fma(cq, cq_mode, local_event, fail_status, tid);
+    delete this;
+  }
+};
+
+namespace {
 // The context of one provider operation: the provider hands it back as op_context. `kind`
 // says what it belongs to: a part of a post, a receive buffer, a reply we send.
 enum class CtxKind : uint8_t { kPart, kRecv, kReply };
@@ -176,6 +206,9 @@ struct OfiOp {
   // lives (PeerCheck) before its events, once (`judged`).
   uint64_t peer = 0;
   bool judged = false;
+  // A chain's member: done into the chain, no events of its own.
+  OfiChain* chain = nullptr;
+  uint32_t chain_index = 0;
   OfiOp() { part[0].op = part[1].op = this; }
 };
 
@@ -324,7 +357,9 @@ void OfiPort::complete(OfiOp* op, uint64_t st) {
     return;
   }
   if (st != cqe::kOk) count(nic->counters, ctr::cdm::ofi_errors);
-  if (op->bte) {
+  if (op->chain) {
+    op->chain->done(op->chain_index, st);
+  } else if (op->bte) {
     rdma_local_events(op->cq, op->cq_mode, op->local_event, op->tid, st);
   } else {
     complete_fma(op->cq, op->cq_mode, op->local_event, st, op->tid);
@@ -852,7 +887,12 @@ void ofi_deregister(Nic* n, const gni_mem_handle_t& h) {
   fi_close(&mr->fid);
 }
 
-bool ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t engine, int32_t tid) {
+namespace {
+
+// ofi_post, a chain's member (chain: its events go there) or only the question whether it
+// would be taken (dry: nothing posted, nothing allocated).
+bool post_impl(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t engine, int32_t tid,
+               OfiChain* chain, uint32_t chain_index, bool dry) {
   Nic* n = ep->nic;
   OfiPort* p = n->ofi;
   if (!p || n->nic_down.load(std::memory_order_relaxed)) return false;
@@ -877,8 +917,26 @@ bool ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uin
   const bool get = kind == rop::kGet;
   fi_addr_t dest;
   if (!p->resolve(ep->remote_addr, abi::mdh::route_of(rh.qword1, rh.qword2), dest)) return false;
+  const uint64_t length = amo ? cmd->size : cqw ? 0 : d->length;
+  // The local side: an FMA PUT reads its source by VA (registered or not); GETs, RDMA and
+  // fetching AMOs go through our own registration, which must cover the transfer (one
+  // piece: a multi-segment local handle names offsets, and goes the daemons' way).
+  uint64_t local = d->local_addr;
+  uint64_t local_error = cqe::kOk;
+  if (get || engine == rop::kBte || (amo && cmd->fetching)) {
+    abi::Extents pieces;
+    if (translate_access(*n->self, d->local_mem_hndl, d->local_addr, length, false, nullptr, pieces))
+      local_error = cqe::kErrLocalProtection;
+    else if (pieces.size() != 1)
+      return false;
+    else
+      local = pieces[0].va;
+  }
+  if (dry) return true;
 
   auto* op = new OfiOp;
+  op->chain = chain;
+  op->chain_index = chain_index;
   op->peer = (uint64_t{ep->remote_addr} << 32) | abi::mdh::route_of(rh.qword1, rh.qword2);
   op->cq = cq;
   op->cq_mode = local_events(d);
@@ -908,23 +966,10 @@ bool ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uin
     q.reply_len = p->self_len;
     std::memcpy(q.reply_addr, p->self_addr, p->self_len);
   }
-  const uint64_t length = amo ? cmd->size : cqw ? 0 : d->length;
-  // The local side: an FMA PUT reads its source by VA (registered or not); GETs, RDMA and
-  // fetching AMOs go through our own registration, which must cover the transfer (one
-  // piece: a multi-segment local handle names offsets, and goes the daemons' way).
-  uint64_t local = d->local_addr;
-  if (get || op->bte || (amo && cmd->fetching)) {
-    abi::Extents pieces;
-    if (translate_access(*n->self, d->local_mem_hndl, d->local_addr, length, false, nullptr, pieces)) {
-      p->in_flight.fetch_add(1, std::memory_order_relaxed);
-      p->complete(op, cqe::kErrLocalProtection);
-      return true;
-    }
-    if (pieces.size() != 1) {
-      delete op;
-      return false;
-    }
-    local = pieces[0].va;
+  if (local_error) {
+    p->in_flight.fetch_add(1, std::memory_order_relaxed);
+    p->complete(op, local_error);
+    return true;
   }
   // The provider would refuse it too, as "protection"; a message's target checks it itself.
   if (!get && !by_msg && (f->flags & abi::mdh::kFlagReadOnly)) {
@@ -1008,6 +1053,40 @@ bool ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uin
   }
   if (!flag_after) post(op->part[1], [&](void*) { return p->write_flag(op); });
   return true;
+}
+
+}  // namespace
+
+bool ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t engine, int32_t tid) {
+  return post_impl(ep, cq, d, kind, engine, tid, nullptr, 0, false);
+}
+
+bool ofi_chain_takes(Ep* ep, const gni_post_descriptor_t* m, uint16_t kind) {
+  Nic* n = ep->nic;
+  // Faults act on chains through the daemons (their channel applies packet rules and link
+  // windows; transaction rules there too), as NIC down does.
+  if (!n->ofi || n->fault_page->active.load(std::memory_order_relaxed)) return false;
+  if (n->self->state() == abi::kRegionNicDown) return false;
+  return post_impl(ep, nullptr, m, kind, rop::kFma, -1, nullptr, 0, true);
+}
+
+OfiChain* ofi_chain_open(Nic*, Cq* cq, const gni_post_descriptor_t* first, uint32_t local_event, int32_t tid) {
+  auto* c = new OfiChain;
+  c->cq = cq;
+  c->cq_mode = local_events(first);
+  c->local_event = local_event;
+  c->tid = tid;
+  return c;
+}
+
+void ofi_chain_post(OfiChain* c, Ep* ep, const gni_post_descriptor_t* m, uint16_t kind, uint32_t index) {
+  c->left.fetch_add(1, std::memory_order_relaxed);
+  // Its peer forgotten since ofi_chain_takes (it died meanwhile): not taken, failed here.
+  if (!post_impl(ep, nullptr, m, kind, rop::kFma, -1, c, index, false)) c->done(index, cqe::kErrTransient);
+}
+
+void ofi_chain_close(OfiChain* c, uint32_t fail_index, uint64_t fail_status) {
+  c->done(fail_index, fail_status);  // the poster's hold, with the same-host members' verdict
 }
 
 }  // namespace nicemu::ugni

@@ -44,6 +44,20 @@ void ofi_deregister(Nic* n, const gni_mem_handle_t& h);
 // progress thread, errors included); false: the caller hands it to the daemon.
 bool ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t engine, int32_t tid);
 
+// Chained posts (GNI_CtPostFma, ct_requester.cpp) whose members for other hosts all go rank
+// to rank: ofi_chain_takes says whether member `m` (a plain descriptor of the chain's type
+// and event mode, on its own EP) would; if every one would, ofi_chain_open, ofi_chain_post
+// per member and ofi_chain_close with the first same-host member that failed. The chain's
+// one local event (the first descriptor's CQ mode, `local_event`, `tid`) comes when the last
+// member is done, with the status of the lowest-indexed member that failed, as the daemons
+// post it; remote events are per member. A member the port no longer takes when posted (its
+// peer forgotten meanwhile) fails TRANSIENT.
+struct OfiChain;
+bool ofi_chain_takes(Ep* ep, const gni_post_descriptor_t* m, uint16_t kind);
+OfiChain* ofi_chain_open(Nic* n, Cq* cq, const gni_post_descriptor_t* first, uint32_t local_event, int32_t tid);
+void ofi_chain_post(OfiChain* c, Ep* ep, const gni_post_descriptor_t* m, uint16_t kind, uint32_t index);
+void ofi_chain_close(OfiChain* c, uint32_t fail_index, uint64_t fail_status);
+
 // The provider key of a handle: its two qwords mixed (splitmix64), so any change of VA,
 // pages, domain, slot or flags gives another key.
 constexpr uint64_t ofi_key(uint64_t q1, uint64_t q2) {
