@@ -6,9 +6,10 @@
 # daemon (the initiator's) between phases:
 #   1 none; 2 put.error=1 rdma_put.error=1 (a transaction rule); 3 a link_down window of
 #   600 ms (shorter than the fabric's 1.8 s retry budget: delayed, completes); 4 one of 5 s
-#   (longer: fails); 5 packet.drop=0.5 (retransmitted, completes); 6 none again; 7 the target
-#   rank killed (SIGKILL) while 16 posts (PUTs, RDMA PUTs, fetching AMOs) stream to it, then
-#   the phase's posts to the dead rank; 8 host 0's daemon shut down (NIC down).
+#   (longer: fails); 5 packet.drop=0.5 (retransmitted, completes); 6 none again; 7 a target
+#   process on host 1 (a CDM of the job's credential that rank 1 forked) killed (SIGKILL)
+#   while 16 posts (PUTs, RDMA PUTs, fetching AMOs) stream to it, then the phase's posts to
+#   the dead process; 8 host 0's daemon shut down (NIC down).
 # Every phase's post return codes, CQE statuses and recoverable flags over ofi must equal
 # those over udp, and so must the stream's error statuses (PEER_GONE, not recoverable: the
 # ofi port asks the daemons whether the target lives); the expected outcome of each is
@@ -55,8 +56,7 @@ run_phases() {
   mkdir -p "$dir"
   for i in 0 1; do fabric_daemon "$i" "${args[@]}"; done
   fabric_cred 1
-  # The job outlives its killed target: Hydra must not take rank 0 with it.
-  netns_hydra 120 2 1 "$TMP/$name.log" -disable-auto-cleanup env FAULTS_DIR="$dir" FAULTS_KILL=$KILL "$PROG" pmi $PHASES &
+  netns_hydra 120 2 1 "$TMP/$name.log" env FAULTS_DIR="$dir" FAULTS_KILL=$KILL "$PROG" pmi $PHASES &
   job=$!
   BG_PIDS+=("$job")
   wait_until 300 test -s "$dir/ready" || { fail "$name: the job did not start"; show_log "$TMP/$name.log"; return 1; }
@@ -71,8 +71,8 @@ run_phases() {
          sleep "$(python3 -c "import sys; print(max(0.0, 6.0 - ($(date +%s.%N) - $t0)))")"
          fault reset seed=1 packet.drop=0.5 ;;
       6) fault off ;;
-      7) # the target killed once the stream runs
-         (wait_until 300 test -e "$dir/streaming.$k" && sleep 0.3 && kill -KILL "$(cat "$dir/target")") &
+      7) # the victim killed once the stream runs
+         (wait_until 300 test -e "$dir/streaming.$k" && sleep 0.3 && kill -KILL "$(awk '{print $1}' "$dir/victim")") &
          BG_PIDS+=($!) ;;
       8) stop_daemon 0 ;;
     esac
@@ -81,8 +81,7 @@ run_phases() {
     # The posts each phase moved rank to rank (the daemon is gone in the last).
     [[ $k -lt $PHASES ]] && sleep 0.1 && cdm_ofi_ops >>"$TMP/$name.ops"
   done
-  # Hydra reports the killed rank: rank 0's own end shows in its lines (check).
-  wait "$job"
+  wait "$job" || { fail "$name: the job exited non-zero"; show_log "$TMP/$name.log"; }
   wait "${BG_PIDS[@]:1}" 2>/dev/null
   BG_PIDS=()
   stop_daemons
@@ -111,7 +110,7 @@ check() {
     s=$(field "$n" $k fma 7)
     [[ $s -gt 0 ]] || { fail "$n: phase $k fma status $s, want an error"; bad=1; }
   done
-  # The target dead: PEER_GONE (4), as the daemons report a CDM whose lease ended.
+  # The victim dead: PEER_GONE (4), as the daemons report a CDM whose process died.
   for t in fma rdma; do
     [[ $(field "$n" $KILL $t 7) == 4 && $(field "$n" $KILL $t 9) == 0 ]] ||
       { fail "$n: phase $KILL $t status $(field "$n" $KILL $t 7) recoverable $(field "$n" $KILL $t 9), want 4, 0"; bad=1; }
