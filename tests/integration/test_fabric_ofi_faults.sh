@@ -38,6 +38,9 @@ netns_fabric "$SW" "$NET" "${NS[@]}"
 PROG=$BUILD/tests/integration/fabric_faults
 PHASES=8
 KILL=7  # the phase that kills the target
+# Runs with the kill (1) or with phase 7 as phase 6 (0): udp;ofi_rxd never completes a post
+# to a dead peer (docs/ofi-fabric.md), so its run leaves the kill out.
+WITH_KILL=1
 
 # cdm_ofi_ops: the ofi_ops counter of host 0's CDM (the initiator's), as its daemon last
 # copied it (every 20 ms here).
@@ -56,7 +59,7 @@ run_phases() {
   mkdir -p "$dir"
   for i in 0 1; do fabric_daemon "$i" "${args[@]}"; done
   fabric_cred 1
-  netns_hydra 120 2 1 "$TMP/$name.log" env FAULTS_DIR="$dir" FAULTS_KILL=$KILL "$PROG" pmi $PHASES &
+  netns_hydra 120 2 1 "$TMP/$name.log" env FAULTS_DIR="$dir" FAULTS_KILL=$((WITH_KILL ? KILL : 0)) "$PROG" pmi $PHASES &
   job=$!
   BG_PIDS+=("$job")
   wait_until 300 test -s "$dir/ready" || { fail "$name: the job did not start"; show_log "$TMP/$name.log"; return 1; }
@@ -72,7 +75,7 @@ run_phases() {
          fault reset seed=1 packet.drop=0.5 ;;
       6) fault off ;;
       7) # the victim killed once the stream runs
-         (wait_until 300 test -e "$dir/streaming.$k" && sleep 0.3 && kill -KILL "$(awk '{print $1}' "$dir/victim")") &
+         [[ $WITH_KILL -eq 1 ]] && (wait_until 300 test -e "$dir/streaming.$k" && sleep 0.3 && kill -KILL "$(awk '{print $1}' "$dir/victim")") &
          BG_PIDS+=($!) ;;
       8) stop_daemon 0 ;;
     esac
@@ -103,21 +106,25 @@ field() { awk -v k="$2" -v t="$3" -v c="$4" '$1 == "phase" && $2 == k && $3 == t
 check() {
   local n=$1 bad=0 k t s
   [[ $(grep -c '^phase ' "$TMP/$n.log") -eq $((2 * PHASES)) ]] || { fail "$n: not every post reported"; show_log "$TMP/$n.log"; return; }
-  for k in 1 3 5 6; do for t in fma rdma; do
+  local oks="1 3 5 6" errs="2 4 $KILL $PHASES"
+  [[ $WITH_KILL -eq 1 ]] || oks+=" $KILL" errs="2 4 $PHASES"
+  for k in $oks; do for t in fma rdma; do
     [[ $(field "$n" $k $t 7) == 0 ]] || { fail "$n: phase $k $t status $(field "$n" $k $t 7), want 0"; bad=1; }
   done; done
-  for k in 2 4 $KILL $PHASES; do
+  for k in $errs; do
     s=$(field "$n" $k fma 7)
     [[ $s -gt 0 ]] || { fail "$n: phase $k fma status $s, want an error"; bad=1; }
   done
   # The victim dead: PEER_GONE (4), as the daemons report a CDM whose process died.
-  for t in fma rdma; do
+  local kl="(no kill)"
+  [[ $WITH_KILL -eq 1 ]] && for t in fma rdma; do
     [[ $(field "$n" $KILL $t 7) == 4 && $(field "$n" $KILL $t 9) == 0 ]] ||
       { fail "$n: phase $KILL $t status $(field "$n" $KILL $t 7) recoverable $(field "$n" $KILL $t 9), want 4, 0"; bad=1; }
   done
-  local kl
-  kl=$(grep "^kill $KILL " "$TMP/$n.log")
-  if [[ -z $kl ]]; then
+  [[ $WITH_KILL -eq 1 ]] && kl=$(grep "^kill $KILL " "$TMP/$n.log")
+  if [[ $WITH_KILL -eq 0 ]]; then
+    :
+  elif [[ -z $kl ]]; then
     fail "$n: no line from the stream"; bad=1
   else
     awk '{exit !($4 ~ /(^|,)4(,|$)/ && $8 == 0 && $10 >= 0 && $10 < 5000)}' <<<"$kl" ||
@@ -130,7 +137,8 @@ check() {
   # retry budget (1.8 s) before the post fails.
   [[ $(field "$n" 3 fma 11) -ge 300 ]] || { fail "$n: phase 3 took $(field "$n" 3 fma 11) ms, the window was 600 ms"; bad=1; }
   [[ $(field "$n" 4 fma 11) -ge 1500 ]] || { fail "$n: phase 4 failed after $(field "$n" 4 fma 11) ms"; bad=1; }
-  grep -q '^target fma 6 rdma 6$' "$TMP/$n.log" || { fail "$n: the target's words are not phase 6's"; bad=1; }
+  local last=$((WITH_KILL ? 6 : KILL))  # the last phase whose PUTs reached rank 1
+  grep -q "^target fma $last rdma $last\$" "$TMP/$n.log" || { fail "$n: the target's words are not phase $last's"; bad=1; }
   [[ $bad -eq 0 ]] && pass "$n: $(outcome "$n" | awk '$1 != "stream" {printf "%s%s %s:%s", (NR > 1 ? ", " : ""), $1, $2, $6}'); $kl"
   [[ $bad -eq 0 ]] || show_log "$TMP/$n.log"
 }
@@ -138,7 +146,10 @@ check() {
 # compare NAME: NAME's outcome equals udp's, and only phases 1 and 6 went over ofi.
 compare() {
   local n=$1 ops
-  if diff <(outcome udp) <(outcome "$n") >"$TMP/$n.diff"; then
+  # Without the kill: udp's outcome without phase 7 and the stream.
+  local drop='^$'
+  [[ $WITH_KILL -eq 1 ]] || drop="^($KILL |stream )"
+  if diff <(outcome udp | grep -Ev "$drop") <(outcome "$n" | grep -Ev "$drop") >"$TMP/$n.diff"; then
     pass "$n: every post completes as over udp (return codes, statuses, recoverable flags)"
   else
     fail "$n: completions differ from udp's (< udp, > $n)"; show_log "$TMP/$n.diff"
@@ -155,6 +166,7 @@ run_phases udp udp && check udp
 printf '    %-14s fma ms by phase:' udp; awk '$1 == "phase" && $3 == "fma" {printf " %s", $11}' "$TMP/udp.log"; echo
 run_phases ofi-tcp ofi 'tcp;ofi_rxm' && { check ofi-tcp; compare ofi-tcp; }
 if fi_info -p 'udp;ofi_rxd' >/dev/null 2>&1; then
+  WITH_KILL=0
   run_phases ofi-rxd ofi 'udp;ofi_rxd' && { check ofi-rxd; compare ofi-rxd; }
 else
   echo "    udp;ofi_rxd: not in this libfabric, phase skipped"
