@@ -2,8 +2,9 @@
 # The ofi fabric across two network namespace hosts (tools/lib/netns-hosts.sh), one daemon
 # each with --fabric-data ofi over tcp;ofi_rxm: fabric_rma on 2 ranks, one per host, under
 # MPICH's Hydra (as test_fabric_netns.sh hydra). FMA and RDMA PUT/GET then go rank to rank
-# over libfabric, AMOs and CQ writes as messages the target's rank executes, chains through
-# the daemons; fabric_rma verifies every byte at both ends. The daemons' status must show the ofi PUT/GET (ops and bytes, the
+# over libfabric, AMOs and CQ writes as messages the target's rank executes, chained FMA posts
+# rank to rank too (chained CQ writes through the daemons); fabric_rma verifies every byte at
+# both ends. The daemons' status must show the ofi PUT/GET (ops and bytes, the
 # CDMs' counters) and that the RMA bytes did not cross the UDP fabric (remote_ops.initiator
 # bytes_out below what went over ofi), and each daemon handed out the address of its CDM.
 # Then posts through a deregistered handle: error events, the page untouched; AMOs into a
@@ -64,7 +65,8 @@ else
 fi
 
 # node_status A FILE: host A's daemon status; prints ofi ops, bytes, errors, the bytes of
-# posts over UDP, addresses published and answered, and AMOs its responder executed.
+# posts over UDP, addresses published and answered, AMOs its responder executed and chains
+# its requester carried.
 node_status() {
   "$CTL" --rundir "$TMP/host$1" --node "$1" status --json >"$2" 2>"$TMP/err" || { show_log "$TMP/err"; return 1; }
   python3 -c '
@@ -72,13 +74,13 @@ import json, sys
 s = json.load(open(sys.argv[1]))["nodes"][0]
 o = s["ofi"]
 print(o["ops"], o["bytes"], o["errors"], s["remote_ops"]["initiator"]["bytes_out"], o["directory"]["publications"],
-      o["directory"]["answered"], s["remote_ops"]["target"]["amos"])' "$2"
+      o["directory"]["answered"], s["remote_ops"]["target"]["amos"], s["remote_ops"]["initiator"]["chains"])' "$2"
 }
 
 # What went which way, from each daemon's status (the CDMs' counters reach the totals when
 # they detach).
 for i in 0 1; do
-  read -r ops bytes errors udp published answered amos < <(node_status "$i" "$TMP/status$i.json") ||
+  read -r ops bytes errors udp published answered amos chains < <(node_status "$i" "$TMP/status$i.json") ||
     { fail "status of node $i"; continue; }
   # Per round towards the peer: an FMA PUT and GET of 4 KiB, an RDMA PUT and GET of the rest
   # of the 256 KiB slot: 4 rounds move 2 MiB over ofi.
@@ -90,8 +92,12 @@ for i in 0 1; do
   else
     fail "node $i: ofi ops $ops, bytes $bytes, errors $errors"; show_log "$TMP/status$i.json"
   fi
-  [[ $udp -lt $bytes ]] && pass "node $i: the UDP fabric carried only $udp bytes of posts (chains)" ||
+  [[ $udp -lt $bytes ]] && pass "node $i: the UDP fabric carried only $udp bytes of posts" ||
     fail "node $i: $udp bytes of posts crossed the UDP fabric, $bytes over ofi"
+  # Per round a chained PUT, GET, AMO ADD and CQ write (fabric_rma checks their data and
+  # one event each): the FMA chains go rank to rank, the CQ writes' through the daemons.
+  [[ $chains -eq 4 ]] && pass "node $i: chained FMA posts rank to rank (chains through the daemons: $chains, the CQ writes')" ||
+    fail "node $i: $chains chains through the daemons, want 4 (the CQ writes', one per round)"
   [[ $published -ge 1 && $answered -ge 1 ]] && pass "node $i: its CDM's address published and handed to the peer's" ||
     fail "node $i: addresses published $published, answered $answered"
 done
@@ -105,14 +111,14 @@ for way in ofi daemons; do
     ofi) envs=(env) ;;
     daemons) envs=(env FI_PROVIDER=nicemu-none) ;;
   esac
-  for i in 0 1; do read -r ops0[i] _ _ _ _ _ amos0[i] < <(node_status "$i" "$TMP/before$i.json"); done
+  for i in 0 1; do read -r ops0[i] _ _ _ _ _ amos0[i] _ < <(node_status "$i" "$TMP/before$i.json"); done
   if netns_hydra 120 2 1 "$TMP/amo-$way.log" "${envs[@]}" "$RMA" amo &&
       [[ $(grep -c '^fabric_rma amo: .* AMOs verified' "$TMP/amo-$way.log") -eq 2 ]]; then
     pass "$way: $(grep -m1 '^fabric_rma amo:' "$TMP/amo-$way.log" | sed 's/^fabric_rma amo: //')"
     digests+=("$(grep '^fabric_rma amo:' "$TMP/amo-$way.log" | sed 's/.*digest //' | sort | tr '\n' ' ')")
     read -r posted < <(sed -n 's/^fabric_rma amo: \([0-9]*\) AMOs verified.*/\1/p' "$TMP/amo-$way.log" | head -1)
     for i in 0 1; do
-      read -r ops _ _ _ _ _ amos < <(node_status "$i" "$TMP/after$i.json")
+      read -r ops _ _ _ _ _ amos _ < <(node_status "$i" "$TMP/after$i.json")
       d_ops=$((ops - ops0[i])) d_amos=$((amos - amos0[i]))
       # Over ofi each node's CDM posted every AMO, 4 PUTs and a GET with a remote event rank
       # to rank, none through the daemons; on the daemons' path the reverse.

@@ -6,11 +6,15 @@
 # daemon (the initiator's) between phases:
 #   1 none; 2 put.error=1 rdma_put.error=1 (a transaction rule); 3 a link_down window of
 #   600 ms (shorter than the fabric's 1.8 s retry budget: delayed, completes); 4 one of 5 s
-#   (longer: fails); 5 packet.drop=0.5 (retransmitted, completes); 6 none again; 7 host 0's
-#   daemon shut down (NIC down).
+#   (longer: fails); 5 packet.drop=0.5 (retransmitted, completes); 6 none again; 7 a target
+#   process on host 1 (a CDM of the job's credential that rank 1 forked) killed (SIGKILL)
+#   while 16 posts (PUTs, RDMA PUTs, fetching AMOs) stream to it, then the phase's posts to
+#   the dead process; 8 host 0's daemon shut down (NIC down).
 # Every phase's post return codes, CQE statuses and recoverable flags over ofi must equal
-# those over udp; the expected outcome of each is checked too, and over ofi that only phases
-# 1 and 6 went rank to rank (the CDM's ofi_ops: 4).
+# those over udp, and so must the stream's error statuses (PEER_GONE, not recoverable: the
+# ofi port asks the daemons whether the target lives); the expected outcome of each is
+# checked too, every streamed post completes within 5 s of the first error, and over ofi
+# only phases 1 and 6 of 1..6 went rank to rank (the CDM's ofi_ops: 4).
 # Needs root, ip, python3, mpiexec.hydra and a libugni built with libfabric; otherwise 77.
 # Usage: test_fabric_ofi_faults.sh BUILD_DIR ofi|no-ofi     Exit: 0 pass, 1 fail, 77 skip.
 set -u
@@ -32,7 +36,11 @@ test_init test_fabric_ofi_faults
 
 netns_fabric "$SW" "$NET" "${NS[@]}"
 PROG=$BUILD/tests/integration/fabric_faults
-PHASES=7
+PHASES=8
+KILL=7  # the phase that kills the target
+# Runs with the kill (1) or with phase 7 as phase 6 (0): udp;ofi_rxd never completes a post
+# to a dead peer (docs/ofi-fabric.md), so its run leaves the kill out.
+WITH_KILL=1
 
 # cdm_ofi_ops: the ofi_ops counter of host 0's CDM (the initiator's), as its daemon last
 # copied it (every 20 ms here).
@@ -51,7 +59,7 @@ run_phases() {
   mkdir -p "$dir"
   for i in 0 1; do fabric_daemon "$i" "${args[@]}"; done
   fabric_cred 1
-  netns_hydra 120 2 1 "$TMP/$name.log" env FAULTS_DIR="$dir" "$PROG" pmi $PHASES &
+  netns_hydra 120 2 1 "$TMP/$name.log" env FAULTS_DIR="$dir" FAULTS_KILL=$((WITH_KILL ? KILL : 0)) "$PROG" pmi $PHASES &
   job=$!
   BG_PIDS+=("$job")
   wait_until 300 test -s "$dir/ready" || { fail "$name: the job did not start"; show_log "$TMP/$name.log"; return 1; }
@@ -66,7 +74,10 @@ run_phases() {
          sleep "$(python3 -c "import sys; print(max(0.0, 6.0 - ($(date +%s.%N) - $t0)))")"
          fault reset seed=1 packet.drop=0.5 ;;
       6) fault off ;;
-      7) stop_daemon 0 ;;
+      7) # the victim killed once the stream runs
+         [[ $WITH_KILL -eq 1 ]] && (wait_until 300 test -e "$dir/streaming.$k" && sleep 0.3 && kill -KILL "$(awk '{print $1}' "$dir/victim")") &
+         BG_PIDS+=($!) ;;
+      8) stop_daemon 0 ;;
     esac
     touch "$dir/go.$k"
     wait_until 600 test -e "$dir/done.$k" || { fail "$name: phase $k did not end"; break; }
@@ -74,6 +85,7 @@ run_phases() {
     [[ $k -lt $PHASES ]] && sleep 0.1 && cdm_ofi_ops >>"$TMP/$name.ops"
   done
   wait "$job" || { fail "$name: the job exited non-zero"; show_log "$TMP/$name.log"; }
+  wait "${BG_PIDS[@]:1}" 2>/dev/null
   BG_PIDS=()
   stop_daemons
   DAEMON_PID=()
@@ -81,8 +93,12 @@ run_phases() {
   return 0
 }
 
-# outcome NAME: the phases' results without the times ("K kind rc R status S recoverable F").
-outcome() { grep '^phase ' "$TMP/$1.log" | awk '{print $2, $3, "rc", $5, "status", $7, "recoverable", $9}'; }
+# outcome NAME: the phases' results without the times ("K kind rc R status S recoverable F"),
+# and the stream's error statuses and recoverable flags.
+outcome() {
+  grep '^phase ' "$TMP/$1.log" | awk '{print $2, $3, "rc", $5, "status", $7, "recoverable", $9}'
+  grep '^kill ' "$TMP/$1.log" | awk '{print "stream", $2, "statuses", $4, "recoverable", $6, "hung", $8}'
+}
 # field NAME K KIND COLUMN: one value of one post.
 field() { awk -v k="$2" -v t="$3" -v c="$4" '$1 == "phase" && $2 == k && $3 == t {print $c}' "$TMP/$1.log"; }
 
@@ -90,13 +106,30 @@ field() { awk -v k="$2" -v t="$3" -v c="$4" '$1 == "phase" && $2 == k && $3 == t
 check() {
   local n=$1 bad=0 k t s
   [[ $(grep -c '^phase ' "$TMP/$n.log") -eq $((2 * PHASES)) ]] || { fail "$n: not every post reported"; show_log "$TMP/$n.log"; return; }
-  for k in 1 3 5 6; do for t in fma rdma; do
+  local oks="1 3 5 6" errs="2 4 $KILL $PHASES"
+  [[ $WITH_KILL -eq 1 ]] || oks+=" $KILL" errs="2 4 $PHASES"
+  for k in $oks; do for t in fma rdma; do
     [[ $(field "$n" $k $t 7) == 0 ]] || { fail "$n: phase $k $t status $(field "$n" $k $t 7), want 0"; bad=1; }
   done; done
-  for k in 2 4 7; do
+  for k in $errs; do
     s=$(field "$n" $k fma 7)
     [[ $s -gt 0 ]] || { fail "$n: phase $k fma status $s, want an error"; bad=1; }
   done
+  # The victim dead: PEER_GONE (4), as the daemons report a CDM whose process died.
+  local kl="(no kill)"
+  [[ $WITH_KILL -eq 1 ]] && for t in fma rdma; do
+    [[ $(field "$n" $KILL $t 7) == 4 && $(field "$n" $KILL $t 9) == 0 ]] ||
+      { fail "$n: phase $KILL $t status $(field "$n" $KILL $t 7) recoverable $(field "$n" $KILL $t 9), want 4, 0"; bad=1; }
+  done
+  [[ $WITH_KILL -eq 1 ]] && kl=$(grep "^kill $KILL " "$TMP/$n.log")
+  if [[ $WITH_KILL -eq 0 ]]; then
+    :
+  elif [[ -z $kl ]]; then
+    fail "$n: no line from the stream"; bad=1
+  else
+    awk '{exit !($4 ~ /(^|,)4(,|$)/ && $8 == 0 && $10 >= 0 && $10 < 5000)}' <<<"$kl" ||
+      { fail "$n: the stream: $kl (want PEER_GONE among the statuses, none hung, drained within 5 s)"; bad=1; }
+  fi
   for t in fma rdma; do
     [[ $(field "$n" 2 $t 9) == 1 ]] || { fail "$n: phase 2 $t not recoverable"; bad=1; }
   done
@@ -104,21 +137,25 @@ check() {
   # retry budget (1.8 s) before the post fails.
   [[ $(field "$n" 3 fma 11) -ge 300 ]] || { fail "$n: phase 3 took $(field "$n" 3 fma 11) ms, the window was 600 ms"; bad=1; }
   [[ $(field "$n" 4 fma 11) -ge 1500 ]] || { fail "$n: phase 4 failed after $(field "$n" 4 fma 11) ms"; bad=1; }
-  grep -q '^target fma 6 rdma 6$' "$TMP/$n.log" || { fail "$n: the target's words are not phase 6's"; bad=1; }
-  [[ $bad -eq 0 ]] && pass "$n: $(outcome "$n" | awk '{printf "%s%s %s:%s", (NR > 1 ? ", " : ""), $1, $2, $6}')"
+  local last=$((WITH_KILL ? 6 : KILL))  # the last phase whose PUTs reached rank 1
+  grep -q "^target fma $last rdma $last\$" "$TMP/$n.log" || { fail "$n: the target's words are not phase $last's"; bad=1; }
+  [[ $bad -eq 0 ]] && pass "$n: $(outcome "$n" | awk '$1 != "stream" {printf "%s%s %s:%s", (NR > 1 ? ", " : ""), $1, $2, $6}'); $kl"
   [[ $bad -eq 0 ]] || show_log "$TMP/$n.log"
 }
 
 # compare NAME: NAME's outcome equals udp's, and only phases 1 and 6 went over ofi.
 compare() {
   local n=$1 ops
-  if diff <(outcome udp) <(outcome "$n") >"$TMP/$n.diff"; then
+  # Without the kill: udp's outcome without phase 7 and the stream.
+  local drop='^$'
+  [[ $WITH_KILL -eq 1 ]] || drop="^($KILL |stream )"
+  if diff <(outcome udp | grep -Ev "$drop") <(outcome "$n" | grep -Ev "$drop") >"$TMP/$n.diff"; then
     pass "$n: every post completes as over udp (return codes, statuses, recoverable flags)"
   else
     fail "$n: completions differ from udp's (< udp, > $n)"; show_log "$TMP/$n.diff"
   fi
   # Per phase 1..6: how many of its two posts went rank to rank.
-  ops=$(awk '{printf "%s%d", (NR > 1 ? " " : ""), $1 - prev; prev = $1}' "$TMP/$n.ops")
+  ops=$(head -6 "$TMP/$n.ops" | awk '{printf "%s%d", (NR > 1 ? " " : ""), $1 - prev; prev = $1}')
   [[ $ops == "2 0 0 0 0 2" ]] &&
     pass "$n: phases 1 and 6 rank to rank, the faulted ones through the daemons or failed in libugni (ofi posts by phase: $ops)" ||
     fail "$n: ofi posts by phase 1..6: $ops, want 2 0 0 0 0 2"
@@ -129,6 +166,7 @@ run_phases udp udp && check udp
 printf '    %-14s fma ms by phase:' udp; awk '$1 == "phase" && $3 == "fma" {printf " %s", $11}' "$TMP/udp.log"; echo
 run_phases ofi-tcp ofi 'tcp;ofi_rxm' && { check ofi-tcp; compare ofi-tcp; }
 if fi_info -p 'udp;ofi_rxd' >/dev/null 2>&1; then
+  WITH_KILL=0
   run_phases ofi-rxd ofi 'udp;ofi_rxd' && { check ofi-rxd; compare ofi-rxd; }
 else
   echo "    udp;ofi_rxd: not in this libfabric, phase skipped"

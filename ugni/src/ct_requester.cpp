@@ -13,13 +13,16 @@
 // with the chain's id (abi/remote_ops.h); the library runs the same-host members first and
 // tells the daemon the first of them that failed, and the daemon posts the chain's event
 // when its last member is answered. Members whose same-host target we may not reach by
-// cross-memory attach go to the daemon the same way (its BTE engine runs them).
+// cross-memory attach go to the daemon the same way (its BTE engine runs them). With the
+// ofi fabric, a chain whose other-host members may all go rank to rank goes so instead
+// (ofi_port.h, ofi_chain_*), with the same one event.
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "fma_requester.h"
 #include "nicemu/abi/remote_ops.h"
+#include "ofi_port.h"
 
 using namespace nicemu;
 using namespace nicemu::ugni;
@@ -141,31 +144,62 @@ gni_return_t GNI_CtPostFma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
                                    [](const FmaOp& op) { return fma_through_daemon(op.ep, op.remote_mem_hndl); })) {
     namespace rop = nicemu::abi::remote;
     const uint16_t kind = type == GNI_POST_FMA_GET ? rop::kGet : type == GNI_POST_AMO ? rop::kAmo : rop::kPut;
-    run_split_chain(
-        ep, ep->src_cq, d, tid, ops.size(), remote,
-        [&](size_t i) {
-          uint32_t dst_cq = abi::kNoCq;
-          const uint64_t st = execute_fma(ops[i], &dst_cq);
-          if (st == cqe::kOk && (d->cq_mode & GNI_CQMODE_REMOTE_EVENT)) push_fma_remote_event(ops[i], dst_cq);
-          return st;
-        },
-        [&](size_t i, const RemoteChainMember& chain) {
-          // The member as a plain descriptor of the chain's type and event mode.
-          const FmaOp& op = ops[i];
-          gni_post_descriptor_t m{};
-          m.type = d->type;
-          m.cq_mode = d->cq_mode;
-          m.dlvr_mode = d->dlvr_mode;
-          m.local_addr = op.local_addr;
-          m.local_mem_hndl = op.local_mem_hndl;
-          m.remote_addr = op.remote_addr;
-          m.remote_mem_hndl = op.remote_mem_hndl;
-          m.length = op.length;
-          std::memcpy(&m.amo_cmd, &op.amo_cmd, sizeof m.amo_cmd);
-          m.first_operand = op.first_operand;
-          m.second_operand = op.second_operand;
-          return send_remote_post(op.ep, ep->src_cq, &m, kind, rop::kFma, tid, &chain);
-        });
+    // A member as a plain descriptor of the chain's type and event mode.
+    auto member = [&](size_t i) {
+      const FmaOp& op = ops[i];
+      gni_post_descriptor_t m{};
+      m.type = d->type;
+      m.cq_mode = d->cq_mode;
+      m.dlvr_mode = d->dlvr_mode;
+      m.local_addr = op.local_addr;
+      m.local_mem_hndl = op.local_mem_hndl;
+      m.remote_addr = op.remote_addr;
+      m.remote_mem_hndl = op.remote_mem_hndl;
+      m.length = op.length;
+      std::memcpy(&m.amo_cmd, &op.amo_cmd, sizeof m.amo_cmd);
+      m.first_operand = op.first_operand;
+      m.second_operand = op.second_operand;
+      return m;
+    };
+    auto run_local = [&](size_t i) {
+      uint32_t dst_cq = abi::kNoCq;
+      const uint64_t st = execute_fma(ops[i], &dst_cq);
+      if (st == cqe::kOk && (d->cq_mode & GNI_CQMODE_REMOTE_EVENT)) push_fma_remote_event(ops[i], dst_cq);
+      return st;
+    };
+    // Rank to rank over ofi if every member for the daemons could go so (all or none: one
+    // path completes a chain).
+    bool ofi = crosses_hosts && ep->nic->ofi;
+    for (size_t i = 0; ofi && i < ops.size(); ++i) {
+      if (!remote(i)) continue;
+      const gni_post_descriptor_t m = member(i);
+      ofi = ofi_chain_takes(ops[i].ep, &m, kind);
+    }
+    if (ofi) {
+      uint32_t fail_index = abi::remote::kNoChainFailure;
+      uint64_t fail_status = cqe::kOk;
+      for (size_t i = 0; i < ops.size(); ++i) {
+        if (remote(i)) continue;
+        const uint64_t st = run_local(i);
+        if (st != cqe::kOk && fail_index == abi::remote::kNoChainFailure) {
+          fail_index = static_cast<uint32_t>(i);
+          fail_status = st;
+        }
+      }
+      OfiChain* chain = ofi_chain_open(ep->nic, ep->src_cq, d, ep->local_event, tid);
+      for (size_t i = 0; i < ops.size(); ++i) {
+        if (!remote(i)) continue;
+        const gni_post_descriptor_t m = member(i);
+        ofi_chain_post(chain, ops[i].ep, &m, kind, static_cast<uint32_t>(i));
+      }
+      ofi_chain_close(chain, fail_index, fail_status);
+      return GNI_RC_SUCCESS;
+    }
+    run_split_chain(ep, ep->src_cq, d, tid, ops.size(), remote, run_local,
+                    [&](size_t i, const RemoteChainMember& chain) {
+                      const gni_post_descriptor_t m = member(i);
+                      return send_remote_post(ops[i].ep, ep->src_cq, &m, kind, rop::kFma, tid, &chain);
+                    });
     return GNI_RC_SUCCESS;
   }
   uint64_t chain_status = cqe::kOk;

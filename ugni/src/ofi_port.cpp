@@ -23,6 +23,11 @@ void ofi_close(Nic*) {}
 void ofi_register(Nic*, const gni_mem_handle_t&, bool) {}
 void ofi_deregister(Nic*, const gni_mem_handle_t&) {}
 bool ofi_post(Ep*, Cq*, const gni_post_descriptor_t*, uint16_t, uint16_t, int32_t) { return false; }
+struct OfiChain {};
+bool ofi_chain_takes(Ep*, const gni_post_descriptor_t*, uint16_t) { return false; }
+OfiChain* ofi_chain_open(Nic*, Cq*, const gni_post_descriptor_t*, uint32_t, int32_t) { return nullptr; }
+void ofi_chain_post(OfiChain*, Ep*, const gni_post_descriptor_t*, uint16_t, uint32_t) {}
+void ofi_chain_close(OfiChain*, uint32_t, uint64_t) {}
 }  // namespace nicemu::ugni
 
 #else
@@ -37,6 +42,7 @@ bool ofi_post(Ep*, Cq*, const gni_post_descriptor_t*, uint16_t, uint16_t, int32_
 #include <dlfcn.h>
 #include <time.h>
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cstdio>
@@ -54,6 +60,7 @@ bool ofi_post(Ep*, Cq*, const gni_post_descriptor_t*, uint16_t, uint16_t, int32_
 #include "fault_engine.h"
 #include "nicemu/fault/fault_page.h"
 #include "fma_requester.h"
+#include "ofi_peer_check.h"
 #include "nicemu/abi/mem_handle.h"
 #include "nicemu/abi/ofi_msg.h"
 #include "nicemu/abi/region_access.h"
@@ -119,6 +126,31 @@ void say(const char* what, int rc) {
 }
 
 struct OfiOp;
+}  // namespace
+
+// A chain's members in flight rank to rank (ofi_port.h): one local event for all of them.
+struct OfiChain {
+  std::atomic<uint32_t> left{1};  // members in flight, and the poster's hold until closed
+  std::mutex mu;
+  uint32_t fail_index = rop::kNoChainFailure;
+  uint64_t fail_status = cqe::kOk;
+  Cq* cq = nullptr;
+  uint16_t cq_mode = 0;
+  uint32_t local_event = 0;
+  int32_t tid = -1;
+  // A member (or the same-host ones, at close) is done: the chain's event once all are.
+  void done(uint32_t index, uint64_t st) {
+    if (st != cqe::kOk) {
+      std::lock_guard<std::mutex> lk(mu);
+      if (fail_index == rop::kNoChainFailure || index < fail_index) fail_index = index, fail_status = st;
+    }
+    if (left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    complete_fma(cq, cq_mode, local_event, fail_status, tid);
+    delete this;
+  }
+};
+
+namespace {
 // The context of one provider operation: the provider hands it back as op_context. `kind`
 // says what it belongs to: a part of a post, a receive buffer, a reply we send.
 enum class CtxKind : uint8_t { kPart, kRecv, kReply };
@@ -170,6 +202,13 @@ struct OfiOp {
   uint8_t fetch_size = 0;  // a fetching AMO: bytes of the fetched value to store at fetch_va
   uint64_t fetch_va = 0;
   msg::Request req{};
+  // The target CDM, (node << 32) | route: a post failing TRANSIENT is judged by whether it
+  // lives (PeerCheck) before its events, once (`judged`).
+  uint64_t peer = 0;
+  bool judged = false;
+  // A chain's member: done into the chain, no events of its own.
+  OfiChain* chain = nullptr;
+  uint32_t chain_index = 0;
   OfiOp() { part[0].op = part[1].op = this; }
 };
 
@@ -230,6 +269,10 @@ struct OfiPort {
     gni_mem_handle_t h;  // the registration's handle: its remote events' CQ (remote_event)
   };
   std::map<uint32_t, Mr> mrs;            // registration slot -> provider registration
+  std::map<fi_addr_t, std::string> av_raw;  // peers' AV entries -> their addresses (a verdict compares)
+  // Posts failing TRANSIENT towards a peer wait here for the verdict on it (PEER_GONE or
+  // TRANSIENT); created at open, before the progress thread.
+  std::unique_ptr<PeerCheck> check;
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> in_flight{0};
   std::thread progress;
@@ -269,6 +312,8 @@ struct OfiPort {
   void expire(uint64_t now);
   void run();
   bool resolve(uint32_t node, uint32_t route, fi_addr_t& out);
+  PeerAnswer ask_peer(uint64_t peer);
+  void judge(uint64_t peer, const PeerAnswer& a, std::vector<void*>& ops);
   void teardown();
 };
 
@@ -304,8 +349,17 @@ ssize_t OfiPort::write_flag(OfiOp* op) {
 }
 
 void OfiPort::complete(OfiOp* op, uint64_t st) {
+  // A broken connection or a reply that never came: the daemons' path says PEER_GONE if the
+  // target died, TRANSIENT otherwise; so do we, once its daemon answered (judge).
+  if (st == cqe::kErrTransient && op->peer && !op->judged && check) {
+    op->judged = true;
+    check->suspect(op->peer, op);
+    return;
+  }
   if (st != cqe::kOk) count(nic->counters, ctr::cdm::ofi_errors);
-  if (op->bte) {
+  if (op->chain) {
+    op->chain->done(op->chain_index, st);
+  } else if (op->bte) {
     rdma_local_events(op->cq, op->cq_mode, op->local_event, op->tid, st);
   } else {
     complete_fma(op->cq, op->cq_mode, op->local_event, st, op->tid);
@@ -596,9 +650,80 @@ bool OfiPort::resolve(uint32_t node, uint32_t route, fi_addr_t& out) {
     }
   }
   std::lock_guard<std::mutex> lk(mu);
+  if (p.ok) av_raw[p.addr].assign(reinterpret_cast<const char*>(rep.addr), rep.addr_len);
   peers[k] = p;
   out = p.addr;
   return p.ok;
+}
+
+// Does the target CDM `peer` still live? Asked as its address is (OfiLookup: our daemon asks
+// the target's, which answers only for a live CDM of our credential).
+PeerAnswer OfiPort::ask_peer(uint64_t peer) {
+  abi::ctl::OfiLookup req{};
+  req.h.op = static_cast<uint16_t>(abi::ctl::Op::kOfiLookup);
+  req.node = static_cast<uint32_t>(peer >> 32);
+  req.route = static_cast<uint32_t>(peer);
+  abi::ctl::OfiLookupReply rep{};
+  PeerAnswer a;
+  if (!nic->conn.call(req, rep)) return a;  // our daemon is gone: unknown
+  if (rep.r.rc == GNI_RC_NO_MATCH) {
+    a.state = PeerAnswer::kGone;
+  } else if (rep.r.rc == GNI_RC_SUCCESS && rep.addr_len > 0 && rep.addr_len <= abi::ctl::kOfiAddrMax) {
+    a.state = PeerAnswer::kLives;
+    a.addr.assign(reinterpret_cast<const char*>(rep.addr), rep.addr_len);
+  }
+  return a;  // else the target's daemon did not answer: unknown
+}
+
+// The verdict on the posts that failed towards `peer`: PEER_GONE for those whose endpoint is
+// not the one living there now (it died; a CDM restarted under the route is another one),
+// TRANSIENT for the rest. A peer gone is forgotten, so the next post looks it up afresh, and
+// the messages still waiting for its reply complete now rather than at their timeout.
+void OfiPort::judge(uint64_t peer, const PeerAnswer& a, std::vector<void*>& ops) {
+  if (a.state == PeerAnswer::kDropped) {
+    for (void* v : ops) {
+      delete static_cast<OfiOp*>(v);
+      in_flight.fetch_sub(1, std::memory_order_release);
+    }
+    return;
+  }
+  std::vector<fi_addr_t> dead;  // the peer's AV entries that name no live CDM
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    auto gone = [&](fi_addr_t d) {
+      auto it = av_raw.find(d);
+      return a.state == PeerAnswer::kGone || (a.state == PeerAnswer::kLives && it != av_raw.end() && it->second != a.addr);
+    };
+    for (void* v : ops)
+      if (gone(static_cast<OfiOp*>(v)->dest)) dead.push_back(static_cast<OfiOp*>(v)->dest);
+    if (auto it = peers.find(peer); it != peers.end() && it->second.ok &&
+                                    (a.state != PeerAnswer::kLives || gone(it->second.addr))) {
+      dead.push_back(it->second.addr);
+      peers.erase(it);  // looked up afresh by the next post
+    }
+  }
+  auto is_dead = [&](fi_addr_t d) { return std::find(dead.begin(), dead.end(), d) != dead.end(); };
+  for (void* v : ops) {
+    auto* op = static_cast<OfiOp*>(v);
+    complete(op, is_dead(op->dest) ? cqe::kErrPeerGone : cqe::kErrTransient);
+  }
+  if (dead.empty()) return;
+  std::vector<OfiOp*> waiting;  // messages to it whose replies will not come
+  {
+    std::lock_guard<std::mutex> lk(pmu);
+    for (auto it = pending.begin(); it != pending.end();) {
+      if (it->second.first->peer == peer && is_dead(it->second.first->dest)) {
+        waiting.push_back(it->second.first);
+        it = pending.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (OfiOp* op : waiting) {
+    op->judged = true;
+    complete_part(op, cqe::kErrPeerGone);
+  }
 }
 
 void OfiPort::teardown() {
@@ -606,6 +731,7 @@ void OfiPort::teardown() {
     stop.store(true, std::memory_order_release);
     progress.join();
   }
+  if (check) check->stop();  // posts still waiting for a verdict: dropped without events
   for (auto& [slot, m] : mrs) fi_close(&m.mr->fid);
   mrs.clear();
   if (ep) fi_close(&ep->fid);
@@ -625,6 +751,13 @@ void ofi_open(Nic* n, const abi::ctl::AttachReply& rep) {
   if (!lib.error.empty()) return say(lib.error.c_str(), 0);
   auto p = std::make_unique<OfiPort>();
   p->nic = n;
+  // 20 ms: the posts in flight to a peer that died fail together, and its daemon has seen
+  // the death (its pidfd) by then, not only the connection's reset.
+  p->check = std::make_unique<PeerCheck>([q = p.get()](uint64_t peer) { return q->ask_peer(peer); },
+                                         [q = p.get()](uint64_t peer, const PeerAnswer& a, std::vector<void*>& ops) {
+                                           q->judge(peer, a, ops);
+                                         },
+                                         std::chrono::milliseconds(20));
   // What we would like beyond RMA, the most first: messages (AMOs, GETs' remote events and
   // CQ writes, executed by the target's progress thread) and ordered writes (sync flags); a
   // provider without them still moves PUTs and GETs. AMOs are never the provider's atomics:
@@ -754,7 +887,12 @@ void ofi_deregister(Nic* n, const gni_mem_handle_t& h) {
   fi_close(&mr->fid);
 }
 
-bool ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t engine, int32_t tid) {
+namespace {
+
+// ofi_post, a chain's member (chain: its events go there) or only the question whether it
+// would be taken (dry: nothing posted, nothing allocated).
+bool post_impl(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t engine, int32_t tid,
+               OfiChain* chain, uint32_t chain_index, bool dry) {
   Nic* n = ep->nic;
   OfiPort* p = n->ofi;
   if (!p || n->nic_down.load(std::memory_order_relaxed)) return false;
@@ -779,8 +917,27 @@ bool ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uin
   const bool get = kind == rop::kGet;
   fi_addr_t dest;
   if (!p->resolve(ep->remote_addr, abi::mdh::route_of(rh.qword1, rh.qword2), dest)) return false;
+  const uint64_t length = amo ? cmd->size : cqw ? 0 : d->length;
+  // The local side: an FMA PUT reads its source by VA (registered or not); GETs, RDMA and
+  // fetching AMOs go through our own registration, which must cover the transfer (one
+  // piece: a multi-segment local handle names offsets, and goes the daemons' way).
+  uint64_t local = d->local_addr;
+  uint64_t local_error = cqe::kOk;
+  if (get || engine == rop::kBte || (amo && cmd->fetching)) {
+    abi::Extents pieces;
+    if (translate_access(*n->self, d->local_mem_hndl, d->local_addr, length, false, nullptr, pieces))
+      local_error = cqe::kErrLocalProtection;
+    else if (pieces.size() != 1)
+      return false;
+    else
+      local = pieces[0].va;
+  }
+  if (dry) return true;
 
   auto* op = new OfiOp;
+  op->chain = chain;
+  op->chain_index = chain_index;
+  op->peer = (uint64_t{ep->remote_addr} << 32) | abi::mdh::route_of(rh.qword1, rh.qword2);
   op->cq = cq;
   op->cq_mode = local_events(d);
   op->bte = engine == rop::kBte;
@@ -809,23 +966,10 @@ bool ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uin
     q.reply_len = p->self_len;
     std::memcpy(q.reply_addr, p->self_addr, p->self_len);
   }
-  const uint64_t length = amo ? cmd->size : cqw ? 0 : d->length;
-  // The local side: an FMA PUT reads its source by VA (registered or not); GETs, RDMA and
-  // fetching AMOs go through our own registration, which must cover the transfer (one
-  // piece: a multi-segment local handle names offsets, and goes the daemons' way).
-  uint64_t local = d->local_addr;
-  if (get || op->bte || (amo && cmd->fetching)) {
-    abi::Extents pieces;
-    if (translate_access(*n->self, d->local_mem_hndl, d->local_addr, length, false, nullptr, pieces)) {
-      p->in_flight.fetch_add(1, std::memory_order_relaxed);
-      p->complete(op, cqe::kErrLocalProtection);
-      return true;
-    }
-    if (pieces.size() != 1) {
-      delete op;
-      return false;
-    }
-    local = pieces[0].va;
+  if (local_error) {
+    p->in_flight.fetch_add(1, std::memory_order_relaxed);
+    p->complete(op, local_error);
+    return true;
   }
   // The provider would refuse it too, as "protection"; a message's target checks it itself.
   if (!get && !by_msg && (f->flags & abi::mdh::kFlagReadOnly)) {
@@ -909,6 +1053,40 @@ bool ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uin
   }
   if (!flag_after) post(op->part[1], [&](void*) { return p->write_flag(op); });
   return true;
+}
+
+}  // namespace
+
+bool ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t engine, int32_t tid) {
+  return post_impl(ep, cq, d, kind, engine, tid, nullptr, 0, false);
+}
+
+bool ofi_chain_takes(Ep* ep, const gni_post_descriptor_t* m, uint16_t kind) {
+  Nic* n = ep->nic;
+  // Faults act on chains through the daemons (their channel applies packet rules and link
+  // windows; transaction rules there too), as NIC down does.
+  if (!n->ofi || n->fault_page->active.load(std::memory_order_relaxed)) return false;
+  if (n->self->state() == abi::kRegionNicDown) return false;
+  return post_impl(ep, nullptr, m, kind, rop::kFma, -1, nullptr, 0, true);
+}
+
+OfiChain* ofi_chain_open(Nic*, Cq* cq, const gni_post_descriptor_t* first, uint32_t local_event, int32_t tid) {
+  auto* c = new OfiChain;
+  c->cq = cq;
+  c->cq_mode = local_events(first);
+  c->local_event = local_event;
+  c->tid = tid;
+  return c;
+}
+
+void ofi_chain_post(OfiChain* c, Ep* ep, const gni_post_descriptor_t* m, uint16_t kind, uint32_t index) {
+  c->left.fetch_add(1, std::memory_order_relaxed);
+  // Its peer forgotten since ofi_chain_takes (it died meanwhile): not taken, failed here.
+  if (!post_impl(ep, nullptr, m, kind, rop::kFma, -1, c, index, false)) c->done(index, cqe::kErrTransient);
+}
+
+void ofi_chain_close(OfiChain* c, uint32_t fail_index, uint64_t fail_status) {
+  c->done(fail_index, fail_status);  // the poster's hold, with the same-host members' verdict
 }
 
 }  // namespace nicemu::ugni

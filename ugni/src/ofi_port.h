@@ -4,8 +4,9 @@
 // rank, remote events of PUTs as remote CQ data (fi_writedata) and sync flags as a second
 // write. AMOs, CQ writes and GETs' remote events go as messages (nicemu/abi/ofi_msg.h) that
 // the target's progress thread executes against its own registration table, AMOs under the
-// AMO lock every path takes. Everything else across hosts keeps going through the daemons
-// (remote_post.cpp).
+// AMO lock every path takes; chained FMA posts member by member (ofi_chain_*). A post that
+// fails TRANSIENT is judged first: PEER_GONE if the target CDM died (ofi_peer_check.h).
+// Everything else across hosts keeps going through the daemons (remote_post.cpp).
 //
 // Memory handles: a registration made by the library (GNI_MemRegister, not vMDH) is
 // registered with the provider too, over its whole pages [VA, VA + pages * 4 KiB) as the
@@ -43,6 +44,20 @@ void ofi_deregister(Nic* n, const gni_mem_handle_t& h);
 // A post for another host's node: true if taken here (its events come from the port's
 // progress thread, errors included); false: the caller hands it to the daemon.
 bool ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t engine, int32_t tid);
+
+// Chained posts (GNI_CtPostFma, ct_requester.cpp) whose members for other hosts all go rank
+// to rank: ofi_chain_takes says whether member `m` (a plain descriptor of the chain's type
+// and event mode, on its own EP) would; if every one would, ofi_chain_open, ofi_chain_post
+// per member and ofi_chain_close with the first same-host member that failed. The chain's
+// one local event (the first descriptor's CQ mode, `local_event`, `tid`) comes when the last
+// member is done, with the status of the lowest-indexed member that failed, as the daemons
+// post it; remote events are per member. A member the port no longer takes when posted (its
+// peer forgotten meanwhile) fails TRANSIENT.
+struct OfiChain;
+bool ofi_chain_takes(Ep* ep, const gni_post_descriptor_t* m, uint16_t kind);
+OfiChain* ofi_chain_open(Nic* n, Cq* cq, const gni_post_descriptor_t* first, uint32_t local_event, int32_t tid);
+void ofi_chain_post(OfiChain* c, Ep* ep, const gni_post_descriptor_t* m, uint16_t kind, uint32_t index);
+void ofi_chain_close(OfiChain* c, uint32_t fail_index, uint64_t fail_status);
 
 // The provider key of a handle: its two qwords mixed (splitmix64), so any change of VA,
 // pages, domain, slot or flags gives another key.
