@@ -44,6 +44,27 @@ void ofi_deregister(Nic* n, const gni_mem_handle_t& h);
 // progress thread, errors included); false: the caller hands it to the daemon.
 bool ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t engine, int32_t tid);
 
+// What SMSG over the ofi fabric (smsg_ofi.h) uses of the port. A send's context: the
+// provider's part first, then what the port's completion handling dispatches on; `done` runs
+// once, on whichever thread drives the CQ, with cqe::kOk or the error's CQE status.
+struct OfiSendCtx {
+  alignas(8) unsigned char provider[64];  // fi_context2
+  void* unused = nullptr;
+  uint8_t kind = 0;  // set by ofi_send
+  void (*done)(Nic* n, OfiSendCtx* c, uint64_t status) = nullptr;
+};
+// The port takes messages (FI_MSG) of up to `bytes`.
+bool ofi_msgs(Nic* n, size_t bytes);
+// A peer CDM's address (as for posts: OfiLookup), or the one a peer named (fi_av_insert).
+bool ofi_peer(Nic* n, uint32_t node, uint32_t route, uint64_t& addr);
+bool ofi_insert(Nic* n, const uint8_t* name, uint32_t len, uint64_t& addr);
+// Our endpoint's name (fi_getname) into `out` (kOfiAddrMax bytes); its length, 0 without a port.
+uint32_t ofi_self_name(Nic* n, uint8_t* out);
+// Sends `len` bytes (read until `done`); `patient`: a full transmit queue is retried for 2 s
+// (application threads), else tried a few times (the thread driving the CQ must not wait on
+// itself). cqe::kOk: posted, `done` will run; else the status, and `done` will not run.
+uint64_t ofi_send(Nic* n, uint64_t dest, const void* buf, size_t len, OfiSendCtx* c, bool patient);
+
 // The provider key of a handle: its two qwords mixed (splitmix64), so any change of VA,
 // pages, domain, slot or flags gives another key.
 constexpr uint64_t ofi_key(uint64_t q1, uint64_t q2) {
