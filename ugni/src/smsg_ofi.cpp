@@ -247,9 +247,11 @@ void ask(SmsgOfiTx* t) {
   f->tx = t;
   const sm::Header h = sm::header(sm::kAsk, t->rx_chan, t->rx_gen, sizeof h);
   std::memcpy(f->bytes, &h, sizeof h);
+  // Not taken in 2 s (tcp;ofi_rxm keeps refusing sends to a peer that went away) or refused:
+  // the receiver is gone, as a message's send would say.
   if (uint64_t st = send_frame(t->nic, t->dest, f, true); st != cqe::kOk) {
     t->asking.store(false, std::memory_order_release);
-    if (st != cqe::kErrTransient) t->fail(channel_error(st));
+    t->fail(channel_error(st));
   }
 }
 
