@@ -4,8 +4,9 @@
 // rank, remote events of PUTs as remote CQ data (fi_writedata) and sync flags as a second
 // write. AMOs, CQ writes and GETs' remote events go as messages (nicemu/abi/ofi_msg.h) that
 // the target's progress thread executes against its own registration table, AMOs under the
-// AMO lock every path takes. Everything else across hosts keeps going through the daemons
-// (remote_post.cpp).
+// AMO lock every path takes. SMSG channels go as frames the receiver's progress thread
+// writes into the mailbox (smsg_ofi.h). Everything else across hosts keeps going through the
+// daemons (remote_post.cpp).
 //
 // Memory handles: a registration made by the library (GNI_MemRegister, not vMDH) is
 // registered with the provider too, over its whole pages [VA, VA + pages * 4 KiB) as the
