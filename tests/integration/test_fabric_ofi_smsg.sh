@@ -2,7 +2,7 @@
 # SMSG over the ofi fabric (docs/ofi-fabric.md, "SMSG"): two network namespace hosts
 # (tools/lib/netns-hosts.sh), one daemon each with --fabric-data ofi over tcp;ofi_rxm, one
 # fabric_smsg per host:
-#   1. 20000 messages each way, sizes 20 B to 1 KiB, 16 credits: every message exactly once,
+#   1. 10000 messages each way, sizes 20 B to 1 KiB, 16 credits: every message exactly once,
 #      in order, intact, with its tag, its remote CQE (remote event data) and its local
 #      completion; credits run out and come back. Rank to rank: the CDMs' ofi ops count the
 #      messages, the daemons relayed none (smsg_relay_sent);
@@ -53,7 +53,7 @@ ofi_ops() {  # A: host A's ofi ops (the CDMs' counters, reaching the node's when
 }
 
 # ---- 1. the verified exchange ----
-COUNT=20000
+COUNT=10000
 ops0=("$(ofi_ops 0)" "$(ofi_ops 1)")
 relay0=$(( $(node_counter 0 smsg_relay_sent) + $(node_counter 1 smsg_relay_sent) ))
 run 0 10 $COUNT 1:11; p0=$LAST

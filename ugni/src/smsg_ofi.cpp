@@ -445,6 +445,10 @@ gni_return_t smsg_ofi_send(Ep* ep, const void* header, uint32_t header_length, c
     ep->src_cq->ring.push(cqe::make(cqe::kSrcLocalRequest, cqe::kTypeSmsg, st, cqe::kInfoGlobal, 0, msg_id));
     return GNI_RC_SUCCESS;
   };
+  // NIC down as the daemons' path sees it (remote_post.cpp does the same for posts): the
+  // daemon marked our region at shutdown, or the kernel did when it died.
+  if (n->self->state() == abi::kRegionNicDown) [[unlikely]]
+    n->nic_down.store(true, std::memory_order_relaxed);
   if (n->nic_down.load(std::memory_order_relaxed)) return failed(cqe::kErrNicDown);
   if (uint32_t st = t->state.load(std::memory_order_acquire)) return failed(st);
   const uint32_t s = t->sent.load(std::memory_order_relaxed);
