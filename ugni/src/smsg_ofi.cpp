@@ -115,6 +115,9 @@ struct SmsgOfiRx {
   uint64_t tx_gen = 0;
   std::atomic<uint32_t> noted{0};   // the releases last told the sender
   std::atomic<uint32_t> wanted{0};  // the sender asked: tell it at the next release
+  // Whoever drives the port's CQ writes the mailbox: one at a time (the slot writes move
+  // `sent`, and the CQ view is cached), should more than one thread drive it.
+  std::mutex mu;
 };
 
 struct SmsgOfi {
@@ -326,6 +329,7 @@ void on_msg(Nic* n, SmsgOfiRx* r, const void* buf, size_t len) {
     count(n->counters, ctr::cdm::ofi_dropped);
     return;
   }
+  std::lock_guard<std::mutex> lk(r->mu);
   const uint32_t released = v.ctl->released.load(std::memory_order_acquire);
   if (abi::smsg_seen(v, m.seq, released)) return;  // a duplicate: already in, or consumed
   if (static_cast<uint32_t>(m.seq - released) >= v.credits) {
