@@ -6,9 +6,10 @@
 #      in order, intact, with its tag, its remote CQE (remote event data) and its local
 #      completion; credits run out and come back. Rank to rank: the CDMs' ofi ops count the
 #      messages, the daemons relayed none (smsg_relay_sent);
-#   2. the receiving process exits: the sender's next sends fail (error CQE, failed send or
+#   2. 3 hosts, every pair, both directions at once: several channels per CDM;
+#   3. the receiving process exits: the sender's next sends fail (error CQE, failed send or
 #      INVALID_STATE) in bounded time, no hang;
-#   3. the receiver is SIGKILLed while the sender streams: the same.
+#   4. the receiver is SIGKILLed while the sender waits for credits: the same.
 # Needs root, ip and a libugni built with libfabric; otherwise 77.
 # Usage: test_fabric_ofi_smsg.sh BUILD_DIR ofi|no-ofi     Exit: 0 pass, 1 fail, 77 skip.
 set -u
@@ -23,20 +24,20 @@ PROVIDER=${NICEMU_TEST_OFI_PROVIDER:-tcp;ofi_rxm}
 
 TAG=fs$$
 SW=${TAG}sw
-NS=("${TAG}a" "${TAG}b")
+NS=("${TAG}a" "${TAG}b" "${TAG}c")
 NET=10.215.$(($$ % 200)).
 test_cleanup() { netns_hosts_down "${NS[@]}" "$SW"; }
 test_init test_fabric_ofi_smsg
 T0=$SECONDS
 
 netns_fabric "$SW" "$NET" "${NS[@]}"
-for i in 0 1; do fabric_daemon "$i" --fabric-data ofi --ofi-provider "$PROVIDER"; done
-fabric_cred 1
+for i in 0 1 2; do fabric_daemon "$i" --fabric-data ofi --ofi-provider "$PROVIDER"; done
+fabric_cred 1 2
 
-run() {  # NODE INST COUNT PEER [ENV=VALUE...]: one fabric_smsg on host NODE, in the background
+run() {  # NODE INST COUNT "PEER..." [ENV=VALUE...]: one fabric_smsg on host NODE, in the background
   local a=$1 inst=$2 count=$3 peer=$4; shift 4
   ip netns exec "${NS[$a]}" env "$@" NICEMU_RUNDIR="$TMP/host$a" NICEMU_NODE="$a" PMI_GNI_PTAG="$PMI_GNI_PTAG" \
-    PMI_GNI_COOKIE="$PMI_GNI_COOKIE" timeout -k 5 50 "$PROG" "$inst" "$count" "$peer" >>"$TMP/prog$a.log" 2>&1 &
+    PMI_GNI_COOKIE="$PMI_GNI_COOKIE" timeout -k 5 50 "$PROG" "$inst" "$count" $peer >>"$TMP/prog$a.log" 2>&1 &
   BG_PIDS+=($!)
   LAST=$!
 }
@@ -46,7 +47,7 @@ wait_pid() {  # PID: its exit status
   for i in "${!BG_PIDS[@]}"; do [[ ${BG_PIDS[$i]} == "$p" ]] && unset "BG_PIDS[$i]"; done
   return $s
 }
-show_logs() { for a in 0 1; do sed "s/^/    [prog $a] /" "$TMP/prog$a.log" >&2; done; }
+show_logs() { for a in 0 1 2; do [[ -f $TMP/prog$a.log ]] && sed "s/^/    [prog $a] /" "$TMP/prog$a.log" >&2; done; }
 ofi_ops() {  # A: host A's ofi ops (the CDMs' counters, reaching the node's when they detach)
   "$CTL" --rundir "$TMP/host$1" --node "$1" status --json |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["nodes"][0]["ofi"]["ops"])'
@@ -76,7 +77,19 @@ done
 [[ $relay -eq 0 ]] && pass "the daemons relayed no SMSG message" || fail "the daemons relayed $relay SMSG messages"
 : >"$TMP/prog0.log"; : >"$TMP/prog1.log"
 
-# ---- 2. the receiving process exits ----
+# ---- 2. three hosts, every pair ----
+run 0 20 3000 "1:21 2:22"; p0=$LAST
+run 1 21 3000 "0:20 2:22"; p1=$LAST
+run 2 22 3000 "0:20 1:21"; p2=$LAST
+ok=1; for p in $p0 $p1 $p2; do wait_pid "$p" || ok=0; done
+n=$(cat "$TMP"/prog[012].log | grep -c "3000 messages each way with 2 peers verified")
+[[ $ok -eq 1 && $n -eq 3 ]] && pass "3 hosts, every pair at once: 3000 messages each way over ofi, verified" ||
+  { fail "3 hosts over ofi: $n of 3 verified"; show_logs; }
+relay=$(( $(node_counter 0 smsg_relay_sent) + $(node_counter 1 smsg_relay_sent) + $(node_counter 2 smsg_relay_sent) - relay0 ))
+[[ $relay -eq 0 ]] && pass "  none relayed by the daemons" || fail "  the daemons relayed $relay SMSG messages"
+: >"$TMP/prog0.log"; : >"$TMP/prog1.log"; : >"$TMP/prog2.log"
+
+# ---- 3. the receiving process exits ----
 GO=$TMP/go
 run 0 40 200 1:41 FABRIC_SMSG_MODE=fail FABRIC_SMSG_GO="$GO"; p0=$LAST
 run 1 41 200 0:40 FABRIC_SMSG_MODE=die; p1=$LAST
@@ -90,7 +103,7 @@ else
 fi
 rm -f "$GO"; : >"$TMP/prog0.log"; : >"$TMP/prog1.log"
 
-# ---- 3. the receiver killed while the sender streams (fail mode: sends until an error) ----
+# ---- 4. the receiver killed while the sender waits for credits (fail mode: sends until an error) ----
 run 0 50 200 1:51 FABRIC_SMSG_MODE=fail FABRIC_SMSG_GO="$GO"; p0=$LAST
 run 1 51 200 0:50 FABRIC_SMSG_MODE=idle FABRIC_SMSG_GO="$TMP/never"; p1=$LAST
 for _ in $(seq 300); do
@@ -110,4 +123,4 @@ else
 fi
 rm -f "$GO"
 echo "took $((SECONDS - T0)) s"
-finish fabric-ofi-smsg 0 1
+finish fabric-ofi-smsg 0 1 2
