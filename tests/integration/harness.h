@@ -5,7 +5,8 @@
 // NICEMU_TEST_FABRIC=1 puts every daemon on a "host" of its own: a run directory each (so
 // no daemon or client finds another node's socket) and the UDP fabric on loopback between
 // them (a fresh cluster key and fabric map per Cluster). The same tests then check that
-// operations across hosts keep the semantics they have on one host.
+// operations across hosts keep the semantics they have on one host. NICEMU_TEST_FABRIC_DATA
+// names the daemons' --fabric-data (ofi: the ranks' data rank to rank over libfabric).
 #pragma once
 #include <fcntl.h>
 #include <signal.h>
@@ -46,6 +47,12 @@ inline std::string daemon_binary() {
 inline bool across_hosts() {
   const char* f = std::getenv("NICEMU_TEST_FABRIC");
   return f && std::string(f) == "1";
+}
+
+// Across hosts with the ranks' data over libfabric (NICEMU_TEST_FABRIC_DATA=ofi).
+inline bool across_hosts_ofi() {
+  const char* d = std::getenv("NICEMU_TEST_FABRIC_DATA");
+  return across_hosts() && d && std::string(d) == "ofi";
 }
 
 inline bool daemon_answers(const std::string& sock) {
@@ -127,6 +134,9 @@ class Cluster {
                                        "--log-level", "warn"};
       if (fabric_)
         args.insert(args.end(), {"--fabric", rundir_ + "/fabric.toml", "--fabric-key", rundir_ + "/fabric.key"});
+      // NICEMU_TEST_FABRIC_DATA=ofi: the CDMs move data across hosts over libfabric (ofi-fabric.md).
+      if (const char* d = std::getenv("NICEMU_TEST_FABRIC_DATA"); fabric_ && d && *d)
+        args.insert(args.end(), {"--fabric-data", d});
       args.insert(args.end(), extra.begin(), extra.end());
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());

@@ -124,3 +124,40 @@ TEST_CASE("ofi_msg: malformed messages are refused") {
     CHECK(msg::parse(junk.data(), len, rq, rp) == msg::Parsed::kBad);
   }
 }
+
+// SMSG over ofi (nicemu/abi/ofi_smsg.h): frames of a known type and exact size only.
+#include "nicemu/abi/ofi_smsg.h"
+
+namespace sm = nicemu::abi::ofismsg;
+
+TEST_CASE("ofi_smsg: headers are checked against the frame") {
+  sm::Note note{};
+  note.h = sm::header(sm::kNote, 3, 99, sizeof note);
+  sm::Header h;
+  CHECK(sm::mine(&note, sizeof note));
+  REQUIRE(sm::parse_header(&note, sizeof note, h));
+  CHECK((h.chan == 3 && h.gen == 99 && h.type == sm::kNote));
+  CHECK_FALSE(sm::parse_header(&note, sizeof note - 1, h));  // length disagrees
+  note.h.length = sizeof note + 8;
+  std::vector<unsigned char> longer(sizeof note + 8);
+  std::memcpy(longer.data(), &note, sizeof note);
+  CHECK_FALSE(sm::parse_header(longer.data(), longer.size(), h));  // a Note has one size
+  note.h = sm::header(static_cast<sm::Type>(9), 0, 0, sizeof note);
+  CHECK_FALSE(sm::parse_header(&note, sizeof note, h));  // unknown type
+  note.h = sm::header(sm::kNote, 0, 0, sizeof note);
+  note.h.version = sm::kVersion + 1;
+  CHECK_FALSE(sm::parse_header(&note, sizeof note, h));
+  // A message carries its payload; nothing above the largest frame.
+  std::vector<unsigned char> m(sm::kMaxFrame + 1);
+  sm::Msg msg{};
+  msg.h = sm::header(sm::kMsg, 0, 0, static_cast<uint32_t>(sizeof msg + 100));
+  std::memcpy(m.data(), &msg, sizeof msg);
+  CHECK(sm::parse_header(m.data(), sizeof msg + 100, h));
+  msg.h.length = static_cast<uint32_t>(m.size());
+  std::memcpy(m.data(), &msg, sizeof msg);
+  CHECK_FALSE(sm::parse_header(m.data(), m.size(), h));
+  // An ofi_msg request is not one of ours, nor are short buffers.
+  msg::Request q = request(msg::kAmo);
+  CHECK_FALSE(sm::mine(&q, sizeof q));
+  CHECK_FALSE(sm::mine(&note, 3));
+}

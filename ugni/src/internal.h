@@ -147,6 +147,9 @@ struct DgramState {
 
 struct CePosts;  // ce.cpp
 struct OfiPort;  // ofi_port.cpp
+struct SmsgOfi;    // smsg_ofi.cpp: SMSG channels over the ofi fabric
+struct SmsgOfiTx;
+struct SmsgOfiRx;
 
 struct Nic {
   uint32_t magic = kNicMagic;
@@ -166,6 +169,7 @@ struct Nic {
   // The ofi fabric's endpoint of this CDM (ofi_port.h); null: posts to other hosts go to
   // the daemon.
   OfiPort* ofi = nullptr;
+  std::atomic<SmsgOfi*> smsg_ofi{nullptr};  // made at the first SMSG channel over it (smsg_ofi.h)
 
   std::mutex inflight_mu;
   std::vector<Inflight> inflight;  // indexed by CQE tid
@@ -292,7 +296,9 @@ struct Mailbox {
   // daemon relays, and this block in our own heap says credits and failure.
   abi::SmsgRelayCtl* relay = nullptr;
   uint32_t relay_id = 0;
-  bool valid() const { return view.ctl != nullptr || relay != nullptr; }
+  // Across hosts over the ofi fabric (smsg_ofi.h): no mailbox mapped; the channel's state.
+  SmsgOfiTx* ofi = nullptr;
+  bool valid() const { return view.ctl != nullptr || relay != nullptr || ofi != nullptr; }
 };
 
 struct Ep {
@@ -317,6 +323,7 @@ struct Ep {
   // empty mailbox reads as a broken connection (smsg.cpp, get_next).
   std::atomic<bool> tx_failed{false};
   uint32_t rx_noted = ~0u;        // the MboxCtl::note_at this EP last sent a note for
+  SmsgOfiRx* ofi_rx = nullptr;    // our mailbox's sender over the ofi fabric, once seen (smsg_ofi.h)
   uint32_t bte_id = 0;            // ordering domain of its RDMA posts (0 = none yet)
   uint64_t dgram_key = 0;         // names this EP's datagrams at the daemon (never reused)
   // The datagram outstanding on this EP (posted, not consumed), under nic->dgram.mu.

@@ -28,6 +28,11 @@ bool ofi_chain_takes(Ep*, const gni_post_descriptor_t*, uint16_t) { return false
 OfiChain* ofi_chain_open(Nic*, Cq*, const gni_post_descriptor_t*, uint32_t, int32_t) { return nullptr; }
 void ofi_chain_post(OfiChain*, Ep*, const gni_post_descriptor_t*, uint16_t, uint32_t) {}
 void ofi_chain_close(OfiChain*, uint32_t, uint64_t) {}
+bool ofi_msgs(Nic*, size_t) { return false; }
+bool ofi_peer(Nic*, uint32_t, uint32_t, uint64_t&) { return false; }
+bool ofi_insert(Nic*, const uint8_t*, uint32_t, uint64_t&) { return false; }
+uint32_t ofi_self_name(Nic*, uint8_t*) { return 0; }
+uint64_t ofi_send(Nic*, uint64_t, const void*, size_t, OfiSendCtx*, bool) { return abi::cqe::kErrTransient; }
 }  // namespace nicemu::ugni
 
 #else
@@ -63,9 +68,11 @@ void ofi_chain_close(OfiChain*, uint32_t, uint64_t) {}
 #include "ofi_peer_check.h"
 #include "nicemu/abi/mem_handle.h"
 #include "nicemu/abi/ofi_msg.h"
+#include "nicemu/abi/ofi_smsg.h"
 #include "nicemu/abi/region_access.h"
 #include "nicemu/amo/amo_alu.h"
 #include "nicemu/abi/remote_ops.h"
+#include "smsg_ofi.h"
 
 namespace nicemu::ugni {
 
@@ -153,17 +160,21 @@ struct OfiChain {
 namespace {
 // The context of one provider operation: the provider hands it back as op_context. `kind`
 // says what it belongs to: a part of a post, a receive buffer, a reply we send.
-enum class CtxKind : uint8_t { kPart, kRecv, kReply };
+enum class CtxKind : uint8_t { kPart, kRecv, kReply, kSmsg };
 struct OfiCtx {
   fi_context2 ctx;  // first
   OfiOp* op = nullptr;
   CtxKind kind = CtxKind::kPart;
 };
+// An SMSG frame's send (smsg_ofi.cpp) is read as an OfiCtx up to its kind.
+static_assert(sizeof(fi_context2) == sizeof(OfiSendCtx::provider) && offsetof(OfiCtx, op) == offsetof(OfiSendCtx, unused) &&
+              offsetof(OfiCtx, kind) == offsetof(OfiSendCtx, kind));
 
 // A posted receive buffer for peers' messages (nicemu/abi/ofi_msg.h), re-posted when handled.
+// Large enough for an SMSG frame too (smsg_ofi.h).
 struct OfiRecv {
   OfiCtx c;
-  alignas(8) uint8_t buf[msg::kMaxMessage];
+  alignas(8) uint8_t buf[std::max(msg::kMaxMessage, abi::ofismsg::kMaxFrame)];
 };
 // A reply of ours in flight: the provider reads it until its send completes.
 struct OfiReply {
@@ -305,6 +316,11 @@ struct OfiPort {
   bool take_pending(uint64_t id, OfiOp*& op);
   void fail_rest(OfiOp* op, int parts, uint64_t st);
   void on_message(OfiRecv* r, size_t len);
+  void smsg_done(OfiCtx* c, uint64_t st) {
+    auto* s = reinterpret_cast<OfiSendCtx*>(c);
+    s->done(nic, s, st);
+    in_flight.fetch_sub(1, std::memory_order_release);
+  }
   void on_reply(const msg::Reply& r);
   void serve(const msg::Request& q);
   uint64_t serve_amo(const msg::Request& q, uint64_t& fetched);
@@ -427,6 +443,7 @@ void OfiPort::repost(OfiRecv* r) {
 }
 
 void OfiPort::on_message(OfiRecv* r, size_t len) {
+  if (abi::ofismsg::mine(r->buf, len)) return smsg_ofi_on_message(nic, r->buf, len);
   msg::Request q;
   msg::Reply rp;
   switch (msg::parse(r->buf, len, q, rp)) {
@@ -579,6 +596,10 @@ void OfiPort::run() {
           delete reinterpret_cast<OfiReply*>(c);
           continue;
         }
+        if (c->kind == CtxKind::kSmsg) {
+          smsg_done(c, cqe::kOk);
+          continue;
+        }
         OfiOp* op = c->op;
         if (c == &op->part[0] && op->flag_after) deferred.push_back({op, nullptr});  // its data is in: now the flag
         if (c == &op->part[0] && op->event_after) {  // the GET's data is in: now its remote event
@@ -601,6 +622,10 @@ void OfiPort::run() {
         }
         if (c->kind == CtxKind::kReply) {
           delete reinterpret_cast<OfiReply*>(c);  // the initiator times out
+          continue;
+        }
+        if (c->kind == CtxKind::kSmsg) {
+          smsg_done(c, st);
           continue;
         }
         OfiOp* op = c->op;
@@ -847,6 +872,7 @@ void ofi_close(Nic* n) {
   }
   p->teardown();
   delete p;
+  smsg_ofi_forget(n);  // its channels: no thread of the port runs any more
 }
 
 void ofi_register(Nic* n, const gni_mem_handle_t& h, bool read_only) {
@@ -885,6 +911,50 @@ void ofi_deregister(Nic* n, const gni_mem_handle_t& h) {
     p->mrs.erase(it);
   }
   fi_close(&mr->fid);
+}
+
+bool ofi_msgs(Nic* n, size_t bytes) {
+  OfiPort* p = n->ofi;
+  return p && p->msgs && bytes <= p->max_msg && bytes <= sizeof(OfiRecv::buf);
+}
+
+bool ofi_peer(Nic* n, uint32_t node, uint32_t route, uint64_t& addr) {
+  fi_addr_t a = FI_ADDR_UNSPEC;
+  if (!n->ofi || !n->ofi->resolve(node, route, a)) return false;
+  addr = a;
+  return true;
+}
+
+bool ofi_insert(Nic* n, const uint8_t* name, uint32_t len, uint64_t& addr) {
+  fi_addr_t a = FI_ADDR_UNSPEC;
+  if (!n->ofi || len == 0 || len > abi::ctl::kOfiAddrMax || fi_av_insert(n->ofi->av, name, 1, &a, 0, nullptr) != 1)
+    return false;
+  addr = a;
+  return true;
+}
+
+uint32_t ofi_self_name(Nic* n, uint8_t* out) {
+  if (!n->ofi) return 0;
+  std::memcpy(out, n->ofi->self_addr, n->ofi->self_len);
+  return n->ofi->self_len;
+}
+
+uint64_t ofi_send(Nic* n, uint64_t dest, const void* buf, size_t len, OfiSendCtx* c, bool patient) {
+  OfiPort* p = n->ofi;
+  if (!p) return cqe::kErrTransient;
+  c->kind = static_cast<uint8_t>(CtxKind::kSmsg);
+  p->in_flight.fetch_add(1, std::memory_order_relaxed);
+  uint64_t give_up = 0;
+  for (int tries = 0;; ++tries) {
+    ssize_t rc = fi_send(p->ep, buf, len, nullptr, dest, c->provider);
+    if (rc == 0) return cqe::kOk;
+    if (rc == -FI_EAGAIN && patient && !give_up) give_up = monotonic_ns() + 2000000000ull;
+    if (rc != -FI_EAGAIN || (patient ? monotonic_ns() > give_up : tries >= 16)) {
+      p->in_flight.fetch_sub(1, std::memory_order_release);
+      return rc == -FI_EAGAIN ? cqe::kErrTransient : status_of_error(static_cast<int>(-rc));
+    }
+    std::this_thread::yield();
+  }
 }
 
 namespace {

@@ -4,9 +4,11 @@
 // rank, remote events of PUTs as remote CQ data (fi_writedata) and sync flags as a second
 // write. AMOs, CQ writes and GETs' remote events go as messages (nicemu/abi/ofi_msg.h) that
 // the target's progress thread executes against its own registration table, AMOs under the
-// AMO lock every path takes; chained FMA posts member by member (ofi_chain_*). A post that
-// fails TRANSIENT is judged first: PEER_GONE if the target CDM died (ofi_peer_check.h).
-// Everything else across hosts keeps going through the daemons (remote_post.cpp).
+// AMO lock every path takes; chained FMA posts member by member (ofi_chain_*). SMSG
+// channels go as frames the receiver's progress thread writes into the mailbox
+// (smsg_ofi.h). A post that fails TRANSIENT is judged first: PEER_GONE if the target CDM
+// died (ofi_peer_check.h). Everything else across hosts keeps going through the daemons
+// (remote_post.cpp).
 //
 // Memory handles: a registration made by the library (GNI_MemRegister, not vMDH) is
 // registered with the provider too, over its whole pages [VA, VA + pages * 4 KiB) as the
@@ -58,6 +60,27 @@ bool ofi_chain_takes(Ep* ep, const gni_post_descriptor_t* m, uint16_t kind);
 OfiChain* ofi_chain_open(Nic* n, Cq* cq, const gni_post_descriptor_t* first, uint32_t local_event, int32_t tid);
 void ofi_chain_post(OfiChain* c, Ep* ep, const gni_post_descriptor_t* m, uint16_t kind, uint32_t index);
 void ofi_chain_close(OfiChain* c, uint32_t fail_index, uint64_t fail_status);
+
+// What SMSG over the ofi fabric (smsg_ofi.h) uses of the port. A send's context: the
+// provider's part first, then what the port's completion handling dispatches on; `done` runs
+// once, on whichever thread drives the CQ, with cqe::kOk or the error's CQE status.
+struct OfiSendCtx {
+  alignas(8) unsigned char provider[64];  // fi_context2
+  void* unused = nullptr;
+  uint8_t kind = 0;  // set by ofi_send
+  void (*done)(Nic* n, OfiSendCtx* c, uint64_t status) = nullptr;
+};
+// The port takes messages (FI_MSG) of up to `bytes`.
+bool ofi_msgs(Nic* n, size_t bytes);
+// A peer CDM's address (as for posts: OfiLookup), or the one a peer named (fi_av_insert).
+bool ofi_peer(Nic* n, uint32_t node, uint32_t route, uint64_t& addr);
+bool ofi_insert(Nic* n, const uint8_t* name, uint32_t len, uint64_t& addr);
+// Our endpoint's name (fi_getname) into `out` (kOfiAddrMax bytes); its length, 0 without a port.
+uint32_t ofi_self_name(Nic* n, uint8_t* out);
+// Sends `len` bytes (read until `done`); `patient`: a full transmit queue is retried for 2 s
+// (application threads), else tried a few times (the thread driving the CQ must not wait on
+// itself). cqe::kOk: posted, `done` will run; else the status, and `done` will not run.
+uint64_t ofi_send(Nic* n, uint64_t dest, const void* buf, size_t len, OfiSendCtx* c, bool patient);
 
 // The provider key of a handle: its two qwords mixed (splitmix64), so any change of VA,
 // pages, domain, slot or flags gives another key.

@@ -7,6 +7,7 @@
 
 #include "fault_engine.h"
 #include "internal.h"
+#include "smsg_ofi.h"
 #include "smsg_relay.h"
 
 using namespace nicemu;
@@ -20,11 +21,12 @@ bool attr_ok(const gni_smsg_attr_t* a) {
          a->mbox_maxcredit > 0 && a->msg_maxsize > 0 && a->msg_maxsize <= GNI_SMSG_MAX_SIZE;
 }
 
+}  // namespace
+
 // Opens the mailbox described by `a` at NIC address `addr`, through that node's daemon. It
 // lives in the region of the CDM that registered it (the memory domain of its handle),
 // whatever id the EP was bound with, so both ends find the same one.
-gni_return_t open_mailbox(Ep* ep, uint32_t addr, const gni_smsg_attr_t* a, Mailbox& out) {
-  Nic* n = ep->nic;
+gni_return_t nicemu::ugni::open_mailbox(Nic* n, uint32_t addr, const gni_smsg_attr_t* a, Mailbox& out) {
   uint64_t st = 0;
   std::shared_ptr<Region> r = n->resolve(addr, abi::mdh::route_of(a->mem_hndl.qword1, a->mem_hndl.qword2), st);
   if (!r) return st == cqe::kErrProtection ? GNI_RC_PERMISSION_ERROR : GNI_RC_INVALID_STATE;
@@ -56,6 +58,8 @@ gni_return_t open_mailbox(Ep* ep, uint32_t addr, const gni_smsg_attr_t* a, Mailb
   return GNI_RC_SUCCESS;
 }
 
+namespace {
+
 // `tagged`: GNI_SmsgSendWTag, which may exceed msg_maxsize by a short header (shm_layout.h,
 // smsg_fits).
 gni_return_t send(Ep* ep, const void* header, uint32_t header_length, const void* data, uint32_t data_length,
@@ -64,6 +68,7 @@ gni_return_t send(Ep* ep, const void* header, uint32_t header_length, const void
   if (!m.valid()) return GNI_RC_INVALID_PARAM;
   if ((header_length && !header) || (data_length && !data)) return GNI_RC_INVALID_PARAM;
   if (!abi::smsg_fits(m.view.max_size, header_length, data_length, tagged)) return GNI_RC_ERROR_RESOURCE;
+  if (m.ofi) return smsg_ofi_send(ep, header, header_length, data, data_length, msg_id, tag);
   if (m.relay) return relay_send(ep, header, header_length, data, data_length, msg_id, tag);
   if (!m.region->alive() || ep->nic->nic_down.load(std::memory_order_relaxed)) {
     // The receiver is gone: as a retransmit-exhausted send, an error event in our CQ.
@@ -109,7 +114,8 @@ gni_return_t get_next(Ep* ep, void** header, uint8_t* tag) {
     // only when a transaction to it fails (docs/fabric.md, "Failure is final").
     if (ep->tx.valid() &&
         (ep->tx_failed.load(std::memory_order_relaxed) ||
-         (ep->tx.relay && (relay_lost_sends(ep->tx) || ep->nic->nic_down.load(std::memory_order_relaxed)))))
+         (ep->tx.relay && (relay_lost_sends(ep->tx) || ep->nic->nic_down.load(std::memory_order_relaxed))) ||
+         smsg_ofi_failed(ep->tx)))
       return GNI_RC_INVALID_STATE;
     return GNI_RC_NOT_DONE;
   }
@@ -138,13 +144,17 @@ gni_return_t GNI_SmsgInit(gni_ep_handle_t ep_hndl, gni_smsg_attr_t* local_smsg_a
   if (!ep->bound) return GNI_RC_INVALID_STATE;
   Mailbox rx, tx;
   Nic* n = ep->nic;
-  gni_return_t rc = open_mailbox(ep, n->nic_addr, local_smsg_attr, rx);
+  gni_return_t rc = open_mailbox(n, n->nic_addr, local_smsg_attr, rx);
   if (rc != GNI_RC_SUCCESS) return rc;
-  // A peer on another host: our daemon relays to its daemon (smsg_relay.h).
-  if (ep->other_host())
-    rc = relay_open(ep, remote_smsg_attr, rx.dst_cq, tx);
-  else
-    rc = open_mailbox(ep, ep->remote_addr, remote_smsg_attr, tx);
+  // A peer on another host: rank to rank over the ofi fabric (smsg_ofi.h), else our daemon
+  // relays to its daemon (smsg_relay.h).
+  if (ep->other_host()) {
+    bool over_ofi = false;
+    rc = smsg_ofi_open(ep, remote_smsg_attr, rx.dst_cq, tx, over_ofi);
+    if (!over_ofi) rc = relay_open(ep, remote_smsg_attr, rx.dst_cq, tx);
+  } else {
+    rc = open_mailbox(n, ep->remote_addr, remote_smsg_attr, tx);
+  }
   if (rc != GNI_RC_SUCCESS) return rc;
   ep->rx = std::move(rx);
   ep->tx = std::move(tx);
@@ -219,7 +229,8 @@ gni_return_t GNI_SmsgRelease(gni_ep_handle_t ep_hndl) {
   // releases with their acks while messages flow. Past MboxCtl::note_at the daemon has not
   // seen an eighth of a mailbox of releases (the sender may be waiting for credits): tell it now
   // instead of leaving the sender to the daemon's poll.
-  if (ep->other_host() && smsg_note_due(ep->rx.view, ep->rx_noted)) {
+  // A sender over the ofi fabric gets its credits from us directly (smsg_ofi.h).
+  if (ep->other_host() && !smsg_ofi_released(ep) && smsg_note_due(ep->rx.view, ep->rx_noted)) {
     abi::ctl::SmsgRelayNote note{};
     note.h.op = static_cast<uint16_t>(abi::ctl::Op::kSmsgRelayReleased);
     note.h.length = sizeof note;
