@@ -43,6 +43,13 @@ void ofi_deregister(Nic* n, const gni_mem_handle_t& h);
 // A post for another host's node: true if taken here (its events come from the port's
 // progress thread, errors included); false: the caller hands it to the daemon.
 bool ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t engine, int32_t tid);
+// An application thread found a CQ of the CDM empty: it drives the provider itself (reads
+// its CQ without blocking, dispatches as the progress thread does), if no other thread is
+// driving it; the progress thread keeps away while the application polls. Cheap without a port.
+void ofi_poll(Nic* n);
+// The application thread stops polling (it goes to sleep on a CQ's futex): the progress
+// thread drives again at once.
+void ofi_idle(Nic* n);
 
 // The provider key of a handle: its two qwords mixed (splitmix64), so any change of VA,
 // pages, domain, slot or flags gives another key.
