@@ -53,6 +53,7 @@ void ofi_idle(Nic*) {}
 #include <vector>
 
 #include "amo_lock.h"
+#include "cancel_point.h"
 #include "fault_engine.h"
 #include "nicemu/fault/fault_page.h"
 #include "fma_requester.h"
@@ -162,7 +163,7 @@ struct OfiOp {
   uint32_t local_event = 0;
   int32_t tid = -1;
   uint64_t flag = 0;  // a sync flag's value: the provider reads it until completion
-  // A sync flag on a provider without ordered writes: written by the progress thread once
+  // A sync flag on a provider without ordered writes: written by the driving thread once
   // the data's write completed (delivery complete: the data is at the target).
   bool flag_after = false, flag_event = false;
   fi_addr_t dest = FI_ADDR_UNSPEC;
@@ -238,7 +239,7 @@ struct OfiPort {
   std::thread progress;
   Nic* nic = nullptr;
   // Messages: our receive buffers, our own address (where replies come), the posts waiting
-  // for a reply by id (and until when), and the progress thread's AV entries of repliers.
+  // for a reply by id (and until when), and the driving thread's AV entries of repliers.
   std::vector<std::unique_ptr<OfiRecv>> recvs;
   uint8_t self_addr[abi::ctl::kOfiAddrMax] = {};
   uint32_t self_len = 0;
@@ -256,7 +257,7 @@ struct OfiPort {
   std::vector<uint32_t> free_slots;
   uint64_t next_seq = 1;  // under pmu
   std::map<std::string, fi_addr_t, std::less<>> reply_to;  // the driving thread only; found by string_view
-  // Sends the progress thread must make once the provider has room (-FI_EAGAIN): a sync flag
+  // Sends the driving thread must make once the provider has room (-FI_EAGAIN): a sync flag
   // or a GET's event message (op), or a reply.
   struct Deferred {
     OfiOp* op;
@@ -296,6 +297,7 @@ struct OfiPort {
   void expire(uint64_t now);
   void flush_deferred();
   bool progress_once(bool may_sleep);
+  void poll_inline();
   void run();
   bool resolve(uint32_t node, uint32_t route, fi_addr_t& out);
   void teardown();
@@ -656,19 +658,33 @@ void OfiPort::run() {
   }
 }
 
-void ofi_poll(Nic* n) {
-  OfiPort* p = n->ofi;
-  if (!p) return;
-  p->polled_at.store(monotonic_ns(), std::memory_order_relaxed);
-  std::unique_lock<std::mutex> lk(p->drive_mu, std::try_to_lock);
+void OfiPort::poll_inline() {
+  polled_at.store(monotonic_ns(), std::memory_order_relaxed);
+  std::unique_lock<std::mutex> lk(drive_mu, std::try_to_lock);
   if (lk.owns_lock()) {
-    p->progress_once(false);
+    progress_once(false);
     return;
   }
   // The progress thread asleep in fi_cq_sread: woken once, it backs off (run) and leaves the
   // provider to us from our next poll on. Another thread driving: nothing to do.
-  if (p->in_sread.load(std::memory_order_seq_cst) && !p->kicked.exchange(true, std::memory_order_relaxed))
-    fi_cq_signal(p->cq);
+  if (in_sread.load(std::memory_order_seq_cst) && !kicked.exchange(true, std::memory_order_relaxed))
+    fi_cq_signal(cq);
+}
+
+void ofi_poll(Nic* n) {
+  OfiPort* p = n->ofi;
+  if (!p) return;
+  // Not cancelled inside the provider (its calls have cancellation points, and it holds
+  // locks of its own there) nor holding drive_mu: a cancel that comes meanwhile is acted on
+  // as we return, as deferring_cancel does (cancel_point.h). GNI_CqGetEvent is called by
+  // threads with asynchronous cancellation (libfabric's gni provider).
+  int state, type, unused;
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &state);
+  pthread_setcanceltype(PTHREAD_CANCEL_DEFERRED, &type);
+  p->poll_inline();
+  pthread_setcancelstate(state, &unused);
+  if (type == PTHREAD_CANCEL_ASYNCHRONOUS) before_possible_unwind();
+  pthread_setcanceltype(type, &unused);  // may unwind from here: a cancel came meanwhile
 }
 
 void ofi_idle(Nic* n) {
@@ -756,7 +772,7 @@ void ofi_open(Nic* n, const abi::ctl::AttachReply& rep) {
     hints->caps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | w.caps;
     // The memory modes this code handles: addresses as VAs or offsets, keys it chooses.
     hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED;
-    hints->domain_attr->threading = FI_THREAD_SAFE;  // posting threads and the progress thread
+    hints->domain_attr->threading = FI_THREAD_SAFE;  // posting and polling threads, the progress thread
     // A local completion means the data is at the target (GNI's global event): delivery complete.
     hints->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
     hints->tx_attr->msg_order = w.order;
@@ -953,7 +969,7 @@ bool ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uin
   p->in_flight.fetch_add(1, std::memory_order_relaxed);
   count(n->counters, ctr::cdm::ofi_ops);
   count(n->counters, ctr::cdm::ofi_bytes, length);
-  // Posts one provider operation; a full transmit queue empties as the progress thread runs:
+  // Posts one provider operation; a full transmit queue empties as the provider progresses:
   // retried for up to 2 s. False: refused (the part is completed with the error).
   auto post = [&](OfiCtx& c, auto&& call) {
     uint64_t give_up = 0;  // set at the first refusal: no clock read on the common path

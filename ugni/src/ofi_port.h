@@ -3,8 +3,9 @@
 // the data of its FMA/RDMA PUT and GET to other hosts itself (fi_write / fi_read), rank to
 // rank, remote events of PUTs as remote CQ data (fi_writedata) and sync flags as a second
 // write. AMOs, CQ writes and GETs' remote events go as messages (nicemu/abi/ofi_msg.h) that
-// the target's progress thread executes against its own registration table, AMOs under the
-// AMO lock every path takes. Everything else across hosts keeps going through the daemons
+// the target's port executes against its own registration table, AMOs under the AMO lock
+// every path takes. The port is driven by an application thread polling an empty CQ, else
+// by the CDM's progress thread (ofi_poll below). Everything else across hosts keeps going through the daemons
 // (remote_post.cpp).
 //
 // Memory handles: a registration made by the library (GNI_MemRegister, not vMDH) is
