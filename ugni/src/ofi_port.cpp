@@ -566,6 +566,7 @@ bool OfiPort::progress_once(bool may_sleep) {
       k = fi_cq_read(cq, e, 16);
     }
     got = k > 0 || k == -FI_EAVAIL;
+    if (k > 0) count(nic->counters, may_sleep ? ctr::cdm::ofi_reads_thread : ctr::cdm::ofi_reads_inline, static_cast<uint64_t>(k));
     if (k > 0) {
       for (ssize_t i = 0; i < k; ++i) {
         if (e[i].flags & FI_REMOTE_CQ_DATA) {
@@ -667,8 +668,10 @@ void OfiPort::poll_inline() {
   }
   // The progress thread asleep in fi_cq_sread: woken once, it backs off (run) and leaves the
   // provider to us from our next poll on. Another thread driving: nothing to do.
-  if (in_sread.load(std::memory_order_seq_cst) && !kicked.exchange(true, std::memory_order_relaxed))
+  if (in_sread.load(std::memory_order_seq_cst) && !kicked.exchange(true, std::memory_order_relaxed)) {
     fi_cq_signal(cq);
+    count(nic->counters, ctr::cdm::ofi_kicks);
+  }
 }
 
 void ofi_poll(Nic* n) {
