@@ -645,7 +645,8 @@ void OfiPort::run() {
     const uint64_t now = last ? monotonic_ns() : 0;
     if (last && now < last + kPollWindowNs) {
       backoff.store(1, std::memory_order_seq_cst);
-      // Re-read after raising `backoff`: ofi_idle clears polled_at, then wakes if it sees 1.
+      // Re-read after raising `backoff`: ofi_idle clears polled_at, then takes the word back
+      // to 0 (so a wait that starts after it returns at once) and wakes us if it was 1.
       if (polled_at.load(std::memory_order_seq_cst) == last)
         abi::futex_wait(&backoff, 1, static_cast<int64_t>(last + kPollWindowNs - now));
       backoff.store(0, std::memory_order_relaxed);
@@ -694,7 +695,7 @@ void ofi_idle(Nic* n) {
   OfiPort* p = n->ofi;
   if (!p || !p->polled_at.load(std::memory_order_relaxed)) return;
   p->polled_at.store(0, std::memory_order_seq_cst);
-  if (p->backoff.load(std::memory_order_seq_cst)) abi::futex_wake_all(&p->backoff);
+  if (p->backoff.exchange(0, std::memory_order_seq_cst)) abi::futex_wake_all(&p->backoff);
 }
 
 bool OfiPort::resolve(uint32_t node, uint32_t route, fi_addr_t& out) {
@@ -734,6 +735,7 @@ void OfiPort::teardown() {
   if (progress.joinable()) {
     stop.store(true, std::memory_order_release);
     polled_at.store(0, std::memory_order_seq_cst);
+    backoff.store(0, std::memory_order_seq_cst);
     abi::futex_wake_all(&backoff);  // a progress thread keeping away from a poller
     progress.join();
   }
