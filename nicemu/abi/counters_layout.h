@@ -146,7 +146,10 @@ enum Kind : uint8_t { kCounter = 0, kGauge = 1 };
   X(ofi_bytes, kCounter, "ofi fabric: bytes of those posts") \
   X(ofi_errors, kCounter, "ofi fabric: those posts that completed with an error") \
   X(ofi_served, kCounter, "ofi fabric: peers' requests (AMOs, GETs' remote events, CQ writes) this CDM executed") \
-  X(ofi_dropped, kCounter, "ofi fabric: malformed or unexpected messages dropped")
+  X(ofi_dropped, kCounter, "ofi fabric: malformed or unexpected messages dropped") \
+  X(ofi_reads_inline, kCounter, "ofi fabric: provider completions read by application threads polling a CQ") \
+  X(ofi_reads_thread, kCounter, "ofi fabric: provider completions read by the CDM's progress thread") \
+  X(ofi_kicks, kCounter, "ofi fabric: times a polling application thread woke the progress thread out of fi_cq_sread")
 
 // Per-link counters: the daemon's links to the other daemons of the host.
 #define NICEMU_LINK_COUNTERS(X)                                        \

@@ -102,6 +102,21 @@ for i in 0 1; do
     fail "node $i: addresses published $published, answered $answered"
 done
 
+# Who read the provider's completions: the ranks polling their CQs (ofi_poll) must have
+# read some themselves, not only the progress threads (docs/ofi-fabric.md, Progress).
+read -r inline thread kicks < <(python3 -c '
+import json, sys
+t = [0, 0, 0]
+for f in sys.argv[1:]:
+    o = json.load(open(f))["nodes"][0]["ofi"]
+    t = [t[0] + o["reads_inline"], t[1] + o["reads_thread"], t[2] + o["kicks"]]
+print(*t)' "$TMP/status0.json" "$TMP/status1.json" 2>/dev/null) || inline=
+if [[ -n $inline && $inline -gt 0 ]]; then
+  pass "provider completions read by polling ranks $inline, by progress threads $thread; progress threads woken by a poller $kicks"
+else
+  fail "no provider completion read by a polling rank (inline ${inline:-?}, progress threads ${thread:-?})"
+fi
+
 # AMOs, remote events and sync flags rank to rank (AMOs as messages the target executes),
 # and through the daemons (FI_PROVIDER names no provider: the CDMs stay on the daemons' path).
 # Both ways must give the same fetched values and words (the digest).

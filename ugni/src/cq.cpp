@@ -6,6 +6,7 @@
 
 #include "cancel_point.h"
 #include "internal.h"
+#include "ofi_port.h"
 
 using namespace nicemu;
 using namespace nicemu::ugni;
@@ -25,6 +26,12 @@ gni_return_t nicemu::ugni::take_event(Cq* cq, gni_cq_entry_t* event_data) {
     return GNI_RC_ERROR_RESOURCE;
   }
   uint64_t e = cq->ring.pop();
+  if (e == 0 && cq->nic->ofi) {
+    // The ofi fabric: this thread reads the provider's completions itself rather than wait
+    // for the progress thread to be woken for them (ofi_port.h).
+    ofi_poll(cq->nic);
+    e = cq->ring.pop();
+  }
   if (e == 0) {
     Nic* n = cq->nic;
     // Poll the daemon's health only now and then: the empty path must stay syscall-free.
@@ -116,6 +123,7 @@ gni_return_t GNI_CqTestEvent(gni_cq_handle_t cq_hndl) {
   Cq* cq = as_cq(cq_hndl);
   if (!cq) return GNI_RC_INVALID_PARAM;
   if (cq->ring.has_overrun()) return GNI_RC_ERROR_RESOURCE;
+  if (!cq->ring.peek() && cq->nic->ofi) ofi_poll(cq->nic);
   return cq->ring.peek() ? GNI_RC_SUCCESS : GNI_RC_NOT_DONE;
 }
 
@@ -146,6 +154,7 @@ namespace {
       abi::spin_step(t - start);
       continue;
     }
+    ofi_idle(cq->nic);  // asleep: the progress thread drives the provider and wakes us
     auto* ctl = cq->ring.ctl;
     uint32_t seq = ctl->futex.load(std::memory_order_acquire);
     ctl->waiters.fetch_add(1, std::memory_order_seq_cst);

@@ -16,6 +16,7 @@
 
 #include "cancel_point.h"
 #include "internal.h"
+#include "ofi_port.h"
 
 using namespace nicemu;
 using namespace nicemu::ugni;
@@ -75,6 +76,19 @@ int64_t first_ready(const Vector& v) {
   return -1;
 }
 
+// The ofi fabric (ofi_port.h): while spinning, each CDM of the vector's CQs has its
+// provider driven by this thread; before sleeping, its progress thread again.
+void drive_ofi(const Vector& v, bool poll) {
+  for (uint32_t i = 0; i < v.n; ++i) {
+    Nic* n = v.at(i)->nic;
+    if (!n->ofi || (i > 0 && n == v.at(i - 1)->nic)) continue;
+    if (poll)
+      ofi_poll(n);
+    else
+      ofi_idle(n);
+  }
+}
+
 // Every ring quiet (CqRingView::quiet): nothing reserved, no overrun; a ring's producer that
 // reserves after this sees its raised `waiters` and wakes it.
 bool all_quiet(const Vector& v) {
@@ -132,9 +146,11 @@ gni_return_t wait_ready(const Vector& v, uint64_t deadline, bool stop_on_signal,
     const uint64_t t = now_ns();
     if (t >= deadline) return GNI_RC_TIMEOUT;
     if (t < spin_until) {  // a futex wake across cores costs tens of microseconds here
+      drive_ofi(v, true);
       abi::spin_step(t - start);
       continue;
     }
+    drive_ofi(v, false);
     if (sleep_once(v, std::min(kSliceNs, deadline - t)) == EINTR && stop_on_signal) return GNI_RC_INVALID_STATE;
     cancellation_point();  // no ring counts us as its waiter any more
     // Is every daemon still there? (A NIC found down makes its CQs ready above.)

@@ -33,6 +33,8 @@ bool ofi_peer(Nic*, uint32_t, uint32_t, uint64_t&) { return false; }
 bool ofi_insert(Nic*, const uint8_t*, uint32_t, uint64_t&) { return false; }
 uint32_t ofi_self_name(Nic*, uint8_t*) { return 0; }
 uint64_t ofi_send(Nic*, uint64_t, const void*, size_t, OfiSendCtx*, bool) { return abi::cqe::kErrTransient; }
+void ofi_poll(Nic*) {}
+void ofi_idle(Nic*) {}
 }  // namespace nicemu::ugni
 
 #else
@@ -62,6 +64,7 @@ uint64_t ofi_send(Nic*, uint64_t, const void*, size_t, OfiSendCtx*, bool) { retu
 #include <vector>
 
 #include "amo_lock.h"
+#include "cancel_point.h"
 #include "fault_engine.h"
 #include "nicemu/fault/fault_page.h"
 #include "fma_requester.h"
@@ -71,6 +74,7 @@ uint64_t ofi_send(Nic*, uint64_t, const void*, size_t, OfiSendCtx*, bool) { retu
 #include "nicemu/abi/ofi_smsg.h"
 #include "nicemu/abi/region_access.h"
 #include "nicemu/amo/amo_alu.h"
+#include "nicemu/abi/futex.h"
 #include "nicemu/abi/remote_ops.h"
 #include "smsg_ofi.h"
 
@@ -202,7 +206,7 @@ struct OfiOp {
   uint32_t local_event = 0;
   int32_t tid = -1;
   uint64_t flag = 0;  // a sync flag's value: the provider reads it until completion
-  // A sync flag on a provider without ordered writes: written by the progress thread once
+  // A sync flag on a provider without ordered writes: written by the driving thread once
   // the data's write completed (delivery complete: the data is at the target).
   bool flag_after = false, flag_event = false;
   fi_addr_t dest = FI_ADDR_UNSPEC;
@@ -289,21 +293,45 @@ struct OfiPort {
   std::thread progress;
   Nic* nic = nullptr;
   // Messages: our receive buffers, our own address (where replies come), the posts waiting
-  // for a reply by id (and until when), and the progress thread's AV entries of repliers.
+  // for a reply by id (and until when), and the driving thread's AV entries of repliers.
   std::vector<std::unique_ptr<OfiRecv>> recvs;
   uint8_t self_addr[abi::ctl::kOfiAddrMax] = {};
   uint32_t self_len = 0;
-  std::mutex pmu;  // pending
-  std::map<uint64_t, std::pair<OfiOp*, uint64_t>> pending;
-  std::atomic<uint64_t> next_id{1};
-  std::map<std::string, fi_addr_t, std::less<>> reply_to;  // progress thread only; found by string_view
-  // Sends the progress thread must make once the provider has room (-FI_EAGAIN): a sync flag
+  // Posts waiting for a reply: a table of slots, reused (no allocation per post once it has
+  // grown to the most ever in flight). A reply's id names its slot (low 24 bits) and a
+  // sequence number, so a late reply to a slot used again since matches nothing.
+  struct Pending {
+    uint64_t id = 0;  // 0: free
+    OfiOp* op = nullptr;
+    uint64_t deadline = 0;
+  };
+  static constexpr uint64_t kSlotBits = 24;
+  std::mutex pmu;  // pending, free_slots
+  std::vector<Pending> pending;
+  std::vector<uint32_t> free_slots;
+  uint64_t next_seq = 1;  // under pmu
+  std::map<std::string, fi_addr_t, std::less<>> reply_to;  // the driving thread only; found by string_view
+  // Sends the driving thread must make once the provider has room (-FI_EAGAIN): a sync flag
   // or a GET's event message (op), or a reply.
   struct Deferred {
     OfiOp* op;
     OfiReply* reply;
   };
-  std::vector<Deferred> deferred;  // progress thread only
+  std::vector<Deferred> deferred;  // the driving thread only
+  // Who drives the provider (reads its CQ and dispatches, above: deferred, reply_to,
+  // next_expiry): the progress thread, or an application thread polling an empty CQ
+  // (ofi_poll), one at a time, in CQ order.
+  std::mutex drive_mu;
+  uint64_t next_expiry = 0;  // under drive_mu
+  // The progress thread keeps away while an application thread polls: that thread reads
+  // completions the moment they are there, where the progress thread would be woken for
+  // them (a wake-up here costs tens of microseconds) and race it for them.
+  // polled_at: the last inline poll (0: the thread went to sleep, ofi_idle); in_sread:
+  // the progress thread sleeps in fi_cq_sread holding drive_mu (a poller wakes it once,
+  // kicked); backoff: the futex word it waits on meanwhile (1 while it waits).
+  std::atomic<uint64_t> polled_at{0};
+  std::atomic<bool> in_sread{false}, kicked{false};
+  std::atomic<uint32_t> backoff{0};
 
   uint64_t key_of(const gni_mem_handle_t& h) const { return ofi_key(h.qword1, h.qword2) & key_mask; }
   void complete(OfiOp* op, uint64_t st);
@@ -326,6 +354,9 @@ struct OfiPort {
   uint64_t serve_amo(const msg::Request& q, uint64_t& fetched);
   void repost(OfiRecv* r);
   void expire(uint64_t now);
+  void flush_deferred();
+  bool progress_once(bool may_sleep);
+  void poll_inline();
   void run();
   bool resolve(uint32_t node, uint32_t route, fi_addr_t& out);
   PeerAnswer ask_peer(uint64_t peer);
@@ -397,19 +428,30 @@ ssize_t OfiPort::send_deferred(const Deferred& d) {
 // A post whose message is about to go: waits for its reply by id (entered first: the reply
 // may come before the send's own completion).
 void OfiPort::await_reply(OfiOp* op) {
-  op->req.h.id = next_id.fetch_add(1, std::memory_order_relaxed);
+  const uint64_t deadline = monotonic_ns() + kReplyTimeoutNs;
   std::lock_guard<std::mutex> lk(pmu);
-  pending[op->req.h.id] = {op, monotonic_ns() + kReplyTimeoutNs};
+  uint32_t slot;
+  if (!free_slots.empty()) {
+    slot = free_slots.back();
+    free_slots.pop_back();
+  } else {
+    slot = static_cast<uint32_t>(pending.size());  // at most a few thousand: posts are bounded by tids
+    pending.emplace_back();
+  }
+  const uint64_t id = (next_seq++ << kSlotBits) | slot;
+  pending[slot] = {id, op, deadline};
+  op->req.h.id = id;
 }
 
 // Whoever takes a post off `pending` (its reply, its send's failure, its timeout) completes
 // the reply's part of it.
 bool OfiPort::take_pending(uint64_t id, OfiOp*& op) {
+  const uint64_t slot = id & ((uint64_t{1} << kSlotBits) - 1);
   std::lock_guard<std::mutex> lk(pmu);
-  auto it = pending.find(id);
-  if (it == pending.end()) return false;
-  op = it->second.first;
-  pending.erase(it);
+  if (id == 0 || slot >= pending.size() || pending[slot].id != id) return false;
+  op = pending[slot].op;
+  pending[slot] = {};
+  free_slots.push_back(static_cast<uint32_t>(slot));
   return true;
 }
 
@@ -421,13 +463,12 @@ void OfiPort::expire(uint64_t now) {
   std::vector<OfiOp*> late;
   {
     std::lock_guard<std::mutex> lk(pmu);
-    for (auto it = pending.begin(); it != pending.end();) {
-      if (it->second.second > now) {
-        ++it;
-        continue;
-      }
-      late.push_back(it->second.first);
-      it = pending.erase(it);
+    for (size_t slot = 0; slot < pending.size(); ++slot) {
+      Pending& w = pending[slot];
+      if (!w.id || w.deadline > now) continue;
+      late.push_back(w.op);
+      w = {};
+      free_slots.push_back(static_cast<uint32_t>(slot));
     }
   }
   for (OfiOp* op : late) complete_part(op, cqe::kErrTransient);  // the peer is gone or does not answer
@@ -544,32 +585,41 @@ void OfiPort::serve(const msg::Request& q) {
   deferred.push_back({nullptr, r});  // sent before the next look at the CQ
 }
 
-// The progress thread: drives the provider (tcp;ofi_rxm progresses in the calls that read
-// its CQ, also for the RMA peers do on our memory), turns completions into CQ events and
-// serves peers' messages.
-void OfiPort::run() {
-  fi_cq_data_entry e[16];
-  uint64_t next_expiry = 0;
-  while (!stop.load(std::memory_order_acquire)) {
-    for (size_t i = 0; i < deferred.size();) {
-      const Deferred d = deferred[i];
-      ssize_t rc = send_deferred(d);
-      if (rc == -FI_EAGAIN) {  // retried after the next look at the CQ (which makes room)
-        ++i;
-        continue;
-      }
-      if (rc && d.reply) {
-        delete d.reply;  // the initiator times out
-      } else if (rc) {
-        const uint64_t st = status_of_error(static_cast<int>(-rc));
-        OfiOp* waiting = nullptr;  // taken first: holding its part keeps the op alive
-        const bool waited = !d.op->flag_after && take_pending(d.op->req.h.id, waiting);
-        complete_part(d.op, st);  // the flag's or the event message's part
-        if (waited) complete_part(waiting, st);
-      }
-      deferred[i] = deferred.back();
-      deferred.pop_back();
+// Sends what waited for room in the provider (replies, sync flags, GETs' event messages);
+// by the driving thread.
+void OfiPort::flush_deferred() {
+  for (size_t i = 0; i < deferred.size();) {
+    const Deferred d = deferred[i];
+    ssize_t rc = send_deferred(d);
+    if (rc == -FI_EAGAIN) {  // retried after the next look at the CQ (which makes room)
+      ++i;
+      continue;
     }
+    if (rc && d.reply) {
+      delete d.reply;  // the initiator times out
+    } else if (rc) {
+      const uint64_t st = status_of_error(static_cast<int>(-rc));
+      OfiOp* waiting = nullptr;  // taken first: holding its part keeps the op alive
+      const bool waited = !d.op->flag_after && take_pending(d.op->req.h.id, waiting);
+      complete_part(d.op, st);  // the flag's or the event message's part
+      if (waited) complete_part(waiting, st);
+    }
+    deferred[i] = deferred.back();
+    deferred.pop_back();
+  }
+}
+
+// One look at the provider, by whoever holds drive_mu (the progress thread, or an
+// application thread polling its CQ): sends what waited for room, expires replies not
+// coming, drives the provider (tcp;ofi_rxm progresses in the calls that read its CQ, also
+// for the RMA peers do on our memory), turns completions into CQ events and serves peers'
+// messages. may_sleep: in fi_cq_sread up to 100 ms (the progress thread). True if it read
+// something.
+bool OfiPort::progress_once(bool may_sleep) {
+  fi_cq_data_entry e[16];
+  bool got = false;
+  do {  // once; `continue` ends it
+    flush_deferred();
     if (msgs) {
       const uint64_t now = monotonic_ns();
       if (now >= next_expiry) {
@@ -577,7 +627,17 @@ void OfiPort::run() {
         next_expiry = now + 100'000'000ull;
       }
     }
-    ssize_t k = waitable && deferred.empty() ? fi_cq_sread(cq, e, 16, nullptr, 100) : fi_cq_read(cq, e, 16);
+    ssize_t k;
+    if (may_sleep && waitable && deferred.empty()) {
+      in_sread.store(true, std::memory_order_seq_cst);
+      k = fi_cq_sread(cq, e, 16, nullptr, 100);
+      in_sread.store(false, std::memory_order_relaxed);
+      kicked.store(false, std::memory_order_relaxed);
+    } else {
+      k = fi_cq_read(cq, e, 16);
+    }
+    got = k > 0 || k == -FI_EAVAIL;
+    if (k > 0) count(nic->counters, may_sleep ? ctr::cdm::ofi_reads_thread : ctr::cdm::ofi_reads_inline, static_cast<uint64_t>(k));
     if (k > 0) {
       for (ssize_t i = 0; i < k; ++i) {
         if (e[i].flags & FI_REMOTE_CQ_DATA) {
@@ -639,12 +699,82 @@ void OfiPort::run() {
       }
       continue;
     }
-    if (!waitable) {
+    if (!waitable && may_sleep) {
       // No wait object: poll, briefly asleep between (the target side needs progress too).
       timespec ts{0, in_flight.load(std::memory_order_relaxed) ? 2000 : 200000};
       nanosleep(&ts, nullptr);
     }
+  } while (false);
+  // Replies to the requests just served, flags and event messages of the writes and reads
+  // just completed: out now, not at the next look (an application thread may not look again).
+  if (got && !deferred.empty()) flush_deferred();
+  return got;
+}
+
+// How long the progress thread keeps away after an application thread's last poll: long
+// enough to sleep rather than spin, short enough for a rank that stops polling (computing)
+// to have its peers' requests served soon again. A thread going to sleep says so (ofi_idle).
+constexpr uint64_t kPollWindowNs = 1'000'000;
+
+// The progress thread: drives the provider while the application does not (a rank that
+// computes, waits on a futex, or is the target of RMA it never polls for).
+void OfiPort::run() {
+  while (!stop.load(std::memory_order_acquire)) {
+    const uint64_t last = polled_at.load(std::memory_order_relaxed);
+    const uint64_t now = last ? monotonic_ns() : 0;
+    if (last && now < last + kPollWindowNs) {
+      backoff.store(1, std::memory_order_seq_cst);
+      // Re-read after raising `backoff`: ofi_idle clears polled_at, then takes the word back
+      // to 0 (so a wait that starts after it returns at once) and wakes us if it was 1.
+      if (polled_at.load(std::memory_order_seq_cst) == last)
+        abi::futex_wait(&backoff, 1, static_cast<int64_t>(last + kPollWindowNs - now));
+      backoff.store(0, std::memory_order_relaxed);
+      continue;
+    }
+    std::lock_guard<std::mutex> lk(drive_mu);
+    // A poller came while we waited for the lock: its turn (checked again above).
+    const uint64_t again = polled_at.load(std::memory_order_relaxed);
+    if (again != last && monotonic_ns() < again + kPollWindowNs) continue;
+    progress_once(true);
   }
+}
+
+void OfiPort::poll_inline() {
+  polled_at.store(monotonic_ns(), std::memory_order_relaxed);
+  std::unique_lock<std::mutex> lk(drive_mu, std::try_to_lock);
+  if (lk.owns_lock()) {
+    progress_once(false);
+    return;
+  }
+  // The progress thread asleep in fi_cq_sread: woken once, it backs off (run) and leaves the
+  // provider to us from our next poll on. Another thread driving: nothing to do.
+  if (in_sread.load(std::memory_order_seq_cst) && !kicked.exchange(true, std::memory_order_relaxed)) {
+    fi_cq_signal(cq);
+    count(nic->counters, ctr::cdm::ofi_kicks);
+  }
+}
+
+void ofi_poll(Nic* n) {
+  OfiPort* p = n->ofi;
+  if (!p) return;
+  // Not cancelled inside the provider (its calls have cancellation points, and it holds
+  // locks of its own there) nor holding drive_mu: a cancel that comes meanwhile is acted on
+  // as we return, as deferring_cancel does (cancel_point.h). GNI_CqGetEvent is called by
+  // threads with asynchronous cancellation (libfabric's gni provider).
+  int state, type, unused;
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &state);
+  pthread_setcanceltype(PTHREAD_CANCEL_DEFERRED, &type);
+  p->poll_inline();
+  pthread_setcancelstate(state, &unused);
+  if (type == PTHREAD_CANCEL_ASYNCHRONOUS) before_possible_unwind();
+  pthread_setcanceltype(type, &unused);  // may unwind from here: a cancel came meanwhile
+}
+
+void ofi_idle(Nic* n) {
+  OfiPort* p = n->ofi;
+  if (!p || !p->polled_at.load(std::memory_order_relaxed)) return;
+  p->polled_at.store(0, std::memory_order_seq_cst);
+  if (p->backoff.exchange(0, std::memory_order_seq_cst)) abi::futex_wake_all(&p->backoff);
 }
 
 bool OfiPort::resolve(uint32_t node, uint32_t route, fi_addr_t& out) {
@@ -736,13 +866,12 @@ void OfiPort::judge(uint64_t peer, const PeerAnswer& a, std::vector<void*>& ops)
   std::vector<OfiOp*> waiting;  // messages to it whose replies will not come
   {
     std::lock_guard<std::mutex> lk(pmu);
-    for (auto it = pending.begin(); it != pending.end();) {
-      if (it->second.first->peer == peer && is_dead(it->second.first->dest)) {
-        waiting.push_back(it->second.first);
-        it = pending.erase(it);
-      } else {
-        ++it;
-      }
+    for (size_t slot = 0; slot < pending.size(); ++slot) {
+      Pending& w = pending[slot];
+      if (!w.id || w.op->peer != peer || !is_dead(w.op->dest)) continue;
+      waiting.push_back(w.op);
+      w = {};
+      free_slots.push_back(static_cast<uint32_t>(slot));
     }
   }
   for (OfiOp* op : waiting) {
@@ -754,9 +883,13 @@ void OfiPort::judge(uint64_t peer, const PeerAnswer& a, std::vector<void*>& ops)
 void OfiPort::teardown() {
   if (progress.joinable()) {
     stop.store(true, std::memory_order_release);
+    polled_at.store(0, std::memory_order_seq_cst);
+    backoff.store(0, std::memory_order_seq_cst);
+    abi::futex_wake_all(&backoff);  // a progress thread keeping away from a poller
     progress.join();
   }
   if (check) check->stop();  // posts still waiting for a verdict: dropped without events
+  std::lock_guard<std::mutex> lk(drive_mu);  // an application thread still driving it
   for (auto& [slot, m] : mrs) fi_close(&m.mr->fid);
   mrs.clear();
   if (ep) fi_close(&ep->fid);
@@ -801,7 +934,7 @@ void ofi_open(Nic* n, const abi::ctl::AttachReply& rep) {
     hints->caps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | w.caps;
     // The memory modes this code handles: addresses as VAs or offsets, keys it chooses.
     hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED;
-    hints->domain_attr->threading = FI_THREAD_SAFE;  // posting threads and the progress thread
+    hints->domain_attr->threading = FI_THREAD_SAFE;  // posting and polling threads, the progress thread
     // A local completion means the data is at the target (GNI's global event): delivery complete.
     hints->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
     hints->tx_attr->msg_order = w.order;
@@ -953,6 +1086,9 @@ uint64_t ofi_send(Nic* n, uint64_t dest, const void* buf, size_t len, OfiSendCtx
       p->in_flight.fetch_sub(1, std::memory_order_release);
       return rc == -FI_EAGAIN ? cqe::kErrTransient : status_of_error(static_cast<int>(-rc));
     }
+    // Room comes as the provider progresses: an application thread drives it (the progress
+    // thread may keep away from a poller); the driving thread itself must not re-enter.
+    if (patient) ofi_poll(n);
     std::this_thread::yield();
   }
 }
@@ -1054,7 +1190,7 @@ bool post_impl(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, ui
   p->in_flight.fetch_add(1, std::memory_order_relaxed);
   count(n->counters, ctr::cdm::ofi_ops);
   count(n->counters, ctr::cdm::ofi_bytes, length);
-  // Posts one provider operation; a full transmit queue empties as the progress thread runs:
+  // Posts one provider operation; a full transmit queue empties as the provider progresses:
   // retried for up to 2 s. False: refused (the part is completed with the error).
   auto post = [&](OfiCtx& c, auto&& call) {
     uint64_t give_up = 0;  // set at the first refusal: no clock read on the common path
@@ -1066,6 +1202,7 @@ bool post_impl(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, ui
         p->complete_part(op, rc == -FI_EAGAIN ? cqe::kErrTransient : status_of_error(static_cast<int>(-rc)));
         return false;
       }
+      ofi_poll(n);  // room comes as the provider progresses: drive it (the progress thread may keep away)
       std::this_thread::yield();
     }
   };

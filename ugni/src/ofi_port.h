@@ -3,11 +3,12 @@
 // the data of its FMA/RDMA PUT and GET to other hosts itself (fi_write / fi_read), rank to
 // rank, remote events of PUTs as remote CQ data (fi_writedata) and sync flags as a second
 // write. AMOs, CQ writes and GETs' remote events go as messages (nicemu/abi/ofi_msg.h) that
-// the target's progress thread executes against its own registration table, AMOs under the
-// AMO lock every path takes; chained FMA posts member by member (ofi_chain_*). SMSG
-// channels go as frames the receiver's progress thread writes into the mailbox
-// (smsg_ofi.h). A post that fails TRANSIENT is judged first: PEER_GONE if the target CDM
-// died (ofi_peer_check.h). Everything else across hosts keeps going through the daemons
+// the target's port executes against its own registration table, AMOs under the AMO lock
+// every path takes; chained FMA posts member by member (ofi_chain_*). SMSG channels go as
+// frames the receiver's port writes into the mailbox (smsg_ofi.h). A post that fails
+// TRANSIENT is judged first: PEER_GONE if the target CDM died (ofi_peer_check.h). The port
+// is driven by an application thread polling an empty CQ, else by the CDM's progress
+// thread (ofi_poll below). Everything else across hosts keeps going through the daemons
 // (remote_post.cpp).
 //
 // Memory handles: a registration made by the library (GNI_MemRegister, not vMDH) is
@@ -46,6 +47,13 @@ void ofi_deregister(Nic* n, const gni_mem_handle_t& h);
 // A post for another host's node: true if taken here (its events come from the port's
 // progress thread, errors included); false: the caller hands it to the daemon.
 bool ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t engine, int32_t tid);
+// An application thread found a CQ of the CDM empty: it drives the provider itself (reads
+// its CQ without blocking, dispatches as the progress thread does), if no other thread is
+// driving it; the progress thread keeps away while the application polls. Cheap without a port.
+void ofi_poll(Nic* n);
+// The application thread stops polling (it goes to sleep on a CQ's futex): the progress
+// thread drives again at once.
+void ofi_idle(Nic* n);
 
 // Chained posts (GNI_CtPostFma, ct_requester.cpp) whose members for other hosts all go rank
 // to rank: ofi_chain_takes says whether member `m` (a plain descriptor of the chain's type
