@@ -19,6 +19,7 @@
 #include "nicemu/abi/smsg_channel.h"
 #include "nicemu/fault/fault_page.h"
 #include "ofi_port.h"
+#include "smsg_relay.h"
 
 namespace nicemu::ugni {
 
@@ -442,13 +443,7 @@ gni_return_t smsg_ofi_send(Ep* ep, const void* header, uint32_t header_length, c
                            uint32_t msg_id, uint8_t tag) {
   SmsgOfiTx* t = ep->tx.ofi;
   Nic* n = ep->nic;
-  auto failed = [&](uint64_t st) {
-    // As the relay's: an error event in our CQ, and the channel is broken.
-    ep->tx_failed.store(true, std::memory_order_relaxed);
-    if (!ep->src_cq) return GNI_RC_TRANSACTION_ERROR;
-    ep->src_cq->ring.push(cqe::make(cqe::kSrcLocalRequest, cqe::kTypeSmsg, st, cqe::kInfoGlobal, 0, msg_id));
-    return GNI_RC_SUCCESS;
-  };
+  auto failed = [&](uint64_t st) { return remote_send_failed(ep, msg_id, st); };  // as the relay's
   // NIC down as the daemons' path sees it (remote_post.cpp does the same for posts): the
   // daemon marked our region at shutdown, or the kernel did when it died.
   if (n->self->state() == abi::kRegionNicDown) [[unlikely]]

@@ -41,17 +41,18 @@ gni_return_t relay_open(Ep* ep, const gni_smsg_attr_t* a, uint32_t credit_cq, Ma
   return GNI_RC_SUCCESS;
 }
 
+gni_return_t remote_send_failed(Ep* ep, uint32_t msg_id, uint64_t status) {
+  ep->tx_failed.store(true, std::memory_order_relaxed);
+  if (!ep->src_cq) return GNI_RC_TRANSACTION_ERROR;
+  ep->src_cq->ring.push(cqe::make(cqe::kSrcLocalRequest, cqe::kTypeSmsg, status, cqe::kInfoGlobal, 0, msg_id));
+  return GNI_RC_SUCCESS;
+}
+
 gni_return_t relay_send(Ep* ep, const void* header, uint32_t header_length, const void* data, uint32_t data_length,
                         uint32_t msg_id, uint8_t tag) {
   Mailbox& m = ep->tx;
   Nic* n = ep->nic;
-  auto failed = [&](uint64_t st) {
-    // As a send to a dead receiver on this host: an error event in our CQ.
-    ep->tx_failed.store(true, std::memory_order_relaxed);
-    if (!ep->src_cq) return GNI_RC_TRANSACTION_ERROR;
-    ep->src_cq->ring.push(cqe::make(cqe::kSrcLocalRequest, cqe::kTypeSmsg, st, cqe::kInfoGlobal, 0, msg_id));
-    return GNI_RC_SUCCESS;
-  };
+  auto failed = [&](uint64_t st) { return remote_send_failed(ep, msg_id, st); };
   if (n->nic_down.load(std::memory_order_relaxed)) return failed(cqe::kErrNicDown);
   if (uint32_t st = m.relay->state.load(std::memory_order_acquire)) return failed(st);
   const uint32_t s = m.relay->sent.load(std::memory_order_relaxed);

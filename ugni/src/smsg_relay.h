@@ -25,6 +25,10 @@ inline abi::ctl::MailboxAttrs mailbox_attrs(const gni_smsg_attr_t* a) {
 // `credit_cq`: our receive CQ slot (kNoCq: none), where our daemon raises the SMSG event of
 // credits coming back after a send found none.
 gni_return_t relay_open(Ep* ep, const gni_smsg_attr_t* remote, uint32_t credit_cq, Mailbox& out);
+// A send to another host that failed (channel broken, NIC down), on either path: as a send
+// to a dead receiver on this host, an error event in our CQ (TRANSACTION_ERROR without one),
+// and the channel is marked broken.
+gni_return_t remote_send_failed(Ep* ep, uint32_t msg_id, uint64_t status);
 // GNI_SmsgSend[WTag] on a relayed channel (arguments already checked).
 gni_return_t relay_send(Ep* ep, const void* header, uint32_t header_length, const void* data, uint32_t data_length,
                         uint32_t msg_id, uint8_t tag);
