@@ -105,8 +105,10 @@ static int receive(struct peer *p, int npeers, gni_cq_handle_t rcq, uint32_t cou
       return 1;
     }
     p[k].remote_cqes++;
-    /* Messages are taken in order; a CQE may announce one taken already with an earlier one. */
-    for (;;) {
+    /* Messages are taken in order, no more than CQEs seen: a message is in the mailbox before
+       its CQE is in the CQ, and a loop that kept taking what a streaming sender sends (GetNext
+       drives the ofi provider) would never come back to the CQ, which would overrun. */
+    while (p[k].received < p[k].remote_cqes) {
       void *m = NULL;
       uint8_t tag = GNI_SMSG_ANY_TAG;
       rc = GNI_SmsgGetNextWTag(p[k].ep, &m, &tag);

@@ -33,7 +33,7 @@ bool ofi_peer(Nic*, uint32_t, uint32_t, uint64_t&) { return false; }
 bool ofi_insert(Nic*, const uint8_t*, uint32_t, uint64_t&) { return false; }
 uint32_t ofi_self_name(Nic*, uint8_t*) { return 0; }
 uint64_t ofi_send(Nic*, uint64_t, const void*, size_t, OfiSendCtx*, bool) { return abi::cqe::kErrTransient; }
-void ofi_poll(Nic*) {}
+void ofi_poll(Nic*, bool) {}
 void ofi_idle(Nic*) {}
 }  // namespace nicemu::ugni
 
@@ -356,7 +356,7 @@ struct OfiPort {
   void expire(uint64_t now);
   void flush_deferred();
   bool progress_once(bool may_sleep);
-  void poll_inline();
+  void poll_inline(bool wait = false);
   void run();
   bool resolve(uint32_t node, uint32_t route, fi_addr_t& out);
   PeerAnswer ask_peer(uint64_t peer);
@@ -739,9 +739,15 @@ void OfiPort::run() {
   }
 }
 
-void OfiPort::poll_inline() {
+void OfiPort::poll_inline(bool wait) {
   polled_at.store(monotonic_ns(), std::memory_order_relaxed);
   std::unique_lock<std::mutex> lk(drive_mu, std::try_to_lock);
+  if (!lk.owns_lock() && wait) {
+    // The driver's dispatch of what it read finishes first; a progress thread asleep in
+    // fi_cq_sread (holding drive_mu) is woken for it.
+    if (in_sread.load(std::memory_order_seq_cst)) fi_cq_signal(cq);
+    lk.lock();
+  }
   if (lk.owns_lock()) {
     progress_once(false);
     return;
@@ -754,7 +760,7 @@ void OfiPort::poll_inline() {
   }
 }
 
-void ofi_poll(Nic* n) {
+void ofi_poll(Nic* n, bool wait) {
   OfiPort* p = n->ofi;
   if (!p) return;
   // Not cancelled inside the provider (its calls have cancellation points, and it holds
@@ -764,7 +770,7 @@ void ofi_poll(Nic* n) {
   int state, type, unused;
   pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &state);
   pthread_setcanceltype(PTHREAD_CANCEL_DEFERRED, &type);
-  p->poll_inline();
+  p->poll_inline(wait);
   pthread_setcancelstate(state, &unused);
   if (type == PTHREAD_CANCEL_ASYNCHRONOUS) before_possible_unwind();
   pthread_setcanceltype(type, &unused);  // may unwind from here: a cancel came meanwhile

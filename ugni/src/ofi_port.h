@@ -50,7 +50,10 @@ bool ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uin
 // An application thread found a CQ of the CDM empty: it drives the provider itself (reads
 // its CQ without blocking, dispatches as the progress thread does), if no other thread is
 // driving it; the progress thread keeps away while the application polls. Cheap without a port.
-void ofi_poll(Nic* n);
+// `wait`: if another thread is driving it, wait for it to finish its dispatch and read the
+// provider's CQ once more (GNI_SmsgGetNext on an empty mailbox: a message whose sender already
+// has its local completion is then in the mailbox, as GNI promises).
+void ofi_poll(Nic* n, bool wait = false);
 // The application thread stops polling (it goes to sleep on a CQ's futex): the progress
 // thread drives again at once.
 void ofi_idle(Nic* n);

@@ -7,6 +7,7 @@
 
 #include "fault_engine.h"
 #include "internal.h"
+#include "ofi_port.h"
 #include "smsg_ofi.h"
 #include "smsg_relay.h"
 
@@ -107,6 +108,12 @@ gni_return_t get_next(Ep* ep, void** header, uint8_t* tag) {
   Mailbox& m = ep->rx;
   if (!m.valid()) return GNI_RC_INVALID_PARAM;
   abi::MboxSlotHeader* slot = smsg_peek(m.view);
+  if (!slot && ep->nic->ofi && ep->other_host()) {
+    // A sender over ofi may hold its local completion while the frame still waits in our
+    // provider's queue: write what arrived into the mailbox, then look again.
+    ofi_poll(ep->nic, true);
+    slot = smsg_peek(m.view);
+  }
   if (!slot) {
     // The connection is broken once a send of ours on it failed, or when a relayed channel
     // lost messages of ours or our NIC (its daemon) is down. A peer that merely left is not
