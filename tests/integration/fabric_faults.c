@@ -283,10 +283,10 @@ int main(int argc, char **argv) {
   // Whatever the NIC's state (rank 0's daemon is gone after the last phase), the handles
   // and buffers are ours to give back.
   GNI_EpDestroy(ep);
+  if (vep) GNI_EpDestroy(vep);  // before the CQ it completes into: a CQ in use is not destroyed
   GNI_MemDeregister(j.nic, &sh);
   GNI_MemDeregister(j.nic, &me.h);
   GNI_CqDestroy(cq);
-  if (vep) GNI_EpDestroy(vep);
   fabric_job_end(j.cdm, j.use_pmi);
   if (victim_pid > 0) { /* killed by the script; reaped (or killed, if it was not) */
     kill(victim_pid, SIGKILL);
