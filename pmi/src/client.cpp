@@ -4,6 +4,7 @@
 
 #include <netdb.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -30,6 +31,24 @@ std::optional<long> env_long(const char* name) {
   long v = std::strtol(s, &end, 10);
   if (errno != 0 || *end != '\0') return std::nullopt;
   return v;
+}
+
+// Hydra started without auto-cleanup tells the surviving ranks of a rank's death with SIGUSR1
+// (its proxy's notice, pmip_cb.c; MPICH installs a handler for it). SIGUSR1's default action
+// ends the process, so a rank of a program that is not MPICH would die with its peer, the
+// opposite of what -disable-auto-cleanup asks. The notice is taken and dropped (the dead peer
+// shows in nicemu as error completions); the application's own handler, set before or after,
+// wins.
+void on_failure_notice(int) {}
+
+void keep_running_on_failure_notices() {
+  struct sigaction old {};
+  if (sigaction(SIGUSR1, nullptr, &old) != 0 || old.sa_handler != SIG_DFL || (old.sa_flags & SA_SIGINFO)) return;
+  struct sigaction sa {};
+  sa.sa_handler = on_failure_notice;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGUSR1, &sa, nullptr);
 }
 
 }  // namespace
@@ -208,6 +227,7 @@ int Client::connect() {
     fd_origin_ = std::string("PMI_PORT ") + port;
     if (int rc = connect_port(port); rc != PMI_SUCCESS) return rc;
     connected_ = true;
+    keep_running_on_failure_notices();
     if (auto id = env_long("PMI_ID")) return handshake_initack(static_cast<int>(*id));
   } else if (std::getenv("PMI_FD")) {
     auto fd = env_long("PMI_FD");
@@ -218,6 +238,7 @@ int Client::connect() {
     }
     fd_ = static_cast<int>(*fd);
     connected_ = true;
+    keep_running_on_failure_notices();
   } else if (pmix::selected()) {
     // Started by a PMIx server (Open MPI's mpirun, Slurm --mpi=pmix): job facts at init.
     pmix_ = true;

@@ -283,6 +283,17 @@ int main(int argc, char **argv) {
     printf("FAIL: rank %d left the barrier\n", rank);
     return 1;
   }
+  if (strcmp(mode, "peer-dies") == 0) {
+    /* Under Hydra without auto-cleanup: rank 1 exits without PMI_Finalize after the barrier;
+     * the others get Hydra's notice (SIGUSR1) and must live on to say so. (A rank killed by a
+     * signal makes Hydra's proxy SIGKILL the other ranks it started, whatever the option.) */
+    PMI_Barrier();
+    if (rank == 1) _exit(3);
+    for (unsigned left = 2; left > 0;) left = sleep(left); /* the notice comes within ms */
+    printf("pmi_check: rank %d outlived its peer\n", rank);
+    fflush(stdout);
+    return 0;
+  }
   if (strcmp(mode, "skip-barrier") == 0) {
     if (rank == 0) return 0; /* exits 0 without ever entering the barrier */
     PMI_Barrier();

@@ -36,6 +36,14 @@ if [[ $PHASE == hydra ]]; then
   else
     fail "hydra"; show hydra
   fi
+  # Without auto-cleanup, Hydra tells the survivors of a rank that left without PMI_Finalize
+  # with SIGUSR1, whose default action would end them too: libpmi takes the notice.
+  capture hydra-peer-dies 90 mpiexec.hydra -disable-auto-cleanup -n 3 "$CHECK" peer-dies
+  if [[ $(grep -c 'pmi_check: rank [02] outlived its peer' "$TMP/hydra-peer-dies.out") -eq 2 ]]; then
+    pass "under Hydra -disable-auto-cleanup, the ranks outlive a peer that died"
+  else
+    fail "hydra-peer-dies"; show hydra-peer-dies
+  fi
   finish pmi-hydra
 fi
 
