@@ -29,8 +29,11 @@ namespace nicemu::abi::ofismsg {
 inline constexpr uint32_t kMagic = 0x4F534D47;  // "GMSO" on the wire: neither ofimsg nor ctl
 inline constexpr uint16_t kVersion = 1;
 // The largest frame: what a receive buffer holds. A channel whose messages (header + data up
-// to smsg_capacity(msg_maxsize), shm_layout.h) do not fit stays on the daemons' relay.
-inline constexpr size_t kMaxFrame = 4096;
+// to smsg_capacity(msg_maxsize), shm_layout.h) do not fit stays on the daemons' relay. Sized
+// for Open MPI btl/ugni's largest mailbox (msg_maxsize 8192 below 512 ranks, capped at 16384:
+// btl_ugni_add_procs.c, btl_ugni_component.c), so its channels go rank to rank too; the cost
+// is the port's 64 posted receive buffers (about 1 MiB per CDM with an ofi port).
+inline constexpr size_t kMaxFrame = 16896;
 
 enum Type : uint16_t { kOpen = 1, kOpenReply = 2, kMsg = 3, kNote = 4, kAsk = 5 };
 

@@ -3,7 +3,11 @@
 # without faults the run is "passed"; with failed AMOs (amo-error) it is "failed-clean"
 # (DMAPP reports the error; "wrong-data" before it stopped reposting AMOs); the printed
 # replay command repeats the same outcome; the summary table counts both; a misspelt fault
-# kind is refused with a message. Usage: test_fault_campaign.sh BUILD_DIR SOURCE_DIR
+# kind is refused with a message. With a libugni built with libfabric (third argument ofi):
+# under ofi-none (two hosts, fabric_data = ofi) the run passes with its AMOs rank to rank
+# (ofi_ops), and one whose ranks cannot open the provider (FI_PROVIDER names none) is a
+# set-up error, not a pass over the daemons' path.
+# Usage: test_fault_campaign.sh BUILD_DIR SOURCE_DIR [ofi|no-ofi]
 set -u
 . "$(dirname "$0")/lib.sh"
 use_build "${1:-}" examples/dmapp_histogram
@@ -96,6 +100,21 @@ if [[ -n "$a" && "$a" == "$b" ]]; then pass "replay: $b"; else fail "replay gave
 capture summary 20 "${camp[@]}" --summary "$TMP/results.txt"
 if grep -q '^| dmapp_histogram | P1 | F1 |$' "$TMP/summary.out"; then pass "summary table"
 else fail "summary table"; show summary; fi
+
+# The ofi kinds (docs/fault-campaigns.md): the data must really go rank to rank.
+if [[ ${3:-no-ofi} == ofi ]] && ldconfig -p 2>/dev/null | grep -q 'libfabric\.so\.1 '; then
+  capture ofi 100 "${camp[@]}" --fault ofi-none --seed 1 --out "$TMP/ofi.txt"
+  l=$(grep '^client=dmapp test=dmapp_histogram fault=ofi-none ' "$TMP/ofi.txt")
+  if [[ $l == *' outcome=passed '* && $l =~ \ ofi_ops=([0-9]+) && ${BASH_REMATCH[1]} -ge 100000 ]]; then
+    pass "ofi-none: passed, ${BASH_REMATCH[1]} operations rank to rank"
+  else fail "ofi-none: $l"; show ofi; fi
+  FI_PROVIDER=nicemu-none capture noofi 100 "${camp[@]}" --fault ofi-none --seed 1 --out "$TMP/noofi.txt"
+  l=$(grep '^client=dmapp test=dmapp_histogram fault=ofi-none ' "$TMP/noofi.txt")
+  if [[ $l == *' outcome=setup-error '*' ofi_ops=0 '* ]]; then pass "ofi-none without a provider: setup-error"
+  else fail "ofi-none without a provider: $l"; show noofi; fi
+else
+  echo "SKIP: ofi kinds (libugni without libfabric, or no libfabric.so.1)"
+fi
 
 capture bad 20 "${camp[@]}" --fault no-such-kind
 if [[ $RC -eq 2 ]] && grep -q 'unknown fault kind no-such-kind' "$TMP/bad.err"; then pass "unknown fault kind refused"
