@@ -3,8 +3,13 @@
 # (docs/clients/libfabric.md, "Beside the ofi fabric"): fi_rdm_pingpong over gni, server on
 # host A's node 0, client on host B's node 1. The provider's process has libfabric 1.13.1
 # loaded; libugni's ofi port then opens its own provider (tcp;ofi_rxm) in that process.
+# Checks: the server maps one libfabric (the 1.13.1 copy), the provider's posts to the other
+# host go rank to rank (the daemons' ofi counts); then with FI_PROVIDER=gni the port refuses
+# gni and everything goes through the daemons.
 # Needs the libfabric 1.13.1 build of tools/compat/recipes/libfabric (NICEMU_LIBFABRIC_GNI,
 # default /tmp/nicemu-compat/libfabric/install), root and ip; otherwise 77.
+# NICEMU_TEST_NETNS_PREFIX (namespace names), NICEMU_TEST_GNI_ITERS (ping-pong iterations, 20),
+# NICEMU_TEST_GNI_FABRIC_DATA (udp: the daemons' path, for comparison; the ofi checks then fail).
 # Usage: test_fabric_ofi_gni.sh BUILD_DIR ofi|no-ofi     Exit: 0 pass, 1 fail, 77 skip.
 set -u
 . "$(dirname "$0")/lib.sh"
