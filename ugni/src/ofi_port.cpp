@@ -978,9 +978,10 @@ void ofi_open(Nic* n, const abi::ctl::AttachReply& rep) {
   if ((rc = lib.fabric(i->fabric_attr, &p->fabric, nullptr))) return p->teardown(), say("fi_fabric", rc);
   if ((rc = fi_domain(p->fabric, i, &p->domain, nullptr))) return p->teardown(), say("fi_domain", rc);
   if ((rc = fi_av_open(p->domain, &av_attr, &p->av, nullptr))) return p->teardown(), say("fi_av_open", rc);
-  // A CQ with a wait object, where fi_cq_sread is known to see completions: libfabric 1.13.1's
-  // tcp;ofi_rxm (the one the gni provider's processes load) returns from it only at its
-  // timeout, so there the progress thread polls (docs/clients/libfabric.md).
+  // A CQ with a wait object where fi_cq_sread is known to see completions: with libfabric
+  // 1.13.1's tcp;ofi_rxm (the one the gni provider's processes load) completions waited for
+  // there came only at its timeout, so before 1.17 the progress thread polls
+  // (docs/clients/libfabric.md).
   p->waitable = lib.version() >= FI_VERSION(1, 17) && fi_cq_open(p->domain, &cq_attr, &p->cq, nullptr) == 0;
   if (!p->waitable) {
     cq_attr.wait_obj = FI_WAIT_NONE;
