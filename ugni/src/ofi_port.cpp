@@ -100,6 +100,7 @@ struct OfiLib {
   fi_info* (*dupinfo)(const fi_info*) = nullptr;
   int (*fabric)(fi_fabric_attr*, fid_fabric**, void*) = nullptr;
   const char* (*strerror)(int) = nullptr;
+  uint32_t (*version)() = nullptr;
   std::string error;  // why it could not be loaded; empty when loaded
 };
 
@@ -131,6 +132,7 @@ const OfiLib& ofi_lib() {
     find(h, "fi_dupinfo", l.dupinfo, l.error);
     find(h, "fi_fabric", l.fabric, l.error);
     find(h, "fi_strerror", l.strerror, l.error);
+    find(h, "fi_version", l.version, l.error);
     return l;  // the handle stays open for the process's life: providers keep state in it
   }();
   return lib;
@@ -139,8 +141,8 @@ const OfiLib& ofi_lib() {
 const char* ofi_strerror(int rc) { return ofi_lib().strerror ? ofi_lib().strerror(rc) : "?"; }
 
 void say(const char* what, int rc) {
-  std::fprintf(stderr, "libugni(nicemu): ofi fabric: %s: %s; this CDM's posts to other hosts go through the daemons\n",
-               what, rc ? ofi_strerror(-rc) : "");
+  std::fprintf(stderr, "libugni(nicemu): ofi fabric: %s%s%s; this CDM's posts to other hosts go through the daemons\n",
+               what, rc ? ": " : "", rc ? ofi_strerror(-rc) : "");
 }
 
 struct OfiOp;
@@ -278,6 +280,7 @@ struct OfiPort {
   fid_av* av = nullptr;
   fid_cq* cq = nullptr;
   bool virt_addr = false;
+  bool mr_endpoint = false;  // FI_MR_ENDPOINT: a registration is bound to the EP and enabled
   bool waitable = false;  // the CQ has a wait object: the progress thread sleeps in fi_cq_sread
   bool cq_data = false;   // 8 bytes of remote CQ data: remote events go rank to rank
   bool waw = false;       // writes ordered (FI_ORDER_WAW): PUT_W_SYNCFLAG goes rank to rank
@@ -945,8 +948,9 @@ void ofi_open(Nic* n, const abi::ctl::AttachReply& rep) {
     if (!hints) return say("fi_dupinfo", 0);
     hints->ep_attr->type = FI_EP_RDM;
     hints->caps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | w.caps;
-    // The memory modes this code handles: addresses as VAs or offsets, keys it chooses.
-    hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED;
+    // The memory modes this code handles: addresses as VAs or offsets, keys it chooses,
+    // registrations bound to the endpoint (docs/ofi-providers.md).
+    hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_ENDPOINT;
     hints->domain_attr->threading = FI_THREAD_SAFE;  // posting and polling threads, the progress thread
     // A local completion means the data is at the target (GNI's global event): delivery complete.
     hints->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
@@ -959,7 +963,15 @@ void ofi_open(Nic* n, const abi::ctl::AttachReply& rep) {
   }
   if (rc || !p->info) return say(("no provider \"" + prov + "\" with RMA and requested keys").c_str(), rc);
   fi_info* i = p->info;
+  // libfabric's gni provider runs on libugni: its domain would attach a CDM of ours, which
+  // opens a port again (docs/clients/libfabric.md, "Beside the ofi fabric").
+  if (const char* name = i->fabric_attr->prov_name; name && std::strstr(name, "gni")) {
+    const std::string why = std::string("provider \"") + name + "\" runs on libugni itself";
+    p->teardown();
+    return say(why.c_str(), 0);
+  }
   p->virt_addr = i->domain_attr->mr_mode & FI_MR_VIRT_ADDR;
+  p->mr_endpoint = i->domain_attr->mr_mode & FI_MR_ENDPOINT;
   p->cq_data = i->domain_attr->cq_data_size >= 8;
   p->waw = (i->tx_attr->msg_order & FI_ORDER_WAW) && i->ep_attr->max_order_waw_size >= 8;
   p->msgs = (i->caps & FI_MSG) && i->ep_attr->max_msg_size >= msg::kMaxMessage;
@@ -973,7 +985,11 @@ void ofi_open(Nic* n, const abi::ctl::AttachReply& rep) {
   if ((rc = lib.fabric(i->fabric_attr, &p->fabric, nullptr))) return p->teardown(), say("fi_fabric", rc);
   if ((rc = fi_domain(p->fabric, i, &p->domain, nullptr))) return p->teardown(), say("fi_domain", rc);
   if ((rc = fi_av_open(p->domain, &av_attr, &p->av, nullptr))) return p->teardown(), say("fi_av_open", rc);
-  p->waitable = fi_cq_open(p->domain, &cq_attr, &p->cq, nullptr) == 0;
+  // A CQ with a wait object where fi_cq_sread is known to see completions: with libfabric
+  // 1.13.1's tcp;ofi_rxm (the one the gni provider's processes load) completions waited for
+  // there came only at its timeout, so before 1.17 the progress thread polls
+  // (docs/clients/libfabric.md).
+  p->waitable = lib.version() >= FI_VERSION(1, 17) && fi_cq_open(p->domain, &cq_attr, &p->cq, nullptr) == 0;
   if (!p->waitable) {
     cq_attr.wait_obj = FI_WAIT_NONE;
     if ((rc = fi_cq_open(p->domain, &cq_attr, &p->cq, nullptr))) return p->teardown(), say("fi_cq_open", rc);
@@ -1031,6 +1047,11 @@ void ofi_register(Nic* n, const gni_mem_handle_t& h, bool read_only) {
   fid_mr* mr = nullptr;
   int rc = fi_mr_reg(p->domain, reinterpret_cast<void*>(f->va), f->npages << abi::mdh::kPageShift, access, 0,
                      p->key_of(h), 0, &mr, nullptr);
+  if (rc == 0 && p->mr_endpoint) {
+    // Created disabled: usable once bound to the endpoint and enabled.
+    if ((rc = fi_mr_bind(mr, &p->ep->fid, 0)) == 0) rc = fi_mr_enable(mr);
+    if (rc) fi_close(&mr->fid);
+  }
   if (rc) {
     // Peers' posts to it complete with a protection error; said, not failed here.
     std::fprintf(stderr, "libugni(nicemu): ofi fabric: fi_mr_reg: %s\n", ofi_strerror(-rc));
