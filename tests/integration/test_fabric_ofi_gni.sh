@@ -69,10 +69,15 @@ ofi_ops() {
   "$CTL" --rundir "$TMP/host$1" --node "$1" status --json |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["nodes"][0]["ofi"]["ops"])'
 }
+# relay_sent A: SMSG messages host A's daemon relayed to another host.
+relay_sent() {
+  "$CTL" --rundir "$TMP/host$1" --node "$1" status --json |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["nodes"][0].get("smsg_relay", {}).get("sent", 0))'
+}
 # pingpong LOG [ENV=VALUE...]: fi_rdm_pingpong over gni, server on node 0, client on node 1;
 # the libfabric files the server maps once its CDM is attached in LOG.maps. 64 KiB: the
 # provider's rendezvous (an RDMA GET of the sender's buffer, which goes rank to rank); its
-# smaller messages are SMSG, whose mailboxes exceed what SMSG over ofi carries (the relay).
+# smaller messages are SMSG (16 KiB mailboxes, which a frame holds), rank to rank as well.
 ITERS=${NICEMU_TEST_GNI_ITERS:-20}
 pingpong() {
   local log=$1 rc=0 src=0
@@ -112,6 +117,9 @@ for _ in $(seq 50); do
 done
 [[ $d0 -gt 0 && $d1 -gt 0 ]] && pass "the provider's posts to the other host rank to rank: $d0 and $d1 ofi posts" ||
   fail "ofi posts $d0 and $d1 (want some on both hosts)"
+r0=$(relay_sent 0) r1=$(relay_sent 1)
+[[ $r0 -eq 0 && $r1 -eq 0 ]] && pass "the provider's SMSG rank to rank: the daemons relayed no message" ||
+  fail "the daemons relayed $r0 and $r1 SMSG messages (want none: the provider's mailboxes fit a frame)"
 
 # 2. FI_PROVIDER=gni: libfabric then hides every other provider, also from libugni's port, and
 # the port refuses gni itself (it runs on libugni): the CDMs take the daemons' path.
@@ -127,4 +135,7 @@ grep -q 'provider "gni" runs on libugni itself' "$TMP/pp-env.log" &&
 d0=$(($(ofi_ops 0) - before0)) d1=$(($(ofi_ops 1) - before1))
 [[ $d0 -eq 0 && $d1 -eq 0 ]] && pass "FI_PROVIDER=gni: no ofi post, all through the daemons" ||
   fail "FI_PROVIDER=gni: ofi posts $d0 and $d1 (want 0)"
+r=$(($(relay_sent 0) + $(relay_sent 1)))
+[[ $r -gt 0 ]] && pass "FI_PROVIDER=gni: the daemons relayed the provider's SMSG ($r messages)" ||
+  fail "FI_PROVIDER=gni: the daemons relayed no SMSG message (the relay count is not read right)"
 finish fabric-ofi-gni 0 1
