@@ -34,6 +34,11 @@ constexpr uint64_t kLateSlackUs = 2000;
 // kLateWindowUs (two half windows).
 constexpr uint64_t kLateRtoFactor = 2;
 constexpr uint64_t kLateWindowUs = 2'000'000;
+// The timeout that jitter asks for: at most the backoff's ceiling (a sixteenth of the
+// liveness horizon), so a host stalled longer than that is not waited out on every record.
+uint64_t jitter_rto(uint64_t srtt, uint64_t jitter, const ChannelConfig& cfg) {
+  return std::min(srtt + kLateRtoFactor * jitter, std::max(cfg.rto_min_us, cfg.silent_after_us / 16));
+}
 // The liveness horizon is at least this many smoothed round trips (a peer whose answers
 // take long on a loaded host), at most kSilentMaxFactor times silent_after_us.
 constexpr uint64_t kSilentRtts = 16;
@@ -316,7 +321,7 @@ size_t ReliableChannel::fill(uint64_t now_us, uint8_t* buf, size_t cap, uint16_t
       late_at_ = now_us;
     }
     late_cur_ = std::max(late_cur_, late);
-    rto_ = std::max(rto_, std::min(srtt_ + kLateRtoFactor * std::max(late_prev_, late_cur_), cfg_.rto_max_us));
+    rto_ = std::max(rto_, jitter_rto(srtt_, std::max(late_prev_, late_cur_), cfg_));
   }
   timers_deferred_ = defer;
   const size_t used = fill_body(now_us, buf, cap, count);
@@ -469,7 +474,7 @@ void ReliableChannel::rtt_sample(uint64_t rtt, uint64_t now_us) {
   // And at least the round trip plus twice the host's recent scheduling jitter (fill): a
   // peer daemon descheduled that long is no loss.
   const uint64_t jitter = now_us < late_at_ + kLateWindowUs ? std::max(late_prev_, late_cur_) : 0;
-  rto_ = std::clamp(std::max(srtt_ + std::max(4 * rttvar_, srtt_), srtt_ + kLateRtoFactor * jitter), cfg_.rto_min_us,
+  rto_ = std::clamp(std::max(srtt_ + std::max(4 * rttvar_, srtt_), jitter_rto(srtt_, jitter, cfg_)), cfg_.rto_min_us,
                     cfg_.rto_max_us);
   // Windowed minimum over two half windows: the path's base RTT as seen lately. A sender
   // that started while a queue stood learns the lower RTT when the queue next drains, so
