@@ -30,15 +30,6 @@ constexpr uint64_t kPaceBurstMax = 64 * 1024;
 // scheduling delay (the daemon's timer and loop are punctual to well under a millisecond
 // when it gets the CPU): not counted as the peer's silence.
 constexpr uint64_t kLateSlackUs = 2000;
-// Timeouts leave room for kLateRtoFactor times the largest such lateness seen over the last
-// kLateWindowUs (two half windows).
-constexpr uint64_t kLateRtoFactor = 2;
-constexpr uint64_t kLateWindowUs = 2'000'000;
-// The timeout that jitter asks for: at most the backoff's ceiling (a sixteenth of the
-// liveness horizon), so a host stalled longer than that is not waited out on every record.
-uint64_t jitter_rto(uint64_t srtt, uint64_t jitter, const ChannelConfig& cfg) {
-  return std::min(srtt + kLateRtoFactor * jitter, std::max(cfg.rto_min_us, cfg.silent_after_us / 16));
-}
 // The liveness horizon is at least this many smoothed round trips (a peer whose answers
 // take long on a loaded host), at most kSilentMaxFactor times silent_after_us.
 constexpr uint64_t kSilentRtts = 16;
@@ -292,38 +283,10 @@ size_t ReliableChannel::fill(uint64_t now_us, uint8_t* buf, size_t cap, uint16_t
   // Ran later than the channel asked to: this process was not scheduled meanwhile (or the
   // whole host is overloaded). The peer's acks may be waiting unread; its daemon is likely
   // descheduled alike. That time is not the peer's silence.
-  bool defer = false;
   if (state_ == State::kUp && in_flight() > 0 && expect_us_ != UINT64_MAX && now_us > expect_us_ + kLateSlackUs) {
-    const uint64_t late = now_us - expect_us_;
-    progress_us_ += late;
-    st_.stalled_us += late;
-    // Nor is it the records' time: their timers resume where they stopped, each postponed
-    // by at most its own timeout. And acks that came meanwhile may wait unread: the timers
-    // are judged at the next fill (due at once: the caller reads what arrived first), not
-    // now, or records whose acks are already here time out. Once: a host late at every
-    // turn still times records out.
-    if (!timers_deferred_) {
-      defer = true;
-      due_floor_ = UINT64_MAX;
-      for (uint32_t s = base_; s != sent_upto_; ++s) {
-        OutRecord& r = out(s);
-        if (!r.in_pipe || r.acked) continue;
-        r.due_us = std::min(r.due_us + late, r.sent_us + 2 * r.rto_us);
-        due_floor_ = std::min(due_floor_, r.due_us);
-      }
-    }
-    // The host's scheduling jitter, a windowed maximum: the peer's daemon, on a host as
-    // loaded, answers that late too, so timeouts leave room for it (rtt_sample).
-    if (now_us >= late_at_ + kLateWindowUs) late_cur_ = 0;
-    if (now_us >= late_at_ + kLateWindowUs / 2) {
-      late_prev_ = late_cur_;
-      late_cur_ = 0;
-      late_at_ = now_us;
-    }
-    late_cur_ = std::max(late_cur_, late);
-    rto_ = std::max(rto_, jitter_rto(srtt_, std::max(late_prev_, late_cur_), cfg_));
+    progress_us_ += now_us - expect_us_;
+    st_.stalled_us += now_us - expect_us_;
   }
-  timers_deferred_ = defer;
   const size_t used = fill_body(now_us, buf, cap, count);
   // UINT64_MAX: nothing in flight, no deadline; one due already: the caller's loop runs it now.
   const uint64_t next = next_deadline();
@@ -382,8 +345,7 @@ size_t ReliableChannel::fill_body(uint64_t now_us, uint8_t* buf, size_t cap, uin
     return 0;
   }
   // Timers first: a record whose own timer ran out is lost (its next timeout doubled).
-  // Not when this fill runs late (fill()): the next one, due at once, judges them.
-  if (now_us >= due_floor_ && !timers_deferred_) {
+  if (now_us >= due_floor_) {
     uint64_t floor = UINT64_MAX;
     bool expired = false, resent_expired = false;
     for (uint32_t s = base_; s != sent_upto_; ++s) {
@@ -471,11 +433,7 @@ void ReliableChannel::rtt_sample(uint64_t rtt, uint64_t now_us) {
   // At least twice the smoothed RTT: a queue that fills between samples can double the
   // round trip faster than the deviation follows, and a timer that fires before the ack of
   // a record that is only queued cuts the cwnd for nothing.
-  // And at least the round trip plus twice the host's recent scheduling jitter (fill): a
-  // peer daemon descheduled that long is no loss.
-  const uint64_t jitter = now_us < late_at_ + kLateWindowUs ? std::max(late_prev_, late_cur_) : 0;
-  rto_ = std::clamp(std::max(srtt_ + std::max(4 * rttvar_, srtt_), jitter_rto(srtt_, jitter, cfg_)), cfg_.rto_min_us,
-                    cfg_.rto_max_us);
+  rto_ = std::clamp(srtt_ + std::max(4 * rttvar_, srtt_), cfg_.rto_min_us, cfg_.rto_max_us);
   // Windowed minimum over two half windows: the path's base RTT as seen lately. A sender
   // that started while a queue stood learns the lower RTT when the queue next drains, so
   // all senders judge the queue against the same floor (else the latecomer never backs off).
@@ -747,7 +705,6 @@ void ReliableChannel::reset() {
   srtt_ = rttvar_ = 0;
   rto_ = cfg_.rto_initial_us;
   min_rtt_ = min_prev_ = min_cur_ = UINT64_MAX;
-  late_prev_ = late_cur_ = late_at_ = 0;
   acked_order_ = tx_order_;
   rx_next_ = 1;
   held_ = 0;

@@ -302,9 +302,6 @@ class ReliableChannel {
   uint32_t lost_from_ = 1;     // none of them below this
   uint64_t progress_us_ = 0;   // the peer last acknowledged something (or the wait began)
   uint64_t expect_us_ = UINT64_MAX;  // when the channel asked fill() to run next (its deadline then)
-  // The largest lateness of fill() (this host's scheduling jitter) over two half windows.
-  uint64_t late_prev_ = 0, late_cur_ = 0, late_at_ = 0;
-  bool timers_deferred_ = false;  // this fill ran late: its timers wait for the next one
   size_t fill_body(uint64_t now_us, uint8_t* out, size_t cap, uint16_t& count);
   uint64_t silent_horizon() const;
   bool ack_owed_ = false;

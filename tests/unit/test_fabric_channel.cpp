@@ -1258,11 +1258,14 @@ TEST_CASE("fabric congestion: daemons descheduled for milliseconds do not cut th
   }
 }
 
-TEST_CASE("fabric congestion: on a busy host few timeouts are spurious and fairness holds") {
+TEST_CASE("fabric congestion: on a busy host the channels stay fair and up") {
   // Every daemon stalls for 2-10 ms about every 30 ms (a host running several times as many
-  // busy processes as it has CPUs: the incast runs' N = 2 saw hundreds of records a second
-  // time out whose acks came after all). A timer does not run while its own daemon is
-  // descheduled, and timeouts leave room for the jitter the daemon measures.
+  // busy processes as it has CPUs). This reproduces the incast runs' timeout storm at N = 2
+  // (hundreds of records a second timing out whose acks came after all): a daemon's timer
+  // fires when it runs again, before the acks that wait in its socket are read. Goodput
+  // suffers (0.70 at one sender, 4 % resent); fairness and liveness must hold. Stopping the
+  // timers with the daemon gave 0.83 and 0.3 % here but did not pass its namespace A/B
+  // (docs/notes/2026-12-07-incast-timers.md).
   for (int n : {1, 2, 4}) {
     BottleneckConfig c;
     c.senders = n;
@@ -1275,10 +1278,9 @@ TEST_CASE("fabric congestion: on a busy host few timeouts are spurious and fairn
     MESSAGE("busy host, senders ", n, ": goodput ", r.goodput, " fairness ", r.min_fairness, " retransmitted ",
             r.retransmitted, ", timeouts ", r.timeouts, ", undone ", r.undos, ", recoveries ", r.recoveries,
             ", delay backoffs ", r.delay_backoffs);
-    // Before timers stopped with their daemon: 0.72 at one sender, 3.8-4.4 % resent.
-    CHECK(r.goodput >= 0.8);
+    CHECK(r.goodput >= 0.65);
     CHECK(r.min_fairness >= 0.9);
-    CHECK(r.retransmitted <= 0.02);
+    CHECK(r.retransmitted <= 0.06);
     CHECK(r.downs == 0);
   }
 }
