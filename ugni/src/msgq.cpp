@@ -37,6 +37,7 @@
 
 #include "internal.h"
 #include "msgq_ofi.h"
+#include "ofi_port.h"
 #include "nicemu/abi/futex.h"
 #include "nicemu/abi/msgq_layout.h"
 #include "nicemu/abi/msgq_ring.h"
@@ -749,7 +750,13 @@ gni_return_t GNI_MsgqProgress(gni_msgq_handle_t msgq_hndl, uint32_t timeout) {
   const uint64_t spin_until = start + spin_ns();
   for (;;) {
     if (!member_live(q)) return GNI_RC_INVALID_STATE;
-    const Pass p = deliver(q);
+    Pass p = deliver(q);
+    // Messages over the ofi fabric (msgq_ofi.h) that our own port has yet to store: drive it
+    // (waiting for another thread's dispatch), as GNI_SmsgGetNext does, and look again.
+    if (!p.delivered && !p.stopped && q->nic->ofi) {
+      ofi_poll(q->nic, true);
+      p = deliver(q);
+    }
     if (p.delivered || poll) return answer(p);
     const uint64_t t = now_ns();
     // Nothing came in time: nothing left to process, unless a ring was moving too fast to

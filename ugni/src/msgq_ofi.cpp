@@ -90,6 +90,14 @@ struct MsgqOfi {
     uint64_t unreported = 0;
   };
   std::map<uint32_t, Out> out;
+  // Replies the provider did not take at once (a connection back to a new sender still being
+  // made): sent again on the next message and every turn of the port, in order.
+  struct Later {
+    uint64_t dest;
+    Frame* f;
+  };
+  std::deque<Later> later;
+  std::atomic<bool> any_later{false};
 };
 
 namespace {
@@ -179,6 +187,17 @@ uint64_t send_frame(Nic* n, uint64_t dest, Frame* f, bool patient) {
   return st;
 }
 
+// A reply from the driving thread: one non-blocking try (it must not wait on itself). False:
+// the provider had no room now; the frame is kept for another try.
+bool try_frame(Nic* n, uint64_t dest, Frame* f) {
+  f->c.done = frame_done;
+  const uint64_t st = ofi_send(n, dest, f->bytes, f->len, &f->c, false);
+  if (st == cqe::kOk) return true;
+  if (st == cqe::kErrTransient) return false;  // the queue is full: again later
+  delete f;  // refused for good (the sender is gone): its credits go with the next reply
+  return true;
+}
+
 Frame* make_send(Nic* n, mf::Type type, uint32_t pe, const MsgqOfi::Tx& t, uint32_t seq, uint32_t inst,
                  const void* hdr, uint32_t hdr_len, const void* msg, uint32_t msg_len, uint8_t tag) {
   auto* f = new Frame;
@@ -242,9 +261,17 @@ void reply(Nic* n, MsgqOfi* s, uint64_t dest, uint32_t origin, uint64_t chan, ui
   r.freed = f->freed;
   r.ask = ask ? 1 : 0;
   std::memcpy(f->bytes, &r, sizeof r);
-  // Not taken (the provider's queue stays full): its credits go with the next reply; the
-  // sender's message times out (TRANSIENT).
-  if (send_frame(n, dest, f, false) != cqe::kOk) s->out[origin].unreported += r.freed;
+  // Behind replies still waiting, in order; not taken now: again later.
+  if (!s->later.empty() || !try_frame(n, dest, f)) {
+    s->later.push_back({dest, f});
+    s->any_later.store(true, std::memory_order_relaxed);
+  }
+}
+
+// Under s->mu: replies that waited, in order, while the provider takes them.
+void flush_later(Nic* n, MsgqOfi* s) {
+  while (!s->later.empty() && try_frame(n, s->later.front().dest, s->later.front().f)) s->later.pop_front();
+  if (s->later.empty()) s->any_later.store(false, std::memory_order_relaxed);
 }
 
 // Under s->mu: stores one message of stream `x` and answers it.
@@ -276,6 +303,7 @@ void on_send(Nic* n, MsgqOfi* s, const mf::Send& m, const uint8_t* buf, size_t l
   const std::pair<std::string, uint64_t> key(std::string(reinterpret_cast<const char*>(m.reply_addr), m.reply_len),
                                              m.h.chan);
   std::lock_guard<std::mutex> lk(s->mu);
+  if (s->any_later.load(std::memory_order_relaxed)) flush_later(n, s);
   auto it = s->rx.find(key);
   if (it == s->rx.end()) {
     uint64_t dest = 0;
@@ -431,6 +459,10 @@ void msgq_ofi_on_message(Nic* n, const void* buf, size_t len) {
 
 void msgq_ofi_tick(Nic* n) {
   MsgqOfi* s = n->msgq_ofi.load(std::memory_order_acquire);
+  if (s && s->any_later.load(std::memory_order_relaxed)) {
+    std::lock_guard<std::mutex> lk(s->mu);
+    flush_later(n, s);
+  }
   if (!s || !s->any_pending.load(std::memory_order_relaxed)) return;
   const uint64_t now = now_ns();
   std::lock_guard<std::mutex> lk(s->mu);
@@ -448,6 +480,11 @@ void msgq_ofi_tick(Nic* n) {
   if (!any) s->any_pending.store(false, std::memory_order_relaxed);
 }
 
-void msgq_ofi_forget(Nic* n) { delete n->msgq_ofi.exchange(nullptr, std::memory_order_acq_rel); }
+void msgq_ofi_forget(Nic* n) {
+  MsgqOfi* s = n->msgq_ofi.exchange(nullptr, std::memory_order_acq_rel);
+  if (!s) return;
+  for (auto& l : s->later) delete l.f;
+  delete s;
+}
 
 }  // namespace nicemu::ugni
