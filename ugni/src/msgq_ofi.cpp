@@ -70,7 +70,8 @@ struct MsgqOfi {
     uint64_t dest = 0, chan = 0;
     uint32_t next = 0;
     abi::msgq::TxCredit* cr = nullptr;
-    bool asking = false;
+    bool asking = false;  // an Ask is out, not answered yet
+    uint64_t ask_at = 0;
     std::deque<Pending> pending;
   };
   std::map<uint32_t, Tx> tx;
@@ -165,7 +166,7 @@ void frame_done(Nic* n, OfiSendCtx* c, uint64_t st) {
     if (st != cqe::kOk) s->out[f->pe].unreported += f->freed;
   } else if (auto it = s->tx.find(f->pe); it != s->tx.end() && it->second.chan == f->chan) {
     MsgqOfi::Tx& t = it->second;
-    if (f->type == mf::kAsk) t.asking = false;
+    if (f->type == mf::kAsk && st != cqe::kOk) t.asking = false;  // else its answer clears it
     if (st != cqe::kOk) {
       drop_stream(n, s, f->pe, cqe::kErrPeerGone);  // refused or reset: the member is gone
     } else if (f->type == mf::kSend) {
@@ -427,9 +428,13 @@ void msgq_ofi_ask(Nic* n, uint32_t pe) {
   if (!s) return;
   std::unique_lock<std::mutex> lk(s->mu);
   auto it = s->tx.find(pe);
-  if (it == s->tx.end() || it->second.asking) return;
+  // One Ask at a time (an answer lost: again after 100 ms), so a sender spinning on
+  // NOT_DONE does not flood the member.
+  const uint64_t now = now_ns();
+  if (it == s->tx.end() || (it->second.asking && now < it->second.ask_at + 100'000'000ull)) return;
   MsgqOfi::Tx& t = it->second;
   t.asking = true;
+  t.ask_at = now;
   Frame* f = make_send(n, mf::kAsk, pe, t, 0, 0, nullptr, 0, nullptr, 0, 0);
   const uint64_t dest = t.dest;
   lk.unlock();
