@@ -627,6 +627,7 @@ gni_return_t GNI_MsgqRelease(gni_msgq_handle_t msgq_hndl) {
     std::lock_guard<std::mutex> lk(joined_mu);
     if (auto it = joined.find(q->nic); it != joined.end() && it->second.seg == q->self) joined.erase(it);
   }
+  msgq_ofi_release(q->nic);
   q->magic = 0;
   delete q;
   return GNI_RC_SUCCESS;

@@ -485,6 +485,13 @@ void msgq_ofi_tick(Nic* n) {
   if (!any) s->any_pending.store(false, std::memory_order_relaxed);
 }
 
+void msgq_ofi_release(Nic* n) {
+  MsgqOfi* s = n->msgq_ofi.load(std::memory_order_acquire);
+  if (!s) return;
+  std::lock_guard<std::mutex> lk(s->mu);
+  for (auto& [pe, t] : s->tx) t.cr = nullptr;  // the segment is unmapped next: late credits go nowhere
+}
+
 void msgq_ofi_forget(Nic* n) {
   MsgqOfi* s = n->msgq_ofi.exchange(nullptr, std::memory_order_acq_rel);
   if (!s) return;

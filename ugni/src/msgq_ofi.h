@@ -54,6 +54,8 @@ void msgq_ofi_ask(Nic* n, uint32_t pe);
 void msgq_ofi_on_message(Nic* n, const void* buf, size_t len);
 // Replies overdue (the port's progress thread, every turn).
 void msgq_ofi_tick(Nic* n);
+// GNI_MsgqRelease: our segment (where the credits are) is about to be unmapped.
+void msgq_ofi_release(Nic* n);
 // The port is closed (ofi_close).
 void msgq_ofi_forget(Nic* n);
 
