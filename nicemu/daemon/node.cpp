@@ -50,6 +50,17 @@ Node::Node(NodeConfig cfg)
   port_.route({kRmaReply}, remote_out_);
   port_.route({kRmaRequest}, remote_in_);
   port_.route({kOfiAsk, kOfiAnswer}, ofi_);
+  ofi_.set_msgq_members([this](uint32_t ptag, uint32_t cookie) {
+    std::vector<uint64_t> ids;
+    if (MsgqSegment* s = msgqs_.find(Credential{ptag, cookie})) {
+      const auto& v = s->view();
+      for (uint32_t i = 0; i < v.attrs.nloc_insts; ++i) {
+        uint32_t inst, gen;
+        if (v.read_member(i, inst, gen)) ids.push_back(v.member(i)->attach_id);
+      }
+    }
+    return ids;
+  });
   port_.route({kSmsgOpen, kSmsgData, kSmsgAck, kSmsgClose}, smsg_);
   port_.route({kMsgqDeliver, kMsgqCredit, kMsgqResult}, msgq_relay_);
   port_.route({kDgramIncoming, kDgramMatched, kDgramRetract}, dgrams_);

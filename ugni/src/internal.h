@@ -148,6 +148,7 @@ struct DgramState {
 struct CePosts;  // ce.cpp
 struct OfiPort;  // ofi_port.cpp
 struct SmsgOfi;    // smsg_ofi.cpp: SMSG channels over the ofi fabric
+struct MsgqOfi;    // msgq_ofi.cpp: MSGQ streams over the ofi fabric
 struct SmsgOfiTx;
 struct SmsgOfiRx;
 
@@ -170,6 +171,7 @@ struct Nic {
   // the daemon.
   OfiPort* ofi = nullptr;
   std::atomic<SmsgOfi*> smsg_ofi{nullptr};  // made at the first SMSG channel over it (smsg_ofi.h)
+  std::atomic<MsgqOfi*> msgq_ofi{nullptr};  // made at the first MSGQ frame over it (msgq_ofi.h)
 
   std::mutex inflight_mu;
   std::vector<Inflight> inflight;  // indexed by CQE tid

@@ -36,6 +36,8 @@
 #include <mutex>
 
 #include "internal.h"
+#include "msgq_ofi.h"
+#include "ofi_port.h"
 #include "nicemu/abi/futex.h"
 #include "nicemu/abi/msgq_layout.h"
 #include "nicemu/abi/msgq_ring.h"
@@ -163,6 +165,23 @@ struct Msgq {
 };
 
 Msgq* as_msgq(gni_msgq_handle_t h) { return from_handle<Msgq, kMsgqMagic>(h); }
+
+// The segment each CDM joined (GNI_MsgqInit to GNI_MsgqRelease), for the port's thread
+// storing messages that came over the ofi fabric (msgq_ofi.h) while the Msgq may go.
+struct Joined {
+  std::shared_ptr<Segment> seg;
+  mq::Attrs attrs;
+};
+std::mutex joined_mu;
+std::map<const Nic*, Joined> joined;
+
+bool joined_of(const Nic* n, Joined& out) {
+  std::lock_guard<std::mutex> lk(joined_mu);
+  auto it = joined.find(n);
+  if (it == joined.end()) return false;
+  out = it->second;
+  return true;
+}
 
 mq::Attrs to_attrs(const gni_msgq_attr_t& a) {
   return mq::Attrs{a.max_msg_sz, a.smsg_q_sz, a.rcv_pool_sz, a.num_msgq_eps, a.nloc_insts, a.modes, a.rcv_cq_sz, 0};
@@ -343,8 +362,16 @@ gni_return_t send_other_host(Msgq* q, Ep* ep, const void* hdr, uint32_t hdr_len,
   const int64_t window = q->attrs.smsg_q_sz;
   uint64_t s = cr->sent.load(std::memory_order_acquire);
   do {
-    if (static_cast<int64_t>(s - cr->returned.load(std::memory_order_acquire)) >= window) return GNI_RC_NOT_DONE;
+    if (static_cast<int64_t>(s - cr->returned.load(std::memory_order_acquire)) >= window) {
+      if (q->nic->ofi) msgq_ofi_ask(q->nic, ep->remote_addr);  // credits freed at a member
+      return GNI_RC_NOT_DONE;
+    }
   } while (!cr->sent.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire));
+  // Rank to rank over the ofi fabric when a member of the target's segment can be reached.
+  if (q->nic->ofi &&
+      msgq_ofi_send(q->nic, cr, q->attrs.smsg_q_sz, ep->remote_addr, ep->remote_id, hdr, hdr_len, msg, msg_len,
+                    msg_id, tag, q->snd_cq))
+    return GNI_RC_SUCCESS;
   abi::remote::MsgqRemoteSend m{};
   m.h = abi::ctl::Header{abi::ctl::kMagic, abi::ctl::kVersion, static_cast<uint16_t>(abi::ctl::Op::kMsgqRemoteSend), 0,
                          sizeof m};
@@ -481,6 +508,54 @@ Pass deliver(Msgq* q) {
 
 }  // namespace
 
+namespace nicemu::ugni {
+
+uint64_t msgq_store_remote(Nic* n, uint32_t origin_pe, uint32_t src_inst, uint32_t dst_inst, uint8_t tag,
+                           const uint8_t* payload, uint32_t hdr_len, uint32_t msg_len, MsgqRingPos& at) {
+  Joined j;
+  if (!joined_of(n, j) || !j.seg->alive()) return cqe::kErrPeerGone;  // no queue of ours here (any more)
+  const Segment& seg = *j.seg;
+  if (uint64_t{hdr_len} + msg_len > j.attrs.max_msg_sz || origin_pe == n->nic_addr) return cqe::kErrPeerGone;
+  // As the target daemon's relay (MsgqSegment::deliver_remote): the ring this node opened
+  // for the origin, and the destination's member slot.
+  uint32_t ring_gen = 0, gen = 0;
+  const int ring = seg.find_rx(origin_pe, ring_gen);
+  const int member = seg.find_member(dst_inst, gen);
+  if (ring < 0 || member < 0) return cqe::kErrPeerGone;
+  mq::RingView r = seg.ring(uint32_t(ring));
+  mq::EntryHeader e{};
+  e.dst_inst = dst_inst;
+  e.dst_gen = gen;
+  e.src_inst = src_inst;
+  e.src_pe = origin_pe;
+  e.dst_member = static_cast<uint16_t>(member);
+  e.tag = tag;
+  const uint32_t pid = static_cast<uint32_t>(self_pid());
+  uint64_t pos = 0;
+  auto res = r.push(e, payload, hdr_len, payload + hdr_len, msg_len, pid, &pos);
+  if (res == mq::RingView::Push::kFull) {
+    r.recycle([&](const mq::EntryHeader& x) { return seg.view.destination_live(x); }, process_gone);
+    res = r.push(e, payload, hdr_len, payload + hdr_len, msg_len, pid, &pos);
+  }
+  if (res == mq::RingView::Push::kFull) return cqe::kErrTransient;
+  if (res == mq::RingView::Push::kCorrupt) return cqe::kErrPeerGone;
+  at = MsgqRingPos{uint32_t(ring), ring_gen, pos};
+  wake(seg, uint32_t(member));
+  return cqe::kOk;
+}
+
+std::optional<uint64_t> msgq_ring_head(Nic* n, uint32_t ring, uint32_t gen) {
+  Joined j;
+  if (!joined_of(n, j) || !j.seg->alive()) return std::nullopt;
+  uint32_t rpe, g;
+  if (!j.seg->view.read_rx(ring, rpe, g) || g != gen) return std::nullopt;
+  mq::RingView r = j.seg->ring(ring);
+  r.recycle([&](const mq::EntryHeader& x) { return j.seg->view.destination_live(x); }, mq::claimer_unknown);
+  return r.ctl->head.load(std::memory_order_acquire);
+}
+
+}  // namespace nicemu::ugni
+
 extern "C" {
 
 gni_return_t GNI_MsgqSize(gni_msgq_attr_t* attrs, uint32_t* size) {
@@ -531,6 +606,10 @@ gni_return_t GNI_MsgqInit(gni_nic_handle_t nic_hndl, gni_msgq_rcv_cb_func* rcv_c
   q->self = std::move(seg);
   q->member = rep.member;
   q->member_gen = rep.member_gen;
+  {
+    std::lock_guard<std::mutex> lk(joined_mu);
+    joined[n] = Joined{q->self, a};
+  }
   *msgq_hndl = reinterpret_cast<gni_msgq_handle_t>(q.release());
   return GNI_RC_SUCCESS;
 }
@@ -544,6 +623,11 @@ gni_return_t GNI_MsgqRelease(gni_msgq_handle_t msgq_hndl) {
   req.h.op = static_cast<uint16_t>(abi::ctl::Op::kMsgqLeave);
   abi::ctl::Reply rep{};
   q->nic->conn.call(req, rep);  // a daemon that is gone has dropped us already
+  {
+    std::lock_guard<std::mutex> lk(joined_mu);
+    if (auto it = joined.find(q->nic); it != joined.end() && it->second.seg == q->self) joined.erase(it);
+  }
+  msgq_ofi_release(q->nic);
   q->magic = 0;
   delete q;
   return GNI_RC_SUCCESS;
@@ -667,7 +751,13 @@ gni_return_t GNI_MsgqProgress(gni_msgq_handle_t msgq_hndl, uint32_t timeout) {
   const uint64_t spin_until = start + spin_ns();
   for (;;) {
     if (!member_live(q)) return GNI_RC_INVALID_STATE;
-    const Pass p = deliver(q);
+    Pass p = deliver(q);
+    // Messages over the ofi fabric (msgq_ofi.h) that our own port has yet to store: drive it
+    // (waiting for another thread's dispatch), as GNI_SmsgGetNext does, and look again.
+    if (!p.delivered && !p.stopped && q->nic->ofi) {
+      ofi_poll(q->nic, true);
+      p = deliver(q);
+    }
     if (p.delivered || poll) return answer(p);
     const uint64_t t = now_ns();
     // Nothing came in time: nothing left to process, unless a ring was moving too fast to

@@ -31,6 +31,7 @@ void ofi_chain_close(OfiChain*, uint32_t, uint64_t) {}
 bool ofi_msgs(Nic*, size_t) { return false; }
 bool ofi_peer(Nic*, uint32_t, uint32_t, uint64_t&) { return false; }
 bool ofi_insert(Nic*, const uint8_t*, uint32_t, uint64_t&) { return false; }
+void ofi_forget_peer(Nic*, uint32_t, uint32_t) {}
 uint32_t ofi_self_name(Nic*, uint8_t*) { return 0; }
 uint64_t ofi_send(Nic*, uint64_t, const void*, size_t, OfiSendCtx*, bool) { return abi::cqe::kErrTransient; }
 void ofi_poll(Nic*, bool) {}
@@ -77,6 +78,8 @@ void ofi_idle(Nic*) {}
 #include "nicemu/abi/futex.h"
 #include "nicemu/abi/remote_ops.h"
 #include "smsg_ofi.h"
+#include "msgq_ofi.h"
+#include "nicemu/abi/ofi_msgq.h"
 
 namespace nicemu::ugni {
 
@@ -495,6 +498,7 @@ void OfiPort::repost(OfiRecv* r) {
 
 void OfiPort::on_message(OfiRecv* r, size_t len) {
   if (abi::ofismsg::mine(r->buf, len)) return smsg_ofi_on_message(nic, r->buf, len);
+  if (abi::ofimsgq::mine(r->buf, len)) return msgq_ofi_on_message(nic, r->buf, len);
   msg::Request q;
   msg::Reply rp;
   switch (msg::parse(r->buf, len, q, rp)) {
@@ -746,6 +750,7 @@ void OfiPort::run() {
     const uint64_t again = polled_at.load(std::memory_order_relaxed);
     if (again != last && monotonic_ns() < again + kPollWindowNs) continue;
     progress_once(true);
+    msgq_ofi_tick(nic);  // MSGQ replies overdue (msgq_ofi.h)
   }
 }
 
@@ -1035,6 +1040,7 @@ void ofi_close(Nic* n) {
   p->teardown();
   delete p;
   smsg_ofi_forget(n);  // its channels: no thread of the port runs any more
+  msgq_ofi_forget(n);
 }
 
 void ofi_register(Nic* n, const gni_mem_handle_t& h, bool read_only) {
@@ -1090,6 +1096,12 @@ bool ofi_peer(Nic* n, uint32_t node, uint32_t route, uint64_t& addr) {
   if (!n->ofi || !n->ofi->resolve(node, route, a)) return false;
   addr = a;
   return true;
+}
+
+void ofi_forget_peer(Nic* n, uint32_t node, uint32_t route) {
+  if (!n->ofi) return;
+  std::lock_guard<std::mutex> lk(n->ofi->mu);
+  n->ofi->peers.erase((uint64_t{node} << 32) | route);
 }
 
 bool ofi_insert(Nic* n, const uint8_t* name, uint32_t len, uint64_t& addr) {

@@ -86,6 +86,8 @@ bool ofi_msgs(Nic* n, size_t bytes);
 // A peer CDM's address (as for posts: OfiLookup), or the one a peer named (fi_av_insert).
 bool ofi_peer(Nic* n, uint32_t node, uint32_t route, uint64_t& addr);
 bool ofi_insert(Nic* n, const uint8_t* name, uint32_t len, uint64_t& addr);
+// Forgets a peer's address: the next ofi_peer asks our daemon afresh.
+void ofi_forget_peer(Nic* n, uint32_t node, uint32_t route);
 // Our endpoint's name (fi_getname) into `out` (kOfiAddrMax bytes); its length, 0 without a port.
 uint32_t ofi_self_name(Nic* n, uint8_t* out);
 // Sends `len` bytes (read until `done`); `patient`: a full transmit queue is retried for 2 s

@@ -104,11 +104,15 @@ void MsgqRelay::give_back(uint32_t node, uint32_t ptag, uint32_t cookie, uint64_
     ++ctr_.stale_credits;  // the connection (or the whole queue) is gone: nothing to give back to
     return;
   }
-  // The daemon alone writes `returned`; it never passes `sent` (a report cannot be larger
+  // `returned` never passes `sent` (a report cannot be larger
   // than what was sent, unless the peer lies or the connection was renewed meanwhile).
-  const uint64_t sent = cr->sent.load(std::memory_order_acquire);
-  const uint64_t r = cr->returned.load(std::memory_order_relaxed);
-  cr->returned.store(std::min(r + n, std::max(sent, r)), std::memory_order_release);
+  // A CAS: with fabric_data = ofi the members' libraries add credits too (msgq_ofi.h).
+  uint64_t r = cr->returned.load(std::memory_order_acquire);
+  for (;;) {
+    const uint64_t sent = cr->sent.load(std::memory_order_acquire);
+    const uint64_t v = std::min(r + n, std::max(sent, r));
+    if (v == r || cr->returned.compare_exchange_weak(r, v, std::memory_order_acq_rel)) break;
+  }
   ctr_.credits_received += n;
 }
 

@@ -6,6 +6,7 @@
 
 #include "nicemu/abi/daemon_protocol.h"
 #include "nicemu/abi/gni_values.h"
+#include "nicemu/abi/ofi_msgq.h"
 
 namespace nicemu::daemon {
 
@@ -73,9 +74,21 @@ const char* OfiDirectory::receive(uint32_t from, const ctl::Header& h, const uin
     // The CDM of that route in the asker's credential, as an RMA request finds its target:
     // a CDM of another job is not found, so its address is never told.
     uint64_t st = 0;
-    auto region = regions_.resolve(RegionKey{self_, a.route, a.ptag, a.cookie}, st);
-    if (region && region->alive()) {
-      if (auto it = addrs_.find(region->attach_id()); it != addrs_.end()) {
+    uint64_t target = 0;
+    if (a.route == abi::ofimsgq::kMsgqRoute) {
+      // MSGQ over ofi: the first member of that credential's segment with an address.
+      if (msgq_members_)
+        for (uint64_t id : msgq_members_(a.ptag, a.cookie))
+          if (addrs_.count(id)) {
+            target = id;
+            break;
+          }
+    } else if (auto region = regions_.resolve(RegionKey{self_, a.route, a.ptag, a.cookie}, st);
+               region && region->alive()) {
+      target = region->attach_id();
+    }
+    if (target) {
+      if (auto it = addrs_.find(target); it != addrs_.end()) {
         r.rc = gni::kSuccess;
         r.addr_len = static_cast<uint32_t>(it->second.size());
         std::memcpy(r.addr, it->second.data(), it->second.size());

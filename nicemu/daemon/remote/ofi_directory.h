@@ -30,6 +30,11 @@ class OfiDirectory : public FabricService {
 
   OfiDirectory(uint32_t self, RegionDirectory& regions, FabricSend send);
 
+  // The attach ids of the members of the MSGQ segment of a credential here (route
+  // ofimsgq::kMsgqRoute asks for one of them), in member order.
+  using MsgqMembers = std::function<std::vector<uint64_t>(uint32_t ptag, uint32_t cookie)>;
+  void set_msgq_members(MsgqMembers f) { msgq_members_ = std::move(f); }
+
   // The CDM `attach_id` publishes its endpoint address (replacing an earlier one).
   bool publish(uint64_t attach_id, const uint8_t* addr, uint32_t len);
   // It is gone: its address with it.
@@ -61,6 +66,7 @@ class OfiDirectory : public FabricService {
   const uint32_t self_;
   RegionDirectory& regions_;
   FabricSend send_;
+  MsgqMembers msgq_members_;
   uint64_t next_id_ = 1;
   std::map<uint64_t, std::vector<uint8_t>> addrs_;  // attach id -> published address
   std::map<uint64_t, Pending> pending_;             // asks outstanding, by id
