@@ -5,7 +5,8 @@
  * with WINDOW in flight and spins on its CQ, as a polling rank does; the target sleeps in
  * fi_cq_sread between completions (its sockets' activity wakes it), as libugni's progress
  * thread does for a rank that does not poll. Addresses, key and buffer go over a TCP socket.
- *   ofi_bw [-p PROV] [-o write|read|msg] [-S BYTES] [-I ITERS] [-W WINDOW] -P PORT [SERVER]
+ *   ofi_bw [-p PROV] [-o write|read|msg] [-S BYTES] [-I ITERS] [-W WINDOW] [-s] -P PORT [SERVER]
+ * (-s: the target spins on its CQ instead, as fabtests do)
  * The client prints MB/s, operations/s and the CPU time (getrusage: all threads) of both sides
  * during the stream, per MiB and per operation. */
 #include <arpa/inet.h>
@@ -65,15 +66,16 @@ int main(int argc, char **argv) {
   const char *prov = "tcp;ofi_rxm", *op = "write", *host = NULL;
   size_t bytes = 1 << 20;
   long iters = 1000, window = 16;
-  int port = 0, c;
-  while ((c = getopt(argc, argv, "p:o:S:I:W:P:")) != -1) switch (c) {
+  int port = 0, spin = 0, c;
+  while ((c = getopt(argc, argv, "p:o:S:I:W:P:s")) != -1) switch (c) {
       case 'p': prov = optarg; break;
       case 'o': op = optarg; break;
       case 'S': bytes = strtoull(optarg, NULL, 10); break;
       case 'I': iters = atol(optarg); break;
       case 'W': window = atol(optarg); break;
       case 'P': port = atoi(optarg); break;
-      default: fprintf(stderr, "usage: ofi_bw [-p PROV] [-o write|read|msg] [-S BYTES] [-I ITERS] [-W WINDOW] -P PORT [SERVER]\n"); return 2;
+      case 's': spin = 1; break; /* the target spins on its CQ too */
+      default: fprintf(stderr, "usage: ofi_bw [-p PROV] [-o write|read|msg] [-S BYTES] [-I ITERS] [-W WINDOW] [-s] -P PORT [SERVER]\n"); return 2;
     }
   if (optind < argc) host = argv[optind];
   const int initiator = host != NULL; /* else the target (listens) */
@@ -159,30 +161,39 @@ int main(int argc, char **argv) {
   char go = 'g';
   xfer(fd, &go, 1, !initiator); /* the target is ready (its receives posted) */
 
-  const double c0 = cpu_s(), t0 = now_s();
-  long posted = 0, done = 0;
+  /* A window's worth first, untimed: rxm connects on the first operation. */
+  const long warm = window;
+  double c0 = 0, t0 = 0;
+  long done = 0;
   if (initiator) { /* the initiator: spins on its CQ */
-    while (done < iters) {
-      while (posted < iters && posted - done < window) {
-        ssize_t rc = msg ? fi_send(ep, buf, bytes, desc, dest, &ctx[posted % window])
-                     : rd ? fi_read(ep, buf, bytes, desc, dest, peer.va, peer.key, &ctx[posted % window])
-                          : fi_write(ep, buf, bytes, desc, dest, peer.va, peer.key, &ctx[posted % window]);
-        if (rc == -FI_EAGAIN) break;
-        CHECK(rc);
-        ++posted;
-      }
-      ssize_t k = fi_cq_read(cq, ce, 16);
-      if (k > 0) done += k;
-      else if (k == -FI_EAVAIL) {
-        struct fi_cq_err_entry err = {0};
-        fi_cq_readerr(cq, &err, 0);
-        fprintf(stderr, "ofi_bw: completion error %s\n", fi_strerror(err.err));
-        return 1;
+    for (int phase = 0; phase < 2; ++phase) {
+      const long n = phase ? iters : warm;
+      long posted = 0;
+      done = 0;
+      if (phase) c0 = cpu_s(), t0 = now_s();
+      while (done < n) {
+        while (posted < n && posted - done < window) {
+          ssize_t rc = msg ? fi_send(ep, buf, bytes, desc, dest, &ctx[posted % window])
+                       : rd ? fi_read(ep, buf, bytes, desc, dest, peer.va, peer.key, &ctx[posted % window])
+                            : fi_write(ep, buf, bytes, desc, dest, peer.va, peer.key, &ctx[posted % window]);
+          if (rc == -FI_EAGAIN) break;
+          CHECK(rc);
+          ++posted;
+        }
+        ssize_t k = fi_cq_read(cq, ce, 16);
+        if (k > 0) done += k;
+        else if (k == -FI_EAVAIL) {
+          struct fi_cq_err_entry err = {0};
+          fi_cq_readerr(cq, &err, 0);
+          fprintf(stderr, "ofi_bw: completion error %s\n", fi_strerror(err.err));
+          return 1;
+        }
       }
     }
   } else { /* the target: asleep in fi_cq_sread; for messages, counts and re-posts */
-    while (msg ? done < iters : 1) {
-      ssize_t k = fi_cq_sread(cq, ce, 16, NULL, msg ? 100 : 1);
+    c0 = cpu_s(), t0 = now_s();
+    while (msg ? done < iters + warm : 1) {
+      ssize_t k = spin ? fi_cq_read(cq, ce, 16) : fi_cq_sread(cq, ce, 16, NULL, msg ? 100 : 1);
       for (ssize_t j = 0; j < k; ++j, ++done) {
         struct fi_context2 *x = ce[j].op_context;
         CHECK(fi_recv(ep, buf + (size_t)(x - ctx) * bytes, bytes, desc, FI_ADDR_UNSPEC, x));
