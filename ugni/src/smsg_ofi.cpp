@@ -33,11 +33,11 @@ namespace {
 constexpr uint32_t kMaxChannels = 4096;
 constexpr uint64_t kOpenTimeoutNs = 3'000'000'000ull;
 constexpr uint64_t kAskEveryNs = 100'000'000ull;  // a sender still out of credits asks again
-// Message frames of a channel in flight at once. Messages sent meanwhile gather into one Batch
-// frame that goes when the frame in flight completes: one provider message, completion and
-// (FI_DELIVERY_COMPLETE) acknowledgement for many SMSG messages, where a frame each bounded
-// the rate (docs/notes/2026-12-07-ofi-rate-cpu.md). One keeps the frames in sequence order.
-constexpr uint32_t kInflight = 1;
+// Message frames of a channel in flight at once. Messages sent while as many are in flight
+// gather into one Batch frame that goes when one completes: one provider message, completion
+// and (FI_DELIVERY_COMPLETE) acknowledgement for many SMSG messages. One in flight lowered
+// the rate (a round trip per batch, docs/notes/2026-12-07-ofi-rate-cpu.md).
+constexpr uint32_t kInflight = 8;
 
 uint64_t now_ns() {
   timespec ts;
@@ -115,6 +115,7 @@ struct SmsgOfiTx {
   Frame* batch = nullptr;
   std::deque<Frame*> ready;
   bool parked = false;
+  bool sending = false;  // a thread is posting the channel's frames (flush): one at a time, in order
   uint64_t parked_at = 0;  // when a flush first found no room, 0: it did not
   ~SmsgOfiTx() {
     for (Frame* f : ready) Frame::free(f);
@@ -272,23 +273,35 @@ void park(Nic* n, SmsgOfiTx* t) {  // under t->qmu
 // Sends the channel's gathered frames while fewer than kInflight are in flight, in order.
 // `patient`: an application thread (ofi_send); else the thread driving the CQ, which parks
 // what the provider has no room for.
+// One thread posts at a time (`sending`): a flush nested in a patient send's ofi_poll (a
+// completion read there) finds it set and returns, so no frame overtakes the one being sent;
+// the poster re-checks under qmu before it clears it, so nothing is left unsent.
 void flush(Nic* n, SmsgOfiTx* t, bool patient) {
+  {
+    std::lock_guard<std::mutex> lk(t->qmu);
+    if (t->sending) return;
+    t->sending = true;
+  }
   for (;;) {
     Frame* f = nullptr;
     {
       std::lock_guard<std::mutex> lk(t->qmu);
-      if (t->inflight >= kInflight) return;
-      if (t->ready.empty() && t->batch) {
+      if (t->inflight < kInflight && t->ready.empty() && t->batch) {
         t->ready.push_back(t->batch);
         t->batch = nullptr;
       }
-      if (t->ready.empty()) return;
+      if (t->inflight >= kInflight || t->ready.empty()) {
+        t->sending = false;
+        return;
+      }
       f = t->ready.front();
       t->ready.pop_front();
       ++t->inflight;
     }
-    const sm::Header h = sm::header(sm::kBatch, t->rx_chan, t->rx_gen, f->len);
-    std::memcpy(f->bytes, &h, sizeof h);
+    if (f->type == sm::kBatch) {
+      const sm::Header h = sm::header(sm::kBatch, t->rx_chan, t->rx_gen, f->len);
+      std::memcpy(f->bytes, &h, sizeof h);
+    }
     f->c.done = frame_done;
     const uint64_t st = ofi_send(n, t->dest, f->bytes, f->len, &f->c, patient);
     if (st == cqe::kOk) {
@@ -307,6 +320,7 @@ void flush(Nic* n, SmsgOfiTx* t, bool patient) {
         if (!t->parked_at) t->parked_at = now;
         t->ready.push_front(f);
         park(n, t);
+        t->sending = false;
         return;
       }
       t->parked_at = 0;
@@ -610,12 +624,9 @@ gni_return_t smsg_ofi_send(Ep* ep, const void* header, uint32_t header_length, c
   {
     std::lock_guard<std::mutex> lk(t->qmu);
     alone = t->inflight < kInflight && !t->batch && t->ready.empty();
-    if (alone)
-      ++t->inflight;
-    else
-      gather(t, s, ep->remote_event, tag, header, header_length, data, data_length);
+    if (!alone) gather(t, s, ep->remote_event, tag, header, header_length, data, data_length);
   }
-  if (alone) {  // nothing in flight: a frame of its own, now
+  if (alone) {  // room in flight: a frame of its own, now (through flush, in order)
     Frame* f = Frame::make(static_cast<uint32_t>(sizeof(sm::Msg) + total));
     f->type = sm::kMsg;
     f->tx = t;
@@ -629,14 +640,11 @@ gni_return_t smsg_ofi_send(Ep* ep, const void* header, uint32_t header_length, c
     std::memcpy(f->bytes, &m, sizeof m);
     if (header_length) std::memcpy(f->bytes + sizeof m, header, header_length);
     if (data_length) std::memcpy(f->bytes + sizeof m + header_length, data, data_length);
-    if (uint64_t st = send_frame(n, t->dest, f, true); st != cqe::kOk) {
-      {
-        std::lock_guard<std::mutex> lk(t->qmu);
-        --t->inflight;
-      }
-      message_done(t, s, channel_error(st));
-      flush(n, t, true);
+    {
+      std::lock_guard<std::mutex> lk(t->qmu);
+      t->ready.push_back(f);
     }
+    flush(n, t, true);
   } else {
     // Gathered: it goes when the frame in flight completes. Look at the CQ for that
     // completion now (a streaming sender may not poll), then send what is due.
