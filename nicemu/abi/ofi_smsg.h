@@ -13,6 +13,9 @@
 //       when the sender asked (Ask, sent when it ran out) and at the next release after
 //   sender --Ask--> receiver: answered with a Note now (also how a sender out of credits
 //       learns its receiver is gone: the Ask's send fails)
+//   sender --Batch (records: seq, tag, remote event data, payload)--> receiver: the messages
+//       sent while the channel's earlier frames were still in flight, in one frame, each
+//       handled as a Msg (one provider message and completion for many SMSG messages)
 //
 // Channels are named by an index and a 64-bit generation of the side that owns them: a frame
 // naming a channel that does not exist (or no longer) is counted and dropped. Receivers check
@@ -27,7 +30,7 @@
 namespace nicemu::abi::ofismsg {
 
 inline constexpr uint32_t kMagic = 0x4F534D47;  // "GMSO" on the wire: neither ofimsg nor ctl
-inline constexpr uint16_t kVersion = 1;
+inline constexpr uint16_t kVersion = 2;  // 2: Batch (a version-1 peer's Open goes unanswered: relay)
 // The largest frame: what a receive buffer holds. A channel whose messages (header + data up
 // to smsg_capacity(msg_maxsize), shm_layout.h) do not fit stays on the daemons' relay. Sized
 // for Open MPI btl/ugni's largest mailbox (msg_maxsize 8192 below 512 ranks, capped at 16384:
@@ -35,7 +38,7 @@ inline constexpr uint16_t kVersion = 1;
 // is the port's 64 posted receive buffers (about 1 MiB per CDM with an ofi port).
 inline constexpr size_t kMaxFrame = 16896;
 
-enum Type : uint16_t { kOpen = 1, kOpenReply = 2, kMsg = 3, kNote = 4, kAsk = 5 };
+enum Type : uint16_t { kOpen = 1, kOpenReply = 2, kMsg = 3, kNote = 4, kAsk = 5, kBatch = 6 };
 
 struct Header {
   uint32_t magic;
@@ -86,6 +89,18 @@ struct Msg {
 };
 static_assert(sizeof(Msg) == 40);
 
+// A Batch frame is a Header, then records, each a BatchRec, its payload, and padding to the
+// next multiple of 8 bytes (the last record's padding may be left out).
+struct BatchRec {
+  uint32_t seq;
+  uint32_t remote_event;
+  uint32_t length;  // bytes of payload after this struct
+  uint8_t tag;
+  uint8_t reserved[3];
+};
+static_assert(sizeof(BatchRec) == 16);
+inline constexpr size_t batch_step(uint32_t length) { return (sizeof(BatchRec) + length + 7) & ~size_t{7}; }
+
 struct Note {
   Header h;
   uint32_t released;      // the receiver's releases, on the mailbox's numbering
@@ -112,8 +127,17 @@ inline bool parse_header(const void* buf, size_t len, Header& h) {
     case kMsg: return len >= sizeof(Msg);
     case kNote: return len == sizeof(Note);
     case kAsk: return len == sizeof(Header);
+    case kBatch: return len >= sizeof(Header) + sizeof(BatchRec);
     default: return false;
   }
+}
+
+// The record at `off` of a Batch frame of `len` bytes (its payload follows it): false if the
+// record or its payload would run past the frame.
+inline bool batch_record(const void* buf, size_t len, size_t off, BatchRec& r) {
+  if (off > len || len - off < sizeof r) return false;
+  std::memcpy(&r, static_cast<const unsigned char*>(buf) + off, sizeof r);
+  return r.length <= len - off - sizeof r;
 }
 
 inline Header header(Type t, uint32_t chan, uint64_t gen, uint32_t length) {

@@ -31,12 +31,16 @@
  *   fabric_rma bench      rank 0 -> rank 1: FMA PUT 8 B and AMO FADD latency; FMA PUT, RDMA PUT and
  *                         RDMA GET bandwidth, 8 B .. 4 MiB (up to 16 posts in flight;
  *                         FABRIC_RMA_BENCH_REPEAT=N moves N times the data and
- *                         FABRIC_RMA_BENCH_SIZE=N measures only that size, for profiling).
+ *                         FABRIC_RMA_BENCH_SIZE=N measures only that size, for profiling;
+ *                         FABRIC_RMA_BENCH_KIND=put|get only RDMA PUT or GET, and
+ *                         FABRIC_RMA_BENCH_LAT=0 no latency loops, for CPU per MiB: each
+ *                         rank prints its CPU seconds over the bench, all threads).
  * Exit 0 = everything verified. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "gni_pub.h"
@@ -155,14 +159,18 @@ static int bench(gni_ep_handle_t ep, const struct peer_info *t) {
   const uint64_t repeat = rep_s && atoi(rep_s) > 0 ? (uint64_t)atoi(rep_s) : 1;
   const char *only_s = getenv("FABRIC_RMA_BENCH_SIZE");
   const uint64_t only = only_s ? strtoull(only_s, NULL, 10) : 0;
+  const char *kind_s = getenv("FABRIC_RMA_BENCH_KIND"); /* put | get: that RDMA kind alone */
+  const int only_kind = !kind_s ? -1 : strcmp(kind_s, "put") == 0 ? 1 : strcmp(kind_s, "get") == 0 ? 2 : -1;
+  const char *lat_s = getenv("FABRIC_RMA_BENCH_LAT");
   /* Latency: one 8-byte FMA PUT at a time, to its global completion. */
-  const int lat_iters = 2000;
+  const int lat_iters = lat_s ? atoi(lat_s) : 2000;
   double t0 = fabric_now_s();
   for (int i = 0; i < lat_iters; ++i) {
     fabric_desc(&ds[0], GNI_POST_FMA_PUT, src, sh, t->win, t->win_h, 8);
     if (post_wait(ep, &ds[0], 0) != 0) return fail("latency put", i);
   }
-  printf("fabric_rma bench: FMA PUT 8 B round trip %.1f us\n", (fabric_now_s() - t0) / lat_iters * 1e6);
+  if (lat_iters > 0)
+    printf("fabric_rma bench: FMA PUT 8 B round trip %.1f us\n", (fabric_now_s() - t0) / lat_iters * 1e6);
   /* And one fetch-and-add at a time, to its completion (the old value back). */
   t0 = fabric_now_s();
   for (int i = 0; i < lat_iters; ++i) {
@@ -171,14 +179,16 @@ static int bench(gni_ep_handle_t ep, const struct peer_info *t) {
     ds[0].first_operand = 1;
     if (post_wait(ep, &ds[0], 0) != 0) return fail("latency AMO", i);
   }
-  printf("fabric_rma bench: AMO FADD 8 B round trip %.1f us\n", (fabric_now_s() - t0) / lat_iters * 1e6);
+  if (lat_iters > 0)
+    printf("fabric_rma bench: AMO FADD 8 B round trip %.1f us\n", (fabric_now_s() - t0) / lat_iters * 1e6);
   printf("fabric_rma bench: %-10s %10s %10s %10s\n", "bytes", "FMA PUT", "RDMA PUT", "RDMA GET");
   static const uint64_t sizes[] = {8, 64, 512, 4096, 32768, 262144, 1048576, BENCH_BYTES};
   for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; ++si) {
     const uint64_t len = sizes[si];
     if (only && len != only) continue;
-    double mbs[3];
+    double mbs[3] = {0, 0, 0};
     for (int kind = 0; kind < 3; ++kind) {
+      if (only_kind >= 0 && kind != only_kind) continue;
       const int rdma = kind > 0;
       const gni_post_type_t type = kind == 0 ? GNI_POST_FMA_PUT : kind == 1 ? GNI_POST_RDMA_PUT : GNI_POST_RDMA_GET;
       uint64_t total = len >= (1u << 20) ? 32ull << 20 : len >= 4096 ? 16ull << 20 : len * 5000;
@@ -658,8 +668,17 @@ int main(int argc, char **argv) {
     return r;
   }
   if (bench_mode) {
+    /* Each rank's CPU time over the bench alone (the target's is its progress thread). */
+    struct rusage ru;
+    PMI_Barrier();
+    getrusage(RUSAGE_SELF, &ru);
+    const double c0 = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
     int r = rank == 0 ? bench(ep[1], &all[1]) : 0;
     PMI_Barrier();
+    getrusage(RUSAGE_SELF, &ru);
+    printf("fabric_rma bench: rank %d CPU %.3f s\n", rank,
+           (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6 - c0);
+    fflush(stdout);
     PMI_Finalize();
     teardown(cdm, ep);
     free(win);

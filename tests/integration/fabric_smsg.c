@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -161,12 +162,15 @@ static int local_events(struct peer *p, int npeers, gni_cq_handle_t cq) {
 }
 
 /* Waits for the next message from p (polling the remote CQ, yielding: two shared cores),
- * takes and releases it. */
-static int bench_take(struct peer *p, gni_cq_handle_t rcq, gni_cq_handle_t cq) {
+ * takes (its first 8 bytes into `out`, if given) and releases it. */
+static int bench_take(struct peer *p, gni_cq_handle_t rcq, gni_cq_handle_t cq, void *out) {
   for (;;) {
     void *m = NULL;
     gni_return_t rc = GNI_SmsgGetNext(p->ep, &m);
-    if (rc == GNI_RC_SUCCESS) return GNI_SmsgRelease(p->ep) == GNI_RC_SUCCESS ? 0 : fail("GNI_SmsgRelease", -1);
+    if (rc == GNI_RC_SUCCESS) {
+      if (out) memcpy(out, m, 8);
+      return GNI_SmsgRelease(p->ep) == GNI_RC_SUCCESS ? 0 : fail("GNI_SmsgRelease", -1);
+    }
     if (rc != GNI_RC_NOT_DONE) return fail("GNI_SmsgGetNext (bench)", rc);
     gni_cq_entry_t ev;
     while (GNI_CqGetEvent(rcq, &ev) == GNI_RC_SUCCESS) {
@@ -177,8 +181,9 @@ static int bench_take(struct peer *p, gni_cq_handle_t rcq, gni_cq_handle_t cq) {
   }
 }
 
-static int bench_send(struct peer *p, gni_cq_handle_t cq) {
+static int bench_send(struct peer *p, gni_cq_handle_t cq, const void *word8) {
   uint64_t word = 0x5eed;
+  if (word8) memcpy(&word, word8, sizeof word);
   for (;;) {
     gni_return_t rc = GNI_SmsgSendWTag(p->ep, &word, sizeof word, NULL, 0, 0, 1);
     if (rc == GNI_RC_SUCCESS) return 0;
@@ -188,6 +193,13 @@ static int bench_send(struct peer *p, gni_cq_handle_t cq) {
     }
     sched_yield();
   }
+}
+
+/* CPU seconds of this process, every thread (libugni's progress thread too). */
+static double cpu_now_s(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -205,7 +217,8 @@ static int bench(struct peer *p, gni_cq_handle_t rcq, gni_cq_handle_t cq) {
   if (!rtt) return fail("malloc", iters);
   for (int i = 0; i < iters; ++i) {
     double t0 = fabric_now_s();
-    if (lead ? bench_send(p, cq) || bench_take(p, rcq, cq) : bench_take(p, rcq, cq) || bench_send(p, cq)) {
+    if (lead ? bench_send(p, cq, NULL) || bench_take(p, rcq, cq, NULL)
+             : bench_take(p, rcq, cq, NULL) || bench_send(p, cq, NULL)) {
       free(rtt);
       return 1;
     }
@@ -214,15 +227,21 @@ static int bench(struct peer *p, gni_cq_handle_t rcq, gni_cq_handle_t cq) {
   qsort(rtt, iters, sizeof rtt[0], cmp_double);
   const double median_rtt = rtt[iters / 2];
   free(rtt);
-  double t0 = fabric_now_s();
+  double t0 = fabric_now_s(), c0 = cpu_now_s(), peer_cpu = 0;
   for (int i = 0; i < stream; ++i)
-    if (lead ? bench_send(p, cq) : bench_take(p, rcq, cq)) return 1;
-  if (lead ? bench_take(p, rcq, cq) : bench_send(p, cq)) return 1;  /* the receiver's "all in" */
-  double secs = fabric_now_s() - t0;
+    if (lead ? bench_send(p, cq, NULL) : bench_take(p, rcq, cq, NULL)) return 1;
+  /* The receiver's "all in", with the CPU time it spent on the stream. */
+  if (lead) {
+    if (bench_take(p, rcq, cq, &peer_cpu)) return 1;
+  } else {
+    const double mine = cpu_now_s() - c0;
+    if (bench_send(p, cq, &mine)) return 1;
+  }
+  double secs = fabric_now_s() - t0, cpu = cpu_now_s() - c0;
   if (lead)
     printf("fabric_smsg bench: SMSG 8 B latency %.1f us (half the median round trip of %d), message rate %.0f "
-           "messages/s (%d streamed, %d credits)\n",
-           median_rtt / 2 * 1e6, iters, stream / secs, stream, credits);
+           "messages/s (%d streamed, %d credits), CPU s sender %.3f receiver %.3f\n",
+           median_rtt / 2 * 1e6, iters, stream / secs, stream, credits, cpu, peer_cpu);
   fflush(stdout);
   return 0;
 }

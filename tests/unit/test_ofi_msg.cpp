@@ -156,6 +156,25 @@ TEST_CASE("ofi_smsg: headers are checked against the frame") {
   msg.h.length = static_cast<uint32_t>(m.size());
   std::memcpy(m.data(), &msg, sizeof msg);
   CHECK_FALSE(sm::parse_header(m.data(), m.size(), h));
+  // A Batch holds at least one record; records are read only within the frame.
+  std::vector<unsigned char> b(sizeof(sm::Header) + sm::batch_step(8) + sizeof(sm::BatchRec) + 3);
+  sm::Header bh = sm::header(sm::kBatch, 0, 0, static_cast<uint32_t>(b.size()));
+  std::memcpy(b.data(), &bh, sizeof bh);
+  sm::BatchRec rec{7, 1, 8, 2, {}};
+  std::memcpy(b.data() + sizeof bh, &rec, sizeof rec);
+  rec = {8, 1, 3, 2, {}};
+  std::memcpy(b.data() + sizeof bh + sm::batch_step(8), &rec, sizeof rec);
+  REQUIRE(sm::parse_header(b.data(), b.size(), h));
+  CHECK(h.type == sm::kBatch);
+  CHECK_FALSE(sm::parse_header(b.data(), sizeof bh, h));  // no record
+  sm::BatchRec got{};
+  REQUIRE(sm::batch_record(b.data(), b.size(), sizeof bh, got));
+  CHECK((got.seq == 7 && got.length == 8));
+  REQUIRE(sm::batch_record(b.data(), b.size(), sizeof bh + sm::batch_step(got.length), got));
+  CHECK((got.seq == 8 && got.length == 3));  // the last record's padding left out
+  CHECK_FALSE(sm::batch_record(b.data(), b.size() - 1, sizeof bh + sm::batch_step(8), got));  // payload runs past
+  CHECK_FALSE(sm::batch_record(b.data(), b.size(), b.size() - 4, got));
+  CHECK_FALSE(sm::batch_record(b.data(), b.size(), b.size() + 8, got));
   // An ofi_msg request is not one of ours, nor are short buffers.
   msg::Request q = request(msg::kAmo);
   CHECK_FALSE(sm::mine(&q, sizeof q));

@@ -602,6 +602,7 @@ void OfiPort::serve(const msg::Request& q) {
 // Sends what waited for room in the provider (replies, sync flags, GETs' event messages);
 // by the driving thread.
 void OfiPort::flush_deferred() {
+  smsg_ofi_flush(nic);
   for (size_t i = 0; i < deferred.size();) {
     const Deferred d = deferred[i];
     ssize_t rc = send_deferred(d);

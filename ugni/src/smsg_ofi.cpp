@@ -33,6 +33,11 @@ namespace {
 constexpr uint32_t kMaxChannels = 4096;
 constexpr uint64_t kOpenTimeoutNs = 3'000'000'000ull;
 constexpr uint64_t kAskEveryNs = 100'000'000ull;  // a sender still out of credits asks again
+// Message frames of a channel in flight at once. Messages sent while as many are in flight
+// gather into one Batch frame that goes when one completes: one provider message, completion
+// and (FI_DELIVERY_COMPLETE) acknowledgement for many SMSG messages. One in flight lowered
+// the rate (a round trip per batch, docs/notes/2026-12-07-ofi-rate-cpu.md).
+constexpr uint32_t kInflight = 8;
 
 uint64_t now_ns() {
   timespec ts;
@@ -52,7 +57,8 @@ struct Frame {
   OfiSendCtx c;  // first
   SmsgOfiTx* tx = nullptr;
   SmsgOfiRx* rx = nullptr;
-  uint32_t seq = 0;
+  uint32_t seq = 0;    // Msg, Batch: the (first) message's sequence number
+  uint32_t count = 1;  // Msg, Batch: messages in it
   uint16_t type = 0;
   uint32_t len = 0;
   alignas(8) unsigned char bytes[1];  // `len` of them, allocated with the frame
@@ -100,6 +106,21 @@ struct SmsgOfiTx {
     uint64_t st;
   };
   std::deque<Pending> pending;
+  // Message frames: `inflight` posted and not completed; while it is kInflight, messages go
+  // into `batch`, then (full) into `ready`, sent in that order as frames complete (flush).
+  // `parked`: a flush by the thread driving the CQ found the provider's queue full; the
+  // next look at the CQ (smsg_ofi_flush) or the next send tries again.
+  std::mutex qmu;
+  uint32_t inflight = 0;
+  Frame* batch = nullptr;
+  std::deque<Frame*> ready;
+  bool parked = false;
+  bool sending = false;  // a thread is posting the channel's frames (flush): one at a time, in order
+  uint64_t parked_at = 0;  // when a flush first found no room, 0: it did not
+  ~SmsgOfiTx() {
+    for (Frame* f : ready) Frame::free(f);
+    if (batch) Frame::free(batch);
+  }
   void fail(uint64_t st) {
     uint32_t none = 0;
     state.compare_exchange_strong(none, static_cast<uint32_t>(st), std::memory_order_acq_rel);
@@ -132,6 +153,10 @@ struct SmsgOfi {
   std::vector<SmsgOfiTx*> retired_tx;
   std::vector<SmsgOfiRx*> retired_rx;
   uint64_t salt = 0;
+  // Senders whose frames wait for room in the provider (SmsgOfiTx::parked).
+  std::mutex park_mu;
+  std::vector<SmsgOfiTx*> parked;
+  std::atomic<bool> any_parked{false};
   ~SmsgOfi() {
     for (auto& t : tx) delete t.load();
     for (auto& r : rx) delete r.load();
@@ -163,18 +188,19 @@ SmsgOfiRx* find_rx(SmsgOfi* s, const sm::Header& h) {
   return r && r->gen == h.gen ? r : nullptr;
 }
 
-// The local completions of messages `seq` (done with `st`), in sequence order.
-void message_done(SmsgOfiTx* t, uint32_t seq, uint64_t st) {
+// The local completions of messages `seq` .. `seq + n - 1` (done with `st`), in sequence order.
+void message_done(SmsgOfiTx* t, uint32_t seq, uint64_t st, uint32_t n = 1) {
   if (st != cqe::kOk) {
     t->fail(st);
     count(t->nic->counters, ctr::cdm::ofi_errors);
   }
   std::lock_guard<std::mutex> lk(t->mu);
+  uint32_t left = n;
   for (auto& p : t->pending)
-    if (p.seq == seq) {
+    if (static_cast<uint32_t>(p.seq - seq) < n) {
       p.done = true;
       p.st = st;
-      break;
+      if (--left == 0) break;
     }
   while (!t->pending.empty() && t->pending.front().done) {
     const auto& p = t->pending.front();
@@ -190,12 +216,23 @@ void message_done(SmsgOfiTx* t, uint32_t seq, uint64_t st) {
 // or unreachable. The relay's status for the same.
 uint64_t channel_error(uint64_t) { return cqe::kErrPeerGone; }
 
-void frame_done(Nic*, OfiSendCtx* c, uint64_t st) {
+void flush(Nic* n, SmsgOfiTx* t, bool patient);
+
+void frame_done(Nic* n, OfiSendCtx* c, uint64_t st) {
   auto* f = reinterpret_cast<Frame*>(c);
   switch (f->type) {
     case sm::kMsg:
-      message_done(f->tx, f->seq, st == cqe::kOk ? st : channel_error(st));
-      break;
+    case sm::kBatch: {
+      SmsgOfiTx* t = f->tx;
+      message_done(t, f->seq, st == cqe::kOk ? st : channel_error(st), f->count);
+      Frame::free(f);
+      {
+        std::lock_guard<std::mutex> lk(t->qmu);
+        --t->inflight;
+      }
+      flush(n, t, false);  // what gathered meanwhile: its turn
+      return;
+    }
     case sm::kAsk:
       if (st != cqe::kOk) f->tx->fail(channel_error(st));
       f->tx->asking.store(false, std::memory_order_release);
@@ -222,6 +259,100 @@ uint64_t send_frame(Nic* n, uint64_t dest, Frame* f, bool patient) {
   uint64_t st = ofi_send(n, dest, f->bytes, f->len, &f->c, patient);
   if (st != cqe::kOk) Frame::free(f);
   return st;
+}
+
+void park(Nic* n, SmsgOfiTx* t) {  // under t->qmu
+  if (t->parked) return;
+  t->parked = true;
+  SmsgOfi* s = n->smsg_ofi.load(std::memory_order_acquire);
+  std::lock_guard<std::mutex> lk(s->park_mu);
+  s->parked.push_back(t);
+  s->any_parked.store(true, std::memory_order_release);
+}
+
+// Sends the channel's gathered frames while fewer than kInflight are in flight, in order.
+// `patient`: an application thread (ofi_send); else the thread driving the CQ, which parks
+// what the provider has no room for.
+// One thread posts at a time (`sending`): a flush nested in a patient send's ofi_poll (a
+// completion read there) finds it set and returns, so no frame overtakes the one being sent;
+// the poster re-checks under qmu before it clears it, so nothing is left unsent.
+void flush(Nic* n, SmsgOfiTx* t, bool patient) {
+  {
+    std::lock_guard<std::mutex> lk(t->qmu);
+    if (t->sending) return;
+    t->sending = true;
+  }
+  for (;;) {
+    Frame* f = nullptr;
+    {
+      std::lock_guard<std::mutex> lk(t->qmu);
+      if (t->inflight < kInflight && t->ready.empty() && t->batch) {
+        t->ready.push_back(t->batch);
+        t->batch = nullptr;
+      }
+      if (t->inflight >= kInflight || t->ready.empty()) {
+        t->sending = false;
+        return;
+      }
+      f = t->ready.front();
+      t->ready.pop_front();
+      ++t->inflight;
+    }
+    if (f->type == sm::kBatch) {
+      const sm::Header h = sm::header(sm::kBatch, t->rx_chan, t->rx_gen, f->len);
+      std::memcpy(f->bytes, &h, sizeof h);
+    }
+    f->c.done = frame_done;
+    const uint64_t st = ofi_send(n, t->dest, f->bytes, f->len, &f->c, patient);
+    if (st == cqe::kOk) {
+      std::lock_guard<std::mutex> lk(t->qmu);
+      t->parked_at = 0;
+      continue;
+    }
+    {
+      std::lock_guard<std::mutex> lk(t->qmu);
+      --t->inflight;
+      // Refused for 2 s (as a patient send gives up: tcp;ofi_rxm refuses sends to a peer
+      // that went away rather than failing them): the channel fails.
+      const uint64_t now = now_ns();
+      if (!patient && st == cqe::kErrTransient && !t->state.load(std::memory_order_acquire) &&
+          (!t->parked_at || now < t->parked_at + 2'000'000'000ull)) {
+        if (!t->parked_at) t->parked_at = now;
+        t->ready.push_front(f);
+        park(n, t);
+        t->sending = false;
+        return;
+      }
+      t->parked_at = 0;
+    }
+    message_done(t, f->seq, channel_error(st), f->count);
+    Frame::free(f);
+  }
+}
+
+// A message into the channel's batch (under t->qmu): a new Batch frame when it does not fit.
+void gather(SmsgOfiTx* t, uint32_t seq, uint32_t remote_event, uint8_t tag, const void* header, uint32_t header_length,
+            const void* data, uint32_t data_length) {
+  const uint32_t total = header_length + data_length;
+  Frame* f = t->batch;
+  size_t off = f ? (f->len + 7) & ~size_t{7} : 0;
+  if (!f || off + sizeof(sm::BatchRec) + total > sm::kMaxFrame) {
+    if (f) t->ready.push_back(f);
+    f = t->batch = Frame::make(static_cast<uint32_t>(sm::kMaxFrame));
+    f->type = sm::kBatch;
+    f->tx = t;
+    f->seq = seq;
+    f->count = 0;
+    f->len = sizeof(sm::Header);  // the header: written when it goes (flush)
+    off = f->len;
+  }
+  std::memset(f->bytes + f->len, 0, off - f->len);  // the previous record's padding
+  const sm::BatchRec rec{seq, remote_event, total, tag, {}};
+  std::memcpy(f->bytes + off, &rec, sizeof rec);
+  if (header_length) std::memcpy(f->bytes + off + sizeof rec, header, header_length);
+  if (data_length) std::memcpy(f->bytes + off + sizeof rec + header_length, data, data_length);
+  f->len = static_cast<uint32_t>(off + sizeof rec + total);
+  ++f->count;
 }
 
 void send_note(Nic* n, SmsgOfiRx* r, uint32_t released, bool patient) {
@@ -322,26 +453,49 @@ void on_open(Nic* n, SmsgOfi* s, const sm::Open& o) {
   send_frame(n, dest, f, false);
 }
 
+// One message into its slot (under r->mu), its remote event pushed.
+void deliver(Nic* n, SmsgOfiRx* r, uint32_t seq, uint32_t remote_event, uint8_t tag, const char* payload,
+             uint32_t length) {
+  abi::MailboxView& v = r->mb.view;
+  if (length > abi::smsg_capacity(v.max_size)) {
+    count(n->counters, ctr::cdm::ofi_dropped);
+    return;
+  }
+  const uint32_t released = v.ctl->released.load(std::memory_order_acquire);
+  if (abi::smsg_seen(v, seq, released)) return;  // a duplicate: already in, or consumed
+  if (static_cast<uint32_t>(seq - released) >= v.credits) {
+    count(n->counters, ctr::cdm::ofi_dropped);  // no credit for it: not from our sender's numbering
+    return;
+  }
+  abi::smsg_write_at(v, seq, payload, length, nullptr, 0, tag);
+  if (r->mb.dst_cq != abi::kNoCq)
+    push_remote_event(*r->mb.region, r->mb.dst_cq,
+                      cqe::make(cqe::kSrcRemoteRequest, cqe::kTypeSmsg, cqe::kOk, 0, 0, remote_event), &r->mb.dst_cache);
+  count(n->counters, ctr::cdm::ofi_served);
+}
+
 void on_msg(Nic* n, SmsgOfiRx* r, const void* buf, size_t len) {
   sm::Msg m;
   std::memcpy(&m, buf, sizeof m);
-  abi::MailboxView& v = r->mb.view;
-  if (len != sizeof m + m.length || m.length > abi::smsg_capacity(v.max_size)) {
+  if (len != sizeof m + m.length) {
     count(n->counters, ctr::cdm::ofi_dropped);
     return;
   }
   std::lock_guard<std::mutex> lk(r->mu);
-  const uint32_t released = v.ctl->released.load(std::memory_order_acquire);
-  if (abi::smsg_seen(v, m.seq, released)) return;  // a duplicate: already in, or consumed
-  if (static_cast<uint32_t>(m.seq - released) >= v.credits) {
-    count(n->counters, ctr::cdm::ofi_dropped);  // no credit for it: not from our sender's numbering
-    return;
+  deliver(n, r, m.seq, m.remote_event, m.tag, static_cast<const char*>(buf) + sizeof m, m.length);
+}
+
+// A Batch: its records in order; a malformed record ends it (nothing after it can be found).
+void on_batch(Nic* n, SmsgOfiRx* r, const void* buf, size_t len) {
+  std::lock_guard<std::mutex> lk(r->mu);
+  sm::BatchRec rec;
+  for (size_t off = sizeof(sm::Header); off < len; off += sm::batch_step(rec.length)) {
+    if (!sm::batch_record(buf, len, off, rec)) {
+      count(n->counters, ctr::cdm::ofi_dropped);
+      return;
+    }
+    deliver(n, r, rec.seq, rec.remote_event, rec.tag, static_cast<const char*>(buf) + off + sizeof rec, rec.length);
   }
-  abi::smsg_write_at(v, m.seq, static_cast<const char*>(buf) + sizeof m, m.length, nullptr, 0, m.tag);
-  if (r->mb.dst_cq != abi::kNoCq)
-    push_remote_event(*r->mb.region, r->mb.dst_cq,
-                      cqe::make(cqe::kSrcRemoteRequest, cqe::kTypeSmsg, cqe::kOk, 0, 0, m.remote_event), &r->mb.dst_cache);
-  count(n->counters, ctr::cdm::ofi_served);
 }
 
 void on_note(Nic* n, SmsgOfiTx* t, const sm::Note& note) {
@@ -461,25 +615,42 @@ gni_return_t smsg_ofi_send(Ep* ep, const void* header, uint32_t header_length, c
     }
   }
   const uint32_t total = header_length + data_length;  // <= smsg_capacity(max_size), checked by the caller
-  Frame* f = Frame::make(static_cast<uint32_t>(sizeof(sm::Msg) + total));
-  f->type = sm::kMsg;
-  f->tx = t;
-  f->seq = s;
-  sm::Msg m{};
-  m.h = sm::header(sm::kMsg, t->rx_chan, t->rx_gen, f->len);
-  m.seq = s;
-  m.remote_event = ep->remote_event;
-  m.length = total;
-  m.tag = tag;
-  std::memcpy(f->bytes, &m, sizeof m);
-  if (header_length) std::memcpy(f->bytes + sizeof m, header, header_length);
-  if (data_length) std::memcpy(f->bytes + sizeof m + header_length, data, data_length);
   {
     std::lock_guard<std::mutex> lk(t->mu);
     t->pending.push_back({s, msg_id, ep->src_cq, false, 0});
   }
   t->sent.store(s + 1, std::memory_order_release);
-  if (uint64_t st = send_frame(n, t->dest, f, true); st != cqe::kOk) message_done(t, s, channel_error(st));
+  bool alone;
+  {
+    std::lock_guard<std::mutex> lk(t->qmu);
+    alone = t->inflight < kInflight && !t->batch && t->ready.empty();
+    if (!alone) gather(t, s, ep->remote_event, tag, header, header_length, data, data_length);
+  }
+  if (alone) {  // room in flight: a frame of its own, now (through flush, in order)
+    Frame* f = Frame::make(static_cast<uint32_t>(sizeof(sm::Msg) + total));
+    f->type = sm::kMsg;
+    f->tx = t;
+    f->seq = s;
+    sm::Msg m{};
+    m.h = sm::header(sm::kMsg, t->rx_chan, t->rx_gen, f->len);
+    m.seq = s;
+    m.remote_event = ep->remote_event;
+    m.length = total;
+    m.tag = tag;
+    std::memcpy(f->bytes, &m, sizeof m);
+    if (header_length) std::memcpy(f->bytes + sizeof m, header, header_length);
+    if (data_length) std::memcpy(f->bytes + sizeof m + header_length, data, data_length);
+    {
+      std::lock_guard<std::mutex> lk(t->qmu);
+      t->ready.push_back(f);
+    }
+    flush(n, t, true);
+  } else {
+    // Gathered: it goes when the frame in flight completes. Look at the CQ for that
+    // completion now (a streaming sender may not poll), then send what is due.
+    ofi_poll(n);
+    flush(n, t, true);
+  }
   // On the hardware every SMSG message is an FMA PUT into the peer's mailbox.
   stat_add(n, GNI_STAT_FMA_LAUNCH_COUNT);
   count(n->counters, ctr::cdm::smsg_sends);
@@ -540,6 +711,9 @@ void smsg_ofi_on_message(Nic* n, const void* buf, size_t len) {
     case sm::kMsg:
       if (SmsgOfiRx* r = find_rx(s, h)) return on_msg(n, r, buf, len);
       break;
+    case sm::kBatch:
+      if (SmsgOfiRx* r = find_rx(s, h)) return on_batch(n, r, buf, len);
+      break;
     case sm::kNote:
       if (SmsgOfiTx* t = find_tx(s, h)) {
         sm::Note note;
@@ -555,6 +729,24 @@ void smsg_ofi_on_message(Nic* n, const void* buf, size_t len) {
       break;
   }
   count(n->counters, ctr::cdm::ofi_dropped);  // malformed, or for a channel we do not have
+}
+
+void smsg_ofi_flush(Nic* n) {
+  SmsgOfi* s = n->smsg_ofi.load(std::memory_order_acquire);
+  if (!s || !s->any_parked.load(std::memory_order_acquire)) return;
+  std::vector<SmsgOfiTx*> v;
+  {
+    std::lock_guard<std::mutex> lk(s->park_mu);
+    v.swap(s->parked);
+    s->any_parked.store(false, std::memory_order_relaxed);
+  }
+  for (SmsgOfiTx* t : v) {
+    {
+      std::lock_guard<std::mutex> lk(t->qmu);
+      t->parked = false;
+    }
+    flush(n, t, false);
+  }
 }
 
 void smsg_ofi_forget(Nic* n) { delete n->smsg_ofi.exchange(nullptr, std::memory_order_acq_rel); }

@@ -43,5 +43,8 @@ bool smsg_ofi_released(Ep* ep);
 void smsg_ofi_on_message(Nic* n, const void* buf, size_t len);
 // The port is closed: the channels go (ofi_close).
 void smsg_ofi_forget(Nic* n);
+// By the thread driving the port's CQ, at each look: sends message frames a completion's flush
+// found no room for in the provider.
+void smsg_ofi_flush(Nic* n);
 
 }  // namespace nicemu::ugni
