@@ -118,12 +118,13 @@ const OfiLib& ofi_lib() {
   static const OfiLib lib = [] {
     OfiLib l;
     // ofi_rxm over tcp defaults to a shared receive context that pre-posts 4096 bounce buffers
-    // of 16 KiB per endpoint at fi_enable: 64 MiB written per CDM, seconds per GNI_CdmAttach on
-    // a loaded host (Open MPI and UCX attach several CDMs per rank). Without it rxm posts 128
-    // per connection, as peers connect. Read when libfabric initialises its providers (its
-    // first fi_getinfo), so set before; a value in the environment wins, and a process whose
-    // libfabric is already initialised keeps what it has.
-    setenv("FI_OFI_RXM_USE_SRX", "0", 0);
+    // of 16 KiB per endpoint at fi_enable: 64 MiB written per CDM, a quarter second or more per
+    // GNI_CdmAttach (Open MPI and UCX attach several CDMs per rank). 256 of them keep the
+    // shared context, whose small RMA round trips are half those without it (per-connection
+    // receives). Read when libfabric initialises its providers (its first fi_getinfo), so set
+    // before; a value in the environment wins, and a process whose libfabric is already
+    // initialised keeps what it has.
+    setenv("FI_OFI_RXM_MSG_RX_SIZE", "256", 0);
     void* h = dlopen("libfabric.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!h) {
       const char* e = dlerror();
