@@ -27,18 +27,7 @@ constexpr uint64_t kReplyTimeoutNs = 5'000'000'000ull;
 constexpr size_t kMaxRx = 4096;    // senders' streams a member keeps
 constexpr size_t kMaxHeld = 65536;  // frames held per stream for an earlier one (msgq::kMaxQueueSlots)
 
-uint64_t now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
-
-uint64_t mix(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+uint64_t now_ns() { return nicemu::fault::monotonic_ns(); }
 
 // A frame in flight: the provider reads it until `done`.
 struct Frame {
@@ -107,7 +96,7 @@ MsgqOfi* state_of(Nic* n) {
   MsgqOfi* s = n->msgq_ofi.load(std::memory_order_acquire);
   if (s) return s;
   auto* fresh = new MsgqOfi;
-  fresh->salt = mix(now_ns() ^ reinterpret_cast<uintptr_t>(n));
+  fresh->salt = ofi_mix(now_ns() ^ reinterpret_cast<uintptr_t>(n));
   if (n->msgq_ofi.compare_exchange_strong(s, fresh, std::memory_order_acq_rel)) return fresh;
   delete fresh;
   return s;
@@ -399,7 +388,7 @@ bool msgq_ofi_send(Nic* n, abi::msgq::TxCredit* cr, uint32_t depth, uint32_t pe,
     if (it == s->tx.end()) {
       MsgqOfi::Tx t;
       t.dest = dest;
-      t.chan = mix(s->salt ^ ++s->streams);
+      t.chan = ofi_mix(s->salt ^ ++s->streams);
       it = s->tx.emplace(pe, std::move(t)).first;
     }
   }

@@ -97,14 +97,14 @@ uint64_t ofi_send(Nic* n, uint64_t dest, const void* buf, size_t len, OfiSendCtx
 
 // The provider key of a handle: its two qwords mixed (splitmix64), so any change of VA,
 // pages, domain, slot or flags gives another key.
-constexpr uint64_t ofi_key(uint64_t q1, uint64_t q2) {
-  auto mix = [](uint64_t z) {
-    z += 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  };
-  return mix(q1 ^ mix(q2));
+// splitmix64's finaliser: keys, and the channel and stream names of SMSG and MSGQ over ofi.
+constexpr uint64_t ofi_mix(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
 }
+
+constexpr uint64_t ofi_key(uint64_t q1, uint64_t q2) { return ofi_mix(q1 ^ ofi_mix(q2)); }
 
 }  // namespace nicemu::ugni

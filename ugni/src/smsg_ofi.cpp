@@ -39,18 +39,7 @@ constexpr uint64_t kAskEveryNs = 100'000'000ull;  // a sender still out of credi
 // the rate (a round trip per batch, docs/notes/2026-12-07-ofi-rate-cpu.md).
 constexpr uint32_t kInflight = 8;
 
-uint64_t now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
-
-uint64_t mix(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+uint64_t now_ns() { return nicemu::fault::monotonic_ns(); }
 
 // A frame in flight: the provider reads it until `done`.
 struct Frame {
@@ -171,7 +160,7 @@ SmsgOfi* state_of(Nic* n) {
   SmsgOfi* s = n->smsg_ofi.load(std::memory_order_acquire);
   if (s) return s;
   auto* fresh = new SmsgOfi;
-  fresh->salt = mix(now_ns() ^ reinterpret_cast<uintptr_t>(n));
+  fresh->salt = ofi_mix(now_ns() ^ reinterpret_cast<uintptr_t>(n));
   if (n->smsg_ofi.compare_exchange_strong(s, fresh, std::memory_order_acq_rel)) return fresh;
   delete fresh;
   return s;
@@ -431,7 +420,7 @@ void on_open(Nic* n, SmsgOfi* s, const sm::Open& o) {
     if (s->nrx < kMaxChannels) {
       r = new SmsgOfiRx;
       r->id = s->nrx++;
-      r->gen = mix(s->salt ^ (uint64_t{r->id} << 1) ^ 1);
+      r->gen = ofi_mix(s->salt ^ (uint64_t{r->id} << 1) ^ 1);
       r->mb = std::move(mb);
       r->dest = dest;
       r->tx_chan = o.h.chan;
@@ -543,7 +532,7 @@ gni_return_t smsg_ofi_open(Ep* ep, const gni_smsg_attr_t* remote, uint32_t credi
     t->id = s->ntx++;
   }
   t->nic = n;
-  t->gen = mix(s->salt ^ (uint64_t{t->id} << 1));
+  t->gen = ofi_mix(s->salt ^ (uint64_t{t->id} << 1));
   t->dest = dest;
   t->credits = remote->mbox_maxcredit;
   t->max_size = remote->msg_maxsize;
