@@ -4,8 +4,12 @@
 # daemons on fabric "hosts" (a run directory each) that several tests share.
 #
 # What the EXIT trap (test_init) cleans up, in this order:
+#   FG_PIDS        the command capture/netns_hydra waits for (a meson timeout's SIGTERM
+#                  arrives while it runs): SIGKILL to its process group (`timeout` makes
+#                  one of its own, which the SIGTERM meson sends to the test's group misses)
 #   test_cleanup   a function the test may define for its own resources (namespaces, users)
-#   BG_PIDS        background processes of the test: SIGKILL, then reaped
+#   BG_PIDS        background processes of the test: SIGKILL (their group, where they lead
+#                  one), then reaped
 #   SERVE_PID      a `nicemu-run --daemons-only` (serve_daemons): SIGTERM, so that it stops
 #                  its daemons, then reaped
 #   DAEMON_PID     daemons, keyed by NIC address or name: SIGTERM, 2 s to exit, SIGKILL
@@ -14,6 +18,7 @@
 #   TMP            the scratch directory: removed
 declare -A DAEMON_PID=()
 BG_PIDS=()
+FG_PIDS=()
 KILL_RUNDIR=""
 SERVE_PID=""
 TMP=""
@@ -36,12 +41,28 @@ need_cmd() {
   for c in "$@"; do command -v "$c" >/dev/null || skip "$c needed"; done
 }
 
+# run_fg CMD...: runs CMD and returns its status, as in the foreground, but waited for with
+# `wait`, which a trapped signal interrupts: bash runs a trap only after a foreground command
+# ends, and meson follows its timeout's SIGTERM with a SIGKILL half a second later, so the
+# cleanup would never run while a job hangs.
+run_fg() {
+  local p rc=0 saved=(${FG_PIDS[@]+"${FG_PIDS[@]}"})
+  "$@" &
+  p=$!
+  FG_PIDS+=("$p")
+  wait "$p" || rc=$?
+  FG_PIDS=(${saved[@]+"${saved[@]}"})
+  return "$rc"
+}
+# kill_tree PID: SIGKILL to PID's process group where PID leads one, else to PID.
+kill_tree() { kill -KILL -- "-$1" 2>/dev/null || kill -KILL "$1" 2>/dev/null; }
+
 # capture NAME LIMIT CMD...: runs CMD under `timeout LIMIT` with its output in
 # $TMP/NAME.out and .err; its status in RC, its wall time in ELAPSED (seconds).
 capture() {
   local name=$1 limit=$2 t0=$SECONDS
   shift 2
-  timeout -k 5 "$limit" "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" </dev/null
+  run_fg timeout -k 5 "$limit" "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" </dev/null
   RC=$?
   # shellcheck disable=SC2034  # for the caller
   ELAPSED=$((SECONDS - t0))
@@ -91,8 +112,9 @@ stop_daemon() {
 lib_cleanup() {
   local rc=$? p
   set +e
+  for p in ${FG_PIDS[@]+"${FG_PIDS[@]}"}; do [[ -n "$p" ]] && kill_tree "$p"; done
   declare -F test_cleanup >/dev/null && test_cleanup
-  for p in ${BG_PIDS[@]+"${BG_PIDS[@]}"}; do kill -KILL "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+  for p in ${BG_PIDS[@]+"${BG_PIDS[@]}"}; do kill_tree "$p"; wait "$p" 2>/dev/null; done
   [[ -n "$SERVE_PID" ]] && kill -TERM "$SERVE_PID" 2>/dev/null && wait "$SERVE_PID" 2>/dev/null
   stop_daemons
   [[ -n "$KILL_RUNDIR" ]] && pkill -KILL -f -- "--rundir $KILL_RUNDIR" 2>/dev/null
@@ -233,7 +255,7 @@ netns_fabric() {
 netns_hydra() {
   local to=$1 n=$2 ppn=$3 log=$4
   shift 4
-  ip netns exec "${DAEMON_NS[0]}" env NICEMU_RUNDIR="$TMP/host0" NICEMU_NODE=0 timeout -k 5 "$to" "$HYDRA" \
+  run_fg ip netns exec "${DAEMON_NS[0]}" env NICEMU_RUNDIR="$TMP/host0" NICEMU_NODE=0 timeout -k 5 "$to" "$HYDRA" \
     -launcher rsh -launcher-exec "$TMP/netns-rsh" -hosts "$NETNS_HOSTS" -n "$n" -ppn "$ppn" -genvnone \
     -genv PMI_GNI_PTAG "$PMI_GNI_PTAG" -genv PMI_GNI_COOKIE "$PMI_GNI_COOKIE" "$@" >"$log" 2>&1
 }

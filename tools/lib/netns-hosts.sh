@@ -7,7 +7,7 @@
 # (from 0) gets address NET(k+1)/24 (NET like "10.213.7."), or, for more than 253 hosts,
 # with NET of two octets ("10.213."), NET(k/250).(k%250+1)/16 (netns_host_addr). The veth
 # names are derived from SW. Returns non-zero with the failing command's message on stderr.
-# netns_hosts_down SW NS...: deletes them (a namespace's end of a veth pair takes the other
+# netns_hosts_down SW NS...: SIGKILLs what still runs in them and deletes them (a namespace's end of a veth pair takes the other
 # end with it). Safe to call on a partial set-up.
 netns_hosts_up() {
   local sw=$1 net=$2 k=0 ns
@@ -37,8 +37,14 @@ netns_host_addr() {
   if [[ ${#dots} -eq 2 ]]; then echo "${1}$(($2 / 250)).$(($2 % 250 + 1))/16"; else echo "${1}$(($2 + 1))/24"; fi
 }
 netns_hosts_down() {
-  local ns
-  for ns in "$@"; do ip netns del "$ns" 2>/dev/null; done
+  local ns p
+  # A host that goes away takes its processes: whatever a failed or timed-out job left in a
+  # namespace (ranks a launcher did not reap) would otherwise outlive it, holding the
+  # namespace and the CPU.
+  for ns in "$@"; do
+    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
+    ip netns del "$ns" 2>/dev/null
+  done
   return 0
 }
 # netns_host_if SW K: the interface name of host K inside its namespace.
