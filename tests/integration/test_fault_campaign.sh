@@ -18,11 +18,12 @@ need_cmd python3 mpiexec.hydra
 # The namespaces of the netns kinds, should the campaign not have removed them (killed): the
 # campaign names them in each run's log.
 test_cleanup() {
-  local n
-  for n in $(sed -n 's/^# namespace hosts: node 0 in \([^ ]*\) .*node 1 in \([^ ]*\) .*bridge in \([^ ]*\)$/\1 \2 \3/p' \
-      "$TMP"/compat/fault-campaign/runs/*/run.log 2>/dev/null); do
-    ip netns del "$n" 2>/dev/null
-  done
+  local a b sw
+  # shellcheck source=../../tools/lib/netns-hosts.sh
+  . "$src/tools/lib/netns-hosts.sh"
+  sed -n 's/^# namespace hosts: node 0 in \([^ ]*\) .*node 1 in \([^ ]*\) .*bridge in \([^ ]*\)$/\1 \2 \3/p' \
+    "$TMP"/compat/fault-campaign/runs/*/run.log 2>/dev/null |
+    while read -r a b sw; do netns_hosts_down "$a" "$b" "$sw"; done
 }
 test_init test_fault_campaign
 # Every daemon the campaign starts runs with --rundir under $TMP (its run directories come
