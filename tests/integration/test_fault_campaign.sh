@@ -6,13 +6,25 @@
 # kind is refused with a message. With a libugni built with libfabric (third argument ofi):
 # under ofi-none (two hosts, fabric_data = ofi) the run passes with its AMOs rank to rank
 # (ofi_ops), and one whose ranks cannot open the provider (FI_PROVIDER names none) is a
-# set-up error, not a pass over the daemons' path.
+# set-up error, not a pass over the daemons' path; as root, under netns-ofi-none (two network
+# namespace hosts, ranks in them through nicemu-rank) it passes with both ranks in their
+# namespaces and only the veth addresses published.
 # Usage: test_fault_campaign.sh BUILD_DIR SOURCE_DIR [ofi|no-ofi]
 set -u
 . "$(dirname "$0")/lib.sh"
 use_build "${1:-}" examples/dmapp_histogram
 src=${2:?source dir}
 need_cmd python3 mpiexec.hydra
+# The namespaces of the netns kinds, should the campaign not have removed them (killed): the
+# campaign names them in each run's log.
+test_cleanup() {
+  local a b sw
+  # shellcheck source=../../tools/lib/netns-hosts.sh
+  . "$src/tools/lib/netns-hosts.sh"
+  sed -n 's/^# namespace hosts: node 0 in \([^ ]*\) .*node 1 in \([^ ]*\) .*bridge in \([^ ]*\)$/\1 \2 \3/p' \
+    "$TMP"/compat/fault-campaign/runs/*/run.log 2>/dev/null |
+    while read -r a b sw; do netns_hosts_down "$a" "$b" "$sw"; done
+}
 test_init test_fault_campaign
 # Every daemon the campaign starts runs with --rundir under $TMP (its run directories come
 # from TMPDIR), so lib.sh's cleanup finds any left behind.
@@ -112,6 +124,25 @@ if [[ ${3:-no-ofi} == ofi ]] && ldconfig -p 2>/dev/null | grep -q 'libfabric\.so
   l=$(grep '^client=dmapp test=dmapp_histogram fault=ofi-none ' "$TMP/noofi.txt")
   if [[ $l == *' outcome=setup-error '*' ofi_ops=0 '* ]]; then pass "ofi-none without a provider: setup-error"
   else fail "ofi-none without a provider: $l"; show noofi; fi
+  # On two network namespace hosts: each rank enters its node's namespace through
+  # tools/lib/nicemu-rank (NICEMU_NODE_NETNS) after Hydra started it in this one, and its
+  # endpoint's address, published to the daemons, is its veth's.
+  if [[ $(id -u) -eq 0 ]] && command -v ip >/dev/null && command -v nsenter >/dev/null; then
+    capture netns 100 "${camp[@]}" --fault netns-ofi-none --seed 1 --out "$TMP/netns.txt"
+    l=$(grep '^client=dmapp test=dmapp_histogram fault=netns-ofi-none ' "$TMP/netns.txt")
+    if [[ $l == *' outcome=passed '*' ranks_in_ns=2 '* && $l =~ \ ofi_ops=([0-9]+)\ ofi_hosts=(10\.217\.[0-9]+\.1,10\.217\.[0-9]+\.2)\  &&
+        ${BASH_REMATCH[1]} -ge 100000 ]]; then
+      pass "netns-ofi-none: passed, both ranks in their hosts' namespaces, ${BASH_REMATCH[1]} operations rank to rank between ${BASH_REMATCH[2]}"
+    else fail "netns-ofi-none: $l"; show netns; fi
+    # A namespace that does not exist: the rank wrapper refuses to start the program.
+    PMI_RANK=0 PMI_SIZE=1 NICEMU_NODES=0 NICEMU_RUN=$RUN NICEMU_NODE_NETNS=nicemu-no-such-ns \
+      capture nons 20 "$src/tools/lib/nicemu-rank" true
+    if [[ $RC -eq 127 ]] && grep -q 'no network namespace nicemu-no-such-ns' "$TMP/nons.err"; then
+      pass "nicemu-rank: a missing namespace refused"
+    else fail "nicemu-rank with a missing namespace: rc $RC"; show nons; fi
+  else
+    echo "SKIP: netns-ofi-none (needs root, ip and nsenter)"
+  fi
 else
   echo "SKIP: ofi kinds (libugni without libfabric, or no libfabric.so.1)"
 fi

@@ -1,5 +1,9 @@
 #include "nicemu/daemon/remote/ofi_directory.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <cstring>
 
 #include <nlohmann/json.hpp>
@@ -20,7 +24,30 @@ bool OfiDirectory::publish(uint64_t attach_id, const uint8_t* addr, uint32_t len
   if (attach_id == 0 || len == 0 || len > ctl::kOfiAddrMax) return false;
   addrs_[attach_id].assign(addr, addr + len);
   ++ctr_.published;
+  note_host(addr, len);
   return true;
+}
+
+// The IP of a socket address (what tcp, udp and verbs providers' fi_getname give), so that
+// status shows on which network the ranks' endpoints live (veth of a namespace host, not
+// 127.0.0.1); other address formats are not shown.
+void OfiDirectory::note_host(const uint8_t* addr, uint32_t len) {
+  if (hosts_.size() >= kMaxHosts || len < sizeof(sa_family_t)) return;
+  sa_family_t family;
+  std::memcpy(&family, addr, sizeof family);
+  char text[INET6_ADDRSTRLEN] = {};
+  if (family == AF_INET && len >= sizeof(sockaddr_in)) {
+    sockaddr_in sin;
+    std::memcpy(&sin, addr, sizeof sin);
+    if (!inet_ntop(AF_INET, &sin.sin_addr, text, sizeof text)) return;
+  } else if (family == AF_INET6 && len >= sizeof(sockaddr_in6)) {
+    sockaddr_in6 sin6;
+    std::memcpy(&sin6, addr, sizeof sin6);
+    if (!inet_ntop(AF_INET6, &sin6.sin6_addr, text, sizeof text)) return;
+  } else {
+    return;
+  }
+  hosts_.insert(text);
 }
 
 std::vector<char> OfiDirectory::reply(const ctl::Header& h, int32_t rc, const uint8_t* addr, uint32_t len) {
@@ -140,7 +167,8 @@ void OfiDirectory::progress() {
 nlohmann::json OfiDirectory::status() const {
   return nlohmann::json{{"published", addrs_.size()}, {"publications", ctr_.published}, {"lookups", ctr_.lookups},
                         {"asked", ctr_.asked},        {"answered", ctr_.answered},       {"refused", ctr_.refused},
-                        {"timeouts", ctr_.timeouts},  {"waiting", pending_.size()}};
+                        {"timeouts", ctr_.timeouts},  {"waiting", pending_.size()},
+                        {"hosts", hosts_}};
 }
 
 }  // namespace nicemu::daemon

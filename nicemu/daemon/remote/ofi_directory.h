@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -62,6 +64,8 @@ class OfiDirectory : public FabricService {
   };
   static std::vector<char> reply(const abi::ctl::Header& h, int32_t rc, const uint8_t* addr, uint32_t len);
   static void answer(const Pending& p, int32_t rc, const uint8_t* addr, uint32_t len);
+  void note_host(const uint8_t* addr, uint32_t len);
+  static constexpr size_t kMaxHosts = 16;
 
   const uint32_t self_;
   RegionDirectory& regions_;
@@ -70,6 +74,7 @@ class OfiDirectory : public FabricService {
   uint64_t next_id_ = 1;
   std::map<uint64_t, std::vector<uint8_t>> addrs_;  // attach id -> published address
   std::map<uint64_t, Pending> pending_;             // asks outstanding, by id
+  std::set<std::string> hosts_;                     // IPs of addresses ever published (kMaxHosts)
   struct {
     uint64_t published = 0, lookups = 0, answered = 0, refused = 0, asked = 0, timeouts = 0;
   } ctr_;
