@@ -133,7 +133,10 @@ if [[ ${3:-no-ofi} == ofi ]] && ldconfig -p 2>/dev/null | grep -q 'libfabric\.so
     if [[ $l == *' outcome=passed '*' ranks_in_ns=2 '* && $l =~ \ ofi_ops=([0-9]+)\ ofi_hosts=(10\.217\.[0-9]+\.1,10\.217\.[0-9]+\.2)\  &&
         ${BASH_REMATCH[1]} -ge 100000 ]]; then
       pass "netns-ofi-none: passed, both ranks in their hosts' namespaces, ${BASH_REMATCH[1]} operations rank to rank between ${BASH_REMATCH[2]}"
-    else fail "netns-ofi-none: $l"; show netns; fi
+    else
+      fail "netns-ofi-none: $l"; show netns
+      [[ $l =~ \ log=([^ ]+) ]] && { echo "    its run log, last lines:" >&2; tail -n 40 "${BASH_REMATCH[1]}" | show_log /dev/stdin; }
+    fi
     # A namespace that does not exist: the rank wrapper refuses to start the program.
     PMI_RANK=0 PMI_SIZE=1 NICEMU_NODES=0 NICEMU_RUN=$RUN NICEMU_NODE_NETNS=nicemu-no-such-ns \
       capture nons 20 "$src/tools/lib/nicemu-rank" true
