@@ -3,10 +3,11 @@
 # each with --fabric-data ofi over tcp;ofi_rxm: fabric_rma on 2 ranks, one per host, under
 # MPICH's Hydra (as test_fabric_netns.sh hydra). FMA and RDMA PUT/GET then go rank to rank
 # over libfabric, AMOs and CQ writes as messages the target's rank executes, chained FMA posts
-# rank to rank too (chained CQ writes through the daemons); fabric_rma verifies every byte at
+# and chained CQ writes rank to rank too; fabric_rma verifies every byte at
 # both ends. The daemons' status must show the ofi PUT/GET (ops and bytes, the
 # CDMs' counters) and that the RMA bytes did not cross the UDP fabric (remote_ops.initiator
 # bytes_out below what went over ofi), and each daemon handed out the address of its CDM.
+# Datagrams (fabric_dgram, 4 ranks) between the same daemons: they stay on the daemons.
 # Then posts through a deregistered handle: error events, the page untouched; AMOs into a
 # deregistered and a read-only registration: PROTECTION and READ_ONLY, nothing written. Then
 # every Gemini and Aries AMO opcode in both lengths, PUTs with remote events and sync flags and
@@ -21,7 +22,7 @@
 set -u
 . "$(dirname "$0")/lib.sh"
 
-use_build "${1:-}" tests/integration/fabric_rma
+use_build "${1:-}" tests/integration/fabric_rma tests/integration/fabric_dgram
 [[ ${2:-} == ofi ]] || skip "libugni built without libfabric (meson -Dofi; Debian libfabric-dev)"
 [[ $(id -u) -eq 0 ]] || skip "needs root (network namespaces)"
 need_cmd ip python3
@@ -47,6 +48,18 @@ if netns_hydra 120 2 1 "$TMP/rma.log" "$RMA" 4 262144; then
     { fail "fabric_rma over ofi: $n of 2 ranks verified"; show_log "$TMP/rma.log"; }
 else
   fail "fabric_rma over ofi"; show_log "$TMP/rma.log"
+fi
+
+# Datagrams stay on the daemons (the control plane) with --fabric-data ofi: 2 ranks per host,
+# directed datagrams between every pair (fabric_dgram), the other host's matched by the
+# daemons across the UDP fabric.
+DGRAM=$BUILD/tests/integration/fabric_dgram
+if netns_hydra 60 4 2 "$TMP/dgram.log" "$DGRAM" pmi 10; then
+  n=$(grep -c 'rounds with 3 peers verified' "$TMP/dgram.log")
+  [[ $n -eq 4 ]] && pass "datagrams with the daemons on ofi: 4 ranks on 2 hosts, every pair verified" ||
+    { fail "datagrams with the daemons on ofi: $n of 4 ranks verified"; show_log "$TMP/dgram.log"; }
+else
+  fail "datagrams with the daemons on ofi"; show_log "$TMP/dgram.log"
 fi
 
 # Errors: posts through a handle the target deregistered complete with error events, and
@@ -95,9 +108,9 @@ for i in 0 1; do
   [[ $udp -lt $bytes ]] && pass "node $i: the UDP fabric carried only $udp bytes of posts" ||
     fail "node $i: $udp bytes of posts crossed the UDP fabric, $bytes over ofi"
   # Per round a chained PUT, GET, AMO ADD and CQ write (fabric_rma checks their data and
-  # one event each): the FMA chains go rank to rank, the CQ writes' through the daemons.
-  [[ $chains -eq 4 ]] && pass "node $i: chained FMA posts rank to rank (chains through the daemons: $chains, the CQ writes')" ||
-    fail "node $i: $chains chains through the daemons, want 4 (the CQ writes', one per round)"
+  # one event each): all rank to rank, none through the daemons.
+  [[ $chains -eq 0 ]] && pass "node $i: chained FMA posts and CQ writes rank to rank (none through the daemons)" ||
+    fail "node $i: $chains chains through the daemons, want 0"
   [[ $published -ge 1 && $answered -ge 1 ]] && pass "node $i: its CDM's address published and handed to the peer's" ||
     fail "node $i: addresses published $published, answered $answered"
 done

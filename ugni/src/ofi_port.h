@@ -41,6 +41,11 @@ struct Cq;
 void ofi_open(Nic* n, const abi::ctl::AttachReply& rep);
 // Closes it (GNI_CdmDestroy): posts still in flight complete no more.
 void ofi_close(Nic* n);
+// Our NIC is down (its daemon died or shut down): every post still in flight with the port
+// completes NIC_DOWN now, once (its provider completion later posts nothing), as the posts
+// our daemon held do; peers' requests are answered PEER_GONE unexecuted and the provider
+// registrations closed. True if it posted events (the first call only).
+bool ofi_nic_down(Nic* n);
 // A registration of the library: registered with the provider too (no-op without a port).
 void ofi_register(Nic* n, const gni_mem_handle_t& h, bool read_only);
 void ofi_deregister(Nic* n, const gni_mem_handle_t& h);
