@@ -21,6 +21,13 @@ uint64_t now_ms() {
                       .count());
 }
 
+// Stops child `p` and returns once every thread of it has stopped (kill() alone returns
+// before: its progress thread could still serve a request).
+bool stop_child(pid_t p) {
+  int st = 0;
+  return kill(p, SIGSTOP) == 0 && waitpid(p, &st, WUNTRACED) == p && WIFSTOPPED(st);
+}
+
 void kill_daemon(Cluster& cl) {
   pid_t d = cl.daemon_pid(0);
   kill(d, SIGKILL);
@@ -165,15 +172,18 @@ TEST_CASE("daemon killed with remote operations in flight: each fails, none wait
   Cluster cl(2);
   Cred c = cl.credential();
   Oob oob;  // target (side 0) <-> initiator (side 1)
-  int to_parent[2], to_child[2];
+  int to_parent[2], to_child[2], to_target[2];
   REQUIRE(pipe(to_parent) == 0);
   REQUIRE(pipe(to_child) == 0);
+  REQUIRE(pipe(to_target) == 0);
   pid_t t = cl.spawn(1, [&] {
     Gni g = open_gni(1, c);
     static uint64_t words[8];
     Info info{g.addr, 1, uint64_t(words), {}};
     info.h = mem_register(g.nic, info.buf, sizeof words, nullptr, GNI_MEM_READWRITE);
     oob.send(0, info);
+    char go = 0;  // first a pipe: a receive with a timeout fails (EINTR) once stopped and resumed
+    CHILD_CHECK(read(to_target[0], &go, 1) == 1);
     (void)oob.recv<int>(0);  // the initiator is done (or gone: the receive fails)
     return 0;
   });
@@ -195,7 +205,11 @@ TEST_CASE("daemon killed with remote operations in flight: each fails, none wait
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));  // our daemon has them
     gni_cq_entry_t e = 0;
-    CHILD_CHECK(GNI_CqGetEvent(g.cq, &e) == GNI_RC_NOT_DONE);     // in flight, unanswered
+    const gni_return_t early = GNI_CqGetEvent(g.cq, &e);
+    if (early != GNI_RC_NOT_DONE)
+      std::fprintf(stderr, "an event before the daemon's death: rc %d status %llu\n", int(early),
+                   (unsigned long long)GNI_CQ_GET_STATUS(e));
+    CHILD_CHECK(early == GNI_RC_NOT_DONE);  // in flight, unanswered
     CHILD_CHECK(write(to_parent[1], "p", 1) == 1);
     CHILD_CHECK(read(to_child[0], &m, 1) == 1);  // our daemon is dead now
     const uint64_t t0 = now_ms();
@@ -242,7 +256,7 @@ TEST_CASE("daemon killed with remote operations in flight: each fails, none wait
   if (ofi) REQUIRE_MESSAGE(ofi_ops(cl, 0) >= 1, "the first AMO did not go over ofi");
   const pid_t d1 = cl.daemon_pid(1);
   REQUIRE(kill(d1, SIGSTOP) == 0);  // the Cluster's SIGKILL ends it stopped or not
-  if (ofi) REQUIRE(kill(t, SIGSTOP) == 0);  // over ofi the target rank answers, not its daemon
+  if (ofi) REQUIRE(stop_child(t));  // over ofi the target rank answers, not its daemon
   REQUIRE(write(to_child[1], "s", 1) == 1);
   REQUIRE(read(to_parent[0], &m, 1) == 1);
   kill_daemon(cl);
@@ -250,8 +264,9 @@ TEST_CASE("daemon killed with remote operations in flight: each fails, none wait
   CHECK(cl.wait(q, 30) == 0);
   if (ofi) kill(t, SIGCONT);
   kill(d1, SIGCONT);
+  REQUIRE(write(to_target[1], "g", 1) == 1);
   CHECK(cl.wait(t, 30) == 0);
-  for (int fd : {to_parent[0], to_parent[1], to_child[0], to_child[1]}) close(fd);
+  for (int fd : {to_parent[0], to_parent[1], to_child[0], to_child[1], to_target[0], to_target[1]}) close(fd);
 }
 
 // Over the ofi fabric (daemon-restart-fabric-ofi): the target's daemon restarts (SIGKILL)
@@ -269,9 +284,10 @@ TEST_CASE("ofi: target's daemon restarted with posts in flight: each completes, 
   Cluster cl(2);
   Cred c = cl.credential();
   Oob oob, oob2;  // target (side 0) <-> initiator (side 1); the new target <-> initiator
-  int to_parent[2], to_child[2];
+  int to_parent[2], to_child[2], to_target[2];
   REQUIRE(pipe(to_parent) == 0);
   REQUIRE(pipe(to_child) == 0);
+  REQUIRE(pipe(to_target) == 0);
   constexpr int kAmos = 24, kPuts = 8, kWords = 64;
   struct Outcome {
     uint32_t amo_ok[8];  // per word: AMOs that succeeded
@@ -283,6 +299,8 @@ TEST_CASE("ofi: target's daemon restarted with posts in flight: each completes, 
     Info info{g.addr, 1, uint64_t(words), {}};
     info.h = mem_register(g.nic, info.buf, sizeof words, nullptr, GNI_MEM_READWRITE);
     oob.send(0, info);
+    char go = 0;  // first a pipe: a receive with a timeout fails (EINTR) once stopped and resumed
+    CHILD_CHECK(read(to_target[0], &go, 1) == 1);
     Outcome o = oob.recv<Outcome>(0);  // the initiator is done
     int stray = 0;
     for (int w = 0; w < 8; ++w) stray += words[w] != o.amo_ok[w];
@@ -316,7 +334,7 @@ TEST_CASE("ofi: target's daemon restarted with posts in flight: each completes, 
     CHILD_CHECK(read(to_child[0], &m, 1) == 1);  // its daemon restarted, the rank resumed
     Outcome o{};
     int done = 0, failed = 0;
-    int seen[kAmos + kPuts] = {};
+    int seen[kAmos + kPuts] = {}, amo_st[16] = {}, put_st[16] = {};
     const uint64_t t0 = now_ms();
     while (done < kAmos + kPuts && now_ms() - t0 < 15000) {
       gni_cq_entry_t e = 0;
@@ -334,6 +352,9 @@ TEST_CASE("ofi: target's daemon restarted with posts in flight: each completes, 
         else o.put_ok |= 1u << (i - kAmos);
       } else {
         ++failed;
+        const uint64_t st = GNI_CQ_GET_STATUS(e);
+        int* hist = i < kAmos ? amo_st : put_st;
+        ++hist[st < 15 ? st : 15];
         uint32_t recoverable = 1;
         GNI_CqErrorRecoverable(e, &recoverable);
         CHILD_CHECK(recoverable == 0);
@@ -343,6 +364,8 @@ TEST_CASE("ofi: target's daemon restarted with posts in flight: each completes, 
     for (uint32_t n : o.amo_ok) amo_ok += int(n);
     std::fprintf(stderr, "%d of %d in-flight posts completed (%d failed: AMOs ok %d, PUTs ok %d) in %llu ms\n", done,
                  kAmos + kPuts, failed, amo_ok, __builtin_popcount(o.put_ok), (unsigned long long)(now_ms() - t0));
+    for (int k = 0; k < 16; ++k)
+      if (amo_st[k] || put_st[k]) std::fprintf(stderr, "  status %d: %d AMOs, %d PUTs\n", k, amo_st[k], put_st[k]);
     CHILD_CHECK(done == kAmos + kPuts);
     CHILD_CHECK(amo_ok == 0);  // served by a rank whose NIC is down: none executed
     // Posts to the old CDM after the restart: errors, nothing written (words 30, 31).
@@ -379,12 +402,13 @@ TEST_CASE("ofi: target's daemon restarted with posts in flight: each completes, 
   REQUIRE(read(to_parent[0], &m, 1) == 1);
   const uint64_t ops0 = ofi_ops(cl, 0);
   REQUIRE_MESSAGE(ops0 >= 1, "the first AMO did not go over ofi");
-  REQUIRE(kill(t, SIGSTOP) == 0);
+  REQUIRE(stop_child(t));
   REQUIRE(write(to_child[1], "s", 1) == 1);
   REQUIRE(read(to_parent[0], &m, 1) == 1);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // with the provider
   cl.restart_daemon(1, true);
   REQUIRE(kill(t, SIGCONT) == 0);
+  REQUIRE(write(to_target[1], "g", 1) == 1);
   REQUIRE(write(to_child[1], "r", 1) == 1);
   CHECK(cl.wait(t, 40) == 0);
   pid_t t2 = cl.spawn(1, [&] {
@@ -402,5 +426,5 @@ TEST_CASE("ofi: target's daemon restarted with posts in flight: each completes, 
   CHECK(cl.wait(t2, 20) == 0);
   // The new CDM was reached rank to rank: its rank executed the AMO itself.
   CHECK(cl.status(1)["ofi"]["served"].get<uint64_t>() >= 1);
-  for (int fd : {to_parent[0], to_parent[1], to_child[0], to_child[1]}) close(fd);
+  for (int fd : {to_parent[0], to_parent[1], to_child[0], to_child[1], to_target[0], to_target[1]}) close(fd);
 }

@@ -1159,7 +1159,7 @@ void ofi_close(Nic* n) {
 
 void ofi_register(Nic* n, const gni_mem_handle_t& h, bool read_only) {
   OfiPort* p = n->ofi;
-  if (!p) return;
+  if (!p || p->nic_is_down()) return;  // a target no daemon serves: peers' RMA must not land
   auto f = abi::mdh::decode(h.qword1, h.qword2);
   if (!f || (f->flags & abi::mdh::kFlagVmdh)) return;
   // The handle's pages: what a peer can compute from the handle alone.
