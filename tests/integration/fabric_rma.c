@@ -55,7 +55,7 @@
 #define BENCH_BYTES (4u << 20)
 #define CHUNK 128u               /* chained PUT/GET: rank r's chunk at 128 * (r + 1) of page 0 */
 #define CHAIN_CQW (1u << 16)     /* marks the CQ write of a chain */
-#define CHAIN_ERR_TAG 0xC4A1000000000000ull /* the CQ writes of errors mode's chain */
+#define CHAIN_ERR_TAG 0xC4A100000000ull /* the CQ writes of errors mode's chain (a CQE carries 48 bits) */
 
 struct peer_info {
   uint32_t addr, inst;

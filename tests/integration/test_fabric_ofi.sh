@@ -9,7 +9,9 @@
 # bytes_out below what went over ofi), and each daemon handed out the address of its CDM.
 # Datagrams (fabric_dgram, 4 ranks) between the same daemons: they stay on the daemons.
 # Then posts through a deregistered handle: error events, the page untouched; AMOs into a
-# deregistered and a read-only registration: PROTECTION and READ_ONLY, nothing written. Then
+# deregistered and a read-only registration: PROTECTION and READ_ONLY, nothing written; a
+# chain of CQ writes with such a member: its status, the others delivered, as through the
+# daemons (run again with FI_PROVIDER naming no provider). Then
 # every Gemini and Aries AMO opcode in both lengths, PUTs with remote events and sync flags and
 # a GET with a remote event (fabric_rma amo: results, words, flags and event CQEs checked),
 # over ofi and on the daemons' path (FI_PROVIDER naming no provider), the same digest of
@@ -114,6 +116,23 @@ for i in 0 1; do
   [[ $published -ge 1 && $answered -ge 1 ]] && pass "node $i: its CDM's address published and handed to the peer's" ||
     fail "node $i: addresses published $published, answered $answered"
 done
+
+# The chain of CQ writes with a stale member (fabric_rma errors) on the daemons' path too
+# (FI_PROVIDER naming no provider): the same event status, the same entries delivered.
+if netns_hydra 120 2 1 "$TMP/errors-daemons.log" env FI_PROVIDER=nicemu-none "$RMA" errors; then
+  ofi_chain=$(grep -h 'chained CQ write' "$TMP/errors.log" | sort)
+  udp_chain=$(grep -h 'chained CQ write' "$TMP/errors-daemons.log" | sort)
+  read -r _ _ _ _ _ _ _ chains < <(node_status 0 "$TMP/status0-daemons.json")
+  if [[ -n $ofi_chain && $ofi_chain == "$udp_chain" && ${chains:-0} -ge 1 ]]; then
+    pass "chained CQ write with a stale member: the same outcome rank to rank and through the daemons ($chains chains there)"
+    sed 's/^/    /' <<<"$ofi_chain"
+  else
+    fail "chained CQ write with a stale member: ofi '$ofi_chain', daemons '$udp_chain' ($chains chains through them)"
+    show_log "$TMP/errors-daemons.log"
+  fi
+else
+  fail "fabric_rma errors through the daemons"; show_log "$TMP/errors-daemons.log"
+fi
 
 # Who read the provider's completions: the ranks polling their CQs (ofi_poll) must have
 # read some themselves, not only the progress threads (docs/ofi-fabric.md, Progress).
