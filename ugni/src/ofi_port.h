@@ -4,9 +4,10 @@
 // rank, remote events of PUTs as remote CQ data (fi_writedata) and sync flags as a second
 // write. AMOs, CQ writes and GETs' remote events go as messages (nicemu/abi/ofi_msg.h) that
 // the target's port executes against its own registration table, AMOs under the AMO lock
-// every path takes; chained FMA posts member by member (ofi_chain_*). SMSG channels go as
+// every path takes; chained posts (FMA and CQ writes) member by member (ofi_chain_*). SMSG channels go as
 // frames the receiver's port writes into the mailbox (smsg_ofi.h). A post that fails
-// TRANSIENT is judged first: PEER_GONE if the target CDM died (ofi_peer_check.h). The port
+// TRANSIENT is judged first: PEER_GONE if the target CDM died (ofi_peer_check.h). At NIC
+// down the posts in flight fail NIC_DOWN and a target serves nothing (ofi_nic_down). The port
 // is driven by an application thread polling an empty CQ, else by the CDM's progress
 // thread (ofi_poll below). Everything else across hosts keeps going through the daemons
 // (remote_post.cpp).
@@ -63,7 +64,7 @@ void ofi_poll(Nic* n, bool wait = false);
 // thread drives again at once.
 void ofi_idle(Nic* n);
 
-// Chained posts (GNI_CtPostFma, ct_requester.cpp) whose members for other hosts all go rank
+// Chained posts (GNI_CtPostFma, GNI_CtPostCqWrite: ct_requester.cpp) whose members for other hosts all go rank
 // to rank: ofi_chain_takes says whether member `m` (a plain descriptor of the chain's type
 // and event mode, on its own EP) would; if every one would, ofi_chain_open, ofi_chain_post
 // per member and ofi_chain_close with the first same-host member that failed. The chain's
