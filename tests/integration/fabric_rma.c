@@ -333,7 +333,8 @@ static int errors_mode(gni_ep_handle_t *ep, const struct peer_info *all) {
       d.next_descr = &cqw[0];
       cqw[0] = (gni_ct_cqw_post_descriptor_t){.next_descr = &cqw[1], .ep_hndl = ep[1], .remote_mem_hndl = got[1].h,
                                               .cqwrite_value = tag | 1};
-      cqw[1] = (gni_ct_cqw_post_descriptor_t){.ep_hndl = ep[1], .remote_mem_hndl = all[1].win_h, .cqwrite_value = tag | 2};
+      cqw[1] = (gni_ct_cqw_post_descriptor_t){.ep_hndl = ep[1], .remote_mem_hndl = all[1].win_h,
+                                              .cqwrite_value = tag | 2};
       gni_return_t rc = GNI_CtPostCqWrite(ep[1], &d);
       st = rc == GNI_RC_SUCCESS ? wait_any() : -100 - rc;
       if (st > 0 && last_recoverable) continue;
@@ -341,7 +342,8 @@ static int errors_mode(gni_ep_handle_t *ep, const struct peer_info *all) {
       if (GNI_CqGetEvent(cq, &e) != GNI_RC_NOT_DONE) { bad = 1; fail("a second event for one chain", 0); }
       break;
     }
-    if (st > 0) printf("fabric_rma errors: chained CQ write through a deregistered handle: one event, status %ld\n", st - 1);
+    if (st > 0)
+      printf("fabric_rma errors: chained CQ write through a deregistered handle: one event, status %ld\n", st - 1);
     else { bad = 1; fail("chained CQ write with a stale member, want an error event", st); }
   }
   PMI_Barrier();
@@ -352,7 +354,11 @@ static int errors_mode(gni_ep_handle_t *ep, const struct peer_info *all) {
     gni_return_t rc;
     while ((rc = GNI_CqGetEvent(rcq, &e)) == GNI_RC_SUCCESS) {
       const uint64_t v = GNI_CQ_GET_DATA(e);
-      if ((v & ~0xFFFFull) != CHAIN_ERR_TAG || (v & 0xFF) > 2) { bad = 1; fail("an unexpected CQ write", (long)v); continue; }
+      if ((v & ~0xFFFFull) != CHAIN_ERR_TAG || (v & 0xFF) > 2) {
+        bad = 1;
+        fail("an unexpected CQ write", (long)v);
+        continue;
+      }
       ++live[v & 0xFF];
     }
     if (rc != GNI_RC_NOT_DONE) { bad = 1; fail("remote CQ", rc); }

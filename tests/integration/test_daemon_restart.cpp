@@ -276,7 +276,7 @@ TEST_CASE("daemon killed with remote operations in flight: each fails, none wait
 // after the restart to the old CDM fail and write nothing. Then a CDM attached to the new
 // daemon is looked up afresh by the same initiator (its route may be the old CDM's) and RMA
 // works rank to rank again.
-TEST_CASE("ofi: target's daemon restarted with posts in flight: each completes, no stray write, a new CDM is reached") {
+TEST_CASE("ofi: target's daemon restarted with posts in flight: each completes, no stray write, new CDM reached") {
   if (!across_hosts_ofi()) {
     MESSAGE("skipped: needs NICEMU_TEST_FABRIC=1 NICEMU_TEST_FABRIC_DATA=ofi");
     return;
@@ -372,7 +372,8 @@ TEST_CASE("ofi: target's daemon restarted with posts in flight: each completes, 
     static uint64_t late_val = 0xBAD;
     gni_post_descriptor_t late_put = put_desc(uint64_t(&late_val), info.buf + 8 * 30, info.h, 8);
     gni_post_descriptor_t late_amo = amo_desc(GNI_FMA_ATOMIC_ADD, info.buf + 8 * 31, info.h, 8, 1);
-    const uint64_t st_put = post_and_wait(g.cq, ep, late_put, 15000), st_amo = post_and_wait(g.cq, ep, late_amo, 15000);
+    const uint64_t st_put = post_and_wait(g.cq, ep, late_put, 15000);
+    const uint64_t st_amo = post_and_wait(g.cq, ep, late_amo, 15000);
     std::fprintf(stderr, "after the restart, to the old CDM: PUT status %llu, AMO status %llu\n",
                  (unsigned long long)st_put, (unsigned long long)st_amo);
     CHILD_CHECK(st_put != 0 && st_put < 99);

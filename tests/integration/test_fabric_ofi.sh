@@ -124,7 +124,7 @@ if netns_hydra 120 2 1 "$TMP/errors-daemons.log" env FI_PROVIDER=nicemu-none "$R
   udp_chain=$(grep -h 'chained CQ write' "$TMP/errors-daemons.log" | sort)
   read -r _ _ _ _ _ _ _ chains < <(node_status 0 "$TMP/status0-daemons.json")
   if [[ -n $ofi_chain && $ofi_chain == "$udp_chain" && ${chains:-0} -ge 1 ]]; then
-    pass "chained CQ write with a stale member: the same outcome rank to rank and through the daemons ($chains chains there)"
+    pass "chained CQ write with a stale member: the same outcome rank to rank and through the daemons ($chains there)"
     sed 's/^/    /' <<<"$ofi_chain"
   else
     fail "chained CQ write with a stale member: ofi '$ofi_chain', daemons '$udp_chain' ($chains chains through them)"

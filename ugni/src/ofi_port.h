@@ -64,8 +64,8 @@ void ofi_poll(Nic* n, bool wait = false);
 // thread drives again at once.
 void ofi_idle(Nic* n);
 
-// Chained posts (GNI_CtPostFma, GNI_CtPostCqWrite: ct_requester.cpp) whose members for other hosts all go rank
-// to rank: ofi_chain_takes says whether member `m` (a plain descriptor of the chain's type
+// Chained posts (GNI_CtPostFma, GNI_CtPostCqWrite: ct_requester.cpp) whose members for
+// other hosts all go rank to rank: ofi_chain_takes says whether member `m` (a plain descriptor of the chain's type
 // and event mode, on its own EP) would; if every one would, ofi_chain_open, ofi_chain_post
 // per member and ofi_chain_close with the first same-host member that failed. The chain's
 // one local event (the first descriptor's CQ mode, `local_event`, `tid`) comes when the last
