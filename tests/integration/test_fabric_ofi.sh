@@ -52,6 +52,16 @@ else
   fail "fabric_rma over ofi"; show_log "$TMP/rma.log"
 fi
 
+# Two ranks per host: every chain has a same-host member (run by the rank itself) beside the
+# other host's (rank to rank), FMA and CQ-write chains alike.
+if netns_hydra 120 4 2 "$TMP/rma4.log" "$RMA" 2 65536; then
+  n=$(grep -c 'rounds with 3 peers verified' "$TMP/rma4.log")
+  [[ $n -eq 4 ]] && pass "fabric_rma over ofi, 4 ranks on 2 hosts: chains of same-host and other-host members verified" ||
+    { fail "fabric_rma over ofi, 4 ranks: $n of 4 verified"; show_log "$TMP/rma4.log"; }
+else
+  fail "fabric_rma over ofi, 4 ranks"; show_log "$TMP/rma4.log"
+fi
+
 # Datagrams stay on the daemons (the control plane) with --fabric-data ofi: 2 ranks per host,
 # directed datagrams between every pair (fabric_dgram), the other host's matched by the
 # daemons across the UDP fabric.
