@@ -750,8 +750,14 @@ bool OfiPort::progress_once(bool may_sleep) {
           continue;
         }
         OfiOp* op = c->op;
-        if (c == &op->part[0] && op->flag_after) deferred.push_back({op, nullptr});  // its data is in: now the flag
-        if (c == &op->part[0] && op->event_after) {  // the GET's data is in: now its remote event
+        // Its data is in: now the flag, or the GET's remote event; not once our NIC is down
+        // (its error event may have been posted already: nothing more lands at the peer).
+        const bool then = c == &op->part[0] && (op->flag_after || op->event_after);
+        if (then && nic_is_down()) {
+          fail_rest(op, op->event_after ? 2 : 1, cqe::kErrNicDown);
+        } else if (then && op->flag_after) {
+          deferred.push_back({op, nullptr});
+        } else if (then) {
           await_reply(op);
           deferred.push_back({op, nullptr});
         }
