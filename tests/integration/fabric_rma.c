@@ -16,7 +16,9 @@
  *                         and CQ, what the others did: its counter, its slots' and chunks'
  *                         bytes, two CQ-write entries per peer and round (each value once).
  *   fabric_rma errors     rank 0 -> rank 1: posts through a deregistered handle complete
- *                         with error events, the page is not written (errors_mode).
+ *                         with error events, the page is not written; a chain of CQ writes
+ *                         with one such member: one event with its status, the other
+ *                         members' entries delivered (errors_mode).
  *   fabric_rma amo        every rank -> the next: every Gemini and Aries AMO opcode, 8- and
  *                         4-byte forms, one target word each, the fetched values checked at
  *                         the initiator and the words at the target; then FMA PUT, RDMA PUT
@@ -53,6 +55,7 @@
 #define BENCH_BYTES (4u << 20)
 #define CHUNK 128u               /* chained PUT/GET: rank r's chunk at 128 * (r + 1) of page 0 */
 #define CHAIN_CQW (1u << 16)     /* marks the CQ write of a chain */
+#define CHAIN_ERR_TAG 0xC4A100000000ull /* the CQ writes of errors mode's chain (a CQE carries 48 bits) */
 
 struct peer_info {
   uint32_t addr, inst;
@@ -316,9 +319,52 @@ static int errors_mode(gni_ep_handle_t *ep, const struct peer_info *all) {
       if (st <= 0 || !last_recoverable) break;
     }
     if (st != 0) { bad = 1; fail("PUT into the live window after the errors", st); }
+    /* A chain of three CQ writes whose middle member names the deregistered handle: one
+     * event, with that member's status (the lowest-indexed failure), the others delivered.
+     * Reposted while that status is recoverable (a connection the provider dropped). */
+    for (int tries = 0; tries < 30; ++tries) {
+      static gni_ct_cqw_post_descriptor_t cqw[2];
+      const uint64_t tag = CHAIN_ERR_TAG | ((uint64_t)tries << 8);
+      memset(&d, 0, sizeof d);
+      d.type = GNI_POST_CQWRITE;
+      d.cq_mode = GNI_CQMODE_GLOBAL_EVENT;
+      d.remote_mem_hndl = all[1].win_h;
+      d.cqwrite_value = tag | 0;
+      d.next_descr = &cqw[0];
+      cqw[0] = (gni_ct_cqw_post_descriptor_t){.next_descr = &cqw[1], .ep_hndl = ep[1], .remote_mem_hndl = got[1].h,
+                                              .cqwrite_value = tag | 1};
+      cqw[1] = (gni_ct_cqw_post_descriptor_t){.ep_hndl = ep[1], .remote_mem_hndl = all[1].win_h,
+                                              .cqwrite_value = tag | 2};
+      gni_return_t rc = GNI_CtPostCqWrite(ep[1], &d);
+      st = rc == GNI_RC_SUCCESS ? wait_any() : -100 - rc;
+      if (st > 0 && last_recoverable) continue;
+      gni_cq_entry_t e;
+      if (GNI_CqGetEvent(cq, &e) != GNI_RC_NOT_DONE) { bad = 1; fail("a second event for one chain", 0); }
+      break;
+    }
+    if (st > 0)
+      printf("fabric_rma errors: chained CQ write through a deregistered handle: one event, status %ld\n", st - 1);
+    else { bad = 1; fail("chained CQ write with a stale member, want an error event", st); }
   }
   PMI_Barrier();
   if (rank == 1) {
+    /* The chain's live members' entries (of its last try at least), never the stale one's. */
+    int live[3] = {0, 0, 0};
+    gni_cq_entry_t e;
+    gni_return_t rc;
+    while ((rc = GNI_CqGetEvent(rcq, &e)) == GNI_RC_SUCCESS) {
+      const uint64_t v = GNI_CQ_GET_DATA(e);
+      if ((v & ~0xFFFFull) != CHAIN_ERR_TAG || (v & 0xFF) > 2) {
+        bad = 1;
+        fail("an unexpected CQ write", (long)v);
+        continue;
+      }
+      ++live[v & 0xFF];
+    }
+    if (rc != GNI_RC_NOT_DONE) { bad = 1; fail("remote CQ", rc); }
+    if (live[0] && live[2] && !live[1])
+      printf("fabric_rma errors: chained CQ write: the live members' entries delivered, the stale one's not\n");
+    else { bad = 1; fail("chained CQ write entries (first, stale, last)", live[0] * 100 + live[1] * 10 + live[2]); }
     for (int i = 0; i < 4096; ++i)
       if (page[i] != 0xA5) { bad = 1; fail("stray write into the deregistered page", i); break; }
     for (int i = 0; i < 4096; ++i)

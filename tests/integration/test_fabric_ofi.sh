@@ -3,12 +3,15 @@
 # each with --fabric-data ofi over tcp;ofi_rxm: fabric_rma on 2 ranks, one per host, under
 # MPICH's Hydra (as test_fabric_netns.sh hydra). FMA and RDMA PUT/GET then go rank to rank
 # over libfabric, AMOs and CQ writes as messages the target's rank executes, chained FMA posts
-# rank to rank too (chained CQ writes through the daemons); fabric_rma verifies every byte at
+# and chained CQ writes rank to rank too; fabric_rma verifies every byte at
 # both ends. The daemons' status must show the ofi PUT/GET (ops and bytes, the
 # CDMs' counters) and that the RMA bytes did not cross the UDP fabric (remote_ops.initiator
 # bytes_out below what went over ofi), and each daemon handed out the address of its CDM.
+# Datagrams (fabric_dgram, 4 ranks) between the same daemons: they stay on the daemons.
 # Then posts through a deregistered handle: error events, the page untouched; AMOs into a
-# deregistered and a read-only registration: PROTECTION and READ_ONLY, nothing written. Then
+# deregistered and a read-only registration: PROTECTION and READ_ONLY, nothing written; a
+# chain of CQ writes with such a member: its status, the others delivered, as through the
+# daemons (run again with FI_PROVIDER naming no provider). Then
 # every Gemini and Aries AMO opcode in both lengths, PUTs with remote events and sync flags and
 # a GET with a remote event (fabric_rma amo: results, words, flags and event CQEs checked),
 # over ofi and on the daemons' path (FI_PROVIDER naming no provider), the same digest of
@@ -21,7 +24,7 @@
 set -u
 . "$(dirname "$0")/lib.sh"
 
-use_build "${1:-}" tests/integration/fabric_rma
+use_build "${1:-}" tests/integration/fabric_rma tests/integration/fabric_dgram
 [[ ${2:-} == ofi ]] || skip "libugni built without libfabric (meson -Dofi; Debian libfabric-dev)"
 [[ $(id -u) -eq 0 ]] || skip "needs root (network namespaces)"
 need_cmd ip python3
@@ -47,6 +50,28 @@ if netns_hydra 120 2 1 "$TMP/rma.log" "$RMA" 4 262144; then
     { fail "fabric_rma over ofi: $n of 2 ranks verified"; show_log "$TMP/rma.log"; }
 else
   fail "fabric_rma over ofi"; show_log "$TMP/rma.log"
+fi
+
+# Two ranks per host: every chain has a same-host member (run by the rank itself) beside the
+# other host's (rank to rank), FMA and CQ-write chains alike.
+if netns_hydra 120 4 2 "$TMP/rma4.log" "$RMA" 2 65536; then
+  n=$(grep -c 'rounds with 3 peers verified' "$TMP/rma4.log")
+  [[ $n -eq 4 ]] && pass "fabric_rma over ofi, 4 ranks on 2 hosts: chains of same-host and other-host members verified" ||
+    { fail "fabric_rma over ofi, 4 ranks: $n of 4 verified"; show_log "$TMP/rma4.log"; }
+else
+  fail "fabric_rma over ofi, 4 ranks"; show_log "$TMP/rma4.log"
+fi
+
+# Datagrams stay on the daemons (the control plane) with --fabric-data ofi: 2 ranks per host,
+# directed datagrams between every pair (fabric_dgram), the other host's matched by the
+# daemons across the UDP fabric.
+DGRAM=$BUILD/tests/integration/fabric_dgram
+if netns_hydra 60 4 2 "$TMP/dgram.log" "$DGRAM" pmi 10; then
+  n=$(grep -c 'rounds with 3 peers verified' "$TMP/dgram.log")
+  [[ $n -eq 4 ]] && pass "datagrams with the daemons on ofi: 4 ranks on 2 hosts, every pair verified" ||
+    { fail "datagrams with the daemons on ofi: $n of 4 ranks verified"; show_log "$TMP/dgram.log"; }
+else
+  fail "datagrams with the daemons on ofi"; show_log "$TMP/dgram.log"
 fi
 
 # Errors: posts through a handle the target deregistered complete with error events, and
@@ -95,12 +120,29 @@ for i in 0 1; do
   [[ $udp -lt $bytes ]] && pass "node $i: the UDP fabric carried only $udp bytes of posts" ||
     fail "node $i: $udp bytes of posts crossed the UDP fabric, $bytes over ofi"
   # Per round a chained PUT, GET, AMO ADD and CQ write (fabric_rma checks their data and
-  # one event each): the FMA chains go rank to rank, the CQ writes' through the daemons.
-  [[ $chains -eq 4 ]] && pass "node $i: chained FMA posts rank to rank (chains through the daemons: $chains, the CQ writes')" ||
-    fail "node $i: $chains chains through the daemons, want 4 (the CQ writes', one per round)"
+  # one event each): all rank to rank, none through the daemons.
+  [[ $chains -eq 0 ]] && pass "node $i: chained FMA posts and CQ writes rank to rank (none through the daemons)" ||
+    fail "node $i: $chains chains through the daemons, want 0"
   [[ $published -ge 1 && $answered -ge 1 ]] && pass "node $i: its CDM's address published and handed to the peer's" ||
     fail "node $i: addresses published $published, answered $answered"
 done
+
+# The chain of CQ writes with a stale member (fabric_rma errors) on the daemons' path too
+# (FI_PROVIDER naming no provider): the same event status, the same entries delivered.
+if netns_hydra 120 2 1 "$TMP/errors-daemons.log" env FI_PROVIDER=nicemu-none "$RMA" errors; then
+  ofi_chain=$(grep -h 'chained CQ write' "$TMP/errors.log" | sort)
+  udp_chain=$(grep -h 'chained CQ write' "$TMP/errors-daemons.log" | sort)
+  read -r _ _ _ _ _ _ _ chains < <(node_status 0 "$TMP/status0-daemons.json")
+  if [[ -n $ofi_chain && $ofi_chain == "$udp_chain" && ${chains:-0} -ge 1 ]]; then
+    pass "chained CQ write with a stale member: the same outcome rank to rank and through the daemons ($chains there)"
+    sed 's/^/    /' <<<"$ofi_chain"
+  else
+    fail "chained CQ write with a stale member: ofi '$ofi_chain', daemons '$udp_chain' ($chains chains through them)"
+    show_log "$TMP/errors-daemons.log"
+  fi
+else
+  fail "fabric_rma errors through the daemons"; show_log "$TMP/errors-daemons.log"
+fi
 
 # Who read the provider's completions: the ranks polling their CQs (ofi_poll) must have
 # read some themselves, not only the progress threads (docs/ofi-fabric.md, Progress).

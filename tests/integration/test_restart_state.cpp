@@ -6,8 +6,9 @@
 //     admits an attach after it, a revoked one stays revoked, a DRC credential keeps its
 //     grants; a corrupt file is reported and ignored (F2).
 // Run with NICEMU_TEST_FABRIC=1 (meson test restart-state): daemons on "hosts" of their
-// own, the UDP fabric on loopback. Every daemon and child is killed by the Cluster's
-// destructor, also when a check fails.
+// own, the UDP fabric on loopback; restart-state-ofi runs the job cases with the daemons on
+// --fabric-data ofi (the jobs' data rank to rank, new CDMs looking their peers up afresh).
+// Every daemon and child is killed by the Cluster's destructor, also when a check fails.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
@@ -57,7 +58,10 @@ Gni open_or_say(uint32_t inst, Cred c) {
 // One job between node 0 (initiator) and node 1 (target), CDM instances `inst` and
 // `inst + 1`: the initiator's very first operation is an FMA PUT, then a GET back and an
 // AMO add; each must complete without error on its first try, data checked at both ends.
+// With the daemons on --fabric-data ofi (restart-state-ofi) the job's posts go rank to rank:
+// its target rank executes the AMO itself (node 1's ofi served count grows).
 void job(Cluster& cl, Cred c, uint32_t inst, char fill) {
+  const uint64_t served0 = across_hosts_ofi() ? cl.status(1)["ofi"]["served"].get<uint64_t>() : 0;
   Oob oob;
   pid_t t = cl.spawn(1, [&] {
     Gni g = open_or_say(inst + 1, c);
@@ -92,6 +96,8 @@ void job(Cluster& cl, Cred c, uint32_t inst, char fill) {
   });
   CHECK(cl.wait(i, 40) == 0);
   CHECK(cl.wait(t, 40) == 0);
+  if (across_hosts_ofi())
+    CHECK_MESSAGE(cl.status(1)["ofi"]["served"].get<uint64_t>() > served0, "the job's AMO did not go rank to rank");
 }
 
 // A job credential request (issue, grant, revoke) to node `node`'s daemon; the reply's code.

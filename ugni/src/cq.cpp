@@ -40,9 +40,11 @@ gni_return_t nicemu::ugni::take_event(Cq* cq, gni_cq_entry_t* event_data) {
     if (!down) return GNI_RC_NOT_DONE;
     // The NIC is down. What our dead daemon held of ours fails first, one error event per
     // post (finding F3): as the hardware reports a failed transaction, in the post's CQ with
-    // its descriptor, so a client waiting for that descriptor is not left waiting. Then
-    // the NIC-down entry, which names no descriptor.
-    if (!n->orphan_event(cq, e)) {
+    // its descriptor, so a client waiting for that descriptor is not left waiting; so do
+    // the posts the ofi fabric's port still has in flight. Then the NIC-down entry, which
+    // names no descriptor.
+    if (n->ofi && ofi_nic_down(n)) e = cq->ring.pop();
+    if (e == 0 && !n->orphan_event(cq, e)) {
       *event_data = kNicDownEntry;
       return GNI_RC_TRANSACTION_ERROR;
     }

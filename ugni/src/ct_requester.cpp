@@ -15,7 +15,8 @@
 // when its last member is answered. Members whose same-host target we may not reach by
 // cross-memory attach go to the daemon the same way (its BTE engine runs them). With the
 // ofi fabric, a chain whose other-host members may all go rank to rank goes so instead
-// (ofi_port.h, ofi_chain_*), with the same one event.
+// (ofi_port.h, ofi_chain_*), with the same one event; a chain of CQ writes likewise, its
+// other-host members as kCqWrite messages.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -97,6 +98,40 @@ void run_split_chain(Ep* ep, Cq* cq, gni_post_descriptor_t* d, int32_t tid, size
   }
 }
 
+// The same chain rank to rank over ofi if every member for the daemons would go so (all or
+// none: one path completes a chain): the same-host members first, then each other-host
+// member as its own ofi post into one OfiChain, whose one event (on `cq`) comes when the
+// last is done. `member(i)` is member i as a plain descriptor of the chain's kind. False:
+// nothing ran, the caller takes the daemons' path.
+template <typename Remote, typename RunLocal, typename Member, typename EpOf>
+bool run_ofi_chain(Ep* ep, Cq* cq, gni_post_descriptor_t* d, int32_t tid, size_t n, Remote remote,
+                   RunLocal run_local, Member member, EpOf ep_of, uint16_t kind) {
+  if (!ep->nic->ofi) return false;
+  for (size_t i = 0; i < n; ++i) {
+    if (!remote(i)) continue;
+    const gni_post_descriptor_t m = member(i);
+    if (!ofi_chain_takes(ep_of(i), &m, kind)) return false;
+  }
+  uint32_t fail_index = abi::remote::kNoChainFailure;
+  uint64_t fail_status = cqe::kOk;
+  for (size_t i = 0; i < n; ++i) {
+    if (remote(i)) continue;
+    const uint64_t st = run_local(i);
+    if (st != cqe::kOk && fail_index == abi::remote::kNoChainFailure) {
+      fail_index = static_cast<uint32_t>(i);
+      fail_status = st;
+    }
+  }
+  OfiChain* chain = ofi_chain_open(ep->nic, cq, d, ep->local_event, tid);
+  for (size_t i = 0; i < n; ++i) {
+    if (!remote(i)) continue;
+    const gni_post_descriptor_t m = member(i);
+    ofi_chain_post(chain, ep_of(i), &m, kind, static_cast<uint32_t>(i));
+  }
+  ofi_chain_close(chain, fail_index, fail_status);
+  return true;
+}
+
 }  // namespace
 
 extern "C" {
@@ -167,34 +202,9 @@ gni_return_t GNI_CtPostFma(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d) {
       if (st == cqe::kOk && (d->cq_mode & GNI_CQMODE_REMOTE_EVENT)) push_fma_remote_event(ops[i], dst_cq);
       return st;
     };
-    // Rank to rank over ofi if every member for the daemons could go so (all or none: one
-    // path completes a chain).
-    bool ofi = crosses_hosts && ep->nic->ofi;
-    for (size_t i = 0; ofi && i < ops.size(); ++i) {
-      if (!remote(i)) continue;
-      const gni_post_descriptor_t m = member(i);
-      ofi = ofi_chain_takes(ops[i].ep, &m, kind);
-    }
-    if (ofi) {
-      uint32_t fail_index = abi::remote::kNoChainFailure;
-      uint64_t fail_status = cqe::kOk;
-      for (size_t i = 0; i < ops.size(); ++i) {
-        if (remote(i)) continue;
-        const uint64_t st = run_local(i);
-        if (st != cqe::kOk && fail_index == abi::remote::kNoChainFailure) {
-          fail_index = static_cast<uint32_t>(i);
-          fail_status = st;
-        }
-      }
-      OfiChain* chain = ofi_chain_open(ep->nic, ep->src_cq, d, ep->local_event, tid);
-      for (size_t i = 0; i < ops.size(); ++i) {
-        if (!remote(i)) continue;
-        const gni_post_descriptor_t m = member(i);
-        ofi_chain_post(chain, ops[i].ep, &m, kind, static_cast<uint32_t>(i));
-      }
-      ofi_chain_close(chain, fail_index, fail_status);
+    if (crosses_hosts && run_ofi_chain(ep, ep->src_cq, d, tid, ops.size(), remote, run_local, member,
+                                       [&](size_t i) { return ops[i].ep; }, kind))
       return GNI_RC_SUCCESS;
-    }
     run_split_chain(ep, ep->src_cq, d, tid, ops.size(), remote, run_local,
                     [&](size_t i, const RemoteChainMember& chain) {
                       const gni_post_descriptor_t m = member(i);
@@ -241,17 +251,26 @@ gni_return_t GNI_CtPostCqWrite(gni_ep_handle_t ep_hndl, gni_post_descriptor_t* d
   stat_add(ep->nic, GNI_STAT_FMA_LAUNCH_COUNT, static_cast<uint32_t>(writes.size()));
   auto remote = [&](size_t i) { return posts_through_daemon(writes[i].ep); };
   if (std::any_of(writes.begin(), writes.end(), [](const Write& w) { return posts_through_daemon(w.ep); })) {
-    run_split_chain(
-        ep, cq, d, tid, writes.size(), remote,
-        [&](size_t i) { return execute_cq_write(writes[i].ep, writes[i].hndl, writes[i].value); },
-        [&](size_t i, const RemoteChainMember& chain) {
-          gni_post_descriptor_t m{};
-          m.type = GNI_POST_CQWRITE;
-          m.cq_mode = d->cq_mode;
-          m.remote_mem_hndl = writes[i].hndl;
-          m.cqwrite_value = writes[i].value;
-          return send_remote_post(writes[i].ep, cq, &m, abi::remote::kCqWrite, abi::remote::kFma, tid, &chain);
-        });
+    auto run_local = [&](size_t i) { return execute_cq_write(writes[i].ep, writes[i].hndl, writes[i].value); };
+    // A member as the descriptor GNI_PostCqWrite would take.
+    auto member = [&](size_t i) {
+      gni_post_descriptor_t m{};
+      m.type = GNI_POST_CQWRITE;
+      m.cq_mode = d->cq_mode;
+      m.remote_mem_hndl = writes[i].hndl;
+      m.cqwrite_value = writes[i].value;
+      return m;
+    };
+    // Rank to rank as kCqWrite messages when every other-host member can go so (the same-host
+    // ones we may not reach keep the whole chain on the daemons' path: the port takes none).
+    if (std::any_of(writes.begin(), writes.end(), [](const Write& w) { return w.ep->other_host(); }) &&
+        run_ofi_chain(ep, cq, d, tid, writes.size(), remote, run_local, member,
+                      [&](size_t i) { return writes[i].ep; }, abi::remote::kCqWrite))
+      return GNI_RC_SUCCESS;
+    run_split_chain(ep, cq, d, tid, writes.size(), remote, run_local, [&](size_t i, const RemoteChainMember& chain) {
+      const gni_post_descriptor_t m = member(i);
+      return send_remote_post(writes[i].ep, cq, &m, abi::remote::kCqWrite, abi::remote::kFma, tid, &chain);
+    });
     return GNI_RC_SUCCESS;
   }
   uint64_t chain_status = cqe::kOk;

@@ -28,6 +28,7 @@ bool ofi_chain_takes(Ep*, const gni_post_descriptor_t*, uint16_t) { return false
 OfiChain* ofi_chain_open(Nic*, Cq*, const gni_post_descriptor_t*, uint32_t, int32_t) { return nullptr; }
 void ofi_chain_post(OfiChain*, Ep*, const gni_post_descriptor_t*, uint16_t, uint32_t) {}
 void ofi_chain_close(OfiChain*, uint32_t, uint64_t) {}
+bool ofi_nic_down(Nic*) { return false; }
 bool ofi_msgs(Nic*, size_t) { return false; }
 bool ofi_peer(Nic*, uint32_t, uint32_t, uint64_t&) { return false; }
 bool ofi_insert(Nic*, const uint8_t*, uint32_t, uint64_t&) { return false; }
@@ -237,6 +238,11 @@ struct OfiOp {
   // A chain's member: done into the chain, no events of its own.
   OfiChain* chain = nullptr;
   uint32_t chain_index = 0;
+  // The port's list of posts in flight (OfiPort::live): at NIC down each gets its error
+  // event at once (`reported`), and its completion by the provider later posts nothing.
+  OfiOp* live_prev = nullptr;
+  OfiOp* live_next = nullptr;
+  bool reported = false;  // under live_mu
   OfiOp() { part[0].op = part[1].op = this; }
 };
 
@@ -346,6 +352,14 @@ struct OfiPort {
   std::atomic<uint64_t> polled_at{0};
   std::atomic<bool> in_sread{false}, kicked{false};
   std::atomic<uint32_t> backoff{0};
+  // Posts in flight, for NIC down (ofi_nic_down): our daemon died or shut down. Its posts
+  // complete NIC_DOWN at once, as those our daemon held do; and as a target we stop: peers'
+  // messages are answered PEER_GONE unexecuted, our provider registrations are closed.
+  std::mutex live_mu;
+  OfiOp* live = nullptr;          // under live_mu
+  bool down_reported = false;     // under live_mu
+  std::atomic<bool> down{false};  // NIC down seen by the port
+  bool mrs_closed = false;        // the driving thread's (under drive_mu)
 
   uint64_t key_of(const gni_mem_handle_t& h) const { return ofi_key(h.qword1, h.qword2) & key_mask; }
   void complete(OfiOp* op, uint64_t st);
@@ -357,6 +371,11 @@ struct OfiPort {
   void await_reply(OfiOp* op);
   bool take_pending(uint64_t id, OfiOp*& op);
   void fail_rest(OfiOp* op, int parts, uint64_t st);
+  void link(OfiOp* op);
+  bool unlink(OfiOp* op);
+  bool nic_is_down();
+  void forget(uint64_t peer, fi_addr_t dest);
+  void close_mrs();
   void on_message(OfiRecv* r, size_t len);
   void smsg_done(OfiCtx* c, uint64_t st) {
     auto* s = reinterpret_cast<OfiSendCtx*>(c);
@@ -409,21 +428,70 @@ ssize_t OfiPort::write_flag(OfiOp* op) {
                                    &op->part[1].ctx);
 }
 
+void OfiPort::link(OfiOp* op) {
+  std::lock_guard<std::mutex> lk(live_mu);
+  op->live_next = live;
+  if (live) live->live_prev = op;
+  live = op;
+}
+
+// Off the list; true if its events are still to come (not posted at NIC down).
+bool OfiPort::unlink(OfiOp* op) {
+  std::lock_guard<std::mutex> lk(live_mu);
+  if (op->live_prev)
+    op->live_prev->live_next = op->live_next;
+  else if (live == op)
+    live = op->live_next;
+  if (op->live_next) op->live_next->live_prev = op->live_prev;
+  op->live_prev = op->live_next = nullptr;
+  return !op->reported;
+}
+
+// Our NIC is down: the daemon marked our region at shutdown, or the kernel did when it
+// died (its lease), or a poll saw its socket hang up. Two loads.
+bool OfiPort::nic_is_down() {
+  return down.load(std::memory_order_relaxed) || nic->nic_down.load(std::memory_order_relaxed) ||
+         nic->self->state() == abi::kRegionNicDown;
+}
+
+// The peer answered that the CDM at `dest` is gone: the next post looks its route up afresh
+// (a CDM attached since, to a restarted daemon, may have the same one).
+void OfiPort::forget(uint64_t peer, fi_addr_t dest) {
+  std::lock_guard<std::mutex> lk(mu);
+  if (auto it = peers.find(peer); it != peers.end() && it->second.ok && it->second.addr == dest) peers.erase(it);
+}
+
+// NIC down, as a target: peers' RMA on our memory fails from now on (a key the provider no
+// longer knows), as no daemon serves our region any more. By the driving thread.
+void OfiPort::close_mrs() {
+  std::map<uint32_t, Mr> gone;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    gone.swap(mrs);
+  }
+  for (auto& [slot, m] : gone) fi_close(&m.mr->fid);
+  mrs_closed = true;
+}
+
 void OfiPort::complete(OfiOp* op, uint64_t st) {
   // A broken connection or a reply that never came: the daemons' path says PEER_GONE if the
-  // target died, TRANSIENT otherwise; so do we, once its daemon answered (judge).
+  // target died, TRANSIENT otherwise; so do we, once its daemon answered (judge). With our
+  // NIC down nobody can answer: NIC_DOWN, as every post then.
+  if (st == cqe::kErrTransient && nic_is_down()) st = cqe::kErrNicDown;
   if (st == cqe::kErrTransient && op->peer && !op->judged && check) {
     op->judged = true;
     check->suspect(op->peer, op);
     return;
   }
-  if (st != cqe::kOk) count(nic->counters, ctr::cdm::ofi_errors);
-  if (op->chain) {
-    op->chain->done(op->chain_index, st);
-  } else if (op->bte) {
-    rdma_local_events(op->cq, op->cq_mode, op->local_event, op->tid, st);
-  } else {
-    complete_fma(op->cq, op->cq_mode, op->local_event, st, op->tid);
+  if (unlink(op)) {
+    if (st != cqe::kOk) count(nic->counters, ctr::cdm::ofi_errors);
+    if (op->chain) {
+      op->chain->done(op->chain_index, st);
+    } else if (op->bte) {
+      rdma_local_events(op->cq, op->cq_mode, op->local_event, op->tid, st);
+    } else {
+      complete_fma(op->cq, op->cq_mode, op->local_event, st, op->tid);
+    }
   }
   delete op;
   in_flight.fetch_sub(1, std::memory_order_release);
@@ -521,6 +589,7 @@ void OfiPort::on_reply(const msg::Reply& r) {
   }
   static_assert(std::endian::native == std::endian::little);  // a 4-byte value is the low half
   if (r.status == cqe::kOk && op->fetch_size) std::memcpy(reinterpret_cast<void*>(op->fetch_va), &r.fetched, op->fetch_size);
+  if (r.status == cqe::kErrPeerGone) forget(op->peer, op->dest);  // its NIC went down
   complete_part(op, r.status < cqe::kErrStatusLast ? r.status : cqe::kErrProtection);
 }
 
@@ -562,6 +631,8 @@ void OfiPort::serve(const msg::Request& q) {
   const gni_mem_handle_t h{q.qword1, q.qword2};
   if (q.ptag != nic->cdm->ptag || q.cookie != nic->cdm->cookie) {
     st = cqe::kErrProtection;  // another job's: the daemons would not have found us
+  } else if (nic_is_down()) {
+    st = cqe::kErrPeerGone;  // no daemon serves our region: as the daemons' path finds a CDM whose NIC went down
   } else if (q.h.type == msg::kAmo) {
     st = serve_amo(q, fetched);
   } else if (q.h.type == msg::kEvent) {
@@ -634,6 +705,8 @@ void OfiPort::flush_deferred() {
 bool OfiPort::progress_once(bool may_sleep) {
   fi_cq_data_entry e[16];
   bool got = false;
+  // NIC down: no peer's RMA lands in our memory from now on (a header load per look).
+  if (!mrs_closed && nic_is_down()) close_mrs();
   do {  // once; `continue` ends it
     flush_deferred();
     if (msgs) {
@@ -677,8 +750,14 @@ bool OfiPort::progress_once(bool may_sleep) {
           continue;
         }
         OfiOp* op = c->op;
-        if (c == &op->part[0] && op->flag_after) deferred.push_back({op, nullptr});  // its data is in: now the flag
-        if (c == &op->part[0] && op->event_after) {  // the GET's data is in: now its remote event
+        // Its data is in: now the flag, or the GET's remote event; not once our NIC is down
+        // (its error event may have been posted already: nothing more lands at the peer).
+        const bool then = c == &op->part[0] && (op->flag_after || op->event_after);
+        if (then && nic_is_down()) {
+          fail_rest(op, op->event_after ? 2 : 1, cqe::kErrNicDown);
+        } else if (then && op->flag_after) {
+          deferred.push_back({op, nullptr});
+        } else if (then) {
           await_reply(op);
           deferred.push_back({op, nullptr});
         }
@@ -860,6 +939,7 @@ PeerAnswer OfiPort::ask_peer(uint64_t peer) {
 void OfiPort::judge(uint64_t peer, const PeerAnswer& a, std::vector<void*>& ops) {
   if (a.state == PeerAnswer::kDropped) {
     for (void* v : ops) {
+      unlink(static_cast<OfiOp*>(v));
       delete static_cast<OfiOp*>(v);
       in_flight.fetch_sub(1, std::memory_order_release);
     }
@@ -1030,6 +1110,44 @@ void ofi_open(Nic* n, const abi::ctl::AttachReply& rep) {
   n->ofi = p.release();
 }
 
+bool ofi_nic_down(Nic* n) {
+  OfiPort* p = n->ofi;
+  if (!p) return false;
+  p->down.store(true, std::memory_order_relaxed);
+  // What each post's events need, copied under the lock: a post reported here may complete
+  // (and be freed) on another thread as soon as it is released.
+  struct Report {
+    OfiChain* chain;
+    uint32_t chain_index;
+    Cq* cq;
+    uint16_t cq_mode;
+    bool bte;
+    uint32_t local_event;
+    int32_t tid;
+  };
+  std::vector<Report> out;
+  {
+    std::lock_guard<std::mutex> lk(p->live_mu);
+    if (p->down_reported) return false;
+    p->down_reported = true;
+    for (OfiOp* op = p->live; op; op = op->live_next) {
+      if (op->reported) continue;
+      op->reported = true;
+      out.push_back({op->chain, op->chain_index, op->cq, op->cq_mode, op->bte, op->local_event, op->tid});
+    }
+  }
+  for (const Report& r : out) {
+    count(n->counters, ctr::cdm::ofi_errors);
+    if (r.chain)
+      r.chain->done(r.chain_index, cqe::kErrNicDown);
+    else if (r.bte)
+      rdma_local_events(r.cq, r.cq_mode, r.local_event, r.tid, cqe::kErrNicDown);
+    else
+      complete_fma(r.cq, r.cq_mode, r.local_event, cqe::kErrNicDown, r.tid);
+  }
+  return !out.empty();
+}
+
 void ofi_close(Nic* n) {
   OfiPort* p = n->ofi;
   if (!p) return;
@@ -1047,7 +1165,7 @@ void ofi_close(Nic* n) {
 
 void ofi_register(Nic* n, const gni_mem_handle_t& h, bool read_only) {
   OfiPort* p = n->ofi;
-  if (!p) return;
+  if (!p || p->nic_is_down()) return;  // a target no daemon serves: peers' RMA must not land
   auto f = abi::mdh::decode(h.qword1, h.qword2);
   if (!f || (f->flags & abi::mdh::kFlagVmdh)) return;
   // The handle's pages: what a peer can compute from the handle alone.
@@ -1189,6 +1307,7 @@ bool post_impl(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, ui
   if (dry) return true;
 
   auto* op = new OfiOp;
+  p->link(op);
   op->chain = chain;
   op->chain_index = chain_index;
   op->peer = (uint64_t{ep->remote_addr} << 32) | abi::mdh::route_of(rh.qword1, rh.qword2);

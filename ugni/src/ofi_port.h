@@ -4,9 +4,10 @@
 // rank, remote events of PUTs as remote CQ data (fi_writedata) and sync flags as a second
 // write. AMOs, CQ writes and GETs' remote events go as messages (nicemu/abi/ofi_msg.h) that
 // the target's port executes against its own registration table, AMOs under the AMO lock
-// every path takes; chained FMA posts member by member (ofi_chain_*). SMSG channels go as
+// every path takes; chained posts (FMA and CQ writes) member by member (ofi_chain_*). SMSG channels go as
 // frames the receiver's port writes into the mailbox (smsg_ofi.h). A post that fails
-// TRANSIENT is judged first: PEER_GONE if the target CDM died (ofi_peer_check.h). The port
+// TRANSIENT is judged first: PEER_GONE if the target CDM died (ofi_peer_check.h). At NIC
+// down the posts in flight fail NIC_DOWN and a target serves nothing (ofi_nic_down). The port
 // is driven by an application thread polling an empty CQ, else by the CDM's progress
 // thread (ofi_poll below). Everything else across hosts keeps going through the daemons
 // (remote_post.cpp).
@@ -41,6 +42,11 @@ struct Cq;
 void ofi_open(Nic* n, const abi::ctl::AttachReply& rep);
 // Closes it (GNI_CdmDestroy): posts still in flight complete no more.
 void ofi_close(Nic* n);
+// Our NIC is down (its daemon died or shut down): every post still in flight with the port
+// completes NIC_DOWN now, once (its provider completion later posts nothing), as the posts
+// our daemon held do; peers' requests are answered PEER_GONE unexecuted and the provider
+// registrations closed. True if it posted events (the first call only).
+bool ofi_nic_down(Nic* n);
 // A registration of the library: registered with the provider too (no-op without a port).
 void ofi_register(Nic* n, const gni_mem_handle_t& h, bool read_only);
 void ofi_deregister(Nic* n, const gni_mem_handle_t& h);
@@ -58,8 +64,8 @@ void ofi_poll(Nic* n, bool wait = false);
 // thread drives again at once.
 void ofi_idle(Nic* n);
 
-// Chained posts (GNI_CtPostFma, ct_requester.cpp) whose members for other hosts all go rank
-// to rank: ofi_chain_takes says whether member `m` (a plain descriptor of the chain's type
+// Chained posts (GNI_CtPostFma, GNI_CtPostCqWrite: ct_requester.cpp) whose members for
+// other hosts all go rank to rank: ofi_chain_takes says whether member `m` (a plain descriptor of the chain's type
 // and event mode, on its own EP) would; if every one would, ofi_chain_open, ofi_chain_post
 // per member and ofi_chain_close with the first same-host member that failed. The chain's
 // one local event (the first descriptor's CQ mode, `local_event`, `tid`) comes when the last
