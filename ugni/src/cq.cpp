@@ -143,17 +143,14 @@ namespace {
   const bool forever = timeout == UINT64_MAX;
   const uint64_t start = now_ns();
   const uint64_t deadline = forever ? UINT64_MAX : start + timeout * 1000000ull;
-  // Spin briefly first: a futex wake across cores costs tens of microseconds here. Longer
-  // while GETs of ours are in flight over ofi: their data comes in as we drive the provider
-  // (ofi_receiving), where a sleeper would leave it to the progress thread's wake-ups.
+  // Spin briefly first: a futex wake across cores costs tens of microseconds here.
   const uint64_t spin_until = start + spin_ns();
-  const uint64_t read_spin_until = spin_ns() ? start + kReadSpinNs : start;
   for (;;) {
     gni_return_t rc = take_event(cq, event_data);
     if (rc != GNI_RC_NOT_DONE) return rc;
     uint64_t t = now_ns();
     if (t >= deadline) return GNI_RC_TIMEOUT;
-    if (t < spin_until || (t < read_spin_until && ofi_receiving(cq->nic))) {
+    if (t < spin_until) {
       abi::spin_step(t - start);
       continue;
     }

@@ -89,13 +89,6 @@ void drive_ofi(const Vector& v, bool poll) {
   }
 }
 
-// A CDM of the vector has GETs in flight over ofi (ofi_receiving).
-bool any_receiving(const Vector& v) {
-  for (uint32_t i = 0; i < v.n; ++i)
-    if (ofi_receiving(v.at(i)->nic)) return true;
-  return false;
-}
-
 // Every ring quiet (CqRingView::quiet): nothing reserved, no overrun; a ring's producer that
 // reserves after this sees its raised `waiters` and wakes it.
 bool all_quiet(const Vector& v) {
@@ -144,7 +137,6 @@ int sleep_once(const Vector& v, uint64_t slice_ns) {
 // between sleeps (cancel_point.h).
 gni_return_t wait_ready(const Vector& v, uint64_t deadline, bool stop_on_signal, uint32_t* which) {
   const uint64_t start = now_ns(), spin_until = start + spin_ns();
-  const uint64_t read_spin_until = spin_ns() ? start + kReadSpinNs : start;  // as GNI_CqWaitEvent (cq.cpp)
   for (;;) {
     if (any_masked(v)) return GNI_RC_NOT_DONE;
     if (int64_t r = first_ready(v); r >= 0) {
@@ -153,8 +145,7 @@ gni_return_t wait_ready(const Vector& v, uint64_t deadline, bool stop_on_signal,
     }
     const uint64_t t = now_ns();
     if (t >= deadline) return GNI_RC_TIMEOUT;
-    // A futex wake across cores costs tens of microseconds here.
-    if (t < spin_until || (t < read_spin_until && any_receiving(v))) {
+    if (t < spin_until) {  // a futex wake across cores costs tens of microseconds here
       drive_ofi(v, true);
       abi::spin_step(t - start);
       continue;

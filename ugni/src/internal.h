@@ -400,10 +400,6 @@ bool send_remote_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t k
 std::string daemon_socket();                       // the socket of this process's node
 bool daemon_hello(abi::ctl::HelloReply& out);      // cached HELLO to that daemon
 uint32_t spin_ns();                                // spin budget before blocking (then abi::spin_step)
-// The longest a CQ wait spins, driving the ofi provider, while GETs of its CDM are in flight
-// rank to rank (ofi_receiving): a few 1 MiB reads' time at a few GB/s; not at all with
-// spin_us = 0.
-inline constexpr uint64_t kReadSpinNs = 10'000'000;
 
 // Dequeues one entry of `cq` as GNI_CqGetEvent does (overrun first, the handler, NIC-down
 // detection); shared by the single-CQ and the vector waits (cq.cpp).

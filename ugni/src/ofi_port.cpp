@@ -36,7 +36,6 @@ uint32_t ofi_self_name(Nic*, uint8_t*) { return 0; }
 uint64_t ofi_send(Nic*, uint64_t, const void*, size_t, OfiSendCtx*, bool) { return abi::cqe::kErrTransient; }
 void ofi_poll(Nic*, bool) {}
 void ofi_idle(Nic*) {}
-bool ofi_receiving(Nic*) { return false; }
 }  // namespace nicemu::ugni
 
 #else
@@ -227,7 +226,6 @@ struct OfiOp {
   uint64_t flag_addr = 0, key = 0, data = 0;
   // A message to send (msg_kind != 0), now (AMO, CQ write) or once the read is in (event_after).
   bool event_after = false;
-  bool read = false;  // part[0] is a read: counted in OfiPort::reads until it completes
   uint16_t msg_kind = 0;
   uint8_t fetch_size = 0;  // a fetching AMO: bytes of the fetched value to store at fetch_va
   uint64_t fetch_va = 0;
@@ -306,7 +304,6 @@ struct OfiPort {
   std::unique_ptr<PeerCheck> check;
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> in_flight{0};
-  std::atomic<uint32_t> reads{0};  // reads in flight (ofi_receiving)
   std::thread progress;
   Nic* nic = nullptr;
   // Messages: our receive buffers, our own address (where replies come), the posts waiting
@@ -680,7 +677,6 @@ bool OfiPort::progress_once(bool may_sleep) {
           continue;
         }
         OfiOp* op = c->op;
-        if (c == &op->part[0] && op->read) reads.fetch_sub(1, std::memory_order_relaxed);
         if (c == &op->part[0] && op->flag_after) deferred.push_back({op, nullptr});  // its data is in: now the flag
         if (c == &op->part[0] && op->event_after) {  // the GET's data is in: now its remote event
           await_reply(op);
@@ -709,7 +705,6 @@ bool OfiPort::progress_once(bool may_sleep) {
           continue;
         }
         OfiOp* op = c->op;
-        if (c == &op->part[0] && op->read) reads.fetch_sub(1, std::memory_order_relaxed);
         if (c == &op->part[0] && op->flag_after) complete_part(op, st);  // no flag without its data
         if (c == &op->part[0] && op->event_after) fail_rest(op, 2, st);  // no event without its data
         // A message that did not go: nobody will answer it.
@@ -796,11 +791,6 @@ void ofi_poll(Nic* n, bool wait) {
   pthread_setcancelstate(state, &unused);
   if (type == PTHREAD_CANCEL_ASYNCHRONOUS) before_possible_unwind();
   pthread_setcanceltype(type, &unused);  // may unwind from here: a cancel came meanwhile
-}
-
-bool ofi_receiving(Nic* n) {
-  OfiPort* p = n->ofi;
-  return p && p->reads.load(std::memory_order_relaxed) != 0;
 }
 
 void ofi_idle(Nic* n) {
@@ -1285,14 +1275,10 @@ bool post_impl(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, ui
       op->event_after = true;
     }
     const bool then = op->event_after;  // op may be gone once its read is posted
-    op->read = true;
-    p->reads.fetch_add(1, std::memory_order_relaxed);
     if (!post(op->part[0], [&](void* ctx) {
           return fi_read(p->ep, reinterpret_cast<void*>(local), d->length, nullptr, dest, raddr, key, ctx);
-        })) {
-      p->reads.fetch_sub(1, std::memory_order_relaxed);
-      if (then) p->fail_rest(op, 2, cqe::kErrTransient);  // no event without its data
-    }
+        }) && then)
+      p->fail_rest(op, 2, cqe::kErrTransient);  // no event without its data
     return true;
   }
   // A PUT; with a sync flag, the flag's write after the data's (ordered: FI_ORDER_WAW; else

@@ -57,11 +57,6 @@ void ofi_poll(Nic* n, bool wait = false);
 // The application thread stops polling (it goes to sleep on a CQ's futex): the progress
 // thread drives again at once.
 void ofi_idle(Nic* n);
-// GETs of the CDM in flight rank to rank: their data comes in only as a thread of ours drives
-// the provider (tcp;ofi_rxm receives in the calls that read its CQ), so a thread waiting
-// for an event keeps driving it rather than sleep and leave the receiving to the progress
-// thread's wake-ups (cq.cpp, cq_vector.cpp).
-bool ofi_receiving(Nic* n);
 
 // Chained posts (GNI_CtPostFma, ct_requester.cpp) whose members for other hosts all go rank
 // to rank: ofi_chain_takes says whether member `m` (a plain descriptor of the chain's type
