@@ -11,6 +11,7 @@ namespace nicemu::ugni {
 namespace {
 // Whether the provider keeps a post on `later` behind an earlier one on `earlier` by itself.
 bool ordered(const OfiOrderCaps& c, OfiPath earlier, OfiPath later) {
+  if (earlier == OfiPath::kSmsg || later == OfiPath::kSmsg) return earlier == later;
   if (earlier == OfiPath::kMsg || later == OfiPath::kMsg) return earlier == later && c.sas;
   if (later == OfiPath::kWrite) return earlier == OfiPath::kWrite ? c.waw : c.war;
   return earlier == OfiPath::kWrite ? c.raw : c.rar;
@@ -20,7 +21,7 @@ bool ordered(const OfiOrderCaps& c, OfiPath earlier, OfiPath later) {
 bool OfiOrder::must_wait(const Slot& s, OfiPath path, ordering::Class cls) const {
   // Relaxed posts in flight hold back only strict ones (either one relaxed: may pass).
   const int kinds = cls == ordering::kStrict ? 2 : 1;
-  for (int q = 0; q < 3; ++q) {
+  for (int q = 0; q < kOfiPaths; ++q) {
     if (ordered(caps_, static_cast<OfiPath>(q), path)) continue;
     for (int r = 0; r < kinds; ++r)
       if (s.n[q][r].load(std::memory_order_acquire) > 0) return true;

@@ -13,7 +13,9 @@
 // strict posts wait for them. Within the RMA path the provider's order bits (msg_order)
 // keep the order; where one is missing the post waits for the earlier operations of that
 // kind (a fence). Within the message path one connection delivers in send order
-// (FI_ORDER_SAS) and the target executes in its CQ's order.
+// (FI_ORDER_SAS) and the target executes in its CQ's order. SMSG messages are counted from
+// their send until their frame completes (delivery complete); messages of one channel keep
+// their order by sequence number, those of different channels need none.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -24,7 +26,11 @@ namespace nicemu::ugni {
 
 struct Nic;
 
-enum class OfiPath : uint8_t { kWrite, kRead, kMsg };
+// SMSG messages are a path of their own: a message is counted from GNI_SmsgSend, but may
+// wait in a batch until a frame of its channel completes, so the port's other messages, sent
+// at once, are not behind it on the connection.
+enum class OfiPath : uint8_t { kWrite, kRead, kMsg, kSmsg };
+constexpr int kOfiPaths = 4;
 
 // What the provider orders within its endpoint: a bit of tx_attr->msg_order whose
 // max_order_*_size covers any post (max_msg_size).
@@ -55,12 +61,15 @@ class OfiOrder {
   // another peer's (more order than asked, never less).
   static constexpr uint32_t kSlots = 256;
   struct Slot {
-    std::atomic<int32_t> n[3][2] = {};  // [path][relaxed]
+    std::atomic<int32_t> n[kOfiPaths][2] = {};  // [path][relaxed]
   };
   bool must_wait(const Slot& s, OfiPath path, ordering::Class cls) const;
   OfiOrderCaps caps_;
   Slot slots_[kSlots];
 };
+
+// The port's order (nullptr without a port): SMSG over ofi counts its messages there.
+OfiOrder* ofi_order(Nic* n);
 
 // The forced ordering of the CDM's fault configuration (abi::fault::kOrderAuto when off).
 uint32_t ofi_forced_ordering(Nic* n);

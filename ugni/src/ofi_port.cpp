@@ -2,6 +2,7 @@
 #include "ofi_port.h"
 
 #include "internal.h"
+#include "ofi_order.h"
 
 #ifndef NICEMU_HAVE_OFI
 
@@ -36,6 +37,7 @@ uint32_t ofi_self_name(Nic*, uint8_t*) { return 0; }
 uint64_t ofi_send(Nic*, uint64_t, const void*, size_t, OfiSendCtx*, bool) { return abi::cqe::kErrTransient; }
 void ofi_poll(Nic*, bool) {}
 void ofi_idle(Nic*) {}
+OfiOrder* ofi_order(Nic*) { return nullptr; }
 }  // namespace nicemu::ugni
 
 #else
@@ -69,7 +71,6 @@ void ofi_idle(Nic*) {}
 #include "fault_engine.h"
 #include "nicemu/fault/fault_page.h"
 #include "fma_requester.h"
-#include "ofi_order.h"
 #include "ofi_peer_check.h"
 #include "nicemu/abi/mem_handle.h"
 #include "nicemu/abi/ofi_msg.h"
@@ -796,6 +797,8 @@ void ofi_poll(Nic* n, bool wait) {
   if (type == PTHREAD_CANCEL_ASYNCHRONOUS) before_possible_unwind();
   pthread_setcanceltype(type, &unused);  // may unwind from here: a cancel came meanwhile
 }
+
+OfiOrder* ofi_order(Nic* n) { return n->ofi ? n->ofi->order.get() : nullptr; }
 
 void ofi_idle(Nic* n) {
   OfiPort* p = n->ofi;
