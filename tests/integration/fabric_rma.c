@@ -31,8 +31,9 @@
  *   fabric_rma order [N]  rank 0 -> rank 1: N pairs of posts to one word each (AMO then PUT,
  *                         PUT then AMO, GET then PUT, PUT then CQ write; PUT then GET in the
  *                         strict classes), in flight together, in the default and both strict
- *                         classes; the end values and what the GETs read must follow the
- *                         ordering model (order_mode).
+ *                         classes, then PUT then an SMSG message naming the word; the end
+ *                         values, what the GETs read and the words at each CQ write and
+ *                         message must follow the ordering model (order_mode).
  *   fabric_rma bench      rank 0 -> rank 1: FMA PUT 8 B and AMO FADD latency; FMA PUT, RDMA PUT and
  *                         RDMA GET bandwidth, 8 B .. 4 MiB (up to 16 posts in flight;
  *                         FABRIC_RMA_BENCH_REPEAT=N moves N times the data and
@@ -595,18 +596,92 @@ static int atomic_mode(gni_ep_handle_t *ep, const struct peer_info *all, uint8_t
  * (GNI_MEM_STRICT_PI_ORDERING). Pairs: AMO FADD 1 then PUT 100 + i (the PUT must not pass the
  * AMO: 100 + i); PUT 100 + i then AMO FADD 1 (101 + i); GET then PUT 100 + i (the GET reads
  * the old value); PUT 100 + i then a CQ write naming i (rank 1 finds the word written when it
- * takes the CQ write's event); strict classes also PUT then GET (the new value). Rank 1 checks
- * its words at the end, rank 0 what its GETs read (docs/ordering.md). */
+ * takes the CQ write's event); strict classes also PUT then GET (the new value). Then
+ * order_smsg. Rank 1 checks its words at the end, rank 0 what its GETs read (docs/ordering.md). */
 #define ORDER_PATTERNS 5
 #define ORDER_BURST 64
 enum { ORD_AMO_PUT, ORD_PUT_AMO, ORD_GET_PUT, ORD_PUT_CQW, ORD_PUT_GET };
 static uint64_t order_old(int cls, int pat, long i) { return 7 + 1000 * (uint64_t)(cls * ORDER_PATTERNS + pat) + (uint64_t)i; }
 
+/* PUT then an SMSG message naming the word (posted after posted: in order in the default and
+ * strict classes), `n` each with the NIC's SMSG delivery mode and the PUTs' dlvr_mode default,
+ * then GNI_DLVMODE_IN_ORDER; words `base` .. `base + 2n - 1` of the order window. Rank 1
+ * finds each word written when its message arrives. */
+static int order_smsg(gni_ep_handle_t ep, uint64_t *tw, uint64_t base, uint64_t raddr, gni_mem_handle_t rh,
+                      uint64_t *src, gni_mem_handle_t sh, gni_post_descriptor_t *descs, long n) {
+  int bad = 0;
+  long early = 0, msgs = 0;
+  if (rank == 0) {
+    long in_flight = 0;
+    const double t0 = fabric_now_s();
+    for (int cls = 0; cls < 2 && !bad; ++cls) {
+      GNI_SmsgSetDeliveryMode(nic, cls ? GNI_DLVMODE_IN_ORDER : GNI_DLVMODE_PERFORMANCE);
+      for (long i = 0; i < n && !bad; ++i) {
+        uint64_t w = base + (uint64_t)cls * (uint64_t)n + (uint64_t)i;
+        src[w] = 100 + (uint64_t)i;
+        gni_post_descriptor_t *d = &descs[2 * w];
+        fabric_desc(d, GNI_POST_FMA_PUT, &src[w], sh, raddr + 8 * w, rh, 8);
+        d->dlvr_mode = cls ? GNI_DLVMODE_IN_ORDER : GNI_DLVMODE_PERFORMANCE;
+        gni_return_t rc = GNI_PostFma(ep, d);
+        if (rc != GNI_RC_SUCCESS) bad = fail("order: SMSG phase PUT", rc);
+        ++in_flight;
+        int sent = 0;
+        const double until = fabric_now_s() + 30;
+        while (!bad && (!sent || in_flight >= ORDER_BURST || (i == n - 1 && in_flight > 0))) {
+          if (!sent) {
+            rc = GNI_SmsgSend(ep, &w, sizeof w, NULL, 0, (uint32_t)w);
+            if (rc == GNI_RC_SUCCESS) sent = 1, ++in_flight;
+            else if (rc != GNI_RC_NOT_DONE) bad = fail("order: GNI_SmsgSend", rc);
+            else if (fabric_now_s() > until) bad = fail("order: no SMSG credits for 30 s", (long)i);
+            if (sent || bad) continue;
+          }
+          gni_cq_entry_t e;
+          rc = in_flight ? GNI_CqWaitEvent(cq, 100, &e) : GNI_RC_NOT_DONE;
+          if (rc == GNI_RC_TIMEOUT || rc == GNI_RC_NOT_DONE) continue;
+          if (rc != GNI_RC_SUCCESS || !GNI_CQ_STATUS_OK(e)) { bad = fail("order: SMSG phase completion", rc); break; }
+          if (GNI_CQ_GET_TYPE(e) != GNI_CQ_EVENT_TYPE_SMSG) {
+            gni_post_descriptor_t *cd = NULL;
+            if (GNI_GetCompleted(cq, e, &cd) != GNI_RC_SUCCESS || !cd) { bad = fail("order: SMSG phase PUT completion", 0); break; }
+          }
+          --in_flight;
+        }
+      }
+    }
+    GNI_SmsgSetDeliveryMode(nic, GNI_DLVMODE_PERFORMANCE);
+    if (!bad)
+      printf("fabric_rma order: rank 0: SMSG, PUT then SMSG message: %.2f us per pair\n",
+             (fabric_now_s() - t0) / (double)(2 * n) * 1e6);
+  } else if (rank == 1) {
+    const double until = fabric_now_s() + 60;
+    while (msgs < 2 * n && fabric_now_s() < until) {
+      gni_cq_entry_t e;
+      while (GNI_CqGetEvent(rcq, &e) == GNI_RC_SUCCESS) {} /* the messages' remote events */
+      void *m = NULL;
+      gni_return_t rc = GNI_SmsgGetNext(ep, &m);
+      if (rc == GNI_RC_NOT_DONE) continue;
+      if (rc != GNI_RC_SUCCESS) { bad = fail("order: GNI_SmsgGetNext", rc); break; }
+      uint64_t w;
+      memcpy(&w, m, sizeof w);
+      if (w < base || w >= base + 2 * (uint64_t)n) { bad = fail("order: unexpected SMSG message", (long)w); break; }
+      if (*(volatile uint64_t *)&tw[w] != 100 + (w - base) % (uint64_t)n && early++ == 0)
+        fprintf(stderr, "fabric_rma order: %s, PUT then SMSG message: the message came before the PUT's data (pair %ld)\n",
+                w - base < (uint64_t)n ? "default" : "strict (SMSG and PUT GNI_DLVMODE_IN_ORDER)", (long)((w - base) % (uint64_t)n));
+      GNI_SmsgRelease(ep);
+      ++msgs;
+    }
+    if (msgs != 2 * n) bad = fail("order: SMSG messages received", msgs);
+    if (early) bad = 1;
+  }
+  return bad;
+}
+
 static int order_mode(gni_ep_handle_t *ep, long n) {
   static const char *cls_name[3] = {"default", "strict (GNI_DLVMODE_IN_ORDER)", "strict (GNI_MEM_STRICT_PI_ORDERING)"};
   static const char *pat_name[ORDER_PATTERNS] = {"AMO then PUT", "PUT then AMO", "GET then PUT", "PUT then CQ write",
                                                  "PUT then GET"};
-  const uint64_t words = 3 * ORDER_PATTERNS * (uint64_t)n, bytes = (words * 8 + 4095) & ~4095ull;
+  /* The pairs' words, then the SMSG phase's (order_smsg). */
+  const uint64_t words = 3 * ORDER_PATTERNS * (uint64_t)n, all_words = words + 2 * (uint64_t)n;
+  const uint64_t bytes = (all_words * 8 + 4095) & ~4095ull;
   /* Targets (rank 1): two registrations, the second strict; sources and GET results (rank 0). */
   uint64_t *tw[2] = {aligned_alloc(4096, bytes), aligned_alloc(4096, bytes)};
   uint64_t *src = aligned_alloc(4096, bytes), *got = aligned_alloc(4096, bytes), *fetched = aligned_alloc(4096, bytes);
@@ -614,7 +689,7 @@ static int order_mode(gni_ep_handle_t *ep, long n) {
   struct { uint64_t va[2]; gni_mem_handle_t h[2]; } mine, all[MAX_RANKS];
   gni_mem_handle_t sh, gh, fh;
   for (int r = 0; r < 2; ++r) {
-    for (uint64_t w = 0; w < words; ++w) {
+    for (uint64_t w = 0; w < all_words; ++w) {
       const int cls = (int)(w / (ORDER_PATTERNS * (uint64_t)n)), pat = (int)(w / (uint64_t)n % ORDER_PATTERNS);
       tw[r][w] = order_old(cls, pat, (long)(w % (uint64_t)n));
     }
@@ -628,9 +703,30 @@ static int order_mode(gni_ep_handle_t *ep, long n) {
       GNI_MemRegister(nic, (uint64_t)fetched, bytes, NULL, GNI_MEM_READWRITE, -1, &fh) != GNI_RC_SUCCESS)
     return fail("register", 0);
   if (PMI_Allgather(&mine, all, sizeof mine) != PMI_SUCCESS) return fail("PMI_Allgather", 0);
+  /* An SMSG channel between ranks 0 and 1 (order_smsg), on the EP of the pairs. */
+  gni_smsg_attr_t sa, sall[MAX_RANKS];
+  memset(&sa, 0, sizeof sa);
+  sa.msg_type = GNI_SMSG_TYPE_MBOX_AUTO_RETRANSMIT;
+  sa.mbox_maxcredit = 64;
+  sa.msg_maxsize = 64;
+  unsigned mb_need = 0;
+  if (GNI_SmsgBufferSizeNeeded(&sa, &mb_need) != GNI_RC_SUCCESS) return fail("GNI_SmsgBufferSizeNeeded", 0);
+  void *mbox = aligned_alloc(4096, (mb_need + 4095) & ~4095u);
+  gni_mem_handle_t mbh;
+  if (!mbox) return fail("alloc", 0);
+  memset(mbox, 0, mb_need);
+  if (GNI_MemRegister(nic, (uint64_t)mbox, mb_need, rcq, GNI_MEM_READWRITE, -1, &mbh) != GNI_RC_SUCCESS)
+    return fail("register the mailbox", 0);
+  sa.msg_buffer = mbox;
+  sa.buff_size = mb_need;
+  sa.mem_hndl = mbh;
+  if (PMI_Allgather(&sa, sall, sizeof sa) != PMI_SUCCESS) return fail("PMI_Allgather", 1);
+  const int peer = rank == 0 ? 1 : 0;
+  if (rank < 2 && GNI_SmsgInit(ep[peer], &sa, &sall[peer]) != GNI_RC_SUCCESS) return fail("GNI_SmsgInit", peer);
+  PMI_Barrier();
   int bad = 0;
   long cqws = 0, cqw_early = 0;
-  gni_post_descriptor_t *descs = calloc(2 * words, sizeof *descs);
+  gni_post_descriptor_t *descs = calloc(2 * all_words, sizeof *descs);
   if (!descs) return fail("alloc", 0);
   if (rank == 0) {
     long in_flight = 0;
@@ -742,14 +838,18 @@ static int order_mode(gni_ep_handle_t *ep, long n) {
         }
       }
   }
+  /* Both ranks run it whatever the pairs gave (the other waits for it). */
+  if (rank < 2 && order_smsg(ep[peer], tw[0], words, all[1].va[0], all[1].h[0], src, sh, descs, n)) bad = 1;
   if (!bad && rank < 2)
-    printf("fabric_rma order: rank %d: %ld pairs of each kind in 3 classes verified%s\n", rank, n,
-           rank == 1 ? " (words, CQ writes after their PUTs)" : " (GETs)");
+    printf("fabric_rma order: rank %d: %ld pairs of each kind in 3 classes and PUT then SMSG in 2 verified%s\n", rank, n,
+           rank == 1 ? " (words, CQ writes and SMSG messages after their PUTs)" : " (GETs)");
   PMI_Barrier();
   for (int r = 0; r < 2; ++r) GNI_MemDeregister(nic, &mine.h[r]);
   GNI_MemDeregister(nic, &sh);
   GNI_MemDeregister(nic, &gh);
   GNI_MemDeregister(nic, &fh);
+  GNI_MemDeregister(nic, &mbh);
+  free(mbox);
   free(descs);
   free(tw[0]);
   free(tw[1]);

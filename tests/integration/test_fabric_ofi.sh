@@ -156,9 +156,10 @@ else
 fi
 
 # Ordering (docs/ordering.md): rank 0 streams pairs of posts to one word each (AMO then PUT,
-# PUT then AMO, GET then PUT, PUT then CQ write, PUT then GET) in the default and both strict
-# classes, over ofi (RMA and messages: two paths, ofi_order.h keeps them in order) and on the
-# daemons' path; the end words, what the GETs read and each CQ write's word must follow the model.
+# PUT then AMO, GET then PUT, PUT then CQ write, PUT then GET; PUT then an SMSG message) in the
+# default and strict classes, over ofi (RMA and messages: two paths, ofi_order.h keeps them in
+# order) and on the daemons' path; the end words, what the GETs read and each CQ write's and
+# SMSG message's word must follow the model.
 for way in ofi daemons; do
   case $way in
     ofi) envs=(env) ;;
