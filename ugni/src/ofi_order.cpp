@@ -3,9 +3,6 @@
 
 #include <thread>
 
-#include "fault_engine.h"
-#include "internal.h"
-
 namespace nicemu::ugni {
 
 namespace {
@@ -51,11 +48,6 @@ OfiOrderTicket OfiOrder::enter(Nic* n, uint64_t peer, OfiPath path, ordering::Cl
 
 void OfiOrder::leave(const OfiOrderTicket& t) {
   if (t.held) slots_[t.slot].n[t.path][t.relaxed].fetch_sub(1, std::memory_order_acq_rel);
-}
-
-uint32_t ofi_forced_ordering(Nic* n) {
-  if (!n->fault_page->active.load(std::memory_order_relaxed)) return abi::fault::kOrderAuto;
-  return fault_ordering(n);
 }
 
 }  // namespace nicemu::ugni

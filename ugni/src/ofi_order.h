@@ -71,7 +71,4 @@ class OfiOrder {
 // The port's order (nullptr without a port): SMSG over ofi counts its messages there.
 OfiOrder* ofi_order(Nic* n);
 
-// The forced ordering of the CDM's fault configuration (abi::fault::kOrderAuto when off).
-uint32_t ofi_forced_ordering(Nic* n);
-
 }  // namespace nicemu::ugni

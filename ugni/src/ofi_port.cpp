@@ -1263,7 +1263,7 @@ bool post_impl(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, ui
   // Nothing it may not pass in flight on the other path (ofi_order.h), then counted. A GET
   // with a remote event counts as a read: its data is what takes effect first.
   op->order = p->order->enter(n, dest, cqw || amo ? OfiPath::kMsg : get ? OfiPath::kRead : OfiPath::kWrite,
-                              ordering::class_of(ofi_forced_ordering(n), d->dlvr_mode, 0), ofi_poll_now);
+                              ordering::class_of(forced_ordering(n), d->dlvr_mode, 0), ofi_poll_now);
   p->in_flight.fetch_add(1, std::memory_order_relaxed);
   count(n->counters, ctr::cdm::ofi_ops);
   count(n->counters, ctr::cdm::ofi_bytes, length);

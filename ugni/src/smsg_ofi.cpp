@@ -1,8 +1,6 @@
 // SMSG over the ofi fabric (smsg_ofi.h says what and why; frames: nicemu/abi/ofi_smsg.h).
 #include "smsg_ofi.h"
 
-#include "ofi_order.h"
-
 #include <time.h>
 
 #include <algorithm>
@@ -20,6 +18,8 @@
 #include "nicemu/abi/ofi_smsg.h"
 #include "nicemu/abi/smsg_channel.h"
 #include "nicemu/fault/fault_page.h"
+#include "fault_engine.h"
+#include "ofi_order.h"
 #include "ofi_port.h"
 #include "smsg_relay.h"
 
@@ -191,9 +191,9 @@ void message_done(SmsgOfiTx* t, uint32_t seq, uint64_t st, uint32_t n = 1) {
   uint32_t left = n;
   for (auto& p : t->pending)
     if (static_cast<uint32_t>(p.seq - seq) < n) {
+      if (order && !p.done) order->leave(p.order);  // delivered: later posts to the receiver may go
       p.done = true;
       p.st = st;
-      if (order) order->leave(p.order);  // delivered: later posts to the receiver may go
       if (--left == 0) break;
     }
   while (!t->pending.empty() && t->pending.front().done) {
@@ -613,7 +613,7 @@ gni_return_t smsg_ofi_send(Ep* ep, const void* header, uint32_t header_length, c
   // the message announcing it), then counted until its frame completes (ofi_order.h).
   OfiOrderTicket ord;
   if (OfiOrder* o = ofi_order(n))
-    ord = o->enter(n, t->dest, OfiPath::kSmsg, ordering::smsg_class_of(ofi_forced_ordering(n), n->smsg_dlvr_mode),
+    ord = o->enter(n, t->dest, OfiPath::kSmsg, ordering::smsg_class_of(forced_ordering(n), n->smsg_dlvr_mode),
                    [](Nic* m) { ofi_poll(m); });
   {
     std::lock_guard<std::mutex> lk(t->mu);
