@@ -2,7 +2,6 @@
 #include "ofi_port.h"
 
 #include "internal.h"
-#include "ofi_order.h"
 
 #ifndef NICEMU_HAVE_OFI
 
@@ -38,7 +37,6 @@ uint32_t ofi_self_name(Nic*, uint8_t*) { return 0; }
 uint64_t ofi_send(Nic*, uint64_t, const void*, size_t, OfiSendCtx*, bool) { return abi::cqe::kErrTransient; }
 void ofi_poll(Nic*, bool) {}
 void ofi_idle(Nic*) {}
-OfiOrder* ofi_order(Nic*) { return nullptr; }
 }  // namespace nicemu::ugni
 
 #else
@@ -245,7 +243,6 @@ struct OfiOp {
   OfiOp* live_prev = nullptr;
   OfiOp* live_next = nullptr;
   bool reported = false;  // under live_mu
-  OfiOrderTicket order;  // in flight towards its peer until complete (ofi_order.h)
   OfiOp() { part[0].op = part[1].op = this; }
 };
 
@@ -311,7 +308,6 @@ struct OfiPort {
   // Posts failing TRANSIENT towards a peer wait here for the verdict on it (PEER_GONE or
   // TRANSIENT); created at open, before the progress thread.
   std::unique_ptr<PeerCheck> check;
-  std::unique_ptr<OfiOrder> order;  // between RMA and messages to a peer (ofi_order.h); made at open
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> in_flight{0};
   std::thread progress;
@@ -487,7 +483,6 @@ void OfiPort::complete(OfiOp* op, uint64_t st) {
     check->suspect(op->peer, op);
     return;
   }
-  order->leave(op->order);  // took effect (or failed): later posts to its peer may go
   if (unlink(op)) {
     if (st != cqe::kOk) count(nic->counters, ctr::cdm::ofi_errors);
     if (op->chain) {
@@ -877,8 +872,6 @@ void ofi_poll(Nic* n, bool wait) {
   pthread_setcanceltype(type, &unused);  // may unwind from here: a cancel came meanwhile
 }
 
-OfiOrder* ofi_order(Nic* n) { return n->ofi ? n->ofi->order.get() : nullptr; }
-
 void ofi_idle(Nic* n) {
   OfiPort* p = n->ofi;
   if (!p || !p->polled_at.load(std::memory_order_relaxed)) return;
@@ -1035,12 +1028,7 @@ void ofi_open(Nic* n, const abi::ctl::AttachReply& rep) {
     uint64_t caps, order;
   };
   constexpr uint64_t kMsg = FI_MSG | FI_SEND | FI_RECV;
-  // The order bits the ordering model needs within RMA (ofi_order.h: where one is missing,
-  // the port waits instead), then fewer.
-  constexpr uint64_t kOrder = FI_ORDER_RAW | FI_ORDER_WAR | FI_ORDER_WAW | FI_ORDER_RAR | FI_ORDER_SAS;
-  constexpr uint64_t kOrderNoWar = kOrder & ~FI_ORDER_WAR;
-  static constexpr Wish kWishes[] = {{kMsg, kOrder}, {kMsg, kOrderNoWar}, {kMsg, FI_ORDER_WAW}, {kMsg, 0},
-                                     {0, kOrder},    {0, kOrderNoWar},    {0, FI_ORDER_WAW},    {0, 0}};
+  static constexpr Wish kWishes[] = {{kMsg, FI_ORDER_WAW}, {kMsg, 0}, {0, FI_ORDER_WAW}, {0, 0}};
   int rc = -FI_ENODATA;
   for (const auto& w : kWishes) {
     fi_info* hints = lib.dupinfo(nullptr);  // what fi_allocinfo() does
@@ -1074,17 +1062,6 @@ void ofi_open(Nic* n, const abi::ctl::AttachReply& rep) {
   p->cq_data = i->domain_attr->cq_data_size >= 8;
   p->waw = (i->tx_attr->msg_order & FI_ORDER_WAW) && i->ep_attr->max_order_waw_size >= 8;
   p->msgs = (i->caps & FI_MSG) && i->ep_attr->max_msg_size >= msg::kMaxMessage;
-  {
-    // An order bit counts where it holds for any post (its max_order size covers max_msg_size).
-    const uint64_t o = i->tx_attr->msg_order, most = i->ep_attr->max_msg_size;
-    OfiOrderCaps c;
-    c.raw = (o & FI_ORDER_RAW) && i->ep_attr->max_order_raw_size >= most;
-    c.war = (o & FI_ORDER_WAR) && i->ep_attr->max_order_war_size >= most;
-    c.waw = (o & FI_ORDER_WAW) && i->ep_attr->max_order_waw_size >= most;
-    c.rar = (o & FI_ORDER_RAR) != 0;
-    c.sas = (o & FI_ORDER_SAS) != 0;
-    p->order = std::make_unique<OfiOrder>(c);
-  }
   if (i->domain_attr->mr_key_size < 8) p->key_mask = (uint64_t{1} << (8 * i->domain_attr->mr_key_size)) - 1;
   p->max_msg = i->ep_attr->max_msg_size;
   fi_av_attr av_attr{};
@@ -1284,8 +1261,6 @@ uint64_t ofi_send(Nic* n, uint64_t dest, const void* buf, size_t len, OfiSendCtx
 
 namespace {
 
-void ofi_poll_now(Nic* n) { ofi_poll(n); }
-
 // ofi_post, a chain's member (chain: its events go there) or only the question whether it
 // would be taken (dry: nothing posted, nothing allocated).
 bool post_impl(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t engine, int32_t tid,
@@ -1379,10 +1354,6 @@ bool post_impl(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, ui
   const uint64_t raddr = d->remote_addr - base;
   const uint64_t key = p->key_of(rh);
   const uint64_t data = event ? cq_data(op->bte, f->slot, ep->remote_event) : 0;
-  // Nothing it may not pass in flight on the other path (ofi_order.h), then counted. A GET
-  // with a remote event counts as a read: its data is what takes effect first.
-  op->order = p->order->enter(n, dest, cqw || amo ? OfiPath::kMsg : get ? OfiPath::kRead : OfiPath::kWrite,
-                              ordering::class_of(forced_ordering(n), d->dlvr_mode, 0), ofi_poll_now);
   p->in_flight.fetch_add(1, std::memory_order_relaxed);
   count(n->counters, ctr::cdm::ofi_ops);
   count(n->counters, ctr::cdm::ofi_bytes, length);

@@ -18,8 +18,6 @@
 #include "nicemu/abi/ofi_smsg.h"
 #include "nicemu/abi/smsg_channel.h"
 #include "nicemu/fault/fault_page.h"
-#include "fault_engine.h"
-#include "ofi_order.h"
 #include "ofi_port.h"
 #include "smsg_relay.h"
 
@@ -95,7 +93,6 @@ struct SmsgOfiTx {
     Cq* cq;
     bool done;
     uint64_t st;
-    OfiOrderTicket order;  // in flight towards the receiver until done (ofi_order.h)
   };
   std::deque<Pending> pending;
   // Message frames: `inflight` posted and not completed; while it is kInflight, messages go
@@ -187,11 +184,9 @@ void message_done(SmsgOfiTx* t, uint32_t seq, uint64_t st, uint32_t n = 1) {
     count(t->nic->counters, ctr::cdm::ofi_errors);
   }
   std::lock_guard<std::mutex> lk(t->mu);
-  OfiOrder* order = ofi_order(t->nic);
   uint32_t left = n;
   for (auto& p : t->pending)
     if (static_cast<uint32_t>(p.seq - seq) < n) {
-      if (order && !p.done) order->leave(p.order);  // delivered: later posts to the receiver may go
       p.done = true;
       p.st = st;
       if (--left == 0) break;
@@ -609,15 +604,9 @@ gni_return_t smsg_ofi_send(Ep* ep, const void* header, uint32_t header_length, c
     }
   }
   const uint32_t total = header_length + data_length;  // <= smsg_capacity(max_size), checked by the caller
-  // Not before the RMA and messages to the receiver it may not pass took effect (a PUT then
-  // the message announcing it), then counted until its frame completes (ofi_order.h).
-  OfiOrderTicket ord;
-  if (OfiOrder* o = ofi_order(n))
-    ord = o->enter(n, t->dest, OfiPath::kSmsg, ordering::smsg_class_of(forced_ordering(n), n->smsg_dlvr_mode),
-                   [](Nic* m) { ofi_poll(m); });
   {
     std::lock_guard<std::mutex> lk(t->mu);
-    t->pending.push_back({s, msg_id, ep->src_cq, false, 0, ord});
+    t->pending.push_back({s, msg_id, ep->src_cq, false, 0});
   }
   t->sent.store(s + 1, std::memory_order_release);
   bool alone;
