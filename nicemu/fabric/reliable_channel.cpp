@@ -221,6 +221,7 @@ void ReliableChannel::on_loss(uint64_t now_us, bool timeout, bool frto) {
       frto_ = true;
       frto_sent_ = false;
       frto_order_ = tx_order_;
+      frto_wait_us_ = UINT64_MAX;
     }
     return;
   }
@@ -277,6 +278,22 @@ void ReliableChannel::spurious_timeout(uint64_t now_us) {
     r.due_us = now_us + r.rto_us;
     due_floor_ = std::min(due_floor_, r.due_us);
   }
+}
+
+void ReliableChannel::frto_verdict(uint64_t now_us) {
+  frto_ = false;
+  if (timed_out_missing())
+    on_loss(now_us, true, false);
+  else
+    ++st_.undos;  // everything given up arrived, whichever copy: nothing was lost
+}
+
+bool ReliableChannel::sent_after_timeout_in_flight() const {
+  for (uint32_t s = base_; s != sent_upto_; ++s) {
+    const OutRecord& r = out(s);
+    if (r.in_pipe && !r.acked && r.tries == 1 && r.order > frto_order_) return true;
+  }
+  return false;
 }
 
 bool ReliableChannel::timed_out_missing() const {
@@ -357,10 +374,12 @@ size_t ReliableChannel::fill_body(uint64_t now_us, uint8_t* buf, size_t cap, uin
     go_down();
     return 0;
   }
+  // The timeout's check waited its round trip for an ack that would tell (on_ack).
+  if (frto_ && now_us >= frto_wait_us_) frto_verdict(now_us);
   // Timers first: a record whose own timer ran out is lost (its next timeout doubled).
   if (now_us >= due_floor_) {
     uint64_t floor = UINT64_MAX;
-    bool expired = false, resent_expired = false;
+    bool expired = false, resent_expired = false, check_failed = false;
     for (uint32_t s = base_; s != sent_upto_; ++s) {
       OutRecord& r = out(s);
       if (r.acked || r.lost) continue;
@@ -370,6 +389,7 @@ size_t ReliableChannel::fill_body(uint64_t now_us, uint8_t* buf, size_t cap, uin
       }
       mark_lost(r, false);
       if (r.tries > 1) resent_expired = true;
+      if (frto_ && r.order > frto_order_) check_failed = true;
       // The backoff stops at a sixteenth of the liveness horizon: a live peer behind a very
       // lossy path gets at least 16 tries of the record before the horizon, not 7. Before
       // any round trip is measured it may reach rto_max: a peer answering in more than
@@ -385,12 +405,13 @@ size_t ReliableChannel::fill_body(uint64_t now_us, uint8_t* buf, size_t cap, uin
     }
     due_floor_ = floor;
     if (expired) {
-      // The resent record's own timer ran out too: the peer is not just slow, resend all.
-      // (Others timing out meanwhile are part of the same check: timers run out one by one.)
-      if (frto_ && resent_expired) frto_ = false;
+      // A record sent after the timeout under check (the resent one or a new one) timed out
+      // too: the peer is not just slow, a loss; resend all. Records sent before it timing
+      // out meanwhile are part of the same check (timers run out one by one).
+      if (check_failed) frto_ = false;
       // F-RTO only when every record given up was sent once: a resent one timing out again
       // is a lossy path, where holding the others back would only slow recovery.
-      on_loss(now_us, true, !resent_expired);
+      on_loss(now_us, true, !resent_expired && !check_failed);
     }
   }
   const bool pacing_due = now_us >= next_send_us_;
@@ -512,18 +533,19 @@ void ReliableChannel::on_ack(uint32_t ack, uint64_t sack, uint64_t now_us, const
   // The timeout's check (on_loss): an original the timer gave up arrived, so it was
   // spurious; a record sent after the timeout arrived while some given up are still
   // missing, so they were lost: cut now and resend them. An ack of the resent record alone
-  // tells neither (either copy may have arrived): wait for the next.
+  // tells neither (either copy may have arrived): wait for the next. When no record sent
+  // after the timeout is in flight, only the others' acks can still come, right behind it
+  // (the peer reads its socket in order): wait a round trip (frto_wait_us_, fill()), no
+  // longer, or a burst lost whole would wait for acks nothing will bring.
   if (frto_ && acked_bytes) {
     if (late_original) {
       frto_ = false;
       spurious_timeout(now_us);
       order = order_once;  // the resent copy says nothing about the originals sent before it
     } else if (acked_new) {
-      frto_ = false;
-      if (timed_out_missing())
-        on_loss(now_us, true, false);
-      else
-        ++st_.undos;  // everything given up arrived, whichever copy: nothing was lost
+      frto_verdict(now_us);
+    } else if (frto_wait_us_ == UINT64_MAX && !sent_after_timeout_in_flight()) {
+      frto_wait_us_ = now_us + std::max<uint64_t>(srtt_, 1000);
     }
   }
   if (2 * pipe_before >= cwnd_) round_limited_ = true;
@@ -574,6 +596,7 @@ uint64_t ReliableChannel::next_deadline() const {
     if (cwnd_open(resend ? kPacket : wire_bytes(out(s)))) next = next_send_us_;
   }
   if (touched_ && cfg_.idle_release_us != 0 && idle()) next = std::min(next, active_us_ + cfg_.idle_release_us);
+  if (frto_) next = std::min(next, frto_wait_us_);
   if (in_flight() == 0) return next;
   // A lower bound is enough: a timer that fires early finds nothing due, and fill's scan
   // makes the bound exact again.

@@ -229,6 +229,8 @@ class ReliableChannel {
   void on_loss(uint64_t now_us, bool timeout, bool frto);
   void spurious_timeout(uint64_t now_us);
   bool timed_out_missing() const;  // a record given up by its timer is still unacknowledged
+  bool sent_after_timeout_in_flight() const;  // a record first sent after the timeout is in flight
+  void frto_verdict(uint64_t now_us);  // the check ends: a loss if a record given up is missing
   void on_round_end(uint64_t now_us);
   void reset_congestion();
   bool cwnd_open(uint64_t bytes) const { return !cfg_.congestion_control || pipe_ == 0 || pipe_ + bytes <= cwnd_; }
@@ -296,6 +298,7 @@ class ReliableChannel {
   // after all. Transmissions numbered above frto_order_ were sent after the timeout.
   bool frto_ = false, frto_sent_ = false;
   uint64_t frto_order_ = 0;
+  uint64_t frto_wait_us_ = UINT64_MAX;  // no verdict by then: decide on what arrived
   uint64_t next_send_us_ = 0;  // pacing: no release before this
   uint64_t tx_order_ = 0;      // transmissions so far
   uint64_t acked_order_ = 0;   // the latest transmission known to have arrived

@@ -287,6 +287,41 @@ TEST_CASE("fabric channel: a timeout cuts the cwnd only when the acks show a los
   CHECK(loss.delivered == loss.sent);
 }
 
+TEST_CASE("fabric channel: a timeout with nothing new to send is not left waiting for a verdict") {
+  // A burst lost whole and nothing sent after it: the resent record's ack alone cannot tell
+  // whether the others arrived, and no later record will. The check ends there (a loss),
+  // the rest is resent at once; waiting would leave the channel silent until it is down.
+  ChannelConfig cfg;
+  Side a(cfg), b(cfg);
+  SimLink ab(LinkModel{0, 0, 0, 100, 0}, 1), ba(LinkModel{0, 0, 0, 100, 0}, 2);
+  const std::string msg(1300, 'm');
+  uint64_t now = 0;
+  auto step = [&] {
+    pump(a, ab, now);
+    now += 50;
+    for (auto& p : ab.due(now)) {  // one ack per packet read
+      nicemu::fabric::test::deliver(b.ch, p, now);
+      pump(b, ba, now);
+    }
+    receive(a, ba, now);
+  };
+  for (int i = 0; i < 20; ++i) {  // a few round trips measured first
+    REQUIRE(a.ch.send(RecordType::kCtl, msg.data(), msg.size()));
+    for (int k = 0; k < 10; ++k) step();
+  }
+  REQUIRE(a.ch.srtt_us() > 0);
+  for (int i = 0; i < 8; ++i) REQUIRE(a.ch.send(RecordType::kCtl, msg.data(), msg.size()));
+  ab.up = false;
+  pump(a, ab, now);  // the whole burst is lost
+  ab.up = true;
+  const uint64_t lost_at = now;
+  while (b.got.size() < 28 && now < lost_at + 1'000'000) step();
+  CHECK(b.got.size() == 28);
+  CHECK(now - lost_at < 50'000);  // the timeout (5 ms) and a round trip or two, not the liveness horizon
+  CHECK(a.ch.stats().downs == 0);
+  CHECK(a.ch.stats().recoveries >= 1);
+}
+
 TEST_CASE("fabric channel: a lost record is resent on selective acks, long before its timeout") {
   ChannelConfig cfg;
   Side a(cfg), b(cfg);
