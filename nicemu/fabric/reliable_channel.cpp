@@ -212,23 +212,15 @@ void ReliableChannel::mark_lost(OutRecord& r, bool fast) {
 void ReliableChannel::on_loss(uint64_t now_us, bool timeout, bool frto) {
   // One reduction per episode: the losses of one overflowing queue are one congestion event.
   if (in_recovery_) return;
-  // A timeout with a measured round trip may be a stall of the peer's daemon or this one,
-  // not a loss: resend one record, keep the cwnd, and let the acks tell (on_ack). Cutting
-  // first and undoing later cost a stalled channel its window for a round trip each time,
-  // and its first ack (the resent record's, which copy unknown) too often decided.
-  if (frto && srtt_ != 0) {
-    if (!frto_) {
-      frto_ = true;
-      frto_sent_ = false;
-      frto_order_ = tx_order_;
-      frto_wait_us_ = UINT64_MAX;
-    }
-    return;
-  }
   in_recovery_ = true;
   recovery_end_ = sent_upto_;
   ++st_.recoveries;
-  frto_ = frto_sent_ = false;
+  undo_cwnd_ = cwnd_;
+  undo_ssthresh_ = ssthresh_;
+  // A timeout with a measured round trip may be a stall of the peer's daemon, not a loss:
+  // resend one record first and let the next ack tell (undo_loss).
+  frto_ = frto && srtt_ != 0;
+  frto_sent_ = false;
   if (!timeout && last_round_queued_ && ssthresh_ != UINT64_MAX && cfg_.congestion_control) {
     if (now_us >= delay_off_until_) ++st_.delay_suspends;
     delay_off_until_ = now_us + kDelayOffUs;
@@ -263,11 +255,14 @@ void ReliableChannel::on_round_end(uint64_t now_us) {
   round_end_ = sent_upto_;
 }
 
-void ReliableChannel::spurious_timeout(uint64_t now_us) {
+void ReliableChannel::undo_loss(uint64_t now_us) {
   // The timer gave records up that arrived after all: the peer (or this daemon) stalled,
-  // the link lost nothing. The records still marked lost are in flight again (their
-  // originals are most likely on the way); the cwnd was never cut.
+  // the link lost nothing. Back to the cwnd before the episode, and the records still
+  // marked lost are in flight again (their originals are most likely on the way).
   ++st_.undos;
+  cwnd_ = std::max(cwnd_, undo_cwnd_);
+  ssthresh_ = undo_ssthresh_;
+  in_recovery_ = false;
   for (uint32_t s = base_; s != sent_upto_; ++s) {
     OutRecord& r = out(s);
     if (r.acked || !r.lost || r.fast || r.refused || r.tries != 1) continue;
@@ -278,31 +273,6 @@ void ReliableChannel::spurious_timeout(uint64_t now_us) {
     r.due_us = now_us + r.rto_us;
     due_floor_ = std::min(due_floor_, r.due_us);
   }
-}
-
-void ReliableChannel::frto_verdict(uint64_t now_us) {
-  frto_ = false;
-  if (timed_out_missing())
-    on_loss(now_us, true, false);
-  else
-    ++st_.undos;  // everything given up arrived, whichever copy: nothing was lost
-}
-
-bool ReliableChannel::sent_after_timeout_in_flight() const {
-  for (uint32_t s = base_; s != sent_upto_; ++s) {
-    const OutRecord& r = out(s);
-    if (r.in_pipe && !r.acked && r.tries == 1 && r.order > frto_order_) return true;
-  }
-  return false;
-}
-
-bool ReliableChannel::timed_out_missing() const {
-  for (uint32_t s = lost_from_; lost_ > 0 && before(s, sent_upto_); ++s) {
-    if (before(s, base_)) s = base_;
-    const OutRecord& r = out(s);
-    if (r.lost && !r.acked && !r.fast && !r.refused) return true;
-  }
-  return false;
 }
 
 uint64_t ReliableChannel::silent_horizon() const {
@@ -374,12 +344,10 @@ size_t ReliableChannel::fill_body(uint64_t now_us, uint8_t* buf, size_t cap, uin
     go_down();
     return 0;
   }
-  // The timeout's check waited its round trip for an ack that would tell (on_ack).
-  if (frto_ && now_us >= frto_wait_us_) frto_verdict(now_us);
   // Timers first: a record whose own timer ran out is lost (its next timeout doubled).
   if (now_us >= due_floor_) {
     uint64_t floor = UINT64_MAX;
-    bool expired = false, resent_expired = false, check_failed = false;
+    bool expired = false, resent_expired = false;
     for (uint32_t s = base_; s != sent_upto_; ++s) {
       OutRecord& r = out(s);
       if (r.acked || r.lost) continue;
@@ -389,7 +357,6 @@ size_t ReliableChannel::fill_body(uint64_t now_us, uint8_t* buf, size_t cap, uin
       }
       mark_lost(r, false);
       if (r.tries > 1) resent_expired = true;
-      if (frto_ && r.order > frto_order_) check_failed = true;
       // The backoff stops at a sixteenth of the liveness horizon: a live peer behind a very
       // lossy path gets at least 16 tries of the record before the horizon, not 7. Before
       // any round trip is measured it may reach rto_max: a peer answering in more than
@@ -405,13 +372,11 @@ size_t ReliableChannel::fill_body(uint64_t now_us, uint8_t* buf, size_t cap, uin
     }
     due_floor_ = floor;
     if (expired) {
-      // A record sent after the timeout under check (the resent one or a new one) timed out
-      // too: the peer is not just slow, a loss; resend all. Records sent before it timing
-      // out meanwhile are part of the same check (timers run out one by one).
-      if (check_failed) frto_ = false;
+      // The resent record's own timer ran out too: the peer is not just slow, resend all.
+      if (frto_ && frto_sent_) frto_ = false;
       // F-RTO only when every record given up was sent once: a resent one timing out again
       // is a lossy path, where holding the others back would only slow recovery.
-      on_loss(now_us, true, !resent_expired && !check_failed);
+      on_loss(now_us, true, !resent_expired);
     }
   }
   const bool pacing_due = now_us >= next_send_us_;
@@ -488,7 +453,7 @@ void ReliableChannel::on_ack(uint32_t ack, uint64_t sack, uint64_t now_us, const
   // One RTT sample per ack: the most recently sent record it newly covers that was sent
   // only once (a retransmitted one cannot tell which copy is acknowledged: Karn).
   uint64_t newest = 0, acked_bytes = 0, order = 0, order_once = 0;
-  bool sampled = false, round_over = false, late_original = false, acked_new = false;
+  bool sampled = false, round_over = false, late_original = false;
   const uint64_t pipe_before = pipe_;
   auto take = [&](OutRecord& r) {
     if (r.acked || r.tries == 0) return;
@@ -505,7 +470,6 @@ void ReliableChannel::on_ack(uint32_t ack, uint64_t sack, uint64_t now_us, const
       --lost_;
     }
     if (r.tries == 1) {
-      if (r.order > frto_order_) acked_new = true;
       order = std::max(order, r.order);
       order_once = std::max(order_once, r.order);
       if (r.sent_us <= now_us && (!sampled || r.sent_us > newest)) {
@@ -530,22 +494,11 @@ void ReliableChannel::on_ack(uint32_t ack, uint64_t sack, uint64_t now_us, const
     if (!before(s, base_) && before(s, sent_upto_)) take(out(s));
   }
   if (acked_bytes) progress_us_ = now_us;
-  // The timeout's check (on_loss): an original the timer gave up arrived, so it was
-  // spurious; a record sent after the timeout arrived while some given up are still
-  // missing, so they were lost: cut now and resend them. An ack of the resent record alone
-  // tells neither (either copy may have arrived): wait for the next. When no record sent
-  // after the timeout is in flight, only the others' acks can still come, right behind it
-  // (the peer reads its socket in order): wait a round trip (frto_wait_us_, fill()), no
-  // longer, or a burst lost whole would wait for acks nothing will bring.
   if (frto_ && acked_bytes) {
+    frto_ = false;
     if (late_original) {
-      frto_ = false;
-      spurious_timeout(now_us);
+      undo_loss(now_us);
       order = order_once;  // the resent copy says nothing about the originals sent before it
-    } else if (acked_new) {
-      frto_verdict(now_us);
-    } else if (frto_wait_us_ == UINT64_MAX && !sent_after_timeout_in_flight()) {
-      frto_wait_us_ = now_us + std::max<uint64_t>(srtt_, 1000);
     }
   }
   if (2 * pipe_before >= cwnd_) round_limited_ = true;
@@ -568,7 +521,7 @@ void ReliableChannel::on_ack(uint32_t ack, uint64_t sack, uint64_t now_us, const
   }
   if (loss) on_loss(now_us, false, false);
   // Growth: only while the cwnd limits the sender (an idle channel learns nothing).
-  if (cfg_.congestion_control && acked_bytes && !in_recovery_ && !frto_ && 2 * pipe_before >= cwnd_) {
+  if (cfg_.congestion_control && acked_bytes && !in_recovery_ && 2 * pipe_before >= cwnd_) {
     if (cwnd_ < ssthresh_)
       cwnd_ += acked_bytes;
     else
@@ -596,7 +549,6 @@ uint64_t ReliableChannel::next_deadline() const {
     if (cwnd_open(resend ? kPacket : wire_bytes(out(s)))) next = next_send_us_;
   }
   if (touched_ && cfg_.idle_release_us != 0 && idle()) next = std::min(next, active_us_ + cfg_.idle_release_us);
-  if (frto_) next = std::min(next, frto_wait_us_);
   if (in_flight() == 0) return next;
   // A lower bound is enough: a timer that fires early finds nothing due, and fill's scan
   // makes the bound exact again.

@@ -15,8 +15,8 @@
 // of two rounds in a row exceeds the path's minimum by more than the delay target: a queue
 // is building, so the sender backs off before the queue overflows. A loss while such a
 // queue stood means a competitor that ignores delay: delay cuts stop for a while (loss-based
-// sharing). A timeout cuts nothing until the acks show whether the records were lost or
-// only late (a descheduled daemon). Never below two packets. Records go
+// sharing). A timeout whose originals turn out to have arrived is undone. Never below two
+// packets. Records go
 // out paced at 1.25 cwnd per smoothed round trip (2x in slow start), a small burst at a
 // time, not as a window-sized burst.
 //
@@ -103,7 +103,7 @@ struct ChannelStats {
   uint64_t timeouts = 0;          // records whose own timer ran out
   uint64_t recoveries = 0;        // loss episodes (one cwnd reduction each)
   uint64_t delay_backoffs = 0;    // cwnd reductions on queueing delay, before any loss
-  uint64_t undos = 0;             // timeouts found spurious (the originals arrived): no cwnd cut
+  uint64_t undos = 0;             // loss reductions undone: a timeout was spurious (the originals arrived)
   uint64_t delay_suspends = 0;    // the delay response switched off: a queue it did not build overflowed
   uint64_t most_tries = 0;        // the most transmissions one record has needed
   uint64_t not_sent = 0;          // records whose packet the kernel refused (sent again)
@@ -227,10 +227,7 @@ class ReliableChannel {
   uint64_t wire_bytes(const OutRecord& r) const { return r.len + kRecordOverhead; }
   void mark_lost(OutRecord& r, bool fast);
   void on_loss(uint64_t now_us, bool timeout, bool frto);
-  void spurious_timeout(uint64_t now_us);
-  bool timed_out_missing() const;  // a record given up by its timer is still unacknowledged
-  bool sent_after_timeout_in_flight() const;  // a record first sent after the timeout is in flight
-  void frto_verdict(uint64_t now_us);  // the check ends: a loss if a record given up is missing
+  void undo_loss(uint64_t now_us);
   void on_round_end(uint64_t now_us);
   void reset_congestion();
   bool cwnd_open(uint64_t bytes) const { return !cfg_.congestion_control || pipe_ == 0 || pipe_ + bytes <= cwnd_; }
@@ -293,12 +290,11 @@ class ReliableChannel {
   bool round_limited_ = false;     // the cwnd limited the sender at some ack of this round
   bool last_round_queued_ = false; // the latest round's smallest RTT stood above the target
   uint64_t delay_off_until_ = 0;   // delay response suspended until then (a loss-based competitor)
-  // A timeout under check (F-RTO's idea): while frto_ only the oldest record the timer gave
-  // up is resent and the cwnd is kept; the acks say whether the others' originals arrived
-  // after all. Transmissions numbered above frto_order_ were sent after the timeout.
+  // Undo of a spurious timeout (F-RTO's idea): the cwnd and ssthresh before the episode;
+  // while frto_ only the oldest record the timer gave up is resent, and the next ack says
+  // whether the others' originals arrived after all.
+  uint64_t undo_cwnd_ = 0, undo_ssthresh_ = 0;
   bool frto_ = false, frto_sent_ = false;
-  uint64_t frto_order_ = 0;
-  uint64_t frto_wait_us_ = UINT64_MAX;  // no verdict by then: decide on what arrived
   uint64_t next_send_us_ = 0;  // pacing: no release before this
   uint64_t tx_order_ = 0;      // transmissions so far
   uint64_t acked_order_ = 0;   // the latest transmission known to have arrived

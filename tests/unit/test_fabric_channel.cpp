@@ -209,119 +209,6 @@ TEST_CASE("fabric channel: no spurious retransmission on a slow but lossless lin
   CHECK(b.got.size() >= 250);
 }
 
-// A sender streaming to a receiver whose daemon acks each packet as it reads it. After
-// warm-up the receiver stops reading for `stall_us` (its daemon descheduled: packets wait in
-// its socket) or the link drops everything sent for `outage_us`; returns the sender's cwnd
-// before the disturbance and its stats and cwnd `after_us` later.
-namespace {
-struct TimeoutOutcome {
-  uint64_t cwnd_before = 0, cwnd_after = 0;
-  ChannelStats before, after;
-  size_t delivered = 0, sent = 0;
-};
-TimeoutOutcome stream_through(uint64_t stall_us, uint64_t outage_us, uint64_t after_us) {
-  ChannelConfig cfg;
-  cfg.silent_after_us = 600'000'000;
-  Side a(cfg), b(cfg);
-  SimLink ab(LinkModel{0, 0, 0, 100, 0}, 1), ba(LinkModel{0, 0, 0, 100, 0}, 2);
-  const std::string msg(1300, 'm');  // one record, one packet each
-  TimeoutOutcome o;
-  uint64_t now = 0;
-  bool top_up = true;
-  auto step = [&](bool b_reads) {
-    while (top_up && a.ch.queued() < 64 && a.ch.send(RecordType::kCtl, msg.data(), msg.size())) ++o.sent;
-    pump(a, ab, now);
-    now += 50;
-    if (b_reads)
-      for (auto& p : ab.due(now)) {  // one ack per packet read, as the daemon's loop sends them
-        nicemu::fabric::test::deliver(b.ch, p, now);
-        pump(b, ba, now);
-      }
-    receive(a, ba, now);
-  };
-  const uint64_t warm = 200'000;
-  while (now < warm) step(true);
-  o.cwnd_before = a.ch.cwnd_bytes();
-  o.before = a.ch.stats();
-  ab.up = outage_us == 0;
-  while (now < warm + std::max(stall_us, outage_us)) {
-    step(stall_us == 0);
-    if (now >= warm + outage_us) ab.up = true;
-  }
-  ab.up = true;
-  while (now < warm + std::max(stall_us, outage_us) + after_us) step(true);
-  o.cwnd_after = a.ch.cwnd_bytes();
-  o.after = a.ch.stats();
-  top_up = false;
-  while (a.ch.queued() > 0 && now < 10'000'000) step(true);
-  o.delivered = b.got.size();
-  return o;
-}
-}  // namespace
-
-TEST_CASE("fabric channel: a timeout cuts the cwnd only when the acks show a loss (F-RTO)") {
-  // The receiver stalls for 8 ms: every record in flight times out (5 ms), though all arrive.
-  // Its first ack after the stall covers only the oldest record, which was resent (either
-  // copy may have arrived: no verdict, where deciding would call it a loss); the next one
-  // covers an original: spurious, and the cwnd was never cut.
-  const TimeoutOutcome stall = stream_through(8'000, 0, 5'000);
-  INFO("cwnd ", stall.cwnd_before, " -> ", stall.cwnd_after, " timeouts ", stall.after.timeouts - stall.before.timeouts,
-       " undos ", stall.after.undos - stall.before.undos, " recoveries ", stall.after.recoveries - stall.before.recoveries,
-       " resent ", stall.after.retransmits - stall.before.retransmits, " fast ", stall.after.fast_retransmits - stall.before.fast_retransmits);
-  CHECK(stall.after.timeouts > stall.before.timeouts);
-  CHECK(stall.after.undos == stall.before.undos + 1);
-  CHECK(stall.after.recoveries == stall.before.recoveries);
-  CHECK(stall.cwnd_after >= stall.cwnd_before);
-  CHECK(stall.after.retransmits == stall.before.retransmits + 1);  // the oldest only
-  CHECK(stall.delivered == stall.sent);
-  // The link drops everything for 2 ms: the records time out, the resent one and those
-  // sent after the timeout arrive while the others are missing: a loss, cut then.
-  const TimeoutOutcome loss = stream_through(0, 2'000, 30'000);
-  INFO("cwnd ", loss.cwnd_before, " -> ", loss.cwnd_after, " timeouts ", loss.after.timeouts - loss.before.timeouts,
-       " undos ", loss.after.undos - loss.before.undos, " recoveries ", loss.after.recoveries - loss.before.recoveries,
-       " resent ", loss.after.retransmits - loss.before.retransmits, " fast ", loss.after.fast_retransmits - loss.before.fast_retransmits);
-  CHECK(loss.after.timeouts > loss.before.timeouts);
-  CHECK(loss.after.undos == loss.before.undos);
-  CHECK(loss.after.recoveries >= loss.before.recoveries + 1);
-  CHECK(loss.cwnd_after < loss.cwnd_before);
-  CHECK(loss.delivered == loss.sent);
-}
-
-TEST_CASE("fabric channel: a timeout with nothing new to send is not left waiting for a verdict") {
-  // A burst lost whole and nothing sent after it: the resent record's ack alone cannot tell
-  // whether the others arrived, and no later record will. The check ends there (a loss),
-  // the rest is resent at once; waiting would leave the channel silent until it is down.
-  ChannelConfig cfg;
-  Side a(cfg), b(cfg);
-  SimLink ab(LinkModel{0, 0, 0, 100, 0}, 1), ba(LinkModel{0, 0, 0, 100, 0}, 2);
-  const std::string msg(1300, 'm');
-  uint64_t now = 0;
-  auto step = [&] {
-    pump(a, ab, now);
-    now += 50;
-    for (auto& p : ab.due(now)) {  // one ack per packet read
-      nicemu::fabric::test::deliver(b.ch, p, now);
-      pump(b, ba, now);
-    }
-    receive(a, ba, now);
-  };
-  for (int i = 0; i < 20; ++i) {  // a few round trips measured first
-    REQUIRE(a.ch.send(RecordType::kCtl, msg.data(), msg.size()));
-    for (int k = 0; k < 10; ++k) step();
-  }
-  REQUIRE(a.ch.srtt_us() > 0);
-  for (int i = 0; i < 8; ++i) REQUIRE(a.ch.send(RecordType::kCtl, msg.data(), msg.size()));
-  ab.up = false;
-  pump(a, ab, now);  // the whole burst is lost
-  ab.up = true;
-  const uint64_t lost_at = now;
-  while (b.got.size() < 28 && now < lost_at + 1'000'000) step();
-  CHECK(b.got.size() == 28);
-  CHECK(now - lost_at < 50'000);  // the timeout (5 ms) and a round trip or two, not the liveness horizon
-  CHECK(a.ch.stats().downs == 0);
-  CHECK(a.ch.stats().recoveries >= 1);
-}
-
 TEST_CASE("fabric channel: a lost record is resent on selective acks, long before its timeout") {
   ChannelConfig cfg;
   Side a(cfg), b(cfg);
@@ -1375,10 +1262,10 @@ TEST_CASE("fabric congestion: on a busy host the channels stay fair and up") {
   // Every daemon stalls for 2-10 ms about every 30 ms (a host running several times as many
   // busy processes as it has CPUs). This reproduces the incast runs' timeout storm at N = 2
   // (hundreds of records a second timing out whose acks came after all): a daemon's timer
-  // fires when it runs again, before the acks that wait in its socket are read. A timeout
-  // cuts the cwnd only once the acks show a loss (F-RTO), so goodput holds: 0.85-0.91, 1-3 %
-  // resent (cutting at once and undoing when the check answered gave 0.70 at one sender and
-  // 4 % resent; docs/notes/2026-12-07-incast-frto.md). Fairness and liveness must hold.
+  // fires when it runs again, before the acks that wait in its socket are read. Goodput
+  // suffers (0.70 at one sender, 4 % resent); fairness and liveness must hold. Stopping the
+  // timers with the daemon gave 0.83 and 0.3 % here but did not pass its namespace A/B
+  // (docs/notes/2026-12-07-incast-timers.md).
   for (int n : {1, 2, 4}) {
     BottleneckConfig c;
     c.senders = n;
@@ -1391,9 +1278,9 @@ TEST_CASE("fabric congestion: on a busy host the channels stay fair and up") {
     MESSAGE("busy host, senders ", n, ": goodput ", r.goodput, " fairness ", r.min_fairness, " retransmitted ",
             r.retransmitted, ", timeouts ", r.timeouts, ", undone ", r.undos, ", recoveries ", r.recoveries,
             ", delay backoffs ", r.delay_backoffs);
-    CHECK(r.goodput >= 0.8);
+    CHECK(r.goodput >= 0.65);
     CHECK(r.min_fairness >= 0.9);
-    CHECK(r.retransmitted <= 0.03);
+    CHECK(r.retransmitted <= 0.06);
     CHECK(r.downs == 0);
   }
 }
