@@ -127,11 +127,7 @@ else
 fi
 # Memory operations between every pair (two ranks per host: same-host pairs too).
 RMA=$BUILD/tests/integration/fabric_rma
-if netns_hydra 120 6 2 "$TMP/hydra-rma.log" "$RMA" 2 65536; then
-  n=$(grep -c 'rounds with 5 peers verified' "$TMP/hydra-rma.log")
-  [[ $n -eq 6 ]] && pass "Hydra: fabric_rma on 6 ranks, 3 hosts, $how: FMA, RDMA, AMO, CQ writes, chains (mixed same-host and other-host members) verified" ||
-    { fail "Hydra fabric_rma: $n of 6 ranks verified"; show_log "$TMP/hydra-rma.log"; }
-else
-  fail "Hydra fabric_rma job"; show_log "$TMP/hydra-rma.log"
-fi
+expect_verified "Hydra: fabric_rma on 6 ranks, 3 hosts, $how" \
+  "FMA, RDMA, AMO, CQ writes, chains (mixed same-host and other-host members) verified" \
+  "$TMP/hydra-rma.log" 6 'rounds with 5 peers verified' netns_hydra 120 6 2 "$TMP/hydra-rma.log" "$RMA" 2 65536
 finish fabric-netns-hydra 0 1 2

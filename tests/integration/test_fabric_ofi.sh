@@ -44,23 +44,13 @@ for i in 0 1; do fabric_daemon "$i" --fabric-data ofi --ofi-provider "$PROVIDER"
 fabric_cred 1
 
 RMA=$BUILD/tests/integration/fabric_rma
-if netns_hydra 120 2 1 "$TMP/rma.log" "$RMA" 4 262144; then
-  n=$(grep -c 'rounds with 1 peers verified' "$TMP/rma.log")
-  [[ $n -eq 2 ]] && pass "fabric_rma over ofi ($PROVIDER), 2 hosts: FMA and RDMA PUT/GET, AMOs, CQ writes, chains verified" ||
-    { fail "fabric_rma over ofi: $n of 2 ranks verified"; show_log "$TMP/rma.log"; }
-else
-  fail "fabric_rma over ofi"; show_log "$TMP/rma.log"
-fi
+expect_verified "fabric_rma over ofi ($PROVIDER), 2 hosts" "FMA and RDMA PUT/GET, AMOs, CQ writes, chains verified" \
+  "$TMP/rma.log" 2 'rounds with 1 peers verified' netns_hydra 120 2 1 "$TMP/rma.log" "$RMA" 4 262144
 
 # Two ranks per host: every chain has a same-host member (run by the rank itself) beside the
 # other host's (rank to rank), FMA and CQ-write chains alike.
-if netns_hydra 120 4 2 "$TMP/rma4.log" "$RMA" 2 65536; then
-  n=$(grep -c 'rounds with 3 peers verified' "$TMP/rma4.log")
-  [[ $n -eq 4 ]] && pass "fabric_rma over ofi, 4 ranks on 2 hosts: chains of same-host and other-host members verified" ||
-    { fail "fabric_rma over ofi, 4 ranks: $n of 4 verified"; show_log "$TMP/rma4.log"; }
-else
-  fail "fabric_rma over ofi, 4 ranks"; show_log "$TMP/rma4.log"
-fi
+expect_verified "fabric_rma over ofi, 4 ranks on 2 hosts" "chains of same-host and other-host members verified" \
+  "$TMP/rma4.log" 4 'rounds with 3 peers verified' netns_hydra 120 4 2 "$TMP/rma4.log" "$RMA" 2 65536
 
 # Datagrams stay on the daemons (the control plane) with --fabric-data ofi: 2 ranks per host,
 # directed datagrams between every pair (fabric_dgram), the other host's matched by the
