@@ -681,33 +681,32 @@ gni_return_t smsg_ofi_send(Ep* ep, const void* header, uint32_t header_length, c
   t->sent.store(s + 1, std::memory_order_release);
   if (!go) {
     Frame* f = msg_frame(t, s, ep->remote_event, tag, header, header_length, data, data_length);
-    // Not capped: a channel holds at most its credits.
+    // Not capped: a channel holds at most its credits. kHeld: it may be sent already.
     if (o->hold(t->dest, OfiPath::kSmsg, cls, reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(f) | 1), false,
                 ord) == OfiAdmit::kGo) {
       set_ticket(t, s, ord);
       release(n, t, f, true);
     }
-  }
-  bool alone = false;
-  if (go) {
-    std::lock_guard<std::mutex> lk(t->qmu);
-    alone = t->inflight < kInflight && !t->batch && t->ready.empty();
-    if (!alone) gather(t, s, ep->remote_event, tag, header, header_length, data, data_length);
-  }
-  if (!go) {
-    // Held (or released above).
-  } else if (alone) {  // room in flight: a frame of its own, now (through flush, in order)
-    Frame* f = msg_frame(t, s, ep->remote_event, tag, header, header_length, data, data_length);
+  } else {
+    bool alone;
     {
       std::lock_guard<std::mutex> lk(t->qmu);
-      t->ready.push_back(f);
+      alone = t->inflight < kInflight && !t->batch && t->ready.empty();
+      if (!alone) gather(t, s, ep->remote_event, tag, header, header_length, data, data_length);
     }
-    flush(n, t, true);
-  } else {
-    // Gathered: it goes when the frame in flight completes. Look at the CQ for that
-    // completion now (a streaming sender may not poll), then send what is due.
-    ofi_poll(n);
-    flush(n, t, true);
+    if (alone) {  // room in flight: a frame of its own, now (through flush, in order)
+      Frame* f = msg_frame(t, s, ep->remote_event, tag, header, header_length, data, data_length);
+      {
+        std::lock_guard<std::mutex> lk(t->qmu);
+        t->ready.push_back(f);
+      }
+      flush(n, t, true);
+    } else {
+      // Gathered: it goes when the frame in flight completes. Look at the CQ for that
+      // completion now (a streaming sender may not poll), then send what is due.
+      ofi_poll(n);
+      flush(n, t, true);
+    }
   }
   // On the hardware every SMSG message is an FMA PUT into the peer's mailbox.
   stat_add(n, GNI_STAT_FMA_LAUNCH_COUNT);
