@@ -850,7 +850,8 @@ bool OfiPort::progress_once(bool may_sleep) {
     ssize_t k;
     if (may_sleep && waitable && deferred.empty()) {
       in_sread.store(true, std::memory_order_seq_cst);
-      k = fi_cq_sread(cq, e, 16, nullptr, 100);
+      // A held post the provider had no room for: looked at again within 1 ms (pump).
+      k = fi_cq_sread(cq, e, 16, nullptr, order->any_parked() ? 1 : 100);
       in_sread.store(false, std::memory_order_relaxed);
       kicked.store(false, std::memory_order_relaxed);
     } else {

@@ -5,8 +5,9 @@
 // write. AMOs, CQ writes and GETs' remote events go as messages (nicemu/abi/ofi_msg.h) that
 // the target's port executes against its own registration table, AMOs under the AMO lock
 // every path takes; chained posts (FMA and CQ writes) member by member (ofi_chain_*). SMSG channels go as
-// frames the receiver's port writes into the mailbox (smsg_ofi.h). A post that fails
-// TRANSIENT is judged first: PEER_GONE if the target CDM died (ofi_peer_check.h). At NIC
+// frames the receiver's port writes into the mailbox (smsg_ofi.h). A post that may not pass
+// what is in flight to its peer on the other path is held, not waited for (ofi_order.h).
+// A post that fails TRANSIENT is judged first: PEER_GONE if the target CDM died (ofi_peer_check.h). At NIC
 // down the posts in flight fail NIC_DOWN and a target serves nothing (ofi_nic_down). The port
 // is driven by an application thread polling an empty CQ, else by the CDM's progress
 // thread (ofi_poll below). Everything else across hosts keeps going through the daemons
