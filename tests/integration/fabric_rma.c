@@ -30,6 +30,13 @@
  *   fabric_rma atomic [N] every rank but 0 -> rank 0: N AMOs (FADD, ADD) each on one counter, at
  *                         once, same-host ranks through shared memory and the others across
  *                         the fabric; rank 0 checks the exact sum (atomic_mode).
+ *   fabric_rma order [N]  rank 0 -> rank 1: N pairs of posts to one word each (AMO then PUT,
+ *                         PUT then AMO, GET then PUT, PUT then CQ write; PUT then GET in the
+ *                         strict classes), in flight together, in the default and both strict
+ *                         classes, then PUT then an SMSG message naming the word (not with
+ *                         FABRIC_RMA_ORDER_SMSG=0); the end
+ *                         values, what the GETs read and the words at each CQ write and
+ *                         message must follow the ordering model (order_mode).
  *   fabric_rma bench      rank 0 -> rank 1: FMA PUT 8 B and AMO FADD latency; FMA PUT, RDMA PUT and
  *                         RDMA GET bandwidth, 8 B .. 4 MiB (up to 16 posts in flight;
  *                         FABRIC_RMA_BENCH_REPEAT=N moves N times the data and
@@ -630,6 +637,280 @@ static int atomic_mode(gni_ep_handle_t *ep, const struct peer_info *all, uint8_t
   return bad;
 }
 
+/* `fabric_rma order N`: rank 0 -> rank 1, N pairs of posts to one word each, two posts of
+ * a pair back to back (up to ORDER_BURST posts in flight), in three classes: default (the
+ * window), strict by the post (GNI_DLVMODE_IN_ORDER) and strict by the target registration
+ * (GNI_MEM_STRICT_PI_ORDERING). Pairs: AMO FADD 1 then PUT 100 + i (the PUT must not pass the
+ * AMO: 100 + i); PUT 100 + i then AMO FADD 1 (101 + i); GET then PUT 100 + i (the GET reads
+ * the old value); PUT 100 + i then a CQ write naming i (rank 1 finds the word written when it
+ * takes the CQ write's event); strict classes also PUT then GET (the new value). Then
+ * order_smsg. Rank 1 checks its words at the end, rank 0 what its GETs read (docs/ordering.md). */
+#define ORDER_PATTERNS 5
+#define ORDER_BURST 64
+enum { ORD_AMO_PUT, ORD_PUT_AMO, ORD_GET_PUT, ORD_PUT_CQW, ORD_PUT_GET };
+static uint64_t order_old(int cls, int pat, long i) { return 7 + 1000 * (uint64_t)(cls * ORDER_PATTERNS + pat) + (uint64_t)i; }
+
+/* PUT then an SMSG message naming the word (posted after posted: in order in the default and
+ * strict classes), `n` each with the NIC's SMSG delivery mode and the PUTs' dlvr_mode default,
+ * then GNI_DLVMODE_IN_ORDER; words `base` .. `base + 2n - 1` of the order window. Rank 1
+ * finds each word written when its message arrives. */
+static int order_smsg(gni_ep_handle_t ep, uint64_t *tw, uint64_t base, uint64_t raddr, gni_mem_handle_t rh,
+                      uint64_t *src, gni_mem_handle_t sh, gni_post_descriptor_t *descs, long n) {
+  int bad = 0;
+  long early = 0, msgs = 0;
+  if (rank == 0) {
+    long in_flight = 0;
+    const double t0 = fabric_now_s();
+    for (int cls = 0; cls < 2 && !bad; ++cls) {
+      GNI_SmsgSetDeliveryMode(nic, cls ? GNI_DLVMODE_IN_ORDER : GNI_DLVMODE_PERFORMANCE);
+      for (long i = 0; i < n && !bad; ++i) {
+        uint64_t w = base + (uint64_t)cls * (uint64_t)n + (uint64_t)i;
+        src[w] = 100 + (uint64_t)i;
+        gni_post_descriptor_t *d = &descs[2 * w];
+        fabric_desc(d, GNI_POST_FMA_PUT, &src[w], sh, raddr + 8 * w, rh, 8);
+        d->dlvr_mode = cls ? GNI_DLVMODE_IN_ORDER : GNI_DLVMODE_PERFORMANCE;
+        gni_return_t rc = GNI_PostFma(ep, d);
+        if (rc != GNI_RC_SUCCESS) bad = fail("order: SMSG phase PUT", rc);
+        ++in_flight;
+        int sent = 0;
+        const double until = fabric_now_s() + 30;
+        while (!bad && (!sent || in_flight >= ORDER_BURST || (i == n - 1 && in_flight > 0))) {
+          if (!sent) {
+            rc = GNI_SmsgSend(ep, &w, sizeof w, NULL, 0, (uint32_t)w);
+            if (rc == GNI_RC_SUCCESS) sent = 1, ++in_flight;
+            else if (rc != GNI_RC_NOT_DONE) bad = fail("order: GNI_SmsgSend", rc);
+            else if (fabric_now_s() > until) bad = fail("order: no SMSG credits for 30 s", (long)i);
+            if (sent || bad) continue;
+          }
+          gni_cq_entry_t e;
+          rc = in_flight ? GNI_CqWaitEvent(cq, 100, &e) : GNI_RC_NOT_DONE;
+          if (rc == GNI_RC_TIMEOUT || rc == GNI_RC_NOT_DONE) continue;
+          if (rc != GNI_RC_SUCCESS || !GNI_CQ_STATUS_OK(e)) { bad = fail("order: SMSG phase completion", rc); break; }
+          if (GNI_CQ_GET_TYPE(e) != GNI_CQ_EVENT_TYPE_SMSG) {
+            gni_post_descriptor_t *cd = NULL;
+            if (GNI_GetCompleted(cq, e, &cd) != GNI_RC_SUCCESS || !cd) { bad = fail("order: SMSG phase PUT completion", 0); break; }
+          }
+          --in_flight;
+        }
+      }
+    }
+    GNI_SmsgSetDeliveryMode(nic, GNI_DLVMODE_PERFORMANCE);
+    if (!bad)
+      printf("fabric_rma order: rank 0: SMSG, PUT then SMSG message: %.2f us per pair\n",
+             (fabric_now_s() - t0) / (double)(2 * n) * 1e6);
+  } else if (rank == 1) {
+    const double until = fabric_now_s() + 60;
+    while (msgs < 2 * n && fabric_now_s() < until) {
+      gni_cq_entry_t e;
+      while (GNI_CqGetEvent(rcq, &e) == GNI_RC_SUCCESS) {} /* the messages' remote events */
+      void *m = NULL;
+      gni_return_t rc = GNI_SmsgGetNext(ep, &m);
+      if (rc == GNI_RC_NOT_DONE) continue;
+      if (rc != GNI_RC_SUCCESS) { bad = fail("order: GNI_SmsgGetNext", rc); break; }
+      uint64_t w;
+      memcpy(&w, m, sizeof w);
+      if (w < base || w >= base + 2 * (uint64_t)n) { bad = fail("order: unexpected SMSG message", (long)w); break; }
+      if (*(volatile uint64_t *)&tw[w] != 100 + (w - base) % (uint64_t)n && early++ == 0)
+        fprintf(stderr, "fabric_rma order: %s, PUT then SMSG message: the message came before the PUT's data (pair %ld)\n",
+                w - base < (uint64_t)n ? "default" : "strict (SMSG and PUT GNI_DLVMODE_IN_ORDER)", (long)((w - base) % (uint64_t)n));
+      GNI_SmsgRelease(ep);
+      ++msgs;
+    }
+    if (msgs != 2 * n) bad = fail("order: SMSG messages received", msgs);
+    if (early) bad = 1;
+  }
+  return bad;
+}
+
+static int order_mode(gni_ep_handle_t *ep, long n) {
+  static const char *cls_name[3] = {"default", "strict (GNI_DLVMODE_IN_ORDER)", "strict (GNI_MEM_STRICT_PI_ORDERING)"};
+  static const char *pat_name[ORDER_PATTERNS] = {"AMO then PUT", "PUT then AMO", "GET then PUT", "PUT then CQ write",
+                                                 "PUT then GET"};
+  /* The pairs' words, then the SMSG phase's (order_smsg). */
+  const uint64_t words = 3 * ORDER_PATTERNS * (uint64_t)n, all_words = words + 2 * (uint64_t)n;
+  const uint64_t bytes = (all_words * 8 + 4095) & ~4095ull;
+  /* Targets (rank 1): two registrations, the second strict; sources and GET results (rank 0). */
+  uint64_t *tw[2] = {aligned_alloc(4096, bytes), aligned_alloc(4096, bytes)};
+  uint64_t *src = aligned_alloc(4096, bytes), *got = aligned_alloc(4096, bytes), *fetched = aligned_alloc(4096, bytes);
+  if (!tw[0] || !tw[1] || !src || !got || !fetched) return fail("alloc", 0);
+  struct { uint64_t va[2]; gni_mem_handle_t h[2]; } mine, all[MAX_RANKS];
+  gni_mem_handle_t sh, gh, fh;
+  for (int r = 0; r < 2; ++r) {
+    for (uint64_t w = 0; w < all_words; ++w) {
+      const int cls = (int)(w / (ORDER_PATTERNS * (uint64_t)n)), pat = (int)(w / (uint64_t)n % ORDER_PATTERNS);
+      tw[r][w] = order_old(cls, pat, (long)(w % (uint64_t)n));
+    }
+    mine.va[r] = (uint64_t)tw[r];
+    if (GNI_MemRegister(nic, (uint64_t)tw[r], bytes, rcq, GNI_MEM_READWRITE | (r ? GNI_MEM_STRICT_PI_ORDERING : 0), -1,
+                        &mine.h[r]) != GNI_RC_SUCCESS)
+      return fail("register the order window", r);
+  }
+  if (GNI_MemRegister(nic, (uint64_t)src, bytes, NULL, GNI_MEM_READWRITE, -1, &sh) != GNI_RC_SUCCESS ||
+      GNI_MemRegister(nic, (uint64_t)got, bytes, NULL, GNI_MEM_READWRITE, -1, &gh) != GNI_RC_SUCCESS ||
+      GNI_MemRegister(nic, (uint64_t)fetched, bytes, NULL, GNI_MEM_READWRITE, -1, &fh) != GNI_RC_SUCCESS)
+    return fail("register", 0);
+  if (PMI_Allgather(&mine, all, sizeof mine) != PMI_SUCCESS) return fail("PMI_Allgather", 0);
+  /* An SMSG channel between ranks 0 and 1 (order_smsg), on the EP of the pairs. */
+  gni_smsg_attr_t sa, sall[MAX_RANKS];
+  memset(&sa, 0, sizeof sa);
+  sa.msg_type = GNI_SMSG_TYPE_MBOX_AUTO_RETRANSMIT;
+  sa.mbox_maxcredit = 64;
+  sa.msg_maxsize = 64;
+  unsigned mb_need = 0;
+  if (GNI_SmsgBufferSizeNeeded(&sa, &mb_need) != GNI_RC_SUCCESS) return fail("GNI_SmsgBufferSizeNeeded", 0);
+  void *mbox = aligned_alloc(4096, (mb_need + 4095) & ~4095u);
+  gni_mem_handle_t mbh;
+  if (!mbox) return fail("alloc", 0);
+  memset(mbox, 0, mb_need);
+  if (GNI_MemRegister(nic, (uint64_t)mbox, mb_need, rcq, GNI_MEM_READWRITE, -1, &mbh) != GNI_RC_SUCCESS)
+    return fail("register the mailbox", 0);
+  sa.msg_buffer = mbox;
+  sa.buff_size = mb_need;
+  sa.mem_hndl = mbh;
+  if (PMI_Allgather(&sa, sall, sizeof sa) != PMI_SUCCESS) return fail("PMI_Allgather", 1);
+  const int peer = rank == 0 ? 1 : 0;
+  /* FABRIC_RMA_ORDER_SMSG=0: without the SMSG pairs. */
+  const char *smsg_s = getenv("FABRIC_RMA_ORDER_SMSG");
+  const int with_smsg = !smsg_s || strcmp(smsg_s, "0") != 0;
+  if (with_smsg && rank < 2 && GNI_SmsgInit(ep[peer], &sa, &sall[peer]) != GNI_RC_SUCCESS) return fail("GNI_SmsgInit", peer);
+  PMI_Barrier();
+  int bad = 0;
+  long cqws = 0, cqw_early = 0;
+  gni_post_descriptor_t *descs = calloc(2 * all_words, sizeof *descs);
+  if (!descs) return fail("alloc", 0);
+  if (rank == 0) {
+    long in_flight = 0;
+    for (int cls = 0; cls < 3 && !bad; ++cls) {
+      const int reg = cls == 2;
+      const uint16_t dlvr = cls == 1 ? GNI_DLVMODE_IN_ORDER : GNI_DLVMODE_PERFORMANCE;
+      for (int pat = 0; pat < ORDER_PATTERNS && !bad; ++pat) {
+        if (pat == ORD_PUT_GET && cls == 0) continue; /* default: a GET may pass a PUT */
+        const double t0 = fabric_now_s();
+        for (long i = 0; i < n && !bad; ++i) {
+          const uint64_t w = (uint64_t)(cls * ORDER_PATTERNS + pat) * (uint64_t)n + (uint64_t)i;
+          const uint64_t raddr = all[1].va[reg] + 8 * w;
+          src[w] = 100 + (uint64_t)i;
+          gni_post_descriptor_t *d = &descs[2 * w]; /* until its completion */
+          gni_post_descriptor_t *put = &d[pat == ORD_AMO_PUT || pat == ORD_GET_PUT ? 1 : 0], *other = &d[put == d ? 1 : 0];
+          fabric_desc(put, GNI_POST_FMA_PUT, &src[w], sh, raddr, all[1].h[reg], 8);
+          if (pat == ORD_AMO_PUT || pat == ORD_PUT_AMO) {
+            fabric_desc(other, GNI_POST_AMO, &fetched[w], fh, raddr, all[1].h[reg], 8);
+            other->amo_cmd = GNI_FMA_ATOMIC_FADD;
+            other->first_operand = 1;
+          } else if (pat == ORD_PUT_CQW) {
+            memset(other, 0, sizeof *other);
+            other->type = GNI_POST_CQWRITE;
+            other->cq_mode = GNI_CQMODE_GLOBAL_EVENT;
+            other->remote_mem_hndl = all[1].h[reg];
+            other->cqwrite_value = w;
+          } else {
+            got[w] = ~0ull;
+            fabric_desc(other, GNI_POST_FMA_GET, &got[w], gh, raddr, all[1].h[reg], 8);
+          }
+          for (int k = 0; k < 2; ++k) {
+            d[k].dlvr_mode = dlvr;
+            gni_return_t rc = d[k].type == GNI_POST_CQWRITE ? GNI_PostCqWrite(ep[1], &d[k]) : GNI_PostFma(ep[1], &d[k]);
+            if (rc != GNI_RC_SUCCESS) bad = fail("post", rc);
+          }
+          in_flight += 2;
+          while (!bad && (in_flight >= ORDER_BURST || (i == n - 1 && in_flight > 0))) {
+            gni_cq_entry_t e;
+            gni_post_descriptor_t *cd = NULL;
+            if (GNI_CqWaitEvent(cq, 20000, &e) != GNI_RC_SUCCESS || GNI_GetCompleted(cq, e, &cd) != GNI_RC_SUCCESS || !cd)
+              bad = fail("order: a completion", 0);
+            else if (!GNI_CQ_STATUS_OK(e))
+              bad = fail("order: error completion", (long)GNI_CQ_GET_STATUS(e));
+            --in_flight;
+          }
+        }
+        /* What the order costs where it makes posts wait (a pair's two posts on two paths). */
+        if (!bad)
+          printf("fabric_rma order: rank 0: %s, %s: %.2f us per pair (%d posts in flight at most)\n", cls_name[cls],
+                 pat_name[pat], (fabric_now_s() - t0) / (double)n * 1e6, ORDER_BURST);
+      }
+    }
+    /* Every completion is in: what the GETs read. */
+    for (int cls = 0; cls < 3 && !bad; ++cls)
+      for (int pat = ORD_GET_PUT; pat <= ORD_PUT_GET; pat += ORD_PUT_GET - ORD_GET_PUT) {
+        if (pat == ORD_PUT_GET && cls == 0) continue;
+        long wrong = 0, first = -1;
+        for (long i = 0; i < n; ++i) {
+          const uint64_t w = (uint64_t)(cls * ORDER_PATTERNS + pat) * (uint64_t)n + (uint64_t)i;
+          const uint64_t want = pat == ORD_GET_PUT ? order_old(cls, pat, i) : 100 + (uint64_t)i;
+          if (got[w] != want && wrong++ == 0) first = i;
+        }
+        if (wrong) {
+          fprintf(stderr, "fabric_rma order: %s, %s: %ld of %ld GETs read the wrong value (first pair %ld)\n",
+                  cls_name[cls], pat_name[pat], wrong, n, first);
+          bad = 1;
+        }
+      }
+  } else if (rank == 1) {
+    /* The CQ writes: each names its word, which must hold the PUT's value already. */
+    const long want = 3 * n;
+    const double until = fabric_now_s() + 60;
+    while (cqws < want && fabric_now_s() < until) {
+      gni_cq_entry_t e;
+      gni_return_t rc = GNI_CqGetEvent(rcq, &e);
+      if (rc == GNI_RC_NOT_DONE) continue;
+      if (rc != GNI_RC_SUCCESS) { bad = fail("remote CQ", rc); break; }
+      const uint64_t w = GNI_CQ_GET_DATA(e);
+      const uint64_t per = ORDER_PATTERNS * (uint64_t)n;
+      if (w >= 3 * per || w / (uint64_t)n % ORDER_PATTERNS != ORD_PUT_CQW) { bad = fail("unexpected CQ write", (long)w); break; }
+      const int reg = w / per == 2;
+      if (*(volatile uint64_t *)&tw[reg][w] != 100 + w % (uint64_t)n) {
+        if (cqw_early++ == 0)
+          fprintf(stderr, "fabric_rma order: %s, PUT then CQ write: the CQ write came before the PUT's data (pair %ld)\n",
+                  cls_name[w / per], (long)(w % (uint64_t)n));
+      }
+      ++cqws;
+    }
+    if (cqws != want) bad = fail("order: CQ writes received", cqws);
+    if (cqw_early) bad = 1;
+  }
+  PMI_Barrier();
+  if (rank == 1) {
+    for (int cls = 0; cls < 3; ++cls)
+      for (int pat = 0; pat < ORDER_PATTERNS; ++pat) {
+        if (pat == ORD_PUT_GET && cls == 0) continue;
+        long wrong = 0, first = -1;
+        uint64_t first_v = 0;
+        for (long i = 0; i < n; ++i) {
+          const uint64_t w = (uint64_t)(cls * ORDER_PATTERNS + pat) * (uint64_t)n + (uint64_t)i;
+          const uint64_t v = *(volatile uint64_t *)&tw[cls == 2][w];
+          if (v != (pat == ORD_PUT_AMO ? 101 : 100) + (uint64_t)i && wrong++ == 0) first = i, first_v = v;
+        }
+        if (wrong) {
+          fprintf(stderr, "fabric_rma order: %s, %s: %ld of %ld words wrong (pair %ld: %llu, want %llu)\n", cls_name[cls],
+                  pat_name[pat], wrong, n, first, (unsigned long long)first_v,
+                  (unsigned long long)((pat == ORD_PUT_AMO ? 101 : 100) + first));
+          bad = 1;
+        }
+      }
+  }
+  /* Both ranks run it whatever the pairs gave (the other waits for it). */
+  if (with_smsg && rank < 2 && order_smsg(ep[peer], tw[0], words, all[1].va[0], all[1].h[0], src, sh, descs, n)) bad = 1;
+  if (!bad && rank < 2)
+    printf("fabric_rma order: rank %d: %ld pairs of each kind in 3 classes%s verified%s\n", rank, n,
+           with_smsg ? " and PUT then SMSG in 2" : "",
+           rank == 1 ? (with_smsg ? " (words, CQ writes and SMSG messages after their PUTs)" : " (words, CQ writes after their PUTs)")
+                     : " (GETs)");
+  PMI_Barrier();
+  for (int r = 0; r < 2; ++r) GNI_MemDeregister(nic, &mine.h[r]);
+  GNI_MemDeregister(nic, &sh);
+  GNI_MemDeregister(nic, &gh);
+  GNI_MemDeregister(nic, &fh);
+  GNI_MemDeregister(nic, &mbh);
+  free(mbox);
+  free(descs);
+  free(tw[0]);
+  free(tw[1]);
+  free(src);
+  free(got);
+  free(fetched);
+  return bad;
+}
+
 static void teardown(gni_cdm_handle_t cdm, gni_ep_handle_t *ep) {
   for (int p = 0; p < nranks; ++p)
     if (ep[p]) GNI_EpDestroy(ep[p]);
@@ -641,18 +922,22 @@ static void teardown(gni_cdm_handle_t cdm, gni_ep_handle_t *ep) {
 int main(int argc, char **argv) {
   if (argc != 2 && argc != 3) {
     fprintf(stderr, "usage: fabric_rma ROUNDS [SLOT_BYTES] | fabric_rma bench | fabric_rma errors | fabric_rma amo | "
-                    "fabric_rma atomic [N]\n");
+                    "fabric_rma atomic [N] | fabric_rma order [N]\n");
     return 2;
   }
-  if (argc == 3 && strcmp(argv[1], "atomic") != 0) SLOT = strtoull(argv[2], NULL, 0) & ~4095ull;
+  if (argc == 3 && strcmp(argv[1], "atomic") != 0 && strcmp(argv[1], "order") != 0) SLOT = strtoull(argv[2], NULL, 0) & ~4095ull;
   if (SLOT < SMALL) return 2;
   const int bench_mode = strcmp(argv[1], "bench") == 0;
   const int errors = strcmp(argv[1], "errors") == 0;
   const int amo = strcmp(argv[1], "amo") == 0;
   const int atomic = strcmp(argv[1], "atomic") == 0;
+  const int order = strcmp(argv[1], "order") == 0;
+  const long order_pairs = order && argc == 3 ? atol(argv[2]) : 200;
+  if (order && (order_pairs < 1 || order_pairs > 1000)) return 2;
+  if (order) argc = 2;
   const long atomic_iters = atomic && argc == 3 ? atol(argv[2]) : 1000;
   if (atomic) argc = 2; /* its argument is a count, not SLOT */
-  const int rounds = bench_mode || errors || amo || atomic ? 0 : atoi(argv[1]);
+  const int rounds = bench_mode || errors || amo || atomic || order ? 0 : atoi(argv[1]);
   if (!bench_mode && (rounds < 0 || rounds > MAX_ROUNDS)) {
     /* The CQ-write check tracks each round by number. */
     fprintf(stderr, "fabric_rma: ROUNDS must be 0..%d, got %s\n", MAX_ROUNDS, argv[1]);
@@ -699,6 +984,14 @@ int main(int argc, char **argv) {
   }
   if (atomic) {
     int r = atomic_mode(ep, all, win, atomic_iters);
+    PMI_Barrier();
+    PMI_Finalize();
+    teardown(cdm, ep);
+    free(win);
+    return r;
+  }
+  if (order) {
+    int r = order_mode(ep, order_pairs);
     PMI_Barrier();
     PMI_Finalize();
     teardown(cdm, ep);

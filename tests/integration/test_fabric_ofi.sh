@@ -18,7 +18,8 @@
 # fetched values and words on both; over ofi all of them rank to rank (the CDMs' ofi ops),
 # none through the daemons (their AMO counts). Then atomicity: 3 ranks add to one
 # counter of rank 0 at once, one beside it (shared memory) and two on the other host (ofi
-# messages): the exact sum.
+# messages): the exact sum. Then ordering: pairs of posts to one word in the default and
+# strict classes (fabric_rma order), over ofi and through the daemons.
 # Needs root, ip, mpiexec.hydra and a libugni built with libfabric; otherwise 77.
 # Usage: test_fabric_ofi.sh BUILD_DIR ofi|no-ofi     Exit: 0 pass, 1 fail, 77 skip.
 set -u
@@ -185,6 +186,25 @@ if [[ ${#digests[@]} -eq 2 && ${digests[0]} == "${digests[1]}" ]]; then
 else
   fail "AMO digests differ: ofi ${digests[0]:-?} daemons ${digests[1]:-?}"
 fi
+
+# Ordering (docs/ordering.md): rank 0 streams pairs of posts to one word each (AMO then PUT,
+# PUT then AMO, GET then PUT, PUT then CQ write, PUT then GET; PUT then an SMSG message) in the
+# default and strict classes, over ofi (RMA and messages: two paths, ofi_order.h keeps them in
+# order) and on the daemons' path; the end words, what the GETs read and each CQ write's and
+# SMSG message's word must follow the model (on the daemons' path the relay keeps a message
+# behind the CDM's earlier posts, docs/notes/2026-12-07-smsg-relay-order.md).
+for way in ofi daemons; do
+  case $way in
+    ofi) envs=(env) ;;
+    daemons) envs=(env FI_PROVIDER=nicemu-none) ;;
+  esac
+  if netns_hydra 120 2 1 "$TMP/order-$way.log" "${envs[@]}" "$RMA" order 300 &&
+      [[ $(grep -c '^fabric_rma order: rank [01]: .* verified' "$TMP/order-$way.log") -eq 2 ]]; then
+    pass "ordering $way: $(grep -m1 '^fabric_rma order: rank 1' "$TMP/order-$way.log" | sed 's/^fabric_rma order: rank 1: //')"
+  else
+    fail "ordering $way"; show_log "$TMP/order-$way.log"
+  fi
+done
 
 # Atomicity with the AMO lock: rank 0 (host A) owns the counter, rank 1 beside it adds through
 # shared memory, ranks 2 and 3 (host B) through ofi messages, all at once.

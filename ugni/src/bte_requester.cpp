@@ -94,13 +94,6 @@ bool run_direct(Nic* n, Ep* ep, Cq* cq, const gni_post_descriptor_t* d, bool get
   return true;
 }
 
-void release_tid(Nic* n, int32_t tid) {
-  if (tid < 0) return;
-  std::lock_guard<std::mutex> lk(n->inflight_mu);
-  n->inflight[static_cast<size_t>(tid)].desc = nullptr;
-  n->free_tids.push_back(static_cast<uint16_t>(tid));
-}
-
 }  // namespace
 
 namespace nicemu::ugni {

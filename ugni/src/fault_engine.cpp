@@ -591,6 +591,13 @@ bool fault_link_rules(Nic* n, uint32_t peer) {
   return c.enabled && touches_link(c, peer);
 }
 
+uint32_t fault_ordering(Nic* n) {
+  Engine& e = engine();
+  std::lock_guard<std::mutex> lk(e.mu);
+  const af::Config& c = state(n).inj.config();
+  return c.enabled ? c.ordering : abi::fault::kOrderAuto;
+}
+
 bool fault_post_remote(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t eng, int32_t tid,
                        bool& to_daemons) {
   namespace rop = nicemu::abi::remote;

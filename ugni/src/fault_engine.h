@@ -6,6 +6,7 @@
 #include <string>
 
 #include "internal.h"
+#include "nicemu/abi/fault_layout.h"
 
 namespace nicemu::ugni {
 
@@ -75,6 +76,12 @@ bool fault_post_remote(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t 
 // true while the node's configuration (checked only when its page is active) has packet
 // rules or link windows that may touch traffic to `peer`.
 bool fault_link_rules(Nic* n, uint32_t peer);
+// The configuration's `ordering=` (abi::fault::kOrderAuto when off): the ofi fabric's order
+// (ofi_order.h). forced_ordering: one relaxed load while no configuration is on.
+uint32_t fault_ordering(Nic* n);
+inline uint32_t forced_ordering(Nic* n) {
+  return n->fault_page->active.load(std::memory_order_relaxed) ? fault_ordering(n) : abi::fault::kOrderAuto;
+}
 
 // GNI_MemRegister(Segments) under injection: GNI_RC_ERROR_RESOURCE or GNI_RC_ERROR_NOMEM when
 // a rule of kind `reg` says so (error, exhaust), else GNI_RC_SUCCESS. An `update`

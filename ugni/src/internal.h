@@ -493,6 +493,14 @@ inline bool start_post(Nic* n, gni_post_descriptor_t* d, int32_t& tid) {
   return true;
 }
 
+// A tid start_post took for a post that was then not posted (tid < 0: none).
+inline void release_tid(Nic* n, int32_t tid) {
+  if (tid < 0) return;
+  std::lock_guard<std::mutex> lk(n->inflight_mu);
+  n->inflight[static_cast<size_t>(tid)].desc = nullptr;
+  n->free_tids.push_back(static_cast<uint16_t>(tid));
+}
+
 // Cross-memory access to another process (or memcpy for our own pid). Returns a CQE status.
 uint64_t xmem_write(pid_t pid, uint64_t remote, const void* local, uint64_t len);
 uint64_t xmem_read(pid_t pid, uint64_t remote, void* local, uint64_t len);

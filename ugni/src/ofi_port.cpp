@@ -2,6 +2,7 @@
 #include "ofi_port.h"
 
 #include "internal.h"
+#include "ofi_order.h"
 
 #ifndef NICEMU_HAVE_OFI
 
@@ -22,7 +23,7 @@ void ofi_open(Nic* n, const abi::ctl::AttachReply& rep) {
 void ofi_close(Nic*) {}
 void ofi_register(Nic*, const gni_mem_handle_t&, bool) {}
 void ofi_deregister(Nic*, const gni_mem_handle_t&) {}
-bool ofi_post(Ep*, Cq*, const gni_post_descriptor_t*, uint16_t, uint16_t, int32_t) { return false; }
+OfiTaken ofi_post(Ep*, Cq*, const gni_post_descriptor_t*, uint16_t, uint16_t, int32_t) { return OfiTaken::kNo; }
 struct OfiChain {};
 bool ofi_chain_takes(Ep*, const gni_post_descriptor_t*, uint16_t) { return false; }
 OfiChain* ofi_chain_open(Nic*, Cq*, const gni_post_descriptor_t*, uint32_t, int32_t) { return nullptr; }
@@ -37,6 +38,7 @@ uint32_t ofi_self_name(Nic*, uint8_t*) { return 0; }
 uint64_t ofi_send(Nic*, uint64_t, const void*, size_t, OfiSendCtx*, bool) { return abi::cqe::kErrTransient; }
 void ofi_poll(Nic*, bool) {}
 void ofi_idle(Nic*) {}
+OfiOrder* ofi_order(Nic*) { return nullptr; }
 }  // namespace nicemu::ugni
 
 #else
@@ -243,8 +245,27 @@ struct OfiOp {
   OfiOp* live_prev = nullptr;
   OfiOp* live_next = nullptr;
   bool reported = false;  // under live_mu
+  // In flight towards its peer until complete (ofi_order.h): later posts it may not be
+  // passed by are held until then.
+  OfiOrderTicket order;
+  // What issuing it needs (OfiPort::issue): post_impl fills it in, and it is issued then or,
+  // held by the order, by whichever thread completes what it waited for.
+  uint8_t how = 0;  // kHowMsg, kHowRead, kHowWrite
+  bool sync = false, data_event = false;
+  uint64_t local = 0, length = 0, raddr = 0;
+  uint64_t refused_at = 0;  // a held post: when the provider first had no room for it
   OfiOp() { part[0].op = part[1].op = this; }
 };
+
+constexpr uint8_t kHowMsg = 0, kHowRead = 1, kHowWrite = 2;
+
+// Posts the order may hold per port (ofi_order.h): beyond, a post returns
+// GNI_RC_ERROR_RESOURCE, as when its CDM is out of transaction ids. SMSG messages are
+// bounded by their channels' credits instead.
+constexpr uint32_t kMaxHeld = 16384;
+
+// Held SMSG messages are told apart from posts (OfiOp) by the low bit of the item.
+constexpr uintptr_t kSmsgItem = 1;
 
 // Remote CQ data of a write asking for a remote event (the provider's cq_data_size must be
 // 8): a tag, the engine, the target registration's slot and the initiating EP's event data,
@@ -308,6 +329,8 @@ struct OfiPort {
   // Posts failing TRANSIENT towards a peer wait here for the verdict on it (PEER_GONE or
   // TRANSIENT); created at open, before the progress thread.
   std::unique_ptr<PeerCheck> check;
+  // Order between RMA and messages to a peer (ofi_order.h); made at open, before posts.
+  std::unique_ptr<OfiOrder> order;
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> in_flight{0};
   std::thread progress;
@@ -364,6 +387,9 @@ struct OfiPort {
   uint64_t key_of(const gni_mem_handle_t& h) const { return ofi_key(h.qword1, h.qword2) & key_mask; }
   void complete(OfiOp* op, uint64_t st);
   void complete_part(OfiOp* op, uint64_t st);
+  OfiIssue issue(OfiOp* op, bool patient);
+  OfiIssue issue_held(void* item, const OfiOrderTicket& t);
+  void drop_held(void* item, uint64_t st);
   ssize_t write_flag(OfiOp* op);
   void remote_event(uint64_t data);
   ssize_t send_msg(OfiOp* op, OfiCtx& c);
@@ -493,6 +519,107 @@ void OfiPort::complete(OfiOp* op, uint64_t st) {
       complete_fma(op->cq, op->cq_mode, op->local_event, st, op->tid);
     }
   }
+  const OfiOrderTicket t = op->order;
+  delete op;
+  // Took effect (or failed): the posts held behind it to its peer may go now, issued from
+  // here. Before in_flight drops: a held post keeps the port open (ofi_close) until then.
+  order->leave(t);
+  in_flight.fetch_sub(1, std::memory_order_release);
+}
+
+// Issues a post post_impl prepared. `patient`: the posting thread, now, which waits up to
+// 2 s for room in the provider, driving it. Else a held post the order lets go, on any
+// thread (the one driving the provider too, which must not wait on itself): no room is
+// kRetry (tried at the next look: OfiOrder::pump), and after 2 s of it the post fails
+// TRANSIENT, as a patient one does.
+OfiIssue OfiPort::issue(OfiOp* op, bool patient) {
+  if (!patient && nic_is_down()) {  // held until our NIC went down: failed as every post then
+    complete(op, cqe::kErrNicDown);
+    return OfiIssue::kDone;
+  }
+  // 1: posted; 0: refused (the part completed with the error); -1: no room, nothing posted.
+  auto post = [&](OfiCtx& c, auto&& call) {
+    uint64_t give_up = 0;  // set at the first refusal: no clock read on the common path
+    for (;;) {
+      ssize_t rc = call(&c.ctx);
+      if (rc == 0) return 1;
+      if (rc == -FI_EAGAIN && !patient) {
+        const uint64_t now = monotonic_ns();
+        if (!op->refused_at) op->refused_at = now;
+        if (now < op->refused_at + 2000000000ull) return -1;
+      } else if (rc == -FI_EAGAIN && !give_up) {
+        give_up = monotonic_ns() + 2000000000ull;
+      }
+      if (rc != -FI_EAGAIN || !patient || monotonic_ns() > give_up) {
+        complete_part(op, rc == -FI_EAGAIN ? cqe::kErrTransient : status_of_error(static_cast<int>(-rc)));
+        return 0;
+      }
+      ofi_poll(nic);  // room comes as the provider progresses: drive it (the progress thread may keep away)
+      std::this_thread::yield();
+    }
+  };
+  const fi_addr_t dest = op->dest;
+  if (op->how == kHowMsg) {
+    // The reply completes it, with a fetched value stored by the driving thread.
+    op->parts.store(2, std::memory_order_relaxed);
+    await_reply(op);
+    const uint64_t id = op->req.h.id;  // op may be gone once its message is posted
+    const int r = post(op->part[0], [&](void* ctx) { return fi_send(ep, &op->req, sizeof op->req, nullptr, dest, ctx); });
+    OfiOp* waiting = nullptr;  // not sent: nobody will answer it
+    if (r <= 0 && take_pending(id, waiting) && r == 0) complete_part(waiting, cqe::kErrTransient);
+    return r < 0 ? OfiIssue::kRetry : OfiIssue::kDone;
+  }
+  if (op->how == kHowRead) {
+    // With a remote event: the read, then the event's message and its reply (the driving thread).
+    op->parts.store(op->event_after ? 3 : 1, std::memory_order_relaxed);
+    const bool then = op->event_after;  // op may be gone once its read is posted
+    const int r = post(op->part[0], [&](void* ctx) {
+      return fi_read(ep, reinterpret_cast<void*>(op->local), op->length, nullptr, dest, op->raddr, op->key, ctx);
+    });
+    if (r == 0 && then) fail_rest(op, 2, cqe::kErrTransient);  // no event without its data
+    return r < 0 ? OfiIssue::kRetry : OfiIssue::kDone;
+  }
+  // A PUT; with a sync flag, the flag's write after the data's: ordered (FI_ORDER_WAW), else,
+  // and always for a held post (one provider call: nothing half issued when there is no
+  // room), written by the driving thread when the data's write completed. The remote event
+  // on the last write, so it comes when both are in.
+  const bool sync = op->sync;
+  if (sync) {
+    op->parts.store(2, std::memory_order_relaxed);
+    op->flag_after = !waw || !patient;
+  }
+  const bool flag_after = op->flag_after;  // op may be gone once its data's write is posted
+  const void* src = reinterpret_cast<const void*>(op->local);
+  const int r = post(op->part[0], [&](void* ctx) {
+    return op->data_event ? fi_writedata(ep, src, op->length, nullptr, op->data, dest, op->raddr, op->key, ctx)
+                          : fi_write(ep, src, op->length, nullptr, dest, op->raddr, op->key, ctx);
+  });
+  if (r < 0) return OfiIssue::kRetry;
+  if (!sync) return OfiIssue::kDone;
+  if (r == 0) {  // no flag without its data
+    complete_part(op, cqe::kErrTransient);
+    return OfiIssue::kDone;
+  }
+  if (!flag_after) post(op->part[1], [&](void*) { return write_flag(op); });
+  return OfiIssue::kDone;
+}
+
+OfiIssue OfiPort::issue_held(void* item, const OfiOrderTicket& t) {
+  const auto v = reinterpret_cast<uintptr_t>(item);
+  if (v & kSmsgItem) return smsg_ofi_issue_held(nic, reinterpret_cast<void*>(v & ~kSmsgItem), t);
+  auto* op = static_cast<OfiOp*>(item);
+  op->order = t;
+  return issue(op, false);
+}
+
+// A held post completes unissued: with `st` as a post in flight would (NIC down, its peer
+// gone), or at close (st 0) without events, as the posts in flight then.
+void OfiPort::drop_held(void* item, uint64_t st) {
+  const auto v = reinterpret_cast<uintptr_t>(item);
+  if (v & kSmsgItem) return smsg_ofi_drop_held(nic, reinterpret_cast<void*>(v & ~kSmsgItem), st);
+  auto* op = static_cast<OfiOp*>(item);
+  if (st) return complete(op, st);
+  unlink(op);
   delete op;
   in_flight.fetch_sub(1, std::memory_order_release);
 }
@@ -589,7 +716,10 @@ void OfiPort::on_reply(const msg::Reply& r) {
   }
   static_assert(std::endian::native == std::endian::little);  // a 4-byte value is the low half
   if (r.status == cqe::kOk && op->fetch_size) std::memcpy(reinterpret_cast<void*>(op->fetch_va), &r.fetched, op->fetch_size);
-  if (r.status == cqe::kErrPeerGone) forget(op->peer, op->dest);  // its NIC went down
+  if (r.status == cqe::kErrPeerGone) {  // its NIC went down: the posts held for it fail as it did
+    forget(op->peer, op->dest);
+    order->fail(op->dest, cqe::kErrPeerGone);
+  }
   complete_part(op, r.status < cqe::kErrStatusLast ? r.status : cqe::kErrProtection);
 }
 
@@ -709,6 +839,7 @@ bool OfiPort::progress_once(bool may_sleep) {
   if (!mrs_closed && nic_is_down()) close_mrs();
   do {  // once; `continue` ends it
     flush_deferred();
+    if (order->any_parked()) order->pump();  // held posts the provider had no room for
     if (msgs) {
       const uint64_t now = monotonic_ns();
       if (now >= next_expiry) {
@@ -719,7 +850,8 @@ bool OfiPort::progress_once(bool may_sleep) {
     ssize_t k;
     if (may_sleep && waitable && deferred.empty()) {
       in_sread.store(true, std::memory_order_seq_cst);
-      k = fi_cq_sread(cq, e, 16, nullptr, 100);
+      // A held post the provider had no room for: looked at again within 1 ms (pump).
+      k = fi_cq_sread(cq, e, 16, nullptr, order->any_parked() ? 1 : 100);
       in_sread.store(false, std::memory_order_relaxed);
       kicked.store(false, std::memory_order_relaxed);
     } else {
@@ -872,6 +1004,8 @@ void ofi_poll(Nic* n, bool wait) {
   pthread_setcanceltype(type, &unused);  // may unwind from here: a cancel came meanwhile
 }
 
+OfiOrder* ofi_order(Nic* n) { return n->ofi ? n->ofi->order.get() : nullptr; }
+
 void ofi_idle(Nic* n) {
   OfiPort* p = n->ofi;
   if (!p || !p->polled_at.load(std::memory_order_relaxed)) return;
@@ -961,6 +1095,10 @@ void OfiPort::judge(uint64_t peer, const PeerAnswer& a, std::vector<void*>& ops)
     }
   }
   auto is_dead = [&](fi_addr_t d) { return std::find(dead.begin(), dead.end(), d) != dead.end(); };
+  // Posts held for a dead peer fail as those in flight, first: completing those would issue them.
+  std::sort(dead.begin(), dead.end());
+  dead.erase(std::unique(dead.begin(), dead.end()), dead.end());
+  for (fi_addr_t d : dead) order->fail(d, cqe::kErrPeerGone);
   for (void* v : ops) {
     auto* op = static_cast<OfiOp*>(v);
     complete(op, is_dead(op->dest) ? cqe::kErrPeerGone : cqe::kErrTransient);
@@ -993,6 +1131,7 @@ void OfiPort::teardown() {
   }
   if (check) check->stop();  // posts still waiting for a verdict: dropped without events
   std::lock_guard<std::mutex> lk(drive_mu);  // an application thread still driving it
+  if (order) order->fail(OfiOrder::kAllPeers, 0);  // held posts: dropped without events, as those in flight
   for (auto& [slot, m] : mrs) fi_close(&m.mr->fid);
   mrs.clear();
   if (ep) fi_close(&ep->fid);
@@ -1028,7 +1167,12 @@ void ofi_open(Nic* n, const abi::ctl::AttachReply& rep) {
     uint64_t caps, order;
   };
   constexpr uint64_t kMsg = FI_MSG | FI_SEND | FI_RECV;
-  static constexpr Wish kWishes[] = {{kMsg, FI_ORDER_WAW}, {kMsg, 0}, {0, FI_ORDER_WAW}, {0, 0}};
+  // The order bits the ordering model needs within RMA (ofi_order.h: where one is missing,
+  // posts are held instead), then fewer.
+  constexpr uint64_t kOrder = FI_ORDER_RAW | FI_ORDER_WAR | FI_ORDER_WAW | FI_ORDER_RAR | FI_ORDER_SAS;
+  constexpr uint64_t kOrderNoWar = kOrder & ~FI_ORDER_WAR;
+  static constexpr Wish kWishes[] = {{kMsg, kOrder}, {kMsg, kOrderNoWar}, {kMsg, FI_ORDER_WAW}, {kMsg, 0},
+                                     {0, kOrder},    {0, kOrderNoWar},    {0, FI_ORDER_WAW},    {0, 0}};
   int rc = -FI_ENODATA;
   for (const auto& w : kWishes) {
     fi_info* hints = lib.dupinfo(nullptr);  // what fi_allocinfo() does
@@ -1062,6 +1206,21 @@ void ofi_open(Nic* n, const abi::ctl::AttachReply& rep) {
   p->cq_data = i->domain_attr->cq_data_size >= 8;
   p->waw = (i->tx_attr->msg_order & FI_ORDER_WAW) && i->ep_attr->max_order_waw_size >= 8;
   p->msgs = (i->caps & FI_MSG) && i->ep_attr->max_msg_size >= msg::kMaxMessage;
+  {
+    // An order bit counts where it holds for any post (its max_order size covers max_msg_size).
+    const uint64_t o = i->tx_attr->msg_order, most = i->ep_attr->max_msg_size;
+    OfiOrderCaps c;
+    c.raw = (o & FI_ORDER_RAW) && i->ep_attr->max_order_raw_size >= most;
+    c.war = (o & FI_ORDER_WAR) && i->ep_attr->max_order_war_size >= most;
+    c.waw = (o & FI_ORDER_WAW) && i->ep_attr->max_order_waw_size >= most;
+    c.rar = (o & FI_ORDER_RAR) != 0;
+    c.sas = (o & FI_ORDER_SAS) != 0;
+    OfiOrderHooks hooks;
+    hooks.owner = p.get();
+    hooks.issue = [](void* o, void* item, const OfiOrderTicket& t) { return static_cast<OfiPort*>(o)->issue_held(item, t); };
+    hooks.drop = [](void* o, void* item, uint64_t st) { static_cast<OfiPort*>(o)->drop_held(item, st); };
+    p->order = std::make_unique<OfiOrder>(c, hooks, kMaxHeld);
+  }
   if (i->domain_attr->mr_key_size < 8) p->key_mask = (uint64_t{1} << (8 * i->domain_attr->mr_key_size)) - 1;
   p->max_msg = i->ep_attr->max_msg_size;
   fi_av_attr av_attr{};
@@ -1145,7 +1304,10 @@ bool ofi_nic_down(Nic* n) {
     else
       complete_fma(r.cq, r.cq_mode, r.local_event, cqe::kErrNicDown, r.tid);
   }
-  return !out.empty();
+  // Held posts are on the live list too (reported above, freed here); held SMSG messages
+  // fail NIC_DOWN with their channels.
+  const uint32_t held = p->order->fail(OfiOrder::kAllPeers, cqe::kErrNicDown);
+  return !out.empty() || held;
 }
 
 void ofi_close(Nic* n) {
@@ -1263,11 +1425,11 @@ namespace {
 
 // ofi_post, a chain's member (chain: its events go there) or only the question whether it
 // would be taken (dry: nothing posted, nothing allocated).
-bool post_impl(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t engine, int32_t tid,
+OfiTaken post_impl(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t engine, int32_t tid,
                OfiChain* chain, uint32_t chain_index, bool dry) {
   Nic* n = ep->nic;
   OfiPort* p = n->ofi;
-  if (!p || n->nic_down.load(std::memory_order_relaxed)) return false;
+  if (!p || n->nic_down.load(std::memory_order_relaxed)) return OfiTaken::kNo;
   // PUT and GET as RMA, remote events of PUTs where the provider carries 8 bytes of CQ
   // data; AMOs, CQ writes and GETs' remote events as messages the target's progress thread
   // executes (FI_MSG). vMDH handles (no provider registration) and zero lengths keep the
@@ -1276,19 +1438,19 @@ bool post_impl(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, ui
   const bool cqw = kind == rop::kCqWrite;
   const bool sync = post_type(d) == GNI_POST_FMA_PUT_W_SYNCFLAG;
   const bool event = d->cq_mode & GNI_CQMODE_REMOTE_EVENT;
-  if (kind != rop::kPut && kind != rop::kGet && !((amo || cqw) && p->msgs)) return false;
-  if (event && kind == rop::kPut && !p->cq_data) return false;
-  if (event && kind == rop::kGet && !p->msgs) return false;  // a read carries no CQ data: a message does
-  if (!amo && !cqw && (d->length == 0 || d->length > p->max_msg)) return false;
+  if (kind != rop::kPut && kind != rop::kGet && !((amo || cqw) && p->msgs)) return OfiTaken::kNo;
+  if (event && kind == rop::kPut && !p->cq_data) return OfiTaken::kNo;
+  if (event && kind == rop::kGet && !p->msgs) return OfiTaken::kNo;  // a read carries no CQ data: a message does
+  if (!amo && !cqw && (d->length == 0 || d->length > p->max_msg)) return OfiTaken::kNo;
   std::optional<amo::Command> cmd;
-  if (amo && !(cmd = amo::decode(amo_command(d->amo_cmd)))) return false;  // checked when posted (check_fma)
-  if (!ep->other_host()) return false;  // same host: a target we may not reach ourselves
+  if (amo && !(cmd = amo::decode(amo_command(d->amo_cmd)))) return OfiTaken::kNo;  // checked when posted (check_fma)
+  if (!ep->other_host()) return OfiTaken::kNo;  // same host: a target we may not reach ourselves
   const gni_mem_handle_t& rh = d->remote_mem_hndl;
   auto f = abi::mdh::decode(rh.qword1, rh.qword2);
-  if (!f || (f->flags & abi::mdh::kFlagVmdh)) return false;
+  if (!f || (f->flags & abi::mdh::kFlagVmdh)) return OfiTaken::kNo;
   const bool get = kind == rop::kGet;
   fi_addr_t dest;
-  if (!p->resolve(ep->remote_addr, abi::mdh::route_of(rh.qword1, rh.qword2), dest)) return false;
+  if (!p->resolve(ep->remote_addr, abi::mdh::route_of(rh.qword1, rh.qword2), dest)) return OfiTaken::kNo;
   const uint64_t length = amo ? cmd->size : cqw ? 0 : d->length;
   // The local side: an FMA PUT reads its source by VA (registered or not); GETs, RDMA and
   // fetching AMOs go through our own registration, which must cover the transfer (one
@@ -1300,11 +1462,11 @@ bool post_impl(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, ui
     if (translate_access(*n->self, d->local_mem_hndl, d->local_addr, length, false, nullptr, pieces))
       local_error = cqe::kErrLocalProtection;
     else if (pieces.size() != 1)
-      return false;
+      return OfiTaken::kNo;
     else
       local = pieces[0].va;
   }
-  if (dry) return true;
+  if (dry) return OfiTaken::kYes;
 
   auto* op = new OfiOp;
   p->link(op);
@@ -1342,96 +1504,62 @@ bool post_impl(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, ui
   if (local_error) {
     p->in_flight.fetch_add(1, std::memory_order_relaxed);
     p->complete(op, local_error);
-    return true;
+    return OfiTaken::kYes;
   }
   // The provider would refuse it too, as "protection"; a message's target checks it itself.
   if (!get && !by_msg && (f->flags & abi::mdh::kFlagReadOnly)) {
     p->in_flight.fetch_add(1, std::memory_order_relaxed);
     p->complete(op, cqe::kErrReadOnly);
-    return true;
+    return OfiTaken::kYes;
   }
   const uint64_t base = p->virt_addr ? 0 : f->va;
-  const uint64_t raddr = d->remote_addr - base;
-  const uint64_t key = p->key_of(rh);
-  const uint64_t data = event ? cq_data(op->bte, f->slot, ep->remote_event) : 0;
+  op->how = by_msg && !get ? kHowMsg : get ? kHowRead : kHowWrite;
+  op->local = local;
+  op->length = d->length;
+  op->raddr = d->remote_addr - base;
+  op->key = p->key_of(rh);
+  op->data = event ? cq_data(op->bte, f->slot, ep->remote_event) : 0;
+  op->data_event = event && !sync && !get;
+  op->event_after = get && event;
+  if (amo && cmd->fetching) {
+    op->fetch_va = local;
+    op->fetch_size = cmd->size;
+  }
+  if (sync) {
+    op->sync = true;
+    op->flag = d->sync_flag_value;
+    op->flag_event = event;
+    op->flag_addr = d->sync_flag_addr - base;
+  }
   p->in_flight.fetch_add(1, std::memory_order_relaxed);
   count(n->counters, ctr::cdm::ofi_ops);
   count(n->counters, ctr::cdm::ofi_bytes, length);
-  // Posts one provider operation; a full transmit queue empties as the provider progresses:
-  // retried for up to 2 s. False: refused (the part is completed with the error).
-  auto post = [&](OfiCtx& c, auto&& call) {
-    uint64_t give_up = 0;  // set at the first refusal: no clock read on the common path
-    for (;;) {
-      ssize_t rc = call(&c.ctx);
-      if (rc == 0) return true;
-      if (rc == -FI_EAGAIN && !give_up) give_up = monotonic_ns() + 2000000000ull;
-      if (rc != -FI_EAGAIN || monotonic_ns() > give_up) {
-        p->complete_part(op, rc == -FI_EAGAIN ? cqe::kErrTransient : status_of_error(static_cast<int>(-rc)));
-        return false;
-      }
-      ofi_poll(n);  // room comes as the provider progresses: drive it (the progress thread may keep away)
-      std::this_thread::yield();
+  // Issued now if nothing it may not pass is in flight to its peer (ofi_order.h), else held
+  // until that took effect: the call returns either way. A GET with a remote event counts
+  // as a read: its data is what takes effect first.
+  const OfiPath path = op->how == kHowMsg ? OfiPath::kMsg : get ? OfiPath::kRead : OfiPath::kWrite;
+  const ordering::Class cls = ordering::class_of(forced_ordering(n), d->dlvr_mode, 0);
+  if (!p->order->enter(dest, path, cls, op->order)) {
+    // A chain's members are bounded by their chain (one transaction id): not capped.
+    switch (p->order->hold(dest, path, cls, op, !chain, op->order)) {
+      case OfiAdmit::kGo:
+        break;
+      case OfiAdmit::kHeld:
+        return OfiTaken::kYes;  // op may be issued, even gone, already
+      case OfiAdmit::kFull:
+        p->unlink(op);
+        delete op;
+        p->in_flight.fetch_sub(1, std::memory_order_release);
+        return OfiTaken::kFull;
     }
-  };
-  if (by_msg && !get) {
-    // The reply completes it, with the fetched value stored by the progress thread.
-    if (amo && cmd->fetching) {
-      op->fetch_va = local;
-      op->fetch_size = cmd->size;
-    }
-    op->parts.store(2, std::memory_order_relaxed);
-    p->await_reply(op);
-    const uint64_t id = op->req.h.id;  // op may be gone once its message is posted
-    if (!post(op->part[0], [&](void* ctx) { return fi_send(p->ep, &op->req, sizeof op->req, nullptr, dest, ctx); })) {
-      OfiOp* waiting = nullptr;  // refused: nobody will answer it
-      if (p->take_pending(id, waiting)) p->complete_part(waiting, cqe::kErrTransient);
-    }
-    return true;
   }
-  if (get) {
-    if (event) {  // the read, then the event's message and its reply (the progress thread)
-      op->parts.store(3, std::memory_order_relaxed);
-      op->event_after = true;
-    }
-    const bool then = op->event_after;  // op may be gone once its read is posted
-    if (!post(op->part[0], [&](void* ctx) {
-          return fi_read(p->ep, reinterpret_cast<void*>(local), d->length, nullptr, dest, raddr, key, ctx);
-        }) && then)
-      p->fail_rest(op, 2, cqe::kErrTransient);  // no event without its data
-    return true;
-  }
-  // A PUT; with a sync flag, the flag's write after the data's (ordered: FI_ORDER_WAW; else
-  // the progress thread writes it when the data's write completed), the remote event on the
-  // last write, so it comes when both are in.
-  if (sync) {
-    op->parts.store(2, std::memory_order_relaxed);
-    op->flag = d->sync_flag_value;
-    op->flag_after = !p->waw;
-    op->flag_event = event;
-    op->dest = dest;
-    op->flag_addr = d->sync_flag_addr - base;
-    op->key = key;
-    op->data = data;
-  }
-  const void* src = reinterpret_cast<const void*>(local);
-  const bool data_event = event && !sync;
-  const bool flag_after = sync && !p->waw;  // op may be gone once its data's write is posted
-  const bool sent = post(op->part[0], [&](void* ctx) {
-    return data_event ? fi_writedata(p->ep, src, d->length, nullptr, data, dest, raddr, key, ctx)
-                      : fi_write(p->ep, src, d->length, nullptr, dest, raddr, key, ctx);
-  });
-  if (!sync) return true;
-  if (!sent) {  // no flag without its data
-    p->complete_part(op, cqe::kErrTransient);
-    return true;
-  }
-  if (!flag_after) post(op->part[1], [&](void*) { return p->write_flag(op); });
-  return true;
+  p->issue(op, true);
+  return OfiTaken::kYes;
 }
 
 }  // namespace
 
-bool ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t engine, int32_t tid) {
+OfiTaken ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t engine, int32_t tid) {
   return post_impl(ep, cq, d, kind, engine, tid, nullptr, 0, false);
 }
 
@@ -1441,7 +1569,7 @@ bool ofi_chain_takes(Ep* ep, const gni_post_descriptor_t* m, uint16_t kind) {
   // windows; transaction rules there too), as NIC down does.
   if (!n->ofi || n->fault_page->active.load(std::memory_order_relaxed)) return false;
   if (n->self->state() == abi::kRegionNicDown) return false;
-  return post_impl(ep, nullptr, m, kind, rop::kFma, -1, nullptr, 0, true);
+  return post_impl(ep, nullptr, m, kind, rop::kFma, -1, nullptr, 0, true) == OfiTaken::kYes;
 }
 
 OfiChain* ofi_chain_open(Nic*, Cq* cq, const gni_post_descriptor_t* first, uint32_t local_event, int32_t tid) {
@@ -1456,7 +1584,7 @@ OfiChain* ofi_chain_open(Nic*, Cq* cq, const gni_post_descriptor_t* first, uint3
 void ofi_chain_post(OfiChain* c, Ep* ep, const gni_post_descriptor_t* m, uint16_t kind, uint32_t index) {
   c->left.fetch_add(1, std::memory_order_relaxed);
   // Its peer forgotten since ofi_chain_takes (it died meanwhile): not taken, failed here.
-  if (!post_impl(ep, nullptr, m, kind, rop::kFma, -1, c, index, false)) c->done(index, cqe::kErrTransient);
+  if (post_impl(ep, nullptr, m, kind, rop::kFma, -1, c, index, false) != OfiTaken::kYes) c->done(index, cqe::kErrTransient);
 }
 
 void ofi_chain_close(OfiChain* c, uint32_t fail_index, uint64_t fail_status) {

@@ -5,8 +5,9 @@
 // write. AMOs, CQ writes and GETs' remote events go as messages (nicemu/abi/ofi_msg.h) that
 // the target's port executes against its own registration table, AMOs under the AMO lock
 // every path takes; chained posts (FMA and CQ writes) member by member (ofi_chain_*). SMSG channels go as
-// frames the receiver's port writes into the mailbox (smsg_ofi.h). A post that fails
-// TRANSIENT is judged first: PEER_GONE if the target CDM died (ofi_peer_check.h). At NIC
+// frames the receiver's port writes into the mailbox (smsg_ofi.h). A post that may not pass
+// what is in flight to its peer on the other path is held, not waited for (ofi_order.h).
+// A post that fails TRANSIENT is judged first: PEER_GONE if the target CDM died (ofi_peer_check.h). At NIC
 // down the posts in flight fail NIC_DOWN and a target serves nothing (ofi_nic_down). The port
 // is driven by an application thread polling an empty CQ, else by the CDM's progress
 // thread (ofi_poll below). Everything else across hosts keeps going through the daemons
@@ -50,9 +51,13 @@ bool ofi_nic_down(Nic* n);
 // A registration of the library: registered with the provider too (no-op without a port).
 void ofi_register(Nic* n, const gni_mem_handle_t& h, bool read_only);
 void ofi_deregister(Nic* n, const gni_mem_handle_t& h);
-// A post for another host's node: true if taken here (its events come from the port's
-// progress thread, errors included); false: the caller hands it to the daemon.
-bool ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t engine, int32_t tid);
+// A post for another host's node: kYes if taken here (its events come from the port's
+// progress thread, errors included), issued now or held until what it may not pass to its
+// peer took effect (ofi_order.h: the call never waits for that); kNo: the caller hands it
+// to the daemon; kFull: not taken, the port holds as many posts as it may (the caller
+// returns GNI_RC_ERROR_RESOURCE).
+enum class OfiTaken : uint8_t { kNo, kYes, kFull };
+OfiTaken ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t engine, int32_t tid);
 // An application thread found a CQ of the CDM empty: it drives the provider itself (reads
 // its CQ without blocking, dispatches as the progress thread does), if no other thread is
 // driving it; the progress thread keeps away while the application polls. Cheap without a port.

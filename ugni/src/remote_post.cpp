@@ -130,7 +130,15 @@ gni_return_t post_remote(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_
   if (n->ofi && n->self->state() == abi::kRegionNicDown) [[unlikely]]
     n->nic_down.store(true, std::memory_order_relaxed);
   // The ofi fabric moves a PUT or GET rank to rank (ofi_port.h); the rest goes to the daemon.
-  if (!to_daemons && ofi_post(ep, cq, d, kind, engine, tid)) return GNI_RC_SUCCESS;
+  if (!to_daemons) switch (ofi_post(ep, cq, d, kind, engine, tid)) {
+      case OfiTaken::kYes:
+        return GNI_RC_SUCCESS;
+      case OfiTaken::kFull:  // as when the CDM is out of transaction ids: nothing posted
+        release_tid(n, tid);
+        return GNI_RC_ERROR_RESOURCE;
+      case OfiTaken::kNo:
+        break;
+    }
   // Remembered first: once sent, its events may come (and its tid be reused) at any time.
   ep->nic->to_daemon(tid, cq, ep->local_event, engine == rop::kBte);
   if (send_remote_post(ep, cq, d, kind, engine, tid, nullptr)) return GNI_RC_SUCCESS;

@@ -18,6 +18,7 @@
 #include "nicemu/abi/ofi_smsg.h"
 #include "nicemu/abi/smsg_channel.h"
 #include "nicemu/fault/fault_page.h"
+#include "fault_engine.h"
 #include "ofi_port.h"
 #include "smsg_relay.h"
 
@@ -93,6 +94,7 @@ struct SmsgOfiTx {
     Cq* cq;
     bool done;
     uint64_t st;
+    OfiOrderTicket order;  // in flight towards the receiver until done (ofi_order.h)
   };
   std::deque<Pending> pending;
   // Message frames: `inflight` posted and not completed; while it is kInflight, messages go
@@ -183,22 +185,33 @@ void message_done(SmsgOfiTx* t, uint32_t seq, uint64_t st, uint32_t n = 1) {
     t->fail(st);
     count(t->nic->counters, ctr::cdm::ofi_errors);
   }
-  std::lock_guard<std::mutex> lk(t->mu);
-  uint32_t left = n;
-  for (auto& p : t->pending)
-    if (static_cast<uint32_t>(p.seq - seq) < n) {
-      p.done = true;
-      p.st = st;
-      if (--left == 0) break;
+  // What the messages counted in the port's order give back: all to one receiver (one slot),
+  // given back after t->mu (leave may issue a held message of this channel, which takes it).
+  OfiOrderTicket give[2];
+  int32_t gives[2] = {0, 0};
+  {
+    std::lock_guard<std::mutex> lk(t->mu);
+    uint32_t left = n;
+    for (auto& p : t->pending)
+      if (static_cast<uint32_t>(p.seq - seq) < n) {
+        if (!p.done && p.order.counted) give[p.order.relaxed] = p.order, ++gives[p.order.relaxed];
+        p.done = true;
+        p.st = st;
+        if (--left == 0) break;
+      }
+    while (!t->pending.empty() && t->pending.front().done) {
+      const auto& p = t->pending.front();
+      if (p.cq)
+        p.cq->ring.push(p.st == cqe::kOk
+                            ? cqe::make(cqe::kSrcLocalResponse, cqe::kTypeSmsg, cqe::kOk, cqe::kInfoGlobal, 0, p.msg_id)
+                            : cqe::make(cqe::kSrcLocalRequest, cqe::kTypeSmsg, p.st, cqe::kInfoGlobal, 0, p.msg_id));
+      t->pending.pop_front();
     }
-  while (!t->pending.empty() && t->pending.front().done) {
-    const auto& p = t->pending.front();
-    if (p.cq)
-      p.cq->ring.push(p.st == cqe::kOk
-                          ? cqe::make(cqe::kSrcLocalResponse, cqe::kTypeSmsg, cqe::kOk, cqe::kInfoGlobal, 0, p.msg_id)
-                          : cqe::make(cqe::kSrcLocalRequest, cqe::kTypeSmsg, p.st, cqe::kInfoGlobal, 0, p.msg_id));
-    t->pending.pop_front();
   }
+  if (!gives[0] && !gives[1]) return;
+  if (OfiOrder* o = ofi_order(t->nic))
+    for (int r = 0; r < 2; ++r)
+      if (gives[r]) o->leave(give[r], gives[r]);
 }
 
 // A provider error on a channel's frame: the receiver is gone (connection refused or reset)
@@ -342,6 +355,56 @@ void gather(SmsgOfiTx* t, uint32_t seq, uint32_t remote_event, uint8_t tag, cons
   if (data_length) std::memcpy(f->bytes + off + sizeof rec + header_length, data, data_length);
   f->len = static_cast<uint32_t>(off + sizeof rec + total);
   ++f->count;
+}
+
+// A message in a frame of its own (sm::Msg): sent alone, or held by the port's order.
+Frame* msg_frame(SmsgOfiTx* t, uint32_t seq, uint32_t remote_event, uint8_t tag, const void* header,
+                 uint32_t header_length, const void* data, uint32_t data_length) {
+  const uint32_t total = header_length + data_length;
+  Frame* f = Frame::make(static_cast<uint32_t>(sizeof(sm::Msg) + total));
+  f->type = sm::kMsg;
+  f->tx = t;
+  f->seq = seq;
+  sm::Msg m{};
+  m.h = sm::header(sm::kMsg, t->rx_chan, t->rx_gen, f->len);
+  m.seq = seq;
+  m.remote_event = remote_event;
+  m.length = total;
+  m.tag = tag;
+  std::memcpy(f->bytes, &m, sizeof m);
+  if (header_length) std::memcpy(f->bytes + sizeof m, header, header_length);
+  if (data_length) std::memcpy(f->bytes + sizeof m + header_length, data, data_length);
+  return f;
+}
+
+// A message the port's order held goes into its channel now: its own frame if the channel
+// has room in flight, else into the batch (the frame freed). In sequence order: the held
+// messages of a channel are released in the order they were sent, and a later one is held
+// behind them.
+void release(Nic* n, SmsgOfiTx* t, Frame* f, bool patient) {
+  bool alone;
+  {
+    std::lock_guard<std::mutex> lk(t->qmu);
+    alone = t->inflight < kInflight && !t->batch && t->ready.empty();
+    if (alone) {
+      t->ready.push_back(f);
+    } else {
+      sm::Msg m;
+      std::memcpy(&m, f->bytes, sizeof m);
+      gather(t, m.seq, m.remote_event, m.tag, f->bytes + sizeof m, m.length, nullptr, 0);
+    }
+  }
+  if (!alone) Frame::free(f);
+  flush(n, t, patient);
+}
+
+void set_ticket(SmsgOfiTx* t, uint32_t seq, const OfiOrderTicket& ord) {
+  std::lock_guard<std::mutex> lk(t->mu);
+  for (auto& p : t->pending)
+    if (p.seq == seq) {
+      p.order = ord;
+      return;
+    }
 }
 
 void send_note(Nic* n, SmsgOfiRx* r, uint32_t released, bool patient) {
@@ -604,41 +667,46 @@ gni_return_t smsg_ofi_send(Ep* ep, const void* header, uint32_t header_length, c
     }
   }
   const uint32_t total = header_length + data_length;  // <= smsg_capacity(max_size), checked by the caller
+  // Sent now if nothing it may not pass is in flight to the receiver (a PUT, then the message
+  // announcing it: ofi_order.h), else held by the port's order until that took effect; the
+  // call returns either way, the message counted (credit, sequence number, pending) now.
+  OfiOrderTicket ord;
+  OfiOrder* o = ofi_order(n);
+  const ordering::Class cls = o ? ordering::smsg_class_of(forced_ordering(n), n->smsg_dlvr_mode) : ordering::kDefault;
+  const bool go = !o || o->enter(t->dest, OfiPath::kSmsg, cls, ord);
   {
     std::lock_guard<std::mutex> lk(t->mu);
-    t->pending.push_back({s, msg_id, ep->src_cq, false, 0});
+    t->pending.push_back({s, msg_id, ep->src_cq, false, 0, ord});
   }
   t->sent.store(s + 1, std::memory_order_release);
-  bool alone;
-  {
-    std::lock_guard<std::mutex> lk(t->qmu);
-    alone = t->inflight < kInflight && !t->batch && t->ready.empty();
-    if (!alone) gather(t, s, ep->remote_event, tag, header, header_length, data, data_length);
-  }
-  if (alone) {  // room in flight: a frame of its own, now (through flush, in order)
-    Frame* f = Frame::make(static_cast<uint32_t>(sizeof(sm::Msg) + total));
-    f->type = sm::kMsg;
-    f->tx = t;
-    f->seq = s;
-    sm::Msg m{};
-    m.h = sm::header(sm::kMsg, t->rx_chan, t->rx_gen, f->len);
-    m.seq = s;
-    m.remote_event = ep->remote_event;
-    m.length = total;
-    m.tag = tag;
-    std::memcpy(f->bytes, &m, sizeof m);
-    if (header_length) std::memcpy(f->bytes + sizeof m, header, header_length);
-    if (data_length) std::memcpy(f->bytes + sizeof m + header_length, data, data_length);
+  if (!go) {
+    Frame* f = msg_frame(t, s, ep->remote_event, tag, header, header_length, data, data_length);
+    // Not capped: a channel holds at most its credits. kHeld: it may be sent already.
+    if (o->hold(t->dest, OfiPath::kSmsg, cls, reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(f) | 1), false,
+                ord) == OfiAdmit::kGo) {
+      set_ticket(t, s, ord);
+      release(n, t, f, true);
+    }
+  } else {
+    bool alone;
     {
       std::lock_guard<std::mutex> lk(t->qmu);
-      t->ready.push_back(f);
+      alone = t->inflight < kInflight && !t->batch && t->ready.empty();
+      if (!alone) gather(t, s, ep->remote_event, tag, header, header_length, data, data_length);
     }
-    flush(n, t, true);
-  } else {
-    // Gathered: it goes when the frame in flight completes. Look at the CQ for that
-    // completion now (a streaming sender may not poll), then send what is due.
-    ofi_poll(n);
-    flush(n, t, true);
+    if (alone) {  // room in flight: a frame of its own, now (through flush, in order)
+      Frame* f = msg_frame(t, s, ep->remote_event, tag, header, header_length, data, data_length);
+      {
+        std::lock_guard<std::mutex> lk(t->qmu);
+        t->ready.push_back(f);
+      }
+      flush(n, t, true);
+    } else {
+      // Gathered: it goes when the frame in flight completes. Look at the CQ for that
+      // completion now (a streaming sender may not poll), then send what is due.
+      ofi_poll(n);
+      flush(n, t, true);
+    }
   }
   // On the hardware every SMSG message is an FMA PUT into the peer's mailbox.
   stat_add(n, GNI_STAT_FMA_LAUNCH_COUNT);
@@ -736,6 +804,28 @@ void smsg_ofi_flush(Nic* n) {
     }
     flush(n, t, false);
   }
+}
+
+OfiIssue smsg_ofi_issue_held(Nic* n, void* item, const OfiOrderTicket& ord) {
+  auto* f = static_cast<Frame*>(item);
+  SmsgOfiTx* t = f->tx;
+  set_ticket(t, f->seq, ord);
+  // Its channel failed, or our NIC went down, while it was held: it fails as a send then.
+  uint64_t st = t->state.load(std::memory_order_acquire);
+  if (!st && n->nic_down.load(std::memory_order_relaxed)) st = cqe::kErrNicDown;
+  if (st) {
+    message_done(t, f->seq, st);
+    Frame::free(f);
+    return OfiIssue::kDone;
+  }
+  release(n, t, f, false);  // no room in the provider: the channel parks it (smsg_ofi_flush)
+  return OfiIssue::kDone;
+}
+
+void smsg_ofi_drop_held(Nic*, void* item, uint64_t status) {
+  auto* f = static_cast<Frame*>(item);
+  if (status) message_done(f->tx, f->seq, status);
+  Frame::free(f);
 }
 
 void smsg_ofi_forget(Nic* n) { delete n->smsg_ofi.exchange(nullptr, std::memory_order_acq_rel); }

@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "internal.h"
+#include "ofi_order.h"
 
 namespace nicemu::ugni {
 
@@ -41,6 +42,11 @@ bool smsg_ofi_failed(const Mailbox& m);
 bool smsg_ofi_released(Ep* ep);
 // A frame of ours received by the port's progress thread (ofi_port.cpp).
 void smsg_ofi_on_message(Nic* n, const void* buf, size_t len);
+// A message the port's order held (smsg_ofi_send: a PUT or AMO to its receiver in flight
+// that it may not pass) may go now, counted under `t`: into its channel, in order.
+OfiIssue smsg_ofi_issue_held(Nic* n, void* item, const OfiOrderTicket& t);
+// A held message fails with `status` unsent (its channel with it), or st 0: freed silently.
+void smsg_ofi_drop_held(Nic* n, void* item, uint64_t status);
 // The port is closed: the channels go (ofi_close).
 void smsg_ofi_forget(Nic* n);
 // By the thread driving the port's CQ, at each look: sends message frames a completion's flush
