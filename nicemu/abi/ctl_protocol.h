@@ -435,8 +435,13 @@ struct SmsgRelaySend {
   uint32_t src_cq;        // our CQ slot for the local completion, or kNoCq
   uint32_t length;
   uint8_t tag;
-  uint8_t reserved[7];
+  uint8_t reserved[3];
+  // RemotePosts this CDM had sent on its attach connection when it wrote this message (mod
+  // 2^32): the daemon relays the message only after it has taken that many, so a message
+  // does not pass the CDM's earlier posts, which take the other way (docs/ordering.md).
+  uint32_t posts_before;
 };
+static_assert(offsetof(SmsgRelaySend, posts_before) % 4 == 0 && sizeof(SmsgRelaySend) == sizeof(Header) + 32);
 
 // Library -> its daemon, one-way notes about a CDM's relays (ops kSmsgRelayReleased and
 // kSmsgRelayDoorbell): it released relayed messages up to the mailbox's note_at (shm_layout.h,

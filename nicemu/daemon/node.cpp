@@ -43,11 +43,14 @@ Node::Node(NodeConfig cfg)
                   return quotas_.may_take(remote, Resource::kMailboxes, t.pid(), t.credential());
                 },
                 [this](uint32_t node) { return port_.remote(node); }, port_.remote_sender(),
-                [this](uint32_t node) { return port_.peer_up(node); }}),
+                [this](uint32_t node) { return port_.peer_up(node); },
+                [this](uint64_t attach_id, uint32_t node) { return remote_out_.unsent(attach_id, node); }}),
       ce_(cfg_.nic_addr, CeEnv{port_.sender(), [this](uint64_t id) { return cdms_.live(id); }}) {
   // Messages from other hosts' daemons go from the port to the service of their type.
   using enum Op;
   port_.route({kRmaReply}, remote_out_);
+  // A CDM's relayed SMSG messages wait behind its RMA pieces still to be sent (docs/ordering.md).
+  remote_out_.on_all_sent([this](uint32_t node) { smsg_.rma_sent(node); });
   port_.route({kRmaRequest}, remote_in_);
   port_.route({kOfiAsk, kOfiAnswer}, ofi_);
   ofi_.set_msgq_members([this](uint32_t ptag, uint32_t cookie) {
@@ -147,7 +150,7 @@ const Node::Table& Node::table() {
        [](Node& n, Request& q) { c::datagram(q, n.cdms_, n.dgrams_, n.quotas_, n.ctr_); });
     on({kMsgqJoin, kMsgqLeave, kMsgqConnOpen, kMsgqConnect, kMsgqConnRelease, kMsgqLookup, kMsgqRemoteSend},
        [](Node& n, Request& q) { c::msgq(q, n.nic_, n.creds_, n.cdms_, n.msgqs_, n.port_, n.msgq_relay_, n.ctr_); });
-    on({kRemotePost}, [](Node& n, Request& q) { c::remote_post(q, n.cdms_, n.bte_, n.remote_out_, n.ctr_); });
+    on({kRemotePost}, [](Node& n, Request& q) { c::remote_post(q, n.cdms_, n.bte_, n.remote_out_, n.smsg_, n.ctr_); });
     on({kOfiPublish, kOfiLookup}, [](Node& n, Request& q) { c::ofi(q, n.cdms_, n.port_, n.ofi_, n.ctr_); });
     // kSmsgRelaySend only as a record of the relay ring: one path keeps sends in order.
     on({kSmsgRelayOpen}, [](Node& n, Request& q) { c::smsg_relay_open(q, n.cdms_, n.smsg_, n.ctr_); });

@@ -769,7 +769,7 @@ static int order_mode(gni_ep_handle_t *ep, long n) {
   sa.mem_hndl = mbh;
   if (PMI_Allgather(&sa, sall, sizeof sa) != PMI_SUCCESS) return fail("PMI_Allgather", 1);
   const int peer = rank == 0 ? 1 : 0;
-  /* FABRIC_RMA_ORDER_SMSG=0: without it (the daemons' relay does not keep SMSG behind posts). */
+  /* FABRIC_RMA_ORDER_SMSG=0: without the SMSG pairs. */
   const char *smsg_s = getenv("FABRIC_RMA_ORDER_SMSG");
   const int with_smsg = !smsg_s || strcmp(smsg_s, "0") != 0;
   if (with_smsg && rank < 2 && GNI_SmsgInit(ep[peer], &sa, &sall[peer]) != GNI_RC_SUCCESS) return fail("GNI_SmsgInit", peer);

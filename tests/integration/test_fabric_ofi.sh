@@ -191,13 +191,12 @@ fi
 # PUT then AMO, GET then PUT, PUT then CQ write, PUT then GET; PUT then an SMSG message) in the
 # default and strict classes, over ofi (RMA and messages: two paths, ofi_order.h keeps them in
 # order) and on the daemons' path; the end words, what the GETs read and each CQ write's and
-# SMSG message's word must follow the model. The daemons' path without PUT then SMSG: the relay
-# does not keep a message behind the CDM's earlier posts (a message came before its PUT's
-# data, docs/notes/2026-12-07-ofi-ordering.md).
+# SMSG message's word must follow the model (on the daemons' path the relay keeps a message
+# behind the CDM's earlier posts, docs/notes/2026-12-07-smsg-relay-order.md).
 for way in ofi daemons; do
   case $way in
     ofi) envs=(env) ;;
-    daemons) envs=(env FI_PROVIDER=nicemu-none FABRIC_RMA_ORDER_SMSG=0) ;;
+    daemons) envs=(env FI_PROVIDER=nicemu-none) ;;
   esac
   if netns_hydra 120 2 1 "$TMP/order-$way.log" "${envs[@]}" "$RMA" order 300 &&
       [[ $(grep -c '^fabric_rma order: rank [01]: .* verified' "$TMP/order-$way.log") -eq 2 ]]; then

@@ -50,6 +50,7 @@ struct Rig {
   Wire to1, to0;  // messages to node 1, to node 0
   std::unique_ptr<CdmRegion> sender = make_cdm(0, 10, 1), receiver = make_cdm(1, 20, 2);
   bool receiver_attached = true;
+  uint64_t rma_unsent_of = 0;  // the CDM whose RMA pieces wait to be sent, as RemoteRequester::unsent says
   SmsgRelay a{0, stats0, env(0)}, b{1, stats1, env(1)};
   uint32_t scq = make_cq(*sender), rcq = make_cq(*receiver);
   std::vector<char> mbox_mem = std::vector<char>(abi::smsg_buffer_size(kCredits, kMax) + 4096);
@@ -76,6 +77,7 @@ struct Rig {
       return true;
     };
     e.peer_up = [this, self](uint32_t) { return (self == 0 ? to1 : to0).up; };
+    e.rma_unsent = [this](uint64_t attach_id, uint32_t) { return attach_id == rma_unsent_of; };
     return e;
   }
 
@@ -595,4 +597,62 @@ TEST_CASE("SMSG relay: messages the fabric refuses for a full backlog wait, in o
   }
   CHECK(blk->delivered.load() == 3);
   CHECK(blk->state.load() == 0);
+}
+
+TEST_CASE("SMSG relay: a message waits in the ring for the RemotePosts its CDM sent before it") {
+  Rig r;
+  ctl::SmsgRelayOpenReply rep{};
+  abi::RelayRingCtl* ring = r.open_ring(rep);
+  // Sent after two RemotePosts the daemon has not taken yet; the next one after it too.
+  std::vector<char> m = r.build(rep.relay, 0, "after two posts", 1);
+  ctl::SmsgRelaySend hdr;
+  std::memcpy(&hdr, m.data(), sizeof hdr);
+  hdr.posts_before = 2;
+  std::memcpy(m.data(), &hdr, sizeof hdr);
+  r.ring_push(ring, m);
+  r.ring_push(ring, r.build(rep.relay, 1, "behind it", 2));
+  r.a.doorbell(*r.sender);
+  CHECK(r.to1.q.empty());
+  CHECK(ring->head.load() == 0);
+  CHECK(r.a.status()["held_behind_posts"] == 1);
+  r.sender->took_remote_post();
+  r.a.posts_taken(*r.sender);
+  CHECK(r.to1.q.empty());  // one of two
+  r.sender->took_remote_post();
+  r.a.posts_taken(*r.sender);
+  CHECK(ring->head.load() == ring->tail.load());
+  CHECK(r.pump().empty());
+  abi::MailboxView v = r.mailbox();
+  for (const char* want : {"after two posts", "behind it"}) {
+    abi::MboxSlotHeader* s = abi::smsg_peek(v);
+    REQUIRE(s);
+    CHECK(std::string(reinterpret_cast<char*>(s + 1), s->length) == want);
+    abi::smsg_release(v);
+  }
+  CHECK(r.a.status()["ring_malformed"] == 0);
+}
+
+TEST_CASE("SMSG relay: a message waits behind its CDM's RMA pieces not yet sent to that node") {
+  Rig r;
+  ctl::SmsgRelayOpenReply rep{};
+  r.open(rep, r.attrs());
+  r.rma_unsent_of = r.sender->attach_id();
+  CHECK(r.send(rep.relay, 0, "after the PUT", 1));
+  CHECK(r.send(rep.relay, 1, "and another", 2));
+  r.io.poll();
+  r.io.restart();
+  CHECK(r.to1.q.size() == 1);  // the relay's open (no data) goes; both messages wait
+  r.a.rma_sent(1);             // an early call: the pieces still wait
+  CHECK(r.to1.q.size() == 1);
+  r.rma_unsent_of = 0;
+  r.a.rma_sent(1);
+  CHECK(r.to1.q.size() == 3);
+  CHECK(r.pump().empty());
+  abi::MailboxView v = r.mailbox();
+  for (const char* want : {"after the PUT", "and another"}) {
+    abi::MboxSlotHeader* s = abi::smsg_peek(v);
+    REQUIRE(s);
+    CHECK(std::string(reinterpret_cast<char*>(s + 1), s->length) == want);
+    abi::smsg_release(v);
+  }
 }

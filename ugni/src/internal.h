@@ -209,6 +209,9 @@ struct Nic {
   // the first relay open. relay_mu serialises producers.
   std::mutex relay_mu;
   abi::RelayRingCtl* relay_ring = nullptr;
+  // RemotePosts sent to our daemon (ctl::SmsgRelaySend::posts_before): a relayed message
+  // names how many came before it, and the daemon keeps it behind them.
+  std::atomic<uint32_t> remote_posts_sent{0};
   DgramState dgram;
   std::atomic<uint64_t> ep_serial{0};
   // Fault injection (fault_engine.h): the daemon's fault page, mapped at attach (an all-off

@@ -111,7 +111,9 @@ bool send_remote_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t k
                          static_cast<uint32_t>(buf.size())};
   std::memcpy(buf.data(), &p, sizeof p);
   if (p.inline_length) std::memcpy(buf.data() + sizeof p, reinterpret_cast<const void*>(d->local_addr), p.inline_length);
-  return !n->nic_down.load(std::memory_order_relaxed) && n->conn.send(buf.data(), buf.size());
+  if (n->nic_down.load(std::memory_order_relaxed) || !n->conn.send(buf.data(), buf.size())) return false;
+  n->remote_posts_sent.fetch_add(1, std::memory_order_release);  // after the send: the daemon has it to take
+  return true;
 }
 
 gni_return_t post_remote(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, uint16_t engine,

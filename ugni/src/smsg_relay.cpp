@@ -79,6 +79,7 @@ gni_return_t relay_send(Ep* ep, const void* header, uint32_t header_length, cons
   req.src_cq = ep->src_cq ? ep->src_cq->slot : abi::kNoCq;
   req.length = total;
   req.tag = tag;
+  req.posts_before = n->remote_posts_sent.load(std::memory_order_acquire);
   // Into the CDM's relay ring (abi/relay_ring.h); the daemon takes it from there, and only
   // a daemon that had gone idle needs the doorbell (a system call).
   bool ring_doorbell = false;

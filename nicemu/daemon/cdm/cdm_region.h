@@ -99,6 +99,10 @@ class CdmRegion {
   const abi::counters::CdmCounterBlock* counter_block() const { return counters_; }
   // The daemon's writable view of the header (for the lease, lease_keeper.h).
   abi::RegionHeader* header() const { return reinterpret_cast<abi::RegionHeader*>(base_); }
+  // RemotePosts taken from the owner's connection, mod 2^32: relayed SMSG messages name how
+  // many came before them (ctl::SmsgRelaySend::posts_before) and wait for them (smsg_relay.h).
+  uint32_t remote_posts_taken() const { return remote_posts_taken_; }
+  void took_remote_post() { ++remote_posts_taken_; }
 
  private:
   abi::CqDesc* cq(uint32_t slot) const {
@@ -130,6 +134,7 @@ class CdmRegion {
   abi::DgramRingView dgram_ring_;  // invalid = not allocated yet
   uint64_t dgram_ring_offset_ = 0;
   const abi::counters::CdmCounterBlock* counters_ = nullptr;
+  uint32_t remote_posts_taken_ = 0;
 };
 
 }  // namespace nicemu::daemon

@@ -13,6 +13,7 @@ namespace nicemu::daemon {
 
 class BandwidthInjection;
 class BteEngine;
+class CdmRegion;
 class CdmTable;
 class CeEngine;
 class Credentials;
@@ -75,7 +76,8 @@ void msgq(Request& q, const NicInfo& nic, Credentials& creds, CdmTable& cdms, Ms
 
 // remote.cpp: memory operations and SMSG relays towards other hosts; memory operations on
 // this host that the initiator may not do itself (the BTE engine runs them, bte_proxy.h).
-void remote_post(Request& q, CdmTable& cdms, BteEngine& bte, RemoteRequester& out, Counters& ctr);
+void remote_post(Request& q, CdmTable& cdms, BteEngine& bte, RemoteRequester& out, SmsgRelay& smsg, Counters& ctr);
+void take_remote_post(Request& q, CdmRegion* cdm, BteEngine& bte, RemoteRequester& out, Counters& ctr);
 void smsg_relay_open(Request& q, CdmTable& cdms, SmsgRelay& smsg, Counters& ctr);
 void smsg_relay_note(Request& q, CdmTable& cdms, SmsgRelay& smsg, Counters& ctr);
 // The ofi fabric's addresses (remote/ofi_directory.h): a CDM publishes its own, looks up a

@@ -21,9 +21,20 @@ using namespace nicemu::abi;
 
 // A post of one of our CDMs for a node of another host, or for a process of this host that
 // it may not reach by cross-memory attach (one-way: its outcome is CQ events).
-void control::remote_post(Request& q, CdmTable& cdms, BteEngine& bte, RemoteRequester& out, Counters& ctr) {
-  abi::remote::RemotePost p;
+// Every post counts, taken or malformed, once handed on: a relayed SMSG message the CDM sent
+// after it waits in its ring until then (ctl::SmsgRelaySend::posts_before).
+void control::remote_post(Request& q, CdmTable& cdms, BteEngine& bte, RemoteRequester& out, SmsgRelay& smsg,
+                          Counters& ctr) {
   CdmRegion* cdm = cdms.owned(q.peer);
+  take_remote_post(q, cdm, bte, out, ctr);
+  if (cdm) {
+    cdm->took_remote_post();
+    smsg.posts_taken(*cdm);
+  }
+}
+
+void control::take_remote_post(Request& q, CdmRegion* cdm, BteEngine& bte, RemoteRequester& out, Counters& ctr) {
+  abi::remote::RemotePost p;
   if (!cdm || q.len < sizeof p) {
     ++ctr.malformed_messages;
     return;

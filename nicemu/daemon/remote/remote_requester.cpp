@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
@@ -170,6 +171,7 @@ void RemoteRequester::pump_peer(uint32_t node, PeerState& ps) {
     while (!op.sent_all) {
       const Sent s = send_piece(op, ps);
       if (s == Sent::kSent) continue;
+      ps.stalled = true;
       if (s == Sent::kWindowFull) return;  // answers drain the window and pump again
       // The fabric refused: the peer is down, or its send backlog is full (retried by timer).
       if (reachable_(node) != cqe::kOk) return peer_lost(node);
@@ -182,6 +184,16 @@ void RemoteRequester::pump_peer(uint32_t node, PeerState& ps) {
       ops_.erase(it);
     }
   }
+  if (std::exchange(ps.stalled, false) && all_sent_) all_sent_(node);
+}
+
+bool RemoteRequester::unsent(uint64_t attach_id, uint32_t node) const {
+  auto p = peers_.find(node);
+  if (p == peers_.end()) return false;
+  for (uint64_t id : p->second.ops)
+    if (auto it = ops_.find(id); it != ops_.end() && !it->second.sent_all && it->second.initiator->attach_id() == attach_id)
+      return true;
+  return false;
 }
 
 void RemoteRequester::pump() {

@@ -53,6 +53,11 @@ class RemoteRequester : public FabricService {
   // Sends pieces that waited for window or backlog room (also called by a timer).
   void pump();
   bool waiting() const { return !queue_.empty(); }
+  // Whether a post of the CDM `attach_id` to `node` has pieces not sent yet (waiting for
+  // window or backlog room): its later relayed SMSG messages wait behind them (smsg_relay.h).
+  bool unsent(uint64_t attach_id, uint32_t node) const;
+  // Called with a node whose waiting pieces have all gone out.
+  void on_all_sent(std::function<void(uint32_t node)> f) { all_sent_ = std::move(f); }
   void progress() override {
     if (waiting()) pump();
   }
@@ -75,6 +80,7 @@ class RemoteRequester : public FabricService {
   struct PeerState {
     uint64_t bytes_in_flight = 0;
     std::deque<uint64_t> ops;  // ids in posting order; the front ones may have pieces to send
+    bool stalled = false;      // pieces waited for room since the last all_sent_
   };
 
   // A chain whose members are not all answered yet, keyed by (attach id, chain id).
@@ -105,6 +111,7 @@ class RemoteRequester : public FabricService {
   std::map<std::pair<uint64_t, uint64_t>, Chain> chains_;
   std::deque<uint32_t> queue_;  // peers with pieces waiting for room
   std::vector<char> buf_;       // the piece being built
+  std::function<void(uint32_t)> all_sent_;
   struct {
     uint64_t posts = 0, pieces = 0, bytes_out = 0, bytes_in = 0, errors = 0, lost = 0, dropped = 0, refused = 0,
              chains = 0;

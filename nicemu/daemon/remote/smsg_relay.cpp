@@ -173,9 +173,21 @@ size_t SmsgRelay::drain(CdmRegion& cdm, Ring& r) {
       return broken("record length"), n;
     // Copied out first: the library could change the bytes while we check them.
     std::memcpy(ring_buf_.data(), data + off + 4, len);
+    ctl::Header h;
+    if (len >= sizeof(ctl::SmsgRelaySend)) {
+      // Posted after RemotePosts still in the CDM's connection (docs/ordering.md: posted
+      // transactions take effect in order): it waits in the ring, and so does everything
+      // behind it, until control::remote_post has taken them (posts_taken).
+      ctl::SmsgRelaySend s;
+      std::memcpy(&s, ring_buf_.data(), sizeof s);
+      if (static_cast<int32_t>(s.posts_before - cdm.remote_posts_taken()) > 0) {
+        if (!r.held) ++held_rings_, ++held_;
+        r.held = true;
+        break;
+      }
+    }
     r.head += bytes;
     ++n;
-    ctl::Header h;
     if (len < sizeof h) {
       ++ring_malformed_;
       continue;
@@ -186,6 +198,16 @@ size_t SmsgRelay::drain(CdmRegion& cdm, Ring& r) {
   ctl->head.store(r.head, std::memory_order_release);
   ring_messages_ += n;
   return n;
+}
+
+void SmsgRelay::resume_held(CdmRegion& cdm) {
+  auto it = rings_.find(cdm.attach_id());
+  if (it == rings_.end() || !it->second.held) return;
+  Ring& r = it->second;
+  r.held = false;
+  --held_rings_;
+  drain(cdm, r);
+  if (!r.held) arm_ring(cdm, r);  // as after a doorbell: anything else is taken, or rings
 }
 
 void SmsgRelay::doorbell(CdmRegion& cdm) {
@@ -209,6 +231,10 @@ void SmsgRelay::doorbell(CdmRegion& cdm) {
 void SmsgRelay::arm_ring(CdmRegion& cdm, Ring& r) {
   auto* ctl = reinterpret_cast<RelayRingCtl*>(cdm.heap_ptr(r.offset, kRelayRingBytes));
   if (!ctl || r.broken) return;
+  if (r.held) {  // resume_held takes it on, not a timer: a ring held by a forged count costs nothing
+    r.napping = false;
+    return;
+  }
   ctl->armed.store(1, std::memory_order_seq_cst);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (ctl->tail.load(std::memory_order_seq_cst) == r.head) {
@@ -227,10 +253,11 @@ void SmsgRelay::nap_tick() {
     Ring& r = it->second;
     CdmRegion* cdm = env_.cdm(it->first);
     if (!cdm) {
+      if (r.held) --held_rings_;
       it = rings_.erase(it);
       continue;
     }
-    if (r.napping && !r.broken) {
+    if (r.napping && !r.broken && !r.held) {
       // More than one message since the last drain: still streaming, nap again. One or
       // none (a ping-pong faster than kStreaming looks like this): arm the doorbell.
       if (drain(*cdm, r) > 1)
@@ -299,20 +326,23 @@ bool SmsgRelay::send(CdmRegion& cdm, const char* msg, size_t len, Clock::time_po
   // carries the credit of the message it answers, with no ack (and wake-up) of its own.
   // Queued before the message, so the acks' flush is on the loop ahead of the fabric's.
   ack_released_of(peer);
-  to_peer(peer, buf_.data(), buf_.size());  // may fail `t` (peer down): do not touch it after
+  to_peer(peer, buf_.data(), buf_.size(), cdm.attach_id());  // may fail `t` (peer down): do not touch it after
   arm(kLiveness);
   return true;
 }
 
-void SmsgRelay::to_peer(uint32_t node, const void* msg, size_t len) {
+void SmsgRelay::to_peer(uint32_t node, const void* msg, size_t len, uint64_t attach_id) {
   auto& q = queued_[node];
-  if (q.empty()) {
+  const bool held = behind_rma(attach_id, node);
+  if (q.empty() && !held) {
     if (env_.send(node, msg, len)) return;
     if (!env_.peer_up(node)) return peer_down(node);
   }
-  // The channel's backlog is full: keep the order, try again shortly.
+  // The channel's backlog is full, or the CDM's earlier RMA pieces wait for room (the
+  // requester's all-sent call drains it then): keep the order, try again shortly.
   const char* p = static_cast<const char*>(msg);
-  q.emplace_back(p, p + len);
+  q.push_back(Queued{attach_id, std::vector<char>(p, p + len)});
+  if (held) ++held_;
   arm(kQueueRetry);
 }
 
@@ -320,7 +350,9 @@ void SmsgRelay::drain_queue(uint32_t node) {
   auto it = queued_.find(node);
   if (it == queued_.end()) return;
   auto& q = it->second;
-  while (!q.empty() && env_.send(node, q.front().data(), q.front().size())) q.pop_front();
+  while (!q.empty() && !behind_rma(q.front().attach_id, node) &&
+         env_.send(node, q.front().bytes.data(), q.front().bytes.size()))
+    q.pop_front();
   if (!q.empty() && !env_.peer_up(node)) return peer_down(node);
   if (q.empty()) queued_.erase(it);
 }
@@ -676,7 +708,10 @@ void SmsgRelay::flush_acks() {
 void SmsgRelay::cdm_gone(uint64_t attach_id) {
   if (auto it = rings_.find(attach_id); it != rings_.end()) {
     // What the library put in the ring before it went is sent, as over a socket.
+    // (Its posts were all taken before the connection closed: a message still held named
+    // posts never sent, and goes no further.)
     if (CdmRegion* c = env_.cdm(attach_id)) drain(*c, it->second);
+    if (it->second.held) --held_rings_;
     rings_.erase(it);
   }
   flush_acks();  // what was delivered is acknowledged before any failure
@@ -795,7 +830,7 @@ nlohmann::json SmsgRelay::status() const {
                         {"sent", sent_.value()},         {"delivered", delivered_.value()},
                         {"credit_updates", credit_updates_.value()}, {"failures", failures_.value()},
                         {"rings", rings_.size()},        {"ring_messages", ring_messages_},
-                        {"doorbells", doorbells_},       {"ring_malformed", ring_malformed_},
+                        {"doorbells", doorbells_}, {"held_behind_posts", held_},       {"ring_malformed", ring_malformed_},
                         {"release_notes", release_notes_}};
 }
 

@@ -79,6 +79,9 @@ struct SmsgRelayEnv {
   std::function<bool(uint32_t node)> remote;                             // reached over the fabric
   FabricSend send;                                                       // over the fabric
   std::function<bool(uint32_t node)> peer_up;                            // its channel is up
+  // Whether RMA pieces of CDM `attach_id` to `node` wait to be sent (RemoteRequester::unsent):
+  // its later messages wait behind them.
+  std::function<bool(uint64_t attach_id, uint32_t node)> rma_unsent;
 };
 
 class SmsgRelay : public FabricService {
@@ -104,6 +107,11 @@ class SmsgRelay : public FabricService {
   // send returns false for a malformed message (the caller counts it).
   int open(CdmRegion& cdm, const abi::ctl::SmsgRelayOpen& req, abi::ctl::SmsgRelayOpenReply& rep);
   bool send(CdmRegion& cdm, const char* msg, size_t len, Clock::time_point now = Clock::now());  // now: for the ack deadline
+  // The daemon took a RemotePost of `cdm` (CdmRegion::remote_posts_taken): a message of its
+  // ring that waited for it goes on now.
+  void posts_taken(CdmRegion& cdm) {
+    if (held_rings_) resume_held(cdm);
+  }
   // The library says `cdm` released relayed messages: their senders get credits now.
   void released(CdmRegion& cdm);
   // The library rang the doorbell of `cdm`'s relay ring (abi/relay_ring.h): its messages
@@ -129,6 +137,10 @@ class SmsgRelay : public FabricService {
   // messages waiting for backlog room go first.
   void peer_lost(uint32_t node) override;
   void progress() override;
+  // RMA pieces to `node` that waited have all gone out: messages queued behind them go now.
+  void rma_sent(uint32_t node) {
+    if (queued_.count(node)) drain_queue(node);
+  }
 
   // The CDM detached or died: its tx relays are closed at their peers, its rx relays
   // answered with a failure so their senders learn at once.
@@ -174,16 +186,21 @@ class SmsgRelay : public FabricService {
     uint64_t head = 0;           // our own copy: the shared one is only published
     bool napping = false;        // drained lately: the doorbell stays disarmed
     bool broken = false;         // the library wrote nonsense: nothing more is read
+    bool held = false;           // the next message waits for the CDM's earlier RemotePosts
     std::chrono::steady_clock::time_point last_bell{};
   };
   void arm_ring(CdmRegion& cdm, Ring& r);
   std::optional<uint64_t> ring_for(CdmRegion& cdm);
   size_t drain(CdmRegion& cdm, Ring& r);
+  void resume_held(CdmRegion& cdm);
   void nap_tick();
   void schedule_nap();
 
   abi::SmsgRelayCtl* block(const Tx& t) const;
-  void to_peer(uint32_t node, const void* msg, size_t len);
+  void to_peer(uint32_t node, const void* msg, size_t len, uint64_t attach_id = 0);
+  bool behind_rma(uint64_t attach_id, uint32_t node) const {
+    return attach_id && env_.rma_unsent && env_.rma_unsent(attach_id, node);
+  }
   void drain_queue(uint32_t node);
   void peer_down(uint32_t node);
   void fail(Tx& t, uint32_t status, const std::string& why);
@@ -234,11 +251,18 @@ class SmsgRelay : public FabricService {
   std::map<RxKey, uint64_t> watch_;                         // rx relays with messages not reported released -> receiver
   std::set<std::pair<uint64_t, RxKey>> watch_by_cdm_;       // watch_ by receiver (a note looks at its own)
   std::set<RxKey> short_;                                   // those whose sender is short of credits
-  std::map<uint32_t, std::deque<std::vector<char>>> queued_;  // node -> messages the fabric refused
+  struct Queued {
+    uint64_t attach_id;  // the sending CDM's, 0 for the relay's own messages
+    std::vector<char> bytes;
+  };
+  // node -> messages the fabric refused, or behind RMA pieces of their CDM not yet sent
+  std::map<uint32_t, std::deque<Queued>> queued_;
   std::map<uint64_t, Ring> rings_;                          // attach id -> its relay ring
   std::optional<asio::steady_timer> nap_timer_;
   bool nap_armed_ = false;
   uint64_t ring_messages_ = 0, ring_malformed_ = 0, doorbells_ = 0, release_notes_ = 0;
+  uint64_t held_ = 0;        // messages that waited for their CDM's earlier RemotePosts
+  size_t held_rings_ = 0;    // rings with Ring::held set
   std::vector<char> ring_buf_;                              // the record being handled
   std::vector<char> buf_;                                   // message being built
   // CQEs pushed as a batch (one tail reservation, one wake per CQ, fewer cross-core misses
