@@ -3,7 +3,6 @@
 // 8-byte and 4-byte words and the totals come out exact; every opcode of fact sheet §13
 // once against known values with the fetched value checked; post-time and completion
 // errors (alignment, length, opcode, read-only, bounds, local handle).
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <bit>

@@ -2,7 +2,6 @@
 // by the daemons' BTE engines between processes of one node and of two nodes, events and
 // descriptor identity, alignment and protection errors, dead targets and initiators,
 // many outstanding posts, a full submission ring, per-EP ordering, channel configuration.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <sys/mman.h>

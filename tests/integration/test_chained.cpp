@@ -3,7 +3,6 @@
 // initiator's node and on another node, one completion per chain with the first
 // descriptor, an error in one element failing the chain, every parameter check refusing
 // the whole chain before anything runs; GNI_CtPostCqWrite chains.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <cstring>

@@ -9,7 +9,6 @@
 // provider's progress threads, cancelled asynchronously inside GNI_PostdataProbeWaitById,
 // GNI_CqVectorMonitor and GNI_CqWaitEvent. Run on one node, on two emulated nodes, with the
 // BTE engine and (NICEMU_TEST_FABRIC=1) across hosts.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <pthread.h>

@@ -2,7 +2,6 @@
 // CQ writes, vector waits and monitors, interrupt masks, CQ overrun and recovery, NIC
 // statistics, registration and handle queries, error subscriptions, several CDMs in one
 // process, a process reaching its own NIC address, and the device type.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <atomic>

@@ -2,7 +2,6 @@
 // bound, control calls fail, the client re-attaches once a new daemon runs; and a peer that
 // still holds a mapping of another client's region from the dead daemon writes nothing
 // into that client's memory.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <chrono>

@@ -1,7 +1,6 @@
 // Session-management datagrams against real daemons: directed to wildcard and directed to
 // directed matching on one node and across two emulated nodes, ids, probes, blocking waits,
 // cancellation (also by GNI_EpDestroy, which must wake a blocked probe), and errors.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <cstring>

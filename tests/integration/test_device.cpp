@@ -3,7 +3,6 @@
 // and Aries-only rules of the fact sheet (gen-2 AMO opcodes, GET local alignment, the
 // collective engine); every collective-engine call returning GNI_RC_ILLEGAL_OP on Gemini; flagged
 // posts refused; the bandwidth-injection settings of a NIC shared by its processes.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <cstring>

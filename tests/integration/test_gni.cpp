@@ -1,6 +1,5 @@
 // Integration tests of libugni against real nicemu daemons and real processes: attach and
 // credentials, FMA PUT/GET with events, protection, SMSG, dead peers, daemon shutdown.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <sys/mman.h>

@@ -3,7 +3,6 @@
 // datagram post with GNI_RC_ERROR_RESOURCE, counts the refusals, gives the room back when
 // objects are destroyed or their process exits, and keeps serving a flooding client's
 // neighbours.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <chrono>

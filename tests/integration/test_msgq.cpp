@@ -4,7 +4,6 @@
 // attribute mismatches, dead receivers and senders, NIC down, forged ring entries, and
 // GNI_MsgqProgress's answers as Cray's header defines them (SUCCESS: all messages were
 // processed, none included; NOT_DONE: messages could still be available).
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <sys/mman.h>

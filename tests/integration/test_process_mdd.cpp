@@ -2,7 +2,6 @@
 // process's CDMs is valid for accesses that arrive through its other CDMs of the same
 // domain on that node (UCX registers through its memory domain's CDM and posts through its
 // interfaces'). Deregistration and the registering CDM's destruction end it everywhere.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <cstring>

@@ -2,7 +2,6 @@
 // its memfd (the owner at attach, peers by lookup): no writable shared mapping, no
 // mprotect to write, no write(), no hole punching, no reopening for write, no unsealing.
 // A private writable mapping is allowed and changes nothing that others see.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <fcntl.h>

@@ -4,7 +4,6 @@
 // back as an event, two-operand AMOs posted with both operands' length, and
 // GNI_RDMAMODE_PHYS_ADDR on a user-space RDMA post. Run on one node, on two emulated nodes
 // and (NICEMU_TEST_FABRIC=1) across hosts.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <cstring>

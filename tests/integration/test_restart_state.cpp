@@ -9,7 +9,6 @@
 // own, the UDP fabric on loopback; restart-state-ofi runs the job cases with the daemons on
 // --fabric-data ofi (the jobs' data rank to rank, new CDMs looking their peers up afresh).
 // Every daemon and child is killed by the Cluster's destructor, also when a check fails.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <sys/stat.h>

@@ -5,7 +5,6 @@
 // RDMA transfers with checked data. The daemon survives and keeps serving, the healthy
 // pair's transfers all complete correctly, the target's memory holds only what its real
 // peer wrote, and the scribbler's forged requests complete with error CQEs.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <sys/eventfd.h>

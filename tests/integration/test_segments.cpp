@@ -4,7 +4,6 @@
 // segment boundaries, from the target's node and from another node, with segments out of
 // address order; local multi-segment handles for GETs and RDMA; bounds and read-only
 // errors; the segment table freed on deregistration and full when exhausted.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <sys/mman.h>

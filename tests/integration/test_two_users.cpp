@@ -3,7 +3,6 @@
 // segment, open A's mailboxes, take or revoke A's credential, reach A's registered memory
 // by FMA, CQ write or RDMA, match A's datagrams, or read A's cookie; a second process of A
 // can do what B cannot (the positive control); refusals are counted.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <fcntl.h>

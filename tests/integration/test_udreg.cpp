@@ -6,7 +6,6 @@
 // under a small max_entries; threads registering while others free and remap memory. Every
 // child checks at the end that each real registration was deregistered exactly once and that
 // the daemon holds none of its registrations any more.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <malloc.h>

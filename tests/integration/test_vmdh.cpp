@@ -7,7 +7,6 @@
 // read-only, a reservation not filled in yet); and the block belonging to the node's
 // protection domain, not to one process. One node, two nodes, the BTE engine, and
 // (NICEMU_TEST_FABRIC=1) across hosts.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <cstring>

@@ -1,3 +1,3 @@
-// doctest entry point for the unit tests (no daemon, no other processes).
+// doctest's implementation and entry point, linked into every doctest program (tests/meson.build).
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>

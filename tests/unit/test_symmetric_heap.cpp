@@ -1,7 +1,6 @@
 // The symmetric heap's allocator (dmapp/src/symmetric_heap.h): the same call sequence gives
 // the same addresses, blocks are aligned and never overlap, free space coalesces, realloc
 // in place grows into free space only; XT_SYMMETRIC_HEAP_SIZE parsing.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <cstdlib>

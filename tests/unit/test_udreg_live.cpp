@@ -3,7 +3,6 @@
 // register and release while another unmaps and remaps registered memory; no registration
 // older than the memory it is returned for may come back, and every registration is
 // deregistered exactly once.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <sys/mman.h>
