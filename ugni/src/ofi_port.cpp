@@ -205,6 +205,9 @@ struct OfiReply {
 // executes it at once; an AMO lock waits at most amo::kDaemonLockWaitNs): then the post
 // completes TRANSIENT, as the daemons' path reports a lost peer.
 constexpr uint64_t kReplyTimeoutNs = 5'000'000'000ull;
+// How long a post may stay with a provider that never fails some (post_timeout): then its
+// events come as for a failed connection (TRANSIENT, or PEER_GONE once judged).
+constexpr uint64_t kPostTimeoutNs = 5'000'000'000ull;
 
 // One post in flight: what its completion must produce. A PUT with a sync flag is two
 // provider writes (data, then flag): its events come when both are done. A post done by a
@@ -243,6 +246,7 @@ struct OfiOp {
   OfiOp* live_prev = nullptr;
   OfiOp* live_next = nullptr;
   bool reported = false;  // under live_mu
+  uint64_t posted_at = 0;  // with OfiPort::post_timeout only
   OfiOp() { part[0].op = part[1].op = this; }
 };
 
@@ -295,6 +299,9 @@ struct OfiPort {
   bool cq_data = false;   // 8 bytes of remote CQ data: remote events go rank to rank
   bool waw = false;       // writes ordered (FI_ORDER_WAW): PUT_W_SYNCFLAG goes rank to rank
   bool msgs = false;      // FI_MSG: AMOs, GETs' remote events and CQ writes as messages (ofi_msg.h)
+  // The provider may hold a post forever (udp;ofi_rxd: a key its target does not know, a
+  // dead target): each post gets its events by kPostTimeoutNs at the latest (expire_posts).
+  bool post_timeout = false;
   uint64_t key_mask = ~0ull;
   size_t max_msg = 0;
   std::mutex mu;  // peers, mrs
@@ -387,6 +394,7 @@ struct OfiPort {
   uint64_t serve_amo(const msg::Request& q, uint64_t& fetched);
   void repost(OfiRecv* r);
   void expire(uint64_t now);
+  void expire_posts(uint64_t now);
   void flush_deferred();
   bool progress_once(bool may_sleep);
   void poll_inline(bool wait = false);
@@ -556,6 +564,32 @@ void OfiPort::expire(uint64_t now) {
   for (OfiOp* op : late) complete_part(op, cqe::kErrTransient);  // the peer is gone or does not answer
 }
 
+// Posts the provider has held for kPostTimeoutNs (post_timeout): udp;ofi_rxd neither fails
+// an access through a key its target does not know (the target drops it, and acks nothing
+// after it from us) nor one to a dead target. Each gets its events now, by a stand-in that
+// is judged as a failed connection is (TRANSIENT, PEER_GONE if the target died); the post
+// itself stays with the provider, `reported`, and posts nothing if it ever completes.
+void OfiPort::expire_posts(uint64_t now) {
+  std::vector<OfiOp*> late;
+  {
+    std::lock_guard<std::mutex> lk(live_mu);
+    for (OfiOp* op = live; op; op = op->live_next) {
+      if (op->reported || !op->posted_at || now < op->posted_at + kPostTimeoutNs) continue;
+      op->reported = true;
+      auto* s = new OfiOp;
+      s->cq = op->cq, s->cq_mode = op->cq_mode, s->bte = op->bte, s->local_event = op->local_event;
+      s->tid = op->tid, s->chain = op->chain, s->chain_index = op->chain_index;
+      s->peer = op->peer, s->dest = op->dest;
+      late.push_back(s);
+    }
+  }
+  for (OfiOp* s : late) {
+    link(s);
+    in_flight.fetch_add(1, std::memory_order_relaxed);
+    complete(s, cqe::kErrTransient);
+  }
+}
+
 void OfiPort::repost(OfiRecv* r) {
   // A refusal leaves one buffer fewer (peers' requests then wait in the provider).
   for (int tries = 0; tries < 1000; ++tries) {
@@ -709,10 +743,11 @@ bool OfiPort::progress_once(bool may_sleep) {
   if (!mrs_closed && nic_is_down()) close_mrs();
   do {  // once; `continue` ends it
     flush_deferred();
-    if (msgs) {
+    if (msgs || post_timeout) {
       const uint64_t now = monotonic_ns();
       if (now >= next_expiry) {
-        expire(now);
+        if (msgs) expire(now);
+        if (post_timeout) expire_posts(now);
         next_expiry = now + 100'000'000ull;
       }
     }
@@ -1064,6 +1099,7 @@ void ofi_open(Nic* n, const abi::ctl::AttachReply& rep) {
   p->msgs = (i->caps & FI_MSG) && i->ep_attr->max_msg_size >= msg::kMaxMessage;
   if (i->domain_attr->mr_key_size < 8) p->key_mask = (uint64_t{1} << (8 * i->domain_attr->mr_key_size)) - 1;
   p->max_msg = i->ep_attr->max_msg_size;
+  p->post_timeout = i->fabric_attr->prov_name && std::strstr(i->fabric_attr->prov_name, "ofi_rxd");
   fi_av_attr av_attr{};
   av_attr.type = FI_AV_TABLE;
   fi_cq_attr cq_attr{};
@@ -1307,6 +1343,7 @@ bool post_impl(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind, ui
   if (dry) return true;
 
   auto* op = new OfiOp;
+  if (p->post_timeout) op->posted_at = monotonic_ns();
   p->link(op);
   op->chain = chain;
   op->chain_index = chain_index;
