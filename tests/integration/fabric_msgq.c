@@ -8,14 +8,15 @@
  * checked on delivery (sender, sequence strictly increasing per sender, tag, body), every
  * local completion counted. Then $DIR/streaming.INST, and the stream goes on until the test
  * has SIGKILLed the victim ($DIR/killed). A victim streams until killed.
- * Phase 2 (survivors): keeps sending to every destination; a destination that is the dead
- * victim must answer with an error (a failed GNI_MsgqSend or an error completion) within
- * 10 s of the kill; every GNI_MsgqProgress call must return within 1 s; then AFTER more
+ * Phase 2 (survivors): keeps sending to every destination; the dead victim must answer with
+ * PEER_GONE completions (or a failed GNI_MsgqSend) within 10 s of the kill (its messages
+ * in flight may complete TRANSIENT first: a member that stopped answering); every GNI_MsgqProgress call must return within 1 s; then AFTER more
  * messages to each live destination must all complete without error and be delivered, and
  * an end message closes each stream. Messages in flight at the kill to a live destination
  * of the victim's node may complete with an error (they went through the victim: the error
  * says so, none is lost silently); counted, not failed.
  * Prints "msgq INST: ..." lines the test reads; exit 0 = everything checked. */
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,7 +109,9 @@ struct dest {
   uint32_t seq, ok, err, err_after_kill, last_err_status;
   uint32_t sent_after_recovery, ok_after_recovery;
   int gone;              /* the dead victim: an error seen after the kill */
-  double first_err_at;
+  double first_err_at;   /* any error after the kill */
+  double gone_at;        /* PEER_GONE after the kill, or a failed send */
+  uint32_t first_err_status;
 };
 static struct dest d[MAX_DEST];
 static int nd;
@@ -131,7 +134,8 @@ static void drain(void) {
       d[k].last_err_status = (uint32_t)GNI_CQ_GET_STATUS(e);
       if (killed) {
         d[k].err_after_kill++;
-        if (!d[k].first_err_at) d[k].first_err_at = now_s();
+        if (!d[k].first_err_at) d[k].first_err_at = now_s(), d[k].first_err_status = d[k].last_err_status;
+        if (!d[k].gone_at && d[k].last_err_status == 4 /* PEER_GONE */) d[k].gone_at = now_s();
       }
     }
   }
@@ -140,8 +144,11 @@ static void drain(void) {
 static int progress(void) {
   double t = now_s();
   gni_return_t rc = GNI_MsgqProgress(q, 0);
-  t = now_s() - t;
-  if (t > max_progress) max_progress = t;
+  const double took = now_s() - t;
+  if (took > max_progress) max_progress = took;
+  if (took > 0.5)
+    fprintf(stderr, "msgq %u: GNI_MsgqProgress took %.3f s (%s the kill, at %.2f s)\n", my_inst, took,
+            killed ? "after" : "before", killed ? t - killed_at : 0.0);
   if (rc != GNI_RC_SUCCESS && rc != GNI_RC_NOT_DONE) return die("GNI_MsgqProgress", rc);
   return 0;
 }
@@ -268,21 +275,23 @@ int main(int argc, char **argv) {
   int bad = 0;
   for (int k = 0; k < nd; ++k) {
     if (d[k].inst != victim_inst) continue;
-    while (!d[k].first_err_at) {
+    uint32_t failed_rc = 0;
+    while (!d[k].gone_at) {
       rc = send_one(k, 0);
-      if (rc != GNI_RC_SUCCESS && !d[k].first_err_at) {
-        d[k].first_err_at = now_s();
-        d[k].last_err_status = 1000 + rc;  /* an rc, not a CQE status */
-      }
+      if (rc != GNI_RC_SUCCESS && !d[k].gone_at) d[k].gone_at = now_s(), failed_rc = rc;
       if (progress()) return 1;
       drain();
       if (now_s() > killed_at + 20) break;
       usleep(5000);
     }
-    const double after = d[k].first_err_at ? d[k].first_err_at - killed_at : -1;
-    printf("msgq %u: dead destination %u: error after %.2f s (%s %u), %u errors\n", my_inst, d[k].inst, after,
-           d[k].last_err_status >= 1000 ? "rc" : "status", d[k].last_err_status % 1000, d[k].err);
-    if (!(after >= 0 && after < 10)) bad = 1;
+    const double first = d[k].first_err_at ? d[k].first_err_at - killed_at : -1;
+    const double gone = d[k].gone_at ? d[k].gone_at - killed_at : -1;
+    if (failed_rc)
+      printf("msgq %u: dead destination %u: GNI_MsgqSend rc %u after %.2f s\n", my_inst, d[k].inst, failed_rc, gone);
+    else
+      printf("msgq %u: dead destination %u: first error after %.2f s (status %u), PEER_GONE after %.2f s, %u errors\n",
+             my_inst, d[k].inst, first, d[k].first_err_status, gone, d[k].err);
+    if (!(gone >= 0 && gone < 10)) bad = 1;
     d[k].gone = 1;
   }
   for (int k = 0; k < nd; ++k) {

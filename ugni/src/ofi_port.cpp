@@ -358,6 +358,11 @@ struct OfiPort {
   // kicked); backoff: the futex word it waits on meanwhile (1 while it waits).
   std::atomic<uint64_t> polled_at{0};
   std::atomic<bool> in_sread{false}, kicked{false};
+  // Application threads waiting for drive_mu (poll_inline with wait): the progress thread
+  // leaves it to them and does not go to sleep in fi_cq_sread meanwhile. Without this it
+  // took the mutex again the moment it let go (a mutex is not fair), 100 ms of fi_cq_sread at
+  // a time, and a waiting GNI_MsgqProgress(q, 0) took seconds on a loaded host.
+  std::atomic<uint32_t> drive_waiters{0};
   std::atomic<uint32_t> backoff{0};
   // Posts in flight, for NIC down (ofi_nic_down): our daemon died or shut down. Its posts
   // complete NIC_DOWN at once, as those our daemon held do; and as a target we stop: peers'
@@ -752,8 +757,15 @@ bool OfiPort::progress_once(bool may_sleep) {
       }
     }
     ssize_t k;
-    if (may_sleep && waitable && deferred.empty()) {
+    // in_sread raised, then the waiters read (a waiter raises its count, then reads
+    // in_sread): one of the two sees the other, so no waiter sleeps behind our sread.
+    bool sleep = may_sleep && waitable && deferred.empty();
+    if (sleep) {
       in_sread.store(true, std::memory_order_seq_cst);
+      sleep = drive_waiters.load(std::memory_order_seq_cst) == 0;
+      if (!sleep) in_sread.store(false, std::memory_order_relaxed);
+    }
+    if (sleep) {
       k = fi_cq_sread(cq, e, 16, nullptr, 100);
       in_sread.store(false, std::memory_order_relaxed);
       kicked.store(false, std::memory_order_relaxed);
@@ -861,6 +873,11 @@ void OfiPort::run() {
       backoff.store(0, std::memory_order_relaxed);
       continue;
     }
+    // A poller waits for the lock: its turn first (it wakes us as it leaves).
+    if (const uint32_t w = drive_waiters.load(std::memory_order_acquire)) {
+      abi::futex_wait(&drive_waiters, w, 1'000'000);
+      continue;
+    }
     std::lock_guard<std::mutex> lk(drive_mu);
     // A poller came while we waited for the lock: its turn (checked again above).
     const uint64_t again = polled_at.load(std::memory_order_relaxed);
@@ -875,9 +892,12 @@ void OfiPort::poll_inline(bool wait) {
   std::unique_lock<std::mutex> lk(drive_mu, std::try_to_lock);
   if (!lk.owns_lock() && wait) {
     // The driver's dispatch of what it read finishes first; a progress thread asleep in
-    // fi_cq_sread (holding drive_mu) is woken for it.
+    // fi_cq_sread (holding drive_mu) is woken for it, and keeps away until we are done.
+    drive_waiters.fetch_add(1, std::memory_order_seq_cst);
     if (in_sread.load(std::memory_order_seq_cst)) fi_cq_signal(cq);
     lk.lock();
+    drive_waiters.fetch_sub(1, std::memory_order_release);
+    abi::futex_wake_all(&drive_waiters);
   }
   if (lk.owns_lock()) {
     progress_once(false);
