@@ -284,6 +284,10 @@ static int errors_mode(gni_ep_handle_t *ep, const struct peer_info *all) {
   if (rank == 1 && GNI_MemDeregister(nic, &ph) != GNI_RC_SUCCESS) return fail("deregister", 0);
   PMI_Barrier();
   int bad = 0;
+  /* FABRIC_RMA_ERRORS_POSTS_ONLY: the six posts through the stale handle and the page's
+   * check only (udp;ofi_rxd: after a key its target does not know, the provider delivers
+   * nothing more to that target, so the rest would only time out). */
+  const int posts_only = getenv("FABRIC_RMA_ERRORS_POSTS_ONLY") != NULL;
   if (rank == 0) {
     gni_post_descriptor_t d;
     const struct { gni_post_type_t t; int rdma; const char *name; } posts[] = {
@@ -302,6 +306,9 @@ static int errors_mode(gni_ep_handle_t *ep, const struct peer_info *all) {
       if (st > 0) printf("fabric_rma errors: %s through a deregistered handle: error event, status %ld\n", posts[i].name, st - 1);
       else { bad = 1; fail(posts[i].name, st); }
     }
+  }
+  if (rank == 0 && !posts_only) {
+    gni_post_descriptor_t d;
     /* AMOs, executed by the target (the daemons' responder, or its own progress thread on the
      * ofi fabric), checked against its table: the exact error, once a dropped connection is
      * past. */
@@ -359,7 +366,7 @@ static int errors_mode(gni_ep_handle_t *ep, const struct peer_info *all) {
     int live[3] = {0, 0, 0};
     gni_cq_entry_t e;
     gni_return_t rc;
-    while ((rc = GNI_CqGetEvent(rcq, &e)) == GNI_RC_SUCCESS) {
+    while (!posts_only && (rc = GNI_CqGetEvent(rcq, &e)) == GNI_RC_SUCCESS) {
       const uint64_t v = GNI_CQ_GET_DATA(e);
       if ((v & ~0xFFFFull) != CHAIN_ERR_TAG || (v & 0xFF) > 2) {
         bad = 1;
@@ -368,8 +375,10 @@ static int errors_mode(gni_ep_handle_t *ep, const struct peer_info *all) {
       }
       ++live[v & 0xFF];
     }
-    if (rc != GNI_RC_NOT_DONE) { bad = 1; fail("remote CQ", rc); }
-    if (live[0] && live[2] && !live[1])
+    if (!posts_only && rc != GNI_RC_NOT_DONE) { bad = 1; fail("remote CQ", rc); }
+    if (posts_only)
+      ;
+    else if (live[0] && live[2] && !live[1])
       printf("fabric_rma errors: chained CQ write: the live members' entries delivered, the stale one's not\n");
     else { bad = 1; fail("chained CQ write entries (first, stale, last)", live[0] * 100 + live[1] * 10 + live[2]); }
     for (int i = 0; i < 4096; ++i)

@@ -15,6 +15,8 @@
 # ofi port asks the daemons whether the target lives); the expected outcome of each is
 # checked too, every streamed post completes within 5 s of the first error, and over ofi
 # only phases 1 and 6 of 1..6 went rank to rank (the CDM's ofi_ops: 4).
+# Then over udp;ofi_rxd six posts through a key the target does not know (fabric_rma errors):
+# each completes with an error event (the port's post timeout), nothing is written.
 # Needs root, ip, python3, mpiexec.hydra and a libugni built with libfabric; otherwise 77.
 # Usage: test_fabric_ofi_faults.sh BUILD_DIR ofi|no-ofi     Exit: 0 pass, 1 fail, 77 skip.
 set -u
@@ -38,8 +40,8 @@ netns_fabric "$SW" "$NET" "${NS[@]}"
 PROG=$BUILD/tests/integration/fabric_faults
 PHASES=8
 KILL=7  # the phase that kills the target
-# Runs with the kill (1) or with phase 7 as phase 6 (0): udp;ofi_rxd never completes a post
-# to a dead peer (docs/ofi-fabric.md), so its run leaves the kill out.
+# Runs with the kill (1) or with phase 7 as phase 6 (0). udp;ofi_rxd never fails a post to
+# a dead peer itself: the port's post timeout (5 s) does, then the verdict (PEER_GONE).
 WITH_KILL=1
 
 # cdm_ofi_ops: the ofi_ops counter of host 0's CDM (the initiator's), as its daemon last
@@ -166,8 +168,23 @@ run_phases udp udp && check udp
 printf '    %-14s fma ms by phase:' udp; awk '$1 == "phase" && $3 == "fma" {printf " %s", $11}' "$TMP/udp.log"; echo
 run_phases ofi-tcp ofi 'tcp;ofi_rxm' && { check ofi-tcp; compare ofi-tcp; }
 if fi_info -p 'udp;ofi_rxd' >/dev/null 2>&1; then
-  WITH_KILL=0
   run_phases ofi-rxd ofi 'udp;ofi_rxd' && { check ofi-rxd; compare ofi-rxd; }
+  # A key the target does not know: udp;ofi_rxd drops the access and never fails it; the
+  # port's post timeout gives each post its error event (fabric_rma errors, its six posts
+  # through a deregistered handle), none hangs, nothing is written.
+  for i in 0 1; do fabric_daemon "$i" --fabric-data ofi --ofi-provider 'udp;ofi_rxd'; done
+  fabric_cred 1
+  t0=$SECONDS
+  if netns_hydra 180 2 1 "$TMP/rxd-errors.log" env FABRIC_RMA_ERRORS_POSTS_ONLY=1 "$BUILD/tests/integration/fabric_rma" errors &&
+      [[ $(grep -c 'through a deregistered handle: error event' "$TMP/rxd-errors.log") -eq 6 ]] &&
+      grep -q 'deregistered page is untouched' "$TMP/rxd-errors.log"; then
+    pass "ofi-rxd: six posts through a key the target does not know: error events in $((SECONDS - t0)) s, nothing written"
+    grep -o 'status [0-9]*' "$TMP/rxd-errors.log" | sort | uniq -c | sed 's/^/    /'
+  else
+    fail "ofi-rxd: posts through an unknown key"; show_log "$TMP/rxd-errors.log"
+  fi
+  stop_daemons
+  DAEMON_PID=()
 else
   echo "    udp;ofi_rxd: not in this libfabric, phase skipped"
 fi

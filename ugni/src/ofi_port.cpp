@@ -207,6 +207,9 @@ struct OfiReply {
 // executes it at once; an AMO lock waits at most amo::kDaemonLockWaitNs): then the post
 // completes TRANSIENT, as the daemons' path reports a lost peer.
 constexpr uint64_t kReplyTimeoutNs = 5'000'000'000ull;
+// How long a post may stay with a provider that never fails some (post_timeout): then its
+// events come as for a failed connection (TRANSIENT, or PEER_GONE once judged).
+constexpr uint64_t kPostTimeoutNs = 5'000'000'000ull;
 
 // One post in flight: what its completion must produce. A PUT with a sync flag is two
 // provider writes (data, then flag): its events come when both are done. A post done by a
@@ -254,6 +257,7 @@ struct OfiOp {
   bool sync = false, data_event = false;
   uint64_t local = 0, length = 0, raddr = 0;
   uint64_t refused_at = 0;  // a held post: when the provider first had no room for it
+  uint64_t posted_at = 0;  // with OfiPort::post_timeout only
   OfiOp() { part[0].op = part[1].op = this; }
 };
 
@@ -316,6 +320,9 @@ struct OfiPort {
   bool cq_data = false;   // 8 bytes of remote CQ data: remote events go rank to rank
   bool waw = false;       // writes ordered (FI_ORDER_WAW): PUT_W_SYNCFLAG goes rank to rank
   bool msgs = false;      // FI_MSG: AMOs, GETs' remote events and CQ writes as messages (ofi_msg.h)
+  // The provider may hold a post forever (udp;ofi_rxd: a key its target does not know, a
+  // dead target): each post gets its events by kPostTimeoutNs at the latest (expire_posts).
+  bool post_timeout = false;
   uint64_t key_mask = ~0ull;
   size_t max_msg = 0;
   std::mutex mu;  // peers, mrs
@@ -374,6 +381,11 @@ struct OfiPort {
   // kicked); backoff: the futex word it waits on meanwhile (1 while it waits).
   std::atomic<uint64_t> polled_at{0};
   std::atomic<bool> in_sread{false}, kicked{false};
+  // Application threads waiting for drive_mu (poll_inline with wait): the progress thread
+  // leaves it to them and does not go to sleep in fi_cq_sread meanwhile. Without this it
+  // took the mutex again the moment it let go (a mutex is not fair), 100 ms of fi_cq_sread at
+  // a time, and a waiting GNI_MsgqProgress(q, 0) took seconds on a loaded host.
+  std::atomic<uint32_t> drive_waiters{0};
   std::atomic<uint32_t> backoff{0};
   // Posts in flight, for NIC down (ofi_nic_down): our daemon died or shut down. Its posts
   // complete NIC_DOWN at once, as those our daemon held do; and as a target we stop: peers'
@@ -413,6 +425,7 @@ struct OfiPort {
   uint64_t serve_amo(const msg::Request& q, uint64_t& fetched);
   void repost(OfiRecv* r);
   void expire(uint64_t now);
+  void expire_posts(uint64_t now);
   void flush_deferred();
   bool progress_once(bool may_sleep);
   void poll_inline(bool wait = false);
@@ -536,6 +549,11 @@ OfiIssue OfiPort::issue(OfiOp* op, bool patient) {
   if (!patient && nic_is_down()) {  // held until our NIC went down: failed as every post then
     complete(op, cqe::kErrNicDown);
     return OfiIssue::kDone;
+  }
+  // Timed from its issue, not its post: a held post is not yet with the provider.
+  if (post_timeout) {  // under live_mu: expire_posts reads it from another thread
+    std::lock_guard<std::mutex> lk(live_mu);
+    op->posted_at = monotonic_ns();
   }
   // 1: posted; 0: refused (the part completed with the error); -1: no room, nothing posted.
   auto post = [&](OfiCtx& c, auto&& call) {
@@ -681,6 +699,32 @@ void OfiPort::expire(uint64_t now) {
     }
   }
   for (OfiOp* op : late) complete_part(op, cqe::kErrTransient);  // the peer is gone or does not answer
+}
+
+// Posts the provider has held for kPostTimeoutNs (post_timeout): udp;ofi_rxd neither fails
+// an access through a key its target does not know (the target drops it, and acks nothing
+// after it from us) nor one to a dead target. Each gets its events now, by a stand-in that
+// is judged as a failed connection is (TRANSIENT, PEER_GONE if the target died); the post
+// itself stays with the provider, `reported`, and posts nothing if it ever completes.
+void OfiPort::expire_posts(uint64_t now) {
+  std::vector<OfiOp*> late;
+  {
+    std::lock_guard<std::mutex> lk(live_mu);
+    for (OfiOp* op = live; op; op = op->live_next) {
+      if (op->reported || !op->posted_at || now < op->posted_at + kPostTimeoutNs) continue;
+      op->reported = true;
+      auto* s = new OfiOp;
+      s->cq = op->cq, s->cq_mode = op->cq_mode, s->bte = op->bte, s->local_event = op->local_event;
+      s->tid = op->tid, s->chain = op->chain, s->chain_index = op->chain_index;
+      s->peer = op->peer, s->dest = op->dest;
+      late.push_back(s);
+    }
+  }
+  for (OfiOp* s : late) {
+    link(s);
+    in_flight.fetch_add(1, std::memory_order_relaxed);
+    complete(s, cqe::kErrTransient);
+  }
 }
 
 void OfiPort::repost(OfiRecv* r) {
@@ -840,16 +884,24 @@ bool OfiPort::progress_once(bool may_sleep) {
   do {  // once; `continue` ends it
     flush_deferred();
     if (order->any_parked()) order->pump();  // held posts the provider had no room for
-    if (msgs) {
+    if (msgs || post_timeout) {
       const uint64_t now = monotonic_ns();
       if (now >= next_expiry) {
-        expire(now);
+        if (msgs) expire(now);
+        if (post_timeout) expire_posts(now);
         next_expiry = now + 100'000'000ull;
       }
     }
     ssize_t k;
-    if (may_sleep && waitable && deferred.empty()) {
+    // in_sread raised, then the waiters read (a waiter raises its count, then reads
+    // in_sread): one of the two sees the other, so no waiter sleeps behind our sread.
+    bool sleep = may_sleep && waitable && deferred.empty();
+    if (sleep) {
       in_sread.store(true, std::memory_order_seq_cst);
+      sleep = drive_waiters.load(std::memory_order_seq_cst) == 0;
+      if (!sleep) in_sread.store(false, std::memory_order_relaxed);
+    }
+    if (sleep) {
       // A held post the provider had no room for: looked at again within 1 ms (pump).
       k = fi_cq_sread(cq, e, 16, nullptr, order->any_parked() ? 1 : 100);
       in_sread.store(false, std::memory_order_relaxed);
@@ -958,6 +1010,11 @@ void OfiPort::run() {
       backoff.store(0, std::memory_order_relaxed);
       continue;
     }
+    // A poller waits for the lock: its turn first (it wakes us as it leaves).
+    if (const uint32_t w = drive_waiters.load(std::memory_order_acquire)) {
+      abi::futex_wait(&drive_waiters, w, 1'000'000);
+      continue;
+    }
     std::lock_guard<std::mutex> lk(drive_mu);
     // A poller came while we waited for the lock: its turn (checked again above).
     const uint64_t again = polled_at.load(std::memory_order_relaxed);
@@ -972,9 +1029,12 @@ void OfiPort::poll_inline(bool wait) {
   std::unique_lock<std::mutex> lk(drive_mu, std::try_to_lock);
   if (!lk.owns_lock() && wait) {
     // The driver's dispatch of what it read finishes first; a progress thread asleep in
-    // fi_cq_sread (holding drive_mu) is woken for it.
+    // fi_cq_sread (holding drive_mu) is woken for it, and keeps away until we are done.
+    drive_waiters.fetch_add(1, std::memory_order_seq_cst);
     if (in_sread.load(std::memory_order_seq_cst)) fi_cq_signal(cq);
     lk.lock();
+    drive_waiters.fetch_sub(1, std::memory_order_release);
+    abi::futex_wake_all(&drive_waiters);
   }
   if (lk.owns_lock()) {
     progress_once(false);
@@ -1223,6 +1283,7 @@ void ofi_open(Nic* n, const abi::ctl::AttachReply& rep) {
   }
   if (i->domain_attr->mr_key_size < 8) p->key_mask = (uint64_t{1} << (8 * i->domain_attr->mr_key_size)) - 1;
   p->max_msg = i->ep_attr->max_msg_size;
+  p->post_timeout = i->fabric_attr->prov_name && std::strstr(i->fabric_attr->prov_name, "ofi_rxd");
   fi_av_attr av_attr{};
   av_attr.type = FI_AV_TABLE;
   fi_cq_attr cq_attr{};
