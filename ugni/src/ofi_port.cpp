@@ -65,6 +65,7 @@ OfiOrder* ofi_order(Nic*) { return nullptr; }
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "amo_lock.h"
@@ -717,6 +718,9 @@ void OfiPort::expire_posts(uint64_t now) {
       s->cq = op->cq, s->cq_mode = op->cq_mode, s->bte = op->bte, s->local_event = op->local_event;
       s->tid = op->tid, s->chain = op->chain, s->chain_index = op->chain_index;
       s->peer = op->peer, s->dest = op->dest;
+      // Its place in the order goes with its events: posts held behind it go once they are
+      // posted (complete reads op->order only after its unlink, under this lock).
+      s->order = std::exchange(op->order, OfiOrderTicket{});
       late.push_back(s);
     }
   }
