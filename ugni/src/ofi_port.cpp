@@ -1203,18 +1203,15 @@ void OfiPort::teardown() {
   if (cq) fi_close(&cq->fid);
   // Posts whose events a stand-in gave (expire_posts: udp;ofi_rxd never completed them) and
   // that the provider still held: it has let go of them with its endpoint and queue.
+  std::vector<OfiOp*> reported;
   {
     std::lock_guard<std::mutex> lk2(live_mu);
-    for (OfiOp* op = live; op;) {
-      OfiOp* next = op->live_next;
-      if (op->reported) {
-        if (op->live_prev) op->live_prev->live_next = next;
-        else live = next;
-        if (next) next->live_prev = op->live_prev;
-        delete op;
-      }
-      op = next;
-    }
+    for (OfiOp* op = live; op; op = op->live_next)
+      if (op->reported) reported.push_back(op);
+  }
+  for (OfiOp* op : reported) {
+    unlink(op);
+    delete op;
   }
   if (domain) fi_close(&domain->fid);
   if (fabric) fi_close(&fabric->fid);
