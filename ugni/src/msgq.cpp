@@ -362,7 +362,7 @@ gni_return_t send_other_host(Msgq* q, Ep* ep, const void* hdr, uint32_t hdr_len,
   const int64_t window = q->attrs.smsg_q_sz;
   // A member of that node died: its successor says first how many of the ring's slots are
   // still taken (msgq_ofi.h), so the credit below counts them.
-  if (q->nic->ofi) msgq_ofi_settle(q->nic, ep->remote_addr);
+  if (q->nic->ofi) msgq_ofi_settle(q->nic, ep->remote_addr, cr);
   uint64_t s = cr->sent.load(std::memory_order_acquire);
   do {
     if (static_cast<int64_t>(s - cr->returned.load(std::memory_order_acquire)) >= window) {

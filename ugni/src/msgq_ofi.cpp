@@ -602,9 +602,11 @@ void msgq_ofi_tick(Nic* n) {
     const auto& q = it_prev->second.pending;
     if (q.empty()) continue;
     any = true;
-    // The oldest message's reply: overdue, the member is silent (dead, or its node's daemon
-    // gone with the segment, or slow): judged (a verdict drops the stream).
-    if (q.front().sent && now > q.front().since + kReplyTimeoutNs) suspect(s, pe, it_prev->second);
+    // The oldest message's reply (or, not yet completed at the provider, the frame itself:
+    // with delivery complete a frame to a dead member may never complete) overdue: the
+    // member is silent (dead, or its node's daemon gone with the segment, or slow): judged
+    // (a verdict drops the stream).
+    if (now > q.front().since + kReplyTimeoutNs) suspect(s, pe, it_prev->second);
   }
   if (!any) s->any_pending.store(false, std::memory_order_relaxed);
 }
@@ -616,7 +618,7 @@ void msgq_ofi_release(Nic* n) {
   for (auto& [pe, t] : s->tx) t.cr = nullptr;  // the segment is unmapped next: late credits go nowhere
 }
 
-void msgq_ofi_settle(Nic* n, uint32_t pe) {
+void msgq_ofi_settle(Nic* n, uint32_t pe, abi::msgq::TxCredit* cr) {
   MsgqOfi* s = n->msgq_ofi.load(std::memory_order_acquire);
   if (!s || !s->any_resync.load(std::memory_order_relaxed)) return;
   std::unique_lock<std::mutex> lk(s->mu);
@@ -633,6 +635,7 @@ void msgq_ofi_settle(Nic* n, uint32_t pe) {
   t.dest = dest;
   t.chan = ofi_mix(s->salt ^ ++s->streams);
   t.syncing = true;
+  t.cr = cr;
   const uint64_t chan = t.chan;
   MsgqOfi::Tx& mine = s->tx.emplace(pe, std::move(t)).first->second;
   Frame* f = make_send(n, mf::kAsk, pe, mine, 0, 0, nullptr, 0, nullptr, 0, mf::kSyncAsk);

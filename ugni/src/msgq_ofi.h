@@ -64,7 +64,7 @@ bool msgq_ofi_send(Nic* n, abi::msgq::TxCredit* cr, uint64_t ticket, uint32_t pe
                    uint32_t hdr_len, const void* msg, uint32_t msg_len, uint32_t msg_id, uint8_t tag, Cq* snd_cq);
 // Before a send to `pe` takes a credit: if the stream to it is being synchronised with a new
 // member (the old one died), waits for the answer (1 s at most), driving the port.
-void msgq_ofi_settle(Nic* n, uint32_t pe);
+void msgq_ofi_settle(Nic* n, uint32_t pe, abi::msgq::TxCredit* cr);
 // A send to `pe` found no credit: ask its member for the freed slots (if we stream to one).
 void msgq_ofi_ask(Nic* n, uint32_t pe);
 // A frame of ours received by the port (ofi_port.cpp).
