@@ -194,6 +194,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   const uint32_t victim_inst = (uint32_t)strtoul(victim_s, NULL, 0);
+  /* FABRIC_MSGQ_PAUSE: the instance that stops reading when $DIR/pause appears (0: none). */
+  const uint32_t pause_inst = getenv("FABRIC_MSGQ_PAUSE") ? (uint32_t)strtoul(getenv("FABRIC_MSGQ_PAUSE"), NULL, 0) : 0;
   gni_cdm_handle_t cdm;
   gni_nic_handle_t nic;
   uint32_t my_addr;
@@ -269,6 +271,13 @@ int main(int argc, char **argv) {
       printf("msgq %u: phase 1: %u rounds to %d destinations, %u delivered, %u bad\n", my_inst, ROUNDS, nd, rx.total,
              rx.bad);
       fflush(stdout);
+    }
+    if (pause_inst == my_inst && !killed && exists("pause")) {
+      /* Stop reading until 8 s after the kill: the ring for the other node fills with
+       * messages the victim stored, which the member taking over must count. */
+      while (!exists("killed")) usleep(10000);
+      killed = 1, killed_at = now_s();
+      while (now_s() < killed_at + 8) usleep(10000);
     }
     if (!killed && exists("killed")) killed = 1, killed_at = now_s();
     if (killed || r > 100000) break;

@@ -68,6 +68,7 @@ struct MsgqOfi {
     uint32_t member_inst = kNoInst;  // as its replies say
     abi::msgq::TxCredit* cr = nullptr;
     bool asking = false;  // an Ask is out, not answered yet
+    uint64_t unanswered_since = 0;  // the first Ask since the last answer: a silent member is judged
     bool judging = false;  // suspect: our daemon is asked whether the member lives
     bool syncing = false;  // the sync Ask is out (the member took over from a dead one)
     uint64_t ask_at = 0;
@@ -487,6 +488,7 @@ void on_reply(Nic* n, MsgqOfi* s, const mf::Reply& r) {
   if (r.ask) {
     if (t->syncing) take_credits(t->cr, r.adopted);  // given back when the old member died
     t->asking = t->syncing = false;
+    t->unanswered_since = 0;
     return;
   }
   const uint64_t st = r.status < cqe::kErrStatusLast ? r.status : cqe::kErrPeerGone;
@@ -560,6 +562,8 @@ void msgq_ofi_ask(Nic* n, uint32_t pe) {
   MsgqOfi::Tx& t = it->second;
   t.asking = true;
   t.ask_at = now;
+  if (!t.unanswered_since) t.unanswered_since = now;
+  s->any_pending.store(true, std::memory_order_relaxed);
   Frame* f = make_send(n, mf::kAsk, pe, t, 0, 0, nullptr, 0, nullptr, 0, 0);
   const uint64_t dest = t.dest;
   lk.unlock();
@@ -600,13 +604,16 @@ void msgq_ofi_tick(Nic* n) {
   for (auto it_prev = s->tx.begin(); it_prev != s->tx.end(); ++it_prev) {
     const uint32_t pe = it_prev->first;
     const auto& q = it_prev->second.pending;
-    if (q.empty()) continue;
+    const uint64_t asked = it_prev->second.unanswered_since;
+    if (q.empty() && !asked) continue;
     any = true;
     // The oldest message's reply (or, not yet completed at the provider, the frame itself:
-    // with delivery complete a frame to a dead member may never complete) overdue: the
-    // member is silent (dead, or its node's daemon gone with the segment, or slow): judged
-    // (a verdict drops the stream).
-    if (now > q.front().since + kReplyTimeoutNs) suspect(s, pe, it_prev->second);
+    // with delivery complete a frame to a dead member may never complete), or an Ask's
+    // answer (a sender out of credits sends nothing else), overdue: the member is silent
+    // (dead, or its node's daemon gone with the segment, or slow): judged (a verdict drops
+    // the stream).
+    if ((!q.empty() && now > q.front().since + kReplyTimeoutNs) || (asked && now > asked + kReplyTimeoutNs))
+      suspect(s, pe, it_prev->second);
   }
   if (!any) s->any_pending.store(false, std::memory_order_relaxed);
 }
