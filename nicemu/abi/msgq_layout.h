@@ -166,9 +166,13 @@ static_assert(sizeof(MemberRw) == 128 && offsetof(MemberRw, delivered) == 64);
 struct TxCredit {
   alignas(64) std::atomic<uint64_t> sent;  // taken by senders
   std::atomic<uint64_t> returned;          // given back by the daemon
-  uint64_t reserved[6];
+  // MSGQ over the ofi fabric (ugni/src/msgq_ofi.h): the last member of the target node our
+  // senders lost, (a hash of its address << 32) | the low 32 bits of `sent` when the first of
+  // them gave the credits back; 0 none. Written by CAS; the daemon never touches it.
+  std::atomic<uint64_t> lost;
+  uint64_t reserved[5];
 };
-static_assert(sizeof(TxCredit) == 64 && offsetof(TxCredit, returned) == 8);
+static_assert(sizeof(TxCredit) == 64 && offsetof(TxCredit, returned) == 8 && offsetof(TxCredit, lost) == 16);
 
 struct RingCtl {
   alignas(64) std::atomic<uint64_t> tail;

@@ -8,6 +8,11 @@
 //       destination woken; answered with a Reply (seq, status, credits)
 //   sender --Ask (a sender of that node is out of credits)--> member: answered with a Reply
 //       (status kOk, seq 0, `ask` set) carrying the credits freed since the last report
+//   sender --Ask with `tag` kSyncAsk (its first frame to a member that took over from a dead
+//       one)--> member: takes over the ring slots of the origin node it does not yet track
+//       (stored by the dead member, still unread) and says how many (`adopted`): their credits,
+//       which the sender gave back when the old member died, are taken again, and come back
+//       as those slots are read
 //
 // Credits are the origin node's (TxCredit): the member remembers the ring position of every
 // message it stored per (credential, origin node) and, in each Reply, hands out once the
@@ -25,13 +30,15 @@
 namespace nicemu::abi::ofimsgq {
 
 inline constexpr uint32_t kMagic = 0x4F514D47;  // "GMQO" on the wire: not ofimsg, ofismsg or ctl
-inline constexpr uint16_t kVersion = 1;
+inline constexpr uint16_t kVersion = 2;  // 2: Reply.member_inst, adopted; the sync Ask
 inline constexpr uint32_t kMaxPayload = 128;  // msgq::kMaxMsgSize: header + message
+inline constexpr uint32_t kMaxSlots = 65536;   // msgq::kMaxQueueSlots: a ring's depth
 // The route (OfiLookup) that names "a member of the MSGQ segment of the asker's credential"
 // on a node, instead of a memory domain (mem_handle.h: domains < 4096, kVmdhRoute 0x80000000).
 inline constexpr uint32_t kMsgqRoute = 0x40000000u;
 
 enum Type : uint16_t { kSend = 1, kAsk = 2, kReply = 3 };
+inline constexpr uint8_t kSyncAsk = 1;  // Send.tag of an Ask that asks for the ring's unread slots
 
 struct Header {
   uint32_t magic;
@@ -65,8 +72,10 @@ struct Reply {
   uint64_t status;  // a CQE status (cq_entry.h): 0 stored
   uint32_t freed;   // ring slots of the origin node freed since the member's last report
   uint32_t ask;     // 1: answers an Ask (seq 0), 0: a Send
+  uint32_t member_inst;  // the member's own instance: a sender tells its messages to it apart
+  uint32_t adopted;      // a sync Ask's answer: unread slots of the origin node taken over
 };
-static_assert(sizeof(Reply) == 40 && offsetof(Reply, status) == 24);
+static_assert(sizeof(Reply) == 48 && offsetof(Reply, status) == 24 && offsetof(Reply, adopted) == 44);
 
 inline constexpr size_t kMaxFrame = sizeof(Send) + kMaxPayload;
 
@@ -105,6 +114,7 @@ inline Parsed parse(const void* buf, size_t len, Send& s, Reply& r) {
       if (len != sizeof r) return Parsed::kBad;
       std::memcpy(&r, buf, sizeof r);
       if (r.ask > 1 || (r.ask && (h.seq != 0 || r.status != 0))) return Parsed::kBad;
+      if (r.adopted > kMaxSlots || (r.adopted && !r.ask)) return Parsed::kBad;
       return Parsed::kReply;
     default:
       return Parsed::kBad;

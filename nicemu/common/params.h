@@ -140,6 +140,11 @@ inline constexpr Param kTable[] = {
      .users = kLibrary,
      .doc = "1: a same-host GNI_PostRdma runs in the initiating process (one cross-memory copy) when none of "
             "the CDM's queued RDMA posts is in flight; 0: every post goes to the daemon's BTE engine"},
+    {.name = "client_ofi_post_timeout_ms", .type = Type::kUint, .default_text = "5000",
+     .env = "NICEMU_OFI_POST_TIMEOUT_MS", .min = 100, .max = 600000, .users = kLibrary,
+     .doc = "with fabric_data = ofi on a provider that may hold a post forever (udp;ofi_rxd): milliseconds "
+            "after which a post's events come as for a failed connection (TRANSIENT, PEER_GONE if the target "
+            "died), and later posts to that target go through a fresh endpoint"},
     {.name = "client_socket", .type = Type::kPath, .default_text = "derived from NICEMU_NODE", .env = "NICEMU_SOCKET",
      .users = kLibrary, .doc = "control socket of the daemon a process attaches to"},
     {.name = "client_node", .type = Type::kUint, .default_text = "first of PMI_GNI_LOC_ADDR, else the lowest in RUNDIR",

@@ -232,7 +232,8 @@ static int bench(gni_ep_handle_t ep, const struct peer_info *t) {
  * an FMA GET, an FMA PUT asking for a remote event and an AMO FADD through the stale handle
  * (all rank to rank on the ofi fabric, the AMO as a message its target checks): each
  * must complete with an error event (status printed), never a crash or a hang, and rank 1's
- * page must hold 0xA5 still (no stray write). A PUT into the live window still works afterwards. */
+ * page must hold 0xA5 still (no stray write). A PUT into the live window still works afterwards
+ * and lands (rank 1 checks its bytes). */
 static uint32_t last_recoverable; /* of wait_any's last error event */
 static long wait_any(void) {
   gni_cq_entry_t e;
@@ -265,7 +266,7 @@ static long amo_until_final(gni_ep_handle_t ep, uint64_t *buf, gni_mem_handle_t 
   return st;
 }
 
-static int errors_mode(gni_ep_handle_t *ep, const struct peer_info *all) {
+static int errors_mode(gni_ep_handle_t *ep, const struct peer_info *all, const uint8_t *win) {
   uint8_t *page = aligned_alloc(4096, 4096), *buf = aligned_alloc(4096, 4096), *ro = aligned_alloc(4096, 4096);
   gni_mem_handle_t ph = {0, 0}, bh = {0, 0}, rh = {0, 0};
   if (!page || !buf || !ro) return fail("alloc", 0);
@@ -284,10 +285,6 @@ static int errors_mode(gni_ep_handle_t *ep, const struct peer_info *all) {
   if (rank == 1 && GNI_MemDeregister(nic, &ph) != GNI_RC_SUCCESS) return fail("deregister", 0);
   PMI_Barrier();
   int bad = 0;
-  /* FABRIC_RMA_ERRORS_POSTS_ONLY: the six posts through the stale handle and the page's
-   * check only (udp;ofi_rxd: after a key its target does not know, the provider delivers
-   * nothing more to that target, so the rest would only time out). */
-  const int posts_only = getenv("FABRIC_RMA_ERRORS_POSTS_ONLY") != NULL;
   if (rank == 0) {
     gni_post_descriptor_t d;
     const struct { gni_post_type_t t; int rdma; const char *name; } posts[] = {
@@ -307,7 +304,7 @@ static int errors_mode(gni_ep_handle_t *ep, const struct peer_info *all) {
       else { bad = 1; fail(posts[i].name, st); }
     }
   }
-  if (rank == 0 && !posts_only) {
+  if (rank == 0) {
     gni_post_descriptor_t d;
     /* AMOs, executed by the target (the daemons' responder, or its own progress thread on the
      * ofi fabric), checked against its table: the exact error, once a dropped connection is
@@ -366,7 +363,7 @@ static int errors_mode(gni_ep_handle_t *ep, const struct peer_info *all) {
     int live[3] = {0, 0, 0};
     gni_cq_entry_t e;
     gni_return_t rc;
-    while (!posts_only && (rc = GNI_CqGetEvent(rcq, &e)) == GNI_RC_SUCCESS) {
+    while ((rc = GNI_CqGetEvent(rcq, &e)) == GNI_RC_SUCCESS) {
       const uint64_t v = GNI_CQ_GET_DATA(e);
       if ((v & ~0xFFFFull) != CHAIN_ERR_TAG || (v & 0xFF) > 2) {
         bad = 1;
@@ -375,10 +372,8 @@ static int errors_mode(gni_ep_handle_t *ep, const struct peer_info *all) {
       }
       ++live[v & 0xFF];
     }
-    if (!posts_only && rc != GNI_RC_NOT_DONE) { bad = 1; fail("remote CQ", rc); }
-    if (posts_only)
-      ;
-    else if (live[0] && live[2] && !live[1])
+    if (rc != GNI_RC_NOT_DONE) { bad = 1; fail("remote CQ", rc); }
+    if (live[0] && live[2] && !live[1])
       printf("fabric_rma errors: chained CQ write: the live members' entries delivered, the stale one's not\n");
     else { bad = 1; fail("chained CQ write entries (first, stale, last)", live[0] * 100 + live[1] * 10 + live[2]); }
     for (int i = 0; i < 4096; ++i)
@@ -387,6 +382,11 @@ static int errors_mode(gni_ep_handle_t *ep, const struct peer_info *all) {
       if (ro[i] != 0xC3) { bad = 1; fail("stray write into the read-only page", i); break; }
     if (!bad) printf("fabric_rma errors: the deregistered page is untouched\n");
     if (!bad) printf("fabric_rma errors: the read-only page is untouched\n");
+    /* The PUT after the errors (rank 0's buffer, 0x5A) is in our window. */
+    int landed = 1;
+    for (int i = 0; i < 4096; ++i)
+      if (win[4096 + i] != 0x5A) { landed = 0; bad = 1; fail("the PUT after the errors: byte", i); break; }
+    if (landed) printf("fabric_rma errors: the PUT after the errors landed\n");
     GNI_MemDeregister(nic, &rh);
   }
   free(ro);
@@ -984,7 +984,7 @@ int main(int argc, char **argv) {
   }
 
   if (errors) {
-    int r = errors_mode(ep, all);
+    int r = errors_mode(ep, all, win);
     PMI_Barrier();
     PMI_Finalize();
     teardown(cdm, ep);

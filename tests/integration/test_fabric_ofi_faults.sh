@@ -15,8 +15,11 @@
 # ofi port asks the daemons whether the target lives); the expected outcome of each is
 # checked too, every streamed post completes within 5 s of the first error, and over ofi
 # only phases 1 and 6 of 1..6 went rank to rank (the CDM's ofi_ops: 4).
-# Then over udp;ofi_rxd six posts through a key the target does not know (fabric_rma errors):
-# each completes with an error event (the port's post timeout), nothing is written.
+# Then `fabric_rma errors` whole over udp;ofi_rxd, with a 1 s post timeout
+# (NICEMU_OFI_POST_TIMEOUT_MS): the six posts through a key the target does not know each
+# complete with an error event (the port's post timeout), nothing is written; later posts to
+# that target go through a fresh endpoint, so the AMOs' PROTECTION and READ_ONLY, the
+# chained CQ write's error and the PUT after the errors (its bytes checked) all come.
 # Needs root, ip, python3, mpiexec.hydra and a libugni built with libfabric; otherwise 77.
 # Usage: test_fabric_ofi_faults.sh BUILD_DIR ofi|no-ofi     Exit: 0 pass, 1 fail, 77 skip.
 set -u
@@ -170,15 +173,18 @@ run_phases ofi-tcp ofi 'tcp;ofi_rxm' && { check ofi-tcp; compare ofi-tcp; }
 if fi_info -p 'udp;ofi_rxd' >/dev/null 2>&1; then
   run_phases ofi-rxd ofi 'udp;ofi_rxd' && { check ofi-rxd; compare ofi-rxd; }
   # A key the target does not know: udp;ofi_rxd drops the access and never fails it; the
-  # port's post timeout gives each post its error event (fabric_rma errors, its six posts
-  # through a deregistered handle), none hangs, nothing is written.
+  # port's post timeout (1 s here) gives each post its error event, none hangs, nothing is
+  # written, and the rest of fabric_rma errors runs through the port's fresh endpoint.
   for i in 0 1; do fabric_daemon "$i" --fabric-data ofi --ofi-provider 'udp;ofi_rxd'; done
   fabric_cred 1
   t0=$SECONDS
-  if netns_hydra 180 2 1 "$TMP/rxd-errors.log" env FABRIC_RMA_ERRORS_POSTS_ONLY=1 "$BUILD/tests/integration/fabric_rma" errors &&
+  if netns_hydra 180 2 1 "$TMP/rxd-errors.log" env NICEMU_OFI_POST_TIMEOUT_MS=1000 "$BUILD/tests/integration/fabric_rma" errors &&
       [[ $(grep -c 'through a deregistered handle: error event' "$TMP/rxd-errors.log") -eq 6 ]] &&
-      grep -q 'deregistered page is untouched' "$TMP/rxd-errors.log"; then
-    pass "ofi-rxd: six posts through a key the target does not know: error events in $((SECONDS - t0)) s, nothing written"
+      grep -q 'deregistered page is untouched' "$TMP/rxd-errors.log" &&
+      grep -q 'AMO into a deregistered handle: PROTECTION' "$TMP/rxd-errors.log" &&
+      grep -q 'AMO into a read-only registration: READ_ONLY' "$TMP/rxd-errors.log" &&
+      grep -q 'PUT after the errors landed' "$TMP/rxd-errors.log"; then
+    pass "ofi-rxd: fabric_rma errors whole: six posts through an unknown key error events, AMO PROTECTION / READ_ONLY, the PUT after them landed, in $((SECONDS - t0)) s"
     grep -o 'status [0-9]*' "$TMP/rxd-errors.log" | sort | uniq -c | sed 's/^/    /'
   else
     fail "ofi-rxd: posts through an unknown key"; show_log "$TMP/rxd-errors.log"

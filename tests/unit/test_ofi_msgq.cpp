@@ -59,6 +59,8 @@ TEST_CASE("ofi_msgq: well-formed sends, asks and replies parse") {
     in.h = mf::header(mf::kReply, 5, ask ? 0 : 4, sizeof in);
     in.freed = 3;
     in.ask = ask;
+    in.member_inst = 20;
+    in.adopted = ask ? 7 : 0;  // a sync Ask's answer
     mf::Send s;
     mf::Reply out{};
     REQUIRE(mf::parse(&in, sizeof in, s, out) == mf::Parsed::kReply);
@@ -119,5 +121,11 @@ TEST_CASE("ofi_msgq: malformed frames are refused") {
     CHECK(mf::parse(&in, sizeof in, s, r) == mf::Parsed::kBad);
     in.status = 0;
     CHECK(mf::parse(&in, sizeof in - 1, s, r) == mf::Parsed::kBad);
+    in.adopted = mf::kMaxSlots + 1;  // more than a ring holds
+    CHECK(mf::parse(&in, sizeof in, s, r) == mf::Parsed::kBad);
+    in.adopted = 1;
+    in.ask = 0;  // slots taken over answer a sync Ask only
+    in.h.seq = 4;
+    CHECK(mf::parse(&in, sizeof in, s, r) == mf::Parsed::kBad);
   }
 }

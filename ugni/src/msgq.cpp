@@ -360,6 +360,9 @@ gni_return_t send_other_host(Msgq* q, Ep* ep, const void* hdr, uint32_t hdr_len,
   // One credit per message: at most the ring's depth in flight to that node, as on one host
   // (msgq_layout.h, TxCredit). Signed: a forged `returned` past `sent` must not wrap.
   const int64_t window = q->attrs.smsg_q_sz;
+  // A member of that node died: its successor says first how many of the ring's slots are
+  // still taken (msgq_ofi.h), so the credit below counts them.
+  if (q->nic->ofi) msgq_ofi_settle(q->nic, ep->remote_addr, cr);
   uint64_t s = cr->sent.load(std::memory_order_acquire);
   do {
     if (static_cast<int64_t>(s - cr->returned.load(std::memory_order_acquire)) >= window) {
@@ -369,8 +372,8 @@ gni_return_t send_other_host(Msgq* q, Ep* ep, const void* hdr, uint32_t hdr_len,
   } while (!cr->sent.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire));
   // Rank to rank over the ofi fabric when a member of the target's segment can be reached.
   if (q->nic->ofi &&
-      msgq_ofi_send(q->nic, cr, q->attrs.smsg_q_sz, ep->remote_addr, ep->remote_id, hdr, hdr_len, msg, msg_len,
-                    msg_id, tag, q->snd_cq))
+      msgq_ofi_send(q->nic, cr, s + 1, ep->remote_addr, ep->remote_id, hdr, hdr_len, msg, msg_len, msg_id, tag,
+                    q->snd_cq))
     return GNI_RC_SUCCESS;
   abi::remote::MsgqRemoteSend m{};
   m.h = abi::ctl::Header{abi::ctl::kMagic, abi::ctl::kVersion, static_cast<uint16_t>(abi::ctl::Op::kMsgqRemoteSend), 0,
@@ -552,6 +555,21 @@ std::optional<uint64_t> msgq_ring_head(Nic* n, uint32_t ring, uint32_t gen) {
   mq::RingView r = j.seg->ring(ring);
   r.recycle([&](const mq::EntryHeader& x) { return j.seg->view.destination_live(x); }, mq::claimer_unknown);
   return r.ctl->head.load(std::memory_order_acquire);
+}
+
+std::optional<MsgqRingSpan> msgq_ring_span(Nic* n, uint32_t origin_pe) {
+  Joined j;
+  if (!joined_of(n, j) || !j.seg->alive()) return std::nullopt;
+  MsgqRingSpan sp;
+  const int ring = j.seg->find_rx(origin_pe, sp.gen);
+  if (ring < 0) return std::nullopt;
+  sp.ring = uint32_t(ring);
+  mq::RingView r = j.seg->ring(sp.ring);
+  r.recycle([&](const mq::EntryHeader& x) { return j.seg->view.destination_live(x); }, mq::claimer_unknown);
+  sp.head = r.ctl->head.load(std::memory_order_acquire);
+  sp.tail = r.ctl->tail.load(std::memory_order_acquire);
+  if (sp.tail < sp.head || sp.tail - sp.head > j.attrs.smsg_q_sz) return std::nullopt;  // torn or forged
+  return sp;
 }
 
 }  // namespace nicemu::ugni

@@ -7,13 +7,16 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <memory>
 #include <new>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "nicemu/abi/cq_entry.h"
 #include "nicemu/abi/ofi_msgq.h"
 #include "nicemu/fault/fault_page.h"
+#include "ofi_peer_check.h"
 #include "ofi_port.h"
 
 namespace nicemu::ugni {
@@ -26,6 +29,9 @@ namespace {
 constexpr uint64_t kReplyTimeoutNs = 5'000'000'000ull;
 constexpr size_t kMaxRx = 4096;    // senders' streams a member keeps
 constexpr size_t kMaxHeld = 65536;  // frames held per stream for an earlier one (msgq::kMaxQueueSlots)
+constexpr uint32_t kNoInst = UINT32_MAX;
+// How long a send waits for a new member's answer to the sync Ask before it takes a credit.
+constexpr uint64_t kSyncWaitNs = 1'000'000'000ull;
 
 uint64_t now_ns() { return nicemu::fault::monotonic_ns(); }
 
@@ -50,7 +56,8 @@ struct MsgqOfi {
   uint64_t streams = 0;
   // Sender side: one stream per target node.
   struct Pending {
-    uint32_t seq, msg_id;
+    uint32_t seq, msg_id, dst;
+    uint64_t ticket;  // its credit: TxCredit.sent once taken
     Cq* cq;
     bool sent, done;  // the frame completed at the provider; the reply (or error) is in
     uint64_t st, since;
@@ -58,13 +65,23 @@ struct MsgqOfi {
   struct Tx {
     uint64_t dest = 0, chan = 0;
     uint32_t next = 0;
+    uint32_t member_inst = kNoInst;  // as its replies say
     abi::msgq::TxCredit* cr = nullptr;
     bool asking = false;  // an Ask is out, not answered yet
+    uint64_t unanswered_since = 0;  // the first Ask since the last answer: a silent member is judged
+    bool judging = false;  // suspect: our daemon is asked whether the member lives
+    bool syncing = false;  // the sync Ask is out (the member took over from a dead one)
     uint64_t ask_at = 0;
     std::deque<Pending> pending;
   };
   std::map<uint32_t, Tx> tx;
   std::atomic<bool> any_pending{false};
+  // Nodes whose member died and another took over: the next stream starts with a sync Ask.
+  std::set<uint32_t> resync;
+  std::atomic<bool> any_resync{false};
+  // The verdicts on suspect streams (its own worker: the thread driving the port never waits
+  // for a daemon). Made with the state, stopped before the port closes.
+  std::unique_ptr<PeerCheck> check;
   // Member side: per sender stream, its next sequence number and frames that came early.
   struct Rx {
     uint64_t dest = 0;
@@ -92,11 +109,23 @@ struct MsgqOfi {
 
 namespace {
 
+void judge(Nic* n, const PeerAnswer& a, std::vector<void*>& items);
+
 MsgqOfi* state_of(Nic* n) {
   MsgqOfi* s = n->msgq_ofi.load(std::memory_order_acquire);
   if (s) return s;
   auto* fresh = new MsgqOfi;
   fresh->salt = ofi_mix(now_ns() ^ reinterpret_cast<uintptr_t>(n));
+  // 20 ms, as for posts: the daemon of a member that died has seen it (its pidfd) by then.
+  fresh->check = std::make_unique<PeerCheck>(
+      [n](uint64_t peer) {
+        PeerAnswer a;
+        const int r = ofi_ask_route(n, static_cast<uint32_t>(peer >> 32), static_cast<uint32_t>(peer), a.addr);
+        a.state = r > 0 ? PeerAnswer::kLives : r == 0 ? PeerAnswer::kGone : PeerAnswer::kUnknown;
+        return a;
+      },
+      [n](uint64_t, const PeerAnswer& a, std::vector<void*>& items) { judge(n, a, items); },
+      std::chrono::milliseconds(20));
   if (n->msgq_ofi.compare_exchange_strong(s, fresh, std::memory_order_acq_rel)) return fresh;
   delete fresh;
   return s;
@@ -126,24 +155,99 @@ void complete_front(MsgqOfi::Tx& t) {
   }
 }
 
-// Under s->mu: the member of stream `t` (node `pe`) is gone or silent. Every message still
-// waiting completes with `st` (it may have been stored: an error, never silence), the
-// stream goes, the node's credits come back (as the relay does for a lost peer) and the
+// Takes `k` credits back (a new member took over slots whose credits came back).
+void take_credits(abi::msgq::TxCredit* cr, uint64_t k) {
+  if (!cr || !k) return;
+  uint64_t r = cr->returned.load(std::memory_order_acquire);
+  while (!cr->returned.compare_exchange_weak(r, r - std::min(r, k), std::memory_order_acq_rel)) {
+  }
+}
+
+// Under s->mu: the credits of stream `t`'s node after its member `was` died. What the dead
+// member stored and nobody will report, and the frames it never got, are unknown here: the
+// first sender of our node to judge that member gives every credit back (as the relay does
+// for a lost peer), once (TxCredit.lost); a later one only those of its own messages sent
+// since (the first could not count them). The new member's sync Ask takes back the slots
+// still unread.
+void give_back(MsgqOfi::Tx& t, const std::string& was) {
+  abi::msgq::TxCredit* cr = t.cr;
+  if (!cr) return;
+  uint64_t h = 0xCBF29CE484222325ull;  // FNV-1a of the address: the member, across our processes
+  for (unsigned char c : was) h = (h ^ c) * 0x100000001B3ull;
+  const uint64_t id = ((h >> 32) | 1) << 32;
+  uint64_t cur = cr->lost.load(std::memory_order_acquire);
+  while ((cur & ~0xFFFFFFFFull) != id) {
+    const uint64_t sent = cr->sent.load(std::memory_order_acquire);
+    if (cr->lost.compare_exchange_weak(cur, id | static_cast<uint32_t>(sent), std::memory_order_acq_rel)) {
+      uint64_t r = cr->returned.load(std::memory_order_acquire);
+      while (r < sent && !cr->returned.compare_exchange_weak(r, sent, std::memory_order_acq_rel)) {
+      }
+      return;
+    }
+  }
+  const uint32_t since = static_cast<uint32_t>(cur);
+  uint64_t mine = 0;
+  for (const auto& p : t.pending)
+    if (!p.done && static_cast<int32_t>(static_cast<uint32_t>(p.ticket) - since) > 0) ++mine;
+  add_credits(cr, mine);
+}
+
+// How a stream ends (drop_stream): its member lives (slow: it keeps reporting its slots), died,
+// or nobody could say.
+enum class Member : uint8_t { kLives, kDied, kUnknown };
+
+// Under s->mu: the stream to node `pe` ends. Every message still waiting completes with an
+// error (it may have been stored: an error, never silence): PEER_GONE for the dead member's
+// own instance (the relay's answer for a dead destination), TRANSIENT for the rest. The
 // next send asks for a member afresh.
-void drop_stream(Nic* n, MsgqOfi* s, uint32_t pe, uint64_t st) {
+void drop_stream(Nic* n, MsgqOfi* s, uint32_t pe, Member m) {
   auto it = s->tx.find(pe);
   if (it == s->tx.end()) return;
   MsgqOfi::Tx& t = it->second;
+  if (m != Member::kLives) give_back(t, ofi_peer_name(n, t.dest));  // before: it counts the waiting
   for (auto& p : t.pending)
     if (!p.done) {
       p.done = true;
-      p.st = st;
+      p.st = m == Member::kDied && p.dst == t.member_inst ? cqe::kErrPeerGone : cqe::kErrTransient;
       count(n->counters, ctr::cdm::ofi_errors);
     }
   complete_front(t);
-  if (t.cr) t.cr->returned.store(t.cr->sent.load(std::memory_order_acquire), std::memory_order_release);
   s->tx.erase(it);
   ofi_forget_peer(n, pe, mf::kMsgqRoute);
+}
+
+// Under s->mu: stream `t` to node `pe` failed (a frame the provider failed, a reply overdue):
+// our daemon is asked about its member (judge), once.
+struct Suspect {
+  uint32_t pe;
+  uint64_t chan;
+};
+void suspect(MsgqOfi* s, uint32_t pe, MsgqOfi::Tx& t) {
+  if (t.judging) return;
+  t.judging = true;
+  s->check->suspect((uint64_t{pe} << 32) | mf::kMsgqRoute, new Suspect{pe, t.chan});
+}
+
+// The verdict (the check's worker): the member named now is the stream's: it lives; another
+// or none: it died; no answer: unknown.
+void judge(Nic* n, const PeerAnswer& a, std::vector<void*>& items) {
+  MsgqOfi* s = n->msgq_ofi.load(std::memory_order_acquire);
+  for (void* v : items) {
+    std::unique_ptr<Suspect> x(static_cast<Suspect*>(v));
+    if (a.state == PeerAnswer::kDropped || !s) continue;  // closing (maybe under s->mu): nothing
+    std::lock_guard<std::mutex> lk(s->mu);
+    auto it = s->tx.find(x->pe);
+    if (it == s->tx.end() || it->second.chan != x->chan) continue;  // dropped meanwhile
+    const std::string was = ofi_peer_name(n, it->second.dest);
+    Member m = Member::kUnknown;
+    if (a.state == PeerAnswer::kLives) m = !was.empty() && a.addr == was ? Member::kLives : Member::kDied;
+    if (a.state == PeerAnswer::kGone) m = Member::kDied;
+    drop_stream(n, s, x->pe, m);
+    if (m == Member::kDied && a.state == PeerAnswer::kLives) {
+      s->resync.insert(x->pe);
+      s->any_resync.store(true, std::memory_order_relaxed);
+    }
+  }
 }
 
 void frame_done(Nic* n, OfiSendCtx* c, uint64_t st) {
@@ -157,7 +261,7 @@ void frame_done(Nic* n, OfiSendCtx* c, uint64_t st) {
     MsgqOfi::Tx& t = it->second;
     if (f->type == mf::kAsk && st != cqe::kOk) t.asking = false;  // else its answer clears it
     if (st != cqe::kOk) {
-      drop_stream(n, s, f->pe, cqe::kErrPeerGone);  // refused or reset: the member is gone
+      suspect(s, f->pe, t);  // refused or reset: the member may be gone
     } else if (f->type == mf::kSend) {
       for (auto& p : t.pending)
         if (p.seq == f->seq) {
@@ -239,7 +343,7 @@ uint32_t take_freed(Nic* n, MsgqOfi* s, uint32_t origin) {
 }
 
 void reply(Nic* n, MsgqOfi* s, uint64_t dest, uint32_t origin, uint64_t chan, uint32_t seq, uint64_t st,
-           bool ask = false) {
+           bool ask = false, uint32_t adopted = 0) {
   auto* f = new Frame;
   f->type = mf::kReply;
   f->pe = origin;
@@ -250,6 +354,8 @@ void reply(Nic* n, MsgqOfi* s, uint64_t dest, uint32_t origin, uint64_t chan, ui
   r.status = st;
   r.freed = f->freed;
   r.ask = ask ? 1 : 0;
+  r.member_inst = n->cdm->inst_id;
+  r.adopted = adopted;
   std::memcpy(f->bytes, &r, sizeof r);
   // Behind replies still waiting, in order; not taken now: again later.
   if (!s->later.empty() || !try_frame(n, dest, f)) {
@@ -262,6 +368,32 @@ void reply(Nic* n, MsgqOfi* s, uint64_t dest, uint32_t origin, uint64_t chan, ui
 void flush_later(Nic* n, MsgqOfi* s) {
   while (!s->later.empty() && try_frame(n, s->later.front().dest, s->later.front().f)) s->later.pop_front();
   if (s->later.empty()) s->any_later.store(false, std::memory_order_relaxed);
+}
+
+// Under s->mu: a sync Ask of node `origin`'s (its member died, we took over): the slots of
+// its ring still unread that we do not track (the dead member stored them) are ours to
+// report from now on; how many.
+uint32_t adopt(Nic* n, MsgqOfi* s, uint32_t origin) {
+  auto sp = msgq_ring_span(n, origin);
+  if (!sp) return 0;
+  MsgqOfi::Out& o = s->out[origin];
+  if (!o.pos.empty() && (o.ring != sp->ring || o.gen != sp->gen)) {  // the old ring is gone
+    o.unreported += o.pos.size();
+    o.pos.clear();
+  }
+  o.ring = sp->ring;
+  o.gen = sp->gen;
+  std::deque<uint64_t> all;
+  auto mine = o.pos.begin();
+  for (; mine != o.pos.end() && *mine < sp->head; ++mine) all.push_back(*mine);  // freed: take_freed reports them
+  uint32_t adopted = 0;
+  for (uint64_t p = sp->head; p < sp->tail; ++p) {
+    while (mine != o.pos.end() && *mine < p) ++mine;
+    if (mine == o.pos.end() || *mine != p) ++adopted;
+    all.push_back(p);
+  }
+  o.pos.swap(all);
+  return adopted;
 }
 
 // Under s->mu: stores one message of stream `x` and answers it.
@@ -308,7 +440,10 @@ void on_send(Nic* n, MsgqOfi* s, const mf::Send& m, const uint8_t* buf, size_t l
     count(n->counters, ctr::cdm::ofi_dropped);  // a stream speaks for one node
     return;
   }
-  if (ask) return reply(n, s, x.dest, x.origin, m.h.chan, 0, cqe::kOk, true);
+  if (ask) {
+    const uint32_t adopted = m.tag == mf::kSyncAsk ? adopt(n, s, x.origin) : 0;
+    return reply(n, s, x.dest, x.origin, m.h.chan, 0, cqe::kOk, true, adopted);
+  }
   // In order per stream, however the provider delivers: early frames wait for the gap.
   if (static_cast<int32_t>(m.h.seq - x.expected) < 0) {
     count(n->counters, ctr::cdm::ofi_dropped);  // a duplicate
@@ -348,9 +483,12 @@ void on_reply(Nic* n, MsgqOfi* s, const mf::Reply& r) {
     return;
   }
   (void)pe;
+  t->member_inst = r.member_inst;
   add_credits(t->cr, r.freed);
   if (r.ask) {
-    t->asking = false;
+    if (t->syncing) take_credits(t->cr, r.adopted);  // given back when the old member died
+    t->asking = t->syncing = false;
+    t->unanswered_since = 0;
     return;
   }
   const uint64_t st = r.status < cqe::kErrStatusLast ? r.status : cqe::kErrPeerGone;
@@ -369,9 +507,8 @@ void on_reply(Nic* n, MsgqOfi* s, const mf::Reply& r) {
 
 }  // namespace
 
-bool msgq_ofi_send(Nic* n, abi::msgq::TxCredit* cr, uint32_t depth, uint32_t pe, uint32_t inst, const void* hdr,
+bool msgq_ofi_send(Nic* n, abi::msgq::TxCredit* cr, uint64_t ticket, uint32_t pe, uint32_t inst, const void* hdr,
                    uint32_t hdr_len, const void* msg, uint32_t msg_len, uint32_t msg_id, uint8_t tag, Cq* snd_cq) {
-  (void)depth;
   if (!ofi_msgs(n, mf::kMaxFrame) || hdr_len + msg_len > mf::kMaxPayload) return false;
   // Faults act on the daemons' channel (docs/ofi-fabric.md, "Faults"): while a configuration
   // is on, messages take the relay.
@@ -396,14 +533,14 @@ bool msgq_ofi_send(Nic* n, abi::msgq::TxCredit* cr, uint32_t depth, uint32_t pe,
   t.cr = cr;
   const uint32_t seq = t.next++;
   Frame* f = make_send(n, mf::kSend, pe, t, seq, inst, hdr, hdr_len, msg, msg_len, tag);
-  t.pending.push_back({seq, msg_id, snd_cq, false, false, cqe::kOk, now_ns()});
+  t.pending.push_back({seq, msg_id, inst, ticket, snd_cq, false, false, cqe::kOk, now_ns()});
   s->any_pending.store(true, std::memory_order_relaxed);
   const uint64_t dest = t.dest;
   lk.unlock();
   // Patient: a full queue is retried for 2 s (then the member is judged gone).
   if (uint64_t st = send_frame(n, dest, f, true); st != cqe::kOk) {
     std::lock_guard<std::mutex> g(s->mu);
-    drop_stream(n, s, pe, cqe::kErrPeerGone);
+    if (auto i = s->tx.find(pe); i != s->tx.end() && i->second.dest == dest) suspect(s, pe, i->second);
   }
   // On the hardware a MSGQ message is an FMA PUT into the remote node's queue.
   stat_add(n, GNI_STAT_FMA_LAUNCH_COUNT);
@@ -420,10 +557,13 @@ void msgq_ofi_ask(Nic* n, uint32_t pe) {
   // One Ask at a time (an answer lost: again after 100 ms), so a sender spinning on
   // NOT_DONE does not flood the member.
   const uint64_t now = now_ns();
-  if (it == s->tx.end() || (it->second.asking && now < it->second.ask_at + 100'000'000ull)) return;
+  if (it == s->tx.end() || it->second.syncing || (it->second.asking && now < it->second.ask_at + 100'000'000ull))
+    return;
   MsgqOfi::Tx& t = it->second;
   t.asking = true;
   t.ask_at = now;
+  if (!t.unanswered_since) t.unanswered_since = now;
+  s->any_pending.store(true, std::memory_order_relaxed);
   Frame* f = make_send(n, mf::kAsk, pe, t, 0, 0, nullptr, 0, nullptr, 0, 0);
   const uint64_t dest = t.dest;
   lk.unlock();
@@ -461,15 +601,19 @@ void msgq_ofi_tick(Nic* n) {
   const uint64_t now = now_ns();
   std::lock_guard<std::mutex> lk(s->mu);
   bool any = false;
-  for (auto it = s->tx.begin(); it != s->tx.end();) {
-    const uint32_t pe = it->first;
-    const auto& q = it->second.pending;
-    ++it;
-    if (q.empty()) continue;
+  for (auto it_prev = s->tx.begin(); it_prev != s->tx.end(); ++it_prev) {
+    const uint32_t pe = it_prev->first;
+    const auto& q = it_prev->second.pending;
+    const uint64_t asked = it_prev->second.unanswered_since;
+    if (q.empty() && !asked) continue;
     any = true;
-    // The oldest message's reply: overdue, the member is silent (dead, or its node's daemon
-    // gone with the segment). Completed TRANSIENT, as a lost peer on the relay path.
-    if (q.front().sent && now > q.front().since + kReplyTimeoutNs) drop_stream(n, s, pe, cqe::kErrTransient);
+    // The oldest message's reply (or, not yet completed at the provider, the frame itself:
+    // with delivery complete a frame to a dead member may never complete), or an Ask's
+    // answer (a sender out of credits sends nothing else), overdue: the member is silent
+    // (dead, or its node's daemon gone with the segment, or slow): judged (a verdict drops
+    // the stream).
+    if ((!q.empty() && now > q.front().since + kReplyTimeoutNs) || (asked && now > asked + kReplyTimeoutNs))
+      suspect(s, pe, it_prev->second);
   }
   if (!any) s->any_pending.store(false, std::memory_order_relaxed);
 }
@@ -481,9 +625,57 @@ void msgq_ofi_release(Nic* n) {
   for (auto& [pe, t] : s->tx) t.cr = nullptr;  // the segment is unmapped next: late credits go nowhere
 }
 
+void msgq_ofi_settle(Nic* n, uint32_t pe, abi::msgq::TxCredit* cr) {
+  MsgqOfi* s = n->msgq_ofi.load(std::memory_order_acquire);
+  if (!s || !s->any_resync.load(std::memory_order_relaxed)) return;
+  std::unique_lock<std::mutex> lk(s->mu);
+  if (!s->resync.count(pe)) return;
+  s->resync.erase(pe);
+  if (s->resync.empty()) s->any_resync.store(false, std::memory_order_relaxed);
+  if (s->tx.count(pe)) return;
+  lk.unlock();
+  uint64_t dest = 0;
+  if (!ofi_msgs(n, mf::kMaxFrame) || !ofi_peer(n, pe, mf::kMsgqRoute, dest)) return;  // no member: the relay
+  lk.lock();
+  if (s->tx.count(pe)) return;
+  MsgqOfi::Tx t;
+  t.dest = dest;
+  t.chan = ofi_mix(s->salt ^ ++s->streams);
+  t.syncing = true;
+  t.cr = cr;
+  const uint64_t chan = t.chan;
+  MsgqOfi::Tx& mine = s->tx.emplace(pe, std::move(t)).first->second;
+  Frame* f = make_send(n, mf::kAsk, pe, mine, 0, 0, nullptr, 0, nullptr, 0, mf::kSyncAsk);
+  lk.unlock();
+  if (send_frame(n, dest, f, true) != cqe::kOk) {
+    lk.lock();
+    if (auto i = s->tx.find(pe); i != s->tx.end() && i->second.chan == chan) suspect(s, pe, i->second);
+    return;
+  }
+  // The answer comes as the provider progresses: drive it (a round trip; 1 s at most).
+  const uint64_t until = now_ns() + kSyncWaitNs;
+  for (;;) {
+    ofi_poll(n, true);
+    lk.lock();
+    auto i = s->tx.find(pe);
+    const bool waiting = i != s->tx.end() && i->second.chan == chan && i->second.syncing;
+    if (waiting && now_ns() > until) i->second.syncing = false;  // no answer: sends go on, maybe refused
+    lk.unlock();
+    if (!waiting || now_ns() > until) return;
+    timespec ts{0, 50'000};
+    nanosleep(&ts, nullptr);
+  }
+}
+
+void msgq_ofi_quiesce(Nic* n) {
+  MsgqOfi* s = n->msgq_ofi.load(std::memory_order_acquire);
+  if (s) s->check->stop();
+}
+
 void msgq_ofi_forget(Nic* n) {
   MsgqOfi* s = n->msgq_ofi.exchange(nullptr, std::memory_order_acq_rel);
   if (!s) return;
+  s->check->stop();
   for (auto& l : s->later) delete l.f;
   delete s;
 }

@@ -34,6 +34,8 @@ bool ofi_msgs(Nic*, size_t) { return false; }
 bool ofi_peer(Nic*, uint32_t, uint32_t, uint64_t&) { return false; }
 bool ofi_insert(Nic*, const uint8_t*, uint32_t, uint64_t&) { return false; }
 void ofi_forget_peer(Nic*, uint32_t, uint32_t) {}
+int ofi_ask_route(Nic*, uint32_t, uint32_t, std::string&) { return -1; }
+std::string ofi_peer_name(Nic*, uint64_t) { return {}; }
 uint32_t ofi_self_name(Nic*, uint8_t*) { return 0; }
 uint64_t ofi_send(Nic*, uint64_t, const void*, size_t, OfiSendCtx*, bool) { return abi::cqe::kErrTransient; }
 void ofi_poll(Nic*, bool) {}
@@ -80,6 +82,7 @@ OfiOrder* ofi_order(Nic*) { return nullptr; }
 #include "nicemu/abi/region_access.h"
 #include "nicemu/amo/amo_alu.h"
 #include "nicemu/abi/futex.h"
+#include "nicemu/common/params.h"
 #include "nicemu/abi/remote_ops.h"
 #include "smsg_ofi.h"
 #include "msgq_ofi.h"
@@ -208,9 +211,8 @@ struct OfiReply {
 // executes it at once; an AMO lock waits at most amo::kDaemonLockWaitNs): then the post
 // completes TRANSIENT, as the daemons' path reports a lost peer.
 constexpr uint64_t kReplyTimeoutNs = 5'000'000'000ull;
-// How long a post may stay with a provider that never fails some (post_timeout): then its
-// events come as for a failed connection (TRANSIENT, or PEER_GONE once judged).
-constexpr uint64_t kPostTimeoutNs = 5'000'000'000ull;
+// Endpoints a port opens beside its own for targets whose posts timed out (OfiPort::renew).
+constexpr size_t kMaxFreshEps = 64;
 
 // One post in flight: what its completion must produce. A PUT with a sync flag is two
 // provider writes (data, then flag): its events come when both are done. A post done by a
@@ -259,6 +261,7 @@ struct OfiOp {
   uint64_t local = 0, length = 0, raddr = 0;
   uint64_t refused_at = 0;  // a held post: when the provider first had no room for it
   uint64_t posted_at = 0;  // with OfiPort::post_timeout only
+  fid_ep* via = nullptr;   // the endpoint it was issued on (OfiPort::ep_to): its flag and event message too
   OfiOp() { part[0].op = part[1].op = this; }
 };
 
@@ -322,8 +325,18 @@ struct OfiPort {
   bool waw = false;       // writes ordered (FI_ORDER_WAW): PUT_W_SYNCFLAG goes rank to rank
   bool msgs = false;      // FI_MSG: AMOs, GETs' remote events and CQ writes as messages (ofi_msg.h)
   // The provider may hold a post forever (udp;ofi_rxd: a key its target does not know, a
-  // dead target): each post gets its events by kPostTimeoutNs at the latest (expire_posts).
+  // dead target): each post gets its events by post_timeout_ns at the latest (expire_posts): the setting
+  // client_ofi_post_timeout_ms (NICEMU_OFI_POST_TIMEOUT_MS, 5 s), read at open.
   bool post_timeout = false;
+  uint64_t post_timeout_ns = 0;
+  // udp;ofi_rxd after a post timed out: the peer's window on our endpoint stays closed behind
+  // the dropped packet (and the target's, for our address), so every later post to that
+  // target would time out too. Posts to it go through a fresh endpoint of ours from then on
+  // (a new address: fresh state on both sides). The old ones stay open (the provider may
+  // still hold posts on them) until teardown. Under mu; any_fresh: the map is not empty.
+  std::map<fi_addr_t, fid_ep*> fresh;
+  std::vector<fid_ep*> retired;
+  std::atomic<bool> any_fresh{false};
   uint64_t key_mask = ~0ull;
   size_t max_msg = 0;
   std::mutex mu;  // peers, mrs
@@ -398,6 +411,13 @@ struct OfiPort {
   bool mrs_closed = false;        // the driving thread's (under drive_mu)
 
   uint64_t key_of(const gni_mem_handle_t& h) const { return ofi_key(h.qword1, h.qword2) & key_mask; }
+  fid_ep* ep_to(fi_addr_t dest) {
+    if (!any_fresh.load(std::memory_order_acquire)) return ep;
+    std::lock_guard<std::mutex> lk(mu);
+    auto it = fresh.find(dest);
+    return it == fresh.end() ? ep : it->second;
+  }
+  void renew(fi_addr_t dest);
   void complete(OfiOp* op, uint64_t st);
   void complete_part(OfiOp* op, uint64_t st);
   OfiIssue issue(OfiOp* op, bool patient);
@@ -462,9 +482,9 @@ void OfiPort::remote_event(uint64_t data) {
 }
 
 ssize_t OfiPort::write_flag(OfiOp* op) {
-  return op->flag_event ? fi_writedata(ep, &op->flag, sizeof op->flag, nullptr, op->data, op->dest, op->flag_addr,
+  return op->flag_event ? fi_writedata(op->via, &op->flag, sizeof op->flag, nullptr, op->data, op->dest, op->flag_addr,
                                        op->key, &op->part[1].ctx)
-                        : fi_write(ep, &op->flag, sizeof op->flag, nullptr, op->dest, op->flag_addr, op->key,
+                        : fi_write(op->via, &op->flag, sizeof op->flag, nullptr, op->dest, op->flag_addr, op->key,
                                    &op->part[1].ctx);
 }
 
@@ -578,12 +598,13 @@ OfiIssue OfiPort::issue(OfiOp* op, bool patient) {
     }
   };
   const fi_addr_t dest = op->dest;
+  fid_ep* const e = op->via = ep_to(dest);
   if (op->how == kHowMsg) {
     // The reply completes it, with a fetched value stored by the driving thread.
     op->parts.store(2, std::memory_order_relaxed);
     await_reply(op);
     const uint64_t id = op->req.h.id;  // op may be gone once its message is posted
-    const int r = post(op->part[0], [&](void* ctx) { return fi_send(ep, &op->req, sizeof op->req, nullptr, dest, ctx); });
+    const int r = post(op->part[0], [&](void* ctx) { return fi_send(e, &op->req, sizeof op->req, nullptr, dest, ctx); });
     OfiOp* waiting = nullptr;  // not sent: nobody will answer it
     if (r <= 0 && take_pending(id, waiting) && r == 0) complete_part(waiting, cqe::kErrTransient);
     return r < 0 ? OfiIssue::kRetry : OfiIssue::kDone;
@@ -593,7 +614,7 @@ OfiIssue OfiPort::issue(OfiOp* op, bool patient) {
     op->parts.store(op->event_after ? 3 : 1, std::memory_order_relaxed);
     const bool then = op->event_after;  // op may be gone once its read is posted
     const int r = post(op->part[0], [&](void* ctx) {
-      return fi_read(ep, reinterpret_cast<void*>(op->local), op->length, nullptr, dest, op->raddr, op->key, ctx);
+      return fi_read(e, reinterpret_cast<void*>(op->local), op->length, nullptr, dest, op->raddr, op->key, ctx);
     });
     if (r == 0 && then) fail_rest(op, 2, cqe::kErrTransient);  // no event without its data
     return r < 0 ? OfiIssue::kRetry : OfiIssue::kDone;
@@ -610,8 +631,8 @@ OfiIssue OfiPort::issue(OfiOp* op, bool patient) {
   const bool flag_after = op->flag_after;  // op may be gone once its data's write is posted
   const void* src = reinterpret_cast<const void*>(op->local);
   const int r = post(op->part[0], [&](void* ctx) {
-    return op->data_event ? fi_writedata(ep, src, op->length, nullptr, op->data, dest, op->raddr, op->key, ctx)
-                          : fi_write(ep, src, op->length, nullptr, dest, op->raddr, op->key, ctx);
+    return op->data_event ? fi_writedata(e, src, op->length, nullptr, op->data, dest, op->raddr, op->key, ctx)
+                          : fi_write(e, src, op->length, nullptr, dest, op->raddr, op->key, ctx);
   });
   if (r < 0) return OfiIssue::kRetry;
   if (!sync) return OfiIssue::kDone;
@@ -644,7 +665,7 @@ void OfiPort::drop_held(void* item, uint64_t st) {
 }
 
 ssize_t OfiPort::send_msg(OfiOp* op, OfiCtx& c) {
-  return fi_send(ep, &op->req, sizeof op->req, nullptr, op->dest, &c.ctx);
+  return fi_send(op->via ? op->via : ep, &op->req, sizeof op->req, nullptr, op->dest, &c.ctx);
 }
 
 ssize_t OfiPort::send_deferred(const Deferred& d) {
@@ -702,7 +723,7 @@ void OfiPort::expire(uint64_t now) {
   for (OfiOp* op : late) complete_part(op, cqe::kErrTransient);  // the peer is gone or does not answer
 }
 
-// Posts the provider has held for kPostTimeoutNs (post_timeout): udp;ofi_rxd neither fails
+// Posts the provider has held for post_timeout_ns (post_timeout): udp;ofi_rxd neither fails
 // an access through a key its target does not know (the target drops it, and acks nothing
 // after it from us) nor one to a dead target. Each gets its events now, by a stand-in that
 // is judged as a failed connection is (TRANSIENT, PEER_GONE if the target died); the post
@@ -712,7 +733,7 @@ void OfiPort::expire_posts(uint64_t now) {
   {
     std::lock_guard<std::mutex> lk(live_mu);
     for (OfiOp* op = live; op; op = op->live_next) {
-      if (op->reported || !op->posted_at || now < op->posted_at + kPostTimeoutNs) continue;
+      if (op->reported || !op->posted_at || now < op->posted_at + post_timeout_ns) continue;
       op->reported = true;
       auto* s = new OfiOp;
       s->cq = op->cq, s->cq_mode = op->cq_mode, s->bte = op->bte, s->local_event = op->local_event;
@@ -724,11 +745,43 @@ void OfiPort::expire_posts(uint64_t now) {
       late.push_back(s);
     }
   }
+  // Before the events: a client reposting at once goes through the fresh endpoint.
+  std::vector<fi_addr_t> stuck;
+  for (OfiOp* s : late)
+    if (std::find(stuck.begin(), stuck.end(), s->dest) == stuck.end()) stuck.push_back(s->dest);
+  for (fi_addr_t d : stuck) renew(d);
   for (OfiOp* s : late) {
     link(s);
     in_flight.fetch_add(1, std::memory_order_relaxed);
     complete(s, cqe::kErrTransient);
   }
+}
+
+// Posts to `dest` go through a fresh endpoint from now on (`fresh` says why); by the driving
+// thread. Without one (the provider refused, or kMaxFreshEps reached) they keep the old.
+void OfiPort::renew(fi_addr_t dest) {
+  fid_ep* e = nullptr;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (fresh.size() + retired.size() >= kMaxFreshEps) return;
+  }
+  int rc = fi_endpoint(domain, info, &e, nullptr);
+  if (!rc) rc = fi_ep_bind(e, &av->fid, 0);
+  if (!rc) rc = fi_ep_bind(e, &cq->fid, FI_TRANSMIT | FI_RECV);
+  if (!rc) rc = fi_enable(e);
+  if (rc) {
+    if (e) fi_close(&e->fid);
+    std::fprintf(stderr, "libugni(nicemu): ofi fabric: no fresh endpoint for a target whose posts time out: %s; "
+                 "they keep the old one\n", ofi_strerror(-rc));
+    return;
+  }
+  std::lock_guard<std::mutex> lk(mu);
+  auto [it, added] = fresh.try_emplace(dest, e);
+  if (!added) {
+    retired.push_back(it->second);
+    it->second = e;
+  }
+  any_fresh.store(true, std::memory_order_release);
 }
 
 void OfiPort::repost(OfiRecv* r) {
@@ -1198,6 +1251,9 @@ void OfiPort::teardown() {
   if (order) order->fail(OfiOrder::kAllPeers, 0);  // held posts: dropped without events, as those in flight
   for (auto& [slot, m] : mrs) fi_close(&m.mr->fid);
   mrs.clear();
+  for (auto& [d, e] : fresh) fi_close(&e->fid);
+  for (fid_ep* e : retired) fi_close(&e->fid);
+  fresh.clear(), retired.clear();
   if (ep) fi_close(&ep->fid);
   if (av) fi_close(&av->fid);
   if (cq) fi_close(&cq->fid);
@@ -1300,6 +1356,7 @@ void ofi_open(Nic* n, const abi::ctl::AttachReply& rep) {
   if (i->domain_attr->mr_key_size < 8) p->key_mask = (uint64_t{1} << (8 * i->domain_attr->mr_key_size)) - 1;
   p->max_msg = i->ep_attr->max_msg_size;
   p->post_timeout = i->fabric_attr->prov_name && std::strstr(i->fabric_attr->prov_name, "ofi_rxd");
+  p->post_timeout_ns = nicemu::params::env_uint(nicemu::params::param("client_ofi_post_timeout_ms")) * 1'000'000ull;
   fi_av_attr av_attr{};
   av_attr.type = FI_AV_TABLE;
   fi_cq_attr cq_attr{};
@@ -1390,6 +1447,7 @@ bool ofi_nic_down(Nic* n) {
 void ofi_close(Nic* n) {
   OfiPort* p = n->ofi;
   if (!p) return;
+  msgq_ofi_quiesce(n);  // its verdicts ask through the port
   n->ofi = nullptr;
   // Posts in flight get a second to finish; what is left is dropped with the endpoint.
   for (int i = 0; i < 1000 && p->in_flight.load(std::memory_order_acquire); ++i) {
@@ -1463,6 +1521,22 @@ void ofi_forget_peer(Nic* n, uint32_t node, uint32_t route) {
   n->ofi->peers.erase((uint64_t{node} << 32) | route);
 }
 
+int ofi_ask_route(Nic* n, uint32_t node, uint32_t route, std::string& addr) {
+  OfiPort* p = n->ofi;
+  if (!p) return -1;
+  const PeerAnswer a = p->ask_peer((uint64_t{node} << 32) | route);
+  addr = a.addr;
+  return a.state == PeerAnswer::kLives ? 1 : a.state == PeerAnswer::kGone ? 0 : -1;
+}
+
+std::string ofi_peer_name(Nic* n, uint64_t dest) {
+  OfiPort* p = n->ofi;
+  if (!p) return {};
+  std::lock_guard<std::mutex> lk(p->mu);
+  auto it = p->av_raw.find(static_cast<fi_addr_t>(dest));
+  return it == p->av_raw.end() ? std::string() : it->second;
+}
+
 bool ofi_insert(Nic* n, const uint8_t* name, uint32_t len, uint64_t& addr) {
   fi_addr_t a = FI_ADDR_UNSPEC;
   if (!n->ofi || len == 0 || len > abi::ctl::kOfiAddrMax || fi_av_insert(n->ofi->av, name, 1, &a, 0, nullptr) != 1)
@@ -1484,7 +1558,7 @@ uint64_t ofi_send(Nic* n, uint64_t dest, const void* buf, size_t len, OfiSendCtx
   p->in_flight.fetch_add(1, std::memory_order_relaxed);
   uint64_t give_up = 0;
   for (int tries = 0;; ++tries) {
-    ssize_t rc = fi_send(p->ep, buf, len, nullptr, dest, c->provider);
+    ssize_t rc = fi_send(p->ep_to(dest), buf, len, nullptr, dest, c->provider);
     if (rc == 0) return cqe::kOk;
     if (rc == -FI_EAGAIN && patient && !give_up) give_up = monotonic_ns() + 2000000000ull;
     if (rc != -FI_EAGAIN || (patient ? monotonic_ns() > give_up : tries >= 16)) {

@@ -28,6 +28,7 @@
 // Without libfabric at build time every call here answers "not taken".
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "gni_pub.h"
 #include "nicemu/abi/ctl_protocol.h"
@@ -99,6 +100,12 @@ bool ofi_peer(Nic* n, uint32_t node, uint32_t route, uint64_t& addr);
 bool ofi_insert(Nic* n, const uint8_t* name, uint32_t len, uint64_t& addr);
 // Forgets a peer's address: the next ofi_peer asks our daemon afresh.
 void ofi_forget_peer(Nic* n, uint32_t node, uint32_t route);
+// The verdict's question (ofi_peer_check.h), for MSGQ: asks our daemon (blocks: never from
+// the thread driving the port) which CDM of our credential (node, route) names now. 1: one
+// lives, its address in `addr`; 0: none; -1: no answer.
+int ofi_ask_route(Nic* n, uint32_t node, uint32_t route, std::string& addr);
+// The address an AV entry of ofi_peer was made from (empty if unknown).
+std::string ofi_peer_name(Nic* n, uint64_t dest);
 // Our endpoint's name (fi_getname) into `out` (kOfiAddrMax bytes); its length, 0 without a port.
 uint32_t ofi_self_name(Nic* n, uint8_t* out);
 // Sends `len` bytes (read until `done`); `patient`: a full transmit queue is retried for 2 s
