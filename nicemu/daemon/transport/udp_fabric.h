@@ -186,6 +186,10 @@ class UdpFabric {
   bool in_rx_ = false;
   bool flush_posted_ = false;               // a flush is queued on the loop
   uint64_t timer_at_ = UINT64_MAX;          // when the armed timer fires (UINT64_MAX: none)
+  // Every channel's late/answering state and the timer retransmission budget
+  // (fabric_load.h); declared before peers_, whose channels report to it until destroyed.
+  fabric::FabricLoad load_;
+  bool overloaded_ = false;  // as last logged
   std::map<uint32_t, Peer> peers_;
   std::vector<Peer*> slots_;              // peers by slot, in the order they were made
   fabric::PeerSchedule sched_;            // peers with work (marked) or a deadline
