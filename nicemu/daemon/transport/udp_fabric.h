@@ -80,6 +80,8 @@ class UdpFabric {
   // past the retry budget), the message too long or the peer's backlog full.
   bool send(uint32_t nic, const void* msg, size_t len);
   bool peer_up(uint32_t nic) const;
+  // Overloaded as of the last flush: the channels' horizon is stretched (fabric_load.h).
+  bool overloaded() const { return overloaded_; }
   uint64_t epoch() const { return epoch_; }
   // The daemon's fault configuration (docs/fault-injection.md): its `packet` rules drop,
   // duplicate, delay, corrupt or cut the link for packets this transport sends, decided per
