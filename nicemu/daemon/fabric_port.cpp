@@ -38,6 +38,7 @@ std::vector<uint32_t> FabricPort::remote_nodes() {
 }
 
 bool FabricPort::peer_up(uint32_t node) const { return transport_ && transport_->peer_up(node); }
+bool FabricPort::overloaded() const { return transport_ && transport_->overloaded(); }
 
 uint64_t FabricPort::reach(uint32_t node) {
   if (!remote(node)) return abi::cqe::kErrNoPeer;

@@ -51,6 +51,8 @@ class FabricPort {
   // The transport to other hosts, when a fabric map is given (null: none, or stopped).
   void set_transport(UdpFabric* t);
   UdpFabric* transport() const { return transport_; }
+  // The transport holds its channels up longer: this host is starved (fabric_load.h).
+  bool overloaded() const;
 
   // The send function of services whose peers may be on this host (datagram matching, the
   // collective engine): the daemon of `node` by its socket if it is on this host, else

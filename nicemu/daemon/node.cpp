@@ -44,7 +44,8 @@ Node::Node(NodeConfig cfg)
                 },
                 [this](uint32_t node) { return port_.remote(node); }, port_.remote_sender(),
                 [this](uint32_t node) { return port_.peer_up(node); },
-                [this](uint64_t attach_id, uint32_t node) { return remote_out_.unsent(attach_id, node); }}),
+                [this](uint64_t attach_id, uint32_t node) { return remote_out_.unsent(attach_id, node); },
+                [this] { return port_.overloaded(); }}),
       ce_(cfg_.nic_addr, CeEnv{port_.sender(), [this](uint64_t id) { return cdms_.live(id); }}) {
   // Messages from other hosts' daemons go from the port to the service of their type.
   using enum Op;

@@ -34,6 +34,9 @@ constexpr uint64_t kLateSlackUs = 2000;
 // take long on a loaded host), at most kSilentMaxFactor times silent_after_us.
 constexpr uint64_t kSilentRtts = 16;
 constexpr uint64_t kSilentMaxFactor = 4;
+// While the owning daemon is overloaded a channel past its own horizon looks again this
+// often: the stretch ends when the overload does (fabric_load.h).
+constexpr uint64_t kLiveRecheckUs = 250'000;
 // Delay signal: the excess must persist this many rounds in a row (a descheduled peer or
 // daemon lifts one round's minimum, not two), and a cwnd this small is not cut on delay
 // (at 16+ senders the windows are a few packets: losses share the link, delay cuts only
@@ -46,8 +49,8 @@ constexpr uint64_t kDelayMinCwnd = 4 * kPacket;
 constexpr uint64_t kDelayOffUs = 10'000'000;
 }  // namespace
 
-ReliableChannel::ReliableChannel(ChannelConfig cfg, Deliver deliver)
-    : cfg_(cfg), deliver_(std::move(deliver)) {
+ReliableChannel::ReliableChannel(ChannelConfig cfg, Deliver deliver, FabricLoad* load)
+    : cfg_(cfg), deliver_(std::move(deliver)), load_(load) {
   // Ring indexes are seq % size: sizes must divide 2^32 so they stay right across wrap.
   auto pow2 = [](uint32_t v) { return v && (v & (v - 1)) == 0; };
   if (!pow2(cfg_.window) || !pow2(cfg_.backlog) || cfg_.window > kWindow || cfg_.backlog < cfg_.window)
@@ -68,6 +71,43 @@ ReliableChannel::ReliableChannel(ChannelConfig cfg, Deliver deliver)
   // The reassembly buffer follows the incoming payloads: one mapping to give back.
   in_data_ = map_ring(uint64_t{cfg_.window} * kMaxRecordPayload + kMaxMessage);
   reasm_ = Reassembly(in_data_.get() + uint64_t{cfg_.window} * kMaxRecordPayload);
+}
+
+ReliableChannel::~ReliableChannel() {
+  if (late_ && load_) load_->late_leave();
+}
+
+void ReliableChannel::set_late(bool late, uint64_t now_us) {
+  if (late == late_) return;
+  late_ = late;
+  if (!load_) return;
+  if (late)
+    load_->late_enter(now_us);
+  else
+    load_->late_leave();
+}
+
+void ReliableChannel::plan_live_check(uint64_t now_us) {
+  if (state_ != State::kUp || in_flight() == 0) {
+    set_late(false, now_us);
+    live_check_us_ = UINT64_MAX;
+    return;
+  }
+  const uint64_t base = silent_horizon();
+  const uint64_t silent = now_us > progress_us_ ? now_us - progress_us_ : 0;
+  if (!load_) {
+    live_check_us_ = progress_us_ + base;
+  } else if (silent < base / 2) {
+    // Not late (any more: the silence clock may have moved for this host's own lateness);
+    // late from half the horizon on, when the daemon counts it.
+    set_late(false, now_us);
+    live_check_us_ = progress_us_ + base / 2;
+  } else if (silent < base) {
+    live_check_us_ = progress_us_ + base;
+  } else {
+    // Past its own horizon and kept up by the daemon's overload: look again soon.
+    live_check_us_ = std::min(progress_us_ + load_->horizon(base, now_us), now_us + kLiveRecheckUs);
+  }
 }
 
 ReliableChannel::Ring ReliableChannel::map_ring(size_t len) {
@@ -286,8 +326,10 @@ size_t ReliableChannel::fill(uint64_t now_us, uint8_t* buf, size_t cap, uint16_t
   if (state_ == State::kUp && in_flight() > 0 && expect_us_ != UINT64_MAX && now_us > expect_us_ + kLateSlackUs) {
     progress_us_ += now_us - expect_us_;
     st_.stalled_us += now_us - expect_us_;
+    if (load_) load_->own_late(now_us, now_us - expect_us_);
   }
   const size_t used = fill_body(now_us, buf, cap, count);
+  plan_live_check(now_us);
   // UINT64_MAX: nothing in flight, no deadline; one due already: the caller's loop runs it now.
   const uint64_t next = next_deadline();
   expect_us_ = next == UINT64_MAX ? next : std::max(next, now_us);
@@ -339,10 +381,16 @@ size_t ReliableChannel::fill_body(uint64_t now_us, uint8_t* buf, size_t cap, uin
   busy_ = !idle();
   if (state_ == State::kDown) return 0;
   // Liveness: records in flight and nothing at all acknowledged for the horizon (this
-  // process's own lateness excluded, in fill()).
-  if (in_flight() > 0 && now_us >= progress_us_ + silent_horizon()) {
-    go_down();
-    return 0;
+  // process's own lateness excluded, in fill()); stretched while the daemon is overloaded,
+  // which counts this channel among the late ones from half its horizon on.
+  if (in_flight() > 0) {
+    const uint64_t base = silent_horizon();
+    const uint64_t silent = now_us > progress_us_ ? now_us - progress_us_ : 0;
+    if (load_ && silent >= base / 2) set_late(true, now_us);
+    if (silent >= base && (!load_ || silent >= load_->horizon(base, now_us))) {
+      go_down();
+      return 0;
+    }
   }
   // Timers first: a record whose own timer ran out is lost (its next timeout doubled).
   if (now_us >= due_floor_) {
@@ -355,8 +403,6 @@ size_t ReliableChannel::fill_body(uint64_t now_us, uint8_t* buf, size_t cap, uin
         floor = std::min(floor, r.due_us);
         continue;
       }
-      mark_lost(r, false);
-      if (r.tries > 1) resent_expired = true;
       // The backoff stops at a sixteenth of the liveness horizon: a live peer behind a very
       // lossy path gets at least 16 tries of the record before the horizon, not 7. Before
       // any round trip is measured it may reach rto_max: a peer answering in more than
@@ -364,6 +410,17 @@ size_t ReliableChannel::fill_body(uint64_t now_us, uint8_t* buf, size_t cap, uin
       // no sample is ever taken and every record is sent again and again.
       const uint64_t cap = srtt_ == 0 ? cfg_.rto_max_us : std::max(cfg_.rto_min_us, cfg_.silent_after_us / 16);
       r.rto_us = std::min({r.rto_us * 2, cfg_.rto_max_us, cap});
+      if (load_ && !load_->take_retransmit(now_us)) {
+        // The daemon's timer retransmissions are at their budget: put off by the record's
+        // next timeout (backed off like a retransmission, so a deferred record does not
+        // wake the daemon more often than a resent one), no loss counted.
+        r.due_us = now_us + r.rto_us;
+        floor = std::min(floor, r.due_us);
+        ++st_.deferred;
+        continue;
+      }
+      mark_lost(r, false);
+      if (r.tries > 1) resent_expired = true;
       // Before any round trip was measured the initial timeout may be shorter than the path:
       // new records take the backoff too, or none would ever yield a sample.
       if (srtt_ == 0) rto_ = std::max(rto_, r.rto_us);
@@ -452,7 +509,7 @@ void ReliableChannel::on_ack(uint32_t ack, uint64_t sack, uint64_t now_us, const
   if (before(ack, base_) || before(sent_upto_, ack)) return;
   // One RTT sample per ack: the most recently sent record it newly covers that was sent
   // only once (a retransmitted one cannot tell which copy is acknowledged: Karn).
-  uint64_t newest = 0, acked_bytes = 0, order = 0, order_once = 0;
+  uint64_t newest = 0, acked_bytes = 0, acked_records = 0, order = 0, order_once = 0;
   bool sampled = false, round_over = false, late_original = false;
   const uint64_t pipe_before = pipe_;
   auto take = [&](OutRecord& r) {
@@ -460,6 +517,7 @@ void ReliableChannel::on_ack(uint32_t ack, uint64_t sack, uint64_t now_us, const
     r.acked = true;
     ++acked_in_flight_;
     acked_bytes += wire_bytes(r);
+    ++acked_records;
     if (r.in_pipe) {
       r.in_pipe = false;
       pipe_ -= wire_bytes(r);
@@ -493,7 +551,14 @@ void ReliableChannel::on_ack(uint32_t ack, uint64_t sack, uint64_t now_us, const
     uint32_t s = ack + 65 + static_cast<uint32_t>(i);
     if (!before(s, base_) && before(s, sent_upto_)) take(out(s));
   }
-  if (acked_bytes) progress_us_ = now_us;
+  if (acked_bytes) {
+    progress_us_ = now_us;
+    set_late(false, now_us);
+    if (load_) {
+      load_->answered(now_us, answer_window_);
+      load_->acked(acked_records, now_us);
+    }
+  }
   if (frto_ && acked_bytes) {
     frto_ = false;
     if (late_original) {
@@ -552,7 +617,7 @@ uint64_t ReliableChannel::next_deadline() const {
   if (in_flight() == 0) return next;
   // A lower bound is enough: a timer that fires early finds nothing due, and fill's scan
   // makes the bound exact again.
-  return std::min({next, due_floor_, progress_us_ + silent_horizon()});
+  return std::min({next, due_floor_, live_check_us_});
 }
 
 uint64_t ReliableChannel::queued_messages() const {
@@ -567,6 +632,8 @@ void ReliableChannel::go_down() {
   base_ = sent_upto_ = next_;
   acked_in_flight_ = 0;
   state_ = State::kDown;
+  set_late(false, progress_us_);
+  live_check_us_ = UINT64_MAX;
   reset_congestion();
   ++st_.downs;
   // fill() does not run while down: give the memory back now if nothing is held.
@@ -713,6 +780,8 @@ void ReliableChannel::reset() {
   touched_ = true;
   reasm_.abandon();
   ack_owed_ = false;
+  set_late(false, progress_us_);
+  live_check_us_ = UINT64_MAX;
   state_ = State::kUp;
 }
 

@@ -31,7 +31,11 @@
 //
 // Liveness: a channel with records in flight goes down only when the peer has acknowledged
 // nothing at all for its horizon: `silent_after_us`, or 16 smoothed round trips when that
-// is longer (a peer slow to answer on a loaded host), at most four times `silent_after_us`.
+// is longer (a peer slow to answer on a loaded host), at most four times `silent_after_us`;
+// while the daemon that owns the channel is overloaded (many of its channels late at once,
+// or its loop late: fabric_load.h) the horizon stretches to the overload horizon, bounded.
+// Timer retransmissions spend the daemon's shared budget (fabric_load.h); without a token
+// an expired record is put off by its own timeout.
 // Only time this process ran on schedule counts: when fill() runs later than the channel's
 // own next deadline, the lateness is this host's scheduling delay (on a loaded host the
 // peer's daemon is likely descheduled alike) and the silence clock stops for it. Every
@@ -64,6 +68,7 @@
 #include <memory>
 
 #include "nicemu/abi/wire_protocol.h"
+#include "nicemu/fabric/fabric_load.h"
 #include "nicemu/fabric/reassembly.h"
 
 namespace nicemu::fabric {
@@ -109,6 +114,7 @@ struct ChannelStats {
   uint64_t not_sent = 0;          // records whose packet the kernel refused (sent again)
   uint64_t stalled_us = 0;        // this process's lateness not counted as the peer's silence
   uint64_t releases = 0;          // times the idle channel's memory went back to the kernel
+  uint64_t deferred = 0;          // timer retransmissions the daemon's budget put off
 };
 
 // A record is deemed lost when the record transmitted this many transmissions after it is
@@ -125,7 +131,12 @@ class ReliableChannel {
   static constexpr const char* kStateNames[] = {"up", "down"};
   using Deliver = std::function<void(abi::wire::RecordType type, const uint8_t* data, size_t len)>;
 
-  ReliableChannel(ChannelConfig cfg, Deliver deliver);
+  // `load`: the owning daemon's view of all its channels (fabric_load.h), outliving the
+  // channel; null: the channel judges alone, no retransmission budget.
+  ReliableChannel(ChannelConfig cfg, Deliver deliver, FabricLoad* load = nullptr);
+  ~ReliableChannel();
+  ReliableChannel(const ReliableChannel&) = delete;
+  ReliableChannel& operator=(const ReliableChannel&) = delete;
 
   // --- sender ---
   // Queues one message; false (and counted) when the channel is down, the message too long,
@@ -303,7 +314,16 @@ class ReliableChannel {
   uint64_t progress_us_ = 0;   // the peer last acknowledged something (or the wait began)
   uint64_t expect_us_ = UINT64_MAX;  // when the channel asked fill() to run next (its deadline then)
   size_t fill_body(uint64_t now_us, uint8_t* out, size_t cap, uint16_t& count);
+  // The channel's own horizon (no daemon-wide stretch).
   uint64_t silent_horizon() const;
+  // Liveness as the owning daemon sees it (fabric_load.h): this channel late or not, and
+  // the next time its silence must be looked at again (a lower bound for next_deadline).
+  FabricLoad* load_ = nullptr;
+  bool late_ = false;
+  uint64_t answer_window_ = 0;
+  uint64_t live_check_us_ = UINT64_MAX;
+  void set_late(bool late, uint64_t now_us);
+  void plan_live_check(uint64_t now_us);
   bool ack_owed_ = false;
   ChannelStats st_;
 };

@@ -79,8 +79,10 @@ class SimLink {
 struct Side {
   std::vector<std::string> got;
   ReliableChannel ch;
-  explicit Side(ChannelConfig c)
-      : ch(c, [this](RecordType, const uint8_t* d, size_t n) { got.emplace_back(reinterpret_cast<const char*>(d), n); }) {}
+  explicit Side(ChannelConfig c, FabricLoad* load = nullptr)
+      : ch(
+            c, [this](RecordType, const uint8_t* d, size_t n) { got.emplace_back(reinterpret_cast<const char*>(d), n); },
+            load) {}
 };
 
 void pump(Side& from, SimLink& link, uint64_t now) {
@@ -1334,3 +1336,237 @@ TEST_CASE("fabric congestion: a CUBIC-like flow beside the channels keeps most o
   check_beside_competitor("a CUBIC-like flow", 500, 0.53);
 }
 
+
+// --- One daemon's channels together (fabric_load.h): liveness under overload, and the
+// retransmission budget shared by all channels.
+
+namespace {
+
+// `n` channels of one daemon (side a, sharing `load` when `shared`) to `n` peer daemons
+// (side b, each on its own), each over its own simulated link pair.
+struct Fleet {
+  FabricLoad load;
+  std::vector<std::unique_ptr<Side>> a, b;
+  std::vector<std::unique_ptr<SimLink>> ab, ba;
+  std::vector<uint64_t> sent;
+  Fleet(size_t n, ChannelConfig cfg, bool shared, LoadConfig lc = {}) : load(lc), sent(n) {
+    for (size_t i = 0; i < n; ++i) {
+      a.push_back(std::make_unique<Side>(cfg, shared ? &load : nullptr));
+      b.push_back(std::make_unique<Side>(cfg));
+      ab.push_back(std::make_unique<SimLink>(LinkModel{}, 1000 + 2 * i));
+      ba.push_back(std::make_unique<SimLink>(LinkModel{}, 1001 + 2 * i));
+    }
+  }
+  size_t size() const { return a.size(); }
+  uint64_t downs() const {
+    uint64_t d = 0;
+    for (auto& s : a) d += s->ch.stats().downs;
+    return d;
+  }
+  uint64_t retransmits() const {
+    uint64_t r = 0;
+    for (auto& s : a) r += s->ch.stats().retransmits;
+    return r;
+  }
+  // Runs [now, until) in 1 ms steps: every `every_us` each channel that is up queues a
+  // message (a record each); side a serves a channel when it has work or its deadline came
+  // (punctual: never more than the 2 ms slack late); the peers take what arrived and
+  // answer only while `peer_runs(now)` (a descheduled daemon handles nothing).
+  template <class PeerRuns>
+  void run(uint64_t& now, uint64_t until, uint64_t every_us, PeerRuns peer_runs) {
+    for (; now < until; now += 1000) {
+      for (size_t i = 0; i < size(); ++i) {
+        ReliableChannel& ch = a[i]->ch;
+        bool work = false;
+        if (every_us && now % every_us == 0 && ch.state() == ReliableChannel::State::kUp && ch.queued() < 64) {
+          const std::string m = std::to_string(i) + ":" + std::to_string(sent[i]) + std::string(kPackMax, 'q');
+          if (ch.send(RecordType::kCtl, m.data(), m.size())) ++sent[i], work = true;
+        }
+        if (work || ch.ack_owed() || ch.next_deadline() <= now) pump(*a[i], *ab[i], now);
+        if (peer_runs(i, now)) {
+          receive(*b[i], *ab[i], now);
+          pump(*b[i], *ba[i], now);
+        }
+        const size_t before = a[i]->got.size();
+        const uint64_t acked_base = ch.send_base();
+        receive(*a[i], *ba[i], now);
+        if (ch.send_base() != acked_base || a[i]->got.size() != before) pump(*a[i], *ab[i], now);
+      }
+    }
+  }
+};
+
+// Both the daemon's peers starved alike: each peer daemon gets the CPU for 50 ms every 4 s
+// (hundreds of daemons on two CPUs), so every channel's acks come up to 3.95 s late, more
+// than the 1.8 s horizon, all at once.
+bool starved(uint64_t now) { return now % 4'000'000 < 50'000; }
+
+}  // namespace
+
+TEST_CASE("fabric load: overload needs a crowd of late channels, not a few among many answering; it holds a while") {
+  LoadConfig lc;
+  FabricLoad l(lc);
+  uint64_t now = 10'000'000;
+  for (uint32_t i = 0; i + 1 < lc.crowd_min; ++i) l.late_enter(now);
+  CHECK_FALSE(l.overloaded(now));  // a few late: failures, each judged on its own
+  CHECK(l.horizon(1'800'000, now) == 1'800'000);
+  // Many answering in this window: a few late among them is not overload either.
+  std::vector<uint64_t> windows(100);
+  for (auto& w : windows) l.answered(now, w);
+  l.late_enter(now);
+  CHECK_FALSE(l.overloaded(now));
+  // Two windows later nobody answered any more: the crowd of late ones is overload.
+  now += 2 * lc.answer_window_us;
+  CHECK(l.overloaded(now));
+  CHECK(l.horizon(1'800'000, now) == lc.overload_horizon_us);
+  CHECK(l.horizon(30'000'000, now) == 30'000'000);  // never shortens a channel's own
+  // The late ones answer: the state holds for hold_us, then ends.
+  for (uint32_t i = 0; i < lc.crowd_min; ++i) l.late_leave();
+  CHECK(l.late() == 0);
+  CHECK(l.overloaded(now + lc.hold_us - 1));
+  CHECK_FALSE(l.overloaded(now + lc.hold_us));
+  CHECK(l.stats().overload_episodes == 1);
+  // This daemon's own loop running late (a starved host) is overload on its own.
+  now += 10'000'000;
+  l.own_late(now, lc.own_late_us - 1);
+  CHECK_FALSE(l.overloaded(now));
+  l.own_late(now, lc.own_late_us);
+  CHECK(l.overloaded(now));
+  CHECK_FALSE(l.overloaded(now + lc.hold_us));
+}
+
+TEST_CASE("fabric load: the retransmission budget is its floor plus a share of what the peers acknowledge") {
+  LoadConfig lc;
+  FabricLoad l(lc);
+  uint64_t now = 1'000'000, granted = 0;
+  // A quiet daemon: its burst, then the floor rate.
+  for (int i = 0; i < 1000; ++i) granted += l.take_retransmit(now);
+  CHECK(granted == static_cast<uint64_t>(lc.burst_min));
+  granted = 0;
+  for (int ms = 0; ms < 1000; ++ms, now += 1000)
+    for (int i = 0; i < 10; ++i) granted += l.take_retransmit(now);
+  CHECK(granted >= 95);
+  CHECK(granted <= 105);
+  // Peers acknowledging 20 000 records a second: a quarter of that on top.
+  granted = 0;
+  for (int ms = 0; ms < 2000; ++ms, now += 1000) {
+    l.acked(20, now);
+    if (ms >= 1000)
+      for (int i = 0; i < 20; ++i) granted += l.take_retransmit(now);
+  }
+  CHECK(l.rate_per_s() >= 0.9 * (lc.retransmit_floor_per_s + 0.25 * 20'000));
+  CHECK(granted >= 4000);
+  CHECK(granted <= 6000);
+}
+
+// (a) One dead peer among live ones that answer: declared down within the channel's own
+// horizon (1.8 s), as without the daemon's view; the live ones stay up.
+TEST_CASE("fabric load: one dead peer among many live ones is declared down within its own horizon") {
+  ChannelConfig cfg;
+  Fleet f(32, cfg, true);
+  uint64_t now = 0;
+  auto all_run = [](size_t, uint64_t) { return true; };
+  f.run(now, 200'000, 10'000, all_run);
+  REQUIRE(f.downs() == 0);
+  f.ab[0]->up = f.ba[0]->up = false;
+  const uint64_t dead_from = now;
+  while (f.a[0]->ch.state() == ReliableChannel::State::kUp && now < dead_from + 10'000'000)
+    f.run(now, now + 1000, 10'000, all_run);
+  CHECK(f.a[0]->ch.state() == ReliableChannel::State::kDown);
+  CHECK(now >= dead_from + cfg.silent_after_us);
+  CHECK(now <= dead_from + cfg.silent_after_us + 20'000);
+  CHECK(f.downs() == 1);
+  CHECK(f.load.stats().overload_episodes == 0);
+}
+
+// (b) Every peer starved at once (acks up to 3.95 s late, all together): not one channel is
+// declared down, every message arrives; the same channels judged one by one (no shared
+// view, as before) take live peers down.
+TEST_CASE("fabric load: many peers slow at once (a starved host) are not declared down") {
+  ChannelConfig cfg;
+  LoadConfig lc;
+  lc.retransmit_floor_per_s = 1e9;  // the liveness rule alone: no budget
+  lc.burst_min = 1e9;
+  for (const bool shared : {true, false}) {
+    CAPTURE(shared);
+    Fleet f(32, cfg, shared, lc);
+    uint64_t now = 0;
+    f.run(now, 200'000, 10'000, [](size_t, uint64_t) { return true; });
+    REQUIRE(f.downs() == 0);
+    f.run(now, 30'000'000, 100'000, [](size_t, uint64_t t) { return starved(t); });
+    if (!shared) {
+      CHECK(f.downs() > 0);
+      continue;
+    }
+    CHECK(f.downs() == 0);
+    CHECK(f.load.stats().overload_episodes >= 1);
+    CHECK(f.load.stats().most_late >= 16);
+    // The host recovers: everything queued arrives, in order, once.
+    f.run(now, now + 2'000'000, 0, [](size_t, uint64_t) { return true; });
+    for (size_t i = 0; i < f.size(); ++i) {
+      CAPTURE(i);
+      CHECK(f.b[i]->got.size() == f.sent[i]);
+      CHECK(f.a[i]->ch.in_flight() == 0);
+    }
+  }
+}
+
+// (c) A dead peer while the host is starved: the horizon is stretched, not unbounded; it
+// is declared down by the overload horizon (20 s), the starved live ones are not (their
+// records put off by the budget yield round trips of seconds, so their own horizons grow
+// to 7.2 s and they count as late later: the overload may end, and the dead one is down
+// before 20 s).
+TEST_CASE("fabric load: a dead peer on a starved host is still declared down, by the overload horizon") {
+  ChannelConfig cfg;
+  LoadConfig lc;
+  Fleet f(32, cfg, true, lc);
+  uint64_t now = 0;
+  f.run(now, 200'000, 10'000, [](size_t, uint64_t) { return true; });
+  f.ab[0]->up = f.ba[0]->up = false;
+  const uint64_t dead_from = now;
+  auto peers = [](size_t, uint64_t t) { return starved(t); };
+  while (f.a[0]->ch.state() == ReliableChannel::State::kUp && now < dead_from + 40'000'000)
+    f.run(now, now + 1000, 100'000, peers);
+  CHECK(f.a[0]->ch.state() == ReliableChannel::State::kDown);
+  CHECK(now > dead_from + cfg.silent_after_us);
+  CHECK(now <= dead_from + lc.overload_horizon_us + 300'000);
+  CHECK(f.downs() == 1);  // only the dead one
+}
+
+// Many channels, all losing everything (peers unreachable, nothing acknowledged): the sum
+// of their timer retransmissions stays at the daemon's budget (its floor: nothing is
+// acknowledged), where the same channels each on their own offer many times more.
+TEST_CASE("fabric load: the timer retransmissions of many losing channels are bounded per daemon") {
+  ChannelConfig cfg;
+  cfg.silent_after_us = 600'000'000;  // about retransmission, not giving up
+  LoadConfig lc;
+  uint64_t bounded = 0, alone = 0;
+  for (const bool shared : {true, false}) {
+    Fleet f(64, cfg, shared, lc);
+    uint64_t now = 0;
+    f.run(now, 100'000, 10'000, [](size_t, uint64_t) { return true; });  // round trips measured
+    for (size_t i = 0; i < f.size(); ++i) f.ab[i]->up = false;
+    f.run(now, 300'000, 10'000, [](size_t, uint64_t) { return true; });  // 20 records in flight each
+    // The acknowledgements of the first 100 ms have left the budget's window.
+    f.run(now, 2'300'000, 0, [](size_t, uint64_t) { return true; });
+    const uint64_t r0 = f.retransmits();
+    const uint64_t from = now;
+    f.run(now, now + 10'000'000, 0, [](size_t, uint64_t) { return true; });
+    const uint64_t r = f.retransmits() - r0;
+    const double per_s = static_cast<double>(r) / (static_cast<double>(now - from) / 1e6);
+    INFO("timer retransmissions per second over 64 channels: ", per_s, shared ? " (shared budget)" : " (alone)");
+    if (shared) {
+      bounded = r;
+      CHECK(per_s <= lc.retransmit_floor_per_s + lc.burst_min / 10 + 1);
+      CHECK(per_s >= 0.8 * lc.retransmit_floor_per_s);  // the budget is spent, not starved
+      uint64_t deferred = 0;
+      for (auto& s : f.a) deferred += s->ch.stats().deferred;
+      CHECK(deferred > r);
+      CHECK(f.load.stats().retransmits_deferred == deferred);
+    } else {
+      alone = r;
+    }
+    CHECK(f.downs() == 0);
+  }
+  CHECK(alone > 20 * bounded);
+}

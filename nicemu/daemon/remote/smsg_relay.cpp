@@ -797,6 +797,7 @@ void SmsgRelay::tick() {
 bool SmsgRelay::check_liveness(Clock::time_point now) {
   last_liveness_ = now;
   bool in_flight = false;
+  const auto deadline = env_.fabric_overloaded && env_.fabric_overloaded() ? kAckDeadlineOverloaded : kAckDeadline;
   // In id order, as a walk over tx_ would; fail() takes a relay out of the set, so the next
   // one is found before.
   for (auto i = in_flight_tx_.begin(); i != in_flight_tx_.end();) {
@@ -807,8 +808,8 @@ bool SmsgRelay::check_liveness(Clock::time_point now) {
            "the fabric channel to node " + std::to_string(t.attrs.peer_addr) + " is down (silent past the retry budget)");
       continue;
     }
-    if (now - t.unacked.front().at > kAckDeadline) {
-      fail(t, cqe::kErrPeerGone, "no acknowledgement for " + std::to_string(kAckDeadline.count()) +
+    if (now - t.unacked.front().at > deadline) {
+      fail(t, cqe::kErrPeerGone, "no acknowledgement for " + std::to_string(deadline.count()) +
                                      " ms (the peer's daemon restarted or lost the channel)");
       continue;
     }

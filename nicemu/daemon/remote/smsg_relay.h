@@ -82,6 +82,9 @@ struct SmsgRelayEnv {
   // Whether RMA pieces of CDM `attach_id` to `node` wait to be sent (RemoteRequester::unsent):
   // its later messages wait behind them.
   std::function<bool(uint64_t attach_id, uint32_t node)> rma_unsent;
+  // Whether the fabric holds its channels up longer because this host is starved
+  // (fabric_load.h): acks come late then, the ack deadline stretches alike. Empty: never.
+  std::function<bool()> fabric_overloaded;
 };
 
 class SmsgRelay : public FabricService {
@@ -91,6 +94,8 @@ class SmsgRelay : public FabricService {
   // An ack not received this long after its message was handed to the fabric means the
   // message was lost with a channel reset (peer restarted): the relay fails.
   static constexpr std::chrono::milliseconds kAckDeadline{5000};
+  // The same while the fabric is overloaded: its channels' horizon then (LoadConfig).
+  static constexpr std::chrono::milliseconds kAckDeadlineOverloaded{20000};
   // Relays one CDM may open (each holds daemon memory and a block of its heap); beyond,
   // GNI_SmsgInit to another host returns GNI_RC_ERROR_RESOURCE.
   static constexpr size_t kMaxRelaysPerCdm = 16384;

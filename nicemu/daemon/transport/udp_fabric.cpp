@@ -228,9 +228,11 @@ UdpFabric::Peer* UdpFabric::peer(uint32_t nic) {
   slots_.push_back(&p);
   p.addr = e->addr;
   p.ch = std::make_unique<fabric::ReliableChannel>(
-      ccfg_, [this, nic](RecordType type, const uint8_t* data, size_t len) {
+      ccfg_,
+      [this, nic](RecordType type, const uint8_t* data, size_t len) {
         if (type == RecordType::kCtl) deliver_(nic, data, len);
-      });
+      },
+      &load_);
   return &p;
 }
 
@@ -511,6 +513,15 @@ void UdpFabric::flush_all() {
   }
   arm_timer();
   publish();
+  if (const bool over = load_.overloaded(now); over != overloaded_) {
+    overloaded_ = over;
+    if (over)
+      spdlog::warn("fabric: overloaded ({} of the channels late at once, or this daemon's loop late): peers silent "
+                   "past their horizon get up to {} s before they are declared down",
+                   load_.late(), load_.config().overload_horizon_us / 1000000.0);
+    else
+      spdlog::info("fabric: no longer overloaded ({} channels late): the channels' own horizons again", load_.late());
+  }
 }
 
 void UdpFabric::impaired_send() {
@@ -798,14 +809,25 @@ nlohmann::json UdpFabric::status() const {
                      {"srtt_us", p.ch->srtt_us()},
                      {"min_rtt_us", p.ch->min_rtt_us() == UINT64_MAX ? 0 : p.ch->min_rtt_us()},
                      {"duplicates", s.duplicates},
+                     {"retransmits_deferred", s.deferred},
                      {"messages_abandoned", s.messages_abandoned},
                      {"resident_bytes", p.ch->resident_bytes()},
                      {"memory_releases", s.releases}});
   }
   nlohmann::json announces = nlohmann::json::object();
   for (const auto& [nic, a] : announce_faults_) announces[std::to_string(nic)] = a.dropped;
+  const fabric::LoadStats& ls = load_.stats();
+  nlohmann::json load = {{"channels_late", load_.late()},
+                         {"most_late", ls.most_late},
+                         {"overloaded", overloaded_},
+                         {"overload_episodes", ls.overload_episodes},
+                         {"overloaded_us", ls.overloaded_us},
+                         {"retransmit_budget_per_s", load_.rate_per_s()},
+                         {"timer_retransmits_granted", ls.retransmits_granted},
+                         {"timer_retransmits_deferred", ls.retransmits_deferred}};
   return {{"port", port_},
           {"epoch", epoch_},
+          {"load", load},
           {"data_plane", data_plane_},
           {"mac", fabric::mac_alg_name(auth_.alg())},
           {"nodes_in_map", map_.nodes().size()},

@@ -80,6 +80,8 @@ class UdpFabric {
   // past the retry budget), the message too long or the peer's backlog full.
   bool send(uint32_t nic, const void* msg, size_t len);
   bool peer_up(uint32_t nic) const;
+  // Overloaded as of the last flush: the channels' horizon is stretched (fabric_load.h).
+  bool overloaded() const { return overloaded_; }
   uint64_t epoch() const { return epoch_; }
   // The daemon's fault configuration (docs/fault-injection.md): its `packet` rules drop,
   // duplicate, delay, corrupt or cut the link for packets this transport sends, decided per
@@ -186,6 +188,10 @@ class UdpFabric {
   bool in_rx_ = false;
   bool flush_posted_ = false;               // a flush is queued on the loop
   uint64_t timer_at_ = UINT64_MAX;          // when the armed timer fires (UINT64_MAX: none)
+  // Every channel's late/answering state and the timer retransmission budget
+  // (fabric_load.h); declared before peers_, whose channels report to it until destroyed.
+  fabric::FabricLoad load_;
+  bool overloaded_ = false;  // as last logged
   std::map<uint32_t, Peer> peers_;
   std::vector<Peer*> slots_;              // peers by slot, in the order they were made
   fabric::PeerSchedule sched_;            // peers with work (marked) or a deadline
