@@ -658,6 +658,13 @@ static int atomic_mode(gni_ep_handle_t *ep, const struct peer_info *all, uint8_t
 #define ORDER_BURST 64
 enum { ORD_AMO_PUT, ORD_PUT_AMO, ORD_GET_PUT, ORD_PUT_CQW, ORD_PUT_GET };
 static uint64_t order_old(int cls, int pat, long i) { return 7 + 1000 * (uint64_t)(cls * ORDER_PATTERNS + pat) + (uint64_t)i; }
+/* Context switches of this process so far (every thread): the timing lines say how many a
+ * pair cost, where the wake-ups of a held stream are (bench/run-ofi-held). */
+static long order_csw(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_nvcsw + ru.ru_nivcsw;
+}
 
 /* PUT then an SMSG message naming the word (posted after posted: in order in the default and
  * strict classes), `n` each with the NIC's SMSG delivery mode and the PUTs' dlvr_mode default,
@@ -796,6 +803,7 @@ static int order_mode(gni_ep_handle_t *ep, long n) {
     const char *stream_s = getenv("FABRIC_RMA_ORDER_STREAM");
     if (stream_s && strcmp(stream_s, "1") == 0) {
       const double t0 = fabric_now_s();
+      const long c0 = order_csw();
       for (long i = 0; i < n && !bad; ++i) {
         src[i] = order_old(0, ORD_AMO_PUT, i);
         for (int k = 0; k < 2; ++k) {
@@ -815,8 +823,8 @@ static int order_mode(gni_ep_handle_t *ep, long n) {
         }
       }
       if (!bad)
-        printf("fabric_rma order: rank 0: default, PUT then PUT (nothing held): %.2f us per pair (%d posts in flight at most)\n",
-               (fabric_now_s() - t0) / (double)n * 1e6, ORDER_BURST);
+        printf("fabric_rma order: rank 0: default, PUT then PUT (nothing held): %.2f us per pair (%d posts in flight at most, "
+               "%.2f context switches)\n", (fabric_now_s() - t0) / (double)n * 1e6, ORDER_BURST, (double)(order_csw() - c0) / (double)n);
     }
     for (int cls = 0; cls < 3 && !bad; ++cls) {
       const int reg = cls == 2;
@@ -824,6 +832,7 @@ static int order_mode(gni_ep_handle_t *ep, long n) {
       for (int pat = 0; pat < ORDER_PATTERNS && !bad; ++pat) {
         if (pat == ORD_PUT_GET && cls == 0) continue; /* default: a GET may pass a PUT */
         const double t0 = fabric_now_s();
+        const long c0 = order_csw();
         for (long i = 0; i < n && !bad; ++i) {
           const uint64_t w = (uint64_t)(cls * ORDER_PATTERNS + pat) * (uint64_t)n + (uint64_t)i;
           const uint64_t raddr = all[1].va[reg] + 8 * w;
@@ -863,8 +872,9 @@ static int order_mode(gni_ep_handle_t *ep, long n) {
         }
         /* What the order costs where it makes posts wait (a pair's two posts on two paths). */
         if (!bad)
-          printf("fabric_rma order: rank 0: %s, %s: %.2f us per pair (%d posts in flight at most)\n", cls_name[cls],
-                 pat_name[pat], (fabric_now_s() - t0) / (double)n * 1e6, ORDER_BURST);
+          printf("fabric_rma order: rank 0: %s, %s: %.2f us per pair (%d posts in flight at most, %.2f context switches)\n",
+                 cls_name[cls], pat_name[pat], (fabric_now_s() - t0) / (double)n * 1e6, ORDER_BURST,
+                 (double)(order_csw() - c0) / (double)n);
       }
     }
     /* Every completion is in: what the GETs read. */
