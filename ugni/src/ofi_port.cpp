@@ -391,6 +391,7 @@ struct OfiPort {
   // a time, and a waiting GNI_MsgqProgress(q, 0) took seconds on a loaded host.
   std::atomic<uint32_t> drive_waiters{0};
   std::atomic<uint32_t> backoff{0};
+  std::atomic<bool> app_waiting{false};  // an application thread sleeps in the provider (ofi_wait)
   // Posts in flight, for NIC down (ofi_nic_down): our daemon died or shut down. Its posts
   // complete NIC_DOWN at once, as those our daemon held do; and as a target we stop: peers'
   // messages are answered PEER_GONE unexecuted, our provider registrations are closed.
@@ -1077,9 +1078,18 @@ bool OfiPort::wait_inline(uint64_t max_ns) {
   // than queue on drive_mu and be woken by each unlock.
   polled_at.store(monotonic_ns() + std::min(max_ns, kWaitSliceNs), std::memory_order_relaxed);
   std::unique_lock<std::mutex> lk(drive_mu, std::try_to_lock);
-  if (!lk.owns_lock()) lock_drive(lk);
+  if (!lk.owns_lock()) {
+    // Another application thread sleeps in the provider: it dispatches our completions too
+    // and wakes us through the CQ's futex. (Taking the lock from it would wake it, and it us
+    // next time: two waiters waking each other without end.) Else the progress thread or a
+    // poller has it: ours next.
+    if (app_waiting.load(std::memory_order_relaxed)) return false;
+    lock_drive(lk);
+  }
+  app_waiting.store(true, std::memory_order_relaxed);
   progress_once(true, true);
   msgq_ofi_tick(nic);  // as the progress thread's turn, which keeps away meanwhile
+  app_waiting.store(false, std::memory_order_relaxed);
   lk.unlock();
   polled_at.store(monotonic_ns(), std::memory_order_relaxed);
   return true;
