@@ -1097,7 +1097,8 @@ bool OfiPort::wait_inline(uint64_t max_ns) {
 
 bool ofi_wait(Nic* n, uint64_t max_ns) {
   OfiPort* p = n->ofi;
-  if (!p) return false;
+  // Nothing held (the common case): a load, not the cancellation state's four calls.
+  if (!p || !p->waitable || !p->order->any_held()) return false;
   int state, type, unused;  // as ofi_poll: no cancellation inside the provider nor holding drive_mu
   pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &state);
   pthread_setcanceltype(PTHREAD_CANCEL_DEFERRED, &type);
