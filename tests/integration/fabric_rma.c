@@ -658,6 +658,13 @@ static int atomic_mode(gni_ep_handle_t *ep, const struct peer_info *all, uint8_t
 #define ORDER_BURST 64
 enum { ORD_AMO_PUT, ORD_PUT_AMO, ORD_GET_PUT, ORD_PUT_CQW, ORD_PUT_GET };
 static uint64_t order_old(int cls, int pat, long i) { return 7 + 1000 * (uint64_t)(cls * ORDER_PATTERNS + pat) + (uint64_t)i; }
+/* Context switches of this process so far (every thread): the timing lines say how many a
+ * pair cost, where the wake-ups of a held stream are (bench/run-ofi-held). */
+static long order_csw(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_nvcsw + ru.ru_nivcsw;
+}
 
 /* PUT then an SMSG message naming the word (posted after posted: in order in the default and
  * strict classes), `n` each with the NIC's SMSG delivery mode and the PUTs' dlvr_mode default,
@@ -789,12 +796,43 @@ static int order_mode(gni_ep_handle_t *ep, long n) {
   if (!descs) return fail("alloc", 0);
   if (rank == 0) {
     long in_flight = 0;
+    /* FABRIC_RMA_ORDER_STREAM=1 (bench/run-ofi-held): first the cost of pairs nothing holds,
+     * PUT then PUT to one word in the default class (one path, which the provider orders or
+     * which waits only for writes), timed as the pairs below. Both PUTs write the word's
+     * initial value, so the checks below are unchanged. */
+    const char *stream_s = getenv("FABRIC_RMA_ORDER_STREAM");
+    if (stream_s && strcmp(stream_s, "1") == 0) {
+      const double t0 = fabric_now_s();
+      const long c0 = order_csw();
+      for (long i = 0; i < n && !bad; ++i) {
+        src[i] = order_old(0, ORD_AMO_PUT, i);
+        for (int k = 0; k < 2; ++k) {
+          fabric_desc(&descs[2 * i + k], GNI_POST_FMA_PUT, &src[i], sh, all[1].va[0] + 8 * (uint64_t)i, all[1].h[0], 8);
+          gni_return_t rc = GNI_PostFma(ep[1], &descs[2 * i + k]);
+          if (rc != GNI_RC_SUCCESS) bad = fail("order: stream PUT", rc);
+        }
+        in_flight += 2;
+        while (!bad && (in_flight >= ORDER_BURST || (i == n - 1 && in_flight > 0))) {
+          gni_cq_entry_t e;
+          gni_post_descriptor_t *cd = NULL;
+          if (GNI_CqWaitEvent(cq, 20000, &e) != GNI_RC_SUCCESS || GNI_GetCompleted(cq, e, &cd) != GNI_RC_SUCCESS || !cd)
+            bad = fail("order: a stream completion", 0);
+          else if (!GNI_CQ_STATUS_OK(e))
+            bad = fail("order: stream error completion", (long)GNI_CQ_GET_STATUS(e));
+          --in_flight;
+        }
+      }
+      if (!bad)
+        printf("fabric_rma order: rank 0: default, PUT then PUT (nothing held): %.2f us per pair (%d posts in flight at most, "
+               "%.2f context switches)\n", (fabric_now_s() - t0) / (double)n * 1e6, ORDER_BURST, (double)(order_csw() - c0) / (double)n);
+    }
     for (int cls = 0; cls < 3 && !bad; ++cls) {
       const int reg = cls == 2;
       const uint16_t dlvr = cls == 1 ? GNI_DLVMODE_IN_ORDER : GNI_DLVMODE_PERFORMANCE;
       for (int pat = 0; pat < ORDER_PATTERNS && !bad; ++pat) {
         if (pat == ORD_PUT_GET && cls == 0) continue; /* default: a GET may pass a PUT */
         const double t0 = fabric_now_s();
+        const long c0 = order_csw();
         for (long i = 0; i < n && !bad; ++i) {
           const uint64_t w = (uint64_t)(cls * ORDER_PATTERNS + pat) * (uint64_t)n + (uint64_t)i;
           const uint64_t raddr = all[1].va[reg] + 8 * w;
@@ -834,8 +872,9 @@ static int order_mode(gni_ep_handle_t *ep, long n) {
         }
         /* What the order costs where it makes posts wait (a pair's two posts on two paths). */
         if (!bad)
-          printf("fabric_rma order: rank 0: %s, %s: %.2f us per pair (%d posts in flight at most)\n", cls_name[cls],
-                 pat_name[pat], (fabric_now_s() - t0) / (double)n * 1e6, ORDER_BURST);
+          printf("fabric_rma order: rank 0: %s, %s: %.2f us per pair (%d posts in flight at most, %.2f context switches)\n",
+                 cls_name[cls], pat_name[pat], (fabric_now_s() - t0) / (double)n * 1e6, ORDER_BURST,
+                 (double)(order_csw() - c0) / (double)n);
       }
     }
     /* Every completion is in: what the GETs read. */

@@ -116,6 +116,7 @@ bool held(const OfiOrderCaps& caps, OfiPath first, ord::Class c1, OfiPath then, 
   CHECK(b.issued);
   f.complete_all();
   CHECK(f.o.held() == 0);
+  CHECK(f.o.any_held() == (0 != 0));
   return was_held;
 }
 
@@ -172,6 +173,7 @@ TEST_CASE("ofi order: held posts go in FIFO order from the completions, later po
   CHECK(f.post(amo2, OfiPath::kMsg, d) == OfiAdmit::kHeld);
   CHECK(f.post(put3, OfiPath::kWrite, d) == OfiAdmit::kHeld);
   CHECK(f.o.held() == 4);
+  CHECK(f.o.any_held() == (4 != 0));
   CHECK(f.port.issued == std::vector<int>{1});
   // Another peer is not held behind them.
   Post other{9};
@@ -189,6 +191,7 @@ TEST_CASE("ofi order: held posts go in FIFO order from the completions, later po
   CHECK(f.port.issued == std::vector<int>{1, 9, 2, 3, 4, 5});
   f.complete_all();
   CHECK(f.o.held() == 0);
+  CHECK(f.o.any_held() == (0 != 0));
   // Nothing in flight, nothing held: the fast path again.
   Post last{6};
   CHECK(f.post(last, OfiPath::kMsg, d) == OfiAdmit::kGo);
@@ -205,6 +208,7 @@ TEST_CASE("ofi order: an issue that fails at once gives back inside the drain, w
   f.complete_one();
   CHECK(f.port.issued == std::vector<int>{1, 2, 3, 4, 5});
   CHECK(f.o.held() == 0);
+  CHECK(f.o.any_held() == (0 != 0));
 }
 
 TEST_CASE("ofi order: no room in the provider: the head stays first, pump tries again") {
@@ -219,6 +223,7 @@ TEST_CASE("ofi order: no room in the provider: the head stays first, pump tries 
   CHECK(f.port.issued == std::vector<int>{1});
   CHECK(f.o.any_parked());
   CHECK(f.o.held() == 2);
+  CHECK(f.o.any_held() == (2 != 0));
   // A post meanwhile is held behind them, not issued before them.
   Post put3{4};
   CHECK(f.post(put3, OfiPath::kWrite, d) == OfiAdmit::kHeld);
@@ -228,6 +233,7 @@ TEST_CASE("ofi order: no room in the provider: the head stays first, pump tries 
   CHECK(f.port.issued == std::vector<int>{1, 2, 3, 4});
   f.complete_all();
   CHECK(f.o.held() == 0);
+  CHECK(f.o.any_held() == (0 != 0));
 }
 
 TEST_CASE("ofi order: held posts fail by peer (peer gone, NIC down), the rest go on") {
@@ -245,6 +251,7 @@ TEST_CASE("ofi order: held posts fail by peer (peer gone, NIC down), the rest go
   CHECK(put7b.dropped == 42);
   CHECK(put263.dropped == 0);
   CHECK(f.o.held() == 1);
+  CHECK(f.o.any_held() == (1 != 0));
   f.complete_all();  // both AMOs: peer 263's PUT goes
   CHECK(put263.issued);
   CHECK(!put7.issued);
@@ -281,4 +288,5 @@ TEST_CASE("ofi order: held posts are capped, relaxed ones pass default held post
   f.complete_all();
   CHECK(relaxed2.issued);
   CHECK(f.o.held() == 0);
+  CHECK(f.o.any_held() == (0 != 0));
 }

@@ -156,6 +156,11 @@ namespace {
       abi::spin_step(t - start);
       continue;
     }
+    // Posts held for order (ofi_order.h): sleep in the provider instead, and look again.
+    if (cq->nic->ofi && ofi_wait(cq->nic, deadline - t)) {
+      cancellation_point();
+      continue;
+    }
     ofi_idle(cq->nic);  // asleep: the progress thread drives the provider and wakes us
     auto* ctl = cq->ring.ctl;
     uint32_t seq = ctl->futex.load(std::memory_order_acquire);

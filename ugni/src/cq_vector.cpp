@@ -89,6 +89,16 @@ void drive_ofi(const Vector& v, bool poll) {
   }
 }
 
+// Before sleeping: the first CDM of the vector whose port holds posts for order has this
+// thread sleep in its provider instead (ofi_wait); true if one did.
+bool wait_ofi(const Vector& v, uint64_t max_ns) {
+  for (uint32_t i = 0; i < v.n; ++i) {
+    Nic* n = v.at(i)->nic;
+    if (n->ofi && (i == 0 || n != v.at(i - 1)->nic) && ofi_wait(n, max_ns)) return true;
+  }
+  return false;
+}
+
 // Every ring quiet (CqRingView::quiet): nothing reserved, no overrun; a ring's producer that
 // reserves after this sees its raised `waiters` and wakes it.
 bool all_quiet(const Vector& v) {
@@ -148,6 +158,10 @@ gni_return_t wait_ready(const Vector& v, uint64_t deadline, bool stop_on_signal,
     if (t < spin_until) {  // a futex wake across cores costs tens of microseconds here
       drive_ofi(v, true);
       abi::spin_step(t - start);
+      continue;
+    }
+    if (wait_ofi(v, std::min(kSliceNs, deadline - t))) {
+      cancellation_point();
       continue;
     }
     drive_ofi(v, false);

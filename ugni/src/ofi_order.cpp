@@ -43,6 +43,7 @@ void OfiOrder::unlink_node(Slot& s, Node* prev, Node* x) {
   (prev ? prev->next : s.head) = x->next;
   if (s.tail == x) s.tail = prev;
   s.queued.fetch_sub(1, std::memory_order_seq_cst);
+  held_total_.fetch_sub(1, std::memory_order_relaxed);
   if (x->cls == ordering::kStrict) --s.strict_held;
   if (x->capped) --held_capped_;
 }
@@ -69,6 +70,7 @@ OfiAdmit OfiOrder::hold(uint64_t peer, OfiPath path, ordering::Class cls, void* 
     // Counted as held before the counts are read again (drain): a leave that saw no post
     // held then found its count already given back here (both seq_cst).
     s.queued.fetch_add(1, std::memory_order_seq_cst);
+    held_total_.fetch_add(1, std::memory_order_relaxed);
     if (cls == ordering::kStrict) ++s.strict_held;
     if (capped) ++held_capped_;
   }

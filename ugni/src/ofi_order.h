@@ -108,6 +108,9 @@ class OfiOrder {
   // order; a post being issued at that moment is not held any more. How many.
   uint32_t fail(uint64_t peer, uint64_t status);
   uint32_t held() const;
+  // Anything held at all (one load): a thread about to sleep drives the provider itself
+  // instead (ofi_wait), since the completion it waits for issues held posts.
+  bool any_held() const { return held_total_.load(std::memory_order_relaxed) != 0; }
   const OfiOrderCaps& caps() const { return caps_; }
 
  private:
@@ -150,6 +153,7 @@ class OfiOrder {
   mutable std::mutex mu_;
   uint32_t held_capped_ = 0;  // under mu_
   std::atomic<uint32_t> parked_{0};
+  std::atomic<uint32_t> held_total_{0};  // the slots' queued, summed
   Slot slots_[kSlots];
 };
 

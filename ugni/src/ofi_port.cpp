@@ -40,6 +40,7 @@ uint32_t ofi_self_name(Nic*, uint8_t*) { return 0; }
 uint64_t ofi_send(Nic*, uint64_t, const void*, size_t, OfiSendCtx*, bool) { return abi::cqe::kErrTransient; }
 void ofi_poll(Nic*, bool) {}
 void ofi_idle(Nic*) {}
+bool ofi_wait(Nic*, uint64_t) { return false; }
 OfiOrder* ofi_order(Nic*) { return nullptr; }
 }  // namespace nicemu::ugni
 
@@ -390,9 +391,11 @@ struct OfiPort {
   // The progress thread keeps away while an application thread polls: that thread reads
   // completions the moment they are there, where the progress thread would be woken for
   // them (a wake-up here costs tens of microseconds) and race it for them.
-  // polled_at: the last inline poll (0: the thread went to sleep, ofi_idle); in_sread:
-  // the progress thread sleeps in fi_cq_sread holding drive_mu (a poller wakes it once,
-  // kicked); backoff: the futex word it waits on meanwhile (1 while it waits).
+  // polled_at: the last inline poll, or the end of an application thread's sleep in the
+  // provider (ofi_wait) (0: the thread went to sleep, ofi_idle); in_sread: a thread (the
+  // progress thread, or one in ofi_wait) sleeps in fi_cq_sread holding drive_mu (a poller
+  // wakes it once, kicked); backoff: the futex word the progress thread waits on while it
+  // keeps away (1 while it waits).
   std::atomic<uint64_t> polled_at{0};
   std::atomic<bool> in_sread{false}, kicked{false};
   // Application threads waiting for drive_mu (poll_inline with wait): the progress thread
@@ -401,6 +404,7 @@ struct OfiPort {
   // a time, and a waiting GNI_MsgqProgress(q, 0) took seconds on a loaded host.
   std::atomic<uint32_t> drive_waiters{0};
   std::atomic<uint32_t> backoff{0};
+  std::atomic<bool> app_waiting{false};  // an application thread sleeps in the provider (ofi_wait)
   // Posts in flight, for NIC down (ofi_nic_down): our daemon died or shut down. Its posts
   // complete NIC_DOWN at once, as those our daemon held do; and as a target we stop: peers'
   // messages are answered PEER_GONE unexecuted, our provider registrations are closed.
@@ -448,8 +452,10 @@ struct OfiPort {
   void expire(uint64_t now);
   void expire_posts(uint64_t now);
   void flush_deferred();
-  bool progress_once(bool may_sleep);
+  bool progress_once(bool may_sleep, bool app = false);
+  void lock_drive(std::unique_lock<std::mutex>& lk);
   void poll_inline(bool wait = false);
+  bool wait_inline(uint64_t max_ns);
   void run();
   bool resolve(uint32_t node, uint32_t route, fi_addr_t& out);
   PeerAnswer ask_peer(uint64_t peer);
@@ -931,9 +937,9 @@ void OfiPort::flush_deferred() {
 // application thread polling its CQ): sends what waited for room, expires replies not
 // coming, drives the provider (tcp;ofi_rxm progresses in the calls that read its CQ, also
 // for the RMA peers do on our memory), turns completions into CQ events and serves peers'
-// messages. may_sleep: in fi_cq_sread up to 100 ms (the progress thread). True if it read
-// something.
-bool OfiPort::progress_once(bool may_sleep) {
+// messages. may_sleep: in fi_cq_sread up to 100 ms (the progress thread), or 1 ms (`app`:
+// an application thread waiting while posts are held, ofi_wait). True if it read something.
+bool OfiPort::progress_once(bool may_sleep, bool app) {
   fi_cq_data_entry e[16];
   bool got = false;
   // NIC down: no peer's RMA lands in our memory from now on (a header load per look).
@@ -960,14 +966,16 @@ bool OfiPort::progress_once(bool may_sleep) {
     }
     if (sleep) {
       // A held post the provider had no room for: looked at again within 1 ms (pump).
-      k = fi_cq_sread(cq, e, 16, nullptr, order->any_parked() ? 1 : 100);
+      k = fi_cq_sread(cq, e, 16, nullptr, app || order->any_parked() ? 1 : 100);
       in_sread.store(false, std::memory_order_relaxed);
       kicked.store(false, std::memory_order_relaxed);
     } else {
       k = fi_cq_read(cq, e, 16);
     }
     got = k > 0 || k == -FI_EAVAIL;
-    if (k > 0) count(nic->counters, may_sleep ? ctr::cdm::ofi_reads_thread : ctr::cdm::ofi_reads_inline, static_cast<uint64_t>(k));
+    if (k > 0)
+      count(nic->counters, may_sleep && !app ? ctr::cdm::ofi_reads_thread : ctr::cdm::ofi_reads_inline,
+            static_cast<uint64_t>(k));
     if (k > 0) {
       for (ssize_t i = 0; i < k; ++i) {
         if (e[i].flags & FI_REMOTE_CQ_DATA) {
@@ -1081,18 +1089,21 @@ void OfiPort::run() {
   }
 }
 
+// Takes drive_mu from whoever holds it: the driver's dispatch of what it read finishes first;
+// a thread asleep in fi_cq_sread (holding drive_mu) is woken for it, and the progress thread
+// keeps away until we are done.
+void OfiPort::lock_drive(std::unique_lock<std::mutex>& lk) {
+  drive_waiters.fetch_add(1, std::memory_order_seq_cst);
+  if (in_sread.load(std::memory_order_seq_cst)) fi_cq_signal(cq);
+  lk.lock();
+  drive_waiters.fetch_sub(1, std::memory_order_release);
+  abi::futex_wake_all(&drive_waiters);
+}
+
 void OfiPort::poll_inline(bool wait) {
   polled_at.store(monotonic_ns(), std::memory_order_relaxed);
   std::unique_lock<std::mutex> lk(drive_mu, std::try_to_lock);
-  if (!lk.owns_lock() && wait) {
-    // The driver's dispatch of what it read finishes first; a progress thread asleep in
-    // fi_cq_sread (holding drive_mu) is woken for it, and keeps away until we are done.
-    drive_waiters.fetch_add(1, std::memory_order_seq_cst);
-    if (in_sread.load(std::memory_order_seq_cst)) fi_cq_signal(cq);
-    lk.lock();
-    drive_waiters.fetch_sub(1, std::memory_order_release);
-    abi::futex_wake_all(&drive_waiters);
-  }
+  if (!lk.owns_lock() && wait) lock_drive(lk);
   if (lk.owns_lock()) {
     progress_once(false);
     return;
@@ -1103,6 +1114,52 @@ void OfiPort::poll_inline(bool wait) {
     fi_cq_signal(cq);
     count(nic->counters, ctr::cdm::ofi_kicks);
   }
+}
+
+// How long an application thread sleeps in the provider per ofi_wait: an event that reaches
+// its CQ another way (the daemon, a same-host peer) is seen within this.
+constexpr uint64_t kWaitSliceNs = 1'000'000;
+
+// Posts are held: the completion this thread waits for is likely one that releases them, so
+// it sleeps in fi_cq_sread itself (1 ms: `max_ns` is met to the millisecond, as GNI's
+// timeouts are), woken by the provider, dispatches and issues the released
+// posts, where the progress thread would be woken for that and then wake this thread through
+// the CQ's futex (two wake-ups per step of a held stream, not one).
+bool OfiPort::wait_inline(uint64_t max_ns) {
+  if (!waitable || !order->any_held() || stop.load(std::memory_order_relaxed)) return false;
+  // polled_at at the end of the sleep: the progress thread keeps away until then (run) rather
+  // than queue on drive_mu and be woken by each unlock.
+  polled_at.store(monotonic_ns() + std::min(max_ns, kWaitSliceNs), std::memory_order_relaxed);
+  std::unique_lock<std::mutex> lk(drive_mu, std::try_to_lock);
+  if (!lk.owns_lock()) {
+    // Another application thread sleeps in the provider: it dispatches our completions too
+    // and wakes us through the CQ's futex. (Taking the lock from it would wake it, and it us
+    // next time: two waiters waking each other without end.) Else the progress thread or a
+    // poller has it: ours next.
+    if (app_waiting.load(std::memory_order_relaxed)) return false;
+    lock_drive(lk);
+  }
+  app_waiting.store(true, std::memory_order_relaxed);
+  progress_once(true, true);
+  msgq_ofi_tick(nic);  // as the progress thread's turn, which keeps away meanwhile
+  app_waiting.store(false, std::memory_order_relaxed);
+  lk.unlock();
+  polled_at.store(monotonic_ns(), std::memory_order_relaxed);
+  return true;
+}
+
+bool ofi_wait(Nic* n, uint64_t max_ns) {
+  OfiPort* p = n->ofi;
+  // Nothing held (the common case): a load, not the cancellation state's four calls.
+  if (!p || !p->waitable || !p->order->any_held()) return false;
+  int state, type, unused;  // as ofi_poll: no cancellation inside the provider nor holding drive_mu
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &state);
+  pthread_setcanceltype(PTHREAD_CANCEL_DEFERRED, &type);
+  const bool waited = p->wait_inline(max_ns);
+  pthread_setcancelstate(state, &unused);
+  if (type == PTHREAD_CANCEL_ASYNCHRONOUS) before_possible_unwind();
+  pthread_setcanceltype(type, &unused);
+  return waited;
 }
 
 void ofi_poll(Nic* n, bool wait) {

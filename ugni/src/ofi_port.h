@@ -9,8 +9,8 @@
 // what is in flight to its peer on the other path is held, not waited for (ofi_order.h).
 // A post that fails TRANSIENT is judged first: PEER_GONE if the target CDM died (ofi_peer_check.h). At NIC
 // down the posts in flight fail NIC_DOWN and a target serves nothing (ofi_nic_down). The port
-// is driven by an application thread polling an empty CQ, else by the CDM's progress
-// thread (ofi_poll below). Everything else across hosts keeps going through the daemons
+// is driven by an application thread polling an empty CQ (or waiting for one while posts
+// are held), else by the CDM's progress thread (ofi_poll, ofi_wait below). Everything else across hosts keeps going through the daemons
 // (remote_post.cpp).
 //
 // Memory handles: a registration made by the library (GNI_MemRegister, not vMDH) is
@@ -66,6 +66,11 @@ OfiTaken ofi_post(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind,
 // provider's CQ once more (GNI_SmsgGetNext on an empty mailbox: a message whose sender already
 // has its local completion is then in the mailbox, as GNI promises).
 void ofi_poll(Nic* n, bool wait = false);
+// An application thread is about to sleep waiting for a CQ of the CDM: if the port holds
+// posts (ofi_order.h), it sleeps in the provider instead (fi_cq_sread, at most 1 ms and
+// `max_ns`), drives it and returns true; the caller looks at its CQ again. False: nothing
+// held (or no port, or a provider CQ without a wait object): the caller sleeps as before.
+bool ofi_wait(Nic* n, uint64_t max_ns);
 // The application thread stops polling (it goes to sleep on a CQ's futex): the progress
 // thread drives again at once.
 void ofi_idle(Nic* n);
