@@ -26,6 +26,10 @@ void FabricLoad::answered(uint64_t now_us, uint64_t& window) {
 
 void FabricLoad::own_late(uint64_t now_us, uint64_t late_us) {
   if (late_us < cfg_.own_late_us) return;
+  enter(now_us);
+}
+
+void FabricLoad::enter(uint64_t now_us) {
   hold_until_ = std::max(hold_until_, now_us + cfg_.hold_us);
   if (!over_) {
     over_ = true;
@@ -43,14 +47,7 @@ void FabricLoad::check(uint64_t now_us) {
   }
   // Many late together, and not a few among many that answer (a failure of some peers).
   const uint32_t answering = std::max(answering_cur_, answering_prev_);
-  if (late_ >= cfg_.crowd_min && 2 * uint64_t{late_} >= answering) {
-    hold_until_ = std::max(hold_until_, now_us + cfg_.hold_us);
-    if (!over_) {
-      over_ = true;
-      over_since_ = now_us;
-      ++st_.overload_episodes;
-    }
-  }
+  if (late_ >= cfg_.crowd_min && 2 * uint64_t{late_} >= answering) enter(now_us);
 }
 
 bool FabricLoad::overloaded(uint64_t now_us) {

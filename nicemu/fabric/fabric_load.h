@@ -84,6 +84,7 @@ class FabricLoad {
 
  private:
   void check(uint64_t now_us);
+  void enter(uint64_t now_us);  // overloaded from now, held for hold_us
   void refill(uint64_t now_us);
   uint64_t window_of(uint64_t now_us) const { return now_us / cfg_.answer_window_us + 1; }
 
