@@ -58,16 +58,20 @@ struct CqRingView {
         if (head_cache) *head_cache = h;
         if (!still) continue;  // tail moved meanwhile: look again with the newer pair
         if (t - h >= cap) {
-          ctl->overrun.store(1, std::memory_order_seq_cst);
-          wake();
+          CqRingCtl* const c = ctl;  // may be freed once overrun is seen (as below)
+          c->overrun.store(1, std::memory_order_seq_cst);
+          wake(c);
           return false;
         }
       }
       // seq_cst: the reservation is what a sleeping consumer checks (quiet()), see wake().
       if (ctl->tail.compare_exchange_weak(t, t + 1, std::memory_order_seq_cst, std::memory_order_relaxed)) break;
     }
+    // Nothing of this view is read once the entry is visible: a consumer that sees it may
+    // destroy the CQ and free the view (the ctl block itself stays mapped with its region).
+    CqRingCtl* const c = ctl;
     entries[t & mask].store(entry, std::memory_order_release);
-    wake();
+    wake(c);
     return true;
   }
 
@@ -93,16 +97,20 @@ struct CqRingView {
       }
       k = std::min<uint64_t>(n, room(t, h));
       if (k == 0) {
-        ctl->overrun.store(1, std::memory_order_seq_cst);
-        wake();
+        CqRingCtl* const c = ctl;  // may be freed once overrun is seen (as below)
+        c->overrun.store(1, std::memory_order_seq_cst);
+        wake(c);
         return 0;
       }
       // seq_cst: the reservation is what a sleeping consumer checks (quiet()), see wake().
       if (ctl->tail.compare_exchange_weak(t, t + k, std::memory_order_seq_cst, std::memory_order_relaxed)) break;
     }
-    for (uint64_t i = 0; i < k; ++i) entries[(t + i) & mask].store(e[i], std::memory_order_release);
-    if (k < n) ctl->overrun.store(1, std::memory_order_seq_cst);
-    wake();
+    CqRingCtl* const c = ctl;  // as in push: the view may be freed once an entry is visible
+    std::atomic<uint64_t>* const slots = entries;
+    const uint64_t m = mask;
+    for (uint64_t i = 0; i < k; ++i) slots[(t + i) & m].store(e[i], std::memory_order_release);
+    if (k < n) c->overrun.store(1, std::memory_order_seq_cst);
+    wake(c);
     return k;
   }
 
@@ -112,10 +120,11 @@ struct CqRingView {
   // order either the consumer sees the reservation and does not sleep, or we see it waiting.
   // (Checking the entry instead would need a full fence between its store and this load:
   // on x86 an mfence per push, two per SMSG message.)
-  void wake() const {
-    if (ctl->waiters.load(std::memory_order_seq_cst) != 0) {
-      ctl->futex.fetch_add(1, std::memory_order_release);
-      futex_wake_all(&ctl->futex);
+  void wake() const { wake(ctl); }
+  static void wake(CqRingCtl* c) {
+    if (c->waiters.load(std::memory_order_seq_cst) != 0) {
+      c->futex.fetch_add(1, std::memory_order_release);
+      futex_wake_all(&c->futex);
     }
   }
 
