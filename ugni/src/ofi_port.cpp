@@ -74,6 +74,7 @@ OfiOrder* ofi_order(Nic*) { return nullptr; }
 #include "amo_lock.h"
 #include "cancel_point.h"
 #include "fault_engine.h"
+#include "nic_dma.h"
 #include "nicemu/fault/fault_page.h"
 #include "fma_requester.h"
 #include "ofi_peer_check.h"
@@ -852,7 +853,10 @@ uint64_t OfiPort::serve_amo(const msg::Request& q, uint64_t& fetched) {
   uint64_t st = xmem_read(self_pid(), word[0].va, &old, c->size);
   if (!st) {
     amo::Outcome o = amo::apply(*c, old, q.operand1, q.operand2);
-    if (o.store) st = xmem_write(self_pid(), word[0].va, &o.new_value, c->size);
+    if (o.store) {
+      NicDmaScope dma;  // the NIC's store of a peer's AMO
+      st = xmem_write(self_pid(), word[0].va, &o.new_value, c->size);
+    }
     fetched = o.fetched;
   }
   amo_lock_release(lock);
@@ -966,10 +970,14 @@ bool OfiPort::progress_once(bool may_sleep, bool app) {
     }
     if (sleep) {
       // A held post the provider had no room for: looked at again within 1 ms (pump).
-      k = fi_cq_sread(cq, e, 16, nullptr, app || order->any_parked() ? 1 : 100);
+      {
+        NicDmaScope dma;  // the provider lands peers' PUTs in registered memory here
+        k = fi_cq_sread(cq, e, 16, nullptr, app || order->any_parked() ? 1 : 100);
+      }
       in_sread.store(false, std::memory_order_relaxed);
       kicked.store(false, std::memory_order_relaxed);
     } else {
+      NicDmaScope dma;
       k = fi_cq_read(cq, e, 16);
     }
     got = k > 0 || k == -FI_EAVAIL;
