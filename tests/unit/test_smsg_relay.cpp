@@ -3,10 +3,12 @@
 // with real CDM regions. Delivery into the mailbox, remote and local CQEs, credits coming
 // back through the relay block; the receiver's checks (forged, out-of-sequence, oversized
 // and over-credit messages refused before the mailbox is touched, a mailbox outside any
-// registration refused); failures (receiver gone, peer down) reported as error CQEs.
+// registration refused); failures (receiver gone, peer down, an ack past the deadline, which
+// stretches while the fabric is overloaded) reported as error CQEs.
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <vector>
@@ -51,6 +53,7 @@ struct Rig {
   std::unique_ptr<CdmRegion> sender = make_cdm(0, 10, 1), receiver = make_cdm(1, 20, 2);
   bool receiver_attached = true;
   uint64_t rma_unsent_of = 0;  // the CDM whose RMA pieces wait to be sent, as RemoteRequester::unsent says
+  bool overloaded = false;     // what FabricPort::overloaded would say (the fabric's load view)
   SmsgRelay a{0, stats0, env(0)}, b{1, stats1, env(1)};
   uint32_t scq = make_cq(*sender), rcq = make_cq(*receiver);
   std::vector<char> mbox_mem = std::vector<char>(abi::smsg_buffer_size(kCredits, kMax) + 4096);
@@ -78,6 +81,7 @@ struct Rig {
     };
     e.peer_up = [this, self](uint32_t) { return (self == 0 ? to1 : to0).up; };
     e.rma_unsent = [this](uint64_t attach_id, uint32_t) { return attach_id == rma_unsent_of; };
+    e.fabric_overloaded = [this] { return overloaded; };
     return e;
   }
 
@@ -127,9 +131,21 @@ struct Rig {
     return reinterpret_cast<abi::SmsgRelayCtl*>(sender->heap_ptr(rep.ctl_offset, sizeof(abi::SmsgRelayCtl)));
   }
 
-  bool send(uint32_t relay, uint32_t seq, const std::string& text, uint32_t msg_id) {
+  // `at`: when the message counts as handed to the fabric (the ack deadline runs from it).
+  bool send(uint32_t relay, uint32_t seq, const std::string& text, uint32_t msg_id,
+            std::chrono::steady_clock::time_point at = std::chrono::steady_clock::now()) {
     std::vector<char> m = build(relay, seq, text, msg_id);
-    return a.send(*sender, m.data(), m.size());
+    return a.send(*sender, m.data(), m.size(), at);
+  }
+
+  // Runs the loop for `ms` of real time (the relay's liveness check is every 50 ms while
+  // messages are in flight), or until the relay block reports a failure.
+  void run_for(const abi::SmsgRelayCtl* blk, int ms) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (blk->state.load() == 0 && std::chrono::steady_clock::now() < end) {
+      io.run_for(std::chrono::milliseconds(5));
+      io.restart();
+    }
   }
 
   // Opens the usual relay; its CDM's relay ring.
@@ -569,6 +585,76 @@ TEST_CASE("SMSG relay: receiver gone and peer down complete messages in flight w
     auto local = drain(*r.sender, r.scq);
     REQUIRE(local.size() == 1);
     CHECK(cqe::status_of(local[0]) == cqe::kErrPeerGone);
+  }
+}
+
+// The ack deadline (SmsgRelay::kAckDeadline, 5 s) is stretched to kAckDeadlineOverloaded
+// (20 s) while the fabric says the host is starved: then every peer's acks come late
+// (docs/notes/2026-12-07-liveness-overload.md, run B4). The message's send time is set in
+// the past instead of waiting seconds: the deadline runs from the time send() is given.
+TEST_CASE("SMSG relay: the ack deadline is 5 s, 20 s while the fabric is overloaded") {
+  using std::chrono::seconds;
+  static_assert(SmsgRelay::kAckDeadline == seconds(5) && SmsgRelay::kAckDeadlineOverloaded == seconds(20));
+  Rig r;
+  ctl::SmsgRelayOpenReply rep{};
+  abi::SmsgRelayCtl* blk = r.open(rep, r.attrs());
+  const auto now = std::chrono::steady_clock::now();
+  auto expect_failed = [&](bool failed) {
+    auto local = drain(*r.sender, r.scq);
+    if (!failed) {
+      CHECK(blk->state.load() == 0);
+      CHECK(local.empty());
+      CHECK(r.a.status()["failures"] == 0);
+      return;
+    }
+    CHECK(blk->state.load() == cqe::kErrPeerGone);
+    REQUIRE(local.size() == 1);
+    CHECK(cqe::status_of(local[0]) == cqe::kErrPeerGone);
+    CHECK(r.a.status()["failures"] == 1);
+  };
+  // 200 ms of loop: four liveness checks, so "not failed" is a verdict, not a timer not yet due.
+  SUBCASE("not overloaded: an ack 4 s late is waited for") {
+    CHECK(r.send(rep.relay, 0, "m", 1, now - seconds(4)));
+    r.run_for(blk, 200);
+    expect_failed(false);
+    CHECK(r.pump().empty());  // the ack comes: delivered, no error
+    auto local = drain(*r.sender, r.scq);
+    REQUIRE(local.size() == 1);
+    CHECK(cqe::status_of(local[0]) == 0);
+    CHECK(blk->state.load() == 0);
+  }
+  SUBCASE("not overloaded: 6 s without an ack fails the relay") {
+    CHECK(r.send(rep.relay, 0, "m", 1, now - seconds(6)));
+    r.run_for(blk, 200);
+    expect_failed(true);
+  }
+  SUBCASE("overloaded: 6 s and 19 s without an ack are waited for; the ack then delivers") {
+    r.overloaded = true;
+    CHECK(r.send(rep.relay, 0, "m", 1, now - seconds(19)));
+    CHECK(r.send(rep.relay, 1, "n", 2, now - seconds(6)));
+    r.run_for(blk, 200);
+    expect_failed(false);
+    CHECK(r.pump().empty());
+    auto local = drain(*r.sender, r.scq);
+    REQUIRE(local.size() == 2);
+    CHECK(cqe::status_of(local[0]) == 0);
+    CHECK(cqe::status_of(local[1]) == 0);
+    CHECK(blk->delivered.load() == 2);
+  }
+  SUBCASE("overloaded: 21 s without an ack fails the relay (the bound holds)") {
+    r.overloaded = true;
+    CHECK(r.send(rep.relay, 0, "m", 1, now - seconds(21)));
+    r.run_for(blk, 200);
+    expect_failed(true);
+  }
+  SUBCASE("the overload ends: the 5 s deadline applies again at the next check") {
+    r.overloaded = true;
+    CHECK(r.send(rep.relay, 0, "m", 1, now - seconds(6)));
+    r.run_for(blk, 200);
+    expect_failed(false);
+    r.overloaded = false;
+    r.run_for(blk, 200);
+    expect_failed(true);
   }
 }
 
