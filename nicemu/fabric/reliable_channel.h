@@ -9,9 +9,10 @@
 // unacknowledged: the receiver can always buffer them) and the congestion window (cwnd, in
 // wire bytes of the records sent and neither acknowledged nor deemed lost). The cwnd starts
 // at ten packets and grows by what is acknowledged (slow start) until the first loss or
-// queueing delay, then by one packet per round trip (additive increase); it shrinks to 0.7
-// of itself on a loss, at most once per recovery episode (until everything sent before the
-// loss is acknowledged), and in proportion to the excess when the smallest round-trip time
+// queueing delay, then by one packet per round trip (additive increase); it shrinks to half
+// of itself on a loss the acks show (Reno's AIMD, as TCP-friendly as CUBIC) and to 0.7 on a
+// timeout (most are a descheduled daemon), at most once per recovery episode (until
+// everything sent before the loss is acknowledged), and in proportion to the excess when the smallest round-trip time
 // of two rounds in a row exceeds the path's minimum by more than the delay target: a queue
 // is building, so the sender backs off before the queue overflows. A loss while such a
 // queue stood means a competitor that ignores delay: delay cuts stop for a while (loss-based

@@ -1298,9 +1298,10 @@ TEST_CASE("fabric congestion: on a busy host the channels stay fair and up") {
   }
 }
 
-// N channels beside one loss-based flow growing `alpha` packets per round trip: each side
-// keeps at least 0.6 of its per-flow fair share (0.3 each at one channel), the link stays busy.
-static void check_beside_competitor(const char* what, uint64_t seed, double alpha) {
+// N channels beside one loss-based flow growing `alpha` packets per round trip: the channels
+// keep at least 0.6 of their per-flow fair share, the flow at least `flow_floor` of its own
+// (1/(N+1) of the link), and the link stays busy.
+static void check_beside_competitor(const char* what, uint64_t seed, double alpha, double flow_floor) {
   for (int n : {1, 2}) {
     BottleneckConfig c;
     c.senders = n;
@@ -1309,11 +1310,11 @@ static void check_beside_competitor(const char* what, uint64_t seed, double alph
     c.competitor = true;
     c.competitor_alpha = alpha;
     const BottleneckResult r = run_bottleneck(c);
-    MESSAGE("beside ", what, ", senders ", n, ": channels ", r.channels_share, " competitor ", r.competitor_share,
-            " fairness (channels) ", r.min_fairness, ", recoveries ", r.recoveries, ", delay backoffs ",
-            r.delay_backoffs);
+    MESSAGE("beside ", std::string(what), ", senders ", n, ": channels ", r.channels_share, " competitor ",
+            r.competitor_share, " fairness (channels) ", r.min_fairness, ", recoveries ", r.recoveries,
+            ", delay backoffs ", r.delay_backoffs);
     CHECK(r.channels_share >= 0.6 * n / (n + 1));
-    CHECK(r.competitor_share >= 0.6 / (n + 1));
+    CHECK(r.competitor_share >= flow_floor / (n + 1));
     CHECK(r.channels_share + r.competitor_share >= 0.85);
     CHECK(r.downs == 0);
   }
@@ -1324,16 +1325,17 @@ TEST_CASE("fabric congestion: a loss-based flow sharing the bottleneck does not 
   // Reno): a loss while a queue stood above the delay target switches the channels' delay
   // response off (for 10 s, renewed by every such loss), so they share by loss as it does.
   // Neither side is starved; the link stays busy.
-  check_beside_competitor("a loss-based flow", 400, 1);
+  check_beside_competitor("a loss-based flow", 400, 1, 0.6);
 }
 
 TEST_CASE("fabric congestion: a CUBIC-like flow beside the channels keeps most of its per-flow share") {
   // CUBIC at LAN round trips runs in its Reno-friendly region: 3(1-0.7)/(1+0.7) = 0.53
-  // packets more per round trip, x0.7 on a drop. A channel sharing by loss grows one packet
-  // per round trip, so it takes more than a per-flow share: the CUBIC flow keeps about 0.75
-  // of its 1/(N+1) (0.37 beside one channel, 0.23-0.28 beside two;
-  // docs/notes/2026-12-06-incast-fairness.md). The floor guards against a greedier channel.
-  check_beside_competitor("a CUBIC-like flow", 500, 0.53);
+  // packets more per round trip, x0.7 on a drop, which is as aggressive as Reno's AIMD(1, 0.5),
+  // the channels' response to a loss the acks show. So the CUBIC flow keeps about its per-flow
+  // share: 0.43-0.49 beside one channel, 0.32-0.37 beside two over eight seeds, where channels
+  // that kept 0.7 on a loss left it 0.34-0.42 and 0.24-0.28
+  // (docs/notes/2026-12-08-incast-cubic.md). The floor, 0.8 of 1/(N+1), fails the latter.
+  check_beside_competitor("a CUBIC-like flow", 500, 0.53, 0.8);
 }
 
 
