@@ -968,7 +968,12 @@ OfiIssue OfiPort::issue_held(void* item, const OfiOrderTicket& t) {
   if (v & kSmsgItem) return smsg_ofi_issue_held(nic, reinterpret_cast<void*>(v & ~kSmsgItem), t);
   auto* op = static_cast<OfiOp*>(item);
   op->order = t;
-  return issue(op, false);
+  const OfiIssue r = issue(op, false);
+  // Not issued (no room, or its key still asked): the order gives the count back itself, so
+  // the post holds none (dropped while parked, it must not give it back twice). It stays alive:
+  // the order keeps it (issuing) until we return.
+  if (r == OfiIssue::kRetry) op->order = OfiOrderTicket{};
+  return r;
 }
 
 // A held post completes unissued: with `st` as a post in flight would (NIC down, its peer
