@@ -149,7 +149,11 @@ enum Kind : uint8_t { kCounter = 0, kGauge = 1 };
   X(ofi_dropped, kCounter, "ofi fabric: malformed or unexpected messages dropped") \
   X(ofi_reads_inline, kCounter, "ofi fabric: provider completions read by application threads polling a CQ") \
   X(ofi_reads_thread, kCounter, "ofi fabric: provider completions read by the CDM's progress thread") \
-  X(ofi_kicks, kCounter, "ofi fabric: times a polling application thread woke the progress thread out of fi_cq_sread")
+  X(ofi_kicks, kCounter, "ofi fabric: times a polling application thread woke the progress thread out of fi_cq_sread") \
+  X(ofi_keys_asked, kCounter, "ofi fabric: provider keys this CDM asked a target for (FI_MR_PROV_KEY)") \
+  X(ofi_keys_answered, kCounter, "ofi fabric: provider keys of its registrations this CDM told a peer") \
+  X(ofi_keys_cached, kCounter, "ofi fabric: posts that found their target's provider key cached") \
+  X(ofi_local_missing, kCounter, "ofi fabric: provider operations without a registration covering their local buffer (FI_MR_LOCAL: always 0)")
 
 // Per-link counters: the daemon's links to the other daemons of the host.
 #define NICEMU_LINK_COUNTERS(X)                                        \

@@ -7,6 +7,9 @@
 //       kAmo runs under the target's AMO lock with nicemu's AMO ALU, kEvent pushes the
 //       remote event of a GET whose fi_read completed, kCqWrite pushes a CQ write entry
 //   target --Reply--> the address the request names: status (a CQE status), fetched value
+//   initiator --Request (kKey)--> target: the provider key of the handle qword1/qword2, for
+//       providers whose keys are their own (FI_MR_PROV_KEY): the reply's `fetched` is the key
+//       (64 bits), or status PROTECTION when the target has no registration of that handle
 //
 // A reply answers the request of the same id; an id the initiator is not waiting for is
 // dropped. Receivers check everything with parse() before use: a malformed or unexpected
@@ -21,14 +24,16 @@
 namespace nicemu::abi::ofimsg {
 
 inline constexpr uint32_t kMagic = 0x4F464D47;  // "GMFO" on the wire: not a ctl::Header
-inline constexpr uint16_t kVersion = 1;
+inline constexpr uint16_t kVersion = 2;  // 2: kKey
 
 enum Type : uint16_t {
   kAmo = 1,      // GNI_POST_AMO: amo_cmd, operands; the fetched value comes back
   kEvent = 2,    // the remote event of a GET (FMA or RDMA) whose data the initiator has read
   kCqWrite = 3,  // GNI_PostCqWrite: operand1's low 48 bits into the CQ of the handle
   kReply = 4,
+  kKey = 5,      // the provider key of the target's registration (FI_MR_PROV_KEY)
 };
+static_assert(kAmo == 1 && kEvent == 2 && kCqWrite == 3 && kReply == 4 && kKey == 5);  // wire values
 
 enum Flags : uint16_t {
   kFlagRemoteEvent = 1,  // kAmo: the remote event into the registration's CQ once done
@@ -73,9 +78,9 @@ static_assert(offsetof(Request, ptag) == 24 && offsetof(Request, cookie) == 28 &
 struct Reply {
   Header h;
   uint64_t status;   // a CQE status (nicemu/abi/cq_entry.h): 0 done
-  uint64_t fetched;  // kAmo: the old value, zero-extended
+  uint64_t fetched;  // kAmo: the old value, zero-extended; kKey: the key
 };
-static_assert(sizeof(Reply) == 40 && offsetof(Reply, status) == 24);
+static_assert(sizeof(Reply) == 40 && offsetof(Reply, status) == 24 && offsetof(Reply, fetched) == 32);
 
 // Receive buffers hold the largest message.
 inline constexpr size_t kMaxMessage = sizeof(Request);
@@ -94,6 +99,7 @@ inline Parsed parse(const void* buf, size_t len, Request& rq, Reply& rp) {
     case kAmo:
     case kEvent:
     case kCqWrite:
+    case kKey:
       if (len != sizeof rq) return Parsed::kBad;
       std::memcpy(&rq, buf, sizeof rq);
       if (rq.reply_len == 0 || rq.reply_len > sizeof rq.reply_addr) return Parsed::kBad;

@@ -145,6 +145,12 @@ inline constexpr Param kTable[] = {
      .doc = "with fabric_data = ofi on a provider that may hold a post forever (udp;ofi_rxd): milliseconds "
             "after which a post's events come as for a failed connection (TRANSIENT, PEER_GONE if the target "
             "died), and later posts to that target go through a fresh endpoint"},
+    {.name = "client_ofi_mr_mode", .type = Type::kString, .default_text = "",
+     .env = "NICEMU_OFI_MR_MODE", .users = kLibrary,
+     .doc = "with fabric_data = ofi, for tests: memory registration modes the port acts as if the provider "
+            "demanded, comma-separated: prov_key (keys a peer cannot compute, asked of the target), local "
+            "(a registration's descriptor on every local buffer, checked); an unknown word keeps the CDM on "
+            "the daemons' path"},
     {.name = "client_socket", .type = Type::kPath, .default_text = "derived from NICEMU_NODE", .env = "NICEMU_SOCKET",
      .users = kLibrary, .doc = "control socket of the daemon a process attaches to"},
     {.name = "client_node", .type = Type::kUint, .default_text = "first of PMI_GNI_LOC_ADDR, else the lowest in RUNDIR",

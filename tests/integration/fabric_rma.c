@@ -19,6 +19,12 @@
  *                         with error events, the page is not written; a chain of CQ writes
  *                         with one such member: one event with its status, the other
  *                         members' entries delivered (errors_mode).
+ *   fabric_rma rekey      rank 0 -> rank 1: PUTs through a handle whose registration the
+ *                         target replaced (deregistered, the page registered again): the
+ *                         old handle writes nothing into the new registration (unless its
+ *                         bits are the same), the new one lands (rekey_mode).
+ *   fabric_rma touch [N]  rank 0 -> rank 1: the 8-byte PUT round trip into N fresh handles,
+ *                         first and second post each (a benchmark: touch_mode).
  *   fabric_rma amo        every rank -> the next: every Gemini and Aries AMO opcode, 8- and
  *                         4-byte forms, one target word each, the fetched values checked at
  *                         the initiator and the words at the target; then FMA PUT, RDMA PUT
@@ -391,6 +397,146 @@ static int errors_mode(gni_ep_handle_t *ep, const struct peer_info *all, const u
   }
   free(ro);
   free(page);
+  free(buf);
+  return bad;
+}
+
+/* `fabric_rma rekey` (2 ranks): a registration replaced under a handle its peer has used.
+ * Rank 1 registers a page; rank 0 PUTs into it (with provider keys the key is asked, then
+ * cached); rank 1 deregisters the page and registers it again (the same handle bits or
+ * other ones); rank 0 PUTs through the old handle once: with other bits it must fail and
+ * write nothing, with the same bits it may fail (a stale cached key: the target's provider
+ * refuses it) or land; then through the new handle, reposted while the error is
+ * recoverable: it lands. Rank 1 checks the bytes after each step. */
+static long put_until_final(gni_ep_handle_t ep, void *buf, gni_mem_handle_t bh, uint64_t va, gni_mem_handle_t h,
+                            int repost) {
+  long st = -1;
+  for (int tries = 0; tries < (repost ? 30 : 1); ++tries) {
+    if (tries) {
+      struct timespec pause = {0, 100000000};
+      nanosleep(&pause, NULL);
+    }
+    gni_post_descriptor_t d;
+    fabric_desc(&d, GNI_POST_FMA_PUT, buf, bh, va, h, 256);
+    gni_return_t rc = GNI_PostFma(ep, &d);
+    st = rc == GNI_RC_SUCCESS ? wait_any() : -100 - rc;
+    if (st <= 0 || !last_recoverable) break;
+  }
+  return st;
+}
+
+static int rekey_mode(gni_ep_handle_t *ep) {
+  uint8_t *page = aligned_alloc(4096, 4096), *buf = aligned_alloc(4096, 4096);
+  gni_mem_handle_t ph = {0, 0}, bh = {0, 0};
+  if (!page || !buf) return fail("alloc", 0);
+  memset(page, 0, 4096);
+  if (GNI_MemRegister(nic, (uint64_t)buf, 4096, NULL, GNI_MEM_READWRITE, -1, &bh) != GNI_RC_SUCCESS)
+    return fail("register", 0);
+  if (rank == 1 && GNI_MemRegister(nic, (uint64_t)page, 4096, NULL, GNI_MEM_READWRITE, -1, &ph) != GNI_RC_SUCCESS)
+    return fail("register page", 0);
+  struct { uint64_t va; gni_mem_handle_t h; } mine = {(uint64_t)page, ph}, got[MAX_RANKS], again[MAX_RANKS];
+  if (PMI_Allgather(&mine, got, sizeof mine) != PMI_SUCCESS) return fail("PMI_Allgather", 0);
+  int bad = 0;
+  long st = 0;
+  if (rank == 0) {
+    memset(buf, 0x11, 4096);
+    if ((st = put_until_final(ep[1], buf, bh, got[1].va, got[1].h, 1)) != 0) { bad = 1; fail("first PUT, status+1", st); }
+  }
+  PMI_Barrier();
+  int same = 0;
+  if (rank == 1) {
+    for (int i = 0; i < 256; ++i)
+      if (page[i] != 0x11) { bad = 1; fail("first PUT: byte", i); break; }
+    memset(page, 0xA5, 4096);
+    if (GNI_MemDeregister(nic, &ph) != GNI_RC_SUCCESS) return fail("deregister", 0);
+    if (GNI_MemRegister(nic, (uint64_t)page, 4096, NULL, GNI_MEM_READWRITE, -1, &ph) != GNI_RC_SUCCESS)
+      return fail("register again", 0);
+    mine.h = ph;
+  }
+  if (PMI_Allgather(&mine, again, sizeof mine) != PMI_SUCCESS) return fail("PMI_Allgather", 0);
+  same = again[1].h.qword1 == got[1].h.qword1 && again[1].h.qword2 == got[1].h.qword2;
+  if (rank == 0) {
+    memset(buf, 0x22, 4096);
+    st = put_until_final(ep[1], buf, bh, got[1].va, got[1].h, 0);
+    printf("fabric_rma rekey: re-registered with %s handle bits; PUT through the old handle: %s (status+1 %ld)\n",
+           same ? "the same" : "other", st > 0 ? "error event" : st == 0 ? "landed" : "no event", st);
+    if (st < 0 || (!same && st == 0)) { bad = 1; fail("PUT through the replaced handle, status+1", st); }
+  }
+  long sts[MAX_RANKS];
+  if (PMI_Allgather(&st, sts, sizeof st) != PMI_SUCCESS) return fail("PMI_Allgather", 0);
+  const long old_st = sts[0];
+  PMI_Barrier();
+  if (rank == 1) {
+    /* Written only where the handle's bits are the same and the post succeeded. */
+    const uint8_t want = same && old_st == 0 ? 0x22 : 0xA5;
+    for (int i = 0; i < 256; ++i)
+      if (page[i] != want) { bad = 1; fail("after the PUT through the old handle: byte", i); break; }
+    if (!bad) printf("fabric_rma rekey: the new registration holds %s\n", want == 0xA5 ? "its own bytes (untouched)" : "the PUT");
+  }
+  PMI_Barrier();
+  if (rank == 0) {
+    memset(buf, 0x33, 4096);
+    if ((st = put_until_final(ep[1], buf, bh, again[1].va, again[1].h, 1)) != 0) { bad = 1; fail("PUT through the new handle, status+1", st); }
+  }
+  PMI_Barrier();
+  if (rank == 1) {
+    for (int i = 0; i < 256; ++i)
+      if (page[i] != 0x33) { bad = 1; fail("PUT through the new handle: byte", i); break; }
+    GNI_MemDeregister(nic, &ph);
+  }
+  if (!bad) printf("fabric_rma rekey: rank %d verified\n", rank);
+  GNI_MemDeregister(nic, &bh);
+  free(page);
+  free(buf);
+  return bad;
+}
+
+/* `fabric_rma touch [N]` (2 ranks, a benchmark): the first post to a handle against the next
+ * ones. N times: rank 1 registers a page of its own (another VA each time, so another handle),
+ * rank 0 times an 8-byte FMA PUT round trip (post to its event) into it twice, rank 1
+ * deregisters it. With provider keys the first asks the target for the key (one more round
+ * trip), the second finds it cached. Prints the medians of both, in microseconds. */
+static int cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+static int touch_mode(gni_ep_handle_t *ep, long n) {
+  uint8_t *pages = aligned_alloc(4096, (size_t)n * 4096), *buf = aligned_alloc(4096, 4096);
+  double *first = calloc((size_t)n, sizeof *first), *next = calloc((size_t)n, sizeof *next);
+  gni_mem_handle_t bh = {0, 0};
+  if (!pages || !buf || !first || !next) return fail("alloc", 0);
+  memset(buf, 0x5A, 4096);
+  if (GNI_MemRegister(nic, (uint64_t)buf, 4096, NULL, GNI_MEM_READWRITE, -1, &bh) != GNI_RC_SUCCESS)
+    return fail("register", 0);
+  int bad = 0;
+  for (long i = 0; i < n && !bad; ++i) {
+    struct { uint64_t va; gni_mem_handle_t h; } mine = {(uint64_t)(pages + i * 4096), {0, 0}}, got[MAX_RANKS];
+    if (rank == 1 && GNI_MemRegister(nic, mine.va, 4096, NULL, GNI_MEM_READWRITE, -1, &mine.h) != GNI_RC_SUCCESS)
+      return fail("register page", i);
+    if (PMI_Allgather(&mine, got, sizeof mine) != PMI_SUCCESS) return fail("PMI_Allgather", 0);
+    if (rank == 0) {
+      for (int k = 0; k < 2 && !bad; ++k) {
+        gni_post_descriptor_t d;
+        fabric_desc(&d, GNI_POST_FMA_PUT, buf, bh, got[1].va, got[1].h, 8);
+        const double t0 = fabric_now_s();
+        long st = GNI_PostFma(ep[1], &d) == GNI_RC_SUCCESS ? wait_any() : -1;
+        (k ? next : first)[i] = (fabric_now_s() - t0) * 1e6;
+        if (st != 0) { bad = 1; fail("PUT, status+1", st); }
+      }
+    }
+    PMI_Barrier();
+    if (rank == 1) GNI_MemDeregister(nic, &mine.h);
+  }
+  if (rank == 0 && !bad) {
+    qsort(first, (size_t)n, sizeof *first, cmp_double);
+    qsort(next, (size_t)n, sizeof *next, cmp_double);
+    printf("fabric_rma touch: %ld handles: first PUT 8 B round trip median %.1f us, second %.1f us\n", n, first[n / 2],
+           next[n / 2]);
+  }
+  GNI_MemDeregister(nic, &bh);
+  free(first);
+  free(next);
+  free(pages);
   free(buf);
   return bad;
 }
@@ -970,22 +1116,27 @@ static void teardown(gni_cdm_handle_t cdm, gni_ep_handle_t *ep) {
 int main(int argc, char **argv) {
   if (argc != 2 && argc != 3) {
     fprintf(stderr, "usage: fabric_rma ROUNDS [SLOT_BYTES] | fabric_rma bench | fabric_rma errors | fabric_rma amo | "
-                    "fabric_rma atomic [N] | fabric_rma order [N]\n");
+                    "fabric_rma atomic [N] | fabric_rma order [N] | fabric_rma rekey | fabric_rma touch [N]\n");
     return 2;
   }
-  if (argc == 3 && strcmp(argv[1], "atomic") != 0 && strcmp(argv[1], "order") != 0) SLOT = strtoull(argv[2], NULL, 0) & ~4095ull;
+  if (argc == 3 && strcmp(argv[1], "atomic") != 0 && strcmp(argv[1], "order") != 0 && strcmp(argv[1], "touch") != 0) SLOT = strtoull(argv[2], NULL, 0) & ~4095ull;
   if (SLOT < SMALL) return 2;
   const int bench_mode = strcmp(argv[1], "bench") == 0;
   const int errors = strcmp(argv[1], "errors") == 0;
   const int amo = strcmp(argv[1], "amo") == 0;
   const int atomic = strcmp(argv[1], "atomic") == 0;
   const int order = strcmp(argv[1], "order") == 0;
+  const int rekey = strcmp(argv[1], "rekey") == 0;
+  const int touch = strcmp(argv[1], "touch") == 0;
+  const long touch_n = touch && argc == 3 ? atol(argv[2]) : 50;
+  if (touch && (touch_n < 1 || touch_n > 10000)) return 2;
+  if (touch) argc = 2;
   const long order_pairs = order && argc == 3 ? atol(argv[2]) : 200;
   if (order && (order_pairs < 1 || order_pairs > 1000)) return 2;
   if (order) argc = 2;
   const long atomic_iters = atomic && argc == 3 ? atol(argv[2]) : 1000;
   if (atomic) argc = 2; /* its argument is a count, not SLOT */
-  const int rounds = bench_mode || errors || amo || atomic || order ? 0 : atoi(argv[1]);
+  const int rounds = bench_mode || errors || amo || atomic || order || rekey || touch ? 0 : atoi(argv[1]);
   if (!bench_mode && (rounds < 0 || rounds > MAX_ROUNDS)) {
     /* The CQ-write check tracks each round by number. */
     fprintf(stderr, "fabric_rma: ROUNDS must be 0..%d, got %s\n", MAX_ROUNDS, argv[1]);
@@ -1022,6 +1173,22 @@ int main(int argc, char **argv) {
       return fail("EP", rc);
   }
 
+  if (touch) {
+    int r = touch_mode(ep, touch_n);
+    PMI_Barrier();
+    PMI_Finalize();
+    teardown(cdm, ep);
+    free(win);
+    return r;
+  }
+  if (rekey) {
+    int r = rekey_mode(ep);
+    PMI_Barrier();
+    PMI_Finalize();
+    teardown(cdm, ep);
+    free(win);
+    return r;
+  }
   if (errors) {
     int r = errors_mode(ep, all, win);
     PMI_Barrier();

@@ -65,9 +65,11 @@ OfiOrder* ofi_order(Nic*) { return nullptr; }
 #include <map>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -196,10 +198,50 @@ struct OfiCtx {
 static_assert(sizeof(fi_context2) == sizeof(OfiSendCtx::provider) && offsetof(OfiCtx, op) == offsetof(OfiSendCtx, unused) &&
               offsetof(OfiCtx, kind) == offsetof(OfiSendCtx, kind));
 
+// FI_MR_LOCAL: registered buffers of the port for small sends (requests, replies, sync
+// flags, SMSG and MSGQ frames), registered once at open; a send copies its bytes into a slot
+// rather than registering them (a registration costs a system call on verbs).
+struct OfiPool {
+  static constexpr size_t kSlot = 2048;
+  static constexpr uint32_t kSlots = 512;
+  std::unique_ptr<uint8_t[]> mem;
+  fid_mr* mr = nullptr;
+  void* desc = nullptr;
+  std::mutex mu;
+  std::vector<uint32_t> free;  // under mu
+  uint8_t* at(uint32_t s) const { return mem.get() + size_t{s} * kSlot; }
+};
+
+// What covers the local buffer of one provider operation while it runs (FI_MR_LOCAL): a GNI
+// registration of ours (its descriptor only), a pool slot, or the buffer registered for it.
+// `at`: the buffer the provider reads or writes (the slot, or the buffer itself).
+struct Lent {
+  fid_mr* own = nullptr;
+  OfiPool* pool = nullptr;
+  uint32_t slot = 0;
+  void* desc = nullptr;
+  const void* at = nullptr;
+  bool covered = false;
+  Lent() = default;
+  Lent(const Lent&) = delete;
+  Lent& operator=(const Lent&) = delete;
+  ~Lent() { release(); }
+  void release() {
+    if (own) fi_close(&own->fid);
+    if (pool) {
+      std::lock_guard<std::mutex> lk(pool->mu);
+      pool->free.push_back(slot);
+    }
+    own = nullptr, pool = nullptr, desc = nullptr, at = nullptr, covered = false;
+  }
+};
+
 // A posted receive buffer for peers' messages (nicemu/abi/ofi_msg.h), re-posted when handled.
 // Large enough for an SMSG frame too (smsg_ofi.h).
 struct OfiRecv {
   OfiCtx c;
+  fid_mr* mr = nullptr;  // FI_MR_LOCAL: registered at open, closed at teardown
+  void* desc = nullptr;
   alignas(8) uint8_t buf[std::max(msg::kMaxMessage, abi::ofismsg::kMaxFrame)];
 };
 // A reply of ours in flight: the provider reads it until its send completes.
@@ -207,6 +249,7 @@ struct OfiReply {
   OfiCtx c;
   fi_addr_t dest = FI_ADDR_UNSPEC;
   msg::Reply r{};
+  Lent lent;  // FI_MR_LOCAL: a pool slot holding a copy of r
 };
 
 // How long an initiator waits for the reply to a message (its target's progress thread
@@ -264,6 +307,16 @@ struct OfiOp {
   uint64_t refused_at = 0;  // a held post: when the provider first had no room for it
   uint64_t posted_at = 0;  // with OfiPort::post_timeout only
   fid_ep* via = nullptr;   // the endpoint it was issued on (OfiPort::ep_to): its flag and event message too
+  Lent lent[2];  // FI_MR_LOCAL: what covers part[i]'s local buffer
+  // FI_MR_PROV_KEY: the target's key of the remote handle rq1/rq2 (OfiPort::key_for). key_wait
+  // 0: `key` is known; 1: asked, held until the answer; 2: the question failed with key_status.
+  // Written under OfiPort::mu (key, key_status before key_wait).
+  std::atomic<uint8_t> key_wait{0};
+  bool keyed = false;    // `key` is an answer: forgotten if the post fails (a stale registration)
+  bool key_ask = false;  // the question itself: no events, it answers the posts waiting (key_answered)
+  uint64_t key_status = 0;
+  uint64_t answer = 0;   // key_ask: the key the target told
+  uint64_t rq1 = 0, rq2 = 0;
   OfiOp() { part[0].op = part[1].op = this; }
 };
 
@@ -340,12 +393,35 @@ struct OfiPort {
   std::vector<fid_ep*> retired;
   std::atomic<bool> any_fresh{false};
   uint64_t key_mask = ~0ull;
+  // Memory modes (ofi_port.h): the provider's keys, asked of the target (prov_key); a
+  // registration's descriptor on every local buffer (mr_local). Each the provider's demand,
+  // or emulated (client_ofi_mr_mode): then our own keys are random per registration, so a
+  // peer cannot compute them.
+  bool prov_key = false, mr_local = false, emulated_key = false;
+  uint64_t key_seed = 0;
+  std::atomic<uint64_t> key_counter{0};
+  uint64_t fresh_key() {
+    return ofi_mix(key_seed ^ key_counter.fetch_add(1, std::memory_order_relaxed)) & key_mask;
+  }
+  // Keys peers told, per (AV address, handle), and the posts waiting for one asked: under mu.
+  struct KeyEntry {
+    bool known = false;
+    uint64_t key = 0;
+    std::vector<OfiOp*> waiters;
+  };
+  using KeyId = std::tuple<fi_addr_t, uint64_t, uint64_t>;
+  static constexpr size_t kMaxKeys = 65536;  // beyond, the known ones are forgotten (asked again)
+  std::map<KeyId, KeyEntry> keys;
+  std::unique_ptr<OfiPool> pool;  // FI_MR_LOCAL
+  std::atomic<bool> said_local{false};
   size_t max_msg = 0;
   std::mutex mu;  // peers, mrs
   std::map<uint64_t, OfiPeer> peers;     // (node << 32) | route
   struct Mr {
     fid_mr* mr;
     gni_mem_handle_t h;  // the registration's handle: its remote events' CQ (remote_event)
+    uint64_t key = 0;    // what peers pass (fi_mr_key: told when asked, with provider keys)
+    void* desc = nullptr;  // fi_mr_desc: for posts from or into it (FI_MR_LOCAL)
   };
   std::map<uint32_t, Mr> mrs;            // registration slot -> provider registration
   std::map<fi_addr_t, std::string> av_raw;  // peers' AV entries -> their addresses (a verdict compares)
@@ -423,6 +499,17 @@ struct OfiPort {
     return it == fresh.end() ? ep : it->second;
   }
   void renew(fi_addr_t dest);
+  int reg(void* buf, size_t len, uint64_t access, uint64_t key, fid_mr** out);
+  const void* lend(Lent& l, const void* buf, size_t len, uint64_t access, bool copy);
+  bool gni_desc(Lent& l, const gni_mem_handle_t& h, uint64_t va, uint64_t len);
+  bool local_ok(const Lent& l);
+  bool prepare_local(OfiOp* op);
+  void give_back(OfiSendCtx* s);
+  void key_for(OfiOp* op);
+  void ask_key(fi_addr_t dest, uint64_t q1, uint64_t q2);
+  void key_answered(OfiOp* a, uint64_t st);
+  void unwait(OfiOp* op);
+  void drop_key(OfiOp* op);
   void complete(OfiOp* op, uint64_t st);
   void complete_part(OfiOp* op, uint64_t st);
   OfiIssue issue(OfiOp* op, bool patient);
@@ -443,6 +530,7 @@ struct OfiPort {
   void on_message(OfiRecv* r, size_t len);
   void smsg_done(OfiCtx* c, uint64_t st) {
     auto* s = reinterpret_cast<OfiSendCtx*>(c);
+    give_back(s);
     s->done(nic, s, st);
     in_flight.fetch_sub(1, std::memory_order_release);
   }
@@ -489,9 +577,12 @@ void OfiPort::remote_event(uint64_t data) {
 }
 
 ssize_t OfiPort::write_flag(OfiOp* op) {
-  return op->flag_event ? fi_writedata(op->via, &op->flag, sizeof op->flag, nullptr, op->data, op->dest, op->flag_addr,
-                                       op->key, &op->part[1].ctx)
-                        : fi_write(op->via, &op->flag, sizeof op->flag, nullptr, op->dest, op->flag_addr, op->key,
+  // FI_MR_LOCAL: the flag's copy in a pool slot (prepare_local).
+  const void* src = op->lent[1].at ? op->lent[1].at : &op->flag;
+  void* desc = op->lent[1].desc;
+  return op->flag_event ? fi_writedata(op->via, src, sizeof op->flag, desc, op->data, op->dest, op->flag_addr, op->key,
+                                       &op->part[1].ctx)
+                        : fi_write(op->via, src, sizeof op->flag, desc, op->dest, op->flag_addr, op->key,
                                    &op->part[1].ctx);
 }
 
@@ -540,7 +631,211 @@ void OfiPort::close_mrs() {
   mrs_closed = true;
 }
 
+// A provider registration: bound to the endpoint and enabled where the provider wants that
+// (FI_MR_ENDPOINT). `key`: the requested key, ignored by a provider whose keys are its own.
+int OfiPort::reg(void* buf, size_t len, uint64_t access, uint64_t key, fid_mr** out) {
+  fid_mr* mr = nullptr;
+  int rc = fi_mr_reg(domain, buf, len, access, 0, prov_key && !emulated_key ? 0 : key, 0, &mr, nullptr);
+  if (rc == 0 && mr_endpoint) {
+    if ((rc = fi_mr_bind(mr, &ep->fid, 0)) == 0) rc = fi_mr_enable(mr);
+    if (rc) fi_close(&mr->fid);
+  }
+  if (rc == 0) *out = mr;
+  return rc;
+}
+
+// Covers `len` bytes at `buf` for one operation (FI_MR_LOCAL): copied into a pool slot
+// (`copy`: a send's source, small enough, a slot free) or the buffer registered for it. Again
+// on a covered Lent: a slot gets the bytes again (a request's id is set late). The buffer the
+// provider is to use, or nullptr (nothing registered: local_ok counts it).
+const void* OfiPort::lend(Lent& l, const void* buf, size_t len, uint64_t access, bool copy) {
+  if (l.pool) {
+    std::memcpy(l.pool->at(l.slot), buf, len);
+    return l.at;
+  }
+  if (l.covered) return l.at;
+  if (copy && pool && len <= OfiPool::kSlot) {
+    std::unique_lock<std::mutex> lk(pool->mu);
+    if (!pool->free.empty()) {
+      l.slot = pool->free.back();
+      pool->free.pop_back();
+      lk.unlock();
+      l.pool = pool.get();
+      l.desc = pool->desc;
+      l.at = pool->at(l.slot);
+      l.covered = true;
+      std::memcpy(pool->at(l.slot), buf, len);
+      return l.at;
+    }
+  }
+  fid_mr* mr = nullptr;
+  if (int rc = reg(const_cast<void*>(buf), len, access, fresh_key(), &mr)) {
+    if (!said_local.exchange(true))
+      std::fprintf(stderr, "libugni(nicemu): ofi fabric: fi_mr_reg of a local buffer (%zu bytes at %p): %s\n", len, buf,
+                   ofi_strerror(-rc));
+    return nullptr;
+  }
+  l.own = mr;
+  l.desc = fi_mr_desc(mr);
+  l.at = buf;
+  l.covered = true;
+  return l.at;
+}
+
+// The GNI registration of ours `h` covers [va, va + len): its descriptor (FI_MR_LOCAL).
+bool OfiPort::gni_desc(Lent& l, const gni_mem_handle_t& h, uint64_t va, uint64_t len) {
+  auto f = abi::mdh::decode(h.qword1, h.qword2);
+  if (!f || (f->flags & abi::mdh::kFlagVmdh)) return false;
+  if (va < f->va || va + len < va || va + len > f->va + (f->npages << abi::mdh::kPageShift)) return false;
+  std::lock_guard<std::mutex> lk(mu);
+  auto it = mrs.find(f->slot);
+  if (it == mrs.end() || it->second.h.qword1 != h.qword1 || it->second.h.qword2 != h.qword2) return false;
+  l.desc = it->second.desc;
+  l.at = reinterpret_cast<const void*>(va);
+  l.covered = true;
+  return true;
+}
+
+// The check of local descriptors (the point of emulating FI_MR_LOCAL): an operation whose
+// local buffer no registration covers is counted (ofi_local_missing, which the tests read)
+// and not issued.
+bool OfiPort::local_ok(const Lent& l) {
+  if (!mr_local || l.covered) return true;
+  count(nic->counters, ctr::cdm::ofi_local_missing);
+  if (!said_local.exchange(true))
+    std::fprintf(stderr, "libugni(nicemu): ofi fabric: a provider operation without a registration of its local "
+                 "buffer (FI_MR_LOCAL): failed\n");
+  return false;
+}
+
+// Before an issue (FI_MR_LOCAL): what covers each local buffer of the post. A PUT's source
+// and a GET's destination are a GNI registration of ours when the post names one that covers
+// them (post_impl), else a pool slot (a PUT's small source) or registered for the post; a
+// message, a sync flag: pool slots.
+bool OfiPort::prepare_local(OfiOp* op) {
+  auto cover = [&](Lent& l, const void* buf, size_t len, uint64_t access, bool copy) {
+    lend(l, buf, len, access, copy);
+    return local_ok(l);  // counts what lend could not cover
+  };
+  const void* local = reinterpret_cast<const void*>(op->local);
+  if (op->how == kHowMsg) return cover(op->lent[0], &op->req, sizeof op->req, FI_SEND, true);
+  if (op->how == kHowRead)
+    return cover(op->lent[0], local, op->length, FI_READ, false) &&
+           (!op->event_after || cover(op->lent[1], &op->req, sizeof op->req, FI_SEND, true));
+  return cover(op->lent[0], local, op->length, FI_WRITE, true) &&
+         (!op->sync || cover(op->lent[1], &op->flag, sizeof op->flag, FI_WRITE, true));
+}
+
+// An SMSG or MSGQ send's lent registration, given back once its send completed or failed.
+void OfiPort::give_back(OfiSendCtx* s) {
+  if (!s->lent_mr && !s->lent_pool) return;
+  Lent l;  // released as it goes
+  l.own = static_cast<fid_mr*>(s->lent_mr);
+  l.pool = static_cast<OfiPool*>(s->lent_pool);
+  l.slot = s->lent_slot;
+  s->lent_mr = s->lent_pool = nullptr;
+}
+
+// FI_MR_PROV_KEY: the key of op's remote handle at its target: cached, or asked (the post is
+// held until the answer: key_wait). One question per (peer, handle) at a time.
+void OfiPort::key_for(OfiOp* op) {
+  bool ask = false;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (keys.size() >= kMaxKeys) std::erase_if(keys, [](const auto& e) { return e.second.known; });
+    auto [it, fresh] = keys.try_emplace(KeyId{op->dest, op->rq1, op->rq2});
+    op->keyed = true;
+    if (it->second.known) {
+      op->key = it->second.key;
+      count(nic->counters, ctr::cdm::ofi_keys_cached);
+      return;
+    }
+    it->second.waiters.push_back(op);
+    op->key_wait.store(1, std::memory_order_release);
+    ask = fresh;
+  }
+  if (ask) ask_key(op->dest, op->rq1, op->rq2);
+}
+
+// The question (ofi_msg.h kKey): a message without events of its own; its reply, failure or
+// timeout answers the posts waiting (key_answered, from complete).
+void OfiPort::ask_key(fi_addr_t dest, uint64_t q1, uint64_t q2) {
+  auto* a = new OfiOp;
+  a->key_ask = true;
+  a->dest = dest;
+  a->rq1 = q1, a->rq2 = q2;
+  a->how = kHowMsg;
+  a->msg_kind = msg::kKey;
+  msg::Request& q = a->req;
+  q.h = msg::header(msg::kKey, 0, sizeof q);
+  q.ptag = nic->cdm->ptag;
+  q.cookie = nic->cdm->cookie;
+  q.engine = msg::kFma;
+  q.qword1 = q1;
+  q.qword2 = q2;
+  q.reply_len = self_len;
+  std::memcpy(q.reply_addr, self_addr, self_len);
+  in_flight.fetch_add(1, std::memory_order_relaxed);
+  count(nic->counters, ctr::cdm::ofi_keys_asked);
+  issue(a, true);
+}
+
+// The answer to a question (st: its status; the key in a->answer): the waiting posts get the
+// key, or fail with st, PROTECTION for a handle the target does not have (never written).
+void OfiPort::key_answered(OfiOp* a, uint64_t st) {
+  std::vector<OfiOp*> w;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    auto it = keys.find(KeyId{a->dest, a->rq1, a->rq2});
+    if (it == keys.end()) return;
+    w.swap(it->second.waiters);
+    for (OfiOp* op : w) {
+      if (st == cqe::kOk)
+        op->key = a->answer;
+      else
+        op->key_status = st;
+      op->key_wait.store(st == cqe::kOk ? 0 : 2, std::memory_order_release);
+    }
+    if (st == cqe::kOk) {
+      it->second.known = true;
+      it->second.key = a->answer;
+    } else {
+      keys.erase(it);  // asked again by the next post
+    }
+  }
+  if (!w.empty()) order->pump();  // the first of them is parked at its FIFO's head (issue)
+}
+
+// A post still waiting for its key goes (dropped: NIC down, peer gone, close): off the list.
+void OfiPort::unwait(OfiOp* op) {
+  if (op->key_wait.load(std::memory_order_acquire) != 1) return;
+  std::lock_guard<std::mutex> lk(mu);
+  if (op->key_wait.load(std::memory_order_relaxed) != 1) return;
+  auto it = keys.find(KeyId{op->dest, op->rq1, op->rq2});
+  if (it == keys.end()) return;
+  auto& v = it->second.waiters;
+  v.erase(std::remove(v.begin(), v.end(), op), v.end());
+}
+
+// A post through a told key failed: the key may be stale (the target replaced the
+// registration at that handle), so the next post asks again.
+void OfiPort::drop_key(OfiOp* op) {
+  std::lock_guard<std::mutex> lk(mu);
+  auto it = keys.find(KeyId{op->dest, op->rq1, op->rq2});
+  if (it != keys.end() && it->second.known && it->second.key == op->key) keys.erase(it);
+}
+
 void OfiPort::complete(OfiOp* op, uint64_t st) {
+  if (op->key_ask) {  // a question: answers the posts waiting, no events of its own
+    key_answered(op, st);
+    delete op;
+    in_flight.fetch_sub(1, std::memory_order_release);
+    return;
+  }
+  if (prov_key) {
+    unwait(op);  // dropped while it waited for its key
+    if (op->keyed && st != cqe::kOk) drop_key(op);
+  }
   // A broken connection or a reply that never came: the daemons' path says PEER_GONE if the
   // target died, TRANSIENT otherwise; so do we, once its daemon answered (judge). With our
   // NIC down nobody can answer: NIC_DOWN, as every post then.
@@ -578,6 +873,17 @@ OfiIssue OfiPort::issue(OfiOp* op, bool patient) {
     complete(op, cqe::kErrNicDown);
     return OfiIssue::kDone;
   }
+  // Provider keys: a post whose key is still asked stays at its FIFO's head (parked: the
+  // answer pumps it; post_impl never issues one itself); a failed question fails it unissued.
+  if (const uint8_t w = op->key_wait.load(std::memory_order_acquire)) {
+    if (w == 1) return OfiIssue::kRetry;
+    complete(op, op->key_status);
+    return OfiIssue::kDone;
+  }
+  if (mr_local && !prepare_local(op)) {
+    complete(op, cqe::kErrTransient);  // counted (ofi_local_missing), said once
+    return OfiIssue::kDone;
+  }
   // Timed from its issue, not its post: a held post is not yet with the provider.
   if (post_timeout) {  // under live_mu: expire_posts reads it from another thread
     std::lock_guard<std::mutex> lk(live_mu);
@@ -611,7 +917,10 @@ OfiIssue OfiPort::issue(OfiOp* op, bool patient) {
     op->parts.store(2, std::memory_order_relaxed);
     await_reply(op);
     const uint64_t id = op->req.h.id;  // op may be gone once its message is posted
-    const int r = post(op->part[0], [&](void* ctx) { return fi_send(e, &op->req, sizeof op->req, nullptr, dest, ctx); });
+    // FI_MR_LOCAL: the request with its id into its slot.
+    const void* src = mr_local ? lend(op->lent[0], &op->req, sizeof op->req, FI_SEND, true) : &op->req;
+    void* desc = op->lent[0].desc;
+    const int r = post(op->part[0], [&](void* ctx) { return fi_send(e, src, sizeof op->req, desc, dest, ctx); });
     OfiOp* waiting = nullptr;  // not sent: nobody will answer it
     if (r <= 0 && take_pending(id, waiting) && r == 0) complete_part(waiting, cqe::kErrTransient);
     return r < 0 ? OfiIssue::kRetry : OfiIssue::kDone;
@@ -620,8 +929,9 @@ OfiIssue OfiPort::issue(OfiOp* op, bool patient) {
     // With a remote event: the read, then the event's message and its reply (the driving thread).
     op->parts.store(op->event_after ? 3 : 1, std::memory_order_relaxed);
     const bool then = op->event_after;  // op may be gone once its read is posted
+    void* desc = op->lent[0].desc;
     const int r = post(op->part[0], [&](void* ctx) {
-      return fi_read(e, reinterpret_cast<void*>(op->local), op->length, nullptr, dest, op->raddr, op->key, ctx);
+      return fi_read(e, reinterpret_cast<void*>(op->local), op->length, desc, dest, op->raddr, op->key, ctx);
     });
     if (r == 0 && then) fail_rest(op, 2, cqe::kErrTransient);  // no event without its data
     return r < 0 ? OfiIssue::kRetry : OfiIssue::kDone;
@@ -636,10 +946,12 @@ OfiIssue OfiPort::issue(OfiOp* op, bool patient) {
     op->flag_after = !waw || !patient;
   }
   const bool flag_after = op->flag_after;  // op may be gone once its data's write is posted
-  const void* src = reinterpret_cast<const void*>(op->local);
+  // FI_MR_LOCAL: a small unregistered source is read from its copy in a pool slot.
+  const void* src = op->lent[0].at ? op->lent[0].at : reinterpret_cast<const void*>(op->local);
+  void* desc = op->lent[0].desc;
   const int r = post(op->part[0], [&](void* ctx) {
-    return op->data_event ? fi_writedata(e, src, op->length, nullptr, op->data, dest, op->raddr, op->key, ctx)
-                          : fi_write(e, src, op->length, nullptr, dest, op->raddr, op->key, ctx);
+    return op->data_event ? fi_writedata(e, src, op->length, desc, op->data, dest, op->raddr, op->key, ctx)
+                          : fi_write(e, src, op->length, desc, dest, op->raddr, op->key, ctx);
   });
   if (r < 0) return OfiIssue::kRetry;
   if (!sync) return OfiIssue::kDone;
@@ -656,7 +968,12 @@ OfiIssue OfiPort::issue_held(void* item, const OfiOrderTicket& t) {
   if (v & kSmsgItem) return smsg_ofi_issue_held(nic, reinterpret_cast<void*>(v & ~kSmsgItem), t);
   auto* op = static_cast<OfiOp*>(item);
   op->order = t;
-  return issue(op, false);
+  const OfiIssue r = issue(op, false);
+  // Not issued (no room, or its key still asked): the order gives the count back itself, so
+  // the post holds none (dropped while parked, it must not give it back twice). It stays alive:
+  // the order keeps it (issuing) until we return.
+  if (r == OfiIssue::kRetry) op->order = OfiOrderTicket{};
+  return r;
 }
 
 // A held post completes unissued: with `st` as a post in flight would (NIC down, its peer
@@ -666,17 +983,32 @@ void OfiPort::drop_held(void* item, uint64_t st) {
   if (v & kSmsgItem) return smsg_ofi_drop_held(nic, reinterpret_cast<void*>(v & ~kSmsgItem), st);
   auto* op = static_cast<OfiOp*>(item);
   if (st) return complete(op, st);
+  if (prov_key) unwait(op);
   unlink(op);
   delete op;
   in_flight.fetch_sub(1, std::memory_order_release);
 }
 
+// A GET's event message (part[1]): FI_MR_LOCAL, from the slot prepare_local lent it, the
+// request copied in now (its id is new).
 ssize_t OfiPort::send_msg(OfiOp* op, OfiCtx& c) {
-  return fi_send(op->via ? op->via : ep, &op->req, sizeof op->req, nullptr, op->dest, &c.ctx);
+  const void* src = &op->req;
+  if (mr_local) {
+    src = lend(op->lent[1], &op->req, sizeof op->req, FI_SEND, true);
+    if (!local_ok(op->lent[1])) return -FI_ENOMEM;
+  }
+  return fi_send(op->via ? op->via : ep, src, sizeof op->req, op->lent[1].desc, op->dest, &c.ctx);
 }
 
 ssize_t OfiPort::send_deferred(const Deferred& d) {
-  if (d.reply) return fi_send(ep, &d.reply->r, sizeof d.reply->r, nullptr, d.reply->dest, &d.reply->c.ctx);
+  if (d.reply) {
+    const void* src = &d.reply->r;
+    if (mr_local) {
+      src = lend(d.reply->lent, &d.reply->r, sizeof d.reply->r, FI_SEND, true);
+      if (!local_ok(d.reply->lent)) return -FI_ENOMEM;
+    }
+    return fi_send(ep, src, sizeof d.reply->r, d.reply->lent.desc, d.reply->dest, &d.reply->c.ctx);
+  }
   if (d.op->flag_after) return write_flag(d.op);
   return send_msg(d.op, d.op->part[1]);
 }
@@ -746,6 +1078,7 @@ void OfiPort::expire_posts(uint64_t now) {
       s->cq = op->cq, s->cq_mode = op->cq_mode, s->bte = op->bte, s->local_event = op->local_event;
       s->tid = op->tid, s->chain = op->chain, s->chain_index = op->chain_index;
       s->peer = op->peer, s->dest = op->dest;
+      s->keyed = op->keyed, s->key = op->key, s->rq1 = op->rq1, s->rq2 = op->rq2;  // a stale key is forgotten
       // Its place in the order goes with its events: posts held behind it go once they are
       // posted (complete reads op->order only after its unlink, under this lock).
       s->order = std::exchange(op->order, OfiOrderTicket{});
@@ -794,7 +1127,7 @@ void OfiPort::renew(fi_addr_t dest) {
 void OfiPort::repost(OfiRecv* r) {
   // A refusal leaves one buffer fewer (peers' requests then wait in the provider).
   for (int tries = 0; tries < 1000; ++tries) {
-    ssize_t rc = fi_recv(ep, r->buf, sizeof r->buf, nullptr, FI_ADDR_UNSPEC, &r->c.ctx);
+    ssize_t rc = fi_recv(ep, r->buf, sizeof r->buf, r->desc, FI_ADDR_UNSPEC, &r->c.ctx);
     if (rc != -FI_EAGAIN) return;
     std::this_thread::yield();
   }
@@ -824,6 +1157,7 @@ void OfiPort::on_reply(const msg::Reply& r) {
   }
   static_assert(std::endian::native == std::endian::little);  // a 4-byte value is the low half
   if (r.status == cqe::kOk && op->fetch_size) std::memcpy(reinterpret_cast<void*>(op->fetch_va), &r.fetched, op->fetch_size);
+  if (r.status == cqe::kOk && op->key_ask) op->answer = r.fetched;
   if (r.status == cqe::kErrPeerGone) {  // its NIC went down: the posts held for it fail as it did
     forget(op->peer, op->dest);
     order->fail(op->dest, cqe::kErrPeerGone);
@@ -876,6 +1210,19 @@ void OfiPort::serve(const msg::Request& q) {
     st = cqe::kErrPeerGone;  // no daemon serves our region: as the daemons' path finds a CDM whose NIC went down
   } else if (q.h.type == msg::kAmo) {
     st = serve_amo(q, fetched);
+  } else if (q.h.type == msg::kKey) {
+    // The key of a registration of ours, exactly this handle (a replaced one is another
+    // handle, or has another key): PROTECTION otherwise, as a stale requested key gets.
+    st = cqe::kErrProtection;
+    if (auto f = abi::mdh::decode(q.qword1, q.qword2)) {
+      std::lock_guard<std::mutex> lk(mu);
+      auto it = mrs.find(f->slot);
+      if (it != mrs.end() && it->second.h.qword1 == q.qword1 && it->second.h.qword2 == q.qword2) {
+        st = cqe::kOk;
+        fetched = it->second.key;
+      }
+    }
+    if (st == cqe::kOk) count(nic->counters, ctr::cdm::ofi_keys_answered);
   } else if (q.h.type == msg::kEvent) {
     // The GET read our memory through the provider; its remote event is the responder's.
     uint32_t dst_cq = abi::kNoCq;
@@ -1316,6 +1663,9 @@ void OfiPort::teardown() {
   if (order) order->fail(OfiOrder::kAllPeers, 0);  // held posts: dropped without events, as those in flight
   for (auto& [slot, m] : mrs) fi_close(&m.mr->fid);
   mrs.clear();
+  for (auto& r : recvs)
+    if (r->mr) fi_close(&r->mr->fid), r->mr = nullptr;
+  if (pool && pool->mr) fi_close(&pool->mr->fid), pool->mr = nullptr;
   for (auto& [d, e] : fresh) fi_close(&e->fid);
   for (fid_ep* e : retired) fi_close(&e->fid);
   fresh.clear(), retired.clear();
@@ -1346,6 +1696,28 @@ void ofi_open(Nic* n, const abi::ctl::AttachReply& rep) {
   if (const char* e = std::getenv("FI_PROVIDER"); e && *e) prov = e;
   const OfiLib& lib = ofi_lib();
   if (!lib.error.empty()) return say(lib.error.c_str(), 0);
+  // client_ofi_mr_mode (tests): the modes to act as if the provider demanded them. Parsed
+  // strictly: a word we do not know is said, and the CDM keeps the daemons' path.
+  bool want_key = false, want_local = false;
+  const auto& mode_param = nicemu::params::param("client_ofi_mr_mode");
+  if (const char* e = std::getenv(mode_param.env.data()); e && *e) {
+    std::string_view v(e);
+    for (;;) {
+      const size_t c = v.find(',');
+      const std::string_view w = v.substr(0, c);
+      if (w == "prov_key") {
+        want_key = true;
+      } else if (w == "local") {
+        want_local = true;
+      } else {
+        const std::string why = std::string(mode_param.env) + "=" + e + ": unknown mode \"" + std::string(w) +
+                                "\" (known: prov_key, local, comma-separated)";
+        return say(why.c_str(), 0);
+      }
+      if (c == std::string_view::npos) break;
+      v.remove_prefix(c + 1);
+    }
+  }
   auto p = std::make_unique<OfiPort>();
   p->nic = n;
   // 20 ms: the posts in flight to a peer that died fail together, and its daemon has seen
@@ -1376,9 +1748,13 @@ void ofi_open(Nic* n, const abi::ctl::AttachReply& rep) {
     if (!hints) return say("fi_dupinfo", 0);
     hints->ep_attr->type = FI_EP_RDM;
     hints->caps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | w.caps;
-    // The memory modes this code handles: addresses as VAs or offsets, keys it chooses,
-    // registrations bound to the endpoint (docs/ofi-providers.md).
-    hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_ENDPOINT;
+    // The memory modes this code handles: addresses as VAs or offsets, registrations bound
+    // to the endpoint, the provider's keys (asked of the target), local descriptors
+    // (docs/ofi-providers.md).
+    hints->domain_attr->mr_mode =
+        FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_ENDPOINT | FI_MR_PROV_KEY | FI_MR_LOCAL;
+    // Every operation's context is an fi_context2 the provider may use (OfiCtx, OfiSendCtx).
+    hints->mode = FI_CONTEXT | FI_CONTEXT2;
     hints->domain_attr->threading = FI_THREAD_SAFE;  // posting and polling threads, the progress thread
     // A local completion means the data is at the target (GNI's global event): delivery complete.
     hints->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
@@ -1389,7 +1765,7 @@ void ofi_open(Nic* n, const abi::ctl::AttachReply& rep) {
     if (rc == 0 && p->info) break;
     p->info = nullptr;
   }
-  if (rc || !p->info) return say(("no provider \"" + prov + "\" with RMA and requested keys").c_str(), rc);
+  if (rc || !p->info) return say(("no provider \"" + prov + "\" with RMA").c_str(), rc);
   fi_info* i = p->info;
   // libfabric's gni provider runs on libugni: its domain would attach a CDM of ours, which
   // opens a port again (docs/clients/libfabric.md, "Beside the ofi fabric").
@@ -1399,10 +1775,22 @@ void ofi_open(Nic* n, const abi::ctl::AttachReply& rep) {
     return say(why.c_str(), 0);
   }
   p->virt_addr = i->domain_attr->mr_mode & FI_MR_VIRT_ADDR;
+  p->prov_key = (i->domain_attr->mr_mode & FI_MR_PROV_KEY) || want_key;
+  p->emulated_key = want_key && !(i->domain_attr->mr_mode & FI_MR_PROV_KEY);
+  p->mr_local = (i->domain_attr->mr_mode & FI_MR_LOCAL) || want_local;
+  {
+    std::random_device rd;  // keys of ours a peer cannot compute (and unique per process)
+    p->key_seed = (uint64_t{rd()} << 32) ^ rd() ^ monotonic_ns();
+  }
   p->mr_endpoint = i->domain_attr->mr_mode & FI_MR_ENDPOINT;
   p->cq_data = i->domain_attr->cq_data_size >= 8;
   p->waw = (i->tx_attr->msg_order & FI_ORDER_WAW) && i->ep_attr->max_order_waw_size >= 8;
   p->msgs = (i->caps & FI_MSG) && i->ep_attr->max_msg_size >= msg::kMaxMessage;
+  // A peer learns a provider key by asking (kKey): without messages there is no way.
+  if (p->prov_key && !p->msgs) {
+    p->teardown();
+    return say("the provider's keys (FI_MR_PROV_KEY) need FI_MSG to be asked for, which it does not offer", 0);
+  }
   {
     // An order bit counts where it holds for any post (its max_order size covers max_msg_size).
     const uint64_t o = i->tx_attr->msg_order, most = i->ep_attr->max_msg_size;
@@ -1451,16 +1839,35 @@ void ofi_open(Nic* n, const abi::ctl::AttachReply& rep) {
   pub.addr_len = static_cast<uint32_t>(len);
   std::memcpy(p->self_addr, pub.addr, len);
   p->self_len = pub.addr_len;
+  if (p->mr_local) {
+    // The pool of registered send buffers (OfiPool), one registration for all of them.
+    auto pool = std::make_unique<OfiPool>();
+    pool->mem = std::make_unique<uint8_t[]>(OfiPool::kSlot * OfiPool::kSlots);
+    if ((rc = p->reg(pool->mem.get(), OfiPool::kSlot * OfiPool::kSlots, FI_SEND | FI_WRITE, p->fresh_key(), &pool->mr)))
+      return p->teardown(), say("fi_mr_reg of the send buffers (FI_MR_LOCAL)", rc);
+    pool->desc = fi_mr_desc(pool->mr);
+    for (uint32_t s = OfiPool::kSlots; s-- > 0;) pool->free.push_back(s);
+    p->pool = std::move(pool);
+  }
   if (p->msgs) {
     // Peers' requests and replies: a few in flight per peer at most (each waits for its reply).
     for (int k = 0; k < 64 && p->msgs; ++k) {
       auto r = std::make_unique<OfiRecv>();
       r->c.kind = CtxKind::kRecv;
-      if (fi_recv(p->ep, r->buf, sizeof r->buf, nullptr, FI_ADDR_UNSPEC, &r->c.ctx) == 0)
+      if (p->mr_local) {
+        if ((rc = p->reg(r->buf, sizeof r->buf, FI_RECV, p->fresh_key(), &r->mr)))
+          return p->teardown(), say("fi_mr_reg of a receive buffer (FI_MR_LOCAL)", rc);
+        r->desc = fi_mr_desc(r->mr);
+      }
+      if (fi_recv(p->ep, r->buf, sizeof r->buf, r->desc, FI_ADDR_UNSPEC, &r->c.ctx) == 0) {
         p->recvs.push_back(std::move(r));
-      else if (k == 0)
-        p->msgs = false;  // no receive at all: AMOs and GETs' events go through the daemons
+      } else {
+        if (r->mr) fi_close(&r->mr->fid);
+        if (k == 0) p->msgs = false;  // no receive at all: AMOs and GETs' events go through the daemons
+      }
     }
+    if (p->prov_key && !p->msgs)
+      return p->teardown(), say("no receive buffer for the answers that provider keys (FI_MR_PROV_KEY) need", 0);
   }
   p->progress = std::thread([q = p.get()] { q->run(); });
   abi::ctl::Reply r{};
@@ -1531,24 +1938,28 @@ void ofi_register(Nic* n, const gni_mem_handle_t& h, bool read_only) {
   auto f = abi::mdh::decode(h.qword1, h.qword2);
   if (!f || (f->flags & abi::mdh::kFlagVmdh)) return;
   // The handle's pages: what a peer can compute from the handle alone.
-  const uint64_t access = FI_REMOTE_READ | (read_only ? 0 : FI_REMOTE_WRITE);
+  uint64_t access = FI_REMOTE_READ | (read_only ? 0 : FI_REMOTE_WRITE);
+  // FI_MR_LOCAL: our posts' buffers too (sources of PUTs and sends; GETs' destinations).
+  if (p->mr_local) access |= FI_WRITE | FI_SEND | (read_only ? 0 : FI_READ | FI_RECV);
+  // Provider keys: the provider's (emulated: a random one), told to peers that ask.
+  const uint64_t want = p->prov_key ? p->fresh_key() : p->key_of(h);
   fid_mr* mr = nullptr;
-  int rc = fi_mr_reg(p->domain, reinterpret_cast<void*>(f->va), f->npages << abi::mdh::kPageShift, access, 0,
-                     p->key_of(h), 0, &mr, nullptr);
-  if (rc == 0 && p->mr_endpoint) {
-    // Created disabled: usable once bound to the endpoint and enabled.
-    if ((rc = fi_mr_bind(mr, &p->ep->fid, 0)) == 0) rc = fi_mr_enable(mr);
-    if (rc) fi_close(&mr->fid);
+  int rc = p->reg(reinterpret_cast<void*>(f->va), f->npages << abi::mdh::kPageShift, access, want, &mr);
+  const uint64_t key = rc == 0 && p->prov_key ? fi_mr_key(mr) : want;
+  if (rc == 0 && key == FI_KEY_NOTAVAIL) {  // a raw key (FI_MR_RAW), which this port does not handle
+    fi_close(&mr->fid);
+    rc = -FI_ENOKEY;
   }
   if (rc) {
     // Peers' posts to it complete with a protection error; said, not failed here.
     std::fprintf(stderr, "libugni(nicemu): ofi fabric: fi_mr_reg: %s\n", ofi_strerror(-rc));
     return;
   }
+  const OfiPort::Mr m{mr, h, key, fi_mr_desc(mr)};
   std::lock_guard<std::mutex> lk(p->mu);
-  if (auto [it, fresh] = p->mrs.emplace(f->slot, OfiPort::Mr{mr, h}); !fresh) {
+  if (auto [it, fresh] = p->mrs.emplace(f->slot, m); !fresh) {
     fi_close(&it->second.mr->fid);  // a registration of the slot we missed the end of
-    it->second = OfiPort::Mr{mr, h};
+    it->second = m;
   }
 }
 
@@ -1620,13 +2031,25 @@ uint64_t ofi_send(Nic* n, uint64_t dest, const void* buf, size_t len, OfiSendCtx
   OfiPort* p = n->ofi;
   if (!p) return cqe::kErrTransient;
   c->kind = static_cast<uint8_t>(CtxKind::kSmsg);
+  void* desc = nullptr;
+  if (p->mr_local) {
+    // The frame's copy in a pool slot (or the frame registered), given back at completion.
+    Lent l;
+    buf = p->lend(l, buf, len, FI_SEND, true);
+    if (!p->local_ok(l)) return cqe::kErrTransient;  // counted, said once
+    desc = l.desc;
+    c->lent_mr = std::exchange(l.own, nullptr);
+    c->lent_pool = std::exchange(l.pool, nullptr);
+    c->lent_slot = l.slot;
+  }
   p->in_flight.fetch_add(1, std::memory_order_relaxed);
   uint64_t give_up = 0;
   for (int tries = 0;; ++tries) {
-    ssize_t rc = fi_send(p->ep_to(dest), buf, len, nullptr, dest, c->provider);
+    ssize_t rc = fi_send(p->ep_to(dest), buf, len, desc, dest, c->provider);
     if (rc == 0) return cqe::kOk;
     if (rc == -FI_EAGAIN && patient && !give_up) give_up = monotonic_ns() + 2000000000ull;
     if (rc != -FI_EAGAIN || (patient ? monotonic_ns() > give_up : tries >= 16)) {
+      p->give_back(c);
       p->in_flight.fetch_sub(1, std::memory_order_release);
       return rc == -FI_EAGAIN ? cqe::kErrTransient : status_of_error(static_cast<int>(-rc));
     }
@@ -1733,7 +2156,7 @@ OfiTaken post_impl(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind
   op->local = local;
   op->length = d->length;
   op->raddr = d->remote_addr - base;
-  op->key = p->key_of(rh);
+  if (!p->prov_key) op->key = p->key_of(rh);
   op->data = event ? cq_data(op->bte, f->slot, ep->remote_event) : 0;
   op->data_event = event && !sync && !get;
   op->event_after = get && event;
@@ -1747,22 +2170,37 @@ OfiTaken post_impl(Ep* ep, Cq* cq, const gni_post_descriptor_t* d, uint16_t kind
     op->flag_event = event;
     op->flag_addr = d->sync_flag_addr - base;
   }
+  // FI_MR_LOCAL: the GNI registration the post names covers its local buffer (a GET's
+  // destination, an RDMA PUT's source; an FMA PUT's source if it names one), else the port
+  // lends one at issue (prepare_local).
+  if (p->mr_local && op->how != kHowMsg) p->gni_desc(op->lent[0], d->local_mem_hndl, local, d->length);
   p->in_flight.fetch_add(1, std::memory_order_relaxed);
   count(n->counters, ctr::cdm::ofi_ops);
   count(n->counters, ctr::cdm::ofi_bytes, length);
+  // Provider keys: an RMA's key is the target's answer, cached or asked now (the post held
+  // until it comes, as the posts to that peer behind it).
+  if (p->prov_key && op->how != kHowMsg) {
+    op->rq1 = rh.qword1, op->rq2 = rh.qword2;
+    p->key_for(op);
+  }
   // Issued now if nothing it may not pass is in flight to its peer (ofi_order.h), else held
   // until that took effect: the call returns either way. A GET with a remote event counts
   // as a read: its data is what takes effect first.
   const OfiPath path = op->how == kHowMsg ? OfiPath::kMsg : get ? OfiPath::kRead : OfiPath::kWrite;
   const ordering::Class cls = ordering::class_of(forced_ordering(n), d->dlvr_mode, 0);
-  if (!p->order->enter(dest, path, cls, op->order)) {
+  // Waiting for its key: held (a relaxed post too, which hold would let go at once), at its
+  // FIFO's head until the answer.
+  const bool wait_key = op->key_wait.load(std::memory_order_acquire) != 0;
+  if (wait_key || !p->order->enter(dest, path, cls, op->order)) {
+    const ordering::Class hold_cls = wait_key && cls == ordering::kRelaxed ? ordering::kDefault : cls;
     // A chain's members are bounded by their chain (one transaction id): not capped.
-    switch (p->order->hold(dest, path, cls, op, !chain, op->order)) {
+    switch (p->order->hold(dest, path, hold_cls, op, !chain, op->order)) {
       case OfiAdmit::kGo:
         break;
       case OfiAdmit::kHeld:
         return OfiTaken::kYes;  // op may be issued, even gone, already
       case OfiAdmit::kFull:
+        if (p->prov_key) p->unwait(op);
         p->unlink(op);
         delete op;
         p->in_flight.fetch_sub(1, std::memory_order_release);

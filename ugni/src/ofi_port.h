@@ -17,10 +17,20 @@
 // registered with the provider too, over its whole pages [VA, VA + pages * 4 KiB) as the
 // handle names them, with a requested key derived from the handle's 128 bits (ofi_key), so
 // a peer needs nothing beyond the gni_mem_handle_t it already has: the key from the handle,
-// the address as is (FI_MR_VIRT_ADDR) or as an offset from the handle's VA. Providers
-// that insist on keys of their own (FI_MR_PROV_KEY) are not used: the CDM stays on the
-// daemons' path. A stale handle (its registration gone or replaced) has a key the provider
-// does not know: the post completes with a protection error, never a write.
+// the address as is (FI_MR_VIRT_ADDR) or as an offset from the handle's VA. A stale handle
+// (its registration gone or replaced) has a key the provider does not know: the post
+// completes with a protection error, never a write.
+// Providers whose keys are their own (FI_MR_PROV_KEY: verbs, efa): the first RMA post to a
+// (peer CDM, handle) asks the target's port for the key (ofi_msg.h kKey) and is held (with
+// the posts to that peer behind it) until the answer; the answer is cached per (peer
+// address, handle) and dropped when a post through it fails (a registration replaced at the
+// same handle has another key: the target's provider refuses the old one). PROTECTION
+// (no such registration at the target) fails the held posts unwritten. Without FI_MSG such
+// a provider is not used. FI_MR_LOCAL: every provider operation carries the descriptor of a
+// registration covering its local buffer: the GNI registration the post names, else one of
+// the port's (a pool of registered buffers for small sends, copied in, or the buffer
+// registered for the operation's life). client_ofi_mr_mode emulates both on providers that
+// never demand them (tests).
 //
 // Per peer: the first post to a (node, memory domain) asks our daemon for the target CDM's
 // address (OfiLookup; only a CDM of our credential answers); a peer without one (a daemon
@@ -97,6 +107,10 @@ struct OfiSendCtx {
   void* unused = nullptr;
   uint8_t kind = 0;  // set by ofi_send
   void (*done)(Nic* n, OfiSendCtx* c, uint64_t status) = nullptr;
+  // The port's: the registration lent to the send's buffer (FI_MR_LOCAL), given back before `done`.
+  void* lent_mr = nullptr;
+  void* lent_pool = nullptr;
+  uint32_t lent_slot = 0;
 };
 // The port takes messages (FI_MSG) of up to `bytes`.
 bool ofi_msgs(Nic* n, size_t bytes);
