@@ -17,11 +17,15 @@ void FabricLoad::late_enter(uint64_t now_us) {
   check(now_us);
 }
 
-void FabricLoad::answered(uint64_t now_us, uint64_t& window) {
+void FabricLoad::answered(uint64_t now_us, uint64_t& window, bool slow) {
   check(now_us);  // rolls the windows over to now
   if (window == window_) return;
   window = window_;
   ++answering_cur_;
+  if (slow) {
+    ++slow_cur_;
+    check(now_us);  // a slow answer may complete the crowd
+  }
 }
 
 void FabricLoad::own_late(uint64_t now_us, uint64_t late_us) {
@@ -41,13 +45,17 @@ void FabricLoad::enter(uint64_t now_us) {
 void FabricLoad::check(uint64_t now_us) {
   const uint64_t w = window_of(now_us);
   if (w != window_) {
-    answering_prev_ = w == window_ + 1 ? answering_cur_ : 0;
-    answering_cur_ = 0;
+    const bool next = w == window_ + 1;
+    answering_prev_ = next ? answering_cur_ : 0;
+    slow_prev_ = next ? slow_cur_ : 0;
+    answering_cur_ = slow_cur_ = 0;
     window_ = w;
   }
-  // Many late together, and not a few among many that answer (a failure of some peers).
+  // Many late or slow together, and not a few late among many answering promptly (a failure
+  // of some peers).
   const uint32_t answering = std::max(answering_cur_, answering_prev_);
-  if (late_ >= cfg_.crowd_min && 2 * uint64_t{late_} >= answering) enter(now_us);
+  const uint64_t crowd = uint64_t{late_} + slow();
+  if (crowd >= cfg_.crowd_min && 2 * crowd >= answering) enter(now_us);
 }
 
 bool FabricLoad::overloaded(uint64_t now_us) {
