@@ -30,11 +30,13 @@ void FabricLoad::answered(uint64_t now_us, uint64_t& window, bool slow) {
 
 void FabricLoad::own_late(uint64_t now_us, uint64_t late_us) {
   if (late_us < cfg_.own_late_us) return;
-  enter(now_us);
+  // Bounded by the overload horizon: past it a dead peer must be seen again.
+  enter(now_us, std::clamp(cfg_.own_late_hold_factor * late_us, cfg_.hold_us,
+                           std::max(cfg_.hold_us, cfg_.overload_horizon_us)));
 }
 
-void FabricLoad::enter(uint64_t now_us) {
-  hold_until_ = std::max(hold_until_, now_us + cfg_.hold_us);
+void FabricLoad::enter(uint64_t now_us, uint64_t hold_us) {
+  hold_until_ = std::max(hold_until_, now_us + hold_us);
   if (!over_) {
     over_ = true;
     over_since_ = now_us;
@@ -55,7 +57,7 @@ void FabricLoad::check(uint64_t now_us) {
   // of some peers).
   const uint32_t answering = std::max(answering_cur_, answering_prev_);
   const uint64_t crowd = uint64_t{late_} + slow();
-  if (crowd >= cfg_.crowd_min && 2 * crowd >= answering) enter(now_us);
+  if (crowd >= cfg_.crowd_min && 2 * crowd >= answering) enter(now_us, cfg_.hold_us);
 }
 
 bool FabricLoad::overloaded(uint64_t now_us) {

@@ -14,7 +14,9 @@
 // while at least `crowd_min` channels are late or answered slowly and they are no fewer
 // than half the channels that answered, in the last window or the one before, or while its
 // own loop ran `own_late_us` late; the state holds for `hold_us` after the condition was
-// last seen (a burst of answers must not end it for the channels still waiting). Slow
+// last seen (a burst of answers must not end it for the channels still waiting), after the
+// loop's lateness for `own_late_hold_factor` times it if longer (a loop seconds late comes
+// in bursts seconds apart: the state must not lapse between them). Slow
 // answers count because with hundreds of peers on a starved host only a few are silent at
 // once while the rest answer seconds late: "one silent while the others answer" is a failure
 // only if the others answer promptly. A channel whose silence overlapped an overloaded
@@ -45,6 +47,7 @@ struct LoadConfig {
   uint64_t hold_us = 2'000'000;            // overload holds this long after last seen
   uint64_t overload_horizon_us = 20'000'000;  // a channel's horizon while overloaded
   uint64_t own_late_us = 250'000;          // this daemon's loop this late: overloaded
+  uint64_t own_late_hold_factor = 8;       // ... held this many times as long (at least hold_us)
   uint64_t answer_window_us = 1'000'000;   // answering channels are counted per window
   double retransmit_floor_per_s = 100;     // timer retransmissions always allowed
   double ack_share = 0.25;                 // plus this share of records acknowledged per s
@@ -98,7 +101,7 @@ class FabricLoad {
 
  private:
   void check(uint64_t now_us);
-  void enter(uint64_t now_us);  // overloaded from now, held for hold_us
+  void enter(uint64_t now_us, uint64_t hold_us);  // overloaded from now, held that long
   void refill(uint64_t now_us);
   uint64_t window_of(uint64_t now_us) const { return now_us / cfg_.answer_window_us + 1; }
 

@@ -1444,6 +1444,16 @@ TEST_CASE("fabric load: overload needs a crowd of late channels, not a few among
   l.own_late(now, lc.own_late_us);
   CHECK(l.overloaded(now));
   CHECK_FALSE(l.overloaded(now + lc.hold_us));
+  // A loop a second late holds it 8 times as long (such stalls come in bursts seconds
+  // apart), ten seconds late at most the overload horizon.
+  now += 30'000'000;
+  l.own_late(now, 1'000'000);
+  CHECK(l.overloaded(now + 8'000'000 - 1));
+  CHECK_FALSE(l.overloaded(now + 8'000'000));
+  now += 30'000'000;
+  l.own_late(now, 10'000'000);
+  CHECK(l.overloaded(now + lc.overload_horizon_us - 1));
+  CHECK_FALSE(l.overloaded(now + lc.overload_horizon_us));
 }
 
 // With hundreds of peers on a starved host only a few are silent at once while the rest

@@ -520,7 +520,7 @@ void UdpFabric::flush_all() {
                    "late): peers silent past their horizon get up to {} s before they are declared down",
                    load_.late(), load_.slow(), load_.config().overload_horizon_us / 1000000.0);
     else
-      spdlog::info("fabric: no longer overloaded ({} channels late, {} answering slowly): peers silent since then "
+      spdlog::info("fabric: no longer overloaded ({} channels late, {} answering slowly): peers silent in it "
                    "keep up to {} s until they answer, the others their own horizons",
                    load_.late(), load_.slow(), load_.config().overload_horizon_us / 1000000.0);
   }
