@@ -1631,6 +1631,36 @@ TEST_CASE("fabric load: peers slow because the host is overloaded stay up betwee
   }
 }
 
+// A silence that overlapped an overloaded period is judged from when it really began: this
+// daemon's own small lateness afterwards (under the 250 ms that is overload; excluded from
+// the silence, which moves the silence clock on) must not move its start past the period.
+TEST_CASE("fabric load: a silence that began in an overload keeps the long horizon through the daemon's later small stalls") {
+  ChannelConfig cfg;
+  Fleet f(1, cfg, true);
+  uint64_t now = 0;
+  auto live = [](size_t, uint64_t) { return true; };
+  f.run(now, 200'000, 10'000, live);
+  REQUIRE(f.downs() == 0);
+  // The peer stops answering; 100 ms later this daemon's loop stalls 400 ms (overload,
+  // held 3.2 s); from then on it stalls 240 ms in every 300 ms.
+  f.ba[0]->up = false;
+  const uint64_t silent_from = now;
+  f.a_runs = [&](uint64_t t) {
+    if (t < silent_from + 100'000) return true;
+    if (t < silent_from + 500'000) return false;
+    return (t - silent_from) % 300'000 >= 240'000;
+  };
+  while (f.a[0]->ch.state() == ReliableChannel::State::kUp && now < silent_from + 200'000'000)
+    f.run(now, now + 1000, 10'000, live);
+  INFO("down ", (now - silent_from) / 1e6, " s after the peer fell silent");
+  CHECK(f.load.stats().overload_episodes == 1);
+  CHECK(f.a[0]->ch.stats().stalled_us > 10'000'000);
+  // Not at its own horizon once the stalls had moved the silence clock past the overloaded
+  // period, but by the overload horizon of the time this daemon ran.
+  CHECK(f.a[0]->ch.state() == ReliableChannel::State::kDown);
+  CHECK(now >= silent_from + 20'000'000);
+}
+
 // Many channels, all losing everything (peers unreachable, nothing acknowledged): the sum
 // of their timer retransmissions stays at the daemon's budget (its floor: nothing is
 // acknowledged), where the same channels each on their own offer many times more.
