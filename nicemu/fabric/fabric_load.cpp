@@ -17,20 +17,26 @@ void FabricLoad::late_enter(uint64_t now_us) {
   check(now_us);
 }
 
-void FabricLoad::answered(uint64_t now_us, uint64_t& window) {
+void FabricLoad::answered(uint64_t now_us, uint64_t& window, bool slow) {
   check(now_us);  // rolls the windows over to now
   if (window == window_) return;
   window = window_;
   ++answering_cur_;
+  if (slow) {
+    ++slow_cur_;
+    check(now_us);  // a slow answer may complete the crowd
+  }
 }
 
 void FabricLoad::own_late(uint64_t now_us, uint64_t late_us) {
   if (late_us < cfg_.own_late_us) return;
-  enter(now_us);
+  // Bounded by the overload horizon: past it a dead peer must be seen again.
+  enter(now_us, std::clamp(cfg_.own_late_hold_factor * late_us, cfg_.hold_us,
+                           std::max(cfg_.hold_us, cfg_.overload_horizon_us)));
 }
 
-void FabricLoad::enter(uint64_t now_us) {
-  hold_until_ = std::max(hold_until_, now_us + cfg_.hold_us);
+void FabricLoad::enter(uint64_t now_us, uint64_t hold_us) {
+  hold_until_ = std::max(hold_until_, now_us + hold_us);
   if (!over_) {
     over_ = true;
     over_since_ = now_us;
@@ -41,13 +47,17 @@ void FabricLoad::enter(uint64_t now_us) {
 void FabricLoad::check(uint64_t now_us) {
   const uint64_t w = window_of(now_us);
   if (w != window_) {
-    answering_prev_ = w == window_ + 1 ? answering_cur_ : 0;
-    answering_cur_ = 0;
+    const bool next = w == window_ + 1;
+    answering_prev_ = next ? answering_cur_ : 0;
+    slow_prev_ = next ? slow_cur_ : 0;
+    answering_cur_ = slow_cur_ = 0;
     window_ = w;
   }
-  // Many late together, and not a few among many that answer (a failure of some peers).
+  // Many late or slow together, and not a few late among many answering promptly (a failure
+  // of some peers).
   const uint32_t answering = std::max(answering_cur_, answering_prev_);
-  if (late_ >= cfg_.crowd_min && 2 * uint64_t{late_} >= answering) enter(now_us);
+  const uint64_t crowd = uint64_t{late_} + slow();
+  if (crowd >= cfg_.crowd_min && 2 * crowd >= answering) enter(now_us, cfg_.hold_us);
 }
 
 bool FabricLoad::overloaded(uint64_t now_us) {

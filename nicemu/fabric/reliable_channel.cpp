@@ -115,7 +115,7 @@ void ReliableChannel::plan_live_check(uint64_t now_us) {
     live_check_us_ = progress_us_ + base;
   } else {
     // Past its own horizon and kept up by the daemon's overload: look again soon.
-    live_check_us_ = std::min(progress_us_ + load_->horizon(base, now_us), now_us + kLiveRecheckUs);
+    live_check_us_ = std::min(progress_us_ + load_->horizon(base, now_us, silence_began_us_), now_us + kLiveRecheckUs);
   }
 }
 
@@ -391,13 +391,14 @@ size_t ReliableChannel::fill_body(uint64_t now_us, uint8_t* buf, size_t cap, uin
   busy_ = !idle();
   if (state_ == State::kDown) return 0;
   // Liveness: records in flight and nothing at all acknowledged for the horizon (this
-  // process's own lateness excluded, in fill()); stretched while the daemon is overloaded,
-  // which counts this channel among the late ones from half its horizon on.
+  // process's own lateness excluded, in fill()); stretched if the daemon was overloaded at
+  // any time in the silence, which counts this channel among the late ones from half its
+  // horizon on.
   if (in_flight() > 0) {
     const uint64_t base = silent_horizon();
     const uint64_t silent = now_us > progress_us_ ? now_us - progress_us_ : 0;
     if (load_ && silent >= base / 2) set_late(true, now_us);
-    if (silent >= base && (!load_ || silent >= load_->horizon(base, now_us))) {
+    if (silent >= base && (!load_ || silent >= load_->horizon(base, now_us, silence_began_us_))) {
       go_down();
       return 0;
     }
@@ -477,7 +478,7 @@ size_t ReliableChannel::fill_body(uint64_t now_us, uint8_t* buf, size_t cap, uin
     OutRecord& r = out(sent_upto_);
     if (!cwnd_open(wire_bytes(r)) || now_us < next_send_us_) break;
     if (!put(r)) break;
-    if (in_flight() == 0) progress_us_ = now_us;  // the liveness clock starts with the wait
+    if (in_flight() == 0) progress_us_ = silence_began_us_ = now_us;  // the liveness clock starts with the wait
     r.tries = 0;
     r.rto_us = rto_;
     transmit(r);
@@ -562,10 +563,11 @@ void ReliableChannel::on_ack(uint32_t ack, uint64_t sack, uint64_t now_us, const
     if (!before(s, base_) && before(s, sent_upto_)) take(out(s));
   }
   if (acked_bytes) {
-    progress_us_ = now_us;
+    progress_us_ = silence_began_us_ = now_us;
     set_late(false, now_us);
     if (load_) {
-      load_->answered(now_us, answer_window_);
+      // Slow: round trips over a sixteenth of the configured horizon (seconds of queueing).
+      load_->answered(now_us, answer_window_, kSilentRtts * srtt_ > cfg_.silent_after_us);
       load_->acked(acked_records, now_us);
     }
   }

@@ -313,6 +313,9 @@ class ReliableChannel {
   uint32_t lost_ = 0;          // records waiting to be resent
   uint32_t lost_from_ = 1;     // none of them below this
   uint64_t progress_us_ = 0;   // the peer last acknowledged something (or the wait began)
+  // The same, never moved for this daemon's own lateness or refused sends: whether the
+  // silence overlapped an overloaded period is judged from when it really began.
+  uint64_t silence_began_us_ = 0;
   uint64_t expect_us_ = UINT64_MAX;  // when the channel asked fill() to run next (its deadline then)
   size_t fill_body(uint64_t now_us, uint8_t* out, size_t cap, uint16_t& count);
   // The channel's own horizon (no daemon-wide stretch).

@@ -1351,12 +1351,15 @@ struct Fleet {
   std::vector<std::unique_ptr<Side>> a, b;
   std::vector<std::unique_ptr<SimLink>> ab, ba;
   std::vector<uint64_t> sent;
-  Fleet(size_t n, ChannelConfig cfg, bool shared, LoadConfig lc = {}) : load(lc), sent(n) {
+  // Whether this daemon's own loop runs at `now` (null: always, punctual); while it does
+  // not, it serves nothing and its channels' deadlines pass unserved.
+  std::function<bool(uint64_t)> a_runs;
+  Fleet(size_t n, ChannelConfig cfg, bool shared, LoadConfig lc = {}, LinkModel lm = {}) : load(lc), sent(n) {
     for (size_t i = 0; i < n; ++i) {
       a.push_back(std::make_unique<Side>(cfg, shared ? &load : nullptr));
       b.push_back(std::make_unique<Side>(cfg));
-      ab.push_back(std::make_unique<SimLink>(LinkModel{}, 1000 + 2 * i));
-      ba.push_back(std::make_unique<SimLink>(LinkModel{}, 1001 + 2 * i));
+      ab.push_back(std::make_unique<SimLink>(lm, 1000 + 2 * i));
+      ba.push_back(std::make_unique<SimLink>(lm, 1001 + 2 * i));
     }
   }
   size_t size() const { return a.size(); }
@@ -1377,8 +1380,16 @@ struct Fleet {
   template <class PeerRuns>
   void run(uint64_t& now, uint64_t until, uint64_t every_us, PeerRuns peer_runs) {
     for (; now < until; now += 1000) {
+      const bool a_on = !a_runs || a_runs(now);
       for (size_t i = 0; i < size(); ++i) {
         ReliableChannel& ch = a[i]->ch;
+        if (!a_on) {
+          if (peer_runs(i, now)) {
+            receive(*b[i], *ab[i], now);
+            pump(*b[i], *ba[i], now);
+          }
+          continue;
+        }
         bool work = false;
         if (every_us && now % every_us == 0 && ch.state() == ReliableChannel::State::kUp && ch.queued() < 64) {
           const std::string m = std::to_string(i) + ":" + std::to_string(sent[i]) + std::string(kPackMax, 'q');
@@ -1411,7 +1422,7 @@ TEST_CASE("fabric load: overload needs a crowd of late channels, not a few among
   uint64_t now = 10'000'000;
   for (uint32_t i = 0; i + 1 < lc.crowd_min; ++i) l.late_enter(now);
   CHECK_FALSE(l.overloaded(now));  // a few late: failures, each judged on its own
-  CHECK(l.horizon(1'800'000, now) == 1'800'000);
+  CHECK(l.horizon(1'800'000, now, now) == 1'800'000);
   // Many answering in this window: a few late among them is not overload either.
   std::vector<uint64_t> windows(100);
   for (auto& w : windows) l.answered(now, w);
@@ -1420,8 +1431,8 @@ TEST_CASE("fabric load: overload needs a crowd of late channels, not a few among
   // Two windows later nobody answered any more: the crowd of late ones is overload.
   now += 2 * lc.answer_window_us;
   CHECK(l.overloaded(now));
-  CHECK(l.horizon(1'800'000, now) == lc.overload_horizon_us);
-  CHECK(l.horizon(30'000'000, now) == 30'000'000);  // never shortens a channel's own
+  CHECK(l.horizon(1'800'000, now, now) == lc.overload_horizon_us);
+  CHECK(l.horizon(30'000'000, now, now) == 30'000'000);  // never shortens a channel's own
   // The late ones answer: the state holds for hold_us, then ends.
   for (uint32_t i = 0; i < lc.crowd_min; ++i) l.late_leave();
   CHECK(l.late() == 0);
@@ -1435,6 +1446,55 @@ TEST_CASE("fabric load: overload needs a crowd of late channels, not a few among
   l.own_late(now, lc.own_late_us);
   CHECK(l.overloaded(now));
   CHECK_FALSE(l.overloaded(now + lc.hold_us));
+  // A loop a second late holds it 8 times as long (such stalls come in bursts seconds
+  // apart), ten seconds late at most the overload horizon.
+  now += 30'000'000;
+  l.own_late(now, 1'000'000);
+  CHECK(l.overloaded(now + 8'000'000 - 1));
+  CHECK_FALSE(l.overloaded(now + 8'000'000));
+  now += 30'000'000;
+  l.own_late(now, 10'000'000);
+  CHECK(l.overloaded(now + lc.overload_horizon_us - 1));
+  CHECK_FALSE(l.overloaded(now + lc.overload_horizon_us));
+}
+
+// With hundreds of peers on a starved host only a few are silent at once while the rest
+// answer seconds late: slow answers count with the late channels. And a silence that
+// overlapped an overloaded period keeps the stretched horizon after the state lapsed.
+TEST_CASE("fabric load: slow answers count with the late channels; a silence that overlapped an overload keeps the long horizon") {
+  LoadConfig lc;
+  FabricLoad l(lc);
+  uint64_t now = 10'000'000;
+  std::vector<uint64_t> windows(100);
+  for (auto& w : windows) l.answered(now, w, false);
+  for (uint32_t i = 0; i < lc.crowd_min; ++i) l.late_enter(now);
+  CHECK_FALSE(l.overloaded(now));  // 4 late among 100 answering promptly: failures
+  // Next window: 40 of the 100 answer slowly: 44 of 100 is not half.
+  now += lc.answer_window_us;
+  for (size_t i = 0; i < windows.size(); ++i) l.answered(now, windows[i], i < 40);
+  CHECK(l.slow() == 40);
+  CHECK_FALSE(l.overloaded(now));
+  // The next, 46 slow: with the 4 late, half of those answering.
+  now += lc.answer_window_us;
+  for (size_t i = 0; i < windows.size(); ++i) l.answered(now, windows[i], i < 46);
+  CHECK(l.overloaded(now));
+  CHECK(l.stats().overload_episodes == 1);
+  // Slow answers alone, without late channels, need the crowd's minimum too.
+  FabricLoad few(lc);
+  std::vector<uint64_t> w3(3);
+  for (auto& w : w3) few.answered(now, w, true);
+  CHECK_FALSE(few.overloaded(now));
+  // The overload lapses: nobody late, nobody answering, the hold over.
+  for (uint32_t i = 0; i < lc.crowd_min; ++i) l.late_leave();
+  const uint64_t entered = now;
+  now += 2 * lc.answer_window_us + lc.hold_us;
+  REQUIRE_FALSE(l.overloaded(now));
+  // A peer silent since before the lapse keeps the long horizon (until it answers: the
+  // channel's silence then starts again); one silent only since, its own.
+  CHECK(l.horizon(1'800'000, now, entered - 500'000) == lc.overload_horizon_us);
+  CHECK(l.horizon(1'800'000, now, entered + lc.hold_us - 1) == lc.overload_horizon_us);
+  CHECK(l.horizon(1'800'000, now, now - 1'000'000) == 1'800'000);
+  CHECK(l.horizon(1'800'000, now, now) == 1'800'000);
 }
 
 TEST_CASE("fabric load: the retransmission budget is its floor plus a share of what the peers acknowledge") {
@@ -1533,6 +1593,74 @@ TEST_CASE("fabric load: a dead peer on a starved host is still declared down, by
   CHECK(now > dead_from + cfg.silent_after_us);
   CHECK(now <= dead_from + lc.overload_horizon_us + 300'000);
   CHECK(f.downs() == 1);  // only the dead one
+}
+
+// The flapping of docs/notes/2026-12-08-cluster-64-256.md (256 hosts on 2 CPUs), simulated:
+// 64 peers all answer slowly (packets wait 80 ms each way, unread in a starved host's
+// sockets, and each peer daemon runs 50 ms every 500 ms: round trips of 160-610 ms), 8 of them get no CPU for 10 s (past the longest own horizon, 7.2 s), and this
+// daemon's own loop stalls 400 ms every 5 s (overload entered on its own lateness, held 2 s,
+// lapsing for 2.6 s between bursts). The 8 silent ones are too few of the 56 answering to be
+// a crowd of late channels: judged on the late alone, they are declared down when the state
+// lapses. Counted with the slow answers the state holds; and the silence overlapping it
+// keeps them up anyway.
+TEST_CASE("fabric load: peers slow because the host is overloaded stay up between bursts of this daemon's lateness") {
+  ChannelConfig cfg;
+  LinkModel slow_path;
+  slow_path.delay_us = 80'000;
+  Fleet f(64, cfg, true, {}, slow_path);
+  uint64_t now = 0;
+  f.run(now, 1'000'000, 10'000, [](size_t, uint64_t) { return true; });
+  REQUIRE(f.downs() == 0);
+  f.a_runs = [](uint64_t t) { return t % 5'000'000 < 4'600'000; };
+  const uint64_t stop_from = 4'000'000, stop_to = 14'000'000;
+  auto peers = [&](size_t i, uint64_t t) {
+    if (i < 8 && t >= stop_from && t < stop_to) return false;
+    return (t + i * 31'000) % 500'000 < 50'000;
+  };
+  f.run(now, 22'000'000, 100'000, peers);
+  CHECK(f.downs() == 0);
+  // The slow answers were counted (the state did not rest on this daemon's lateness alone).
+  CHECK(f.load.slow() >= 32);
+  INFO("overload episodes: ", f.load.stats().overload_episodes, ", slow: ", f.load.slow());
+  CHECK(f.load.stats().overload_episodes == 1);  // entered once, never lapsed
+  // Everyone runs again: everything queued arrives, in order, once.
+  f.a_runs = nullptr;
+  f.run(now, now + 3'000'000, 0, [](size_t, uint64_t) { return true; });
+  for (size_t i = 0; i < f.size(); ++i) {
+    CAPTURE(i);
+    CHECK(f.b[i]->got.size() == f.sent[i]);
+    CHECK(f.a[i]->ch.in_flight() == 0);
+  }
+}
+
+// A silence that overlapped an overloaded period is judged from when it really began: this
+// daemon's own small lateness afterwards (under the 250 ms that is overload; excluded from
+// the silence, which moves the silence clock on) must not move its start past the period.
+TEST_CASE("fabric load: a silence that began in an overload keeps the long horizon through the daemon's later small stalls") {
+  ChannelConfig cfg;
+  Fleet f(1, cfg, true);
+  uint64_t now = 0;
+  auto live = [](size_t, uint64_t) { return true; };
+  f.run(now, 200'000, 10'000, live);
+  REQUIRE(f.downs() == 0);
+  // The peer stops answering; 100 ms later this daemon's loop stalls 400 ms (overload,
+  // held 3.2 s); from then on it stalls 240 ms in every 300 ms.
+  f.ba[0]->up = false;
+  const uint64_t silent_from = now;
+  f.a_runs = [&](uint64_t t) {
+    if (t < silent_from + 100'000) return true;
+    if (t < silent_from + 500'000) return false;
+    return (t - silent_from) % 300'000 >= 240'000;
+  };
+  while (f.a[0]->ch.state() == ReliableChannel::State::kUp && now < silent_from + 200'000'000)
+    f.run(now, now + 1000, 10'000, live);
+  INFO("down ", (now - silent_from) / 1e6, " s after the peer fell silent");
+  CHECK(f.load.stats().overload_episodes == 1);
+  CHECK(f.a[0]->ch.stats().stalled_us > 10'000'000);
+  // Not at its own horizon once the stalls had moved the silence clock past the overloaded
+  // period, but by the overload horizon of the time this daemon ran.
+  CHECK(f.a[0]->ch.state() == ReliableChannel::State::kDown);
+  CHECK(now >= silent_from + 20'000'000);
 }
 
 // Many channels, all losing everything (peers unreachable, nothing acknowledged): the sum

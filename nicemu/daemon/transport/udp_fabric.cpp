@@ -516,11 +516,13 @@ void UdpFabric::flush_all() {
   if (const bool over = load_.overloaded(now); over != overloaded_) {
     overloaded_ = over;
     if (over)
-      spdlog::warn("fabric: overloaded ({} of the channels late at once, or this daemon's loop late): peers silent "
-                   "past their horizon get up to {} s before they are declared down",
-                   load_.late(), load_.config().overload_horizon_us / 1000000.0);
+      spdlog::warn("fabric: overloaded ({} of the channels late at once, {} answering slowly, or this daemon's loop "
+                   "late): peers silent past their horizon get up to {} s before they are declared down",
+                   load_.late(), load_.slow(), load_.config().overload_horizon_us / 1000000.0);
     else
-      spdlog::info("fabric: no longer overloaded ({} channels late): the channels' own horizons again", load_.late());
+      spdlog::info("fabric: no longer overloaded ({} channels late, {} answering slowly): peers silent in it "
+                   "keep up to {} s until they answer, the others their own horizons",
+                   load_.late(), load_.slow(), load_.config().overload_horizon_us / 1000000.0);
   }
 }
 
@@ -818,6 +820,7 @@ nlohmann::json UdpFabric::status() const {
   for (const auto& [nic, a] : announce_faults_) announces[std::to_string(nic)] = a.dropped;
   const fabric::LoadStats& ls = load_.stats();
   nlohmann::json load = {{"channels_late", load_.late()},
+                         {"channels_slow", load_.slow()},
                          {"most_late", ls.most_late},
                          {"overloaded", overloaded_},
                          {"overload_episodes", ls.overload_episodes},
