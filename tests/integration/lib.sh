@@ -231,6 +231,21 @@ fabric_key() {
   FABRIC_KEY=$TMP/fabric.key
   "$CTL" keygen "$FABRIC_KEY" >/dev/null || die "nicemuctl keygen"
 }
+# netns_test_hosts NAME PREFIX NET_BYTE N: the usual start of a namespace fabric test: N
+# hosts named PREFIX<pid>a, b, ... (NS) on the bridge PREFIX<pid>sw (SW) at NET =
+# 10.NET_BYTE.<pid % 200>., removed at exit (test_cleanup), then test_init NAME and
+# netns_fabric. Sets TAG, SW, NS, NET for the test.
+netns_test_hosts() {
+  local letters=(a b c d e f g h) i
+  TAG=$2$$
+  SW=${TAG}sw
+  NS=()
+  for ((i = 0; i < $4; i++)); do NS+=("${TAG}${letters[i]}"); done
+  NET=10.$3.$(($$ % 200)).
+  test_cleanup() { netns_hosts_down "${NS[@]}" "$SW"; }
+  test_init "$1"
+  netns_fabric "$SW" "$NET" "${NS[@]}"
+}
 # netns_fabric SW NET NS...: namespace hosts on one bridge (tools/lib/netns-hosts.sh), host k
 # at NET(k+1); a fresh cluster key (fabric_key) and the fabric map $TMP/fabric.toml of them;
 # DAEMON_NS set so fabric_daemon k runs in host k's namespace. Skips (77) when the namespace

@@ -32,14 +32,7 @@ need_cmd ip python3
 HYDRA=$(command -v mpiexec.hydra) || skip "mpiexec.hydra not installed (Debian mpich)"
 PROVIDER=${NICEMU_TEST_OFI_PROVIDER:-tcp;ofi_rxm}
 
-TAG=fo$$
-SW=${TAG}sw
-NS=("${TAG}a" "${TAG}b")
-NET=10.214.$(($$ % 200)).
-test_cleanup() { netns_hosts_down "${NS[@]}" "$SW"; }
-test_init test_fabric_ofi
-
-netns_fabric "$SW" "$NET" "${NS[@]}"
+netns_test_hosts test_fabric_ofi fo 214 2
 
 for i in 0 1; do fabric_daemon "$i" --fabric-data ofi --ofi-provider "$PROVIDER"; done
 fabric_cred 1

@@ -32,14 +32,7 @@ need_cmd ip python3
 HYDRA=$(command -v mpiexec.hydra) || skip "mpiexec.hydra not installed (Debian mpich)"
 command -v fi_info >/dev/null && { fi_info -p 'tcp;ofi_rxm' >/dev/null 2>&1 || skip "libfabric has no tcp;ofi_rxm"; }
 
-TAG=ff$$
-SW=${TAG}sw
-NS=("${TAG}a" "${TAG}b")
-NET=10.215.$(($$ % 200)).
-test_cleanup() { netns_hosts_down "${NS[@]}" "$SW"; }
-test_init test_fabric_ofi_faults
-
-netns_fabric "$SW" "$NET" "${NS[@]}"
+netns_test_hosts test_fabric_ofi_faults ff 215 2
 PROG=$BUILD/tests/integration/fabric_faults
 PHASES=8
 KILL=7  # the phase that kills the target

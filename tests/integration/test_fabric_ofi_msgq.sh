@@ -26,15 +26,8 @@ need_cmd ip python3
 PROG=$BUILD/tests/integration/fabric_msgq
 PROVIDER=${NICEMU_TEST_OFI_PROVIDER:-tcp;ofi_rxm}
 
-TAG=fq$$
-SW=${TAG}sw
-NS=("${TAG}a" "${TAG}b")
-NET=10.215.$(($$ % 200)).
-test_cleanup() { netns_hosts_down "${NS[@]}" "$SW"; }
-test_init test_fabric_ofi_msgq
+netns_test_hosts test_fabric_ofi_msgq fq 215 2
 T0=$SECONDS
-
-netns_fabric "$SW" "$NET" "${NS[@]}"
 for i in 0 1; do fabric_daemon "$i" --fabric-data ofi --ofi-provider "$PROVIDER"; done
 fabric_cred 1
 D=$TMP/msgq

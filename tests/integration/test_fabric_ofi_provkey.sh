@@ -29,14 +29,7 @@ HYDRA=$(command -v mpiexec.hydra) || skip "mpiexec.hydra not installed (Debian m
 PROVIDER=${NICEMU_TEST_OFI_PROVIDER:-tcp;ofi_rxm}
 MODE=prov_key,local
 
-TAG=fk$$
-SW=${TAG}sw
-NS=("${TAG}a" "${TAG}b")
-NET=10.216.$(($$ % 200)).
-test_cleanup() { netns_hosts_down "${NS[@]}" "$SW"; }
-test_init test_fabric_ofi_provkey
-
-netns_fabric "$SW" "$NET" "${NS[@]}"
+netns_test_hosts test_fabric_ofi_provkey fk 216 2
 for i in 0 1; do fabric_daemon "$i" --fabric-data ofi --ofi-provider "$PROVIDER"; done
 fabric_cred 1
 

@@ -22,15 +22,8 @@ need_cmd ip python3
 PROG=$BUILD/tests/integration/fabric_smsg
 PROVIDER=${NICEMU_TEST_OFI_PROVIDER:-tcp;ofi_rxm}
 
-TAG=fs$$
-SW=${TAG}sw
-NS=("${TAG}a" "${TAG}b" "${TAG}c")
-NET=10.215.$(($$ % 200)).
-test_cleanup() { netns_hosts_down "${NS[@]}" "$SW"; }
-test_init test_fabric_ofi_smsg
+netns_test_hosts test_fabric_ofi_smsg fs 215 3
 T0=$SECONDS
-
-netns_fabric "$SW" "$NET" "${NS[@]}"
 for i in 0 1 2; do fabric_daemon "$i" --fabric-data ofi --ofi-provider "$PROVIDER"; done
 fabric_cred 1 2
 
