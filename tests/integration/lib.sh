@@ -231,6 +231,15 @@ fabric_key() {
   FABRIC_KEY=$TMP/fabric.key
   "$CTL" keygen "$FABRIC_KEY" >/dev/null || die "nicemuctl keygen"
 }
+# rma_errors_seen LOG: fabric_rma errors' log shows what every fabric must give: the six
+# posts through a deregistered handle completed with error events, that page untouched, an
+# AMO into it PROTECTION and one into a read-only registration READ_ONLY.
+rma_errors_seen() {
+  [[ $(grep -c 'through a deregistered handle: error event' "$1") -eq 6 ]] &&
+    grep -q 'deregistered page is untouched' "$1" &&
+    grep -q 'AMO into a deregistered handle: PROTECTION' "$1" &&
+    grep -q 'AMO into a read-only registration: READ_ONLY' "$1"
+}
 # netns_test_hosts NAME PREFIX NET_BYTE N: the usual start of a namespace fabric test: N
 # hosts named PREFIX<pid>a, b, ... (NS) on the bridge PREFIX<pid>sw (SW) at NET =
 # 10.NET_BYTE.<pid % 200>., removed at exit (test_cleanup), then test_init NAME and
